@@ -1,0 +1,1 @@
+"""The regionbus cache server: region store, interest registry, routing, CLI, local stack."""

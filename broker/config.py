@@ -1,0 +1,101 @@
+"""Settings of one cache server process, typed and validated at start (pydantic-settings).
+
+Read from the environment (prefix ``REGIONBUS_``, e.g. ``REGIONBUS_NAMESPACE``), from an
+optional ``.env``-style file named by ``REGIONBUS_CONFIG_FILE``, or passed in code.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name
+
+
+def _default_member_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
+    return f"server-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class ServerSettings(BaseSettings):
+    """Configuration of a cache server.
+
+    Attributes:
+        namespace: Site namespace; every topic and Redis key of the site starts with it.
+        kafka_bootstrap_servers: Kafka ``bootstrap.servers``, e.g. ``"127.0.0.1:9092"``.
+        redis_url: Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``.
+        redis_password: Optional Redis password (overrides the URL's), kept secret.
+        kafka_config: Extra librdkafka settings for every producer/consumer/admin (e.g.
+            ``security.protocol``, ``sasl.mechanism``); passed through unchanged.
+        member_id: This server's member id (EventIDs of server-side ops, logs).
+        total_buckets: Buckets = partitions of ``{ns}.ops`` and ``{ns}.events``.
+            Default 16 (Geode's ``total-num-buckets`` is 113; ours are Kafka partitions).
+        regions: Regions this server defines at start (created in Redis if missing).
+        max_value_size_bytes: Largest accepted value; larger puts are refused with
+            ``ValueTooLargeError``. Default 512 KiB, below Kafka's default 1 MiB message.
+        message_sync_interval_s: How often the server flushes its producer and commits its
+            ``{ns}.ops`` offsets (Geode ``message-sync-interval``, default 1 s).
+        maximum_time_between_pings_ms: A non-durable client silent for longer is considered
+            gone and its interest dropped (Geode ``maximum-time-between-pings``, 60000 ms).
+        poll_batch_size: Most messages taken from Kafka per poll.
+        poll_timeout_ms: Longest wait of one poll when idle.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``; 100 ms is the measured best
+            balance on the embedded Tansu (ARCHITECTURE.md).
+        linger_ms: librdkafka producer ``linger.ms`` (5 ms measured best on Tansu).
+        reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
+        plugins: ``{region: ["module:Class", ...]}`` server-side ``CacheListener`` /
+            ``CacheWriter`` classes to instantiate at start.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="REGIONBUS_",
+        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
+        extra="ignore",
+    )
+
+    namespace: str = "regionbus"
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password: SecretStr | None = None
+    kafka_config: dict[str, Any] = Field(default_factory=dict)
+    member_id: str = Field(default_factory=_default_member_id)
+    total_buckets: int = Field(default=DEFAULT_TOTAL_BUCKETS, ge=1, le=1024)
+    regions: list[str] = Field(default_factory=list)
+    max_value_size_bytes: int = Field(default=512 * 1024, ge=1)
+    message_sync_interval_s: float = Field(default=1.0, gt=0)
+    maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
+    poll_batch_size: int = Field(default=1000, ge=1)
+    poll_timeout_ms: int = Field(default=100, ge=1)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
+    linger_ms: int = Field(default=5, ge=0)
+    reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
+    plugins: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_topic_legal(cls, value: str) -> str:
+        return check_name("namespace", value, max_len=120)
+
+    @field_validator("member_id")
+    @classmethod
+    def _member_id_is_topic_legal(cls, value: str) -> str:
+        return check_name("member id", value)
+
+    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
+        """The librdkafka configuration every Kafka client of this server starts from.
+
+        Args:
+            **overrides: librdkafka keys (dots as in librdkafka, pass via a dict) to set.
+
+        Returns:
+            ``bootstrap.servers`` plus :attr:`kafka_config` plus the overrides.
+        """
+        config: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        config.update(self.kafka_config)
+        config.update(overrides)
+        return config

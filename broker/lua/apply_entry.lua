@@ -1,0 +1,52 @@
+-- Apply one entry operation (PUT, DESTROY, INVALIDATE) atomically, with server-side
+-- duplicate detection by EventID.
+--
+-- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
+--       5 tracking hash, 6 results hash, 7 results index (zset by ops offset)
+-- ARGV: 1 kind, 2 region, 3 key, 4 value, 5 serializer, 6 tracking field (member:thread),
+--       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0")
+-- Returns: {status, result, old_value}
+--   status "OK":  result = "<EVENT_KIND>|<version>"
+--   status "DUP": result = stored result of that EventID or false (pruned)
+--   status "ERR": result = error class name
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
+  return {'ERR', 'RegionNotFoundError', false}
+end
+local seq = tonumber(ARGV[7])
+local last = redis.call('HGET', KEYS[5], ARGV[6])
+if last and tonumber(last) >= seq then
+  return {'DUP', redis.call('HGET', KEYS[6], ARGV[8]), false}
+end
+local kind = ARGV[1]
+local key = ARGV[3]
+local meta = redis.call('HGET', KEYS[3], key)
+local old = false
+if ARGV[10] == '1' then
+  old = redis.call('HGET', KEYS[2], key)
+end
+local result
+if kind == 'PUT' then
+  local version = redis.call('INCR', KEYS[4])
+  redis.call('HSET', KEYS[2], key, ARGV[4])
+  redis.call('HSET', KEYS[3], key, version .. '|' .. ARGV[5])
+  if meta then result = 'UPDATE|' .. version else result = 'CREATE|' .. version end
+elseif kind == 'DESTROY' then
+  if not meta then return {'ERR', 'EntryNotFoundError', false} end
+  local version = redis.call('INCR', KEYS[4])
+  redis.call('HDEL', KEYS[2], key)
+  redis.call('HDEL', KEYS[3], key)
+  result = 'DESTROY|' .. version
+elseif kind == 'INVALIDATE' then
+  if not meta then return {'ERR', 'EntryNotFoundError', false} end
+  local version = redis.call('INCR', KEYS[4])
+  local serializer = string.match(meta, '|(.*)$') or ''
+  redis.call('HDEL', KEYS[2], key)
+  redis.call('HSET', KEYS[3], key, version .. '|' .. serializer)
+  result = 'INVALIDATE|' .. version
+else
+  return {'ERR', 'ServerOperationError', false}
+end
+redis.call('HSET', KEYS[5], ARGV[6], seq)
+redis.call('HSET', KEYS[6], ARGV[8], result)
+redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
+return {'OK', result, old}

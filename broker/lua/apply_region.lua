@@ -1,0 +1,29 @@
+-- Apply a region operation (CLEAR, DESTROY_REGION) atomically over every bucket.
+--
+-- KEYS: 1 regions set, 2 region version counter, 3 tracking hash, 4 results hash,
+--       5 results index, then for each bucket its values hash and its meta hash
+-- ARGV: 1 kind, 2 region, 3 tracking field, 4 sequence id, 5 EventID string, 6 ops offset
+-- Returns: {status, result}; status as in apply_entry.lua, result "<EVENT_KIND>|<version>"
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
+  return {'ERR', 'RegionNotFoundError'}
+end
+local seq = tonumber(ARGV[4])
+local last = redis.call('HGET', KEYS[3], ARGV[3])
+if last and tonumber(last) >= seq then
+  return {'DUP', redis.call('HGET', KEYS[4], ARGV[5])}
+end
+for i = 6, #KEYS do
+  redis.call('DEL', KEYS[i])
+end
+local version = redis.call('INCR', KEYS[2])
+local result
+if ARGV[1] == 'DESTROY_REGION' then
+  redis.call('SREM', KEYS[1], ARGV[2])
+  result = 'REGION_DESTROY|' .. version
+else
+  result = 'REGION_CLEAR|' .. version
+end
+redis.call('HSET', KEYS[3], ARGV[3], seq)
+redis.call('HSET', KEYS[4], ARGV[5], result)
+redis.call('ZADD', KEYS[5], tonumber(ARGV[6]), ARGV[5])
+return {'OK', result}

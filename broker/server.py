@@ -1,0 +1,905 @@
+"""The cache server: applies operations from ``{ns}.ops`` and pushes the events to clients.
+
+One server owns every bucket for now (the HA issue adds election over the same buckets).
+Per poll it takes a batch of operations, applies the plain ones to Redis in one pipelined
+round trip (Lua scripts: entry versions, duplicate detection by EventID), runs server
+``CacheWriter``s and ``CacheListener``s, routes each event into the subscription queue
+``{ns}.queue.<client>`` of every interested client except the originator, replies on
+``{ns}.reply.<client>`` and appends the event to ``{ns}.events``. Every
+``message_sync_interval_s`` it flushes what it produced and only then commits its offsets
+(ARCHITECTURE.md), so a restart re-processes a bounded window whose EventIDs Redis
+recognises.
+
+Undecodable or malformed messages go to ``{ns}.dead-letter`` with the reason; the server
+keeps going (invariant 6).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import redis
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.config import ServerSettings
+from broker.interest import InterestRegistry, compile_interest_regex
+from broker.store import ApplyResult, RegionStore, redis_errors
+from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from schemas.codec import decode, encode
+from schemas.errors import (
+    CacheWriterError,
+    ConfigurationError,
+    InvalidInterestError,
+    MessageDecodeError,
+    RegionBusError,
+    RegionNotFoundError,
+    TransportError,
+    ValueTooLargeError,
+)
+from schemas.messages import (
+    Control,
+    ControlKind,
+    Entry,
+    Event,
+    EventKind,
+    InterestKind,
+    InterestResultPolicy,
+    InterestSpec,
+    Operation,
+    OperationKind,
+    Reply,
+)
+from schemas.naming import Topics, bucket_of, region_bucket
+from schemas.serializers import serializer_named
+
+log = logging.getLogger("regionbus.server")
+
+_ENTRY_CHANGES = (OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE)
+_REGION_CHANGES = (OperationKind.CLEAR, OperationKind.DESTROY_REGION)
+
+
+class InvalidOperationError(RegionBusError):
+    """An operation decoded but is malformed (missing key, wrong bucket, no EventID)."""
+
+
+@dataclass
+class ServerStats:
+    """Counters of one server since it started (the metrics issue exports them).
+
+    Attributes:
+        operations_applied: Changes applied to Redis (not counting duplicates).
+        duplicates: Operations recognised as already applied by EventID.
+        events_routed: Events produced into subscription queues.
+        replies: Replies produced.
+        dead_letters: Messages sent to the dead-letter topic.
+        errors: Operations refused with an error reply.
+    """
+
+    operations_applied: int = 0
+    duplicates: int = 0
+    events_routed: int = 0
+    replies: int = 0
+    dead_letters: int = 0
+    errors: int = 0
+
+
+@dataclass
+class _ClientRecord:
+    last_seen_s: float
+    durable: bool = False
+
+
+@dataclass
+class _Plugins:
+    listeners: dict[str, list[CacheListener]] = field(default_factory=dict)
+    writers: dict[str, list[CacheWriter]] = field(default_factory=dict)
+
+
+def load_plugins(spec: dict[str, list[str]]) -> tuple[dict[str, list[CacheListener]], dict[str, list[CacheWriter]]]:
+    """Instantiate server-side listeners and writers named ``"module:Class"`` per region.
+
+    Args:
+        spec: ``{region: ["package.module:ClassName", ...]}``.
+
+    Returns:
+        ``(listeners, writers)`` by region; a class that is both is in both.
+
+    Raises:
+        ConfigurationError: a name does not import, or is neither a ``CacheListener`` nor a
+            ``CacheWriter``.
+    """
+    listeners: dict[str, list[CacheListener]] = {}
+    writers: dict[str, list[CacheWriter]] = {}
+    for region, names in spec.items():
+        for name in names:
+            module_name, _, class_name = name.partition(":")
+            try:
+                instance = getattr(importlib.import_module(module_name), class_name)()
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise ConfigurationError(f"cannot load plugin {name!r}: {exc}") from exc
+            if not isinstance(instance, CacheListener | CacheWriter):
+                raise ConfigurationError(f"plugin {name!r} is neither CacheListener nor CacheWriter")
+            if isinstance(instance, CacheListener):
+                listeners.setdefault(region, []).append(instance)
+            if isinstance(instance, CacheWriter):
+                writers.setdefault(region, []).append(instance)
+    return listeners, writers
+
+
+def ensure_topics(admin: AdminClient, topics: dict[str, int], timeout_s: float = 15.0) -> None:
+    """Create topics that do not exist yet (replication factor 1 on one broker, else 3 max).
+
+    Args:
+        admin: A confluent-kafka AdminClient.
+        topics: ``{topic: partitions}``.
+        timeout_s: Longest wait for the broker, in seconds.
+
+    Raises:
+        TransportError: the broker refused for another reason than "already exists".
+    """
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+        brokers = len(admin.list_topics(timeout=timeout_s).brokers) or 1
+    except KafkaException as exc:
+        raise TransportError(f"Kafka metadata: {exc}") from exc
+    wanted = [
+        NewTopic(name, partitions, min(3, brokers))
+        for name, partitions in topics.items()
+        if name not in existing
+    ]
+    if not wanted:
+        return
+    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TransportError(f"cannot create topic {name}: {exc}") from exc
+
+
+class CacheServer:
+    """A cache server process (or thread) of one namespace.
+
+    Args:
+        settings: Validated server settings.
+        listeners: Server-side ``CacheListener``s by region, in addition to
+            ``settings.plugins``.
+        writers: Server-side ``CacheWriter``s by region, in addition to ``settings.plugins``.
+
+    Raises:
+        ConfigurationError: a plugin cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        listeners: dict[str, list[CacheListener]] | None = None,
+        writers: dict[str, list[CacheWriter]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics = Topics(settings.namespace)
+        self.stats = ServerStats()
+        loaded_listeners, loaded_writers = load_plugins(settings.plugins)
+        self._plugins = _Plugins(loaded_listeners, loaded_writers)
+        for region, items in (listeners or {}).items():
+            self._plugins.listeners.setdefault(region, []).extend(items)
+        for region, witems in (writers or {}).items():
+            self._plugins.writers.setdefault(region, []).extend(witems)
+        self._redis = redis.Redis.from_url(
+            settings.redis_url,
+            password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+        )
+        self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
+        self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
+        self._clients: dict[str, _ClientRecord] = {}
+        self._queue_topics: dict[str, str] = {}
+        self._positions: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._delivery_failures = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = 30.0) -> None:
+        """Run the server on a background thread; return once it consumes.
+
+        Args:
+            ready_timeout_s: Longest wait for start-up, in seconds.
+
+        Raises:
+            RegionBusError: start-up failed (the cause is chained), or took too long.
+        """
+        self._thread = threading.Thread(target=self._run_guarded, name="cache-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(ready_timeout_s):
+            self.stop()
+            raise TransportError(f"cache server did not start within {ready_timeout_s} s")
+        if self._failure is not None:
+            raise TransportError(f"cache server failed to start: {self._failure}") from self._failure
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the server after a final flush and offset commit.
+
+        Args:
+            timeout_s: Longest wait for the server thread, in seconds.
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> CacheServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run_guarded(self) -> None:
+        try:
+            self.serve()
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("cache server %s stopped on error", self.settings.member_id)
+            self._ready.set()
+
+    def serve(self) -> None:
+        """Run the server loop in this thread until :meth:`stop` (or a signal) ends it.
+
+        Raises:
+            TransportError: Kafka or Redis cannot be reached at start.
+        """
+        self._setup()
+        self._ready.set()
+        sync_every_s = self.settings.message_sync_interval_s
+        liveness_every_s = min(5.0, self.settings.maximum_time_between_pings_ms / 4000)
+        next_sync = time.monotonic() + sync_every_s
+        next_liveness = time.monotonic() + liveness_every_s
+        assert self._consumer is not None and self._producer is not None
+        try:
+            while not self._stop.is_set():
+                messages = self._consumer.consume(
+                    self.settings.poll_batch_size, self.settings.poll_timeout_ms / 1000
+                )
+                if messages:
+                    self._process(messages)
+                self._producer.poll(0)
+                now = time.monotonic()
+                if now >= next_sync:
+                    self._sync()
+                    next_sync = now + sync_every_s
+                if now >= next_liveness:
+                    self._expire_silent_clients(now)
+                    next_liveness = now + liveness_every_s
+        finally:
+            try:
+                self._sync()
+            finally:
+                self._consumer.close()
+                self._producer.flush(10)
+
+    def _setup(self) -> None:
+        s = self.settings
+        admin = AdminClient(s.librdkafka())
+        ensure_topics(
+            admin,
+            {
+                self.topics.ops: s.total_buckets,
+                self.topics.events: s.total_buckets,
+                self.topics.control: 1,
+                self.topics.dead_letter: 1,
+            },
+        )
+        partitions = len(admin.list_topics(self.topics.ops, timeout=10).topics[self.topics.ops].partitions)
+        if partitions != s.total_buckets:
+            raise ConfigurationError(
+                f"{self.topics.ops} has {partitions} partitions but total_buckets is {s.total_buckets}"
+            )
+        for region in s.regions:
+            self.store.create_region(region)
+        with redis_errors():
+            records = self._redis.hgetall(self.store.keys.clients)
+        now = time.monotonic()
+        for raw_id, raw in records.items():
+            record = json.loads(raw)
+            silent_s = max(0.0, time.time() - record.get("last_seen_ms", 0) / 1000)
+            self._clients[raw_id.decode()] = _ClientRecord(now - silent_s, bool(record.get("durable")))
+        loaded = self.registry.load(self._clients)
+        self._producer = Producer(
+            s.librdkafka(
+                **{
+                    "linger.ms": s.linger_ms,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "queue.buffering.max.messages": 1_000_000,
+                    "client.id": s.member_id,
+                }
+            )
+        )
+        self._consumer = Consumer(
+            s.librdkafka(
+                **{
+                    "group.id": self.topics.server_group,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "fetch.wait.max.ms": s.fetch_wait_max_ms,
+                    "client.id": s.member_id,
+                }
+            )
+        )
+        wanted = [TopicPartition(self.topics.ops, b) for b in range(s.total_buckets)]
+        wanted.append(TopicPartition(self.topics.control, 0))
+        committed = self._consumer.committed(wanted, timeout=10)
+        assignment = []
+        for tp in committed:
+            start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            assignment.append(TopicPartition(tp.topic, tp.partition, start))
+            if tp.offset >= 0:
+                self._committed[(tp.topic, tp.partition)] = tp.offset
+        self._consumer.assign(assignment)
+        log.info(
+            "cache server %s serving %s: %d buckets, %d clients, %d registrations",
+            s.member_id, s.namespace, s.total_buckets, len(self._clients), loaded,
+        )
+
+    # --- batch processing --------------------------------------------------------------
+
+    def _process(self, messages: Sequence[KafkaMessage]) -> None:
+        pending: list[tuple[Operation, int, int]] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", error)
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            self._positions[(topic, partition)] = offset + 1
+            try:
+                decoded = decode(message.value())
+            except MessageDecodeError as exc:
+                self._dead_letter(message, str(exc))
+                continue
+            if topic == self.topics.control:
+                if isinstance(decoded, Control):
+                    self._handle_control(decoded)
+                else:
+                    self._dead_letter(message, f"expected Control, got {type(decoded).__name__}")
+                continue
+            if not isinstance(decoded, Operation):
+                self._dead_letter(message, f"expected Operation, got {type(decoded).__name__}")
+                continue
+            op = decoded
+            self._seen(op.client_id)
+            try:
+                self._validate(op, partition)
+            except RegionBusError as exc:
+                self._flush(pending)
+                self._dead_letter(message, str(exc))
+                self._reply_error(op, partition, exc)
+                continue
+            if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
+                if op.kind is not OperationKind.GET and self._plugins.writers.get(op.region):
+                    self._flush(pending)
+                    if not self._run_entry_writers(op, partition):
+                        continue
+                pending.append((op, partition, offset))
+                continue
+            self._flush(pending)
+            try:
+                self._handle_other(op, partition, offset)
+            except TransportError:
+                raise
+            except RegionBusError as exc:
+                self._reply_error(op, partition, exc)
+        self._flush(pending)
+
+    def _validate(self, op: Operation, bucket: int) -> None:
+        if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
+            if op.key is None:
+                raise InvalidOperationError(f"{op.kind.value} needs a key")
+            expected = bucket_of(op.region, op.key, self.settings.total_buckets)
+            if expected != bucket:
+                raise InvalidOperationError(
+                    f"key {op.key!r} of region {op.region!r} belongs to bucket {expected}, "
+                    f"not {bucket}"
+                )
+        if op.kind in _ENTRY_CHANGES or op.kind in _REGION_CHANGES:
+            if op.event_id is None:
+                raise InvalidOperationError(f"{op.kind.value} needs an EventID")
+        if op.kind is OperationKind.PUT:
+            if op.value is None:
+                raise InvalidOperationError("PUT needs a value")
+            if len(op.value) > self.settings.max_value_size_bytes:
+                raise ValueTooLargeError(
+                    f"value of {len(op.value)} bytes exceeds max_value_size_bytes="
+                    f"{self.settings.max_value_size_bytes}"
+                )
+        if op.kind in (OperationKind.REGISTER_INTEREST, OperationKind.UNREGISTER_INTEREST):
+            if op.interest is None:
+                raise InvalidOperationError(f"{op.kind.value} needs an interest spec")
+            if op.interest.kind is InterestKind.REGEX:
+                compile_interest_regex(op.interest.regex)
+
+    def _flush(self, pending: list[tuple[Operation, int, int]]) -> None:
+        if not pending:
+            return
+        batch: list[Any] = []
+        for op, bucket, offset in pending:
+            assert op.key is not None
+            if op.kind is OperationKind.GET:
+                batch.append((op.region, op.key, bucket))
+            else:
+                assert op.event_id is not None
+                batch.append(
+                    self.store.entry_args(
+                        op.kind, op.region, op.key, op.value, op.serializer,
+                        op.event_id._replace(bucket=bucket), bucket, offset,
+                        want_old=bool(self._plugins.listeners.get(op.region)),
+                    )
+                )
+        results = self.store.run_batch(batch)
+        for (op, bucket, _), result in zip(pending, results, strict=True):
+            if isinstance(result, ApplyResult):
+                self._after_entry_apply(op, bucket, result)
+            else:
+                self._reply_get(op, bucket, result)
+        pending.clear()
+
+    def _reply_get(self, op: Operation, bucket: int, result: tuple[bool, Entry | None]) -> None:
+        exists, entry = result
+        if not exists:
+            self._reply_error(op, bucket, RegionNotFoundError(f"region {op.region!r} not found"))
+            return
+        self._reply(
+            Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                found=entry is not None,
+                version=entry.version if entry else None,
+                value=entry.value if entry else None,
+                serializer=entry.serializer if entry else None,
+            ),
+            op.client_id,
+        )
+
+    def _after_entry_apply(self, op: Operation, bucket: int, result: ApplyResult) -> None:
+        if result.status == "ERR":
+            self.stats.errors += 1
+            self._reply(
+                Reply(
+                    request_id=op.request_id, bucket=bucket, ok=False,
+                    error_type=result.error_type,
+                    error_message=_error_text(result.error_type, op),
+                ),
+                op.client_id,
+            )
+            return
+        duplicate = result.status == "DUP"
+        if duplicate:
+            self.stats.duplicates += 1
+        else:
+            self.stats.operations_applied += 1
+        if result.event_kind is not None and result.version is not None:
+            assert op.event_id is not None
+            event = Event(
+                event_id=op.event_id._replace(bucket=bucket),
+                kind=result.event_kind,
+                region=op.region,
+                version=result.version,
+                timestamp_ms=op.timestamp_ms,
+                originator=op.client_id,
+                key=op.key,
+                value=op.value if result.event_kind in (EventKind.CREATE, EventKind.UPDATE) else None,
+                serializer=op.serializer,
+                possible_duplicate=op.possible_duplicate or duplicate,
+                callback_argument=op.callback_argument,
+                origin_site_id=op.origin_site_id,
+                sites_reached=op.sites_reached,
+            )
+            if not duplicate:
+                self._run_entry_listeners(event, result.old_value)
+            self._distribute_entry_event(event, bucket)
+        self._reply(
+            Reply(
+                request_id=op.request_id, bucket=bucket, ok=True, event_kind=result.event_kind,
+                duplicate=duplicate, version=result.version,
+            ),
+            op.client_id,
+        )
+
+    # --- writers and listeners ---------------------------------------------------------
+
+    def _decoder(self) -> Callable[[bytes | None, str | None], Any]:
+        def decode_value(data: bytes | None, serializer: str | None) -> Any:
+            return None if data is None else serializer_named(serializer).loads(data)
+
+        return decode_value
+
+    def _run_entry_writers(self, op: Operation, bucket: int) -> bool:
+        """Run server writers before an entry change; False (error replied) if one aborts."""
+        assert op.key is not None
+        exists, entry = self.store.get(op.region, op.key, bucket)
+        if not exists or (entry is None and op.kind is not OperationKind.PUT):
+            return True  # the apply script reports the missing region / entry
+        kind = (
+            (EventKind.UPDATE if entry is not None else EventKind.CREATE)
+            if op.kind is OperationKind.PUT
+            else EventKind.DESTROY if op.kind is OperationKind.DESTROY else EventKind.INVALIDATE
+        )
+        event = EntryEvent(
+            region=op.region, key=op.key, kind=kind, event_id=op.event_id, version=-1,
+            origin_remote=True, new_value_bytes=op.value,
+            old_value_bytes=entry.value if entry else None, serializer=op.serializer,
+            possible_duplicate=op.possible_duplicate, callback_argument=op.callback_argument,
+            decoder=self._decoder(),
+        )
+        for writer in self._plugins.writers.get(op.region, []):
+            method = {
+                EventKind.CREATE: writer.before_create,
+                EventKind.UPDATE: writer.before_update,
+                EventKind.DESTROY: writer.before_destroy,
+            }.get(kind)
+            if method is None:
+                continue
+            try:
+                method(event)
+            except Exception as exc:
+                self._reply_error(op, bucket, _as_writer_error(exc))
+                return False
+        return True
+
+    def _run_entry_listeners(self, event: Event, old_value: bytes | None) -> None:
+        listeners = self._plugins.listeners.get(event.region)
+        if not listeners:
+            return
+        assert event.key is not None
+        entry_event = EntryEvent(
+            region=event.region, key=event.key, kind=event.kind, event_id=event.event_id,
+            version=event.version, origin_remote=True, new_value_bytes=event.value,
+            old_value_bytes=old_value, serializer=event.serializer,
+            possible_duplicate=event.possible_duplicate,
+            callback_argument=event.callback_argument, decoder=self._decoder(),
+        )
+        for listener in listeners:
+            method = {
+                EventKind.CREATE: listener.after_create,
+                EventKind.UPDATE: listener.after_update,
+                EventKind.INVALIDATE: listener.after_invalidate,
+                EventKind.DESTROY: listener.after_destroy,
+            }[event.kind]
+            try:
+                method(entry_event)
+            except Exception:
+                log.exception("server CacheListener %r failed on %s", listener, event.event_id)
+
+    # --- distribution ------------------------------------------------------------------
+
+    def _queue_topic(self, client_id: str) -> str:
+        topic = self._queue_topics.get(client_id)
+        if topic is None:
+            topic = self._queue_topics[client_id] = self.topics.queue(client_id)
+        return topic
+
+    def _distribute_entry_event(self, event: Event, bucket: int) -> None:
+        assert event.key is not None
+        full = encode(event)
+        key_bytes = event.key.encode()
+        self._produce(self.topics.events, full, key_bytes, partition=bucket)
+        targets = self.registry.route(event.region, event.key, bucket)
+        targets.pop(event.originator, None)
+        if not targets:
+            return
+        invalidate: bytes | None = None
+        for client_id, receive_values in targets.items():
+            if receive_values or event.kind not in (EventKind.CREATE, EventKind.UPDATE):
+                payload = full
+            else:
+                if invalidate is None:
+                    invalidate = encode(replace(event, kind=EventKind.INVALIDATE, value=None))
+                payload = invalidate
+            self._produce(self._queue_topic(client_id), payload, key_bytes)
+            self.stats.events_routed += 1
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
+        assert self._producer is not None
+        while True:
+            try:
+                if partition >= 0:
+                    self._producer.produce(topic, value, key, partition=partition, on_delivery=self._on_delivery)
+                else:
+                    self._producer.produce(topic, value, key, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
+        if error is not None:
+            self._delivery_failures += 1
+            log.error("delivery to %s failed: %s", message.topic(), error)
+
+    def _reply(self, reply: Reply, client_id: str) -> None:
+        self._produce(self.topics.reply(client_id), encode(reply), None)
+        self.stats.replies += 1
+
+    def _reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
+        self.stats.errors += 1
+        try:
+            self._reply(
+                Reply(
+                    request_id=op.request_id, bucket=bucket, ok=False,
+                    error_type=type(exc).__name__, error_message=str(exc),
+                ),
+                op.client_id,
+            )
+        except RegionBusError:
+            log.warning("cannot reply to %r: %s", op.client_id, exc)
+
+    def _dead_letter(self, message: KafkaMessage, reason: str) -> None:
+        self.stats.dead_letters += 1
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s", message.topic(), message.partition(), message.offset(), reason
+        )
+        assert self._producer is not None
+        headers = [
+            ("rb.reason", reason.encode()),
+            ("rb.source.topic", message.topic().encode()),
+            ("rb.source.partition", str(message.partition()).encode()),
+            ("rb.source.offset", str(message.offset()).encode()),
+            ("rb.server", self.settings.member_id.encode()),
+        ]
+        self._producer.produce(
+            self.topics.dead_letter, message.value(), message.key(), headers=headers,
+            on_delivery=self._on_delivery,
+        )
+
+    # --- region operations, interest, keys ---------------------------------------------
+
+    def _handle_other(self, op: Operation, bucket: int, offset: int) -> None:
+        if op.kind in _REGION_CHANGES:
+            self._handle_region_change(op, bucket, offset)
+        elif op.kind is OperationKind.REGISTER_INTEREST:
+            self._handle_register(op, bucket)
+        elif op.kind is OperationKind.UNREGISTER_INTEREST:
+            assert op.interest is not None
+            self.registry.unregister(op.client_id, op.region, op.interest)
+            self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        elif op.kind is OperationKind.KEYS:
+            exists, entries = self.store.snapshot(
+                op.region, bucket, _ALL_KEYS_SPEC
+            )
+            if not exists:
+                self._reply_region_missing(op, bucket)
+                return
+            self._reply_entries(op, bucket, [Entry(e.key, e.version) for e in entries])
+
+    def _reply_region_missing(self, op: Operation, bucket: int) -> None:
+        self._reply_error(op, bucket, RegionNotFoundError(f"region {op.region!r} not found"))
+
+    def _handle_region_change(self, op: Operation, bucket: int, offset: int) -> None:
+        assert op.event_id is not None
+        expected = region_bucket(op.region, self.settings.total_buckets)
+        if bucket != expected:
+            raise InvalidOperationError(
+                f"{op.kind.value} of {op.region!r} belongs to bucket {expected}, not {bucket}"
+            )
+        writers = self._plugins.writers.get(op.region, [])
+        if writers:
+            region_event = RegionEvent(op.region, _region_kind(op.kind), op.event_id, True, op.callback_argument)
+            for writer in writers:
+                method = (
+                    writer.before_region_clear
+                    if op.kind is OperationKind.CLEAR
+                    else writer.before_region_destroy
+                )
+                try:
+                    method(region_event)
+                except Exception as exc:
+                    self._reply_error(op, bucket, _as_writer_error(exc))
+                    return
+        result = self.store.apply_region(op.kind, op.region, op.event_id._replace(bucket=bucket), bucket, offset)
+        if result.status == "ERR":
+            self._after_entry_apply(op, bucket, result)
+            return
+        duplicate = result.status == "DUP"
+        if result.event_kind is not None and result.version is not None:
+            event = Event(
+                event_id=op.event_id._replace(bucket=bucket), kind=result.event_kind,
+                region=op.region, version=result.version, timestamp_ms=op.timestamp_ms,
+                originator=op.client_id, possible_duplicate=op.possible_duplicate or duplicate,
+                callback_argument=op.callback_argument, origin_site_id=op.origin_site_id,
+                sites_reached=op.sites_reached,
+            )
+            payload = encode(event)
+            self._produce(self.topics.events, payload, None, partition=bucket)
+            for client_id in self.registry.clients_of_region(op.region) - {op.client_id}:
+                self._produce(self._queue_topic(client_id), payload, None)
+                self.stats.events_routed += 1
+            if not duplicate:
+                self._run_region_listeners(event)
+            if result.event_kind is EventKind.REGION_DESTROY:
+                self.registry.forget_region(op.region)
+        if duplicate:
+            self.stats.duplicates += 1
+        else:
+            self.stats.operations_applied += 1
+        self._reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True, event_kind=result.event_kind,
+                  duplicate=duplicate, version=result.version),
+            op.client_id,
+        )
+
+    def _run_region_listeners(self, event: Event) -> None:
+        region_event = RegionEvent(event.region, event.kind, event.event_id, True, event.callback_argument)
+        for listener in self._plugins.listeners.get(event.region, []):
+            method = (
+                listener.after_region_clear
+                if event.kind is EventKind.REGION_CLEAR
+                else listener.after_region_destroy
+            )
+            try:
+                method(region_event)
+            except Exception:
+                log.exception("server CacheListener %r failed on %s", listener, event.event_id)
+
+    def _handle_register(self, op: Operation, bucket: int) -> None:
+        spec = op.interest
+        assert spec is not None
+        keys = [k for k in spec.keys if bucket_of(op.region, k, self.settings.total_buckets) == bucket]
+        if spec.policy is InterestResultPolicy.NONE:
+            exists = op.region in self.store.region_names() or self._region_exists(op.region)
+            entries: list[Entry] = []
+        else:
+            exists, entries = self.store.snapshot(op.region, bucket, spec, keys)
+        if not exists:
+            self._reply_region_missing(op, bucket)
+            return
+        self.registry.register(op.client_id, op.region, spec, bucket, keys)
+        if spec.kind is InterestKind.REGEX:
+            pattern = compile_interest_regex(spec.regex)
+            entries = [e for e in entries if pattern.fullmatch(e.key)]
+        if spec.policy is InterestResultPolicy.KEYS:
+            entries = [Entry(e.key, e.version) for e in entries]
+        self._reply_entries(op, bucket, entries)
+
+    def _region_exists(self, region: str) -> bool:
+        with redis_errors():
+            return bool(self._redis.sismember(self.store.keys.regions, region))
+
+    def _reply_entries(self, op: Operation, bucket: int, entries: list[Entry]) -> None:
+        chunk: list[Entry] = []
+        size = 0
+        limit = self.settings.reply_chunk_bytes
+        for entry in entries:
+            entry_size = len(entry.key) + len(entry.value or b"") + 24
+            if chunk and size + entry_size > limit:
+                self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True,
+                                  entries=tuple(chunk), more=True), op.client_id)
+                chunk, size = [], 0
+            chunk.append(entry)
+            size += entry_size
+        self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True, entries=tuple(chunk)),
+                    op.client_id)
+
+    # --- clients -----------------------------------------------------------------------
+
+    def _seen(self, client_id: str) -> None:
+        record = self._clients.get(client_id)
+        if record is not None:
+            record.last_seen_s = time.monotonic()
+
+    def _handle_control(self, control: Control) -> None:
+        client_id = control.client_id
+        if control.kind in (ControlKind.CONNECT, ControlKind.PING):
+            durable = control.durable_client_id is not None
+            record = self._clients.get(client_id)
+            if record is None:
+                record = self._clients[client_id] = _ClientRecord(time.monotonic(), durable)
+            record.last_seen_s = time.monotonic()
+            with redis_errors():
+                self._redis.hset(
+                    self.store.keys.clients,
+                    client_id,
+                    json.dumps({
+                        "durable": durable,
+                        "durable_client_timeout_s": control.durable_client_timeout_s,
+                        "last_seen_ms": int(time.time() * 1000),
+                    }),
+                )
+        elif control.kind is ControlKind.CLOSE:
+            record = self._clients.get(client_id)
+            keep = bool(record and record.durable and control.keep_alive)
+            self.registry.drop_client(client_id, keep_durable=keep)
+            if not keep:
+                self._forget_client(client_id)
+            log.info("client %s closed (keep_alive=%s)", client_id, control.keep_alive)
+
+    def _forget_client(self, client_id: str) -> None:
+        self._clients.pop(client_id, None)
+        self._queue_topics.pop(client_id, None)
+        with redis_errors():
+            self._redis.hdel(self.store.keys.clients, client_id)
+
+    def _expire_silent_clients(self, now: float) -> None:
+        limit_s = self.settings.maximum_time_between_pings_ms / 1000
+        for client_id, record in list(self._clients.items()):
+            if not record.durable and now - record.last_seen_s > limit_s:
+                log.warning(
+                    "client %s sent nothing for more than %d ms: dropping its interest",
+                    client_id, self.settings.maximum_time_between_pings_ms,
+                )
+                self.registry.drop_client(client_id)
+                self._forget_client(client_id)
+
+    # --- offsets -----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        """Flush produced events, then commit consumed offsets and prune stored results."""
+        if self._producer is None or self._consumer is None:
+            return
+        failures_before = self._delivery_failures
+        remaining = self._producer.flush(30)
+        if remaining or self._delivery_failures != failures_before:
+            log.error("not committing: %d messages undelivered", remaining)
+            return
+        offsets = [
+            TopicPartition(topic, partition, position)
+            for (topic, partition), position in self._positions.items()
+            if self._committed.get((topic, partition)) != position
+        ]
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("offset commit failed (will retry): %s", exc)
+            return
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
+            if tp.topic == self.topics.ops:
+                self.store.prune_results(tp.partition, tp.offset)
+
+
+_ALL_KEYS_SPEC = InterestSpec(InterestKind.ALL_KEYS)
+
+
+def _region_kind(kind: OperationKind) -> EventKind:
+    return EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
+
+
+def _as_writer_error(exc: Exception) -> RegionBusError:
+    if isinstance(exc, CacheWriterError):
+        return exc
+    return CacheWriterError(f"server CacheWriter aborted: {type(exc).__name__}: {exc}")
+
+
+def _error_text(error_type: str | None, op: Operation) -> str:
+    if error_type == "RegionNotFoundError":
+        return f"region {op.region!r} not found"
+    if error_type == "EntryNotFoundError":
+        return f"entry {op.key!r} not found in region {op.region!r}"
+    return f"{op.kind.value} failed: {error_type}"
+
+
+__all__ = ["CacheServer", "InvalidInterestError", "InvalidOperationError", "ServerStats", "ensure_topics", "load_plugins"]

@@ -1,0 +1,313 @@
+"""The region store: authoritative region state in Redis, changed only through Lua scripts.
+
+Layout (keys from :class:`schemas.naming.RedisKeys`): per region and bucket a values hash
+(key -> value bytes; a missing field is an invalid entry) and a meta hash
+(key -> ``"<version>|<serializer>"``; a field here means the entry exists); per region a
+version counter; per bucket the tracking hash (member:thread -> highest applied sequence id)
+and the stored results of recent EventIDs, so a re-processed or retried operation is
+recognised and its event re-emitted unchanged.
+
+Redis errors are translated here, at this one boundary, into :class:`TransportError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+
+from schemas.errors import TransportError
+from schemas.eventid import EventID
+from schemas.messages import Entry, EventKind, InterestKind, InterestSpec, OperationKind
+from schemas.naming import RedisKeys
+
+
+def _load_lua(name: str) -> str:
+    return resources.files("broker").joinpath("lua", name).read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What applying one change did.
+
+    Attributes:
+        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before) or
+            ``"ERR"`` (refused; nothing changed).
+        event_kind: The resulting event kind (None when refused, or DUP with the stored
+            result already pruned).
+        version: Region version the change got (None as for ``event_kind``).
+        error_type: Class name of the error for ``"ERR"``.
+        old_value: Value before the change, when asked for and present.
+    """
+
+    status: str
+    event_kind: EventKind | None = None
+    version: int | None = None
+    error_type: str | None = None
+    old_value: bytes | None = None
+
+
+def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
+    if not raw:
+        return None, None
+    kind, _, version = raw.decode().partition("|")
+    return EventKind(kind), int(version)
+
+
+def _to_apply_result(reply: Sequence[Any]) -> ApplyResult:
+    status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    if status == "ERR":
+        error = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        return ApplyResult(status, error_type=error)
+    kind, version = _parse_result(reply[1] or None)
+    old = reply[2] if len(reply) > 2 and reply[2] else None
+    return ApplyResult(status, kind, version, old_value=old)
+
+
+def _to_entry(
+    key: str, exists: Any, meta: bytes | None, value: bytes | None
+) -> tuple[bool, Entry | None]:
+    if not exists:
+        return False, None
+    if meta is None:
+        return True, None
+    version, _, serializer = meta.decode().partition("|")
+    return True, Entry(key, int(version), value, serializer or None)
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    """Translate redis-py connection and response errors into :class:`TransportError`."""
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        raise TransportError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+
+class RegionStore:
+    """Reads and changes region state of one namespace in Redis.
+
+    Args:
+        client: A redis-py client created with ``decode_responses=False``.
+        namespace: The site namespace.
+        total_buckets: Number of buckets.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, total_buckets: int) -> None:
+        self.redis = client
+        self.keys = RedisKeys(namespace)
+        self.total_buckets = total_buckets
+        self._apply_entry = client.register_script(_load_lua("apply_entry.lua"))
+        self._apply_region = client.register_script(_load_lua("apply_region.lua"))
+        self._prune = client.register_script(_load_lua("prune_results.lua"))
+
+    # --- regions -----------------------------------------------------------------------
+
+    def create_region(self, region: str) -> bool:
+        """Define a region (idempotent). Returns True when it was new.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            return bool(self.redis.sadd(self.keys.regions, region))
+
+    def region_names(self) -> set[str]:
+        """The names of every defined region.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            return {r.decode() for r in self.redis.smembers(self.keys.regions)}
+
+    # --- changes -----------------------------------------------------------------------
+
+    def entry_args(
+        self,
+        kind: OperationKind,
+        region: str,
+        key: str,
+        value: bytes | None,
+        serializer: str | None,
+        event_id: EventID,
+        bucket: int,
+        offset: int,
+        want_old: bool,
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script)."""
+        k = self.keys
+        keys = [
+            k.regions,
+            k.region_values(region, bucket),
+            k.region_meta(region, bucket),
+            k.region_version(region),
+            k.tracking(bucket),
+            k.results(bucket),
+            k.results_index(bucket),
+        ]
+        args: list[Any] = [
+            kind.value,
+            region,
+            key,
+            value if value is not None else b"",
+            serializer or "",
+            f"{event_id.member}:{event_id.thread}",
+            event_id.sequence,
+            str(event_id),
+            offset,
+            "1" if want_old else "0",
+        ]
+        return keys, args
+
+    def run_batch(
+        self, batch: Sequence[tuple[list[str], list[Any]] | tuple[str, str, int]]
+    ) -> list[ApplyResult | tuple[bool, Entry | None]]:
+        """Apply entry operations and read entries in order, in one pipelined round trip.
+
+        Args:
+            batch: Items in processing order: ``(keys, args)`` from :meth:`entry_args` for a
+                change, or ``(region, key, bucket)`` for a read.
+
+        Returns:
+            Per item, in order: an :class:`ApplyResult` for a change; ``(region_exists,
+            entry)`` as :meth:`get` for a read.
+
+        Raises:
+            TransportError: Redis failed (some changes may have been applied; re-processing
+                the same operations is safe: their EventIDs are recognised).
+        """
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for item in batch:
+                if isinstance(item[0], list):
+                    self._apply_entry(keys=item[0], args=item[1], client=pipe)
+                else:
+                    region, key, bucket = item  # type: ignore[misc]
+                    pipe.sismember(self.keys.regions, region)
+                    pipe.hget(self.keys.region_meta(region, bucket), key)
+                    pipe.hget(self.keys.region_values(region, bucket), key)
+            replies = pipe.execute()
+        out: list[ApplyResult | tuple[bool, Entry | None]] = []
+        i = 0
+        for item in batch:
+            if isinstance(item[0], list):
+                out.append(_to_apply_result(replies[i]))
+                i += 1
+            else:
+                out.append(_to_entry(item[1], replies[i], replies[i + 1], replies[i + 2]))  # type: ignore[arg-type]
+                i += 3
+        return out
+
+    def apply_region(
+        self, kind: OperationKind, region: str, event_id: EventID, bucket: int, offset: int
+    ) -> ApplyResult:
+        """Clear or destroy a region over all its buckets, atomically.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        k = self.keys
+        keys = [k.regions, k.region_version(region), k.tracking(bucket), k.results(bucket)]
+        keys.append(k.results_index(bucket))
+        for b in range(self.total_buckets):
+            keys += [k.region_values(region, b), k.region_meta(region, b)]
+        args = [
+            kind.value,
+            region,
+            f"{event_id.member}:{event_id.thread}",
+            event_id.sequence,
+            str(event_id),
+            offset,
+        ]
+        with redis_errors():
+            return _to_apply_result(self._apply_region(keys=keys, args=args))
+
+    def prune_results(self, bucket: int, below_offset: int) -> int:
+        """Forget stored results of operations below a committed offset of a bucket.
+
+        Returns:
+            How many results were dropped.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        keys = [self.keys.results(bucket), self.keys.results_index(bucket)]
+        with redis_errors():
+            return int(self._prune(keys=keys, args=[below_offset]))
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get(self, region: str, key: str, bucket: int) -> tuple[bool, Entry | None]:
+        """Read one entry.
+
+        Returns:
+            ``(region_exists, entry)``; ``entry`` is None when absent, and has value None
+            when invalid.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.sismember(self.keys.regions, region)
+            pipe.hget(self.keys.region_meta(region, bucket), key)
+            pipe.hget(self.keys.region_values(region, bucket), key)
+            exists, meta, value = pipe.execute()
+        return _to_entry(key, exists, meta, value)
+
+    def snapshot(
+        self, region: str, bucket: int, spec: InterestSpec, keys: Sequence[str] = ()
+    ) -> tuple[bool, list[Entry]]:
+        """Read the entries of one bucket that a registration covers, atomically.
+
+        Args:
+            region: Region name.
+            bucket: The bucket.
+            spec: ALL_KEYS and REGEX read the whole bucket (the caller filters by regex);
+                KEYS reads only ``keys``.
+            keys: For a KEYS spec, the keys of this bucket.
+
+        Returns:
+            ``(region_exists, entries)``; with ``with_values`` False in effect (policy KEYS)
+            the caller drops values.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        meta_key = self.keys.region_meta(region, bucket)
+        values_key = self.keys.region_values(region, bucket)
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.sismember(self.keys.regions, region)
+            if spec.kind is InterestKind.KEYS:
+                pipe.hmget(meta_key, list(keys) or [""])
+                pipe.hmget(values_key, list(keys) or [""])
+                exists, metas, values = pipe.execute()
+                raw = [(k, m, v) for k, m, v in zip(keys, metas, values, strict=False) if m]
+            else:
+                pipe.hgetall(meta_key)
+                pipe.hgetall(values_key)
+                exists, metas, values = pipe.execute()
+                raw = [(k.decode(), m, values.get(k)) for k, m in metas.items()]
+        entries = []
+        for key, meta, value in raw:
+            version, _, serializer = meta.decode().partition("|")
+            entries.append(Entry(key, int(version), value, serializer or None))
+        return bool(exists), entries
+
+    def entries(self, region: str) -> dict[str, Entry]:
+        """Every entry of a region across all buckets (for tests, tools, verification).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        out: dict[str, Entry] = {}
+        for bucket in range(self.total_buckets):
+            _, found = self.snapshot(region, bucket, InterestSpec(InterestKind.ALL_KEYS))
+            out.update((e.key, e) for e in found)
+        return out

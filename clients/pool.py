@@ -1,0 +1,267 @@
+"""The client's connection pool: sends operations to ``{ns}.ops`` and gathers replies.
+
+One Kafka producer sends every operation to the partition of its bucket; one thread reads
+the client's reply topic and completes the futures of pending requests. A request sent to
+several buckets (interest registration, keys on server) completes when every bucket has
+answered; a bucket's large answer may come in chunks (``more=True``). confluent-kafka
+errors are translated here, at this one boundary, into :class:`TransportError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from contextlib import suppress
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from clients.settings import ClientSettings
+from schemas.codec import decode_as, encode
+from schemas.errors import MessageDecodeError, TransportError, UnconnectedError
+from schemas.eventid import EventID
+from schemas.messages import Control, Operation, Reply
+from schemas.naming import Topics
+
+log = logging.getLogger("regionbus.client")
+
+
+class _Pending:
+    __slots__ = ("done", "expected", "future", "replies")
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.done = 0
+        self.replies: list[Reply] = []
+        self.future: Future[list[Reply]] = Future()
+
+
+class Pool:
+    """Producer, reply reader and request bookkeeping of one client.
+
+    Args:
+        settings: The client's settings.
+        client_id: The client id (reply topic ``{ns}.reply.<client_id>``).
+        member_id: The member id used in EventIDs (unique per connection).
+
+    Raises:
+        TransportError: Kafka cannot be reached or the servers' ``{ns}.ops`` topic does not
+            appear within ``metadata_timeout_s``.
+    """
+
+    def __init__(self, settings: ClientSettings, client_id: str, member_id: str) -> None:
+        self.settings = settings
+        self.topics = Topics(settings.namespace)
+        self.client_id = client_id
+        self.member_id = member_id
+        self._admin = AdminClient(settings.librdkafka())
+        self.total_buckets = self._wait_for_ops_topic()
+        self.create_client_topics()
+        self._producer = Producer(
+            settings.librdkafka(
+                **{
+                    "linger.ms": settings.linger_ms,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "client.id": member_id,
+                }
+            )
+        )
+        self._pending: dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._request_ids = itertools.count(random.getrandbits(40) << 16)
+        self._threads = threading.local()
+        self._thread_ids = itertools.count(1)
+        self._closed = threading.Event()
+        self._reply_consumer = Consumer(
+            settings.librdkafka(
+                **{
+                    "group.id": f"{self.topics.client_group(client_id)}.reply",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+                    "client.id": member_id,
+                }
+            )
+        )
+        self._reply_consumer.assign([TopicPartition(self.topics.reply(client_id), 0, OFFSET_BEGINNING)])
+        self._reply_thread = threading.Thread(target=self._read_replies, name=f"replies-{client_id}", daemon=True)
+        self._reply_thread.start()
+
+    # --- topics ------------------------------------------------------------------------
+
+    def _wait_for_ops_topic(self) -> int:
+        deadline = time.monotonic() + self.settings.metadata_timeout_s
+        while True:
+            try:
+                topics = self._admin.list_topics(self.topics.ops, timeout=5).topics
+                meta = topics.get(self.topics.ops)
+                if meta is not None and meta.error is None and meta.partitions:
+                    return len(meta.partitions)
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise TransportError(f"Kafka metadata: {exc}") from exc
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"topic {self.topics.ops} does not exist: is a cache server of namespace "
+                    f"{self.settings.namespace!r} running?"
+                )
+            time.sleep(0.2)
+
+    def create_client_topics(self) -> None:
+        """Create this client's queue and reply topics (1 partition each) if missing.
+
+        Raises:
+            TransportError: the broker refused.
+        """
+        wanted = [self.topics.queue(self.client_id), self.topics.reply(self.client_id)]
+        existing = self._admin.list_topics(timeout=10).topics
+        new = [NewTopic(t, 1, 1) for t in wanted if t not in existing]
+        if not new:
+            return
+        for name, future in self._admin.create_topics(new, operation_timeout=10).items():
+            try:
+                future.result(timeout=15)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TransportError(f"cannot create topic {name}: {exc}") from exc
+
+    def delete_client_topics(self) -> None:
+        """Delete this client's queue and reply topics (best effort, at a non-durable close)."""
+        topics = [self.topics.queue(self.client_id), self.topics.reply(self.client_id)]
+        with suppress(Exception):
+            for future in self._admin.delete_topics(topics, operation_timeout=5).values():
+                with suppress(Exception):
+                    future.result(timeout=5)
+
+    # --- identities --------------------------------------------------------------------
+
+    def next_event_id(self, bucket: int) -> EventID:
+        """A new EventID of the calling thread: sequence ids start at 0 and rise by one."""
+        state = self._threads
+        if not hasattr(state, "thread_id"):
+            state.thread_id = next(self._thread_ids)
+            state.sequence = itertools.count()
+        return EventID(self.member_id, state.thread_id, next(state.sequence), bucket)
+
+    def next_request_id(self) -> int:
+        """A new request id, unique within this client (random base, so a reconnecting
+        client never mistakes an old reply for a new one)."""
+        return next(self._request_ids)
+
+    # --- sending -----------------------------------------------------------------------
+
+    def request(self, ops: Sequence[tuple[Operation, int]]) -> Future[list[Reply]]:
+        """Send operations that share one request id; complete when each has been answered.
+
+        Args:
+            ops: ``(operation, bucket)`` pairs; all operations carry the same request id.
+
+        Returns:
+            A future of every reply (chunks included), in arrival order.
+
+        Raises:
+            UnconnectedError: the pool is closed.
+            TransportError: the producer refused the message.
+        """
+        if self._closed.is_set():
+            raise UnconnectedError("the client cache is closed")
+        pending = _Pending(len(ops))
+        with self._lock:
+            self._pending[ops[0][0].request_id] = pending
+        for op, bucket in ops:
+            self._produce(self.topics.ops, encode(op), bucket, op.key)
+        return pending.future
+
+    def forget(self, request_id: int) -> None:
+        """Stop waiting for a request (after a timeout)."""
+        with self._lock:
+            self._pending.pop(request_id, None)
+
+    def send_control(self, control: Control) -> None:
+        """Send a lifecycle message to ``{ns}.control`` and flush it.
+
+        Raises:
+            TransportError: it could not be delivered within ``read_timeout_ms``.
+        """
+        self._produce(self.topics.control, encode(control), 0, control.client_id)
+        self.flush()
+
+    def flush(self) -> None:
+        """Wait until everything sent is delivered to Kafka.
+
+        Raises:
+            TransportError: messages are still undelivered after ``read_timeout_ms``.
+        """
+        remaining = self._producer.flush(self.settings.read_timeout_ms / 1000)
+        if remaining:
+            raise TransportError(f"{remaining} messages not delivered to Kafka")
+
+    def _produce(self, topic: str, value: bytes, partition: int, key: str | None) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key.encode() if key is not None else None, partition=partition
+                )
+                self._producer.poll(0)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise TransportError(f"Kafka produce to {topic}: {exc}") from exc
+
+    # --- replies -----------------------------------------------------------------------
+
+    def _read_replies(self) -> None:
+        while not self._closed.is_set():
+            try:
+                messages = self._reply_consumer.consume(500, 0.1)
+            except KafkaException as exc:
+                log.warning("reply consumer: %s", exc)
+                continue
+            self._producer.poll(0)
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                try:
+                    reply = decode_as(message.value(), Reply)
+                except MessageDecodeError as exc:
+                    log.warning("undecodable reply dropped: %s", exc)
+                    continue
+                self._complete(reply)
+
+    def _complete(self, reply: Reply) -> None:
+        with self._lock:
+            pending = self._pending.get(reply.request_id)
+            if pending is None:
+                return
+            pending.replies.append(reply)
+            if not reply.more:
+                pending.done += 1
+            if pending.done < pending.expected:
+                return
+            del self._pending[reply.request_id]
+        pending.future.set_result(pending.replies)
+
+    def close(self) -> None:
+        """Flush, stop the reply reader and fail every pending request with ``UnconnectedError``."""
+        with suppress(Exception):
+            self._producer.flush(5)
+        self._closed.set()
+        self._reply_thread.join(5)
+        with suppress(Exception):
+            self._reply_consumer.close()
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(UnconnectedError("the client cache was closed"))
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed.is_set()

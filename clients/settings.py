@@ -1,0 +1,74 @@
+"""Settings of one client cache, typed and validated (pydantic-settings, env prefix ``REGIONBUS_``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.naming import check_name
+
+
+class ClientSettings(BaseSettings):
+    """Configuration of a :class:`clients.ClientCache`.
+
+    Attributes:
+        namespace: Site namespace of the servers to talk to.
+        kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
+        kafka_config: Extra librdkafka settings (security, tuning), passed through unchanged.
+        client_id: Id of this client (its queue is ``{ns}.queue.<client_id>``); generated
+            when None. Must be legal in a Kafka topic name.
+        durable_client_id: Makes the client durable under this id (SPEC §5); it then is
+            the client id.
+        durable_client_timeout_s: How long the servers keep a durable client's queue while
+            it is away (Geode ``durable-client-timeout``, default 300 s).
+        read_timeout_ms: Longest wait for a server reply (Geode pool ``read-timeout``,
+            default 10000 ms).
+        subscription_enabled: Whether the client has a subscription queue (Geode pool
+            ``subscription-enabled``); needed for interest.
+        subscription_ack_interval_ms: How often processed events are acked, i.e. the queue
+            offset committed (Geode ``subscription-ack-interval``, default 100 ms).
+        subscription_message_tracking_timeout_s: Idle time after which a thread's
+            duplicate-tracking entry expires (Geode default 900 s).
+        ping_interval_ms: How often the client tells the servers it is alive (Geode pool
+            ``ping-interval``, default 10000 ms).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` for the queue and reply
+            consumers (100 ms measured best on the embedded Tansu).
+        linger_ms: librdkafka producer ``linger.ms``.
+        metadata_timeout_s: Longest wait at start for the servers' topics to exist.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_", extra="ignore")
+
+    namespace: str = "regionbus"
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_config: dict[str, Any] = Field(default_factory=dict)
+    client_id: str | None = None
+    durable_client_id: str | None = None
+    durable_client_timeout_s: int = Field(default=300, ge=1)
+    read_timeout_ms: int = Field(default=10_000, ge=1)
+    subscription_enabled: bool = True
+    subscription_ack_interval_ms: int = Field(default=100, ge=1)
+    subscription_message_tracking_timeout_s: float = Field(default=900.0, gt=0)
+    ping_interval_ms: int = Field(default=10_000, ge=10)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
+    linger_ms: int = Field(default=5, ge=0)
+    metadata_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_ok(cls, value: str) -> str:
+        return check_name("namespace", value, max_len=120)
+
+    @field_validator("client_id", "durable_client_id")
+    @classmethod
+    def _id_ok(cls, value: str | None) -> str | None:
+        return None if value is None else check_name("client id", value, max_len=100)
+
+    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
+        """``bootstrap.servers`` plus :attr:`kafka_config` plus ``overrides``."""
+        config: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
+        config.update(self.kafka_config)
+        config.update(overrides)
+        return config

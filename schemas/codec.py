@@ -1,0 +1,345 @@
+"""Avro codec for every regionbus wire record (fastavro, schemaless).
+
+Frame: one magic byte ``0xB1``, one type byte (see :data:`TYPE_BYTES`), then the Avro
+binary body written with the schema of that type from this folder's ``*.avsc`` files.
+The type byte lets a reader with nothing but the bytes (Spark, a dead-letter tool) pick
+the schema; the magic byte rejects foreign data early.
+
+Never pickle: values are bytes produced by a declared serializer (:mod:`schemas.serializers`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import load_schema
+
+from schemas.errors import MessageDecodeError, SerializationError
+from schemas.eventid import EventID
+from schemas.messages import (
+    Control,
+    ControlKind,
+    Entry,
+    Event,
+    EventKind,
+    InterestKind,
+    InterestResultPolicy,
+    InterestSpec,
+    Marker,
+    Message,
+    Operation,
+    OperationKind,
+    Reply,
+)
+
+MAGIC: Final = 0xB1
+_SCHEMA_DIR: Final = Path(__file__).parent
+
+TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control: 4, Marker: 5}
+_TYPE_NAMES: Final[dict[int, str]] = {1: "Operation", 2: "Event", 3: "Reply", 4: "Control", 5: "Marker"}
+
+
+def load_avro_schema(name: str) -> Any:
+    """Load and parse ``regionbus.<name>.avsc`` (named references resolved in this folder).
+
+    Args:
+        name: Record name, e.g. ``"Event"``.
+
+    Returns:
+        The parsed fastavro schema.
+    """
+    return parse_schema(load_schema(str(_SCHEMA_DIR / f"regionbus.{name}.avsc")))
+
+
+_SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAMES.items()}
+
+
+# --- records <-> dicts ---------------------------------------------------------------
+
+
+def _eid_to(e: EventID) -> dict[str, Any]:
+    return {"member": e.member, "thread": e.thread, "sequence": e.sequence, "bucket": e.bucket}
+
+
+def _eid_from(d: dict[str, Any]) -> EventID:
+    return EventID(d["member"], d["thread"], d["sequence"], d["bucket"])
+
+
+def _interest_to(s: InterestSpec) -> dict[str, Any]:
+    return {
+        "kind": s.kind.value,
+        "keys": list(s.keys),
+        "regex": s.regex,
+        "policy": s.policy.value,
+        "durable": s.durable,
+        "receive_values": s.receive_values,
+    }
+
+
+def _interest_from(d: dict[str, Any]) -> InterestSpec:
+    return InterestSpec(
+        kind=InterestKind(d["kind"]),
+        keys=tuple(d["keys"]),
+        regex=d["regex"],
+        policy=InterestResultPolicy(d["policy"]),
+        durable=d["durable"],
+        receive_values=d["receive_values"],
+    )
+
+
+def _operation_to(o: Operation) -> dict[str, Any]:
+    return {
+        "request_id": o.request_id,
+        "client_id": o.client_id,
+        "event_id": _eid_to(o.event_id) if o.event_id is not None else None,
+        "kind": o.kind.value,
+        "region": o.region,
+        "key": o.key,
+        "value": o.value,
+        "serializer": o.serializer,
+        "callback_argument": o.callback_argument,
+        "timestamp_ms": o.timestamp_ms,
+        "possible_duplicate": o.possible_duplicate,
+        "interest": _interest_to(o.interest) if o.interest is not None else None,
+        "origin_site_id": o.origin_site_id,
+        "sites_reached": list(o.sites_reached),
+    }
+
+
+def _operation_from(d: dict[str, Any]) -> Operation:
+    return Operation(
+        request_id=d["request_id"],
+        client_id=d["client_id"],
+        event_id=_eid_from(d["event_id"]) if d["event_id"] is not None else None,
+        kind=OperationKind(d["kind"]),
+        region=d["region"],
+        key=d["key"],
+        value=d["value"],
+        serializer=d["serializer"],
+        callback_argument=d["callback_argument"],
+        timestamp_ms=d["timestamp_ms"],
+        possible_duplicate=d["possible_duplicate"],
+        interest=_interest_from(d["interest"]) if d["interest"] is not None else None,
+        origin_site_id=d["origin_site_id"],
+        sites_reached=tuple(d["sites_reached"]),
+    )
+
+
+def _event_to(e: Event) -> dict[str, Any]:
+    return {
+        "event_id": _eid_to(e.event_id),
+        "kind": e.kind.value,
+        "region": e.region,
+        "key": e.key,
+        "value": e.value,
+        "serializer": e.serializer,
+        "version": e.version,
+        "timestamp_ms": e.timestamp_ms,
+        "originator": e.originator,
+        "possible_duplicate": e.possible_duplicate,
+        "callback_argument": e.callback_argument,
+        "origin_site_id": e.origin_site_id,
+        "sites_reached": list(e.sites_reached),
+    }
+
+
+def _event_from(d: dict[str, Any]) -> Event:
+    return Event(
+        event_id=_eid_from(d["event_id"]),
+        kind=EventKind(d["kind"]),
+        region=d["region"],
+        key=d["key"],
+        value=d["value"],
+        serializer=d["serializer"],
+        version=d["version"],
+        timestamp_ms=d["timestamp_ms"],
+        originator=d["originator"],
+        possible_duplicate=d["possible_duplicate"],
+        callback_argument=d["callback_argument"],
+        origin_site_id=d["origin_site_id"],
+        sites_reached=tuple(d["sites_reached"]),
+    )
+
+
+def _reply_to(r: Reply) -> dict[str, Any]:
+    return {
+        "request_id": r.request_id,
+        "bucket": r.bucket,
+        "ok": r.ok,
+        "error_type": r.error_type,
+        "error_message": r.error_message,
+        "event_kind": r.event_kind.value if r.event_kind is not None else None,
+        "duplicate": r.duplicate,
+        "found": r.found,
+        "version": r.version,
+        "value": r.value,
+        "serializer": r.serializer,
+        "entries": [
+            {"key": e.key, "value": e.value, "serializer": e.serializer, "version": e.version}
+            for e in r.entries
+        ],
+        "more": r.more,
+    }
+
+
+def _reply_from(d: dict[str, Any]) -> Reply:
+    return Reply(
+        request_id=d["request_id"],
+        bucket=d["bucket"],
+        ok=d["ok"],
+        error_type=d["error_type"],
+        error_message=d["error_message"],
+        event_kind=EventKind(d["event_kind"]) if d["event_kind"] is not None else None,
+        duplicate=d["duplicate"],
+        found=d["found"],
+        version=d["version"],
+        value=d["value"],
+        serializer=d["serializer"],
+        entries=tuple(
+            Entry(key=e["key"], version=e["version"], value=e["value"], serializer=e["serializer"])
+            for e in d["entries"]
+        ),
+        more=d["more"],
+    )
+
+
+def _control_to(c: Control) -> dict[str, Any]:
+    return {
+        "kind": c.kind.value,
+        "client_id": c.client_id,
+        "durable_client_id": c.durable_client_id,
+        "durable_client_timeout_s": c.durable_client_timeout_s,
+        "keep_alive": c.keep_alive,
+        "timestamp_ms": c.timestamp_ms,
+    }
+
+
+def _control_from(d: dict[str, Any]) -> Control:
+    return Control(
+        kind=ControlKind(d["kind"]),
+        client_id=d["client_id"],
+        durable_client_id=d["durable_client_id"],
+        durable_client_timeout_s=d["durable_client_timeout_s"],
+        keep_alive=d["keep_alive"],
+        timestamp_ms=d["timestamp_ms"],
+    )
+
+
+def _marker_to(m: Marker) -> dict[str, Any]:
+    return {"client_id": m.client_id, "timestamp_ms": m.timestamp_ms}
+
+
+def _marker_from(d: dict[str, Any]) -> Marker:
+    return Marker(client_id=d["client_id"], timestamp_ms=d["timestamp_ms"])
+
+
+_TO: Final[dict[int, Callable[[Any], dict[str, Any]]]] = {
+    1: _operation_to,
+    2: _event_to,
+    3: _reply_to,
+    4: _control_to,
+    5: _marker_to,
+}
+_FROM: Final[dict[int, Callable[[dict[str, Any]], Any]]] = {
+    1: _operation_from,
+    2: _event_from,
+    3: _reply_from,
+    4: _control_from,
+    5: _marker_from,
+}
+
+
+# --- public --------------------------------------------------------------------------
+
+
+def encode(message: Message) -> bytes:
+    """Encode one wire record into its framed Avro bytes.
+
+    Args:
+        message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`
+            or :class:`Marker`.
+
+    Returns:
+        ``0xB1``, the type byte, then the Avro body.
+
+    Raises:
+        SerializationError: a field does not fit its schema (wrong type, int out of range).
+    """
+    type_byte = TYPE_BYTES[type(message)]
+    buf = io.BytesIO()
+    buf.write(bytes((MAGIC, type_byte)))
+    try:
+        schemaless_writer(buf, _SCHEMAS[type_byte], _TO[type_byte](message))
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+        raise SerializationError(
+            f"cannot encode {type(message).__name__}: {exc}", message_ref=message
+        ) from exc
+    return buf.getvalue()
+
+
+def decode(data: bytes | None) -> Message:
+    """Decode framed bytes into the record they hold.
+
+    Args:
+        data: Bytes as read from a regionbus topic.
+
+    Returns:
+        The decoded record, of the type named by the frame's type byte.
+
+    Raises:
+        MessageDecodeError: the bytes are empty, carry a foreign magic or type byte, are
+            truncated, hold a value outside the schema, or have trailing bytes. The raw
+            bytes are kept in ``message_ref``.
+    """
+    if not data or len(data) < 2:
+        raise MessageDecodeError("empty or truncated message", message_ref=data)
+    if data[0] != MAGIC:
+        raise MessageDecodeError(f"not a regionbus message (magic {data[0]:#x})", message_ref=data)
+    type_byte = data[1]
+    schema = _SCHEMAS.get(type_byte)
+    if schema is None:
+        raise MessageDecodeError(f"unknown message type byte {type_byte}", message_ref=data)
+    buf = io.BytesIO(data)
+    buf.seek(2)
+    try:
+        record = schemaless_reader(buf, schema, None)
+        if buf.tell() != len(data):
+            raise MessageDecodeError(
+                f"{len(data) - buf.tell()} trailing bytes after a {_TYPE_NAMES[type_byte]}",
+                message_ref=data,
+            )
+        return _FROM[type_byte](record)  # type: ignore[no-any-return]
+    except MessageDecodeError:
+        raise
+    except Exception as exc:  # fastavro raises many types on garbage: all mean "undecodable"
+        raise MessageDecodeError(
+            f"undecodable {_TYPE_NAMES[type_byte]}: {type(exc).__name__}: {exc}", message_ref=data
+        ) from exc
+
+
+T = TypeVar("T", Operation, Event, Reply, Control, Marker)
+
+
+def decode_as(data: bytes | None, expected: type[T]) -> T:
+    """Decode bytes that must hold one given record type.
+
+    Args:
+        data: Bytes as read from a regionbus topic.
+        expected: The record class the topic carries.
+
+    Returns:
+        The decoded record.
+
+    Raises:
+        MessageDecodeError: as :func:`decode`, or the bytes hold another record type.
+    """
+    message = decode(data)
+    if not isinstance(message, expected):
+        raise MessageDecodeError(
+            f"expected {expected.__name__}, got {type(message).__name__}", message_ref=data
+        )
+    return message

@@ -1,0 +1,147 @@
+"""The one exception tree of regionbus.
+
+Every error the library raises derives from :class:`RegionBusError`. Each carries a
+``retriable`` flag (aiokafka's model): a retriable error may succeed if the same call is
+made again unchanged (a timeout, a broker restart); a non-retriable one will not (a bad
+regex, a writer that vetoed the change).
+
+The server reports failures to clients as a reply with ``error_type`` set to one of the
+class names below; :func:`error_from_wire` turns that back into the same class.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class RegionBusError(Exception):
+    """Root of every regionbus error.
+
+    Attributes:
+        retriable: True when repeating the same call unchanged may succeed.
+        message_ref: The message (operation, event, raw bytes) the error is about, when
+            there is one; kept so a caller can inspect or dead-letter it.
+    """
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, message_ref: Any = None) -> None:
+        super().__init__(message)
+        self.message_ref = message_ref
+
+
+# --- not retriable -------------------------------------------------------------------
+
+
+class ConfigurationError(RegionBusError):
+    """A setting is missing, malformed or inconsistent (raised at start-up)."""
+
+
+class SerializationError(RegionBusError):
+    """A value or wire message could not be encoded or decoded."""
+
+
+class MessageDecodeError(SerializationError):
+    """Bytes read from a topic are not a valid regionbus message.
+
+    ``message_ref`` holds the raw bytes.
+    """
+
+
+class RegionNotFoundError(RegionBusError):
+    """The region is not defined on the server (Geode: ``RegionDestroyedException``)."""
+
+
+class EntryNotFoundError(RegionBusError):
+    """The entry does not exist on the server (Geode: ``EntryNotFoundException``)."""
+
+
+class CacheWriterError(RegionBusError):
+    """A client or server ``CacheWriter`` aborted the operation.
+
+    Geode: ``CacheWriterException``. Nothing was changed anywhere.
+    """
+
+
+class InvalidInterestError(RegionBusError):
+    """An interest registration is malformed, e.g. the regex does not compile."""
+
+
+class ValueTooLargeError(RegionBusError):
+    """The encoded value exceeds the server's ``max_value_size_bytes``; nothing was applied."""
+
+
+class UnconnectedError(RegionBusError):
+    """The client is not connected, so an update cannot be sent.
+
+    Geode: ``UnconnectedException``. Reads of the local cache still work.
+    """
+
+
+class BulkOperationError(RegionBusError):
+    """Some entries of a ``put_all`` / ``remove_all`` failed (Geode: ``PutAllPartialResultException``).
+
+    Attributes:
+        failures: ``{key: RegionBusError}`` for each entry that failed; the other
+            entries were applied.
+    """
+
+    def __init__(self, message: str, failures: dict[str, RegionBusError]) -> None:
+        super().__init__(message, message_ref=failures)
+        self.failures = failures
+
+
+class ServerOperationError(RegionBusError):
+    """The server failed the operation for a reason with no more specific class."""
+
+
+class StackError(RegionBusError):
+    """The local (embedded) stack could not be started or stopped."""
+
+
+# --- retriable -----------------------------------------------------------------------
+
+
+class RetriableError(RegionBusError):
+    """Base of the errors where the same call may succeed later."""
+
+    retriable: ClassVar[bool] = True
+
+
+class ServerTimeoutError(RetriableError):
+    """No reply from the server within the client's ``read_timeout_ms``."""
+
+
+class TransportError(RetriableError):
+    """Kafka or Redis could not be reached or refused a request (translated at the boundary)."""
+
+
+_WIRE_ERRORS: dict[str, type[RegionBusError]] = {
+    cls.__name__: cls
+    for cls in (
+        RegionNotFoundError,
+        EntryNotFoundError,
+        CacheWriterError,
+        InvalidInterestError,
+        ValueTooLargeError,
+        ServerOperationError,
+        SerializationError,
+        MessageDecodeError,
+        TransportError,
+    )
+}
+
+
+def error_from_wire(error_type: str | None, message: str | None) -> RegionBusError:
+    """Build the exception a server reported in a reply.
+
+    Args:
+        error_type: The class name the server sent (e.g. ``"CacheWriterError"``).
+        message: The server's message.
+
+    Returns:
+        An instance of the named class, or :class:`ServerOperationError` when the name is
+        unknown (a newer server, say).
+    """
+    cls = _WIRE_ERRORS.get(error_type or "", ServerOperationError)
+    return cls(message or error_type or "server error")

@@ -1,0 +1,32 @@
+"""``EventID``: the identity of one operation, and the tracking key derived from it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class EventID(NamedTuple):
+    """Identity of one operation (Geode ``EventID``).
+
+    Attributes:
+        member: Id of the originating member (client or server), e.g. ``"c-host-4711-9f2a"``.
+        thread: Id of the originating thread within that member (small int, from 1).
+        sequence: The thread's sequence id: 0 for its first operation, +1 for each next.
+        bucket: The bucket the operation was applied in, -1 before routing. Geode's
+            ``ThreadIdentifier`` widens the thread id with the bucket (bits 32-47) so that
+            ordering and duplicate detection are per (member, thread, bucket); here the
+            bucket is its own field and :attr:`tracking_key` combines them.
+    """
+
+    member: str
+    thread: int
+    sequence: int
+    bucket: int = -1
+
+    @property
+    def tracking_key(self) -> tuple[str, int, int]:
+        """The key message tracking is kept under: (member, thread, bucket)."""
+        return (self.member, self.thread, self.bucket)
+
+    def __str__(self) -> str:
+        return f"{self.member}:{self.thread}:{self.sequence}@{self.bucket}"

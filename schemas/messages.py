@@ -1,0 +1,177 @@
+"""The wire records of regionbus, as frozen dataclasses mirroring the ``*.avsc`` files.
+
+Every record travels Avro-encoded by :mod:`schemas.codec`. Field meanings are in the
+schema docs; times are milliseconds since the Unix epoch, UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from schemas.eventid import EventID
+
+
+class OperationKind(enum.Enum):
+    """What a client asks of the server (SPEC §1, §3)."""
+
+    PUT = "PUT"
+    DESTROY = "DESTROY"
+    INVALIDATE = "INVALIDATE"
+    GET = "GET"
+    CLEAR = "CLEAR"
+    DESTROY_REGION = "DESTROY_REGION"
+    REGISTER_INTEREST = "REGISTER_INTEREST"
+    UNREGISTER_INTEREST = "UNREGISTER_INTEREST"
+    KEYS = "KEYS"
+
+
+class EventKind(enum.Enum):
+    """What an applied change is, as seen by subscribers (SPEC §3 table)."""
+
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    INVALIDATE = "INVALIDATE"
+    DESTROY = "DESTROY"
+    REGION_CLEAR = "REGION_CLEAR"
+    REGION_DESTROY = "REGION_DESTROY"
+
+    @property
+    def is_region_event(self) -> bool:
+        """True for events about the whole region (clear, destroy)."""
+        return self in (EventKind.REGION_CLEAR, EventKind.REGION_DESTROY)
+
+
+class InterestKind(enum.Enum):
+    """The shape of an interest registration."""
+
+    KEYS = "KEYS"
+    ALL_KEYS = "ALL_KEYS"
+    REGEX = "REGEX"
+
+
+class InterestResultPolicy(enum.Enum):
+    """What the registration bulk-loads before it returns (Geode ``InterestResultPolicy``).
+
+    Geode default: ``KEYS_VALUES``.
+    """
+
+    KEYS_VALUES = "KEYS_VALUES"
+    KEYS = "KEYS"
+    NONE = "NONE"
+
+
+class ControlKind(enum.Enum):
+    """Client lifecycle messages on ``{ns}.control``."""
+
+    CONNECT = "CONNECT"
+    PING = "PING"
+    CLOSE = "CLOSE"
+    READY_FOR_EVENTS = "READY_FOR_EVENTS"
+
+
+@dataclass(frozen=True, slots=True)
+class InterestSpec:
+    """One registration: keys, all keys, or a regex, with its policy and flags.
+
+    ``regex`` is matched against the whole key (Java ``Matcher.matches()`` semantics, as in
+    Geode), with Python ``re`` syntax.
+    """
+
+    kind: InterestKind
+    keys: tuple[str, ...] = ()
+    regex: str | None = None
+    policy: InterestResultPolicy = InterestResultPolicy.KEYS_VALUES
+    durable: bool = False
+    receive_values: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry in a bulk-load or keys reply. ``value`` None means invalid or keys-only."""
+
+    key: str
+    version: int
+    value: bytes | None = None
+    serializer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A request on ``{ns}.ops``, in the partition of its bucket."""
+
+    request_id: int
+    client_id: str
+    kind: OperationKind
+    region: str
+    timestamp_ms: int
+    event_id: EventID | None = None
+    key: str | None = None
+    value: bytes | None = None
+    serializer: str | None = None
+    callback_argument: bytes | None = None
+    possible_duplicate: bool = False
+    interest: InterestSpec | None = None
+    origin_site_id: int = 0
+    sites_reached: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An applied change, routed to subscription queues and appended to ``{ns}.events``."""
+
+    event_id: EventID
+    kind: EventKind
+    region: str
+    version: int
+    timestamp_ms: int
+    originator: str
+    key: str | None = None
+    value: bytes | None = None
+    serializer: str | None = None
+    possible_duplicate: bool = False
+    callback_argument: bytes | None = None
+    origin_site_id: int = 0
+    sites_reached: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The server's answer to one operation (one per bucket for scattered requests)."""
+
+    request_id: int
+    bucket: int
+    ok: bool
+    error_type: str | None = None
+    error_message: str | None = None
+    event_kind: EventKind | None = None
+    duplicate: bool = False
+    found: bool = False
+    version: int | None = None
+    value: bytes | None = None
+    serializer: str | None = None
+    entries: tuple[Entry, ...] = field(default_factory=tuple)
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A client lifecycle message on ``{ns}.control``."""
+
+    kind: ControlKind
+    client_id: str
+    timestamp_ms: int
+    durable_client_id: str | None = None
+    durable_client_timeout_s: int = 300
+    keep_alive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """The durable-replay marker a server writes into a client's subscription queue."""
+
+    client_id: str
+    timestamp_ms: int
+
+
+Message = Operation | Event | Reply | Control | Marker

@@ -1,0 +1,155 @@
+"""Topic names, Redis key names and the bucket function: the addresses every part shares.
+
+``{ns}`` is a per-site namespace (e.g. ``geode.site1``) so two sites can share one Kafka in
+tests (ARCHITECTURE.md). Member ids and namespaces must be legal in Kafka topic names.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Final
+
+from schemas.errors import ConfigurationError
+
+DEFAULT_TOTAL_BUCKETS: Final = 16
+"""Buckets (= partitions of ``{ns}.ops``). Geode's ``total-num-buckets`` default is 113; we
+use fewer because each bucket is a Kafka partition that every primary fetches."""
+
+_TOPIC_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def check_name(kind: str, value: str, max_len: int = 180) -> str:
+    """Check that a namespace, member id or sender id is legal inside a Kafka topic name.
+
+    Args:
+        kind: What the value is, for the error message.
+        value: The name.
+        max_len: Longest allowed length in characters (Kafka topics: 249 in all).
+
+    Returns:
+        The value, unchanged.
+
+    Raises:
+        ConfigurationError: empty, too long, or holding characters other than
+            ``[A-Za-z0-9._-]``.
+    """
+    if not value or len(value) > max_len or not _TOPIC_PART.match(value):
+        raise ConfigurationError(
+            f"{kind} {value!r} must be 1-{max_len} characters of [A-Za-z0-9._-]"
+        )
+    return value
+
+
+def bucket_of(region: str, key: str, total_buckets: int) -> int:
+    """The bucket an entry lives in: ``crc32(region NUL key) % total_buckets``.
+
+    CRC-32 (not Python's salted ``hash``) so every process, and Spark, agrees.
+
+    Args:
+        region: Region name.
+        key: Entry key.
+        total_buckets: Number of buckets (partitions of ``{ns}.ops``).
+
+    Returns:
+        The bucket index in ``[0, total_buckets)``.
+    """
+    return zlib.crc32(f"{region}\x00{key}".encode()) % total_buckets
+
+
+def region_bucket(region: str, total_buckets: int) -> int:
+    """The bucket that orders region-wide operations (clear, destroy_region) of a region."""
+    return zlib.crc32(region.encode()) % total_buckets
+
+
+class Topics:
+    """Kafka topic names of one namespace.
+
+    Args:
+        namespace: The site namespace, e.g. ``"geode.site1"``.
+
+    Raises:
+        ConfigurationError: the namespace is not legal in a topic name.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = check_name("namespace", namespace, max_len=120)
+        ns = self.namespace
+        self.ops = f"{ns}.ops"
+        self.events = f"{ns}.events"
+        self.control = f"{ns}.control"
+        self.dead_letter = f"{ns}.dead-letter"
+
+    def queue(self, client_id: str) -> str:
+        """The subscription queue topic of a client (1 partition)."""
+        return f"{self.namespace}.queue.{check_name('client id', client_id)}"
+
+    def reply(self, client_id: str) -> str:
+        """The reply topic of a client (1 partition)."""
+        return f"{self.namespace}.reply.{check_name('client id', client_id)}"
+
+    def gateway(self, sender_id: str) -> str:
+        """The queue topic of a gateway sender."""
+        return f"{self.namespace}.gw.{check_name('gateway sender id', sender_id)}"
+
+    def async_event_queue(self, queue_id: str) -> str:
+        """The topic of an async event queue."""
+        return f"{self.namespace}.aeq.{check_name('async event queue id', queue_id)}"
+
+    def client_group(self, client_id: str) -> str:
+        """The consumer group whose committed offset is a client's ack of its queue."""
+        return f"{self.namespace}.client.{client_id}"
+
+    @property
+    def server_group(self) -> str:
+        """The consumer group holding the servers' committed offsets on ``{ns}.ops``."""
+        return f"{self.namespace}.server"
+
+
+class RedisKeys:
+    """Redis key names of one namespace. Everything of a namespace starts ``rb:{ns}:``.
+
+    Args:
+        namespace: The site namespace.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.prefix = f"rb:{namespace}:"
+
+    @property
+    def regions(self) -> str:
+        """Set of the defined region names."""
+        return f"{self.prefix}regions"
+
+    def region_values(self, region: str, bucket: int) -> str:
+        """Hash key -> value bytes of one bucket of a region (absent field = invalid entry)."""
+        return f"{self.prefix}r:{region}:{bucket}:val"
+
+    def region_meta(self, region: str, bucket: int) -> str:
+        """Hash key -> ``"<version>|<serializer>"`` of one bucket; a field here = the entry exists."""
+        return f"{self.prefix}r:{region}:{bucket}:meta"
+
+    def region_version(self, region: str) -> str:
+        """Counter giving each change of the region its version (monotonic per region)."""
+        return f"{self.prefix}rv:{region}"
+
+    def tracking(self, bucket: int) -> str:
+        """Hash ``member:thread`` -> highest applied sequence id in a bucket."""
+        return f"{self.prefix}track:{bucket}"
+
+    def results(self, bucket: int) -> str:
+        """Hash EventID -> stored apply result, for re-emitting the event of a duplicate."""
+        return f"{self.prefix}res:{bucket}"
+
+    def results_index(self, bucket: int) -> str:
+        """Sorted set EventID scored by ``{ns}.ops`` offset, to prune :meth:`results`."""
+        return f"{self.prefix}resx:{bucket}"
+
+    def interest(self, client_id: str) -> str:
+        """Hash of a client's interest registrations (field = registration id)."""
+        return f"{self.prefix}interest:{client_id}"
+
+    @property
+    def clients(self) -> str:
+        """Hash client id -> JSON of the client's registry record (queue, durable, last seen)."""
+        return f"{self.prefix}clients"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian machine: redis-server, .venv, the package with [dev].
+# Run as root, or as a user with sudo; from any directory.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    as_root=()
+  elif command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo)
+  else
+    echo "bootstrap: redis-server is missing and installing it needs root (or sudo)" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing redis-server"
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python=""
+  for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    if [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      python="$candidate"
+      break
+    fi
+  done
+  if [ -z "$python" ]; then
+    echo "bootstrap: no python3 >= 3.11 found (set PYTHON=/path/to/python3.11)" >&2
+    exit 1
+  fi
+  echo "bootstrap: creating .venv with $python"
+  "$python" -m venv .venv
+fi
+
+# Reinstall only when pyproject.toml changed since the last successful install.
+stamp=.venv/.regionbus-installed
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+  echo "bootstrap: pip install -e '.[dev]'"
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$wanted" >"$stamp"
+fi
+echo "bootstrap: ready"

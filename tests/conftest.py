@@ -1,0 +1,137 @@
+"""Session-wide Kafka and Redis for the integration tests, and per-test namespaces.
+
+The stack comes from ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` when set, else from
+testcontainers when a Docker engine answers, else from the embedded Tansu and
+``redis-server`` (see `broker.stack.LocalStack`). It starts only when a test asks for it,
+so ``tests/unit`` runs without it.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from broker.config import ServerSettings
+from broker.server import CacheServer
+from broker.stack import LocalStack
+from clients import ClientCache, ClientSettings
+
+_INTEGRATION_DIR = Path(__file__).parent / "integration"
+_NAMESPACE_MAX_CHARS = 60
+_NAMESPACE_SUFFIX_HEX_CHARS = 6
+_NOT_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under ``tests/integration`` with ``integration``."""
+    for item in items:
+        if item.path.is_relative_to(_INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[LocalStack]:
+    """The one Kafka and Redis of the session, stopped (if started here) at its end."""
+    with LocalStack() as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap_servers(local_stack: LocalStack) -> str:
+    """``host:port`` of the session's Kafka."""
+    return local_stack.kafka_bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def redis_url(local_stack: LocalStack) -> str:
+    """``redis://host:port/db`` of the session's Redis."""
+    return local_stack.redis_url
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace no other test uses: ``t.<test name>.<6 hex>``, at most 60 characters.
+
+    Only characters legal in Kafka topic names, so ``{ns}.ops`` and the like are valid
+    topics and Redis key prefixes.
+    """
+    room = _NAMESPACE_MAX_CHARS - len("t..") - _NAMESPACE_SUFFIX_HEX_CHARS
+    name = _NOT_TOPIC_CHARS.sub("_", request.node.name)[:room].strip("_") or "test"
+    suffix = secrets.token_hex(_NAMESPACE_SUFFIX_HEX_CHARS // 2)
+    return f"t.{name}.{suffix}"
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the session's Redis returning bytes, closed after the test."""
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# --- cache server and client fixtures ---
+
+# Short fetch waits keep request/reply tests fast; the topics of one test are short, where
+# Tansu answers small waits reliably (ARCHITECTURE.md).
+TEST_FETCH_WAIT_MAX_MS = 20
+
+
+@pytest.fixture
+def server_settings(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> ServerSettings:
+    """Settings of a cache server of this test's namespace, defining region ``r``."""
+    return ServerSettings(
+        namespace=namespace,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        redis_url=redis_url,
+        regions=["r"],
+        fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
+        poll_timeout_ms=20,
+        message_sync_interval_s=0.2,
+    )
+
+
+@pytest.fixture
+def cache_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    """A running cache server (on a thread) of this test's namespace."""
+    server = CacheServer(server_settings)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+ClientFactory = Callable[..., ClientCache]
+
+
+@pytest.fixture
+def client_factory(namespace: str, kafka_bootstrap_servers: str) -> Iterator[ClientFactory]:
+    """Makes client caches of this test's namespace (keyword args override settings);
+    closes every one at the end."""
+    made: list[ClientCache] = []
+
+    def make(**overrides: Any) -> ClientCache:
+        settings: dict[str, Any] = {
+            "namespace": namespace,
+            "kafka_bootstrap_servers": kafka_bootstrap_servers,
+            "fetch_wait_max_ms": TEST_FETCH_WAIT_MAX_MS,
+            "read_timeout_ms": 15_000,
+        }
+        settings.update(overrides)
+        cache = ClientCache(ClientSettings(**settings))
+        made.append(cache)
+        return cache
+
+    try:
+        yield make
+    finally:
+        for cache in made:
+            cache.close()

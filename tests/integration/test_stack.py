@@ -1,0 +1,260 @@
+"""The local stack: embedded Tansu and redis-server start, serve, stop, and yield to env vars."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker import stack as stack_module
+from broker.stack import (
+    KAFKA_ENV_VAR,
+    REDIS_ENV_VAR,
+    EmbeddedKafka,
+    EmbeddedRedis,
+    LocalStack,
+    StackError,
+    free_port,
+)
+from schemas.errors import RegionBusError
+
+needs_redis_server = pytest.mark.skipif(
+    shutil.which("redis-server") is None, reason="redis-server is not installed"
+)
+
+_CONSUME_DEADLINE_S = 15.0
+
+
+def _child_pids() -> set[int]:
+    pids: set[int] = set()
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        pids.update(int(pid) for pid in children.read_text().split())
+    return pids
+
+
+def _assert_process_gone(pid: int) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def _assert_port_free(port: int) -> None:
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        # SO_REUSEADDR lets the bind ignore TIME_WAIT leftovers but not a live listener.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+
+
+def _create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+    futures[topic].result(timeout=10)
+
+
+def test_free_port_returns_a_bindable_loopback_port() -> None:
+    port = free_port()
+    assert 0 < port < 65536
+    _assert_port_free(port)
+
+
+def test_embedded_kafka_start_returns_bootstrap_that_answers_metadata() -> None:
+    with EmbeddedKafka() as kafka:
+        bootstrap = kafka.start()
+        assert bootstrap == f"127.0.0.1:{kafka.port}"
+        assert kafka.bootstrap_servers == bootstrap
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+        assert metadata.brokers
+        assert kafka.log_path.is_file()
+
+
+def test_topic_with_16_partitions_can_be_created(
+    kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = f"{namespace}.ops"
+    _create_topic(kafka_bootstrap_servers, topic, partitions=16)
+
+    metadata = AdminClient({"bootstrap.servers": kafka_bootstrap_servers}).list_topics(
+        topic, timeout=5
+    )
+    assert len(metadata.topics[topic].partitions) == 16
+
+
+def test_produce_then_assign_consume_round_trips_key_value_and_headers(
+    kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = f"{namespace}.ops"
+    _create_topic(kafka_bootstrap_servers, topic, partitions=16)
+    headers: list[tuple[str, str | bytes | None]] = [("event-id", b"m1:t1:7:3"), ("kind", b"put")]
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "acks": "all", "linger.ms": 5}
+    )
+    producer.produce(topic, key=b"k1", value=b"v1", partition=7, headers=headers)
+    assert producer.flush(10) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "group.id": namespace,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 7, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + _CONSUME_DEADLINE_S
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is not None:
+                pytest.fail(f"consume error: {message.error()}")
+    finally:
+        consumer.close()
+
+    assert message is not None, "nothing consumed"
+    assert (message.topic(), message.partition()) == (topic, 7)
+    assert (message.key(), message.value()) == (b"k1", b"v1")
+    assert message.headers() == headers
+
+
+def test_redis_answers_ping_set_get(redis_client: redis.Redis, namespace: str) -> None:
+    assert redis_client.ping() is True
+    key = f"{namespace}:key"
+    assert redis_client.set(key, b"\x00value") is True
+    assert redis_client.get(key) == b"\x00value"
+
+
+def test_embedded_kafka_stop_ends_the_process_and_frees_the_port() -> None:
+    kafka = EmbeddedKafka()
+    try:
+        kafka.start()
+        pid, port = kafka.pid, kafka.port
+        assert pid is not None and port is not None
+    finally:
+        kafka.close()
+
+    assert kafka.pid is None
+    _assert_process_gone(pid)
+    _assert_port_free(port)
+    assert not kafka.work_dir.exists()
+
+
+@needs_redis_server
+def test_embedded_redis_stop_ends_the_process_and_frees_the_port() -> None:
+    with EmbeddedRedis() as server:
+        url = server.start()
+        pid, port = server.pid, server.port
+        assert pid is not None and port is not None
+        assert url == f"redis://127.0.0.1:{port}/0"
+        server.stop()
+
+    assert server.pid is None
+    _assert_process_gone(pid)
+    _assert_port_free(port)
+
+
+@needs_redis_server
+def test_embedded_redis_with_appendonly_keeps_data_across_restart() -> None:
+    with EmbeddedRedis(appendonly=True) as server:
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.set("k", b"v")
+        finally:
+            client.close()
+        port = server.port
+        server.stop()
+
+        assert server.start() == f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(server.url)
+        try:
+            assert client.get("k") == b"v"
+        finally:
+            client.close()
+
+
+def test_embedded_kafka_on_a_taken_port_raises_stack_error_with_log() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        kafka = EmbeddedKafka(port=port, start_timeout_s=5.0)
+        try:
+            with pytest.raises(StackError, match="exited") as raised:
+                kafka.start()
+        finally:
+            kafka.close()
+
+    assert isinstance(raised.value, RegionBusError)
+    assert kafka.pid is None
+
+
+def test_embedded_kafka_without_a_port_retries_when_the_free_port_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        ports = iter([taken])
+        monkeypatch.setattr(stack_module, "free_port", lambda: next(ports, None) or free_port())
+
+        with EmbeddedKafka() as kafka:
+            assert kafka.port not in (None, taken)
+            assert kafka.pid is not None
+
+
+def test_embedded_redis_without_binary_raises_stack_error_naming_apt_get(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(StackError, match="apt-get install redis-server"):
+        EmbeddedRedis()
+
+
+def test_env_vars_override_the_stack_and_start_no_process(
+    local_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KAFKA_ENV_VAR, local_stack.kafka_bootstrap_servers)
+    monkeypatch.setenv(REDIS_ENV_VAR, local_stack.redis_url)
+    children_before = _child_pids()
+
+    with LocalStack() as stack:
+        assert stack.source == "env"
+        assert (stack.kafka_source, stack.redis_source) == ("env", "env")
+        assert stack.kafka_bootstrap_servers == local_stack.kafka_bootstrap_servers
+        assert stack.redis_url == local_stack.redis_url
+        assert stack.kafka is None and stack.redis is None
+        assert _child_pids() <= children_before
+
+
+def test_local_stack_without_env_or_docker_starts_embedded_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(KAFKA_ENV_VAR, raising=False)
+    monkeypatch.delenv(REDIS_ENV_VAR, raising=False)
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+
+    with LocalStack(use_docker=False) as stack:
+        assert stack.source == "embedded"
+        assert stack.kafka is not None and stack.redis is not None
+        pids = {stack.kafka.pid, stack.redis.pid}
+        assert None not in pids and pids <= _child_pids()
+        client = redis.Redis.from_url(stack.redis_url)
+        try:
+            assert client.ping() is True
+        finally:
+            client.close()
+
+    for pid in pids:
+        assert pid is not None
+        _assert_process_gone(pid)
