@@ -277,6 +277,26 @@ class Region:
         op, bucket = self._prepare_destroy(key, callback_argument)
         self._finish_destroy(op, self._one(op, bucket))
 
+    def destroy_async(self, key: str, callback_argument: bytes | None = None) -> Future[None]:
+        """Like :meth:`destroy`, pipelined: returns once sent; the future completes when
+        applied (local apply and listeners then run on the pool's reply thread).
+
+        Returns:
+            A future that resolves to None, or raises what :meth:`destroy` would.
+        """
+        op, bucket = self._prepare_destroy(key, callback_argument)
+        outer: Future[None] = Future()
+
+        def done(raw: Future[list[Reply]]) -> None:
+            try:
+                self._finish_destroy(op, raw.result()[0])
+                outer.set_result(None)
+            except BaseException as exc:
+                outer.set_exception(exc)
+
+        self._cache.pool.request([(op, bucket)]).add_done_callback(done)
+        return outer
+
     def remove_all(self, keys: Iterable[str], callback_argument: bytes | None = None) -> None:
         """Destroy many entries, pipelined; keys missing on the server are skipped (Geode
         ``removeAll``).

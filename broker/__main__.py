@@ -1,0 +1,5 @@
+"""``python -m broker ...`` runs the ``regionbus`` command line."""
+
+from broker.cli import main
+
+main()

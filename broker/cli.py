@@ -1,0 +1,150 @@
+"""The ``regionbus`` command line (click): serve, run the local stack, manage regions, demo.
+
+``python -m broker serve`` is the same as ``regionbus serve``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+import redis
+
+from broker.config import ServerSettings
+from broker.server import CacheServer
+from broker.stack import LocalStack
+from broker.store import RegionStore
+from schemas.errors import RegionBusError
+
+
+def _settings(**overrides: Any) -> ServerSettings:
+    given = {k: v for k, v in overrides.items() if v not in (None, ())}
+    if "regions" in given:
+        given["regions"] = list(given["regions"])
+    try:
+        return ServerSettings(**given)
+    except RegionBusError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+_common = [
+    click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE]."),
+    click.option("--kafka", "kafka_bootstrap_servers", help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS]."),
+    click.option("--redis", "redis_url", help="Redis URL [env REGIONBUS_REDIS_URL]."),
+]
+
+
+def common_options(func: Any) -> Any:
+    """Add --namespace/--kafka/--redis (each defaults to its REGIONBUS_* variable)."""
+    for option in reversed(_common):
+        func = option(func)
+    return func
+
+
+@click.group()
+def main() -> None:
+    """regionbus: Geode-style client caches kept current by server-pushed events, on Kafka and Redis."""
+
+
+@main.command()
+@common_options
+@click.option("--region", "regions", multiple=True, help="Define this region at start (repeatable).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def serve(verbose: bool, **options: Any) -> None:
+    """Run a cache server until SIGINT/SIGTERM."""
+    _logging(verbose)
+    settings = _settings(**options)
+    server = CacheServer(settings)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    click.echo(f"cache server {settings.member_id} serving namespace {settings.namespace}")
+    stop.wait()
+    server.stop()
+
+
+@main.command()
+@click.option("--namespace", default="regionbus", show_default=True, help="Site namespace.")
+@click.option("--region", "regions", multiple=True, help="Define this region at start (repeatable).")
+def stack(namespace: str, regions: tuple[str, ...]) -> None:
+    """Start the embedded Kafka (Tansu), redis-server and one cache server; stop on Ctrl-C."""
+    _logging(False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with LocalStack() as local:
+        settings = _settings(
+            namespace=namespace,
+            kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+            redis_url=local.redis_url,
+            regions=regions,
+        )
+        with CacheServer(settings):
+            click.echo(f"export REGIONBUS_NAMESPACE={namespace}")
+            click.echo(f"export REGIONBUS_KAFKA_BOOTSTRAP_SERVERS={local.kafka_bootstrap_servers}")
+            click.echo(f"export REGIONBUS_REDIS_URL={local.redis_url}")
+            click.echo("stack running; Ctrl-C stops it", err=True)
+            stop.wait()
+
+
+@main.group()
+def region() -> None:
+    """Define and list server regions."""
+
+
+@region.command("create")
+@common_options
+@click.argument("names", nargs=-1, required=True)
+def region_create(names: tuple[str, ...], **options: Any) -> None:
+    """Define regions on the servers of a namespace (idempotent)."""
+    settings = _settings(**options)
+    store = RegionStore(redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets)
+    for name in names:
+        created = store.create_region(name)
+        click.echo(f"{name}: {'created' if created else 'exists'}")
+
+
+@region.command("list")
+@common_options
+def region_list(**options: Any) -> None:
+    """List the regions defined in a namespace."""
+    settings = _settings(**options)
+    store = RegionStore(redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets)
+    for name in sorted(store.region_names()):
+        click.echo(name)
+
+
+@main.group()
+def demo() -> None:
+    """Demonstrations on real data."""
+
+
+def _register_demos() -> None:
+    try:
+        from demo.flights import flights_command
+    except ImportError:  # the demo package is optional in slim images
+        return
+    demo.add_command(flights_command, "flights")
+
+
+_register_demos()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Demonstrations of regionbus on real data."""
