@@ -1,0 +1,142 @@
+"""Helpers shared by the integration tests: a recording listener and waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from schemas.errors import CacheWriterError
+
+
+class Recorder(CacheListener):
+    """Records every callback as ``(method, key_or_region, value)``; thread-safe."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.events: list[EntryEvent | RegionEvent] = []
+        self._lock = threading.Lock()
+
+    def _add(self, method: str, name: str, value: Any, event: EntryEvent | RegionEvent) -> None:
+        with self._lock:
+            self.calls.append((method, name, value))
+            self.events.append(event)
+
+    def after_create(self, event: EntryEvent) -> None:
+        self._add("create", event.key, event.new_value, event)
+
+    def after_update(self, event: EntryEvent) -> None:
+        self._add("update", event.key, event.new_value, event)
+
+    def after_invalidate(self, event: EntryEvent) -> None:
+        self._add("invalidate", event.key, None, event)
+
+    def after_destroy(self, event: EntryEvent) -> None:
+        self._add("destroy", event.key, None, event)
+
+    def after_region_clear(self, event: RegionEvent) -> None:
+        self._add("region_clear", event.region, None, event)
+
+    def after_region_destroy(self, event: RegionEvent) -> None:
+        self._add("region_destroy", event.region, None, event)
+
+    def after_region_live(self, event: RegionEvent) -> None:
+        self._add("region_live", event.region, None, event)
+
+    def snapshot(self) -> list[tuple[str, str, Any]]:
+        with self._lock:
+            return list(self.calls)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.events.clear()
+
+
+class Vetoing(CacheWriter):
+    """A writer that aborts every change of the keys (or region op) it is told to."""
+
+    def __init__(self, keys: set[str] | None = None, region_ops: bool = False) -> None:
+        self.keys = keys or set()
+        self.region_ops = region_ops
+        self.calls: list[str] = []
+
+    def _check(self, name: str, key: str) -> None:
+        self.calls.append(f"{name}:{key}")
+        if key in self.keys:
+            raise CacheWriterError(f"vetoed {name} of {key}")
+
+    def before_create(self, event: EntryEvent) -> None:
+        self._check("before_create", event.key)
+
+    def before_update(self, event: EntryEvent) -> None:
+        self._check("before_update", event.key)
+
+    def before_destroy(self, event: EntryEvent) -> None:
+        self._check("before_destroy", event.key)
+
+    def before_region_clear(self, event: RegionEvent) -> None:
+        self.calls.append("before_region_clear")
+        if self.region_ops:
+            raise CacheWriterError("vetoed clear")
+
+    def before_region_destroy(self, event: RegionEvent) -> None:
+        self.calls.append("before_region_destroy")
+        if self.region_ops:
+            raise CacheWriterError("vetoed region destroy")
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "") -> None:
+    """Poll ``predicate`` every 20 ms until true; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}")
+
+
+def settle(cache: Any, idle_s: float = 0.4) -> None:
+    """Wait until a client's subscription queue has been quiet for ``idle_s`` seconds."""
+    assert cache.wait_for_quiet(idle_s=idle_s, timeout_s=30), "subscription queue never went quiet"
+
+
+def send_raw_operation(kafka_bootstrap_servers: str, namespace: str, op: Any, bucket: int) -> None:
+    """Produce an operation to ``{ns}.ops`` directly, as a server-side application would."""
+    from confluent_kafka import Producer
+
+    from schemas.codec import encode
+    from schemas.naming import Topics
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer.produce(Topics(namespace).ops, encode(op), partition=bucket)
+    assert producer.flush(10) == 0
+
+
+class Sentinel:
+    """Proves that "nothing else arrived": a change of a sentinel key, made after the action
+    under test, reaches the client after anything the action caused (one server produces a
+    client's events in apply order)."""
+
+    def __init__(self, writer_region: Any, recorder: Recorder, key: str = "sentinel") -> None:
+        self.region = writer_region
+        self.recorder = recorder
+        self.key = key
+        self.count = 0
+
+    def fence(self) -> list[tuple[str, str, Any]]:
+        """Put the sentinel, wait for it, and return the calls recorded before it."""
+        self.count += 1
+        marker = f"fence-{self.count}"
+        self.region.put(self.key, marker)
+        wait_until(
+            lambda: any(c[1] == self.key and c[2] == marker for c in self.recorder.snapshot()),
+            what=f"sentinel {marker}",
+        )
+        calls = self.recorder.snapshot()
+        index = next(i for i, c in enumerate(calls) if c[1] == self.key and c[2] == marker)
+        before = [c for c in calls[:index] if c[1] != self.key]
+        self.recorder.clear()
+        return before
