@@ -65,6 +65,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
+from schemas.transport import poll_batch
 from schemas.naming import Topics, bucket_of, region_bucket
 from schemas.serializers import serializer_named
 
@@ -279,8 +280,8 @@ class CacheServer:
         assert self._consumer is not None and self._producer is not None
         try:
             while not self._stop.is_set():
-                messages = self._consumer.consume(
-                    self.settings.poll_batch_size, self.settings.poll_timeout_ms / 1000
+                messages = poll_batch(
+                    self._consumer, self.settings.poll_batch_size, self.settings.poll_timeout_ms / 1000
                 )
                 if messages:
                     self._process(messages)

@@ -22,6 +22,7 @@ from clients.tracking import MessageTracker
 from schemas.codec import decode
 from schemas.errors import MessageDecodeError
 from schemas.messages import Event, Marker
+from schemas.transport import poll_batch
 from schemas.naming import Topics
 
 log = logging.getLogger("regionbus.client")
@@ -95,7 +96,7 @@ class SubscriptionQueue:
         next_ack = time.monotonic() + ack_every_s
         while not self._stop.is_set():
             try:
-                messages = self._consumer.consume(500, 0.1)
+                messages = poll_batch(self._consumer, 500, 0.1)
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
