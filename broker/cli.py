@@ -40,7 +40,11 @@ def _logging(verbose: bool) -> None:
 
 _common = [
     click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE]."),
-    click.option("--kafka", "kafka_bootstrap_servers", help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS]."),
+    click.option(
+        "--kafka",
+        "kafka_bootstrap_servers",
+        help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS].",
+    ),
     click.option("--redis", "redis_url", help="Redis URL [env REGIONBUS_REDIS_URL]."),
 ]
 
@@ -54,12 +58,14 @@ def common_options(func: Any) -> Any:
 
 @click.group()
 def main() -> None:
-    """regionbus: Geode-style client caches kept current by server-pushed events, on Kafka and Redis."""
+    """regionbus: Geode-style client caches kept current by server-pushed events."""
 
 
 @main.command()
 @common_options
-@click.option("--region", "regions", multiple=True, help="Define this region at start (repeatable).")
+@click.option(
+    "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def serve(verbose: bool, **options: Any) -> None:
     """Run a cache server until SIGINT/SIGTERM."""
@@ -81,7 +87,9 @@ def serve(verbose: bool, **options: Any) -> None:
 
 @main.command()
 @click.option("--namespace", default="regionbus", show_default=True, help="Site namespace.")
-@click.option("--region", "regions", multiple=True, help="Define this region at start (repeatable).")
+@click.option(
+    "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
+)
 def stack(namespace: str, regions: tuple[str, ...]) -> None:
     """Start the embedded Kafka (Tansu), redis-server and one cache server; stop on Ctrl-C."""
     _logging(False)
@@ -114,7 +122,9 @@ def region() -> None:
 def region_create(names: tuple[str, ...], **options: Any) -> None:
     """Define regions on the servers of a namespace (idempotent)."""
     settings = _settings(**options)
-    store = RegionStore(redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets)
+    store = RegionStore(
+        redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets
+    )
     for name in names:
         created = store.create_region(name)
         click.echo(f"{name}: {'created' if created else 'exists'}")
@@ -125,7 +135,9 @@ def region_create(names: tuple[str, ...], **options: Any) -> None:
 def region_list(**options: Any) -> None:
     """List the regions defined in a namespace."""
     settings = _settings(**options)
-    store = RegionStore(redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets)
+    store = RegionStore(
+        redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets
+    )
     for name in sorted(store.region_names()):
         click.echo(name)
 

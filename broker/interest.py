@@ -102,7 +102,7 @@ class InterestRegistry:
         """
         ri = self._regions.setdefault(region, _RegionInterest())
         record = {"receive_values": spec.receive_values, "durable": spec.durable}
-        stored: dict[str, str] = {}
+        stored: dict[str | bytes, bytes | float | int | str] = {}
         if spec.kind is InterestKind.ALL_KEYS:
             self._activate(ri.all_keys, client_id, spec, bucket)
             stored[_field(region, spec.kind, "")] = json.dumps(record)
@@ -274,5 +274,6 @@ class InterestRegistry:
         if spec.kind is InterestKind.REGEX:
             return compile_interest_regex(spec.regex).fullmatch(key) is not None
         return key in spec.keys
+
 
 __all__ = ["InterestRegistry", "InterestResultPolicy", "compile_interest_regex"]

@@ -65,9 +65,9 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.transport import poll_batch
 from schemas.naming import Topics, bucket_of, region_bucket
 from schemas.serializers import serializer_named
+from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
 
@@ -112,7 +112,9 @@ class _Plugins:
     writers: dict[str, list[CacheWriter]] = field(default_factory=dict)
 
 
-def load_plugins(spec: dict[str, list[str]]) -> tuple[dict[str, list[CacheListener]], dict[str, list[CacheWriter]]]:
+def load_plugins(
+    spec: dict[str, list[str]],
+) -> tuple[dict[str, list[CacheListener]], dict[str, list[CacheWriter]]]:
     """Instantiate server-side listeners and writers named ``"module:Class"`` per region.
 
     Args:
@@ -135,7 +137,9 @@ def load_plugins(spec: dict[str, list[str]]) -> tuple[dict[str, list[CacheListen
             except (ImportError, AttributeError, TypeError) as exc:
                 raise ConfigurationError(f"cannot load plugin {name!r}: {exc}") from exc
             if not isinstance(instance, CacheListener | CacheWriter):
-                raise ConfigurationError(f"plugin {name!r} is neither CacheListener nor CacheWriter")
+                raise ConfigurationError(
+                    f"plugin {name!r} is neither CacheListener nor CacheWriter"
+                )
             if isinstance(instance, CacheListener):
                 listeners.setdefault(region, []).append(instance)
             if isinstance(instance, CacheWriter):
@@ -205,7 +209,9 @@ class CacheServer:
             self._plugins.writers.setdefault(region, []).extend(witems)
         self._redis = redis.Redis.from_url(
             settings.redis_url,
-            password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+            password=settings.redis_password.get_secret_value()
+            if settings.redis_password
+            else None,
         )
         self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
@@ -238,7 +244,9 @@ class CacheServer:
             self.stop()
             raise TransportError(f"cache server did not start within {ready_timeout_s} s")
         if self._failure is not None:
-            raise TransportError(f"cache server failed to start: {self._failure}") from self._failure
+            raise TransportError(
+                f"cache server failed to start: {self._failure}"
+            ) from self._failure
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the server after a final flush and offset commit.
@@ -281,7 +289,9 @@ class CacheServer:
         try:
             while not self._stop.is_set():
                 messages = poll_batch(
-                    self._consumer, self.settings.poll_batch_size, self.settings.poll_timeout_ms / 1000
+                    self._consumer,
+                    self.settings.poll_batch_size,
+                    self.settings.poll_timeout_ms / 1000,
                 )
                 if messages:
                     self._process(messages)
@@ -312,10 +322,13 @@ class CacheServer:
                 self.topics.dead_letter: 1,
             },
         )
-        partitions = len(admin.list_topics(self.topics.ops, timeout=10).topics[self.topics.ops].partitions)
+        partitions = len(
+            admin.list_topics(self.topics.ops, timeout=10).topics[self.topics.ops].partitions
+        )
         if partitions != s.total_buckets:
             raise ConfigurationError(
-                f"{self.topics.ops} has {partitions} partitions but total_buckets is {s.total_buckets}"
+                f"{self.topics.ops} has {partitions} partitions, "
+                f"but total_buckets is {s.total_buckets}"
             )
         for region in s.regions:
             self.store.create_region(region)
@@ -325,7 +338,9 @@ class CacheServer:
         for raw_id, raw in records.items():
             record = json.loads(raw)
             silent_s = max(0.0, time.time() - record.get("last_seen_ms", 0) / 1000)
-            self._clients[raw_id.decode()] = _ClientRecord(now - silent_s, bool(record.get("durable")))
+            self._clients[raw_id.decode()] = _ClientRecord(
+                now - silent_s, bool(record.get("durable"))
+            )
         loaded = self.registry.load(self._clients)
         self._producer = Producer(
             s.librdkafka(
@@ -361,7 +376,11 @@ class CacheServer:
         self._consumer.assign(assignment)
         log.info(
             "cache server %s serving %s: %d buckets, %d clients, %d registrations",
-            s.member_id, s.namespace, s.total_buckets, len(self._clients), loaded,
+            s.member_id,
+            s.namespace,
+            s.total_buckets,
+            len(self._clients),
+            loaded,
         )
 
     # --- batch processing --------------------------------------------------------------
@@ -375,6 +394,7 @@ class CacheServer:
                     log.warning("consume error: %s", error)
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
+            assert topic is not None and partition is not None and offset is not None
             self._positions[(topic, partition)] = offset + 1
             try:
                 decoded = decode(message.value())
@@ -425,9 +445,8 @@ class CacheServer:
                     f"key {op.key!r} of region {op.region!r} belongs to bucket {expected}, "
                     f"not {bucket}"
                 )
-        if op.kind in _ENTRY_CHANGES or op.kind in _REGION_CHANGES:
-            if op.event_id is None:
-                raise InvalidOperationError(f"{op.kind.value} needs an EventID")
+        if (op.kind in _ENTRY_CHANGES or op.kind in _REGION_CHANGES) and op.event_id is None:
+            raise InvalidOperationError(f"{op.kind.value} needs an EventID")
         if op.kind is OperationKind.PUT:
             if op.value is None:
                 raise InvalidOperationError("PUT needs a value")
@@ -454,8 +473,14 @@ class CacheServer:
                 assert op.event_id is not None
                 batch.append(
                     self.store.entry_args(
-                        op.kind, op.region, op.key, op.value, op.serializer,
-                        op.event_id._replace(bucket=bucket), bucket, offset,
+                        op.kind,
+                        op.region,
+                        op.key,
+                        op.value,
+                        op.serializer,
+                        op.event_id._replace(bucket=bucket),
+                        bucket,
+                        offset,
                         want_old=bool(self._plugins.listeners.get(op.region)),
                     )
                 )
@@ -490,7 +515,9 @@ class CacheServer:
             self.stats.errors += 1
             self._reply(
                 Reply(
-                    request_id=op.request_id, bucket=bucket, ok=False,
+                    request_id=op.request_id,
+                    bucket=bucket,
+                    ok=False,
                     error_type=result.error_type,
                     error_message=_error_text(result.error_type, op),
                 ),
@@ -512,7 +539,9 @@ class CacheServer:
                 timestamp_ms=op.timestamp_ms,
                 originator=op.client_id,
                 key=op.key,
-                value=op.value if result.event_kind in (EventKind.CREATE, EventKind.UPDATE) else None,
+                value=op.value
+                if result.event_kind in (EventKind.CREATE, EventKind.UPDATE)
+                else None,
                 serializer=op.serializer,
                 possible_duplicate=op.possible_duplicate or duplicate,
                 callback_argument=op.callback_argument,
@@ -524,8 +553,12 @@ class CacheServer:
             self._distribute_entry_event(event, bucket)
         self._reply(
             Reply(
-                request_id=op.request_id, bucket=bucket, ok=True, event_kind=result.event_kind,
-                duplicate=duplicate, version=result.version,
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                event_kind=result.event_kind,
+                duplicate=duplicate,
+                version=result.version,
             ),
             op.client_id,
         )
@@ -547,13 +580,22 @@ class CacheServer:
         kind = (
             (EventKind.UPDATE if entry is not None else EventKind.CREATE)
             if op.kind is OperationKind.PUT
-            else EventKind.DESTROY if op.kind is OperationKind.DESTROY else EventKind.INVALIDATE
+            else EventKind.DESTROY
+            if op.kind is OperationKind.DESTROY
+            else EventKind.INVALIDATE
         )
         event = EntryEvent(
-            region=op.region, key=op.key, kind=kind, event_id=op.event_id, version=-1,
-            origin_remote=True, new_value_bytes=op.value,
-            old_value_bytes=entry.value if entry else None, serializer=op.serializer,
-            possible_duplicate=op.possible_duplicate, callback_argument=op.callback_argument,
+            region=op.region,
+            key=op.key,
+            kind=kind,
+            event_id=op.event_id,
+            version=-1,
+            origin_remote=True,
+            new_value_bytes=op.value,
+            old_value_bytes=entry.value if entry else None,
+            serializer=op.serializer,
+            possible_duplicate=op.possible_duplicate,
+            callback_argument=op.callback_argument,
             decoder=self._decoder(),
         )
         for writer in self._plugins.writers.get(op.region, []):
@@ -577,11 +619,18 @@ class CacheServer:
             return
         assert event.key is not None
         entry_event = EntryEvent(
-            region=event.region, key=event.key, kind=event.kind, event_id=event.event_id,
-            version=event.version, origin_remote=True, new_value_bytes=event.value,
-            old_value_bytes=old_value, serializer=event.serializer,
+            region=event.region,
+            key=event.key,
+            kind=event.kind,
+            event_id=event.event_id,
+            version=event.version,
+            origin_remote=True,
+            new_value_bytes=event.value,
+            old_value_bytes=old_value,
+            serializer=event.serializer,
             possible_duplicate=event.possible_duplicate,
-            callback_argument=event.callback_argument, decoder=self._decoder(),
+            callback_argument=event.callback_argument,
+            decoder=self._decoder(),
         )
         for listener in listeners:
             method = {
@@ -628,7 +677,9 @@ class CacheServer:
         while True:
             try:
                 if partition >= 0:
-                    self._producer.produce(topic, value, key, partition=partition, on_delivery=self._on_delivery)
+                    self._producer.produce(
+                        topic, value, key, partition=partition, on_delivery=self._on_delivery
+                    )
                 else:
                     self._producer.produce(topic, value, key, on_delivery=self._on_delivery)
                 return
@@ -649,8 +700,11 @@ class CacheServer:
         try:
             self._reply(
                 Reply(
-                    request_id=op.request_id, bucket=bucket, ok=False,
-                    error_type=type(exc).__name__, error_message=str(exc),
+                    request_id=op.request_id,
+                    bucket=bucket,
+                    ok=False,
+                    error_type=type(exc).__name__,
+                    error_message=str(exc),
                 ),
                 op.client_id,
             )
@@ -660,18 +714,25 @@ class CacheServer:
     def _dead_letter(self, message: KafkaMessage, reason: str) -> None:
         self.stats.dead_letters += 1
         log.warning(
-            "dead-lettered %s[%d]@%d: %s", message.topic(), message.partition(), message.offset(), reason
+            "dead-lettered %s[%d]@%d: %s",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            reason,
         )
         assert self._producer is not None
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("rb.reason", reason.encode()),
-            ("rb.source.topic", message.topic().encode()),
+            ("rb.source.topic", (message.topic() or "").encode()),
             ("rb.source.partition", str(message.partition()).encode()),
             ("rb.source.offset", str(message.offset()).encode()),
             ("rb.server", self.settings.member_id.encode()),
         ]
         self._producer.produce(
-            self.topics.dead_letter, message.value(), message.key(), headers=headers,
+            self.topics.dead_letter,
+            message.value(),
+            message.key(),
+            headers=headers,
             on_delivery=self._on_delivery,
         )
 
@@ -687,9 +748,7 @@ class CacheServer:
             self.registry.unregister(op.client_id, op.region, op.interest)
             self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
         elif op.kind is OperationKind.KEYS:
-            exists, entries = self.store.snapshot(
-                op.region, bucket, _ALL_KEYS_SPEC
-            )
+            exists, entries = self.store.snapshot(op.region, bucket, _ALL_KEYS_SPEC)
             if not exists:
                 self._reply_region_missing(op, bucket)
                 return
@@ -707,7 +766,9 @@ class CacheServer:
             )
         writers = self._plugins.writers.get(op.region, [])
         if writers:
-            region_event = RegionEvent(op.region, _region_kind(op.kind), op.event_id, True, op.callback_argument)
+            region_event = RegionEvent(
+                op.region, _region_kind(op.kind), op.event_id, True, op.callback_argument
+            )
             for writer in writers:
                 method = (
                     writer.before_region_clear
@@ -719,17 +780,24 @@ class CacheServer:
                 except Exception as exc:
                     self._reply_error(op, bucket, _as_writer_error(exc))
                     return
-        result = self.store.apply_region(op.kind, op.region, op.event_id._replace(bucket=bucket), bucket, offset)
+        result = self.store.apply_region(
+            op.kind, op.region, op.event_id._replace(bucket=bucket), bucket, offset
+        )
         if result.status == "ERR":
             self._after_entry_apply(op, bucket, result)
             return
         duplicate = result.status == "DUP"
         if result.event_kind is not None and result.version is not None:
             event = Event(
-                event_id=op.event_id._replace(bucket=bucket), kind=result.event_kind,
-                region=op.region, version=result.version, timestamp_ms=op.timestamp_ms,
-                originator=op.client_id, possible_duplicate=op.possible_duplicate or duplicate,
-                callback_argument=op.callback_argument, origin_site_id=op.origin_site_id,
+                event_id=op.event_id._replace(bucket=bucket),
+                kind=result.event_kind,
+                region=op.region,
+                version=result.version,
+                timestamp_ms=op.timestamp_ms,
+                originator=op.client_id,
+                possible_duplicate=op.possible_duplicate or duplicate,
+                callback_argument=op.callback_argument,
+                origin_site_id=op.origin_site_id,
                 sites_reached=op.sites_reached,
             )
             payload = encode(event)
@@ -746,13 +814,21 @@ class CacheServer:
         else:
             self.stats.operations_applied += 1
         self._reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True, event_kind=result.event_kind,
-                  duplicate=duplicate, version=result.version),
+            Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                event_kind=result.event_kind,
+                duplicate=duplicate,
+                version=result.version,
+            ),
             op.client_id,
         )
 
     def _run_region_listeners(self, event: Event) -> None:
-        region_event = RegionEvent(event.region, event.kind, event.event_id, True, event.callback_argument)
+        region_event = RegionEvent(
+            event.region, event.kind, event.event_id, True, event.callback_argument
+        )
         for listener in self._plugins.listeners.get(event.region, []):
             method = (
                 listener.after_region_clear
@@ -767,7 +843,9 @@ class CacheServer:
     def _handle_register(self, op: Operation, bucket: int) -> None:
         spec = op.interest
         assert spec is not None
-        keys = [k for k in spec.keys if bucket_of(op.region, k, self.settings.total_buckets) == bucket]
+        keys = [
+            k for k in spec.keys if bucket_of(op.region, k, self.settings.total_buckets) == bucket
+        ]
         if spec.policy is InterestResultPolicy.NONE:
             exists = op.region in self.store.region_names() or self._region_exists(op.region)
             entries: list[Entry] = []
@@ -795,13 +873,23 @@ class CacheServer:
         for entry in entries:
             entry_size = len(entry.key) + len(entry.value or b"") + 24
             if chunk and size + entry_size > limit:
-                self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True,
-                                  entries=tuple(chunk), more=True), op.client_id)
+                self._reply(
+                    Reply(
+                        request_id=op.request_id,
+                        bucket=bucket,
+                        ok=True,
+                        entries=tuple(chunk),
+                        more=True,
+                    ),
+                    op.client_id,
+                )
                 chunk, size = [], 0
             chunk.append(entry)
             size += entry_size
-        self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True, entries=tuple(chunk)),
-                    op.client_id)
+        self._reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True, entries=tuple(chunk)),
+            op.client_id,
+        )
 
     # --- clients -----------------------------------------------------------------------
 
@@ -822,11 +910,13 @@ class CacheServer:
                 self._redis.hset(
                     self.store.keys.clients,
                     client_id,
-                    json.dumps({
-                        "durable": durable,
-                        "durable_client_timeout_s": control.durable_client_timeout_s,
-                        "last_seen_ms": int(time.time() * 1000),
-                    }),
+                    json.dumps(
+                        {
+                            "durable": durable,
+                            "durable_client_timeout_s": control.durable_client_timeout_s,
+                            "last_seen_ms": int(time.time() * 1000),
+                        }
+                    ),
                 )
         elif control.kind is ControlKind.CLOSE:
             record = self._clients.get(client_id)
@@ -848,7 +938,8 @@ class CacheServer:
             if not record.durable and now - record.last_seen_s > limit_s:
                 log.warning(
                     "client %s sent nothing for more than %d ms: dropping its interest",
-                    client_id, self.settings.maximum_time_between_pings_ms,
+                    client_id,
+                    self.settings.maximum_time_between_pings_ms,
                 )
                 self.registry.drop_client(client_id)
                 self._forget_client(client_id)
@@ -903,4 +994,11 @@ def _error_text(error_type: str | None, op: Operation) -> str:
     return f"{op.kind.value} failed: {error_type}"
 
 
-__all__ = ["CacheServer", "InvalidInterestError", "InvalidOperationError", "ServerStats", "ensure_topics", "load_plugins"]
+__all__ = [
+    "CacheServer",
+    "InvalidInterestError",
+    "InvalidOperationError",
+    "ServerStats",
+    "ensure_topics",
+    "load_plugins",
+]

@@ -187,7 +187,7 @@ class RegionStore:
                 if isinstance(item[0], list):
                     self._apply_entry(keys=item[0], args=item[1], client=pipe)
                 else:
-                    region, key, bucket = item  # type: ignore[misc]
+                    region, key, bucket = item
                     pipe.sismember(self.keys.regions, region)
                     pipe.hget(self.keys.region_meta(region, bucket), key)
                     pipe.hget(self.keys.region_values(region, bucket), key)
@@ -199,7 +199,7 @@ class RegionStore:
                 out.append(_to_apply_result(replies[i]))
                 i += 1
             else:
-                out.append(_to_entry(item[1], replies[i], replies[i + 1], replies[i + 2]))  # type: ignore[arg-type]
+                out.append(_to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
                 i += 3
         return out
 

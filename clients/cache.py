@@ -58,7 +58,9 @@ class ClientCache:
             self.settings = ClientSettings.model_validate(self.settings.model_dump())
         durable_id = self.settings.durable_client_id
         self.client_id = durable_id or self.settings.client_id or _generated_client_id()
-        self.member_id = f"{self.client_id}.{uuid.uuid4().hex[:6]}" if durable_id else self.client_id
+        self.member_id = (
+            f"{self.client_id}.{uuid.uuid4().hex[:6]}" if durable_id else self.client_id
+        )
         self.durable = durable_id is not None
         self._regions: dict[str, Region] = {}
         self._regions_lock = threading.Lock()
@@ -72,7 +74,9 @@ class ClientCache:
             )
         self._stop_ping = threading.Event()
         self._send_control(ControlKind.CONNECT)
-        self._ping_thread = threading.Thread(target=self._ping, name=f"ping-{self.client_id}", daemon=True)
+        self._ping_thread = threading.Thread(
+            target=self._ping, name=f"ping-{self.client_id}", daemon=True
+        )
         self._ping_thread.start()
 
     # --- regions -----------------------------------------------------------------------

@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import suppress
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.settings import ClientSettings
@@ -26,8 +33,8 @@ from schemas.codec import decode_as, encode
 from schemas.errors import MessageDecodeError, TransportError, UnconnectedError
 from schemas.eventid import EventID
 from schemas.messages import Control, Operation, Reply
-from schemas.transport import poll_batch
 from schemas.naming import Topics
+from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.client")
 
@@ -93,8 +100,12 @@ class Pool:
                 }
             )
         )
-        self._reply_consumer.assign([TopicPartition(self.topics.reply(client_id), 0, OFFSET_BEGINNING)])
-        self._reply_thread = threading.Thread(target=self._read_replies, name=f"replies-{client_id}", daemon=True)
+        self._reply_consumer.assign(
+            [TopicPartition(self.topics.reply(client_id), 0, OFFSET_BEGINNING)]
+        )
+        self._reply_thread = threading.Thread(
+            target=self._read_replies, name=f"replies-{client_id}", daemon=True
+        )
         self._reply_thread.start()
 
     # --- topics ------------------------------------------------------------------------

@@ -148,8 +148,14 @@ class Region:
             return None
         if self._caching and reply.version is not None:
             self._apply_local(
-                key, reply.value, reply.serializer, reply.version, None, is_load=True,
-                origin_remote=False, fire=True,
+                key,
+                reply.value,
+                reply.serializer,
+                reply.version,
+                None,
+                is_load=True,
+                origin_remote=False,
+                fire=True,
             )
         return self._decode(reply.value, reply.serializer)
 
@@ -317,7 +323,9 @@ class Region:
             except RegionBusError as exc:
                 failures[op.key] = exc
         if failures:
-            raise BulkOperationError(f"{len(failures)} of {len(prepared)} destroys failed", failures)
+            raise BulkOperationError(
+                f"{len(failures)} of {len(prepared)} destroys failed", failures
+            )
 
     def invalidate(self, key: str, callback_argument: bytes | None = None) -> None:
         """Drop the local value of a key, keeping the key. Local only: not sent to the server
@@ -335,8 +343,15 @@ class Region:
             local.value = None
             version = local.version
         self._fire_entry(
-            EventKind.INVALIDATE, key, None, old, local.serializer, None, version,
-            origin_remote=False, callback_argument=callback_argument,
+            EventKind.INVALIDATE,
+            key,
+            None,
+            old,
+            local.serializer,
+            None,
+            version,
+            origin_remote=False,
+            callback_argument=callback_argument,
         )
 
     def clear(self, callback_argument: bytes | None = None) -> None:
@@ -429,7 +444,9 @@ class Region:
         if keys is ALL_KEYS or keys == "ALL_KEYS":
             spec = InterestSpec(InterestKind.ALL_KEYS)
         else:
-            spec = InterestSpec(InterestKind.KEYS, (keys,) if isinstance(keys, str) else tuple(keys))
+            spec = InterestSpec(
+                InterestKind.KEYS, (keys,) if isinstance(keys, str) else tuple(keys)
+            )
         self._unregister(spec)
 
     def unregister_interest_regex(self, regex: str) -> None:
@@ -450,7 +467,12 @@ class Region:
         total = self._cache.total_buckets
         if spec.kind is not InterestKind.KEYS:
             return [
-                (self._operation(kind, interest=spec, with_event_id=False, request_id=request_id), b)
+                (
+                    self._operation(
+                        kind, interest=spec, with_event_id=False, request_id=request_id
+                    ),
+                    b,
+                )
                 for b in range(total)
             ]
         by_bucket: dict[int, list[str]] = {}
@@ -463,7 +485,9 @@ class Region:
                 chunk_spec = InterestSpec(
                     spec.kind, part, None, spec.policy, spec.durable, spec.receive_values
                 )
-                op = self._operation(kind, interest=chunk_spec, with_event_id=False, request_id=request_id)
+                op = self._operation(
+                    kind, interest=chunk_spec, with_event_id=False, request_id=request_id
+                )
                 ops.append((op, bucket))
         return ops
 
@@ -521,8 +545,15 @@ class Region:
         assert key is not None
         if kind is EventKind.CREATE or kind is EventKind.UPDATE:
             self._apply_local(
-                key, event.value, event.serializer, event.version, event, is_load=False,
-                origin_remote=True, fire=True, apply=apply,
+                key,
+                event.value,
+                event.serializer,
+                event.version,
+                event,
+                is_load=False,
+                origin_remote=True,
+                fire=True,
+                apply=apply,
             )
             return
         with self._lock:
@@ -539,8 +570,15 @@ class Region:
                     local.version = event.version
         if held or not self._caching:
             self._fire_entry(
-                kind, key, None, old, serializer, event.event_id, event.version,
-                origin_remote=True, callback_argument=event.callback_argument,
+                kind,
+                key,
+                None,
+                old,
+                serializer,
+                event.event_id,
+                event.version,
+                origin_remote=True,
+                callback_argument=event.callback_argument,
                 possible_duplicate=event.possible_duplicate,
             )
 
@@ -613,10 +651,17 @@ class Region:
                     local.value, local.serializer, local.version = value, serializer, version
         if fire:
             self._fire_entry(
-                kind, key, value, old, serializer,
-                event.event_id if event is not None else event_id, version,
+                kind,
+                key,
+                value,
+                old,
+                serializer,
+                event.event_id if event is not None else event_id,
+                version,
                 origin_remote=origin_remote,
-                callback_argument=event.callback_argument if event is not None else callback_argument,
+                callback_argument=event.callback_argument
+                if event is not None
+                else callback_argument,
                 possible_duplicate=event.possible_duplicate if event is not None else False,
                 is_load=is_load,
             )
@@ -650,10 +695,19 @@ class Region:
         is_load: bool = False,
     ) -> EntryEvent:
         return EntryEvent(
-            region=self.name, key=key, kind=kind, event_id=event_id, version=version,
-            origin_remote=origin_remote, new_value_bytes=new, old_value_bytes=old,
-            serializer=serializer, possible_duplicate=possible_duplicate,
-            callback_argument=callback_argument, is_load=is_load, decoder=self._decoder(),
+            region=self.name,
+            key=key,
+            kind=kind,
+            event_id=event_id,
+            version=version,
+            origin_remote=origin_remote,
+            new_value_bytes=new,
+            old_value_bytes=old,
+            serializer=serializer,
+            possible_duplicate=possible_duplicate,
+            callback_argument=callback_argument,
+            is_load=is_load,
+            decoder=self._decoder(),
         )
 
     def _fire_entry(
@@ -692,7 +746,9 @@ class Region:
         except CacheWriterError:
             raise
         except Exception as exc:
-            raise CacheWriterError(f"client CacheWriter aborted: {type(exc).__name__}: {exc}") from exc
+            raise CacheWriterError(
+                f"client CacheWriter aborted: {type(exc).__name__}: {exc}"
+            ) from exc
 
     # --- internals: requests -----------------------------------------------------------
 
@@ -763,12 +819,23 @@ class Region:
                 local = self._entries.get(key)
             kind = EventKind.UPDATE if local is not None else EventKind.CREATE
             event = self._entry_event(
-                kind, key, data, local.value if local else None, self.serializer.name, None,
-                -1, origin_remote=False, callback_argument=callback_argument,
+                kind,
+                key,
+                data,
+                local.value if local else None,
+                self.serializer.name,
+                None,
+                -1,
+                origin_remote=False,
+                callback_argument=callback_argument,
             )
             self._run_writer("before_update" if local is not None else "before_create", event)
         op = self._operation(
-            OperationKind.PUT, key=key, value=data, callback_argument=callback_argument, bucket=bucket
+            OperationKind.PUT,
+            key=key,
+            value=data,
+            callback_argument=callback_argument,
+            bucket=bucket,
         )
         return op, bucket
 
@@ -777,9 +844,16 @@ class Region:
             raise error_from_wire(reply.error_type, reply.error_message)
         assert op.key is not None
         self._apply_local(
-            op.key, op.value, op.serializer, reply.version if reply.version is not None else -1,
-            None, is_load=False, origin_remote=False, fire=True,
-            callback_argument=op.callback_argument, event_id=op.event_id,
+            op.key,
+            op.value,
+            op.serializer,
+            reply.version if reply.version is not None else -1,
+            None,
+            is_load=False,
+            origin_remote=False,
+            fire=True,
+            callback_argument=op.callback_argument,
+            event_id=op.event_id,
             server_kind=reply.event_kind,
         )
 
@@ -790,8 +864,14 @@ class Region:
             with self._lock:
                 local = self._entries.get(key)
             event = self._entry_event(
-                EventKind.DESTROY, key, None, local.value if local else None,
-                local.serializer if local else None, None, -1, origin_remote=False,
+                EventKind.DESTROY,
+                key,
+                None,
+                local.value if local else None,
+                local.serializer if local else None,
+                None,
+                -1,
+                origin_remote=False,
                 callback_argument=callback_argument,
             )
             self._run_writer("before_destroy", event)
@@ -813,13 +893,22 @@ class Region:
                 self._entries.pop(op.key, None)
                 self._remember_tombstone(op.key, version)
         self._fire_entry(
-            EventKind.DESTROY, op.key, None, old, serializer, op.event_id, version,
-            origin_remote=False, callback_argument=op.callback_argument,
+            EventKind.DESTROY,
+            op.key,
+            None,
+            old,
+            serializer,
+            op.event_id,
+            version,
+            origin_remote=False,
+            callback_argument=op.callback_argument,
         )
 
     def _region_change(self, kind: OperationKind, callback_argument: bytes | None) -> None:
         self._check_alive()
-        event_kind = EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
+        event_kind = (
+            EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
+        )
         self._run_writer(
             "before_region_clear" if kind is OperationKind.CLEAR else "before_region_destroy",
             RegionEvent(self.name, event_kind, None, False, callback_argument),

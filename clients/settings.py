@@ -1,4 +1,4 @@
-"""Settings of one client cache, typed and validated (pydantic-settings, env prefix ``REGIONBUS_``)."""
+"""Settings of one client cache: typed, validated, from env (prefix ``REGIONBUS_``) or code."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from clients.tracking import MessageTracker
 from schemas.codec import decode
 from schemas.errors import MessageDecodeError
 from schemas.messages import Event, Marker
-from schemas.transport import poll_batch
 from schemas.naming import Topics
+from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.client")
 
@@ -105,7 +105,7 @@ class SubscriptionQueue:
                 if message.error() is not None:
                     continue
                 self._handle(message.value())
-                self._position = message.offset() + 1
+                self._position = (message.offset() or 0) + 1
             if time.monotonic() >= next_ack:
                 self.ack()
                 next_ack = time.monotonic() + ack_every_s
@@ -139,10 +139,12 @@ class SubscriptionQueue:
         """Commit the offset after the last processed event (the client's ack)."""
         if self._position <= self._acked:
             return
+        offsets = [TopicPartition(self._topic, 0, self._position)]
         with suppress(KafkaException):
-            self._consumer.commit(
-                offsets=[TopicPartition(self._topic, 0, self._position)], asynchronous=asynchronous
-            )
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
             self._acked = self._position
 
     def wait_idle(self, timeout_s: float) -> bool:

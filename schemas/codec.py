@@ -40,7 +40,13 @@ MAGIC: Final = 0xB1
 _SCHEMA_DIR: Final = Path(__file__).parent
 
 TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control: 4, Marker: 5}
-_TYPE_NAMES: Final[dict[int, str]] = {1: "Operation", 2: "Event", 3: "Reply", 4: "Control", 5: "Marker"}
+_TYPE_NAMES: Final[dict[int, str]] = {
+    1: "Operation",
+    2: "Event",
+    3: "Reply",
+    4: "Control",
+    5: "Marker",
+}
 
 
 def load_avro_schema(name: str) -> Any:
@@ -312,7 +318,7 @@ def decode(data: bytes | None) -> Message:
                 f"{len(data) - buf.tell()} trailing bytes after a {_TYPE_NAMES[type_byte]}",
                 message_ref=data,
             )
-        return _FROM[type_byte](record)  # type: ignore[no-any-return]
+        return _FROM[type_byte](record)  # type: ignore[arg-type]
     except MessageDecodeError:
         raise
     except Exception as exc:  # fastavro raises many types on garbage: all mean "undecodable"

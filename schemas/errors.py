@@ -79,7 +79,9 @@ class UnconnectedError(RegionBusError):
 
 
 class BulkOperationError(RegionBusError):
-    """Some entries of a ``put_all`` / ``remove_all`` failed (Geode: ``PutAllPartialResultException``).
+    """Some entries of a ``put_all`` / ``remove_all`` failed.
+
+    Geode: ``PutAllPartialResultException``.
 
     Attributes:
         failures: ``{key: RegionBusError}`` for each entry that failed; the other

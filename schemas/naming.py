@@ -126,7 +126,7 @@ class RedisKeys:
         return f"{self.prefix}r:{region}:{bucket}:val"
 
     def region_meta(self, region: str, bucket: int) -> str:
-        """Hash key -> ``"<version>|<serializer>"`` of one bucket; a field here = the entry exists."""
+        """Hash key -> ``"<version>|<serializer>"`` of one bucket; a field = the entry exists."""
         return f"{self.prefix}r:{region}:{bucket}:meta"
 
     def region_version(self, region: str) -> str:

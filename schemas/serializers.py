@@ -87,7 +87,8 @@ class AvroSerializer:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._schema = parse_schema(schema)
-        self.name = f"avro:{self._schema['name']}"
+        parsed: dict[str, Any] = self._schema  # type: ignore[assignment]
+        self.name = f"avro:{parsed['name']}"
 
     def dumps(self, value: Any) -> bytes:
         buf = io.BytesIO()

@@ -39,14 +39,19 @@ def test_client_create_and_update_are_applied_on_the_server_and_pushed(pair, cac
     assert reader.local_entries()["a"] == 2
 
 
-def test_destroy_is_forwarded_even_when_the_key_is_not_in_the_client_cache(pair, cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_destroy_is_forwarded_even_when_the_key_is_not_in_the_client_cache(
+    pair, cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     writer, reader, recorder = pair
     writer.put("gone", "x")
     third = client_factory().create_region("r")
     assert not third.contains_key("gone")
     third.destroy("gone")
     assert "gone" not in cache_server.store.entries("r")
-    assert Sentinel(writer, recorder).fence() == [("create", "gone", "x"), ("destroy", "gone", None)]
+    assert Sentinel(writer, recorder).fence() == [
+        ("create", "gone", "x"),
+        ("destroy", "gone", None),
+    ]
     assert not reader.contains_key("gone")
     with pytest.raises(EntryNotFoundError):
         third.destroy("gone")
@@ -63,7 +68,9 @@ def test_client_invalidate_is_local_only(pair, cache_server) -> None:  # type: i
     assert writer.get("k") == "v"  # the next get after an invalidate goes to the server
 
 
-def test_clear_is_forwarded_and_pushed_to_every_client_with_interest(pair, cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_clear_is_forwarded_and_pushed_to_every_client_with_interest(
+    pair, cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     writer, reader, recorder = pair
     key_recorder = Recorder()
     key_client = client_factory().create_region("r", listeners=[key_recorder])
@@ -73,11 +80,15 @@ def test_clear_is_forwarded_and_pushed_to_every_client_with_interest(pair, cache
     assert cache_server.store.entries("r") == {}
     assert writer.keys() == []
     wait_until(lambda: ("region_clear", "r", None) in recorder.snapshot(), what="reader clear")
-    wait_until(lambda: ("region_clear", "r", None) in key_recorder.snapshot(), what="key client clear")
+    wait_until(
+        lambda: ("region_clear", "r", None) in key_recorder.snapshot(), what="key client clear"
+    )
     assert reader.keys() == []
 
 
-def test_destroy_region_is_forwarded_and_destroys_the_region_at_interested_clients(pair, cache_server) -> None:  # type: ignore[no-untyped-def]
+def test_destroy_region_is_forwarded_and_destroys_the_region_at_interested_clients(
+    pair, cache_server
+) -> None:  # type: ignore[no-untyped-def]
     writer, reader, recorder = pair
     writer.put("a", 1)
     writer.destroy_region()
@@ -109,8 +120,13 @@ def test_the_originator_gets_no_event_for_its_own_change(cache_server, client_fa
 def _server_invalidate(kafka: str, namespace: str, key: str, seq: int) -> None:
     bucket = bucket_of("r", key, 16)
     op = Operation(
-        request_id=1, client_id="server-app", kind=OperationKind.INVALIDATE, region="r",
-        timestamp_ms=int(time.time() * 1000), event_id=EventID("server-app", 1, seq, bucket), key=key,
+        request_id=1,
+        client_id="server-app",
+        kind=OperationKind.INVALIDATE,
+        region="r",
+        timestamp_ms=int(time.time() * 1000),
+        event_id=EventID("server-app", 1, seq, bucket),
+        key=key,
     )
     send_raw_operation(kafka, namespace, op, bucket)
 
@@ -150,7 +166,9 @@ def test_server_changes_reach_the_client_per_the_spec_table(
         recorder.clear()
     # entry invalidate (distributed, from a server-side application) and destroy
     _server_invalidate(kafka_bootstrap_servers, namespace, "new", seq=0)
-    wait_until(lambda: cache_server.store.entries("r")["new"].value is None, what="server invalidate")
+    wait_until(
+        lambda: cache_server.store.entries("r")["new"].value is None, what="server invalidate"
+    )
     assert fence.fence() == [("invalidate", "new", None)]
     assert not reader.contains_value_for_key("new")
     writer.destroy("new")

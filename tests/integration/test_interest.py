@@ -12,7 +12,9 @@ from clients import ALL_KEYS, ClientCache, InterestResultPolicy
 from schemas.errors import InvalidInterestError
 
 
-def test_the_server_routes_the_union_of_key_and_regex_interest(cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_the_server_routes_the_union_of_key_and_regex_interest(
+    cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     writer = client_factory().create_region("r")
     recorder = Recorder()
     reader = client_factory().create_region("r", listeners=[recorder])
@@ -32,7 +34,9 @@ def test_the_server_routes_the_union_of_key_and_regex_interest(cache_server, cli
         (InterestResultPolicy.NONE, {}),
     ],
 )
-def test_bulk_load_policies_fire_no_listener(policy, expected, cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_bulk_load_policies_fire_no_listener(
+    policy, expected, cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     writer = client_factory().create_region("r")
     writer.put_all({"a1": 1, "a2": 2, "b1": 3})
     recorder = Recorder()
@@ -46,7 +50,9 @@ def test_bulk_load_policies_fire_no_listener(policy, expected, cache_server, cli
         assert reader.get("a1") == 1  # an invalid (keys-only) entry is fetched on get
 
 
-def test_registration_first_destroys_the_affected_local_entries(cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_registration_first_destroys_the_affected_local_entries(
+    cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     writer = client_factory().create_region("r")
     writer.put_all({"A": "server-A", "B": "server-B", "C": "server-C"})
     recorder = Recorder()
@@ -83,14 +89,18 @@ def test_unregister_stops_delivery(cache_server, client_factory) -> None:  # typ
     assert reader.local_entries()["k"] == 1  # local entries stay after unregister
 
 
-def test_an_invalid_regex_fails_at_registration_with_a_clear_error(cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_an_invalid_regex_fails_at_registration_with_a_clear_error(
+    cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     reader = client_factory().create_region("r")
     with pytest.raises(InvalidInterestError, match="invalid interest regex"):
         reader.register_interest_regex("([unclosed")
     assert reader.interest == []
 
 
-def test_no_gap_at_registration_while_another_client_puts_the_same_keys(cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_no_gap_at_registration_while_another_client_puts_the_same_keys(
+    cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     """Invariant 3: every change after the bulk load reaches the client and the bulk load
     reflects every change before it, under concurrent puts of the same keys."""
     keys = [f"k{i}" for i in range(20)]

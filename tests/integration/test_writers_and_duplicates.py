@@ -42,7 +42,9 @@ def test_a_client_writer_abort_changes_nothing_anywhere(cache_server, client_fac
     assert "before_create:no" in veto.calls and "before_region_clear" in veto.calls
 
 
-def test_a_server_writer_abort_changes_nothing_anywhere(server_settings: ServerSettings, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_writer_abort_changes_nothing_anywhere(
+    server_settings: ServerSettings, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     settings = server_settings.model_copy(
         update={"plugins": {"r": ["writers_plugin:RefuseNegative"]}}
     )
@@ -67,7 +69,9 @@ def test_a_server_writer_abort_changes_nothing_anywhere(server_settings: ServerS
         assert Sentinel(region, recorder).fence() == [("create", "keep-me", 1), ("create", "x", 5)]
 
 
-def test_a_retried_operation_with_a_seen_event_id_is_applied_once(cache_server, client_factory, kafka_bootstrap_servers, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_a_retried_operation_with_a_seen_event_id_is_applied_once(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
     recorder = Recorder()
     reader_cache = client_factory()
     reader = reader_cache.create_region("r", listeners=[recorder])
@@ -75,9 +79,15 @@ def test_a_retried_operation_with_a_seen_event_id_is_applied_once(cache_server, 
     writer = client_factory().create_region("r")
     bucket = bucket_of("r", "dup", 16)
     op = Operation(
-        request_id=7, client_id="app-1", kind=OperationKind.PUT, region="r",
-        timestamp_ms=int(time.time() * 1000), event_id=EventID("app-1", 1, 0, bucket),
-        key="dup", value=b'"first"', serializer="json",
+        request_id=7,
+        client_id="app-1",
+        kind=OperationKind.PUT,
+        region="r",
+        timestamp_ms=int(time.time() * 1000),
+        event_id=EventID("app-1", 1, 0, bucket),
+        key="dup",
+        value=b'"first"',
+        serializer="json",
     )
     send_raw_operation(kafka_bootstrap_servers, namespace, op, bucket)
     # the retry carries the same EventID (and, to prove it is not re-applied, another value)
@@ -92,7 +102,9 @@ def test_a_retried_operation_with_a_seen_event_id_is_applied_once(cache_server, 
     assert reader_cache.subscription_stats.duplicates_dropped == 1  # the re-emitted event
 
 
-def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(cache_server, client_factory, kafka_bootstrap_servers, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
     recorder = Recorder()
     reader_cache = client_factory()
     reader = reader_cache.create_region("r", listeners=[recorder])
@@ -118,7 +130,9 @@ def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(cache_server, c
     assert reader.local_entries()["k"] == "v1"
 
 
-def test_garbage_on_the_ops_topic_is_dead_lettered_and_the_server_keeps_going(cache_server, client_factory, kafka_bootstrap_servers, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_garbage_on_the_ops_topic_is_dead_lettered_and_the_server_keeps_going(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
     topics = Topics(namespace)
     producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topics.ops, b"\x00not a regionbus message", partition=3)
@@ -142,7 +156,9 @@ def test_garbage_on_the_ops_topic_is_dead_lettered_and_the_server_keeps_going(ca
     assert cache_server.stats.dead_letters == 2
 
 
-def test_a_value_over_the_maximum_size_is_refused_and_nothing_is_applied(server_settings: ServerSettings, client_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_value_over_the_maximum_size_is_refused_and_nothing_is_applied(
+    server_settings: ServerSettings, client_factory
+) -> None:  # type: ignore[no-untyped-def]
     settings = server_settings.model_copy(update={"max_value_size_bytes": 1000})
     with CacheServer(settings) as server:
         region = client_factory().create_region("r")
@@ -153,7 +169,9 @@ def test_a_value_over_the_maximum_size_is_refused_and_nothing_is_applied(server_
         assert region.keys() == ["small"]
 
 
-def test_event_kinds_carried_by_the_events_log(cache_server, client_factory, kafka_bootstrap_servers, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_event_kinds_carried_by_the_events_log(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
     region = client_factory().create_region("r")
     region.put("e", 1)
     region.put("e", 2)

@@ -26,21 +26,41 @@ EID = EventID("client-1", 3, 41, 7)
 
 RECORDS = [
     Operation(
-        request_id=1, client_id="c", kind=OperationKind.PUT, region="r", timestamp_ms=5,
-        event_id=EID, key="k", value=b"\x00\x01", serializer="bytes",
-        callback_argument=b"cb", possible_duplicate=True, origin_site_id=2, sites_reached=(1, 2),
+        request_id=1,
+        client_id="c",
+        kind=OperationKind.PUT,
+        region="r",
+        timestamp_ms=5,
+        event_id=EID,
+        key="k",
+        value=b"\x00\x01",
+        serializer="bytes",
+        callback_argument=b"cb",
+        possible_duplicate=True,
+        origin_site_id=2,
+        sites_reached=(1, 2),
     ),
     Operation(
-        request_id=2, client_id="c", kind=OperationKind.REGISTER_INTEREST, region="r",
-        timestamp_ms=5, interest=InterestSpec(
+        request_id=2,
+        client_id="c",
+        kind=OperationKind.REGISTER_INTEREST,
+        region="r",
+        timestamp_ms=5,
+        interest=InterestSpec(
             InterestKind.REGEX, (), "a.*", InterestResultPolicy.KEYS, True, False
         ),
     ),
     Event(EID, EventKind.UPDATE, "r", 9, 10, "c", key="k", value=b"v", serializer="json"),
     Event(EID, EventKind.REGION_CLEAR, "r", 11, 10, "c"),
     Reply(
-        request_id=3, bucket=2, ok=True, event_kind=EventKind.CREATE, found=True, version=4,
-        entries=(Entry("a", 1, b"x", "str"), Entry("b", 2)), more=True,
+        request_id=3,
+        bucket=2,
+        ok=True,
+        event_kind=EventKind.CREATE,
+        found=True,
+        version=4,
+        entries=(Entry("a", 1, b"x", "str"), Entry("b", 2)),
+        more=True,
     ),
     Reply(request_id=4, bucket=0, ok=False, error_type="CacheWriterError", error_message="no"),
     Control(ControlKind.CLOSE, "c", 12, durable_client_id="d", keep_alive=True),
@@ -62,12 +82,14 @@ def test_every_record_round_trips(record: object) -> None:
         (b"", "empty"),
         (None, "empty"),
         (b"\xb1", "empty or truncated"),
-        (b"{\"json\": 1}", "not a regionbus message"),
+        (b'{"json": 1}', "not a regionbus message"),
         (b"\xb1\x09abc", "unknown message type"),
         (b"\xb1\x02\xff\xff\xff\xff", "undecodable Event"),
     ],
 )
-def test_broken_bytes_raise_message_decode_error_keeping_the_bytes(data: bytes | None, reason: str) -> None:
+def test_broken_bytes_raise_message_decode_error_keeping_the_bytes(
+    data: bytes | None, reason: str
+) -> None:
     with pytest.raises(MessageDecodeError, match=reason) as info:
         decode(data)
     assert info.value.message_ref == data

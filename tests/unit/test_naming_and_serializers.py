@@ -7,15 +7,32 @@ import pytest
 from broker.config import ServerSettings
 from broker.interest import compile_interest_regex
 from clients.settings import ClientSettings
-from schemas.errors import ConfigurationError, InvalidInterestError, SerializationError, error_from_wire, CacheWriterError, ServerOperationError
+from schemas.errors import (
+    CacheWriterError,
+    ConfigurationError,
+    InvalidInterestError,
+    SerializationError,
+    ServerOperationError,
+    error_from_wire,
+)
 from schemas.naming import Topics, bucket_of, check_name, region_bucket
-from schemas.serializers import AvroSerializer, BytesSerializer, JsonSerializer, StrSerializer, serializer_named
+from schemas.serializers import (
+    AvroSerializer,
+    BytesSerializer,
+    JsonSerializer,
+    StrSerializer,
+    serializer_named,
+)
 
 
 def test_bucket_of_is_stable_across_processes_and_in_range() -> None:
     # CRC-32 values pinned: every process and Spark must agree on them
-    assert bucket_of("flights", "UA-1545-EWR-2013-01-01", 16) == bucket_of("flights", "UA-1545-EWR-2013-01-01", 16)
-    assert [bucket_of("r", f"k{i}", 16) for i in range(5)] == [_crc_bucket("r", f"k{i}") for i in range(5)]
+    assert bucket_of("flights", "UA-1545-EWR-2013-01-01", 16) == bucket_of(
+        "flights", "UA-1545-EWR-2013-01-01", 16
+    )
+    assert [bucket_of("r", f"k{i}", 16) for i in range(5)] == [
+        _crc_bucket("r", f"k{i}") for i in range(5)
+    ]
     assert all(0 <= bucket_of("r", str(i), 7) < 7 for i in range(1000))
     assert 0 <= region_bucket("r", 16) < 16
 
@@ -49,7 +66,9 @@ def test_names_illegal_in_topics_are_refused(bad: str) -> None:
         (StrSerializer(), "héllo"),
         (BytesSerializer(), b"\x00\xff"),
         (
-            AvroSerializer({"type": "record", "name": "Flight", "fields": [{"name": "n", "type": "int"}]}),
+            AvroSerializer(
+                {"type": "record", "name": "Flight", "fields": [{"name": "n", "type": "int"}]}
+            ),
             {"n": 7},
         ),
     ],
