@@ -159,8 +159,8 @@ def ensure_topics(admin: AdminClient, topics: dict[str, int], timeout_s: float =
         TransportError: the broker refused for another reason than "already exists".
     """
     try:
-        existing = admin.list_topics(timeout=timeout_s).topics
-        brokers = len(admin.list_topics(timeout=timeout_s).brokers) or 1
+        metadata = admin.list_topics(timeout=timeout_s)
+        existing, brokers = metadata.topics, len(metadata.brokers) or 1
     except KafkaException as exc:
         raise TransportError(f"Kafka metadata: {exc}") from exc
     wanted = [
@@ -322,9 +322,7 @@ class CacheServer:
                 self.topics.dead_letter: 1,
             },
         )
-        partitions = len(
-            admin.list_topics(self.topics.ops, timeout=10).topics[self.topics.ops].partitions
-        )
+        partitions = len(admin.list_topics(timeout=10).topics[self.topics.ops].partitions)
         if partitions != s.total_buckets:
             raise ConfigurationError(
                 f"{self.topics.ops} has {partitions} partitions, "

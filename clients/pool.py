@@ -114,7 +114,9 @@ class Pool:
         deadline = time.monotonic() + self.settings.metadata_timeout_s
         while True:
             try:
-                topics = self._admin.list_topics(self.topics.ops, timeout=5).topics
+                # All topics: a metadata request naming a missing topic makes Tansu
+                # auto-create it (with 4 partitions).
+                topics = self._admin.list_topics(timeout=5).topics
                 meta = topics.get(self.topics.ops)
                 if meta is not None and meta.error is None and meta.partitions:
                     return len(meta.partitions)

@@ -1,0 +1,187 @@
+"""Client acks, client close and expiry, server restart, and the command-line entry points."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+from support import Recorder, Sentinel, wait_until
+
+from broker.config import ServerSettings
+from broker.server import CacheServer
+from clients import ALL_KEYS, ClientCache, ClientSettings
+from schemas.naming import Topics
+
+
+def _committed(kafka: str, group: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    try:
+        return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def test_the_client_acks_processed_events_by_committing_its_queue_offset(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    reader_cache: ClientCache = client_factory(subscription_ack_interval_ms=100)
+    recorder = Recorder()
+    reader_cache.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
+    writer = client_factory().create_region("r")
+    writer.put_all({f"k{i}": i for i in range(10)})
+    wait_until(lambda: len(recorder.snapshot()) == 10, what="10 events")
+    topics = Topics(namespace)
+    group = topics.client_group(reader_cache.client_id)
+    queue = topics.queue(reader_cache.client_id)
+    wait_until(lambda: _committed(kafka_bootstrap_servers, group, queue) == 10, what="ack")
+
+
+def test_closing_a_client_drops_its_interest_and_its_topics(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    leaving: ClientCache = client_factory()
+    leaving.create_region("r").register_interest(ALL_KEYS)
+    assert cache_server.registry.route("r", "k", 0) == {leaving.client_id: True}
+    leaving.close()
+    wait_until(lambda: cache_server.registry.route("r", "k", 0) == {}, what="interest dropped")
+    wait_until(
+        lambda: (
+            not cache_server.store.redis.exists(cache_server.store.keys.interest(leaving.client_id))
+        ),
+        what="interest removed from Redis",
+    )
+    topics = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"})
+    names = topics.list_topics(timeout=10).topics
+    topics.close()
+    assert Topics(namespace).queue(leaving.client_id) not in names
+
+
+def test_a_silent_client_is_dropped_after_maximum_time_between_pings(
+    server_settings: ServerSettings, client_factory
+) -> None:  # type: ignore[no-untyped-def]
+    settings = server_settings.model_copy(update={"maximum_time_between_pings_ms": 1000})
+    with CacheServer(settings) as server:
+        silent: ClientCache = client_factory(ping_interval_ms=60_000)
+        silent.create_region("r").register_interest(ALL_KEYS)
+        pinging: ClientCache = client_factory(ping_interval_ms=200)
+        pinging.create_region("r").register_interest(ALL_KEYS)
+        assert set(server.registry.route("r", "k", 0)) == {silent.client_id, pinging.client_id}
+        wait_until(
+            lambda: set(server.registry.route("r", "k", 0)) == {pinging.client_id},
+            timeout_s=10,
+            what="the silent client to be dropped",
+        )
+        time.sleep(1.5)
+        assert set(server.registry.route("r", "k", 0)) == {pinging.client_id}
+
+
+def test_a_restarted_server_keeps_routing_by_the_registrations_in_redis(
+    server_settings: ServerSettings, client_factory
+) -> None:  # type: ignore[no-untyped-def]
+    first = CacheServer(server_settings)
+    first.start()
+    recorder = Recorder()
+    reader = client_factory().create_region("r", listeners=[recorder])
+    reader.register_interest(["a", "sentinel"])
+    writer = client_factory().create_region("r")
+    writer.put("a", 1)
+    first.stop()
+    second = CacheServer(server_settings.model_copy(update={"member_id": "server-second"}))
+    second.start()
+    try:
+        writer.put("a", 2)
+        assert Sentinel(writer, recorder).fence() == [("create", "a", 1), ("update", "a", 2)]
+    finally:
+        second.stop()
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+    env.pop("REDIS_URL", None)
+    return env
+
+
+def test_python_m_broker_serve_runs_a_server_until_sigterm(
+    kafka_bootstrap_servers, redis_url, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--namespace",
+            namespace,
+            "--kafka",
+            kafka_bootstrap_servers,
+            "--redis",
+            redis_url,
+            "--region",
+            "r",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
+    try:
+        cache = ClientCache(
+            ClientSettings(namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers)
+        )
+        region = cache.create_region("r")
+        region.put("via-cli", "ok")
+        assert region.get("via-cli") == "ok"
+        cache.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=30)
+    assert server.returncode == 0, output
+    assert f"serving namespace {namespace}" in output
+
+
+def test_regionbus_stack_starts_kafka_redis_and_a_server_and_stops_them(namespace) -> None:  # type: ignore[no-untyped-def]
+    stack = subprocess.Popen(
+        [sys.executable, "-m", "broker", "stack", "--namespace", namespace, "--region", "r"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        exports = {}
+        assert stack.stdout is not None
+        while len(exports) < 3:
+            line = stack.stdout.readline()
+            assert line, "regionbus stack exited early"
+            name, _, value = line.strip().removeprefix("export ").partition("=")
+            exports[name] = value
+        cache = ClientCache(
+            ClientSettings(
+                namespace=exports["REGIONBUS_NAMESPACE"],
+                kafka_bootstrap_servers=exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"],
+            )
+        )
+        region = cache.create_region("r")
+        region.put("k", [1, 2])
+        assert region.get("k") == [1, 2]
+        cache.close()
+        children = subprocess.run(
+            ["pgrep", "-P", str(stack.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert len(children) == 2  # Tansu and redis-server
+    finally:
+        stack.send_signal(signal.SIGINT)
+        stack.communicate(timeout=30)
+    assert stack.returncode == 0
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
+
+
+def _is_zombie(pid: str) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] == "Z"
