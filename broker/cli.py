@@ -81,7 +81,9 @@ def serve(verbose: bool, **options: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     server.start()
     click.echo(f"cache server {settings.member_id} serving namespace {settings.namespace}")
-    stop.wait()
+    while not stop.wait(1.0):
+        if not server.alive:
+            raise click.ClickException(f"cache server stopped: {server.failure}")
     server.stop()
 
 

@@ -258,6 +258,16 @@ class CacheServer:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    @property
+    def alive(self) -> bool:
+        """True while the server thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the server thread, if one did."""
+        return self._failure
+
     def __enter__(self) -> CacheServer:
         self.start()
         return self
@@ -271,6 +281,7 @@ class CacheServer:
         except BaseException as exc:
             self._failure = exc
             log.exception("cache server %s stopped on error", self.settings.member_id)
+        finally:
             self._ready.set()
 
     def serve(self) -> None:
