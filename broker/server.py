@@ -41,7 +41,7 @@ from broker.config import ServerSettings
 from broker.interest import InterestRegistry, compile_interest_regex
 from broker.store import ApplyResult, RegionStore, redis_errors
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
-from schemas.codec import decode, encode
+from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
     CacheWriterError,
     ConfigurationError,
@@ -217,6 +217,8 @@ class CacheServer:
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
         self._clients: dict[str, _ClientRecord] = {}
         self._queue_topics: dict[str, str] = {}
+        self._reply_topics: dict[str, str] = {}
+        self._outbox: dict[str, list[bytes]] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
@@ -405,44 +407,58 @@ class CacheServer:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
             self._positions[(topic, partition)] = offset + 1
+            source = (topic, partition, offset)
             try:
-                decoded = decode(message.value())
+                items = split_batch(message.value())
             except MessageDecodeError as exc:
-                self._dead_letter(message, str(exc))
+                self._dead_letter(message.value(), source, str(exc))
                 continue
-            if topic == self.topics.control:
-                if isinstance(decoded, Control):
-                    self._handle_control(decoded)
-                else:
-                    self._dead_letter(message, f"expected Control, got {type(decoded).__name__}")
-                continue
-            if not isinstance(decoded, Operation):
-                self._dead_letter(message, f"expected Operation, got {type(decoded).__name__}")
-                continue
-            op = decoded
-            self._seen(op.client_id)
-            try:
-                self._validate(op, partition)
-            except RegionBusError as exc:
-                self._flush(pending)
-                self._dead_letter(message, str(exc))
-                self._reply_error(op, partition, exc)
-                continue
-            if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
-                if op.kind is not OperationKind.GET and self._plugins.writers.get(op.region):
-                    self._flush(pending)
-                    if not self._run_entry_writers(op, partition):
-                        continue
-                pending.append((op, partition, offset))
-                continue
-            self._flush(pending)
-            try:
-                self._handle_other(op, partition, offset)
-            except TransportError:
-                raise
-            except RegionBusError as exc:
-                self._reply_error(op, partition, exc)
+            for raw in items:
+                self._process_one(raw, source, pending)
         self._flush(pending)
+        self._send_outbox()
+
+    def _process_one(
+        self, raw: bytes, source: tuple[str, int, int], pending: list[tuple[Operation, int, int]]
+    ) -> None:
+        topic, partition, offset = source
+        try:
+            decoded = decode(raw)
+        except MessageDecodeError as exc:
+            self._dead_letter(raw, source, str(exc))
+            return
+        if topic == self.topics.control:
+            if isinstance(decoded, Control):
+                self._handle_control(decoded)
+            else:
+                self._dead_letter(raw, source, f"expected Control, got {type(decoded).__name__}")
+            return
+        if not isinstance(decoded, Operation):
+            self._dead_letter(raw, source, f"expected Operation, got {type(decoded).__name__}")
+            return
+        op = decoded
+        self._seen(op.client_id)
+        try:
+            self._validate(op, partition)
+        except RegionBusError as exc:
+            self._flush(pending)
+            self._dead_letter(raw, source, str(exc))
+            self._reply_error(op, partition, exc)
+            return
+        if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
+            if op.kind is not OperationKind.GET and self._plugins.writers.get(op.region):
+                self._flush(pending)
+                if not self._run_entry_writers(op, partition):
+                    return
+            pending.append((op, partition, offset))
+            return
+        self._flush(pending)
+        try:
+            self._handle_other(op, partition, offset)
+        except TransportError:
+            raise
+        except RegionBusError as exc:
+            self._reply_error(op, partition, exc)
 
     def _validate(self, op: Operation, bucket: int) -> None:
         if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
@@ -678,7 +694,7 @@ class CacheServer:
                 if invalidate is None:
                     invalidate = encode(replace(event, kind=EventKind.INVALIDATE, value=None))
                 payload = invalidate
-            self._produce(self._queue_topic(client_id), payload, key_bytes)
+            self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
             self.stats.events_routed += 1
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
@@ -701,8 +717,19 @@ class CacheServer:
             log.error("delivery to %s failed: %s", message.topic(), error)
 
     def _reply(self, reply: Reply, client_id: str) -> None:
-        self._produce(self.topics.reply(client_id), encode(reply), None)
+        topic = self._reply_topics.get(client_id)
+        if topic is None:
+            topic = self._reply_topics[client_id] = self.topics.reply(client_id)
+        self._outbox.setdefault(topic, []).append(encode(reply))
         self.stats.replies += 1
+
+    def _send_outbox(self) -> None:
+        """Produce what one poll batch queued per subscription queue and reply topic, as
+        few Kafka messages as possible (:func:`schemas.codec.encode_batches`), in order."""
+        outbox, self._outbox = self._outbox, {}
+        for topic, framed in outbox.items():
+            for value in encode_batches(framed):
+                self._produce(topic, value, None)
 
     def _reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
         self.stats.errors += 1
@@ -720,29 +747,22 @@ class CacheServer:
         except RegionBusError:
             log.warning("cannot reply to %r: %s", op.client_id, exc)
 
-    def _dead_letter(self, message: KafkaMessage, reason: str) -> None:
+    def _dead_letter(self, raw: bytes | None, source: tuple[str, int, int], reason: str) -> None:
+        """Send a message the server cannot process to ``{ns}.dead-letter``, unchanged, with
+        the reason and where it came from in headers (``rb.reason``, ``rb.source.*``)."""
         self.stats.dead_letters += 1
-        log.warning(
-            "dead-lettered %s[%d]@%d: %s",
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            reason,
-        )
+        topic, partition, offset = source
+        log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
         assert self._producer is not None
         headers: list[tuple[str, str | bytes | None]] = [
             ("rb.reason", reason.encode()),
-            ("rb.source.topic", (message.topic() or "").encode()),
-            ("rb.source.partition", str(message.partition()).encode()),
-            ("rb.source.offset", str(message.offset()).encode()),
+            ("rb.source.topic", topic.encode()),
+            ("rb.source.partition", str(partition).encode()),
+            ("rb.source.offset", str(offset).encode()),
             ("rb.server", self.settings.member_id.encode()),
         ]
         self._producer.produce(
-            self.topics.dead_letter,
-            message.value(),
-            message.key(),
-            headers=headers,
-            on_delivery=self._on_delivery,
+            self.topics.dead_letter, raw, None, headers=headers, on_delivery=self._on_delivery
         )
 
     # --- region operations, interest, keys ---------------------------------------------
@@ -812,7 +832,7 @@ class CacheServer:
             payload = encode(event)
             self._produce(self.topics.events, payload, None, partition=bucket)
             for client_id in self.registry.clients_of_region(op.region) - {op.client_id}:
-                self._produce(self._queue_topic(client_id), payload, None)
+                self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
                 self.stats.events_routed += 1
             if not duplicate:
                 self._run_region_listeners(event)
@@ -938,6 +958,7 @@ class CacheServer:
     def _forget_client(self, client_id: str) -> None:
         self._clients.pop(client_id, None)
         self._queue_topics.pop(client_id, None)
+        self._reply_topics.pop(client_id, None)
         with redis_errors():
             self._redis.hdel(self.store.keys.clients, client_id)
 

@@ -218,9 +218,7 @@ class ClientCache:
             log.warning("close message not delivered: %s", exc)
         if self.subscription is not None:
             self.subscription.close()
-        self.pool.close()
-        if not (self.durable and keep_alive):
-            self.pool.delete_client_topics()
+        self.pool.close(delete_topics=not (self.durable and keep_alive))
 
     def __enter__(self) -> ClientCache:
         return self

@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import suppress
 
@@ -29,7 +29,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients.settings import ClientSettings
-from schemas.codec import decode_as, encode
+from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import MessageDecodeError, TransportError, UnconnectedError
 from schemas.eventid import EventID
 from schemas.messages import Control, Operation, Reply
@@ -39,14 +39,30 @@ from schemas.transport import poll_batch
 log = logging.getLogger("regionbus.client")
 
 
-class _Pending:
-    __slots__ = ("done", "expected", "future", "replies")
+ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
+"""Called once with ``(replies, None)`` when a request completes, or ``(None, error)``."""
 
-    def __init__(self, expected: int) -> None:
+
+class _Pending:
+    __slots__ = ("callback", "done", "expected", "replies")
+
+    def __init__(self, expected: int, callback: ReplyCallback) -> None:
         self.expected = expected
         self.done = 0
         self.replies: list[Reply] = []
-        self.future: Future[list[Reply]] = Future()
+        self.callback = callback
+
+
+def _future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
+    future: Future[list[Reply]] = Future()
+
+    def complete(replies: list[Reply] | None, error: BaseException | None) -> None:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(replies or [])
+
+    return future, complete
 
 
 class Pool:
@@ -186,14 +202,57 @@ class Pool:
             UnconnectedError: the pool is closed.
             TransportError: the producer refused the message.
         """
+        future, callback = _future_callback()
+        self.request_with_callback(ops, callback)
+        return future
+
+    def request_with_callback(
+        self, ops: Sequence[tuple[Operation, int]], callback: ReplyCallback
+    ) -> None:
+        """Like :meth:`request`, calling ``callback`` (on the reply thread) instead of
+        completing a future: the cheaper path for pipelined writes.
+
+        Raises:
+            UnconnectedError, TransportError: as :meth:`request`.
+        """
+        self._register([(ops[0][0].request_id, len(ops), callback)])
+        self._send(ops)
+
+    def request_each(self, ops: Sequence[tuple[Operation, int]]) -> list[Future[list[Reply]]]:
+        """Send operations that are separate requests (own request ids), batched per bucket
+        into as few Kafka messages as fit; one future per operation.
+
+        Raises:
+            UnconnectedError, TransportError: as :meth:`request`.
+        """
+        futures = []
+        registrations = []
+        for op, _ in ops:
+            future, callback = _future_callback()
+            futures.append(future)
+            registrations.append((op.request_id, 1, callback))
+        self._register(registrations)
+        self._send(ops)
+        return futures
+
+    def _register(self, requests: list[tuple[int, int, ReplyCallback]]) -> None:
         if self._closed.is_set():
             raise UnconnectedError("the client cache is closed")
-        pending = _Pending(len(ops))
         with self._lock:
-            self._pending[ops[0][0].request_id] = pending
-        for op, bucket in ops:
+            for request_id, expected, callback in requests:
+                self._pending[request_id] = _Pending(expected, callback)
+
+    def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
+        if len(ops) == 1:
+            op, bucket = ops[0]
             self._produce(self.topics.ops, encode(op), bucket, op.key)
-        return pending.future
+            return
+        by_bucket: dict[int, list[bytes]] = {}
+        for op, bucket in ops:
+            by_bucket.setdefault(bucket, []).append(encode(op))
+        for bucket, framed in by_bucket.items():
+            for value in encode_batches(framed):
+                self._produce(self.topics.ops, value, bucket, None)
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for a request (after a timeout)."""
@@ -246,11 +305,17 @@ class Pool:
                 if message.error() is not None:
                     continue
                 try:
-                    reply = decode_as(message.value(), Reply)
+                    items = split_batch(message.value())
                 except MessageDecodeError as exc:
-                    log.warning("undecodable reply dropped: %s", exc)
+                    log.warning("undecodable reply batch dropped: %s", exc)
                     continue
-                self._complete(reply)
+                for raw in items:
+                    try:
+                        reply = decode_as(raw, Reply)
+                    except MessageDecodeError as exc:
+                        log.warning("undecodable reply dropped: %s", exc)
+                        continue
+                    self._complete(reply)
 
     def _complete(self, reply: Reply) -> None:
         with self._lock:
@@ -263,10 +328,15 @@ class Pool:
             if pending.done < pending.expected:
                 return
             del self._pending[reply.request_id]
-        pending.future.set_result(pending.replies)
+        pending.callback(pending.replies, None)
 
-    def close(self) -> None:
-        """Flush, stop the reply reader and fail every pending request with ``UnconnectedError``."""
+    def close(self, delete_topics: bool = False) -> None:
+        """Flush, stop the reply reader and fail every pending request with ``UnconnectedError``.
+
+        Args:
+            delete_topics: Also delete the client's queue and reply topics (a non-durable
+                client's, or a durable one's that did not ask to be kept alive).
+        """
         with suppress(Exception):
             self._producer.flush(5)
         self._closed.set()
@@ -276,8 +346,15 @@ class Pool:
         with self._lock:
             pending, self._pending = self._pending, {}
         for p in pending.values():
-            if not p.future.done():
-                p.future.set_exception(UnconnectedError("the client cache was closed"))
+            p.callback(None, UnconnectedError("the client cache was closed"))
+        if delete_topics:
+            self.delete_client_topics()
+        # librdkafka clients otherwise live until garbage collection, reconnecting to a
+        # broker that may be gone.
+        close_producer = getattr(self._producer, "close", None)
+        if close_producer is not None:
+            with suppress(Exception):
+                close_producer()
 
     @property
     def closed(self) -> bool:

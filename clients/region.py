@@ -114,6 +114,7 @@ class Region:
         self._lock = threading.RLock()
         self._destroyed = False
         self._interest: list[InterestSpec] = []
+        self._decode_value = self._decoder()
 
     # --- reads -------------------------------------------------------------------------
 
@@ -237,17 +238,7 @@ class Region:
             A future that resolves to None, or raises what :meth:`put` would.
         """
         op, bucket = self._prepare_put(key, value, callback_argument)
-        outer: Future[None] = Future()
-
-        def done(raw: Future[list[Reply]]) -> None:
-            try:
-                self._finish_put(op, raw.result()[0])
-                outer.set_result(None)
-            except BaseException as exc:
-                outer.set_exception(exc)
-
-        self._cache.pool.request([(op, bucket)]).add_done_callback(done)
-        return outer
+        return self._pipelined(op, bucket, self._finish_put)
 
     def put_all(self, entries: Mapping[str, Any], callback_argument: bytes | None = None) -> None:
         """Put many entries, pipelined; each gets its own consecutive sequence id.
@@ -261,9 +252,9 @@ class Region:
             ServerTimeoutError: not every reply came within ``read_timeout_ms``.
         """
         prepared = [self._prepare_put(k, v, callback_argument) for k, v in entries.items()]
-        futures = [(op, self._cache.pool.request([(op, b)])) for op, b in prepared]
+        futures = list(zip(prepared, self._cache.pool.request_each(prepared), strict=True))
         failures: dict[str, RegionBusError] = {}
-        for op, future in futures:
+        for (op, _), future in futures:
             assert op.key is not None
             try:
                 self._finish_put(op, self._wait(future, op.request_id)[0])
@@ -291,16 +282,24 @@ class Region:
             A future that resolves to None, or raises what :meth:`destroy` would.
         """
         op, bucket = self._prepare_destroy(key, callback_argument)
+        return self._pipelined(op, bucket, self._finish_destroy)
+
+    def _pipelined(
+        self, op: Operation, bucket: int, finish: Callable[[Operation, Reply], None]
+    ) -> Future[None]:
         outer: Future[None] = Future()
 
-        def done(raw: Future[list[Reply]]) -> None:
+        def done(replies: list[Reply] | None, error: BaseException | None) -> None:
             try:
-                self._finish_destroy(op, raw.result()[0])
+                if error is not None:
+                    raise error
+                assert replies
+                finish(op, replies[0])
                 outer.set_result(None)
             except BaseException as exc:
                 outer.set_exception(exc)
 
-        self._cache.pool.request([(op, bucket)]).add_done_callback(done)
+        self._cache.pool.request_with_callback([(op, bucket)], done)
         return outer
 
     def remove_all(self, keys: Iterable[str], callback_argument: bytes | None = None) -> None:
@@ -312,9 +311,9 @@ class Region:
             BulkOperationError: some entries failed for another reason than being absent.
         """
         prepared = [self._prepare_destroy(k, callback_argument) for k in keys]
-        futures = [(op, self._cache.pool.request([(op, b)])) for op, b in prepared]
+        futures = list(zip(prepared, self._cache.pool.request_each(prepared), strict=True))
         failures: dict[str, RegionBusError] = {}
-        for op, future in futures:
+        for (op, _), future in futures:
             assert op.key is not None
             try:
                 self._finish_destroy(op, self._wait(future, op.request_id)[0])
@@ -707,7 +706,7 @@ class Region:
             possible_duplicate=possible_duplicate,
             callback_argument=callback_argument,
             is_load=is_load,
-            decoder=self._decoder(),
+            decoder=self._decode_value,
         )
 
     def _fire_entry(

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
-from schemas.codec import decode
+from schemas.codec import decode, split_batch
 from schemas.errors import MessageDecodeError
 from schemas.messages import Event, Marker
 from schemas.naming import Topics
@@ -104,7 +104,14 @@ class SubscriptionQueue:
             for message in messages:
                 if message.error() is not None:
                     continue
-                self._handle(message.value())
+                try:
+                    items = split_batch(message.value())
+                except MessageDecodeError as exc:
+                    self.stats.undecodable += 1
+                    log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
+                    items = []
+                for raw in items:
+                    self._handle(raw)
                 self._position = (message.offset() or 0) + 1
             if time.monotonic() >= next_ack:
                 self.ack()

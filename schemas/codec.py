@@ -40,6 +40,9 @@ MAGIC: Final = 0xB1
 _SCHEMA_DIR: Final = Path(__file__).parent
 
 TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control: 4, Marker: 5}
+BATCH_TYPE: Final = 6
+MAX_BATCH_BYTES: Final = 512 * 1024
+"""Largest batch :func:`encode_batches` builds (below Kafka's default 1 MiB message)."""
 _TYPE_NAMES: Final[dict[int, str]] = {
     1: "Operation",
     2: "Event",
@@ -62,6 +65,7 @@ def load_avro_schema(name: str) -> Any:
 
 
 _SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAMES.items()}
+_BATCH_SCHEMA: Final = load_avro_schema("Batch")
 
 
 # --- records <-> dicts ---------------------------------------------------------------
@@ -301,11 +305,10 @@ def decode(data: bytes | None) -> Message:
             truncated, hold a value outside the schema, or have trailing bytes. The raw
             bytes are kept in ``message_ref``.
     """
-    if not data or len(data) < 2:
-        raise MessageDecodeError("empty or truncated message", message_ref=data)
-    if data[0] != MAGIC:
-        raise MessageDecodeError(f"not a regionbus message (magic {data[0]:#x})", message_ref=data)
-    type_byte = data[1]
+    type_byte = _check_frame(data)
+    assert data is not None
+    if type_byte == BATCH_TYPE:
+        raise MessageDecodeError("a Batch: split it with split_batch first", message_ref=data)
     schema = _SCHEMAS.get(type_byte)
     if schema is None:
         raise MessageDecodeError(f"unknown message type byte {type_byte}", message_ref=data)
@@ -325,6 +328,85 @@ def decode(data: bytes | None) -> Message:
         raise MessageDecodeError(
             f"undecodable {_TYPE_NAMES[type_byte]}: {type(exc).__name__}: {exc}", message_ref=data
         ) from exc
+
+
+def _check_frame(data: bytes | None) -> int:
+    if not data or len(data) < 2:
+        raise MessageDecodeError("empty or truncated message", message_ref=data)
+    if data[0] != MAGIC:
+        raise MessageDecodeError(f"not a regionbus message (magic {data[0]:#x})", message_ref=data)
+    return data[1]
+
+
+def is_batch(data: bytes | None) -> bool:
+    """Whether framed bytes hold a :func:`encode_batches` batch."""
+    return data is not None and len(data) >= 2 and data[0] == MAGIC and data[1] == BATCH_TYPE
+
+
+def split_batch(data: bytes | None) -> list[bytes]:
+    """The framed messages inside a batch, or ``[data]`` when it is a single message.
+
+    Args:
+        data: Bytes as read from a regionbus topic.
+
+    Returns:
+        The framed messages, in order (not decoded: decode each with :func:`decode`, so one
+        broken item does not lose the others).
+
+    Raises:
+        MessageDecodeError: a batch frame whose body is not a valid array of messages.
+    """
+    if not is_batch(data):
+        return [data]  # type: ignore[list-item]
+    assert data is not None
+    buf = io.BytesIO(data)
+    buf.seek(2)
+    try:
+        record = schemaless_reader(buf, _BATCH_SCHEMA, None)
+    except Exception as exc:  # fastavro raises many types on garbage
+        raise MessageDecodeError(
+            f"undecodable Batch: {type(exc).__name__}: {exc}", message_ref=data
+        ) from exc
+    if buf.tell() != len(data):
+        raise MessageDecodeError("trailing bytes after a Batch", message_ref=data)
+    messages: list[bytes] = record["messages"]  # type: ignore[index,call-overload,assignment]
+    return messages
+
+
+def encode_batches(framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES) -> list[bytes]:
+    """Pack framed messages into as few Kafka messages as fit ``max_bytes`` each.
+
+    A single message is returned as it is (no batch frame); one larger than ``max_bytes``
+    travels alone.
+
+    Args:
+        framed: Messages from :func:`encode`, in order.
+        max_bytes: Largest batch, in bytes.
+
+    Returns:
+        The Kafka message values, in order.
+    """
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for item in framed:
+        if group and size + len(item) + 8 > max_bytes:
+            out.append(_pack(group))
+            group, size = [], 0
+        group.append(item)
+        size += len(item) + 8
+    if group:
+        out.append(_pack(group))
+    return out
+
+
+def _pack(group: list[bytes]) -> bytes:
+    if len(group) == 1:
+        return group[0]
+    buf = io.BytesIO()
+    buf.write(bytes((MAGIC, BATCH_TYPE)))
+    schemaless_writer(buf, _BATCH_SCHEMA, {"messages": group})
+    return buf.getvalue()
 
 
 T = TypeVar("T", Operation, Event, Reply, Control, Marker)

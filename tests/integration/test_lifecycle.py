@@ -14,6 +14,7 @@ from support import Recorder, Sentinel, wait_until
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients import ALL_KEYS, ClientCache, ClientSettings
+from schemas.codec import split_batch
 from schemas.naming import Topics
 
 
@@ -37,7 +38,26 @@ def test_the_client_acks_processed_events_by_committing_its_queue_offset(
     topics = Topics(namespace)
     group = topics.client_group(reader_cache.client_id)
     queue = topics.queue(reader_cache.client_id)
-    wait_until(lambda: _committed(kafka_bootstrap_servers, group, queue) == 10, what="ack")
+    end = _offset_after_events(kafka_bootstrap_servers, queue, 10)
+    wait_until(lambda: _committed(kafka_bootstrap_servers, group, queue) == end, what="ack")
+
+
+def _offset_after_events(kafka: str, topic: str, events: int) -> int:
+    """The queue offset just after the message that completes ``events`` events (the server
+    batches a poll's events for one queue into one Kafka message)."""
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "probe"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen, deadline = 0, time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.consume(10, 0.5):
+                if message.error() is None:
+                    seen += len(split_batch(message.value()))
+                    if seen >= events:
+                        return (message.offset() or 0) + 1
+    finally:
+        consumer.close()
+    raise AssertionError(f"only {seen} events in {topic}")
 
 
 def test_closing_a_client_drops_its_interest_and_its_topics(

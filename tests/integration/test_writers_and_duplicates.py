@@ -12,7 +12,7 @@ from support import Recorder, Sentinel, Vetoing, send_raw_operation, wait_until
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients import ALL_KEYS
-from schemas.codec import decode, encode
+from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import CacheWriterError, ValueTooLargeError
 from schemas.eventid import EventID
 from schemas.messages import Event, EventKind, Operation, OperationKind
@@ -119,7 +119,7 @@ def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(
     consumer.assign([TopicPartition(topic, 0, 0)])
     first = consumer.consume(1, 10)[0]
     consumer.close()
-    event = decode(first.value())
+    event = decode(split_batch(first.value())[0])
     assert isinstance(event, Event) and event.key == "k"
     resent = replace(event, possible_duplicate=True)
     producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
@@ -188,3 +188,37 @@ def test_event_kinds_carried_by_the_events_log(
     assert [e.event_id.sequence for e in events] == [0, 1, 2]
     assert all(e.event_id.bucket == bucket for e in events)
     assert events[0].version < events[1].version < events[2].version
+
+
+def test_a_broken_message_inside_a_batch_is_dead_lettered_and_the_rest_applied(
+    cache_server, client_factory, kafka_bootstrap_servers, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    bucket = bucket_of("r", "good", 16)
+    good = Operation(
+        request_id=1,
+        client_id="app-2",
+        kind=OperationKind.PUT,
+        region="r",
+        timestamp_ms=int(time.time() * 1000),
+        event_id=EventID("app-2", 1, 0, bucket),
+        key="good",
+        value=b"1",
+        serializer="json",
+    )
+    broken = b"\xb1\x01garbage"
+    later = replace(good, request_id=2, event_id=EventID("app-2", 1, 1, bucket), value=b"2")
+    [batch] = encode_batches([encode(good), broken, encode(later)])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer.produce(Topics(namespace).ops, batch, partition=bucket)
+    producer.flush(10)
+    wait_until(lambda: cache_server.stats.dead_letters == 1, what="the dead letter")
+    wait_until(lambda: "good" in cache_server.store.entries("r"), what="the batch applied")
+    assert cache_server.store.entries("r")["good"].value == b"2"
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "dlq"})
+    consumer.assign([TopicPartition(Topics(namespace).dead_letter, 0, 0)])
+    letters: list = []
+    deadline = time.monotonic() + 15
+    while not letters and time.monotonic() < deadline:
+        letters = [m for m in consumer.consume(10, 0.5) if m.error() is None]
+    consumer.close()
+    assert [m.value() for m in letters] == [broken]

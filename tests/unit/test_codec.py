@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.codec import decode, decode_as, encode
+from schemas.codec import decode, decode_as, encode, encode_batches, is_batch, split_batch
 from schemas.errors import MessageDecodeError, SerializationError
 from schemas.eventid import EventID
 from schemas.messages import (
@@ -110,3 +110,27 @@ def test_a_field_outside_its_schema_fails_to_encode_with_a_typed_error() -> None
     bad = Marker("c", 2**70)
     with pytest.raises(SerializationError):
         encode(bad)
+
+
+def test_batches_keep_order_and_respect_the_size_limit() -> None:
+    framed = [encode(Marker("c", i)) for i in range(100)]
+    batches = encode_batches(framed, max_bytes=200)
+    assert len(batches) > 1
+    assert all(len(b) <= 200 + len(framed[0]) for b in batches)
+    assert [m for b in batches for m in split_batch(b)] == framed
+
+
+def test_a_single_message_is_not_wrapped_in_a_batch() -> None:
+    one = encode(Marker("c", 1))
+    assert encode_batches([one]) == [one]
+    assert split_batch(one) == [one]
+    assert not is_batch(one)
+
+
+def test_a_broken_batch_frame_is_a_typed_error_and_decode_refuses_batches() -> None:
+    [batch] = encode_batches([encode(Marker("c", 1)), encode(Marker("c", 2))])
+    assert is_batch(batch)
+    with pytest.raises(MessageDecodeError, match="Batch"):
+        split_batch(batch[:-3])
+    with pytest.raises(MessageDecodeError, match="split_batch"):
+        decode(batch)
