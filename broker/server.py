@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -692,7 +692,7 @@ class CacheServer:
                 payload = full
             else:
                 if invalidate is None:
-                    invalidate = encode(replace(event, kind=EventKind.INVALIDATE, value=None))
+                    invalidate = encode(event._replace(kind=EventKind.INVALIDATE, value=None))
                 payload = invalidate
             self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
             self.stats.events_routed += 1

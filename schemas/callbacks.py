@@ -9,15 +9,13 @@ and is wrapped in one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from schemas.eventid import EventID
 from schemas.messages import EventKind
 
 
-@dataclass(frozen=True, slots=True)
-class EntryEvent:
+class EntryEvent(NamedTuple):
     """A change to one entry, as a listener or writer sees it.
 
     Attributes:
@@ -67,8 +65,7 @@ class EntryEvent:
         return self.decoder(data, self.serializer)
 
 
-@dataclass(frozen=True, slots=True)
-class RegionEvent:
+class RegionEvent(NamedTuple):
     """A change to a whole region (clear, destroy, or a durable region going live).
 
     Attributes:

@@ -66,6 +66,8 @@ def load_avro_schema(name: str) -> Any:
 
 _SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAMES.items()}
 _BATCH_SCHEMA: Final = load_avro_schema("Batch")
+_EVENT_KINDS: Final = {k.value: k for k in EventKind}
+_OPERATION_KINDS: Final = {k.value: k for k in OperationKind}
 
 
 # --- records <-> dicts ---------------------------------------------------------------
@@ -125,7 +127,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         request_id=d["request_id"],
         client_id=d["client_id"],
         event_id=_eid_from(d["event_id"]) if d["event_id"] is not None else None,
-        kind=OperationKind(d["kind"]),
+        kind=_OPERATION_KINDS[d["kind"]],
         region=d["region"],
         key=d["key"],
         value=d["value"],
@@ -160,7 +162,7 @@ def _event_to(e: Event) -> dict[str, Any]:
 def _event_from(d: dict[str, Any]) -> Event:
     return Event(
         event_id=_eid_from(d["event_id"]),
-        kind=EventKind(d["kind"]),
+        kind=_EVENT_KINDS[d["kind"]],
         region=d["region"],
         key=d["key"],
         value=d["value"],
@@ -203,7 +205,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         ok=d["ok"],
         error_type=d["error_type"],
         error_message=d["error_message"],
-        event_kind=EventKind(d["event_kind"]) if d["event_kind"] is not None else None,
+        event_kind=_EVENT_KINDS[d["event_kind"]] if d["event_kind"] is not None else None,
         duplicate=d["duplicate"],
         found=d["found"],
         version=d["version"],

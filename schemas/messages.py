@@ -1,4 +1,7 @@
-"""The wire records of regionbus, as frozen dataclasses mirroring the ``*.avsc`` files.
+"""The wire records of regionbus, as NamedTuples mirroring the ``*.avsc`` files.
+
+NamedTuples rather than frozen dataclasses: equally immutable, and four times cheaper to
+build, which matters on the event path (every subscriber builds one per event).
 
 Every record travels Avro-encoded by :mod:`schemas.codec`. Field meanings are in the
 schema docs; times are milliseconds since the Unix epoch, UTC.
@@ -7,7 +10,7 @@ schema docs; times are milliseconds since the Unix epoch, UTC.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from schemas.eventid import EventID
 
@@ -70,8 +73,7 @@ class ControlKind(enum.Enum):
     READY_FOR_EVENTS = "READY_FOR_EVENTS"
 
 
-@dataclass(frozen=True, slots=True)
-class InterestSpec:
+class InterestSpec(NamedTuple):
     """One registration: keys, all keys, or a regex, with its policy and flags.
 
     ``regex`` is matched against the whole key (Java ``Matcher.matches()`` semantics, as in
@@ -86,8 +88,7 @@ class InterestSpec:
     receive_values: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One entry in a bulk-load or keys reply. ``value`` None means invalid or keys-only."""
 
     key: str
@@ -96,8 +97,7 @@ class Entry:
     serializer: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Operation:
+class Operation(NamedTuple):
     """A request on ``{ns}.ops``, in the partition of its bucket."""
 
     request_id: int
@@ -116,8 +116,7 @@ class Operation:
     sites_reached: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """An applied change, routed to subscription queues and appended to ``{ns}.events``."""
 
     event_id: EventID
@@ -135,8 +134,7 @@ class Event:
     sites_reached: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     """The server's answer to one operation (one per bucket for scattered requests)."""
 
     request_id: int
@@ -150,12 +148,11 @@ class Reply:
     version: int | None = None
     value: bytes | None = None
     serializer: str | None = None
-    entries: tuple[Entry, ...] = field(default_factory=tuple)
+    entries: tuple[Entry, ...] = ()
     more: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
+class Control(NamedTuple):
     """A client lifecycle message on ``{ns}.control``."""
 
     kind: ControlKind
@@ -166,8 +163,7 @@ class Control:
     keep_alive: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Marker:
+class Marker(NamedTuple):
     """The durable-replay marker a server writes into a client's subscription queue."""
 
     client_id: str

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -91,7 +90,7 @@ def test_a_retried_operation_with_a_seen_event_id_is_applied_once(
     )
     send_raw_operation(kafka_bootstrap_servers, namespace, op, bucket)
     # the retry carries the same EventID (and, to prove it is not re-applied, another value)
-    retry = replace(op, request_id=8, value=b'"second"', possible_duplicate=True)
+    retry = op._replace(request_id=8, value=b'"second"', possible_duplicate=True)
     send_raw_operation(kafka_bootstrap_servers, namespace, retry, bucket)
     wait_until(lambda: cache_server.stats.duplicates == 1, what="the retry to be processed")
     before = Sentinel(writer, recorder).fence()
@@ -121,7 +120,7 @@ def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(
     consumer.close()
     event = decode(split_batch(first.value())[0])
     assert isinstance(event, Event) and event.key == "k"
-    resent = replace(event, possible_duplicate=True)
+    resent = event._replace(possible_duplicate=True)
     producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topic, encode(resent))
     producer.flush(10)
@@ -206,7 +205,7 @@ def test_a_broken_message_inside_a_batch_is_dead_lettered_and_the_rest_applied(
         serializer="json",
     )
     broken = b"\xb1\x01garbage"
-    later = replace(good, request_id=2, event_id=EventID("app-2", 1, 1, bucket), value=b"2")
+    later = good._replace(request_id=2, event_id=EventID("app-2", 1, 1, bucket), value=b"2")
     [batch] = encode_batches([encode(good), broken, encode(later)])
     producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(Topics(namespace).ops, batch, partition=bucket)
