@@ -1,0 +1,557 @@
+"""The core benchmark: one cache server, many subscribers, against raw Kafka in the same run.
+
+``python -m bench.core`` measures, on one Kafka and Redis (the local stack unless
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others):
+
+(a) operations applied per second and events delivered per second through one cache
+    server with ``--subscribers`` ``ALL_KEYS`` subscribers (in their own process);
+(b) put → remote listener latency at ``--rate`` puts per second;
+(c) raw confluent-kafka baselines with the same message sizes and client settings:
+    produce → consume throughput (one consumer, and as many as subscribers), and a
+    two-hop relay (producer → topic → relay process → topic → consumer) for latency;
+
+then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``).
+Machines are noisy: compare the ratios, not the absolute figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+
+from bench.cpu import CpuMeter
+from bench.report import NS_PER_S, Figures, Latency, Targets, Throughput, latency, throughput
+from bench.server import BenchError, ServerProcess
+from bench.workers import (
+    Child,
+    produce,
+    raw_producer,
+    run_raw_consumers,
+    run_relay,
+    run_subscribers,
+    stamped_value,
+)
+from broker.stack import LocalStack
+from clients import BytesSerializer, ClientCache, ClientSettings, Region
+from schemas.errors import BulkOperationError
+from schemas.naming import DEFAULT_TOTAL_BUCKETS
+
+log = logging.getLogger("regionbus.bench")
+
+REGION = "bench"
+_ACK_TIMEOUT_S = 120.0
+_RESULT_TIMEOUT_S = 180.0
+# Tansu closes idle connections; librdkafka reports each at level 6. Errors still show.
+_QUIET = {"log_level": 3}
+_TABLE_WIDTH = 120
+_POSITIVE = click.IntRange(min=1)
+_AT_LEAST_8 = click.IntRange(min=8)  # the send time takes 8 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """The options of one run (see ``python -m bench.core --help``)."""
+
+    ops: int
+    subscribers: int
+    rate: int
+    latency_seconds: float
+    value_bytes: int
+    fetch_wait_max_ms: int
+    linger_ms: int
+    writer: str
+    window: int
+    chunk: int
+    key_space: int
+    warmup_seconds: float
+    idle_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Where the run's Kafka and Redis are, its namespace, and the pids of its services
+    (``server``, and ``kafka`` / ``redis`` when this run started them)."""
+
+    namespace: str
+    kafka_bootstrap_servers: str
+    redis_url: str
+    pids: dict[str, int | None]
+
+    @property
+    def kafka_config(self) -> dict[str, Any]:
+        """librdkafka settings every raw client starts from."""
+        return {"bootstrap.servers": self.kafka_bootstrap_servers, **_QUIET}
+
+    def client_settings(self, options: BenchOptions, **overrides: Any) -> dict[str, Any]:
+        """``ClientSettings`` fields for the regionbus clients of the run."""
+        return {
+            "namespace": self.namespace,
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
+            "fetch_wait_max_ms": options.fetch_wait_max_ms,
+            "linger_ms": options.linger_ms,
+            "kafka_config": dict(_QUIET),
+            **overrides,
+        }
+
+
+# --- writers ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Acks:
+    """Completion of pipelined puts, counted on the pool's reply thread."""
+
+    expected: int
+    acked: int = 0
+    errors: int = 0
+    last_ns: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._all_done = threading.Event()
+        if self.expected == 0:
+            self._all_done.set()
+
+    def done(self, future: Future[None]) -> None:
+        now_ns = time.time_ns()
+        with self._lock:
+            if future.exception() is None:
+                self.acked += 1
+            else:
+                self.errors += 1
+            self.last_ns = now_ns
+            if self.acked + self.errors >= self.expected:
+                self._all_done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._all_done.wait(timeout_s)
+
+
+def _write_async(region: Region, options: BenchOptions) -> tuple[int, _Acks]:
+    """``put_async`` with at most ``window`` puts in flight."""
+    acks = _Acks(options.ops)
+    window = threading.BoundedSemaphore(options.window)
+
+    def release(future: Future[None]) -> None:
+        acks.done(future)
+        window.release()
+
+    start_ns = time.time_ns()
+    for i in range(options.ops):
+        window.acquire()
+        key = f"tp-{i % options.key_space}"
+        region.put_async(key, stamped_value(options.value_bytes)).add_done_callback(release)
+    if not acks.wait(_ACK_TIMEOUT_S):
+        log.warning("%d of %d puts unanswered", options.ops - acks.acked - acks.errors, options.ops)
+    return start_ns, acks
+
+
+def _write_put_all(region: Region, options: BenchOptions) -> tuple[int, _Acks]:
+    """``put_all`` in chunks of ``chunk`` entries, one chunk after the other."""
+    acks = _Acks(options.ops)
+    start_ns = time.time_ns()
+    for first in range(0, options.ops, options.chunk):
+        indexes = range(first, min(first + options.chunk, options.ops))
+        chunk = {f"tp-{i % options.key_space}": stamped_value(options.value_bytes) for i in indexes}
+        failed = 0
+        try:
+            region.put_all(chunk)
+        except BulkOperationError as exc:
+            failed = len(exc.failures)
+        acks.acked += len(chunk) - failed
+        acks.errors += len(indexes) - (len(chunk) - failed)
+        acks.last_ns = time.time_ns()
+    return start_ns, acks
+
+
+def _paced(
+    send: Callable[[int, bytes], None], rate: int, seconds: float, value_bytes: int
+) -> tuple[int, int, int]:
+    """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds.
+
+    Returns:
+        ``(sent, first_send_ns, last_send_ns)`` (wall clock).
+    """
+    total = max(1, int(rate * seconds))
+    interval_ns = NS_PER_S // rate
+    start = time.perf_counter_ns()
+    first_ns = time.time_ns()
+    last_ns = first_ns
+    for i in range(total):
+        wait_ns = start + i * interval_ns - time.perf_counter_ns()
+        if wait_ns > 0:
+            time.sleep(wait_ns / NS_PER_S)
+        send(i, stamped_value(value_bytes))
+        last_ns = time.time_ns()
+    return total, first_ns, last_ns
+
+
+
+# --- phases ----------------------------------------------------------------------------
+
+
+def regionbus_latency(services: Services, options: BenchOptions, writer: Region) -> Latency:
+    """Phase (b): paced ``put_async`` to one remote client's listener."""
+    with Child(
+        run_subscribers,
+        "rb-latency-subscriber",
+        settings=services.client_settings(options),
+        region=REGION,
+        clients=1,
+        record_latency=True,
+        idle_timeout_s=options.idle_timeout_s,
+    ) as subscriber:
+        subscriber.wait_ready()
+        futures: list[Future[None]] = []
+
+        def send(i: int, value: bytes) -> None:
+            futures.append(writer.put_async(f"lat-{i}", value))
+
+        sent, first_ns, last_ns = _paced(
+            send, options.rate, options.latency_seconds, options.value_bytes
+        )
+        errors = sum(1 for f in futures if _failed(f))
+        if errors:
+            log.warning("%d latency puts failed", errors)
+        subscriber.expect(sent - errors)
+        result = subscriber.wait_result(_RESULT_TIMEOUT_S)
+    return latency(
+        sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=options.warmup_seconds,
+        readers=result,
+    )
+
+
+def _failed(future: Future[None]) -> bool:
+    try:
+        future.result(_ACK_TIMEOUT_S)
+    except Exception:
+        return True
+    return False
+
+
+def regionbus_throughput(services: Services, options: BenchOptions, writer: Region) -> Throughput:
+    """Phase (a): pipelined puts with every subscriber receiving every event."""
+    with Child(
+        run_subscribers,
+        "rb-subscribers",
+        settings=services.client_settings(options),
+        region=REGION,
+        clients=options.subscribers,
+        record_latency=False,
+        idle_timeout_s=options.idle_timeout_s,
+    ) as subscribers:
+        subscribers.wait_ready(timeout_s=60.0 + 10.0 * options.subscribers)
+        write = _write_async if options.writer == "async" else _write_put_all
+        cpu = CpuMeter({"writer": os.getpid(), **services.pids})
+        cpu.start()
+        start_ns, acks = write(writer, options)
+        subscribers.expect(acks.acked)
+        result = subscribers.wait_result(_RESULT_TIMEOUT_S)
+        cpu.stop()
+    return throughput(
+        sent=options.ops, acked=acks.acked, errors=acks.errors, start_ns=start_ns,
+        last_ack_ns=acks.last_ns, readers=result, cpu_s=cpu.used_s,
+    )
+
+
+def _create_topics(services: Services, topics: dict[str, int]) -> None:
+    admin = AdminClient(services.kafka_config)
+    for name, future in admin.create_topics(
+        [NewTopic(t, partitions, 1) for t, partitions in topics.items()], operation_timeout=15
+    ).items():
+        try:
+            future.result(timeout=20)
+        except Exception as exc:
+            raise BenchError(f"cannot create topic {name}: {exc}") from exc
+
+
+def raw_throughput(
+    services: Services, options: BenchOptions, readers: int, label: str
+) -> Throughput:
+    """Phase (c1): produce ``ops`` messages to a fresh topic read by ``readers`` consumers."""
+    topic = f"{services.namespace}.raw.{label}"
+    _create_topics(services, {topic: DEFAULT_TOTAL_BUCKETS})
+    with Child(
+        run_raw_consumers,
+        f"raw-consumers-{label}",
+        kafka_config=services.kafka_config,
+        topic=topic,
+        partitions=DEFAULT_TOTAL_BUCKETS,
+        consumers=readers,
+        fetch_wait_max_ms=options.fetch_wait_max_ms,
+        record_latency=False,
+        idle_timeout_s=options.idle_timeout_s,
+    ) as consumers:
+        consumers.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+        services_pids = {k: v for k, v in services.pids.items() if k != "server"}
+        cpu = CpuMeter({"writer": os.getpid(), **services_pids})
+        cpu.start()
+        start_ns = time.time_ns()
+        for i in range(options.ops):
+            key = f"tp-{i % options.key_space}"
+            value = stamped_value(options.value_bytes)
+            produce(producer, topic, value, key.encode(), _partition(key))
+        remaining = producer.flush(_ACK_TIMEOUT_S)
+        acked_ns = time.time_ns()
+        consumers.expect(options.ops - remaining)
+        result = consumers.wait_result(_RESULT_TIMEOUT_S)
+        cpu.stop()
+    return throughput(
+        sent=options.ops, acked=options.ops - remaining, errors=remaining, start_ns=start_ns,
+        last_ack_ns=acked_ns, readers=result, cpu_s=cpu.used_s,
+    )
+
+
+def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
+    """Phase (c2): paced producer → topic → relay process → topic → consumer process."""
+    topic_in = f"{services.namespace}.raw.relay-in"
+    topic_out = f"{services.namespace}.raw.relay-out"
+    _create_topics(services, {topic_in: DEFAULT_TOTAL_BUCKETS, topic_out: 1})
+    with ExitStack() as stack:
+        relay = stack.enter_context(
+            Child(
+                run_relay,
+                "raw-relay",
+                kafka_config=services.kafka_config,
+                topic_in=topic_in,
+                partitions_in=DEFAULT_TOTAL_BUCKETS,
+                topic_out=topic_out,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                linger_ms=options.linger_ms,
+            )
+        )
+        sink = stack.enter_context(
+            Child(
+                run_raw_consumers,
+                "raw-relay-sink",
+                kafka_config=services.kafka_config,
+                topic=topic_out,
+                partitions=1,
+                consumers=1,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                record_latency=True,
+                idle_timeout_s=options.idle_timeout_s,
+            )
+        )
+        relay.wait_ready()
+        sink.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+
+        def send(i: int, value: bytes) -> None:
+            key = f"lat-{i}"
+            produce(producer, topic_in, value, key.encode(), _partition(key))
+
+        sent, first_ns, last_ns = _paced(
+            send, options.rate, options.latency_seconds, options.value_bytes
+        )
+        remaining = producer.flush(_ACK_TIMEOUT_S)
+        sink.expect(sent - remaining)
+        result = sink.wait_result(_RESULT_TIMEOUT_S)
+        relay.result(_RESULT_TIMEOUT_S)
+    return latency(
+        sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=options.warmup_seconds,
+        readers=result,
+    )
+
+
+def _partition(key: str) -> int:
+    """The partition regionbus would use: the key's bucket (CRC-32, as ``bucket_of``)."""
+    return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Let SIGTERM unwind like Ctrl-C, so every child and the stack are stopped."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _latency_and_regionbus_phases(
+    services: Services, options: BenchOptions, console: Console
+) -> tuple[Latency, Latency, Throughput]:
+    """Phases (b), (c2) and (a), with one writer client for both regionbus phases."""
+    writer_cache = ClientCache(
+        ClientSettings(**services.client_settings(options, subscription_enabled=False))
+    )
+    try:
+        writer = writer_cache.create_region(REGION, serializer=BytesSerializer())
+        console.print(f"(b) regionbus: {options.rate} puts/s for {options.latency_seconds} s ...")
+        rb_latency = regionbus_latency(services, options, writer)
+        console.print(f"(c2) raw relay: {options.rate} msgs/s for {options.latency_seconds} s ...")
+        relay_latency = raw_relay_latency(services, options)
+        console.print(f"(a) regionbus: {options.ops:,} puts, {options.subscribers} subscribers ...")
+        rb_throughput = regionbus_throughput(services, options, writer)
+    finally:
+        writer_cache.close()
+    return rb_latency, relay_latency, rb_throughput
+
+
+def run(options: BenchOptions, console: Console) -> Figures:
+    """Start the stack (unless given by env) and one cache server; run every phase.
+
+    Returns:
+        The figures.
+
+    Raises:
+        BenchError: a child process failed or did not answer in time.
+        StackError: Kafka or Redis could not be started.
+    """
+    namespace = f"bench.{secrets.token_hex(3)}"
+    with ExitStack() as stack:
+        local = stack.enter_context(LocalStack(use_docker=False))
+        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-"))
+        server = stack.enter_context(
+            ServerProcess(
+                namespace=namespace,
+                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+                redis_url=local.redis_url,
+                regions=(REGION,),
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                linger_ms=options.linger_ms,
+                log_path=work_dir / "server.log",
+            )
+        )
+        services = Services(
+            namespace, local.kafka_bootstrap_servers, local.redis_url,
+            {
+                "server": server.pid,
+                "kafka": local.kafka.pid if local.kafka else None,
+                "redis": local.redis.pid if local.redis else None,
+            },
+        )
+        console.print(
+            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "
+            f"redis {local.redis_url} ({local.redis_source}), namespace {namespace}, "
+            f"server pid {server.pid}, logs in {work_dir}",
+            style="dim",
+        )
+        rb_latency, relay_latency, rb_throughput = _latency_and_regionbus_phases(
+            services, options, console
+        )
+        # The closed writer's librdkafka handles go only when collected; before the stack
+        # stops, or they log failed reconnects.
+        gc.collect()
+        console.print(
+            f"(c1) raw: {options.ops:,} messages, 1 and {options.subscribers} consumers ..."
+        )
+        raw_one = raw_throughput(services, options, 1, "tp1")
+        raw_fan = raw_throughput(services, options, options.subscribers, "fanout")
+        settings = {
+            **asdict(options),
+            "kafka_source": local.kafka_source,
+            "redis_source": local.redis_source,
+            "namespace": namespace,
+        }
+    return Figures(
+        settings=settings,
+        regionbus_throughput=rb_throughput,
+        regionbus_latency=rb_latency,
+        raw_throughput=raw_one,
+        raw_fanout=raw_fan,
+        raw_relay_latency=relay_latency,
+        targets=Targets(),
+    )
+
+
+@click.command()
+@click.option(
+    "--ops", default=50_000, type=_POSITIVE, show_default=True,
+    help="Puts in the throughput phase (a).",
+)
+@click.option(
+    "--subscribers", default=10, type=_POSITIVE, show_default=True,
+    help="Subscribers in phase (a).",
+)
+@click.option(
+    "--rate", default=1_000, type=_POSITIVE, show_default=True,
+    help="Puts per second in phase (b).",
+)
+@click.option("--latency-seconds", default=20.0, show_default=True, help="Length of (b) and (c2).")
+@click.option(
+    "--value-bytes", default=200, type=_AT_LEAST_8, show_default=True, help="Bytes of every value.",
+)
+@click.option(
+    "--fetch-wait-ms", "fetch_wait_max_ms", default=100, show_default=True,
+    help="fetch.wait.max.ms of every consumer: clients, server and raw.",
+)
+@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
+@click.option(
+    "--writer", type=click.Choice(["async", "put-all"]), default="async", show_default=True,
+    help="Phase (a) writer: put_async with a bounded window, or put_all chunks.",
+)
+@click.option(
+    "--window", default=5_000, type=_POSITIVE, show_default=True, help="Most put_async in flight.",
+)
+@click.option(
+    "--chunk", default=1_000, type=_POSITIVE, show_default=True, help="Entries per put_all call.",
+)
+@click.option(
+    "--key-space", default=10_000, type=_POSITIVE, show_default=True,
+    help="Distinct keys in phase (a).",
+)
+@click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
+@click.option(
+    "--idle-timeout-s", default=30.0, show_default=True,
+    help="Readers give up after this long without a message once the writer is done.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+@click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
+def main(as_json: bool, verbose: bool, **values: Any) -> None:
+    """Measure regionbus throughput and latency against raw Kafka, in one run."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if verbose:
+        log.setLevel(logging.INFO)
+    options = BenchOptions(**values)
+    if options.writer == "put-all" and options.chunk > options.key_space:
+        raise click.BadParameter(
+            "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
+        )
+    console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
+    try:
+        with _sigterm_as_interrupt():
+            figures = run(options, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: everything stopped", style="red")
+        sys.exit(130)
+    except BenchError as exc:
+        console.print(f"benchmark failed: {exc}", style="red")
+        sys.exit(1)
+    figures.print_table(console)
+    if as_json:
+        print(figures.as_json(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The one cache server of a benchmark run, as a child process (``python -m broker serve``).
+
+A separate process so it gets its own core and its own GIL on a 2-core machine. It runs in
+its own session: a Ctrl-C in the terminal reaches only the benchmark, which then stops the
+server with SIGTERM (a graceful stop: final flush and offset commit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from schemas.errors import RegionBusError
+
+_READY_TEXT = "serving namespace"
+_READY_POLL_INTERVAL_S = 0.1
+_LOG_TAIL_CHARS = 2000
+
+
+class BenchError(RegionBusError):
+    """The benchmark could not run: a child process failed, or did not answer in time."""
+
+
+class ServerProcess:
+    """A cache server child process serving one namespace.
+
+    Args:
+        namespace: Site namespace.
+        kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
+        redis_url: Redis URL.
+        regions: Regions the server defines at start.
+        fetch_wait_max_ms: Passed as ``REGIONBUS_FETCH_WAIT_MAX_MS`` (librdkafka
+            ``fetch.wait.max.ms`` of the server's consumer).
+        linger_ms: Passed as ``REGIONBUS_LINGER_MS`` (producer ``linger.ms``).
+        log_path: Where the server's stdout and stderr go.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        kafka_bootstrap_servers: str,
+        redis_url: str,
+        regions: tuple[str, ...],
+        fetch_wait_max_ms: int,
+        linger_ms: int,
+        log_path: Path,
+    ) -> None:
+        self.namespace = namespace
+        self.kafka_bootstrap_servers = kafka_bootstrap_servers
+        self.redis_url = redis_url
+        self.regions = regions
+        self.fetch_wait_max_ms = fetch_wait_max_ms
+        self.linger_ms = linger_ms
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs, else None."""
+        if self._process is None or self._process.poll() is not None:
+            return None
+        return self._process.pid
+
+    def command(self) -> list[str]:
+        """The command line that starts the server."""
+        command = [
+            sys.executable, "-m", "broker", "serve",
+            "--namespace", self.namespace,
+            "--kafka", self.kafka_bootstrap_servers,
+            "--redis", self.redis_url,
+        ]
+        for region in self.regions:
+            command += ["--region", region]
+        return command
+
+    def start(self, ready_timeout_s: float = 60.0) -> None:
+        """Start the server and wait until it logs that it serves the namespace.
+
+        Args:
+            ready_timeout_s: Longest wait for start-up, in seconds.
+
+        Raises:
+            BenchError: the server exited or did not get ready in time (the message ends
+                with the tail of its log).
+        """
+        env = dict(os.environ)
+        env["REGIONBUS_FETCH_WAIT_MAX_MS"] = str(self.fetch_wait_max_ms)
+        env["REGIONBUS_LINGER_MS"] = str(self.linger_ms)
+        env["PYTHONUNBUFFERED"] = "1"
+        with self.log_path.open("ab") as log_file:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        while _READY_TEXT not in self._log_text():
+            if self._process.poll() is not None:
+                raise BenchError(
+                    f"cache server exited with {self._process.returncode}: {self._log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BenchError(
+                    f"cache server not ready within {ready_timeout_s} s: {self._log_tail()}"
+                )
+            time.sleep(_READY_POLL_INTERVAL_S)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM (graceful), then SIGKILL after ``timeout_s`` seconds. Safe to repeat."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _log_tail(self) -> str:
+        return self._log_text()[-_LOG_TAIL_CHARS:]
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,446 @@
+"""The benchmark's child processes and how the parent talks to them.
+
+Readers run in processes of their own (``spawn``: never fork a process that holds
+librdkafka threads), so the writer, the readers and the cache server use separate cores.
+Three kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), raw
+Kafka consumers (``assign()``, no decoding) and the raw two-hop relay.
+
+Protocol over a duplex pipe: the child sends ``("ready", None)`` once connected; the
+parent may send ``("expect", n)`` (stop when every reader has n messages, or when nothing
+arrived for ``idle_timeout_s``) or ``("stop", None)``; the child answers
+``("result", {...})`` and exits. Children ignore SIGINT (the parent decides when to stop)
+and turn SIGTERM into ``SystemExit`` so their clients close.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from bench.server import BenchError
+from clients import (
+    ALL_KEYS,
+    BytesSerializer,
+    CacheListener,
+    ClientCache,
+    ClientSettings,
+    EntryEvent,
+    InterestResultPolicy,
+)
+
+log = logging.getLogger("regionbus.bench")
+
+TIMESTAMP_BYTES = 8
+"""Every benchmark value starts with its send time: ``time.time_ns()``, 8 bytes big-endian."""
+
+_POLL_INTERVAL_S = 0.02
+_CONSUME_BATCH = 500
+_CONSUME_TIMEOUT_S = 0.1
+
+
+def stamped_value(value_bytes: int) -> bytes:
+    """A value of ``value_bytes`` bytes (at least 8) starting with the send time in ns."""
+    return time.time_ns().to_bytes(TIMESTAMP_BYTES, "big") + b"x" * (value_bytes - TIMESTAMP_BYTES)
+
+
+@dataclass
+class Tally:
+    """What one reader received: count, first and last receive time, and send times.
+
+    Attributes:
+        record_latency: Keep ``(send_ns, receive_ns)`` of every message.
+        count: Messages received.
+        first_ns: Wall-clock receive time of the first message (``time.time_ns()``).
+        last_ns: Wall-clock receive time of the last message.
+        sent_ns: Send times read from the values (when ``record_latency``).
+        received_ns: Receive times, in the order of ``sent_ns``.
+    """
+
+    record_latency: bool
+    count: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    sent_ns: list[int] = field(default_factory=list)
+    received_ns: list[int] = field(default_factory=list)
+
+    def hit(self, value: bytes | None) -> None:
+        """Count one message received now."""
+        now_ns = time.time_ns()
+        if not self.count:
+            self.first_ns = now_ns
+        self.count += 1
+        self.last_ns = now_ns
+        if self.record_latency and value is not None and len(value) >= TIMESTAMP_BYTES:
+            self.sent_ns.append(int.from_bytes(value[:TIMESTAMP_BYTES], "big"))
+            self.received_ns.append(now_ns)
+
+
+def _tallies_result(tallies: list[Tally], status: str, cpu_start_s: float) -> dict[str, Any]:
+    return {
+        "status": status,
+        "cpu_s": time.process_time() - cpu_start_s,
+        "counts": [t.count for t in tallies],
+        "first_ns": [t.first_ns for t in tallies],
+        "last_ns": [t.last_ns for t in tallies],
+        "sent_ns": [s for t in tallies for s in t.sent_ns],
+        "received_ns": [r for t in tallies for r in t.received_ns],
+    }
+
+
+def _wait_until_done(conn: Connection, tallies: list[Tally], idle_timeout_s: float) -> str:
+    """Serve the parent's messages until every reader has what it expects, or a stop."""
+    expected: int | None = None
+    last_total = -1
+    last_change = time.monotonic()
+    while True:
+        if conn.poll(_POLL_INTERVAL_S):
+            kind, arg = conn.recv()
+            if kind == "stop":
+                return "stopped"
+            if kind == "expect":
+                expected = int(arg)
+                last_change = time.monotonic()
+        if expected is not None and all(t.count >= expected for t in tallies):
+            return "complete"
+        total = sum(t.count for t in tallies)
+        now = time.monotonic()
+        if total != last_total:
+            last_total, last_change = total, now
+        elif expected is not None and now - last_change > idle_timeout_s:
+            return "idle"
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _child_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+# --- regionbus subscribers ---------------------------------------------------------------
+
+
+class _CountingListener(CacheListener):
+    """Counts creates and updates (and their latency) into a :class:`Tally`."""
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+
+    def after_create(self, event: EntryEvent) -> None:
+        self._tally.hit(event.new_value_bytes)
+
+    def after_update(self, event: EntryEvent) -> None:
+        self._tally.hit(event.new_value_bytes)
+
+
+def run_subscribers(
+    conn: Connection,
+    *,
+    settings: dict[str, Any],
+    region: str,
+    clients: int,
+    record_latency: bool,
+    idle_timeout_s: float,
+) -> None:
+    """Child: ``clients`` ClientCaches, each with ``ALL_KEYS`` interest and a counting listener.
+
+    Args:
+        conn: The pipe to the parent.
+        settings: ``ClientSettings`` fields (namespace, bootstrap servers, fetch wait, ...).
+        region: The region to subscribe to (values are raw bytes).
+        clients: How many client caches (each has its own subscription queue).
+        record_latency: Keep send and receive times of every event.
+        idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
+    """
+    _child_signals()
+    caches: list[ClientCache] = []
+    try:
+        tallies = [Tally(record_latency) for _ in range(clients)]
+        client_settings = ClientSettings(**settings)
+        for tally in tallies:
+            cache = ClientCache(client_settings, client_id=f"bench-sub-{uuid.uuid4().hex[:10]}")
+            caches.append(cache)
+            cache.create_region(
+                region, listeners=[_CountingListener(tally)], serializer=BytesSerializer()
+            ).register_interest(ALL_KEYS, InterestResultPolicy.NONE)
+        cpu_start_s = time.process_time()
+        conn.send(("ready", None))
+        status = _wait_until_done(conn, tallies, idle_timeout_s)
+        conn.send(("result", _tallies_result(tallies, status, cpu_start_s)))
+    finally:
+        for cache in caches:
+            with suppress(Exception):
+                cache.close()
+
+
+# --- raw Kafka -------------------------------------------------------------------------
+
+
+def raw_producer(kafka_config: dict[str, Any], linger_ms: int) -> Producer:
+    """A producer with the clients' settings: ``linger.ms``, ``acks=all``, idempotence."""
+    return Producer(
+        {**kafka_config, "linger.ms": linger_ms, "acks": "all", "enable.idempotence": True}
+    )
+
+
+def produce(
+    producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int
+) -> None:
+    """Produce one message, serving delivery reports while the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def take(consumer: Consumer) -> list[KafkaMessage]:
+    """Wait up to 100 ms for one message, then take whatever else is already fetched.
+
+    ``Consumer.consume(n, timeout)`` alone would wait for ``n`` messages or the whole
+    timeout, adding up to the timeout to every hop: not a fair baseline.
+    """
+    first = consumer.poll(_CONSUME_TIMEOUT_S)
+    if first is None:
+        return []
+    return [first, *consumer.consume(_CONSUME_BATCH - 1, 0)]
+
+
+def _raw_consumer(
+    kafka_config: dict[str, Any], topic: str, partitions: int, fetch_wait_max_ms: int
+) -> Consumer:
+    consumer = Consumer(
+        {
+            **kafka_config,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:10]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": fetch_wait_max_ms,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    return consumer
+
+
+def run_raw_consumers(
+    conn: Connection,
+    *,
+    kafka_config: dict[str, Any],
+    topic: str,
+    partitions: int,
+    consumers: int,
+    fetch_wait_max_ms: int,
+    record_latency: bool,
+    idle_timeout_s: float,
+) -> None:
+    """Child: ``consumers`` threads, each an ``assign()`` consumer reading a whole topic.
+
+    Messages are counted, not decoded (the raw baseline).
+
+    Args:
+        conn: The pipe to the parent.
+        kafka_config: ``bootstrap.servers`` and any security settings.
+        topic: Topic to read from its beginning.
+        partitions: Its partition count.
+        consumers: How many independent readers (each sees every message).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``, as the regionbus clients use.
+        record_latency: Keep send and receive times of every message.
+        idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
+    """
+    _child_signals()
+    tallies = [Tally(record_latency) for _ in range(consumers)]
+    stop = threading.Event()
+    ready = threading.Semaphore(0)
+
+    def read(tally: Tally) -> None:
+        consumer = _raw_consumer(kafka_config, topic, partitions, fetch_wait_max_ms)
+        try:
+            first = True
+            while not stop.is_set():
+                messages = take(consumer)
+                if first:
+                    ready.release()
+                    first = False
+                for message in messages:
+                    if message.error() is None:
+                        tally.hit(message.value())
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=read, args=(t,), daemon=True) for t in tallies]
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in threads:
+            ready.acquire()
+        cpu_start_s = time.process_time()
+        conn.send(("ready", None))
+        status = _wait_until_done(conn, tallies, idle_timeout_s)
+        conn.send(("result", _tallies_result(tallies, status, cpu_start_s)))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+
+
+def run_relay(
+    conn: Connection,
+    *,
+    kafka_config: dict[str, Any],
+    topic_in: str,
+    partitions_in: int,
+    topic_out: str,
+    fetch_wait_max_ms: int,
+    linger_ms: int,
+) -> None:
+    """Child: the raw hop in the middle; reads ``topic_in`` and produces each message, as
+    is, to partition 0 of ``topic_out`` until the parent says stop.
+
+    Args:
+        conn: The pipe to the parent.
+        kafka_config: ``bootstrap.servers`` and any security settings.
+        topic_in: Topic read with ``assign()`` from its beginning.
+        partitions_in: Its partition count.
+        topic_out: Topic written (one partition, like a subscription queue).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the consumer.
+        linger_ms: ``linger.ms`` of the producer.
+    """
+    _child_signals()
+    consumer = _raw_consumer(kafka_config, topic_in, partitions_in, fetch_wait_max_ms)
+    producer = raw_producer(kafka_config, linger_ms)
+    relayed = 0
+    try:
+        take(consumer)
+        conn.send(("ready", None))
+        while not conn.poll(0):
+            for message in take(consumer):
+                if message.error() is None:
+                    produce(producer, topic_out, message.value(), message.key(), 0)
+                    relayed += 1
+            producer.poll(0)
+        producer.flush(30)
+        conn.send(("result", {"relayed": relayed}))
+    finally:
+        consumer.close()
+
+
+# --- the parent's side -----------------------------------------------------------------
+
+
+class Child:
+    """A child process running one of the ``run_*`` functions of this module.
+
+    Args:
+        target: The function (called with the pipe and ``kwargs``).
+        name: Process name, for logs.
+        **kwargs: Its keyword arguments (picklable).
+
+    Use as a context manager: it starts on enter and on exit stops the child, politely
+    first (``stop`` message), then SIGTERM, then SIGKILL.
+    """
+
+    def __init__(self, target: Callable[..., None], name: str, **kwargs: Any) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe(duplex=True)
+        self._process: BaseProcess = context.Process(
+            target=target, name=name, args=(child_conn,), kwargs=kwargs, daemon=True
+        )
+        self.name = name
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id once started."""
+        return self._process.pid
+
+    def start(self) -> Self:
+        """Start the child process."""
+        self._process.start()
+        log.info("%s started: pid %s", self.name, self._process.pid)
+        return self
+
+    def _receive(self, kind: str, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not self._conn.poll(0.1):
+            if not self._process.is_alive():
+                raise BenchError(f"{self.name} exited with {self._process.exitcode}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.name}: no {kind!r} within {timeout_s} s")
+        got, arg = self._conn.recv()
+        if got != kind:
+            raise BenchError(f"{self.name}: expected {kind!r}, got {got!r}")
+        return arg
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait for the child's ``ready``.
+
+        Raises:
+            BenchError: the child exited or was not ready within ``timeout_s`` seconds.
+        """
+        self._receive("ready", timeout_s)
+
+    def expect(self, count: int) -> None:
+        """Tell the child how many messages each of its readers should get."""
+        self._conn.send(("expect", count))
+
+    def result(self, timeout_s: float) -> dict[str, Any]:
+        """Ask the child to finish now and return its result.
+
+        Raises:
+            BenchError: the child exited or did not answer within ``timeout_s`` seconds.
+        """
+        self._conn.send(("stop", None))
+        result: dict[str, Any] = self._receive("result", timeout_s)
+        return result
+
+    def wait_result(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the result the child sends once its readers are done (after ``expect``).
+
+        Raises:
+            BenchError: the child exited or did not answer within ``timeout_s`` seconds.
+        """
+        result: dict[str, Any] = self._receive("result", timeout_s)
+        return result
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """End the child: a ``stop`` message, then SIGTERM, then SIGKILL. Safe to repeat."""
+        if self._process.pid is None:
+            return
+        if self._process.is_alive():
+            with suppress(OSError, ValueError):
+                self._conn.send(("stop", None))
+            self._process.join(timeout_s)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
