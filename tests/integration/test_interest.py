@@ -148,3 +148,22 @@ def test_no_gap_at_registration_while_another_client_puts_the_same_keys(
             # is the successor of the bulk-loaded value
             assert values[0] == loaded[key] + 1, (key, loaded[key], values[:3])
     assert reader.local_entries() == {k: rounds - 1 for k in keys}
+
+
+def test_the_registry_in_redis_keeps_each_registration_with_its_flags(
+    cache_server, client_factory
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    cache: ClientCache = client_factory()
+    region = cache.create_region("r")
+    region.register_interest(["k1"], durable=True)
+    region.register_interest_regex("a.*", receive_values=False)
+    region.register_interest(ALL_KEYS, InterestResultPolicy.NONE)
+    stored = cache_server.store.redis.hgetall(cache_server.store.keys.interest(cache.client_id))
+    records = {k.decode().replace("\x00", "|"): json.loads(v) for k, v in stored.items()}
+    assert records == {
+        "r|KEYS|k1": {"receive_values": True, "durable": True},
+        "r|REGEX|a.*": {"receive_values": False, "durable": False},
+        "r|ALL_KEYS|": {"receive_values": True, "durable": False},
+    }
