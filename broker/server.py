@@ -876,7 +876,7 @@ class CacheServer:
             k for k in spec.keys if bucket_of(op.region, k, self.settings.total_buckets) == bucket
         ]
         if spec.policy is InterestResultPolicy.NONE:
-            exists = op.region in self.store.region_names() or self._region_exists(op.region)
+            exists = self._region_exists(op.region)
             entries: list[Entry] = []
         else:
             exists, entries = self.store.snapshot(op.region, bucket, spec, keys)
