@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -144,20 +145,29 @@ def region_list(**options: Any) -> None:
         click.echo(name)
 
 
-@main.group()
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used (the demo pulls in pandas,
+    which every ``regionbus serve`` would otherwise pay for at start)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self._lazy.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = target.partition(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attribute)
+        return command
+
+
+@main.group(cls=_LazyGroup, lazy={"flights": "demo.flights:flights_command"})
 def demo() -> None:
     """Demonstrations on real data."""
-
-
-def _register_demos() -> None:
-    try:
-        from demo.flights import flights_command
-    except ImportError:  # the demo package is optional in slim images
-        return
-    demo.add_command(flights_command, "flights")
-
-
-_register_demos()
 
 
 if __name__ == "__main__":

@@ -60,7 +60,6 @@ from schemas.messages import (
     EventKind,
     InterestKind,
     InterestResultPolicy,
-    InterestSpec,
     Operation,
     OperationKind,
     Reply,
@@ -777,7 +776,7 @@ class CacheServer:
             self.registry.unregister(op.client_id, op.region, op.interest)
             self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
         elif op.kind is OperationKind.KEYS:
-            exists, entries = self.store.snapshot(op.region, bucket, _ALL_KEYS_SPEC)
+            exists, entries = self.store.snapshot(op.region, bucket, with_values=False)
             if not exists:
                 self._reply_region_missing(op, bucket)
                 return
@@ -879,16 +878,21 @@ class CacheServer:
             exists = self._region_exists(op.region)
             entries: list[Entry] = []
         else:
-            exists, entries = self.store.snapshot(op.region, bucket, spec, keys)
+            key_filter = None
+            if spec.kind is InterestKind.REGEX:
+                pattern = compile_interest_regex(spec.regex)
+                key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
+            exists, entries = self.store.snapshot(
+                op.region,
+                bucket,
+                keys if spec.kind is InterestKind.KEYS else None,
+                key_filter,
+                with_values=spec.policy is InterestResultPolicy.KEYS_VALUES,
+            )
         if not exists:
             self._reply_region_missing(op, bucket)
             return
         self.registry.register(op.client_id, op.region, spec, bucket, keys)
-        if spec.kind is InterestKind.REGEX:
-            pattern = compile_interest_regex(spec.regex)
-            entries = [e for e in entries if pattern.fullmatch(e.key)]
-        if spec.policy is InterestResultPolicy.KEYS:
-            entries = [Entry(e.key, e.version) for e in entries]
         self._reply_entries(op, bucket, entries)
 
     def _region_exists(self, region: str) -> bool:
@@ -1001,9 +1005,6 @@ class CacheServer:
             self._committed[(tp.topic, tp.partition)] = tp.offset
             if tp.topic == self.topics.ops:
                 self.store.prune_results(tp.partition, tp.offset)
-
-
-_ALL_KEYS_SPEC = InterestSpec(InterestKind.ALL_KEYS)
 
 
 def _region_kind(kind: OperationKind) -> EventKind:

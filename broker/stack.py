@@ -24,7 +24,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from schemas.errors import RegionBusError
+from schemas.errors import StackError
 
 _log = logging.getLogger(__name__)
 
@@ -46,10 +46,6 @@ _TANSU_ENV_VARS = (
     "SCHEMA_REGISTRY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
-
-
-class StackError(RegionBusError):
-    """A local Kafka or Redis could not be found, started or reached."""
 
 
 class _NotReadyError(Exception):

@@ -12,7 +12,7 @@ Redis errors are translated here, at this one boundary, into :class:`TransportEr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -22,7 +22,7 @@ import redis
 
 from schemas.errors import TransportError
 from schemas.eventid import EventID
-from schemas.messages import Entry, EventKind, InterestKind, InterestSpec, OperationKind
+from schemas.messages import Entry, EventKind, OperationKind
 from schemas.naming import RedisKeys
 
 
@@ -261,41 +261,53 @@ class RegionStore:
         return _to_entry(key, exists, meta, value)
 
     def snapshot(
-        self, region: str, bucket: int, spec: InterestSpec, keys: Sequence[str] = ()
+        self,
+        region: str,
+        bucket: int,
+        keys: Sequence[str] | None = None,
+        key_filter: Callable[[str], bool] | None = None,
+        with_values: bool = True,
     ) -> tuple[bool, list[Entry]]:
-        """Read the entries of one bucket that a registration covers, atomically.
+        """Read the entries of one bucket that a registration covers.
+
+        One owner processes a bucket's operations in order, so nothing changes the bucket
+        between the two reads (metadata, then the values of the keys that qualify).
 
         Args:
             region: Region name.
             bucket: The bucket.
-            spec: ALL_KEYS and REGEX read the whole bucket (the caller filters by regex);
-                KEYS reads only ``keys``.
-            keys: For a KEYS spec, the keys of this bucket.
+            keys: Read only these keys (a KEYS registration); None reads the whole bucket.
+            key_filter: Keep only keys it accepts (a REGEX registration), applied before
+                any value is read.
+            with_values: Read values too (policy KEYS_VALUES); else entries carry none.
 
         Returns:
-            ``(region_exists, entries)``; with ``with_values`` False in effect (policy KEYS)
-            the caller drops values.
+            ``(region_exists, entries)``.
 
         Raises:
             TransportError: Redis failed.
         """
         meta_key = self.keys.region_meta(region, bucket)
-        values_key = self.keys.region_values(region, bucket)
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
             pipe.sismember(self.keys.regions, region)
-            if spec.kind is InterestKind.KEYS:
+            if keys is not None:
                 pipe.hmget(meta_key, list(keys) or [""])
-                pipe.hmget(values_key, list(keys) or [""])
-                exists, metas, values = pipe.execute()
-                raw = [(k, m, v) for k, m, v in zip(keys, metas, values, strict=False) if m]
+                exists, metas = pipe.execute()
+                found = [(k, m) for k, m in zip(keys, metas, strict=False) if m]
             else:
                 pipe.hgetall(meta_key)
-                pipe.hgetall(values_key)
-                exists, metas, values = pipe.execute()
-                raw = [(k.decode(), m, values.get(k)) for k, m in metas.items()]
+                exists, all_metas = pipe.execute()
+                found = [(k.decode(), m) for k, m in all_metas.items()]
+            if key_filter is not None:
+                found = [(k, m) for k, m in found if key_filter(k)]
+            values: list[bytes | None] = [None] * len(found)
+            if with_values and found:
+                values = self.redis.hmget(
+                    self.keys.region_values(region, bucket), [k for k, _ in found]
+                )
         entries = []
-        for key, meta, value in raw:
+        for (key, meta), value in zip(found, values, strict=True):
             version, _, serializer = meta.decode().partition("|")
             entries.append(Entry(key, int(version), value, serializer or None))
         return bool(exists), entries
@@ -308,6 +320,6 @@ class RegionStore:
         """
         out: dict[str, Entry] = {}
         for bucket in range(self.total_buckets):
-            _, found = self.snapshot(region, bucket, InterestSpec(InterestKind.ALL_KEYS))
+            _, found = self.snapshot(region, bucket)
             out.update((e.key, e) for e in found)
         return out

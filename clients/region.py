@@ -353,6 +353,35 @@ class Region:
             callback_argument=callback_argument,
         )
 
+    def local_destroy(self, key: str, callback_argument: bytes | None = None) -> None:
+        """Remove an entry from the local cache only (Geode ``localDestroy``): nothing is
+        sent to the server; ``after_destroy`` fires here.
+
+        Raises:
+            EntryNotFoundError: the key is not held locally.
+        """
+        self._check_alive()
+        with self._lock:
+            local = self._entries.pop(key, None)
+        if local is None:
+            raise EntryNotFoundError(f"entry {key!r} not in local region {self.name!r}")
+        self._fire_entry(
+            EventKind.DESTROY, key, None, local.value, local.serializer, None, local.version,
+            origin_remote=False, callback_argument=callback_argument,
+        )
+
+    def local_clear(self, callback_argument: bytes | None = None) -> None:
+        """Empty the local cache only (Geode ``localClear``): nothing is sent to the server;
+        ``after_region_clear`` fires here. Interest registrations stay.
+        """
+        self._check_alive()
+        with self._lock:
+            self._entries.clear()
+        self._call_listeners(
+            "after_region_clear",
+            RegionEvent(self.name, EventKind.REGION_CLEAR, None, False, callback_argument),
+        )
+
     def clear(self, callback_argument: bytes | None = None) -> None:
         """Clear the region on the server (every client with interest in it is told), then
         locally.

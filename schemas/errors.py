@@ -98,7 +98,7 @@ class ServerOperationError(RegionBusError):
 
 
 class StackError(RegionBusError):
-    """The local (embedded) stack could not be started or stopped."""
+    """A local (embedded) Kafka or Redis could not be found, started or reached."""
 
 
 # --- retriable -----------------------------------------------------------------------

@@ -215,3 +215,19 @@ def test_operations_on_an_undefined_region_raise(cache_server, client_factory) -
         region.get("a")
     with pytest.raises(RegionNotFoundError):
         region.register_interest(ALL_KEYS)
+
+
+def test_local_destroy_and_local_clear_change_only_this_client(pair, cache_server) -> None:  # type: ignore[no-untyped-def]
+    writer, reader, recorder = pair
+    writer.put_all({"a": 1, "b": 2})
+    Sentinel(writer, recorder).fence()
+    reader.local_destroy("a")
+    assert recorder.snapshot() == [("destroy", "a", None)]
+    assert not reader.contains_key("a")
+    with pytest.raises(EntryNotFoundError):
+        reader.local_destroy("a")
+    reader.local_clear()
+    assert reader.keys() == []
+    assert recorder.snapshot()[-1] == ("region_clear", "r", None)
+    assert set(cache_server.store.entries("r")) == {"a", "b", "sentinel"}
+    assert reader.get("a") == 1  # still on the server

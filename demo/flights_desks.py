@@ -1,0 +1,412 @@
+"""The subscribed clients of the flights demo: carrier desk, airport desk, dashboard.
+
+Each desk is its own :class:`clients.ClientCache` with a ``CACHING_PROXY`` region
+``flights`` and a counting :class:`CacheListener`:
+
+- the **carrier desk** registers a regex on its carrier's keys (``"UA-.*"``);
+- the **airport desk** registers the list of keys of every flight departing its airport;
+- the **dashboard** is "today's board" with ``receive_values=False``: for each published
+  day it registers that day's keys (policy ``KEYS``, so they load as invalid entries) and
+  drops the previous day's registration. Per SPEC §3 it then gets invalidates for the
+  day's departures and arrivals and destroys for its cancellations.
+
+A desk runs in the caller's process (:class:`Desk`) or in a child process of its own
+(:class:`DeskProcess`, same interface), and hands back a :class:`DeskResult`: its counters
+and a snapshot of its cache, for the caller to check against the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from clients import CacheListener, ClientCache, ClientSettings, EntryEvent, InterestResultPolicy
+from schemas.errors import RegionBusError
+
+REGION = "flights"
+"""Name of the replayed region."""
+
+
+class DeskError(RegionBusError):
+    """A desk failed: it could not start, register interest, or report back."""
+
+
+class DeskKind(enum.Enum):
+    """What a desk subscribes to."""
+
+    CARRIER = "carrier"
+    AIRPORT = "airport"
+    DASHBOARD = "dashboard"
+
+
+@dataclass(frozen=True)
+class DeskSpec:
+    """What one desk is.
+
+    Attributes:
+        name: Label in reports, e.g. ``"carrier desk UA"``.
+        kind: CARRIER (``regex``), AIRPORT (``keys``) or DASHBOARD (days given later).
+        regex: The carrier desk's interest regex.
+        keys: The airport desk's interest keys (they need not exist yet).
+    """
+
+    name: str
+    kind: DeskKind
+    regex: str | None = None
+    keys: tuple[str, ...] = ()
+
+
+@dataclass
+class EventCounts:
+    """Listener calls of one desk, by kind."""
+
+    creates: int = 0
+    updates: int = 0
+    invalidates: int = 0
+    destroys: int = 0
+
+
+class CountingListener(CacheListener):
+    """Counts the events a desk's listener sees (runs on the subscription thread)."""
+
+    def __init__(self) -> None:
+        self.counts = EventCounts()
+
+    def after_create(self, event: EntryEvent) -> None:
+        """Count a create."""
+        self.counts.creates += 1
+
+    def after_update(self, event: EntryEvent) -> None:
+        """Count an update."""
+        self.counts.updates += 1
+
+    def after_invalidate(self, event: EntryEvent) -> None:
+        """Count an invalidate."""
+        self.counts.invalidates += 1
+
+    def after_destroy(self, event: EntryEvent) -> None:
+        """Count a destroy."""
+        self.counts.destroys += 1
+
+
+@dataclass
+class DeskResult:
+    """What a desk reports at the end.
+
+    Attributes:
+        name: The desk's label.
+        events_received: Events read from its subscription queue (duplicates included).
+        events_delivered: Events handed to its region (duplicates excluded).
+        duplicates_dropped: Events dropped by message tracking.
+        counts: Listener calls by kind.
+        entries: Snapshot of its local cache, ``{key: value, or None when invalid}``.
+        quiet: Whether its queue went quiet before the timeout.
+        shown_keys: For the dashboard, the keys of the day registered last (None otherwise).
+        days_shown: For the dashboard, how many day registrations it made.
+        registration_s_max: For the dashboard, the longest day change, in seconds.
+    """
+
+    name: str
+    events_received: int
+    events_delivered: int
+    duplicates_dropped: int
+    counts: EventCounts
+    entries: dict[str, Any]
+    quiet: bool
+    shown_keys: tuple[str, ...] | None = None
+    days_shown: int = 0
+    registration_s_max: float = 0.0
+
+
+class DeskHandle(Protocol):
+    """What the replayer needs of a desk, wherever it runs."""
+
+    spec: DeskSpec
+
+    def show_day(self, keys: tuple[str, ...]) -> None:
+        """Ask the dashboard to show a new day (ignored by other desks); returns at once."""
+
+    def finish(self, expected_events: int | None, timeout_s: float) -> DeskResult:
+        """Wait for the desk to catch up and go quiet, then report."""
+
+    def close(self) -> None:
+        """Disconnect the desk."""
+
+
+@dataclass
+class _DayBoard:
+    """The dashboard's pending and shown day registrations (guarded by ``cond``)."""
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    wanted: tuple[str, ...] | None = None
+    shown: tuple[str, ...] | None = None
+    days_shown: int = 0
+    registration_s_max: float = 0.0
+    error: BaseException | None = None
+    stop: bool = False
+
+
+class Desk:
+    """A desk in this process.
+
+    Connects and registers the carrier or airport interest before returning, so every
+    later change of a matching key reaches it.
+
+    Args:
+        spec: What the desk subscribes to.
+        settings: Client settings (namespace, Kafka); the client id is generated.
+
+    Raises:
+        TransportError: Kafka cannot be reached or no server of the namespace runs.
+        RegionNotFoundError: the servers do not define region ``flights``.
+        ServerTimeoutError: the registration was not answered within ``read_timeout_ms``.
+    """
+
+    def __init__(self, spec: DeskSpec, settings: ClientSettings) -> None:
+        self.spec = spec
+        self.listener = CountingListener()
+        self.cache = ClientCache(settings)
+        try:
+            self.region = self.cache.create_region(REGION, listeners=[self.listener])
+            if spec.kind is DeskKind.CARRIER:
+                assert spec.regex is not None
+                self.region.register_interest_regex(spec.regex)
+            elif spec.kind is DeskKind.AIRPORT:
+                self.region.register_interest(list(spec.keys))
+        except BaseException:
+            self.cache.close()
+            raise
+        self._board = _DayBoard()
+        self._worker: threading.Thread | None = None
+        if spec.kind is DeskKind.DASHBOARD:
+            self._worker = threading.Thread(
+                target=self._show_days, name="dashboard-days", daemon=True
+            )
+            self._worker.start()
+
+    def show_day(self, keys: tuple[str, ...]) -> None:
+        """Ask the dashboard to show the day of these flight keys; returns at once.
+
+        The registration runs on the dashboard's own thread. If it falls behind, only the
+        newest requested day is registered (the board skips days rather than lag).
+        Ignored by the carrier and airport desks.
+        """
+        if self.spec.kind is not DeskKind.DASHBOARD:
+            return
+        with self._board.cond:
+            self._board.wanted = keys
+            self._board.cond.notify_all()
+
+    def _show_days(self) -> None:
+        board = self._board
+        while True:
+            with board.cond:
+                while not board.stop and board.wanted == board.shown:
+                    board.cond.wait()
+                if board.stop:
+                    return
+                wanted, previous = board.wanted, board.shown
+            assert wanted is not None
+            started = time.monotonic()
+            try:
+                # Yesterday off the board: stop its events, drop its entries here only (events
+                # of it still queued find nothing held, so they change nothing), then load
+                # today's keys as invalid entries. A key list costs the server one read of
+                # those keys, where a day regex would scan the whole region.
+                if previous is not None:
+                    self.region.unregister_interest(list(previous))
+                self.region.local_clear()
+                self.region.register_interest(
+                    list(wanted), policy=InterestResultPolicy.KEYS, receive_values=False
+                )
+            except BaseException as exc:
+                with board.cond:
+                    board.error = exc
+                    board.stop = True
+                    board.cond.notify_all()
+                return
+            took_s = time.monotonic() - started
+            with board.cond:
+                board.shown = wanted
+                board.days_shown += 1
+                board.registration_s_max = max(board.registration_s_max, took_s)
+                board.cond.notify_all()
+
+    def _wait_board(self, deadline: float) -> None:
+        board = self._board
+        with board.cond:
+            while board.error is None and board.wanted != board.shown:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DeskError(f"{self.spec.name}: day registration did not finish in time")
+                board.cond.wait(remaining)
+            if board.error is not None:
+                raise DeskError(
+                    f"{self.spec.name}: day registration failed: {board.error}"
+                ) from board.error
+
+    def finish(self, expected_events: int | None, timeout_s: float) -> DeskResult:
+        """Wait until the desk has caught up and its queue is quiet, then report.
+
+        Args:
+            expected_events: Events it must have delivered before it can be quiet (the
+                operations on its keys), or None to wait for quiet only.
+            timeout_s: Longest wait, in seconds.
+
+        Returns:
+            Its counters and a snapshot of its cache (``quiet`` False if time ran out).
+
+        Raises:
+            DeskError: the dashboard's last day registration failed or did not finish.
+        """
+        deadline = time.monotonic() + timeout_s
+        self._wait_board(deadline)
+        stats = self.cache.subscription_stats
+        while expected_events is not None and stats.events_delivered < expected_events:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        remaining_s = max(1.0, deadline - time.monotonic())
+        quiet = self.cache.wait_for_quiet(idle_s=0.5, timeout_s=remaining_s)
+        return DeskResult(
+            name=self.spec.name,
+            events_received=stats.events_received,
+            events_delivered=stats.events_delivered,
+            duplicates_dropped=stats.duplicates_dropped,
+            counts=EventCounts(**vars(self.listener.counts)),
+            entries=self.region.local_entries(),
+            quiet=quiet,
+            shown_keys=self._board.shown,
+            days_shown=self._board.days_shown,
+            registration_s_max=self._board.registration_s_max,
+        )
+
+    def close(self) -> None:
+        """Stop the day worker and disconnect (queue and interest are removed)."""
+        with self._board.cond:
+            self._board.stop = True
+            self._board.cond.notify_all()
+        if self._worker is not None:
+            self._worker.join(10)
+        self.cache.close()
+
+
+def _desk_main(spec: DeskSpec, settings: dict[str, Any], conn: Connection) -> None:
+    """Body of a desk child process: build the desk, then obey the parent's commands."""
+    try:
+        desk = Desk(spec, ClientSettings(**settings))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    try:
+        while True:
+            try:
+                command, *args = conn.recv()
+            except EOFError:
+                return
+            if command == "day":
+                desk.show_day(args[0])
+            elif command == "finish":
+                try:
+                    conn.send(("result", desk.finish(args[0], args[1])))
+                except RegionBusError as exc:
+                    conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            elif command == "close":
+                return
+    finally:
+        desk.close()
+        conn.close()
+
+
+class DeskProcess:
+    """A desk in a child process of its own (``spawn``), driven over a pipe.
+
+    Construction starts the child and returns at once; call :meth:`wait_ready` before the
+    replay so the desk's interest is registered. As with any ``spawn`` child, the calling
+    program's main module must be importable without side effects (``if __name__ ==
+    "__main__":``), or the child fails while starting.
+
+    Args:
+        spec: What the desk subscribes to.
+        settings: Client settings for the child's cache.
+    """
+
+    def __init__(self, spec: DeskSpec, settings: ClientSettings) -> None:
+        self.spec = spec
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(
+            target=_desk_main,
+            args=(spec, settings.model_dump(), child_conn),
+            name=f"desk-{spec.kind.value}",
+            daemon=True,
+        )
+        self._process.start()
+        child_conn.close()
+
+    def _receive(self, timeout_s: float, expected: str) -> Any:
+        if not self._conn.poll(timeout_s):
+            raise DeskError(f"{self.spec.name}: no answer from its process within {timeout_s} s")
+        try:
+            kind, payload = self._conn.recv()
+        except EOFError as exc:
+            raise DeskError(f"{self.spec.name}: its process exited") from exc
+        if kind == "error":
+            raise DeskError(f"{self.spec.name}: {payload}")
+        if kind != expected:
+            raise DeskError(f"{self.spec.name}: expected {expected!r}, got {kind!r}")
+        return payload
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait until the child is connected and has registered its interest.
+
+        Raises:
+            DeskError: it failed, exited or did not answer within ``timeout_s`` seconds.
+        """
+        self._receive(timeout_s, "ready")
+
+    def show_day(self, keys: tuple[str, ...]) -> None:
+        """As :meth:`Desk.show_day`."""
+        if self.spec.kind is DeskKind.DASHBOARD:
+            self._conn.send(("day", keys))
+
+    def finish(self, expected_events: int | None, timeout_s: float) -> DeskResult:
+        """As :meth:`Desk.finish`; the snapshot is sent back over the pipe.
+
+        Raises:
+            DeskError: the child failed, exited or did not answer in time.
+        """
+        self._conn.send(("finish", expected_events, timeout_s))
+        result: DeskResult = self._receive(timeout_s + 30.0, "result")
+        return result
+
+    def close(self) -> None:
+        """Tell the child to disconnect and exit; terminate it if it does not within 15 s."""
+        with contextlib.suppress(OSError):
+            self._conn.send(("close",))
+        self._process.join(15)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(5)
+        self._conn.close()
+
+
+__all__ = [
+    "REGION",
+    "CountingListener",
+    "Desk",
+    "DeskError",
+    "DeskHandle",
+    "DeskKind",
+    "DeskProcess",
+    "DeskResult",
+    "DeskSpec",
+    "EventCounts",
+]
