@@ -549,10 +549,6 @@ class CacheServer:
             )
             return
         duplicate = result.status == "DUP"
-        if duplicate:
-            self.stats.duplicates += 1
-        else:
-            self.stats.operations_applied += 1
         if result.event_kind is not None and result.version is not None:
             assert op.event_id is not None
             event = Event(
@@ -575,6 +571,15 @@ class CacheServer:
             if not duplicate:
                 self._run_entry_listeners(event, result.old_value)
             self._distribute_entry_event(event, bucket)
+        self._reply_applied(op, bucket, result)
+
+    def _reply_applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
+        """Count an applied (or recognised duplicate) change and tell its originator."""
+        duplicate = result.status == "DUP"
+        if duplicate:
+            self.stats.duplicates += 1
+        else:
+            self.stats.operations_applied += 1
         self._reply(
             Reply(
                 request_id=op.request_id,
@@ -837,21 +842,7 @@ class CacheServer:
                 self._run_region_listeners(event)
             if result.event_kind is EventKind.REGION_DESTROY:
                 self.registry.forget_region(op.region)
-        if duplicate:
-            self.stats.duplicates += 1
-        else:
-            self.stats.operations_applied += 1
-        self._reply(
-            Reply(
-                request_id=op.request_id,
-                bucket=bucket,
-                ok=True,
-                event_kind=result.event_kind,
-                duplicate=duplicate,
-                version=result.version,
-            ),
-            op.client_id,
-        )
+        self._reply_applied(op, bucket, result)
 
     def _run_region_listeners(self, event: Event) -> None:
         region_event = RegionEvent(
