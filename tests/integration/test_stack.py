@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -24,10 +23,6 @@ from broker.stack import (
     free_port,
 )
 from schemas.errors import RegionBusError
-
-needs_redis_server = pytest.mark.skipif(
-    shutil.which("redis-server") is None, reason="redis-server is not installed"
-)
 
 _CONSUME_DEADLINE_S = 15.0
 
@@ -147,7 +142,6 @@ def test_embedded_kafka_stop_ends_the_process_and_frees_the_port() -> None:
     assert not kafka.work_dir.exists()
 
 
-@needs_redis_server
 def test_embedded_redis_stop_ends_the_process_and_frees_the_port() -> None:
     with EmbeddedRedis() as server:
         url = server.start()
@@ -161,7 +155,6 @@ def test_embedded_redis_stop_ends_the_process_and_frees_the_port() -> None:
     _assert_port_free(port)
 
 
-@needs_redis_server
 def test_embedded_redis_with_appendonly_keeps_data_across_restart() -> None:
     with EmbeddedRedis(appendonly=True) as server:
         client = redis.Redis.from_url(server.url)
@@ -241,9 +234,6 @@ def test_local_stack_without_env_or_docker_starts_embedded_processes(
 ) -> None:
     monkeypatch.delenv(KAFKA_ENV_VAR, raising=False)
     monkeypatch.delenv(REDIS_ENV_VAR, raising=False)
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-
     with LocalStack(use_docker=False) as stack:
         assert stack.source == "embedded"
         assert stack.kafka is not None and stack.redis is not None
