@@ -27,7 +27,6 @@ from typing import Any
 
 import redis
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -367,6 +366,10 @@ class CacheServer:
             s.librdkafka(
                 **{
                     "group.id": self.topics.server_group,
+                    # An explicit offset, not OFFSET_BEGINNING: librdkafka resolves a logical
+                    # offset on a just-created topic only on a 500 ms retry timer. Past the
+                    # log start (retention), fall back to the earliest offset.
+                    "auto.offset.reset": "earliest",
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "fetch.wait.max.ms": s.fetch_wait_max_ms,
@@ -379,7 +382,7 @@ class CacheServer:
         committed = self._consumer.committed(wanted, timeout=10)
         assignment = []
         for tp in committed:
-            start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            start = max(tp.offset, 0)
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
             if tp.offset >= 0:
                 self._committed[(tp.topic, tp.partition)] = tp.offset

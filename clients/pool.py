@@ -19,7 +19,6 @@ from concurrent.futures import Future
 from contextlib import suppress
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -110,15 +109,17 @@ class Pool:
             settings.librdkafka(
                 **{
                     "group.id": f"{self.topics.client_group(client_id)}.reply",
+                    # An explicit offset, not OFFSET_BEGINNING: librdkafka resolves a logical
+                    # offset on a just-created topic only on a 500 ms retry timer. Past the
+                    # log start (retention), fall back to the earliest offset.
+                    "auto.offset.reset": "earliest",
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                     "client.id": member_id,
                 }
             )
         )
-        self._reply_consumer.assign(
-            [TopicPartition(self.topics.reply(client_id), 0, OFFSET_BEGINNING)]
-        )
+        self._reply_consumer.assign([TopicPartition(self.topics.reply(client_id), 0, 0)])
         self._reply_thread = threading.Thread(
             target=self._read_replies, name=f"replies-{client_id}", daemon=True
         )

@@ -366,8 +366,15 @@ class Region:
         if local is None:
             raise EntryNotFoundError(f"entry {key!r} not in local region {self.name!r}")
         self._fire_entry(
-            EventKind.DESTROY, key, None, local.value, local.serializer, None, local.version,
-            origin_remote=False, callback_argument=callback_argument,
+            EventKind.DESTROY,
+            key,
+            None,
+            local.value,
+            local.serializer,
+            None,
+            local.version,
+            origin_remote=False,
+            callback_argument=callback_argument,
         )
 
     def local_clear(self, callback_argument: bytes | None = None) -> None:

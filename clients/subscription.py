@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
@@ -75,6 +75,10 @@ class SubscriptionQueue:
             settings.librdkafka(
                 **{
                     "group.id": self._topics.client_group(client_id),
+                    # An explicit offset, not OFFSET_BEGINNING: librdkafka resolves a logical
+                    # offset on a just-created topic only on a 500 ms retry timer. Past the
+                    # log start (retention), fall back to the earliest offset.
+                    "auto.offset.reset": "earliest",
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                     "client.id": client_id,
@@ -82,7 +86,7 @@ class SubscriptionQueue:
             )
         )
         committed = self._consumer.committed([TopicPartition(self._topic, 0)], timeout=10)[0]
-        start = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+        start = max(committed.offset, 0)
         self._consumer.assign([TopicPartition(self._topic, 0, start)])
         self._acked = committed.offset
         self._position = committed.offset
