@@ -19,7 +19,7 @@ import redis
 
 from broker.store import redis_errors
 from schemas.errors import InvalidInterestError
-from schemas.messages import InterestKind, InterestResultPolicy, InterestSpec
+from schemas.messages import InterestKind, InterestSpec
 from schemas.naming import RedisKeys
 
 
@@ -276,4 +276,4 @@ class InterestRegistry:
         return key in spec.keys
 
 
-__all__ = ["InterestRegistry", "InterestResultPolicy", "compile_interest_regex"]
+__all__ = ["InterestRegistry", "compile_interest_regex"]

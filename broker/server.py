@@ -44,7 +44,6 @@ from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
     CacheWriterError,
     ConfigurationError,
-    InvalidInterestError,
     MessageDecodeError,
     RegionBusError,
     RegionNotFoundError,
@@ -1021,7 +1020,6 @@ def _error_text(error_type: str | None, op: Operation) -> str:
 
 __all__ = [
     "CacheServer",
-    "InvalidInterestError",
     "InvalidOperationError",
     "ServerStats",
     "ensure_topics",

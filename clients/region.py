@@ -49,7 +49,7 @@ from schemas.messages import (
     Reply,
 )
 from schemas.naming import bucket_of, region_bucket
-from schemas.serializers import JsonSerializer, Serializer, serializer_named
+from schemas.serializers import Serializer, serializer_named
 
 if TYPE_CHECKING:
     from clients.cache import ClientCache
@@ -981,4 +981,4 @@ def _covers(removed: InterestSpec, spec: InterestSpec) -> bool:
     return removed.regex == spec.regex
 
 
-__all__ = ["ALL_KEYS", "JsonSerializer", "Region", "RegionShortcut"]
+__all__ = ["ALL_KEYS", "Region", "RegionShortcut"]
