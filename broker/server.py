@@ -932,6 +932,7 @@ class CacheServer:
             if record is None:
                 record = self._clients[client_id] = _ClientRecord(time.monotonic(), durable)
             record.last_seen_s = time.monotonic()
+            record.durable = durable
             with redis_errors():
                 self._redis.hset(
                     self.store.keys.clients,

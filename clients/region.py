@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -462,8 +463,6 @@ class Region:
             RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
                 :meth:`register_interest`.
         """
-        import re
-
         try:
             re.compile(regex)
         except (re.error, TypeError) as exc:

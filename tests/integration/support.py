@@ -140,3 +140,27 @@ class Sentinel:
         before = [c for c in calls[:index] if c[1] != self.key]
         self.recorder.clear()
         return before
+
+
+def entry_operation(
+    member: str, kind: Any, key: str, sequence: int, value: bytes | None = None, request_id: int = 1
+) -> Any:
+    """An entry operation on region ``r`` from another member (a server-side application),
+    with its EventID in the key's bucket (16 buckets). Returns ``(operation, bucket)``."""
+    from schemas.eventid import EventID
+    from schemas.messages import Operation
+    from schemas.naming import bucket_of
+
+    bucket = bucket_of("r", key, 16)
+    op = Operation(
+        request_id=request_id,
+        client_id=member,
+        kind=kind,
+        region="r",
+        timestamp_ms=int(time.time() * 1000),
+        event_id=EventID(member, 1, sequence, bucket),
+        key=key,
+        value=value,
+        serializer="json" if value is not None else None,
+    )
+    return op, bucket

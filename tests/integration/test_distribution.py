@@ -3,17 +3,13 @@ against a real Kafka and Redis."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from support import Recorder, Sentinel, send_raw_operation, wait_until
+from support import Recorder, Sentinel, entry_operation, send_raw_operation, wait_until
 
 from broker.server import CacheServer
 from clients import ALL_KEYS, ClientCache, RegionShortcut
 from schemas.errors import EntryNotFoundError, RegionNotFoundError
-from schemas.eventid import EventID
-from schemas.messages import Operation, OperationKind
-from schemas.naming import bucket_of
+from schemas.messages import OperationKind
 
 
 @pytest.fixture
@@ -118,16 +114,7 @@ def test_the_originator_gets_no_event_for_its_own_change(cache_server, client_fa
 
 
 def _server_invalidate(kafka: str, namespace: str, key: str, seq: int) -> None:
-    bucket = bucket_of("r", key, 16)
-    op = Operation(
-        request_id=1,
-        client_id="server-app",
-        kind=OperationKind.INVALIDATE,
-        region="r",
-        timestamp_ms=int(time.time() * 1000),
-        event_id=EventID("server-app", 1, seq, bucket),
-        key=key,
-    )
+    op, bucket = entry_operation("server-app", OperationKind.INVALIDATE, key, seq)
     send_raw_operation(kafka, namespace, op, bucket)
 
 

@@ -6,7 +6,14 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from support import Recorder, Sentinel, Vetoing, send_raw_operation, wait_until
+from support import (
+    Recorder,
+    Sentinel,
+    Vetoing,
+    entry_operation,
+    send_raw_operation,
+    wait_until,
+)
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
@@ -14,7 +21,7 @@ from clients import ALL_KEYS
 from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import CacheWriterError, ValueTooLargeError
 from schemas.eventid import EventID
-from schemas.messages import Event, EventKind, Operation, OperationKind
+from schemas.messages import Event, EventKind, OperationKind
 from schemas.naming import Topics, bucket_of
 
 
@@ -76,18 +83,7 @@ def test_a_retried_operation_with_a_seen_event_id_is_applied_once(
     reader = reader_cache.create_region("r", listeners=[recorder])
     reader.register_interest(ALL_KEYS)
     writer = client_factory().create_region("r")
-    bucket = bucket_of("r", "dup", 16)
-    op = Operation(
-        request_id=7,
-        client_id="app-1",
-        kind=OperationKind.PUT,
-        region="r",
-        timestamp_ms=int(time.time() * 1000),
-        event_id=EventID("app-1", 1, 0, bucket),
-        key="dup",
-        value=b'"first"',
-        serializer="json",
-    )
+    op, bucket = entry_operation("app-1", OperationKind.PUT, "dup", 0, b'"first"', request_id=7)
     send_raw_operation(kafka_bootstrap_servers, namespace, op, bucket)
     # the retry carries the same EventID (and, to prove it is not re-applied, another value)
     retry = op._replace(request_id=8, value=b'"second"', possible_duplicate=True)
@@ -192,18 +188,7 @@ def test_event_kinds_carried_by_the_events_log(
 def test_a_broken_message_inside_a_batch_is_dead_lettered_and_the_rest_applied(
     cache_server, client_factory, kafka_bootstrap_servers, namespace
 ) -> None:  # type: ignore[no-untyped-def]
-    bucket = bucket_of("r", "good", 16)
-    good = Operation(
-        request_id=1,
-        client_id="app-2",
-        kind=OperationKind.PUT,
-        region="r",
-        timestamp_ms=int(time.time() * 1000),
-        event_id=EventID("app-2", 1, 0, bucket),
-        key="good",
-        value=b"1",
-        serializer="json",
-    )
+    good, bucket = entry_operation("app-2", OperationKind.PUT, "good", 0, b"1")
     broken = b"\xb1\x01garbage"
     later = good._replace(request_id=2, event_id=EventID("app-2", 1, 1, bucket), value=b"2")
     [batch] = encode_batches([encode(good), broken, encode(later)])
