@@ -153,3 +153,20 @@ class RedisKeys:
     def clients(self) -> str:
         """Hash client id -> JSON of the client's registry record (queue, durable, last seen)."""
         return f"{self.prefix}clients"
+
+    @property
+    def members(self) -> str:
+        """Hash member id -> start time (ms since the Unix epoch) of every joined server."""
+        return f"{self.prefix}members"
+
+    def member_alive(self, member_id: str) -> str:
+        """Key that exists (with a TTL) while the member heartbeats."""
+        return f"{self.prefix}alive:{member_id}"
+
+    def lease(self, role: str) -> str:
+        """Key ``"<member>|<epoch>"`` of the current holder of a role (bucket, reaper...)."""
+        return f"{self.prefix}lease:{role}"
+
+    def epoch(self, role: str) -> str:
+        """Counter of a role's fencing epoch; the current value is the only valid one."""
+        return f"{self.prefix}epoch:{role}"

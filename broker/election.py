@@ -1,0 +1,245 @@
+"""Membership and leases in Redis: who is alive, since when, and who holds a role.
+
+A *role* is anything exactly one server must do at a time: the primary of a bucket, the
+durable-client reaper, a serial gateway sender. Its holder keeps a lease (``SET NX PX``)
+whose value names the holder and a **fencing epoch** taken from ``INCR`` on the role's
+epoch counter. Only the current epoch is valid: Lua scripts that change state for a role
+compare the epoch they are given with the counter and refuse a stale one, so a holder
+that was paused past its lease (and replaced) can change nothing when it wakes up.
+
+Members register their start time; when a role is free, callers prefer the longest-lived
+live member (seed 004: the failover target is the longest-lived secondary).
+
+Redis errors are translated into :class:`TransportError` at this boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import NamedTuple
+
+import redis
+
+from schemas.errors import TransportError
+from schemas.naming import RedisKeys
+
+_ACQUIRE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local holder, epoch = string.match(current, '^(.*)|(%d+)$')
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(epoch)
+  end
+  return -1
+end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. epoch, 'PX', ARGV[2])
+return epoch
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('GET', KEYS[2]) == ARGV[3] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class Member(NamedTuple):
+    """A live member: its id and start time (ms since the Unix epoch)."""
+
+    member_id: str
+    started_at_ms: int
+
+
+class LeaseHolder(NamedTuple):
+    """The current holder of a role and its fencing epoch."""
+
+    member_id: str
+    epoch: int
+
+
+def now_ms() -> int:
+    """Wall-clock time in ms since the Unix epoch (shared by every member)."""
+    return time.time_ns() // 1_000_000
+
+
+class Membership:
+    """This server's entry in the namespace's member list.
+
+    Args:
+        client: Redis connection.
+        namespace: Site namespace.
+        member_id: This member's id.
+        ttl_ms: A member whose heartbeat is older than this is not live.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, member_id: str, ttl_ms: int) -> None:
+        self._redis = client
+        self._keys = RedisKeys(namespace)
+        self.member_id = member_id
+        self.ttl_ms = ttl_ms
+        self.started_at_ms = now_ms()
+
+    def join(self) -> None:
+        """Register with this process's start time and a first heartbeat.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            pipe = self._redis.pipeline()
+            pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
+            pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise TransportError(f"cannot join the member list: {exc}") from exc
+
+    def heartbeat(self) -> None:
+        """Prolong this member's liveness by ``ttl_ms``.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            self._redis.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
+        except redis.RedisError as exc:
+            raise TransportError(f"member heartbeat failed: {exc}") from exc
+
+    def leave(self) -> None:
+        """Remove this member (a clean stop); failures are ignored, the TTL covers them."""
+        try:
+            pipe = self._redis.pipeline()
+            pipe.hdel(self._keys.members, self.member_id)
+            pipe.delete(self._keys.member_alive(self.member_id))
+            pipe.execute()
+        except redis.RedisError:
+            pass
+
+    def live_members(self) -> list[Member]:
+        """Live members, longest-lived first (ties by id); dead entries are removed.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            registered = self._redis.hgetall(self._keys.members)
+            ids = [k.decode() for k in registered]
+            pipe = self._redis.pipeline()
+            for member_id in ids:
+                pipe.exists(self._keys.member_alive(member_id))
+            alive = pipe.execute()
+            dead = [m for m, a in zip(ids, alive, strict=True) if not a]
+            if dead:
+                self._redis.hdel(self._keys.members, *dead)
+        except redis.RedisError as exc:
+            raise TransportError(f"cannot read the member list: {exc}") from exc
+        members = [
+            Member(m, int(registered[m.encode()])) for m, a in zip(ids, alive, strict=True) if a
+        ]
+        return sorted(members, key=lambda m: (m.started_at_ms, m.member_id))
+
+
+class Lease:
+    """One role's lease, as seen by one member.
+
+    Args:
+        client: Redis connection.
+        namespace: Site namespace.
+        role: Role name, e.g. ``"bucket:3"`` or ``"reaper"``.
+        member_id: The member that wants or holds the role.
+        ttl_ms: Lease time to live; the holder must renew well within it.
+    """
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, role: str, member_id: str, ttl_ms: int
+    ) -> None:
+        keys = RedisKeys(namespace)
+        self._redis = client
+        self.role = role
+        self.member_id = member_id
+        self.ttl_ms = ttl_ms
+        self.lease_key = keys.lease(role)
+        self.epoch_key = keys.epoch(role)
+        self.epoch: int | None = None
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    @property
+    def held(self) -> bool:
+        """Whether this member believes it holds the role (until a renew says otherwise)."""
+        return self.epoch is not None
+
+    def try_acquire(self) -> int | None:
+        """Take the role if it is free (or already ours).
+
+        Returns:
+            The fencing epoch now held, or None when another member holds the role.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            epoch = int(
+                self._acquire(
+                    keys=[self.lease_key, self.epoch_key], args=[self.member_id, self.ttl_ms]
+                )
+            )
+        except redis.RedisError as exc:
+            raise TransportError(f"lease {self.role}: acquire failed: {exc}") from exc
+        self.epoch = epoch if epoch >= 0 else None
+        return self.epoch
+
+    def renew(self) -> bool:
+        """Prolong the lease; False (and no longer held) if it lapsed or was taken over.
+
+        Raises:
+            TransportError: Redis failed (the lease is then considered lost).
+        """
+        if self.epoch is None:
+            return False
+        try:
+            ok = self._renew(
+                keys=[self.lease_key, self.epoch_key],
+                args=[f"{self.member_id}|{self.epoch}", self.ttl_ms, self.epoch],
+            )
+        except redis.RedisError as exc:
+            self.epoch = None
+            raise TransportError(f"lease {self.role}: renew failed: {exc}") from exc
+        if not ok:
+            self.epoch = None
+        return bool(ok)
+
+    def release(self) -> None:
+        """Give the role up (a clean stop), so a successor need not wait for the TTL."""
+        if self.epoch is None:
+            return
+        with contextlib.suppress(redis.RedisError):
+            self._release(keys=[self.lease_key], args=[f"{self.member_id}|{self.epoch}"])
+        self.epoch = None
+
+    def holder(self) -> LeaseHolder | None:
+        """The current holder, or None when the role is free.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            raw = self._redis.get(self.lease_key)
+        except redis.RedisError as exc:
+            raise TransportError(f"lease {self.role}: read failed: {exc}") from exc
+        if raw is None:
+            return None
+        member_id, _, epoch = raw.decode().rpartition("|")
+        return LeaseHolder(member_id, int(epoch))
