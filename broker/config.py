@@ -40,8 +40,12 @@ class ServerSettings(BaseSettings):
             ``ValueTooLargeError``. Default 512 KiB, below Kafka's default 1 MiB message.
         message_sync_interval_s: How often the server flushes its producer and commits its
             ``{ns}.ops`` offsets (Geode ``message-sync-interval``, default 1 s).
-        maximum_time_between_pings_ms: A non-durable client silent for longer is considered
-            gone and its interest dropped (Geode ``maximum-time-between-pings``, 60000 ms).
+        maximum_time_between_pings_ms: A client silent for longer is considered gone: a
+            non-durable one is dropped, a durable one disconnected (its timeout starts);
+            also the window in which a durable id's connection counts as live
+            (Geode ``maximum-time-between-pings``, 60000 ms).
+        durable_client_reaper_interval_s: How often the reaper (one server at a time)
+            looks for durable clients away longer than their ``durable_client_timeout_s``.
         poll_batch_size: Most messages taken from Kafka per poll.
         poll_timeout_ms: Longest wait of one poll when idle.
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``; 100 ms is the measured best
@@ -69,6 +73,7 @@ class ServerSettings(BaseSettings):
     max_value_size_bytes: int = Field(default=512 * 1024, ge=1)
     message_sync_interval_s: float = Field(default=1.0, gt=0)
     maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
+    durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)
     poll_batch_size: int = Field(default=1000, ge=1)
     poll_timeout_ms: int = Field(default=100, ge=1)
     fetch_wait_max_ms: int = Field(default=100, ge=1)

@@ -17,7 +17,6 @@ keeps going (invariant 6).
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import threading
 import time
@@ -36,7 +35,13 @@ from confluent_kafka import (
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.client_registry import (
+    CLIENT_UNKNOWN,
+    ClientRecord,
+    ClientRegistry,
+)
 from broker.config import ServerSettings
+from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
 from broker.store import ApplyResult, RegionStore, redis_errors
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
@@ -44,6 +49,7 @@ from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
     CacheWriterError,
     ConfigurationError,
+    DuplicateDurableClientError,
     MessageDecodeError,
     RegionBusError,
     RegionNotFoundError,
@@ -58,6 +64,7 @@ from schemas.messages import (
     EventKind,
     InterestKind,
     InterestResultPolicy,
+    Marker,
     Operation,
     OperationKind,
     Reply,
@@ -87,6 +94,7 @@ class ServerStats:
         replies: Replies produced.
         dead_letters: Messages sent to the dead-letter topic.
         errors: Operations refused with an error reply.
+        durable_clients_expired: Durable clients unregistered by this server as the reaper.
     """
 
     operations_applied: int = 0
@@ -95,12 +103,7 @@ class ServerStats:
     replies: int = 0
     dead_letters: int = 0
     errors: int = 0
-
-
-@dataclass
-class _ClientRecord:
-    last_seen_s: float
-    durable: bool = False
+    durable_clients_expired: int = 0
 
 
 @dataclass
@@ -212,7 +215,18 @@ class CacheServer:
         )
         self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
-        self._clients: dict[str, _ClientRecord] = {}
+        self.clients = ClientRegistry(
+            self._redis, settings.namespace, settings.maximum_time_between_pings_ms
+        )
+        self._clients: dict[str, ClientRecord] = {}
+        self._reaper = Lease(
+            self._redis,
+            settings.namespace,
+            "reaper",
+            settings.member_id,
+            ttl_ms=int(settings.durable_client_reaper_interval_s * 3000),
+        )
+        self._admin: AdminClient | None = None
         self._queue_topics: dict[str, str] = {}
         self._reply_topics: dict[str, str] = {}
         self._outbox: dict[str, list[bytes]] = {}
@@ -295,6 +309,8 @@ class CacheServer:
         liveness_every_s = min(5.0, self.settings.maximum_time_between_pings_ms / 4000)
         next_sync = time.monotonic() + sync_every_s
         next_liveness = time.monotonic() + liveness_every_s
+        reaper_every_s = self.settings.durable_client_reaper_interval_s
+        next_reap = time.monotonic() + reaper_every_s
         assert self._consumer is not None and self._producer is not None
         try:
             while not self._stop.is_set():
@@ -311,18 +327,22 @@ class CacheServer:
                     self._sync()
                     next_sync = now + sync_every_s
                 if now >= next_liveness:
-                    self._expire_silent_clients(now)
+                    self._expire_silent_clients(now_ms())
                     next_liveness = now + liveness_every_s
+                if now >= next_reap:
+                    self._reap_durable_clients()
+                    next_reap = now + reaper_every_s
         finally:
             try:
                 self._sync()
+                self._reaper.release()
             finally:
                 self._consumer.close()
                 self._producer.flush(10)
 
     def _setup(self) -> None:
         s = self.settings
-        admin = AdminClient(s.librdkafka())
+        admin = self._admin = AdminClient(s.librdkafka())
         ensure_topics(
             admin,
             {
@@ -340,15 +360,7 @@ class CacheServer:
             )
         for region in s.regions:
             self.store.create_region(region)
-        with redis_errors():
-            records = self._redis.hgetall(self.store.keys.clients)
-        now = time.monotonic()
-        for raw_id, raw in records.items():
-            record = json.loads(raw)
-            silent_s = max(0.0, time.time() - record.get("last_seen_ms", 0) / 1000)
-            self._clients[raw_id.decode()] = _ClientRecord(
-                now - silent_s, bool(record.get("durable"))
-            )
+        self._clients = self.clients.all()
         loaded = self.registry.load(self._clients)
         self._producer = Producer(
             s.librdkafka(
@@ -782,8 +794,10 @@ class CacheServer:
             assert op.interest is not None
             self.registry.unregister(op.client_id, op.region, op.interest)
             self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        elif op.kind is OperationKind.READY_FOR_EVENTS:
+            self._handle_ready_for_events(op, bucket)
         elif op.kind is OperationKind.KEYS:
-            exists, entries = self.store.snapshot(op.region, bucket, with_values=False)
+            exists, entries, _ = self.store.snapshot(op.region, bucket, with_values=False)
             if not exists:
                 self._reply_region_missing(op, bucket)
                 return
@@ -870,12 +884,13 @@ class CacheServer:
         if spec.policy is InterestResultPolicy.NONE:
             exists = self._region_exists(op.region)
             entries: list[Entry] = []
+            version = self.store.region_version(op.region)
         else:
             key_filter = None
             if spec.kind is InterestKind.REGEX:
                 pattern = compile_interest_regex(spec.regex)
                 key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
-            exists, entries = self.store.snapshot(
+            exists, entries, version = self.store.snapshot(
                 op.region,
                 bucket,
                 keys if spec.kind is InterestKind.KEYS else None,
@@ -886,13 +901,17 @@ class CacheServer:
             self._reply_region_missing(op, bucket)
             return
         self.registry.register(op.client_id, op.region, spec, bucket, keys)
-        self._reply_entries(op, bucket, entries)
+        self._reply_entries(op, bucket, entries, version)
 
     def _region_exists(self, region: str) -> bool:
         with redis_errors():
             return bool(self._redis.sismember(self.store.keys.regions, region))
 
-    def _reply_entries(self, op: Operation, bucket: int, entries: list[Entry]) -> None:
+    def _reply_entries(
+        self, op: Operation, bucket: int, entries: list[Entry], version: int | None = None
+    ) -> None:
+        """Reply with entries, split into chunks of ``reply_chunk_bytes``; the last chunk
+        carries ``version`` (for registrations: the region version at the snapshot)."""
         chunk: list[Entry] = []
         size = 0
         limit = self.settings.reply_chunk_bytes
@@ -913,7 +932,13 @@ class CacheServer:
             chunk.append(entry)
             size += entry_size
         self._reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True, entries=tuple(chunk)),
+            Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                entries=tuple(chunk),
+                version=version,
+            ),
             op.client_id,
         )
 
@@ -921,56 +946,165 @@ class CacheServer:
 
     def _seen(self, client_id: str) -> None:
         record = self._clients.get(client_id)
-        if record is not None:
-            record.last_seen_s = time.monotonic()
+        if record is not None and record.connected:
+            record.last_seen_ms = now_ms()
 
     def _handle_control(self, control: Control) -> None:
         client_id = control.client_id
-        if control.kind in (ControlKind.CONNECT, ControlKind.PING):
-            durable = control.durable_client_id is not None
+        if control.kind is ControlKind.CONNECT:
+            self._connect(control)
+        elif control.kind is ControlKind.PING:
             record = self._clients.get(client_id)
-            if record is None:
-                record = self._clients[client_id] = _ClientRecord(time.monotonic(), durable)
-            record.last_seen_s = time.monotonic()
-            record.durable = durable
-            with redis_errors():
-                self._redis.hset(
-                    self.store.keys.clients,
-                    client_id,
-                    json.dumps(
-                        {
-                            "durable": durable,
-                            "durable_client_timeout_s": control.durable_client_timeout_s,
-                            "last_seen_ms": int(time.time() * 1000),
-                        }
+            current = (
+                record is not None
+                and record.connected
+                and (control.connection_id is None or record.connection_id == control.connection_id)
+            )
+            if current:
+                assert record is not None
+                record.last_seen_ms = now_ms()
+                self.clients.save(client_id, record)
+            if control.request_id:
+                self._reply(
+                    Reply(
+                        request_id=control.request_id,
+                        bucket=-1,
+                        ok=True,
+                        client_state=None if current else CLIENT_UNKNOWN,
                     ),
+                    client_id,
                 )
         elif control.kind is ControlKind.CLOSE:
             record = self._clients.get(client_id)
-            keep = bool(record and record.durable and control.keep_alive)
+            if record is None or (
+                control.connection_id is not None and record.connection_id != control.connection_id
+            ):
+                return
+            keep = record.durable and control.keep_alive
             self.registry.drop_client(client_id, keep_durable=keep)
-            if not keep:
+            if keep:
+                self._disconnect_durable(client_id, record, now_ms())
+            else:
                 self._forget_client(client_id)
             log.info("client %s closed (keep_alive=%s)", client_id, control.keep_alive)
+
+    def _connect(self, control: Control) -> None:
+        """Record a (re)connection, or refuse a second live connection of a durable id."""
+        client_id = control.client_id
+        durable = control.durable_client_id is not None
+        connection_id = control.connection_id or client_id
+        now = now_ms()
+        result = self.clients.connect(
+            client_id,
+            connection_id,
+            durable=durable,
+            durable_client_timeout_s=control.durable_client_timeout_s,
+            now_ms=now,
+        )
+        if result.state == "REFUSED":
+            error = DuplicateDurableClientError(
+                f"durable client {client_id!r} is already connected (connection "
+                f"{result.live_connection_id}, last heard from "
+                f"{now - (result.live_last_seen_ms or now)} ms ago)"
+            )
+            log.warning("refused a second connection %s: %s", connection_id, error)
+            self._reply(
+                Reply(
+                    request_id=control.request_id,
+                    bucket=-1,
+                    ok=False,
+                    error_type=type(error).__name__,
+                    error_message=str(error),
+                ),
+                client_id,
+            )
+            return
+        self._clients[client_id] = ClientRecord(
+            durable, connection_id, True, now, control.durable_client_timeout_s
+        )
+        log.info("client %s connected (%s, %s)", client_id, connection_id, result.state)
+        self._reply(
+            Reply(request_id=control.request_id, bucket=-1, ok=True, client_state=result.state),
+            client_id,
+        )
+
+    def _disconnect_durable(self, client_id: str, record: ClientRecord, at_ms: int) -> None:
+        """Keep a durable client's queue and durable interest; start its timeout clock."""
+        record.connected = False
+        record.disconnected_at_ms = at_ms
+        self.clients.save(client_id, record)
 
     def _forget_client(self, client_id: str) -> None:
         self._clients.pop(client_id, None)
         self._queue_topics.pop(client_id, None)
         self._reply_topics.pop(client_id, None)
-        with redis_errors():
-            self._redis.hdel(self.store.keys.clients, client_id)
+        self.clients.remove(client_id)
 
-    def _expire_silent_clients(self, now: float) -> None:
-        limit_s = self.settings.maximum_time_between_pings_ms / 1000
+    def _expire_silent_clients(self, now: int) -> None:
+        """Treat a client silent for ``maximum_time_between_pings_ms`` as gone: drop a
+        non-durable one; keep a durable one's queue and durable interest (seed 001:
+        abnormal disconnect) until its timeout."""
+        limit_ms = self.settings.maximum_time_between_pings_ms
         for client_id, record in list(self._clients.items()):
-            if not record.durable and now - record.last_seen_s > limit_s:
-                log.warning(
-                    "client %s sent nothing for more than %d ms: dropping its interest",
-                    client_id,
-                    self.settings.maximum_time_between_pings_ms,
-                )
-                self.registry.drop_client(client_id)
+            if not record.connected or now - record.last_seen_ms <= limit_ms:
+                continue
+            log.warning(
+                "client %s sent nothing for more than %d ms: %s",
+                client_id,
+                limit_ms,
+                "keeping its queue and durable interest" if record.durable else "dropping it",
+            )
+            self.registry.drop_client(client_id, keep_durable=record.durable)
+            if record.durable:
+                self._disconnect_durable(client_id, record, record.last_seen_ms)
+            else:
                 self._forget_client(client_id)
+
+    def _reap_durable_clients(self) -> None:
+        """As the reaper (a singleton role), unregister durable clients away too long."""
+        if self._reaper.try_acquire() is None:
+            return
+        now = now_ms()
+        for client_id, record in self.clients.all().items():
+            if record.expired(now):
+                self._unregister_durable(client_id, record)
+
+    def _unregister_durable(self, client_id: str, record: ClientRecord) -> None:
+        log.error(
+            "ALERT: durable client %s stayed away longer than its durable-client-timeout of "
+            "%d s: unregistering it (queue, offsets, durable interest)",
+            client_id,
+            record.durable_client_timeout_s,
+        )
+        self.stats.durable_clients_expired += 1
+        self.registry.drop_client(client_id)
+        self._forget_client(client_id)
+        assert self._producer is not None and self._admin is not None
+        # Nothing may reach the topics after they are gone: a produce to a missing topic
+        # re-creates it (auto-create) with the broker's default partition count.
+        self._producer.flush(10)
+        queue, reply = self.topics.queue(client_id), self.topics.reply(client_id)
+        group = self.topics.client_group(client_id)
+        for future in self._admin.delete_topics([queue, reply], operation_timeout=10).values():
+            try:
+                future.result(timeout=15)
+            except KafkaException as exc:
+                log.warning("deleting the topics of %s: %s", client_id, exc)
+        for future in self._admin.delete_consumer_groups(
+            [group, f"{group}.reply"], request_timeout=10
+        ).values():
+            try:
+                future.result(timeout=15)
+            except KafkaException as exc:
+                log.info("deleting the offsets of %s: %s", client_id, exc)
+
+    def _handle_ready_for_events(self, op: Operation, bucket: int) -> None:
+        """Write this bucket's marker into the client's queue: what the queue holds of this
+        bucket before it was queued while the client was away (seed 001, step 1)."""
+        connection_id = op.event_id.member if op.event_id is not None else None
+        marker = Marker(op.client_id, now_ms(), bucket, connection_id)
+        self._outbox.setdefault(self._queue_topic(op.client_id), []).append(encode(marker))
+        self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
 
     # --- offsets -----------------------------------------------------------------------
 

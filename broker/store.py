@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -49,6 +49,14 @@ class ApplyResult:
     version: int | None = None
     error_type: str | None = None
     old_value: bytes | None = None
+
+
+class Snapshot(NamedTuple):
+    """What :meth:`RegionStore.snapshot` read."""
+
+    exists: bool
+    entries: list[Entry]
+    region_version: int
 
 
 def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
@@ -124,6 +132,15 @@ class RegionStore:
         """
         with redis_errors():
             return {r.decode() for r in self.redis.smembers(self.keys.regions)}
+
+    def region_version(self, region: str) -> int:
+        """The region's version counter now (0 before its first change).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            return int(self.redis.get(self.keys.region_version(region)) or 0)
 
     # --- changes -----------------------------------------------------------------------
 
@@ -267,7 +284,7 @@ class RegionStore:
         keys: Sequence[str] | None = None,
         key_filter: Callable[[str], bool] | None = None,
         with_values: bool = True,
-    ) -> tuple[bool, list[Entry]]:
+    ) -> Snapshot:
         """Read the entries of one bucket that a registration covers.
 
         One owner processes a bucket's operations in order, so nothing changes the bucket
@@ -282,7 +299,8 @@ class RegionStore:
             with_values: Read values too (policy KEYS_VALUES); else entries carry none.
 
         Returns:
-            ``(region_exists, entries)``.
+            Whether the region exists, the entries, and the region's version counter at
+            the read (every later change of this bucket gets a higher version).
 
         Raises:
             TransportError: Redis failed.
@@ -291,13 +309,14 @@ class RegionStore:
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
             pipe.sismember(self.keys.regions, region)
+            pipe.get(self.keys.region_version(region))
             if keys is not None:
                 pipe.hmget(meta_key, list(keys) or [""])
-                exists, metas = pipe.execute()
+                exists, version_counter, metas = pipe.execute()
                 found = [(k, m) for k, m in zip(keys, metas, strict=False) if m]
             else:
                 pipe.hgetall(meta_key)
-                exists, all_metas = pipe.execute()
+                exists, version_counter, all_metas = pipe.execute()
                 found = [(k.decode(), m) for k, m in all_metas.items()]
             if key_filter is not None:
                 found = [(k, m) for k, m in found if key_filter(k)]
@@ -310,7 +329,7 @@ class RegionStore:
         for (key, meta), value in zip(found, values, strict=True):
             version, _, serializer = meta.decode().partition("|")
             entries.append(Entry(key, int(version), value, serializer or None))
-        return bool(exists), entries
+        return Snapshot(bool(exists), entries, int(version_counter or 0))
 
     def entries(self, region: str) -> dict[str, Entry]:
         """Every entry of a region across all buckets (for tests, tools, verification).
@@ -320,6 +339,6 @@ class RegionStore:
         """
         out: dict[str, Entry] = {}
         for bucket in range(self.total_buckets):
-            _, found = self.snapshot(region, bucket)
+            found = self.snapshot(region, bucket).entries
             out.update((e.key, e) for e in found)
         return out

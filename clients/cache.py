@@ -9,18 +9,31 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from clients.pool import Pool
 from clients.region import Region, RegionShortcut
 from clients.settings import ClientSettings
 from clients.subscription import SubscriptionQueue, SubscriptionStats
+from clients.tracking import MessageTracker
 from schemas.callbacks import CacheListener, CacheWriter
-from schemas.errors import ConfigurationError, RegionBusError, UnconnectedError
-from schemas.messages import Control, ControlKind, Event, Marker
+from schemas.errors import (
+    ConfigurationError,
+    RegionBusError,
+    ServerTimeoutError,
+    UnconnectedError,
+    error_from_wire,
+)
+from schemas.messages import Control, ControlKind, Event, Operation, OperationKind
 from schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
+
+CLIENT_NEW = "NEW"
+CLIENT_RECONNECTED = "RECONNECTED"
+CLIENT_UNKNOWN = "UNKNOWN"
+"""The servers' answers to CONNECT / PING (see ``broker.client_registry``)."""
 
 
 def _generated_client_id() -> str:
@@ -34,6 +47,14 @@ class ClientCache:
     Connects at construction: creates the client's subscription queue and reply topics,
     starts reading them, and announces itself to the servers.
 
+    A **durable** client (``durable_client_id``, SPEC §5) keeps its queue and durable
+    interest on the servers while away, for ``durable_client_timeout_s``. Its queue is not
+    read until :meth:`ready_for_events`; the events queued while it was away are then
+    replayed to listeners without changing the cache, up to the marker, where every
+    region's listeners get ``after_region_live``. :attr:`client_state` says whether the
+    servers kept its registration (``RECONNECTED``) or treat it as new (``NEW``), and
+    :attr:`pending_event_count` how many events wait in its queue.
+
     Args:
         settings: Client settings; when None they are read from the environment.
         **overrides: Settings fields to override, e.g. ``namespace="geode.site1"``,
@@ -41,6 +62,8 @@ class ClientCache:
 
     Raises:
         ConfigurationError: settings are invalid.
+        DuplicateDurableClientError: another live process uses this durable client id.
+        ServerTimeoutError: no server answered the connection within ``read_timeout_ms``.
         TransportError: Kafka cannot be reached, or no server of the namespace created its
             topics within ``metadata_timeout_s``.
 
@@ -65,19 +88,121 @@ class ClientCache:
         self._regions: dict[str, Region] = {}
         self._regions_lock = threading.Lock()
         self._closed = False
+        self._ready = False
+        self.client_state = CLIENT_NEW
+        self.pending_event_count = 0
         self.pool = Pool(self.settings, self.client_id, self.member_id)
         self.total_buckets = self.pool.total_buckets
         self.subscription: SubscriptionQueue | None = None
+        try:
+            self.client_state = self._connect()
+        except BaseException:
+            # Refused or unanswered: the topics may belong to a live process of this id.
+            self._closed = True
+            self.pool.close(delete_topics=False)
+            raise
         if self.settings.subscription_enabled:
-            self.subscription = SubscriptionQueue(
-                self.settings, self.client_id, self._on_event, self._on_marker
+            self.subscription = self._new_subscription(replaying=self.durable)
+            if self.durable:
+                self.pending_event_count = self.subscription.count_pending(
+                    self.settings.read_timeout_ms / 1000
+                )
+            else:
+                self.subscription.start()
+        if self.client_state == CLIENT_RECONNECTED:
+            log.info(
+                "durable client %s reconnected: %d events pending",
+                self.client_id,
+                self.pending_event_count,
             )
+        elif self.durable:
+            log.info("durable client %s connected as a new client", self.client_id)
         self._stop_ping = threading.Event()
-        self._send_control(ControlKind.CONNECT)
         self._ping_thread = threading.Thread(
             target=self._ping, name=f"ping-{self.client_id}", daemon=True
         )
         self._ping_thread.start()
+
+    def _connect(self) -> str:
+        """CONNECT and wait for the answer; returns ``NEW`` or ``RECONNECTED``."""
+        control = self._control(ControlKind.CONNECT, request_id=self.pool.next_request_id())
+        future = self.pool.request_control(control)
+        try:
+            reply = future.result(self.settings.read_timeout_ms / 1000)[0]
+        except FutureTimeout as exc:
+            self.pool.forget(control.request_id)
+            raise ServerTimeoutError(
+                f"no cache server of namespace {self.settings.namespace!r} answered the "
+                f"connection within {self.settings.read_timeout_ms} ms"
+            ) from exc
+        if not reply.ok:
+            raise error_from_wire(reply.error_type, reply.error_message)
+        return reply.client_state or CLIENT_NEW
+
+    def _new_subscription(
+        self, *, replaying: bool, tracker: MessageTracker | None = None
+    ) -> SubscriptionQueue:
+        return SubscriptionQueue(
+            self.settings,
+            self.client_id,
+            self._on_event,
+            self._on_live,
+            replaying=replaying,
+            connection_id=self.member_id,
+            total_buckets=self.total_buckets,
+            tracker=tracker,
+        )
+
+    def ready_for_events(self) -> None:
+        """Tell the servers this durable client is ready: its regions, listeners and
+        interest are set up (Geode ``ClientCache.readyForEvents``).
+
+        Every bucket's server writes a marker into the queue; reading starts; the events
+        before the markers are replayed to listeners without changing the cache; then
+        every region's listeners get ``after_region_live`` once. A second call does nothing.
+
+        Raises:
+            ConfigurationError: this client is not durable (Geode: only durable clients
+                call ``readyForEvents``).
+            ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
+            UnconnectedError: the cache is closed, or has no subscription queue.
+        """
+        if not self.durable:
+            raise ConfigurationError(
+                "ready_for_events is for durable clients: set durable_client_id"
+            )
+        self.require_subscription()
+        if self._ready:
+            return
+        request_id = self.pool.next_request_id()
+        ops = []
+        for bucket in range(self.total_buckets):
+            op = Operation(
+                request_id=request_id,
+                client_id=self.client_id,
+                kind=OperationKind.READY_FOR_EVENTS,
+                region="",
+                timestamp_ms=int(time.time() * 1000),
+                event_id=self.pool.next_event_id(bucket),
+            )
+            ops.append((op, bucket))
+        future = self.pool.request(ops)
+        try:
+            future.result(self.settings.read_timeout_ms / 1000)
+        except FutureTimeout as exc:
+            self.pool.forget(request_id)
+            raise ServerTimeoutError(
+                f"ready_for_events: not every bucket answered within "
+                f"{self.settings.read_timeout_ms} ms"
+            ) from exc
+        self._ready = True
+        assert self.subscription is not None
+        self.subscription.start()
+
+    @property
+    def replaying(self) -> bool:
+        """True while a durable client's queue is still before its markers."""
+        return self.subscription is not None and self.subscription.replaying
 
     # --- regions -----------------------------------------------------------------------
 
@@ -142,12 +267,12 @@ class ClientCache:
         if self.subscription is None:
             raise UnconnectedError("subscription_enabled is False: this client has no queue")
 
-    def _on_event(self, event: Event) -> None:
+    def _on_event(self, event: Event, replay: bool) -> None:
         region = self.get_region(event.region)
         if region is not None:
-            region.on_event(event)
+            region.on_event(event, apply=not replay)
 
-    def _on_marker(self, marker: Marker) -> None:
+    def _on_live(self) -> None:
         for region in self.regions:
             region.fire_region_live()
 
@@ -176,25 +301,54 @@ class ClientCache:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def _send_control(self, kind: ControlKind, keep_alive: bool = False) -> None:
-        self.pool.send_control(
-            Control(
-                kind=kind,
-                client_id=self.client_id,
-                timestamp_ms=int(time.time() * 1000),
-                durable_client_id=self.settings.durable_client_id,
-                durable_client_timeout_s=self.settings.durable_client_timeout_s,
-                keep_alive=keep_alive,
-            )
+    def _control(
+        self, kind: ControlKind, *, keep_alive: bool = False, request_id: int = 0
+    ) -> Control:
+        return Control(
+            kind=kind,
+            client_id=self.client_id,
+            timestamp_ms=int(time.time() * 1000),
+            durable_client_id=self.settings.durable_client_id,
+            durable_client_timeout_s=self.settings.durable_client_timeout_s,
+            keep_alive=keep_alive,
+            request_id=request_id,
+            connection_id=self.member_id,
         )
 
     def _ping(self) -> None:
         interval_s = self.settings.ping_interval_ms / 1000
         while not self._stop_ping.wait(interval_s):
             try:
-                self._send_control(ControlKind.PING)
+                control = self._control(ControlKind.PING, request_id=self.pool.next_request_id())
+                future = self.pool.request_control(control)
+                try:
+                    reply = future.result(self.settings.read_timeout_ms / 1000)[0]
+                except FutureTimeout:
+                    self.pool.forget(control.request_id)
+                    log.warning(
+                        "no server answered a ping within %d ms", self.settings.read_timeout_ms
+                    )
+                    continue
+                if reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
+                    self._reinitialize()
             except RegionBusError as exc:
-                log.warning("ping failed: %s", exc)
+                if not self._closed:
+                    log.warning("ping failed: %s", exc)
+
+    def _reinitialize(self) -> None:
+        """The servers no longer know this client (it was silent past the ping limit, or
+        a durable client past its timeout): connect again and, if the queue is gone,
+        re-fetch every region's entries of interest without listener events (SPEC §3)."""
+        log.warning("client %s is unknown to the servers: re-initialising", self.client_id)
+        self.pool.create_client_topics()
+        self.client_state = self._connect()
+        if self.subscription is not None and self.client_state != CLIENT_RECONNECTED:
+            old = self.subscription
+            old.close()
+            self.subscription = self._new_subscription(replaying=False, tracker=old.tracker)
+            self.subscription.start()
+        for region in self.regions:
+            region.reinitialize()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -205,19 +359,22 @@ class ClientCache:
 
         Args:
             keep_alive: For a durable client, keep its queue and durable interest on the
-                servers for ``durable_client_timeout_s`` (SPEC §5). A non-durable client's
-                queue and interest are always removed.
+                servers for ``durable_client_timeout_s`` (SPEC §5); False removes them at
+                once. A non-durable client's queue and interest are always removed.
+
+        The cache stays readable afterwards (seed 001, "disconnected but operational"):
+        local entries can be read; every update raises ``UnconnectedError``.
         """
         if self._closed:
             return
         self._closed = True
         self._stop_ping.set()
-        try:
-            self._send_control(ControlKind.CLOSE, keep_alive=keep_alive)
-        except RegionBusError as exc:
-            log.warning("close message not delivered: %s", exc)
         if self.subscription is not None:
             self.subscription.close()
+        try:
+            self.pool.send_control(self._control(ControlKind.CLOSE, keep_alive=keep_alive))
+        except RegionBusError as exc:
+            log.warning("close message not delivered: %s", exc)
         self.pool.close(delete_topics=not (self.durable and keep_alive))
 
     def __enter__(self) -> ClientCache:

@@ -119,7 +119,16 @@ class Pool:
                 }
             )
         )
-        self._reply_consumer.assign([TopicPartition(self.topics.reply(client_id), 0, 0)])
+        # Replies to this process come after its start: begin at the high watermark. On the
+        # embedded broker it may lag the true end (ARCHITECTURE.md); re-reading a few old
+        # replies is harmless, their request ids are unknown here.
+        reply_partition = TopicPartition(self.topics.reply(client_id), 0)
+        try:
+            _, high = self._reply_consumer.get_watermark_offsets(reply_partition, timeout=10)
+        except KafkaException as exc:
+            raise TransportError(f"reply topic of {client_id}: {exc}") from exc
+        reply_partition.offset = max(high, 0)
+        self._reply_consumer.assign([reply_partition])
         self._reply_thread = threading.Thread(
             target=self._read_replies, name=f"replies-{client_id}", daemon=True
         )
@@ -166,10 +175,17 @@ class Pool:
                     raise TransportError(f"cannot create topic {name}: {exc}") from exc
 
     def delete_client_topics(self) -> None:
-        """Delete this client's queue and reply topics (best effort, at a non-durable close)."""
+        """Delete this client's queue and reply topics and its committed offsets on them
+        (best effort, at a non-durable close)."""
         topics = [self.topics.queue(self.client_id), self.topics.reply(self.client_id)]
+        group = self.topics.client_group(self.client_id)
         with suppress(Exception):
             for future in self._admin.delete_topics(topics, operation_timeout=5).values():
+                with suppress(Exception):
+                    future.result(timeout=5)
+        with suppress(Exception):
+            deleted = self._admin.delete_consumer_groups([group, f"{group}.reply"])
+            for future in deleted.values():
                 with suppress(Exception):
                     future.result(timeout=5)
 
@@ -259,6 +275,25 @@ class Pool:
         """Stop waiting for a request (after a timeout)."""
         with self._lock:
             self._pending.pop(request_id, None)
+
+    def request_control(self, control: Control) -> Future[list[Reply]]:
+        """Send a lifecycle message the servers answer (CONNECT, PING with a request id).
+
+        Returns:
+            A future of the one reply.
+
+        Raises:
+            UnconnectedError: the pool is closed.
+            TransportError: it could not be delivered within ``read_timeout_ms``.
+        """
+        future, callback = _future_callback()
+        self._register([(control.request_id, 1, callback)])
+        try:
+            self.send_control(control)
+        except TransportError:
+            self.forget(control.request_id)
+            raise
+        return future
 
     def send_control(self, control: Control) -> None:
         """Send a lifecycle message to ``{ns}.control`` and flush it.

@@ -115,6 +115,15 @@ class Region:
         self._lock = threading.RLock()
         self._destroyed = False
         self._interest: list[InterestSpec] = []
+        # Interest registrations in flight, and the keys destroyed meanwhile: a response
+        # never revives those (seed 001, "Application Operations During Interest
+        # Registration").
+        self._registering = 0
+        self._destroyed_while_registering: set[str] = set()
+        # bucket -> region version at this connection's first registration snapshot there:
+        # an event of that bucket with a higher version happened after the registration,
+        # so it is applied even while the queue still replays.
+        self._registered_at: dict[int, int] = {}
         self._decode_value = self._decoder()
 
     # --- reads -------------------------------------------------------------------------
@@ -364,6 +373,8 @@ class Region:
         self._check_alive()
         with self._lock:
             local = self._entries.pop(key, None)
+            if local is not None and self._registering:
+                self._destroyed_while_registering.add(key)
         if local is None:
             raise EntryNotFoundError(f"entry {key!r} not in local region {self.name!r}")
         self._fire_entry(
@@ -534,18 +545,45 @@ class Region:
                     self._entries.pop(key, None)
             else:
                 self._entries.clear()
-        ops = self._interest_ops(OperationKind.REGISTER_INTEREST, spec)
-        if not ops:
-            return
-        replies = self._wait(self._cache.pool.request(ops), ops[0][0].request_id)
-        self._raise_first_error(replies)
-        self._interest.append(spec)
-        if spec.policy is InterestResultPolicy.NONE or not self._caching:
-            return
+            self._registering += 1
+        try:
+            ops = self._interest_ops(OperationKind.REGISTER_INTEREST, spec)
+            if not ops:
+                return
+            replies = self._wait(self._cache.pool.request(ops), ops[0][0].request_id)
+            self._raise_first_error(replies)
+            self._interest.append(spec)
+            with self._lock:
+                for reply in replies:
+                    if reply.version is not None:
+                        known = self._registered_at.get(reply.bucket, reply.version)
+                        self._registered_at[reply.bucket] = min(known, reply.version)
+                if spec.policy is not InterestResultPolicy.NONE and self._caching:
+                    for reply in replies:
+                        for entry in reply.entries:
+                            self._load_entry(entry)
+        finally:
+            with self._lock:
+                self._registering -= 1
+                if not self._registering:
+                    self._destroyed_while_registering.clear()
+
+    def reinitialize(self) -> None:
+        """Clear the local cache and register this region's interest again, loading the
+        entries of interest; fires no listener (SPEC §3, non-HA failover: the client's
+        queue is gone).
+
+        Raises:
+            RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
+                :meth:`register_interest`.
+        """
         with self._lock:
-            for reply in replies:
-                for entry in reply.entries:
-                    self._load_entry(entry)
+            specs, self._interest = self._interest, []
+            self._entries.clear()
+            self._tombstones.clear()
+            self._registered_at.clear()
+        for spec in specs:
+            self._register(spec)
 
     def _unregister(self, spec: InterestSpec) -> None:
         self._check_alive()
@@ -557,10 +595,21 @@ class Region:
         self._interest = [s for s in self._interest if not _covers(spec, s)]
 
     def _load_entry(self, entry: Entry) -> None:
-        """Apply one bulk-load entry unless something newer is known (no listener)."""
-        if self._is_newer(entry.key, entry.version):
-            self._entries[entry.key] = _LocalEntry(entry.value, entry.serializer, entry.version)
-            self._tombstones.pop(entry.key, None)
+        """Apply one bulk-load entry (no listener), by the rules of seed 001 for application
+        operations during a registration, made version-aware: an entry destroyed meanwhile
+        is not revived; a valid local value is kept unless the response is newer; an
+        invalid local entry takes a valid response value of the same or a newer version."""
+        key = entry.key
+        if key in self._destroyed_while_registering:
+            return
+        local = self._entries.get(key)
+        if local is not None and local.value is None:
+            take = entry.value is not None and entry.version >= local.version
+        else:
+            take = self._is_newer(key, entry.version)
+        if take:
+            self._entries[key] = _LocalEntry(entry.value, entry.serializer, entry.version)
+            self._tombstones.pop(key, None)
 
     # --- events from the subscription queue --------------------------------------------
 
@@ -569,8 +618,13 @@ class Region:
 
         Args:
             event: The event.
-            apply: False during durable replay: listeners fire, the cache is unchanged.
+            apply: False during durable replay: listeners fire, the cache is unchanged,
+                unless the event is newer than this connection's registration snapshot of
+                its bucket (it was then not queued while the client was away).
         """
+        if not apply:
+            registered_at = self._registered_at.get(event.event_id.bucket)
+            apply = registered_at is not None and event.version > registered_at
         kind = event.kind
         if kind is EventKind.REGION_CLEAR or kind is EventKind.REGION_DESTROY:
             self._on_region_event(event, apply)
@@ -649,6 +703,8 @@ class Region:
         return version > self._cleared_version
 
     def _remember_tombstone(self, key: str, version: int) -> None:
+        if self._registering:
+            self._destroyed_while_registering.add(key)
         self._tombstones[key] = version
         self._tombstones.move_to_end(key)
         if len(self._tombstones) > _MAX_TOMBSTONES:

@@ -4,6 +4,11 @@ One thread reads ``{ns}.queue.<client>`` from the committed offset, drops events
 EventID was already seen (message tracking), hands the rest to their region, and every
 ``subscription_ack_interval_ms`` commits the offset after the last processed event: that
 commit is the client's ack (ARCHITECTURE.md).
+
+A durable client's queue starts *replaying*: when the client is ready for events, each
+bucket's server writes a marker into the queue, and the events of a bucket before its marker
+are replay (seed 001: handed to listeners, not applied to the cache). Once the markers of
+every bucket from this connection have been read, the client is live.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
-from schemas.codec import decode, split_batch
+from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError
 from schemas.messages import Event, Marker
 from schemas.naming import Topics
@@ -38,6 +43,7 @@ class SubscriptionStats:
         duplicates_dropped: Events dropped by message tracking.
         undecodable: Messages that could not be decoded (logged and skipped).
         markers: Markers read.
+        replayed: Events delivered as replay (before their bucket's marker).
     """
 
     events_received: int = 0
@@ -45,31 +51,49 @@ class SubscriptionStats:
     duplicates_dropped: int = 0
     undecodable: int = 0
     markers: int = 0
+    replayed: int = 0
 
 
 class SubscriptionQueue:
-    """Reads one client's subscription queue on its own thread.
+    """Reads one client's subscription queue on its own thread, once :meth:`start` ran.
 
     Args:
         settings: The client's settings.
         client_id: Whose queue.
-        on_event: Called with each new (non-duplicate) event, on the queue thread.
-        on_marker: Called with each marker, on the queue thread.
+        on_event: Called with each new (non-duplicate) event and whether it is replay, on
+            the queue thread.
+        on_live: Called once, on the queue thread, when the last marker of this connection
+            has been read (never for a queue that does not replay).
+        replaying: Start in replay mode (a durable client); markers of ``connection_id``
+            from all ``total_buckets`` buckets end it.
+        connection_id: This connection's id; markers of earlier connections are ignored.
+        total_buckets: The number of buckets (so of markers to wait for).
+        tracker: Message tracking state to continue with (after a re-initialisation).
     """
 
     def __init__(
         self,
         settings: ClientSettings,
         client_id: str,
-        on_event: Callable[[Event], None],
-        on_marker: Callable[[Marker], None],
+        on_event: Callable[[Event, bool], None],
+        on_live: Callable[[], None],
+        *,
+        replaying: bool = False,
+        connection_id: str | None = None,
+        total_buckets: int = 0,
+        tracker: MessageTracker | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
+        self._client_id = client_id
         self._topic = self._topics.queue(client_id)
         self._on_event = on_event
-        self._on_marker = on_marker
-        self.tracker = MessageTracker(settings.subscription_message_tracking_timeout_s)
+        self._on_live = on_live
+        self._replaying = replaying
+        self._connection_id = connection_id
+        self._total_buckets = total_buckets
+        self._live_buckets: set[int] = set()
+        self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
         self._consumer = Consumer(
             settings.librdkafka(
@@ -93,7 +117,66 @@ class SubscriptionQueue:
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"queue-{client_id}", daemon=True)
-        self._thread.start()
+
+    def start(self) -> None:
+        """Start reading (for a durable client: after it is ready for events)."""
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` ran."""
+        return self._thread.is_alive() or self._stop.is_set()
+
+    @property
+    def replaying(self) -> bool:
+        """True until every bucket's marker of this connection has been read."""
+        return self._replaying
+
+    def count_pending(self, timeout_s: float) -> int:
+        """Count the events in the queue after the last ack, without delivering them.
+
+        Reads the queue to its end with a separate consumer (end = ``_PARTITION_EOF``;
+        watermarks alone are unreliable on the embedded broker, ARCHITECTURE.md). Only the
+        frames' type bytes are looked at, not the Avro bodies.
+
+        Args:
+            timeout_s: Longest time to spend counting, in seconds.
+
+        Returns:
+            Events queued after the acked offset (duplicates included), as far as read
+            within ``timeout_s``.
+        """
+        counter = Consumer(
+            self._settings.librdkafka(
+                **{
+                    "group.id": f"{self._topics.client_group(self._client_id)}.count",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": self._settings.fetch_wait_max_ms,
+                }
+            )
+        )
+        event_type = TYPE_BYTES[Event]
+        count = 0
+        try:
+            counter.assign([TopicPartition(self._topic, 0, max(self._acked, 0))])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                message = counter.poll(min(1.0, max(0.0, deadline - time.monotonic())))
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    break
+                try:
+                    items = split_batch(message.value())
+                except MessageDecodeError:
+                    continue
+                count += sum(1 for raw in items if len(raw) > 1 and raw[1] == event_type)
+        finally:
+            counter.close()
+        return count
 
     def _run(self) -> None:
         ack_every_s = self._settings.subscription_ack_interval_ms / 1000
@@ -135,8 +218,11 @@ class SubscriptionQueue:
                 self.stats.duplicates_dropped += 1
                 return
             self.stats.events_delivered += 1
+            replay = self._replaying and message.event_id.bucket not in self._live_buckets
+            if replay:
+                self.stats.replayed += 1
             try:
-                self._on_event(message)
+                self._on_event(message, replay)
             except Exception:
                 log.exception("handling event %s failed", message.event_id)
         elif isinstance(message, Marker):
@@ -145,6 +231,17 @@ class SubscriptionQueue:
         else:
             self.stats.undecodable += 1
             log.warning("unexpected %s in %s skipped", type(message).__name__, self._topic)
+
+    def _on_marker(self, marker: Marker) -> None:
+        if not self._replaying or marker.connection_id != self._connection_id:
+            return
+        self._live_buckets.add(marker.bucket)
+        if len(self._live_buckets) >= self._total_buckets:
+            self._replaying = False
+            try:
+                self._on_live()
+            except Exception:
+                log.exception("after_region_live callbacks failed")
 
     def ack(self, asynchronous: bool = True) -> None:
         """Commit the offset after the last processed event (the client's ack)."""
@@ -170,6 +267,7 @@ class SubscriptionQueue:
     def close(self) -> None:
         """Stop reading after a final synchronous ack."""
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
         with suppress(Exception):
             self._consumer.close()

@@ -195,6 +195,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
             for e in r.entries
         ],
         "more": r.more,
+        "client_state": r.client_state,
     }
 
 
@@ -216,6 +217,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
             for e in d["entries"]
         ),
         more=d["more"],
+        client_state=d["client_state"],
     )
 
 
@@ -227,6 +229,8 @@ def _control_to(c: Control) -> dict[str, Any]:
         "durable_client_timeout_s": c.durable_client_timeout_s,
         "keep_alive": c.keep_alive,
         "timestamp_ms": c.timestamp_ms,
+        "request_id": c.request_id,
+        "connection_id": c.connection_id,
     }
 
 
@@ -238,15 +242,27 @@ def _control_from(d: dict[str, Any]) -> Control:
         durable_client_timeout_s=d["durable_client_timeout_s"],
         keep_alive=d["keep_alive"],
         timestamp_ms=d["timestamp_ms"],
+        request_id=d["request_id"],
+        connection_id=d["connection_id"],
     )
 
 
 def _marker_to(m: Marker) -> dict[str, Any]:
-    return {"client_id": m.client_id, "timestamp_ms": m.timestamp_ms}
+    return {
+        "client_id": m.client_id,
+        "timestamp_ms": m.timestamp_ms,
+        "bucket": m.bucket,
+        "connection_id": m.connection_id,
+    }
 
 
 def _marker_from(d: dict[str, Any]) -> Marker:
-    return Marker(client_id=d["client_id"], timestamp_ms=d["timestamp_ms"])
+    return Marker(
+        client_id=d["client_id"],
+        timestamp_ms=d["timestamp_ms"],
+        bucket=d["bucket"],
+        connection_id=d["connection_id"],
+    )
 
 
 _TO: Final[dict[int, Callable[[Any], dict[str, Any]]]] = {

@@ -78,6 +78,15 @@ class UnconnectedError(RegionBusError):
     """
 
 
+class DuplicateDurableClientError(RegionBusError):
+    """Another live client already uses this durable client id (SPEC §5).
+
+    Geode refuses the second connection the same way. A connection counts as live until it
+    has been silent for the servers' ``maximum_time_between_pings_ms``, so a process
+    restarted right after a crash of the previous one may be refused for that long.
+    """
+
+
 class BulkOperationError(RegionBusError):
     """Some entries of a ``put_all`` / ``remove_all`` failed.
 
@@ -126,6 +135,7 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         CacheWriterError,
         InvalidInterestError,
         ValueTooLargeError,
+        DuplicateDurableClientError,
         ServerOperationError,
         SerializationError,
         MessageDecodeError,

@@ -27,6 +27,7 @@ class OperationKind(enum.Enum):
     REGISTER_INTEREST = "REGISTER_INTEREST"
     UNREGISTER_INTEREST = "UNREGISTER_INTEREST"
     KEYS = "KEYS"
+    READY_FOR_EVENTS = "READY_FOR_EVENTS"
 
 
 class EventKind(enum.Enum):
@@ -70,7 +71,6 @@ class ControlKind(enum.Enum):
     CONNECT = "CONNECT"
     PING = "PING"
     CLOSE = "CLOSE"
-    READY_FOR_EVENTS = "READY_FOR_EVENTS"
 
 
 class InterestSpec(NamedTuple):
@@ -150,6 +150,7 @@ class Reply(NamedTuple):
     serializer: str | None = None
     entries: tuple[Entry, ...] = ()
     more: bool = False
+    client_state: str | None = None
 
 
 class Control(NamedTuple):
@@ -161,6 +162,8 @@ class Control(NamedTuple):
     durable_client_id: str | None = None
     durable_client_timeout_s: int = 300
     keep_alive: bool = False
+    request_id: int = 0
+    connection_id: str | None = None
 
 
 class Marker(NamedTuple):
@@ -168,6 +171,8 @@ class Marker(NamedTuple):
 
     client_id: str
     timestamp_ms: int
+    bucket: int = -1
+    connection_id: str | None = None
 
 
 Message = Operation | Event | Reply | Control | Marker

@@ -1,0 +1,196 @@
+"""The servers' record of clients: connections, liveness, durable keep-alive and timeouts.
+
+One JSON record per client in the Redis hash ``rb:{ns}:clients`` (field = client id):
+``durable``, ``connection_id`` (one process of the client), ``connected``,
+``last_seen_ms``, ``durable_client_timeout_s`` and ``disconnected_at_ms``. Connecting is one
+Lua script, so two processes racing for one durable id cannot both win (SPEC §5: a second
+live client with the same durable id is refused).
+
+A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
+disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
+:mod:`broker.election`) then unregisters it (seed 001: "the servers unregister the client
+and do the same cleanup as for a non-durable client. The servers also log an alert").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from broker.store import redis_errors
+from schemas.naming import RedisKeys
+
+# Connect atomically: refuse a second live connection of a durable id; otherwise record the
+# connection and say whether a durable registration (queue, durable interest) was kept.
+# KEYS: 1 clients hash. ARGV: 1 client id, 2 connection id, 3 durable "1"/"0",
+# 4 timeout s, 5 now ms, 6 liveness window ms.
+_CONNECT = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local state = 'NEW'
+if raw then
+  local r = cjson.decode(raw)
+  local live = r.connected and (tonumber(ARGV[5]) - (r.last_seen_ms or 0)) <= tonumber(ARGV[6])
+  if ARGV[3] == '1' and live and r.connection_id ~= ARGV[2] then
+    return {'REFUSED', tostring(r.connection_id), tostring(r.last_seen_ms)}
+  end
+  if r.durable and ARGV[3] == '1' then state = 'RECONNECTED' end
+end
+local record = {
+  durable = ARGV[3] == '1', connection_id = ARGV[2], connected = true,
+  last_seen_ms = tonumber(ARGV[5]), durable_client_timeout_s = tonumber(ARGV[4]),
+  disconnected_at_ms = cjson.null
+}
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(record))
+return {state}
+"""
+
+CLIENT_NEW = "NEW"
+CLIENT_RECONNECTED = "RECONNECTED"
+CLIENT_UNKNOWN = "UNKNOWN"
+
+
+@dataclass
+class ClientRecord:
+    """One client as the servers know it.
+
+    Attributes:
+        durable: The client has a durable id.
+        connection_id: The live (or last) connection of the client (its member id).
+        connected: False once a durable client closed with keep-alive or went silent.
+        last_seen_ms: Last message from the client, ms since the Unix epoch.
+        durable_client_timeout_s: How long a disconnected durable client is kept.
+        disconnected_at_ms: When a durable client was seen disconnecting (ms since the
+            Unix epoch), None while connected.
+    """
+
+    durable: bool
+    connection_id: str | None
+    connected: bool
+    last_seen_ms: int
+    durable_client_timeout_s: int = 300
+    disconnected_at_ms: int | None = None
+
+    def expired(self, now_ms: int) -> bool:
+        """True for a disconnected durable client away longer than its timeout."""
+        return (
+            self.durable
+            and not self.connected
+            and self.disconnected_at_ms is not None
+            and now_ms - self.disconnected_at_ms > self.durable_client_timeout_s * 1000
+        )
+
+
+@dataclass(frozen=True)
+class ConnectResult:
+    """The answer to a client's CONNECT.
+
+    Attributes:
+        state: ``NEW``, ``RECONNECTED`` (a durable registration was kept) or ``REFUSED``.
+        live_connection_id: For ``REFUSED``, the connection that holds the durable id.
+        live_last_seen_ms: For ``REFUSED``, when that connection was last heard from.
+    """
+
+    state: str
+    live_connection_id: str | None = None
+    live_last_seen_ms: int | None = None
+
+
+class ClientRegistry:
+    """Client records of one namespace in Redis.
+
+    Args:
+        client: Redis connection.
+        namespace: Site namespace.
+        liveness_window_ms: A connection silent for longer is not live (the servers'
+            ``maximum_time_between_pings_ms``).
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, liveness_window_ms: int) -> None:
+        self._redis = client
+        self._key = RedisKeys(namespace).clients
+        self.liveness_window_ms = liveness_window_ms
+        self._connect = client.register_script(_CONNECT)
+
+    def connect(
+        self,
+        client_id: str,
+        connection_id: str,
+        *,
+        durable: bool,
+        durable_client_timeout_s: int,
+        now_ms: int,
+    ) -> ConnectResult:
+        """Record a connection, or refuse a second live connection of a durable id.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            result = self._connect(
+                keys=[self._key],
+                args=[
+                    client_id,
+                    connection_id,
+                    "1" if durable else "0",
+                    durable_client_timeout_s,
+                    now_ms,
+                    self.liveness_window_ms,
+                ],
+            )
+        state = result[0].decode()
+        if state == "REFUSED":
+            return ConnectResult(state, result[1].decode(), int(result[2]))
+        return ConnectResult(state)
+
+    def get(self, client_id: str) -> ClientRecord | None:
+        """The client's record, or None when unknown (never connected, closed, reaped).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            raw = self._redis.hget(self._key, client_id)
+        return None if raw is None else _record(raw)
+
+    def all(self) -> dict[str, ClientRecord]:
+        """Every client record by client id.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            raw = self._redis.hgetall(self._key)
+        return {k.decode(): _record(v) for k, v in raw.items()}
+
+    def save(self, client_id: str, record: ClientRecord) -> None:
+        """Write a record (pings, disconnects).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            self._redis.hset(self._key, client_id, json.dumps(asdict(record)))
+
+    def remove(self, client_id: str) -> None:
+        """Forget a client (non-durable close, durable close without keep-alive, reaped).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            self._redis.hdel(self._key, client_id)
+
+
+def _record(raw: bytes) -> ClientRecord:
+    data: dict[str, Any] = json.loads(raw)
+    return ClientRecord(
+        durable=bool(data.get("durable")),
+        connection_id=data.get("connection_id"),
+        connected=bool(data.get("connected", True)),
+        last_seen_ms=int(data.get("last_seen_ms", 0)),
+        durable_client_timeout_s=int(data.get("durable_client_timeout_s", 300)),
+        disconnected_at_ms=data.get("disconnected_at_ms"),
+    )
