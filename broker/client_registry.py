@@ -36,7 +36,7 @@ if raw then
   if ARGV[3] == '1' and live and r.connection_id ~= ARGV[2] then
     return {'REFUSED', tostring(r.connection_id), tostring(r.last_seen_ms)}
   end
-  if r.durable and ARGV[3] == '1' then state = 'RECONNECTED' end
+  if r.durable and ARGV[3] == '1' and not r.reaping then state = 'RECONNECTED' end
 end
 local record = {
   durable = ARGV[3] == '1', connection_id = ARGV[2], connected = true,
@@ -64,6 +64,8 @@ class ClientRecord:
         durable_client_timeout_s: How long a disconnected durable client is kept.
         disconnected_at_ms: When a durable client was seen disconnecting (ms since the
             Unix epoch), None while connected.
+        reaping: The reaper is unregistering the client (its interest is being dropped by
+            every bucket's primary; its topics go once all have).
     """
 
     durable: bool
@@ -72,12 +74,14 @@ class ClientRecord:
     last_seen_ms: int
     durable_client_timeout_s: int = 300
     disconnected_at_ms: int | None = None
+    reaping: bool = False
 
     def expired(self, now_ms: int) -> bool:
         """True for a disconnected durable client away longer than its timeout."""
         return (
             self.durable
             and not self.connected
+            and not self.reaping
             and self.disconnected_at_ms is not None
             and now_ms - self.disconnected_at_ms > self.durable_client_timeout_s * 1000
         )
@@ -193,4 +197,5 @@ def _record(raw: bytes) -> ClientRecord:
         last_seen_ms=int(data.get("last_seen_ms", 0)),
         durable_client_timeout_s=int(data.get("durable_client_timeout_s", 300)),
         disconnected_at_ms=data.get("disconnected_at_ms"),
+        reaping=bool(data.get("reaping", False)),
     )

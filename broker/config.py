@@ -44,6 +44,11 @@ class ServerSettings(BaseSettings):
             non-durable one is dropped, a durable one disconnected (its timeout starts);
             also the window in which a durable id's connection counts as live
             (Geode ``maximum-time-between-pings``, 60000 ms).
+        subscription_redundancy: Secondaries per bucket, ready to take over when its
+            primary fails (Geode ``subscription-redundancy``, default 0).
+        lease_ttl_ms: Time to live of a bucket primary's lease and of a server's
+            membership; a failed primary's buckets move after at most this long plus one
+            election tick (a quarter of it). Geode's ``member-timeout`` is 5000 ms.
         durable_client_reaper_interval_s: How often the reaper (one server at a time)
             looks for durable clients away longer than their ``durable_client_timeout_s``.
         poll_batch_size: Most messages taken from Kafka per poll.
@@ -73,6 +78,8 @@ class ServerSettings(BaseSettings):
     max_value_size_bytes: int = Field(default=512 * 1024, ge=1)
     message_sync_interval_s: float = Field(default=1.0, gt=0)
     maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
+    subscription_redundancy: int = Field(default=0, ge=0)
+    lease_ttl_ms: int = Field(default=5_000, ge=200)
     durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)
     poll_batch_size: int = Field(default=1000, ge=1)
     poll_timeout_ms: int = Field(default=100, ge=1)

@@ -35,6 +35,7 @@ from confluent_kafka import (
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.buckets import BucketElection
 from broker.client_registry import (
     CLIENT_UNKNOWN,
     ClientRecord,
@@ -95,6 +96,8 @@ class ServerStats:
         dead_letters: Messages sent to the dead-letter topic.
         errors: Operations refused with an error reply.
         durable_clients_expired: Durable clients unregistered by this server as the reaper.
+        buckets_gained: Buckets this server became primary of (start, failover, handoff).
+        buckets_lost: Buckets whose lease this server lost or was fenced out of.
     """
 
     operations_applied: int = 0
@@ -104,6 +107,8 @@ class ServerStats:
     dead_letters: int = 0
     errors: int = 0
     durable_clients_expired: int = 0
+    buckets_gained: int = 0
+    buckets_lost: int = 0
 
 
 @dataclass
@@ -227,6 +232,15 @@ class CacheServer:
             ttl_ms=int(settings.durable_client_reaper_interval_s * 3000),
         )
         self._admin: AdminClient | None = None
+        self.election = BucketElection(
+            self._redis,
+            settings.namespace,
+            settings.member_id,
+            settings.total_buckets,
+            settings.subscription_redundancy,
+            settings.lease_ttl_ms,
+        )
+        self._owned: dict[int, int] = {}
         self._queue_topics: dict[str, str] = {}
         self._reply_topics: dict[str, str] = {}
         self._outbox: dict[str, list[bytes]] = {}
@@ -311,6 +325,8 @@ class CacheServer:
         next_liveness = time.monotonic() + liveness_every_s
         reaper_every_s = self.settings.durable_client_reaper_interval_s
         next_reap = time.monotonic() + reaper_every_s
+        elect_every_s = self.settings.lease_ttl_ms / 4000
+        next_elect = time.monotonic() + elect_every_s
         assert self._consumer is not None and self._producer is not None
         try:
             while not self._stop.is_set():
@@ -323,11 +339,15 @@ class CacheServer:
                     self._process(messages)
                 self._producer.poll(0)
                 now = time.monotonic()
+                if now >= next_elect:
+                    self._elect()
+                    next_elect = time.monotonic() + elect_every_s
                 if now >= next_sync:
                     self._sync()
                     next_sync = now + sync_every_s
                 if now >= next_liveness:
-                    self._expire_silent_clients(now_ms())
+                    if 0 in self._owned:
+                        self._expire_silent_clients(now_ms())
                     next_liveness = now + liveness_every_s
                 if now >= next_reap:
                     self._reap_durable_clients()
@@ -336,6 +356,7 @@ class CacheServer:
             try:
                 self._sync()
                 self._reaper.release()
+                self.election.leave()
             finally:
                 self._consumer.close()
                 self._producer.flush(10)
@@ -388,24 +409,103 @@ class CacheServer:
                 }
             )
         )
-        wanted = [TopicPartition(self.topics.ops, b) for b in range(s.total_buckets)]
-        wanted.append(TopicPartition(self.topics.control, 0))
-        committed = self._consumer.committed(wanted, timeout=10)
-        assignment = []
-        for tp in committed:
-            start = max(tp.offset, 0)
-            assignment.append(TopicPartition(tp.topic, tp.partition, start))
-            if tp.offset >= 0:
-                self._committed[(tp.topic, tp.partition)] = tp.offset
-        self._consumer.assign(assignment)
+        self._consumer.assign([])
+        self.election.join()
+        self._elect()
         log.info(
-            "cache server %s serving %s: %d buckets, %d clients, %d registrations",
+            "cache server %s serving %s: primary of %d of %d buckets, %d clients, %d registrations",
             s.member_id,
             s.namespace,
+            len(self._owned),
             s.total_buckets,
             len(self._clients),
             loaded,
         )
+
+    # --- buckets: election, takeover, handoff ------------------------------------------
+
+    def _elect(self) -> None:
+        """Take part in the bucket election and act on what changed for this server."""
+        try:
+            result = self.election.tick()
+        except TransportError as exc:
+            log.error("bucket election failed, stopping every bucket: %s", exc)
+            for bucket in list(self._owned):
+                self._drop_bucket(bucket)
+                self.election.release(bucket)
+            return
+        for bucket in result.lost:
+            self._drop_bucket(bucket)
+        if result.gained:
+            self._take_buckets(result.gained)
+        for bucket, receiver in result.to_hand_over.items():
+            self._hand_over(bucket, receiver)
+
+    def _partitions(self, bucket: int) -> list[TopicPartition]:
+        partitions = [TopicPartition(self.topics.ops, bucket)]
+        if bucket == 0:
+            # The control topic (client connections) goes with bucket 0's primary.
+            partitions.append(TopicPartition(self.topics.control, 0))
+        return partitions
+
+    def _take_buckets(self, gained: dict[int, int]) -> None:
+        """Become primary of buckets: reload what other primaries persisted, then consume
+        each bucket from its committed offset (the re-processing window is bounded by
+        ``message_sync_interval_s``; re-applied EventIDs are recognised)."""
+        assert self._consumer is not None
+        self.stats.buckets_gained += len(gained)
+        self._clients = self.clients.all()
+        registry = InterestRegistry(
+            self._redis, self.settings.namespace, self.settings.total_buckets
+        )
+        registry.load(self._clients)
+        self.registry = registry
+        wanted = [tp for bucket in gained for tp in self._partitions(bucket)]
+        committed = self._consumer.committed(wanted, timeout=10)
+        assignment = []
+        for tp in committed:
+            assignment.append(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+            if tp.offset >= 0:
+                self._committed[(tp.topic, tp.partition)] = tp.offset
+        self._owned.update(gained)
+        self._consumer.incremental_assign(assignment)
+
+    def _drop_bucket(self, bucket: int) -> None:
+        """Stop processing a bucket at once (lease lost or fenced): nothing more of it is
+        applied or committed here."""
+        if bucket not in self._owned:
+            return
+        assert self._consumer is not None
+        del self._owned[bucket]
+        self.stats.buckets_lost += 1
+        partitions = self._partitions(bucket)
+        for tp in partitions:
+            self._positions.pop((tp.topic, tp.partition), None)
+            self._committed.pop((tp.topic, tp.partition), None)
+        self._consumer.incremental_unassign(partitions)
+        log.warning("%s stopped processing bucket %d", self.settings.member_id, bucket)
+
+    def _hand_over(self, bucket: int, receiver: str) -> None:
+        """Pass a bucket to a less loaded server cleanly: stop consuming it, flush and commit
+        what was processed, then release the lease with a handoff note."""
+        assert self._consumer is not None
+        partitions = self._partitions(bucket)
+        self._consumer.incremental_unassign(partitions)
+        self._sync()
+        del self._owned[bucket]
+        for tp in partitions:
+            self._positions.pop((tp.topic, tp.partition), None)
+            self._committed.pop((tp.topic, tp.partition), None)
+        self.election.hand_over(bucket, receiver)
+
+    def _fenced(self, bucket: int) -> None:
+        log.warning(
+            "%s was fenced out of bucket %d (another server took it over)",
+            self.settings.member_id,
+            bucket,
+        )
+        self._drop_bucket(bucket)
+        self.election.release(bucket)
 
     # --- batch processing --------------------------------------------------------------
 
@@ -419,6 +519,9 @@ class CacheServer:
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
+            owner_bucket = partition if topic == self.topics.ops else 0
+            if owner_bucket not in self._owned:
+                continue
             self._positions[(topic, partition)] = offset + 1
             source = (topic, partition, offset)
             try:
@@ -503,6 +606,8 @@ class CacheServer:
         if not pending:
             return
         batch: list[Any] = []
+        # A bucket fenced earlier in this poll batch is no longer ours: drop its operations.
+        pending[:] = [p for p in pending if p[1] in self._owned]
         for op, bucket, offset in pending:
             assert op.key is not None
             if op.kind is OperationKind.GET:
@@ -520,6 +625,7 @@ class CacheServer:
                         bucket,
                         offset,
                         want_old=bool(self._plugins.listeners.get(op.region)),
+                        epoch=self._owned[bucket],
                     )
                 )
         results = self.store.run_batch(batch)
@@ -549,6 +655,10 @@ class CacheServer:
         )
 
     def _after_entry_apply(self, op: Operation, bucket: int, result: ApplyResult) -> None:
+        if result.status == "FENCED":
+            if bucket in self._owned:
+                self._fenced(bucket)
+            return
         if result.status == "ERR":
             self.stats.errors += 1
             self._reply(
@@ -794,6 +904,8 @@ class CacheServer:
             assert op.interest is not None
             self.registry.unregister(op.client_id, op.region, op.interest)
             self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        elif op.kind is OperationKind.DISCONNECT:
+            self._handle_disconnect(op, bucket)
         elif op.kind is OperationKind.READY_FOR_EVENTS:
             self._handle_ready_for_events(op, bucket)
         elif op.kind is OperationKind.KEYS:
@@ -830,9 +942,14 @@ class CacheServer:
                     self._reply_error(op, bucket, _as_writer_error(exc))
                     return
         result = self.store.apply_region(
-            op.kind, op.region, op.event_id._replace(bucket=bucket), bucket, offset
+            op.kind,
+            op.region,
+            op.event_id._replace(bucket=bucket),
+            bucket,
+            offset,
+            epoch=self._owned[bucket],
         )
-        if result.status == "ERR":
+        if result.status in ("ERR", "FENCED"):
             self._after_entry_apply(op, bucket, result)
             return
         duplicate = result.status == "DUP"
@@ -980,8 +1097,8 @@ class CacheServer:
                 control.connection_id is not None and record.connection_id != control.connection_id
             ):
                 return
+            # The client has already had every bucket drop its interest (DISCONNECT).
             keep = record.durable and control.keep_alive
-            self.registry.drop_client(client_id, keep_durable=keep)
             if keep:
                 self._disconnect_durable(client_id, record, now_ms())
             else:
@@ -1054,22 +1171,26 @@ class CacheServer:
                 limit_ms,
                 "keeping its queue and durable interest" if record.durable else "dropping it",
             )
-            self.registry.drop_client(client_id, keep_durable=record.durable)
+            self._disconnect_everywhere(client_id, keep_alive=record.durable)
             if record.durable:
                 self._disconnect_durable(client_id, record, record.last_seen_ms)
             else:
                 self._forget_client(client_id)
 
     def _reap_durable_clients(self) -> None:
-        """As the reaper (a singleton role), unregister durable clients away too long."""
+        """As the reaper (a singleton role), unregister durable clients away too long: first
+        every bucket's primary drops their interest (a DISCONNECT in each bucket), then,
+        once all have, their topics and offsets are deleted."""
         if self._reaper.try_acquire() is None:
             return
         now = now_ms()
         for client_id, record in self.clients.all().items():
             if record.expired(now):
-                self._unregister_durable(client_id, record)
+                self._start_unregistering(client_id, record)
+            elif record.reaping:
+                self._finish_unregistering(client_id)
 
-    def _unregister_durable(self, client_id: str, record: ClientRecord) -> None:
+    def _start_unregistering(self, client_id: str, record: ClientRecord) -> None:
         log.error(
             "ALERT: durable client %s stayed away longer than its durable-client-timeout of "
             "%d s: unregistering it (queue, offsets, durable interest)",
@@ -1077,8 +1198,18 @@ class CacheServer:
             record.durable_client_timeout_s,
         )
         self.stats.durable_clients_expired += 1
-        self.registry.drop_client(client_id)
-        self._forget_client(client_id)
+        record.reaping = True
+        self.clients.save(client_id, record)
+        self._clients.pop(client_id, None)
+        with redis_errors():
+            self._redis.delete(self.store.keys.dropped(client_id))
+        self._disconnect_everywhere(client_id, keep_alive=False)
+
+    def _finish_unregistering(self, client_id: str) -> None:
+        with redis_errors():
+            dropped = self._redis.scard(self.store.keys.dropped(client_id))
+        if dropped < self.settings.total_buckets:
+            return
         assert self._producer is not None and self._admin is not None
         # Nothing may reach the topics after they are gone: a produce to a missing topic
         # re-creates it (auto-create) with the broker's default partition count.
@@ -1097,6 +1228,36 @@ class CacheServer:
                 future.result(timeout=15)
             except KafkaException as exc:
                 log.info("deleting the offsets of %s: %s", client_id, exc)
+        self._forget_client(client_id)
+        with redis_errors():
+            self._redis.delete(self.store.keys.dropped(client_id))
+        log.warning("durable client %s unregistered", client_id)
+
+    def _disconnect_everywhere(self, client_id: str, *, keep_alive: bool) -> None:
+        """Have every bucket's primary drop a client's interest (all, or all but the durable
+        registrations), in the order of each bucket's operations."""
+        op = Operation(
+            request_id=0,
+            client_id=client_id,
+            kind=OperationKind.DISCONNECT,
+            region="",
+            timestamp_ms=now_ms(),
+            keep_alive=keep_alive,
+        )
+        value = encode(op)
+        for bucket in range(self.settings.total_buckets):
+            self._produce(self.topics.ops, value, None, partition=bucket)
+
+    def _handle_disconnect(self, op: Operation, bucket: int) -> None:
+        self.registry.drop_client(op.client_id, keep_durable=op.keep_alive)
+        if not op.keep_alive:
+            with redis_errors():
+                pipe = self._redis.pipeline()
+                pipe.sadd(self.store.keys.dropped(op.client_id), bucket)
+                pipe.expire(self.store.keys.dropped(op.client_id), 3600)
+                pipe.execute()
+        if op.request_id:
+            self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
 
     def _handle_ready_for_events(self, op: Operation, bucket: int) -> None:
         """Write this bucket's marker into the client's queue: what the queue holds of this

@@ -23,7 +23,7 @@ import redis
 from schemas.errors import TransportError
 from schemas.eventid import EventID
 from schemas.messages import Entry, EventKind, OperationKind
-from schemas.naming import RedisKeys
+from schemas.naming import RedisKeys, bucket_role
 
 
 def _load_lua(name: str) -> str:
@@ -35,8 +35,9 @@ class ApplyResult:
     """What applying one change did.
 
     Attributes:
-        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before) or
-            ``"ERR"`` (refused; nothing changed).
+        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
+            ``"ERR"`` (refused; nothing changed) or ``"FENCED"`` (the caller is no longer
+            the bucket's primary; nothing changed).
         event_kind: The resulting event kind (None when refused, or DUP with the stored
             result already pruned).
         version: Region version the change got (None as for ``event_kind``).
@@ -155,8 +156,13 @@ class RegionStore:
         bucket: int,
         offset: int,
         want_old: bool,
+        epoch: int | None = None,
     ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script)."""
+        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script).
+
+        ``epoch`` is the caller's fencing epoch of the bucket (:mod:`broker.election`); the
+        script refuses the change (status ``FENCED``) when it is no longer current. None
+        applies unfenced (tools, tests)."""
         k = self.keys
         keys = [
             k.regions,
@@ -166,6 +172,7 @@ class RegionStore:
             k.tracking(bucket),
             k.results(bucket),
             k.results_index(bucket),
+            k.epoch(bucket_role(bucket)),
         ]
         args: list[Any] = [
             kind.value,
@@ -178,6 +185,7 @@ class RegionStore:
             str(event_id),
             offset,
             "1" if want_old else "0",
+            "" if epoch is None else epoch,
         ]
         return keys, args
 
@@ -221,16 +229,23 @@ class RegionStore:
         return out
 
     def apply_region(
-        self, kind: OperationKind, region: str, event_id: EventID, bucket: int, offset: int
+        self,
+        kind: OperationKind,
+        region: str,
+        event_id: EventID,
+        bucket: int,
+        offset: int,
+        epoch: int | None = None,
     ) -> ApplyResult:
-        """Clear or destroy a region over all its buckets, atomically.
+        """Clear or destroy a region over all its buckets, atomically (status ``FENCED``
+        and nothing done when ``epoch`` is not the bucket's current fencing epoch).
 
         Raises:
             TransportError: Redis failed.
         """
         k = self.keys
         keys = [k.regions, k.region_version(region), k.tracking(bucket), k.results(bucket)]
-        keys.append(k.results_index(bucket))
+        keys += [k.results_index(bucket), k.epoch(bucket_role(bucket))]
         for b in range(self.total_buckets):
             keys += [k.region_values(region, b), k.region_meta(region, b)]
         args = [
@@ -240,6 +255,7 @@ class RegionStore:
             event_id.sequence,
             str(event_id),
             offset,
+            "" if epoch is None else epoch,
         ]
         with redis_errors():
             return _to_apply_result(self._apply_region(keys=keys, args=args))

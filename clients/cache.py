@@ -369,13 +369,40 @@ class ClientCache:
             return
         self._closed = True
         self._stop_ping.set()
+        keep = self.durable and keep_alive
         if self.subscription is not None:
             self.subscription.close()
+            self._disconnect_buckets(keep)
         try:
             self.pool.send_control(self._control(ControlKind.CLOSE, keep_alive=keep_alive))
         except RegionBusError as exc:
             log.warning("close message not delivered: %s", exc)
-        self.pool.close(delete_topics=not (self.durable and keep_alive))
+        self.pool.close(delete_topics=not keep)
+
+    def _disconnect_buckets(self, keep_alive: bool) -> None:
+        """Have every bucket's primary drop this client's interest (all but the durable
+        registrations when ``keep_alive``) and wait for all, so no event is routed to the
+        queue once this returns (and the topics can go)."""
+        request_id = self.pool.next_request_id()
+        ops = [
+            (
+                Operation(
+                    request_id=request_id,
+                    client_id=self.client_id,
+                    kind=OperationKind.DISCONNECT,
+                    region="",
+                    timestamp_ms=int(time.time() * 1000),
+                    keep_alive=keep_alive,
+                ),
+                bucket,
+            )
+            for bucket in range(self.total_buckets)
+        ]
+        try:
+            self.pool.request(ops).result(self.settings.read_timeout_ms / 1000)
+        except (FutureTimeout, RegionBusError) as exc:
+            self.pool.forget(request_id)
+            log.warning("not every bucket confirmed the disconnect: %r", exc)
 
     def __enter__(self) -> ClientCache:
         return self

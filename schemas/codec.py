@@ -119,6 +119,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "interest": _interest_to(o.interest) if o.interest is not None else None,
         "origin_site_id": o.origin_site_id,
         "sites_reached": list(o.sites_reached),
+        "keep_alive": o.keep_alive,
     }
 
 
@@ -138,6 +139,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         interest=_interest_from(d["interest"]) if d["interest"] is not None else None,
         origin_site_id=d["origin_site_id"],
         sites_reached=tuple(d["sites_reached"]),
+        keep_alive=d["keep_alive"],
     )
 
 

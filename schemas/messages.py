@@ -28,6 +28,7 @@ class OperationKind(enum.Enum):
     UNREGISTER_INTEREST = "UNREGISTER_INTEREST"
     KEYS = "KEYS"
     READY_FOR_EVENTS = "READY_FOR_EVENTS"
+    DISCONNECT = "DISCONNECT"
 
 
 class EventKind(enum.Enum):
@@ -114,6 +115,7 @@ class Operation(NamedTuple):
     interest: InterestSpec | None = None
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
+    keep_alive: bool = False
 
 
 class Event(NamedTuple):

@@ -57,6 +57,11 @@ def bucket_of(region: str, key: str, total_buckets: int) -> int:
     return zlib.crc32(f"{region}\x00{key}".encode()) % total_buckets
 
 
+def bucket_role(bucket: int) -> str:
+    """The election role name of a bucket's primary (lease and fencing epoch keys)."""
+    return f"bucket:{bucket}"
+
+
 def region_bucket(region: str, total_buckets: int) -> int:
     """The bucket that orders region-wide operations (clear, destroy_region) of a region."""
     return zlib.crc32(region.encode()) % total_buckets
@@ -170,3 +175,15 @@ class RedisKeys:
     def epoch(self, role: str) -> str:
         """Counter of a role's fencing epoch; the current value is the only valid one."""
         return f"{self.prefix}epoch:{role}"
+
+    def secondaries(self, bucket: int) -> str:
+        """Set of the member ids that are secondaries of a bucket."""
+        return f"{self.prefix}secondaries:{bucket}"
+
+    def handoff(self, bucket: int) -> str:
+        """Member id a released bucket is handed over to (short TTL)."""
+        return f"{self.prefix}handoff:{bucket}"
+
+    def dropped(self, client_id: str) -> str:
+        """Set of the buckets whose primary has dropped a client being unregistered."""
+        return f"{self.prefix}dropped:{client_id}"

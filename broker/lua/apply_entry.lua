@@ -2,13 +2,19 @@
 -- duplicate detection by EventID.
 --
 -- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
---       5 tracking hash, 6 results hash, 7 results index (zset by ops offset)
+--       5 tracking hash, 6 results hash, 7 results index (zset by ops offset),
+--       8 the bucket's fencing epoch counter
 -- ARGV: 1 kind, 2 region, 3 key, 4 value, 5 serializer, 6 tracking field (member:thread),
---       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0")
+--       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0"),
+--       11 the caller's epoch of the bucket ("" = unfenced, for tools)
 -- Returns: {status, result, old_value}
+--   status "FENCED": the caller's epoch is stale (another server is primary): nothing done
 --   status "OK":  result = "<EVENT_KIND>|<version>"
 --   status "DUP": result = stored result of that EventID or false (pruned)
 --   status "ERR": result = error class name
+if ARGV[11] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[11] then
+  return {'FENCED', false, false}
+end
 if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
   return {'ERR', 'RegionNotFoundError', false}
 end

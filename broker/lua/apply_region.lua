@@ -1,9 +1,14 @@
 -- Apply a region operation (CLEAR, DESTROY_REGION) atomically over every bucket.
 --
 -- KEYS: 1 regions set, 2 region version counter, 3 tracking hash, 4 results hash,
---       5 results index, then for each bucket its values hash and its meta hash
--- ARGV: 1 kind, 2 region, 3 tracking field, 4 sequence id, 5 EventID string, 6 ops offset
+--       5 results index, 6 the fencing epoch counter of the region's bucket, then for each
+--       bucket its values hash and its meta hash
+-- ARGV: 1 kind, 2 region, 3 tracking field, 4 sequence id, 5 EventID string, 6 ops offset,
+--       7 the caller's epoch ("" = unfenced)
 -- Returns: {status, result}; status as in apply_entry.lua, result "<EVENT_KIND>|<version>"
+if ARGV[7] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[7] then
+  return {'FENCED', false}
+end
 if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
   return {'ERR', 'RegionNotFoundError'}
 end
@@ -12,7 +17,7 @@ local last = redis.call('HGET', KEYS[3], ARGV[3])
 if last and tonumber(last) >= seq then
   return {'DUP', redis.call('HGET', KEYS[4], ARGV[5])}
 end
-for i = 6, #KEYS do
+for i = 7, #KEYS do
   redis.call('DEL', KEYS[i])
 end
 local version = redis.call('INCR', KEYS[2])

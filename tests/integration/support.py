@@ -115,6 +115,21 @@ def send_raw_operation(kafka_bootstrap_servers: str, namespace: str, op: Any, bu
     assert producer.flush(10) == 0
 
 
+def send_raw_batch(
+    kafka_bootstrap_servers: str, namespace: str, ops: list[Any], bucket: int
+) -> None:
+    """Produce operations to ``{ns}.ops`` as one batch message (one poll on the server)."""
+    from confluent_kafka import Producer
+
+    from schemas.codec import encode, encode_batches
+    from schemas.naming import Topics
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    for value in encode_batches([encode(op) for op in ops]):
+        producer.produce(Topics(namespace).ops, value, partition=bucket)
+    assert producer.flush(10) == 0
+
+
 class Sentinel:
     """Proves that "nothing else arrived": a change of a sentinel key, made after the action
     under test, reaches the client after anything the action caused (one server produces a

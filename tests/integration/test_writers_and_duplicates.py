@@ -11,7 +11,7 @@ from support import (
     Sentinel,
     Vetoing,
     entry_operation,
-    send_raw_operation,
+    send_raw_batch,
     wait_until,
 )
 
@@ -84,10 +84,11 @@ def test_a_retried_operation_with_a_seen_event_id_is_applied_once(
     reader.register_interest(ALL_KEYS)
     writer = client_factory().create_region("r")
     op, bucket = entry_operation("app-1", OperationKind.PUT, "dup", 0, b'"first"', request_id=7)
-    send_raw_operation(kafka_bootstrap_servers, namespace, op, bucket)
-    # the retry carries the same EventID (and, to prove it is not re-applied, another value)
+    # the retry carries the same EventID (and, to prove it is not re-applied, another value).
+    # Both go in one batch message: a retry processed after the server committed and pruned
+    # the first one's stored result is recognised too, but re-emits no event.
     retry = op._replace(request_id=8, value=b'"second"', possible_duplicate=True)
-    send_raw_operation(kafka_bootstrap_servers, namespace, retry, bucket)
+    send_raw_batch(kafka_bootstrap_servers, namespace, [op, retry], bucket)
     wait_until(lambda: cache_server.stats.duplicates == 1, what="the retry to be processed")
     before = Sentinel(writer, recorder).fence()
     assert before == [("create", "dup", "first")]

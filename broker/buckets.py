@@ -1,0 +1,307 @@
+"""Bucket primaries and secondaries: which server processes which bucket (SPEC §4, seed 004).
+
+Every server runs :meth:`BucketElection.tick` from its loop. A tick heartbeats the member
+list, renews the leases this server holds (a lease it cannot renew is lost at once), and
+then, from one pipelined read of every bucket's lease, handoff note and secondaries:
+
+- **failover**: a bucket whose lease lapsed is taken by the longest-lived live secondary
+  of that bucket (seed 004); with no live secondary (redundancy 0, or none left), by the
+  live member with the fewest primaries, so failover completes even when redundancy
+  cannot be restored;
+- **redundancy**: a bucket with fewer than ``redundancy`` live secondaries gets the live
+  non-primary member with the fewest secondaries (a Lua script adds it only while the set
+  is short, so racing servers cannot over-fill it); a new server thereby restores
+  redundancy after a failover;
+- **balance**: a server holding more than its fair share (``ceil(buckets / members)``)
+  while another holds less hands buckets over cleanly: the caller flushes and commits the
+  bucket first, then the lease is released with a handoff note naming the receiver.
+
+Each lease carries a fencing epoch (:mod:`broker.election`) that the region scripts check.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import redis
+
+from broker.election import Lease, Member, Membership
+from schemas.errors import TransportError
+from schemas.naming import RedisKeys, bucket_role
+
+log = logging.getLogger("regionbus.server")
+
+# Add ARGV[1] to the secondaries set KEYS[1] only while it has fewer than ARGV[2] members.
+_ADD_SECONDARY = """
+if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  return redis.call('SADD', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class BucketView:
+    """One bucket as the last tick saw it.
+
+    Attributes:
+        bucket: The bucket.
+        primary: Member id of the primary, or None while the lease is free.
+        epoch: The primary's fencing epoch (0 when free).
+        secondaries: Live secondaries, longest-lived first.
+    """
+
+    bucket: int
+    primary: str | None
+    epoch: int
+    secondaries: tuple[str, ...]
+
+
+@dataclass
+class TickResult:
+    """What a tick changed for this server.
+
+    Attributes:
+        gained: Buckets this server became primary of (with their epochs).
+        lost: Buckets whose lease this server lost (another may hold them already).
+        to_hand_over: Buckets the caller should flush, commit and then pass to
+            :meth:`BucketElection.hand_over` (``bucket -> receiving member``).
+    """
+
+    gained: dict[int, int] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)
+    to_hand_over: dict[int, str] = field(default_factory=dict)
+
+
+class BucketElection:
+    """This server's view of, and part in, the bucket election.
+
+    Args:
+        client: Redis connection.
+        namespace: Site namespace.
+        member_id: This server's member id.
+        total_buckets: Number of buckets.
+        redundancy: Secondaries wanted per bucket (Geode ``subscription-redundancy``,
+            default 0).
+        lease_ttl_ms: Lease and member liveness time to live; a dead primary's buckets move
+            after at most this long (plus one tick).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str,
+        member_id: str,
+        total_buckets: int,
+        redundancy: int,
+        lease_ttl_ms: int,
+    ) -> None:
+        self._redis = client
+        self._keys = RedisKeys(namespace)
+        self.member_id = member_id
+        self.total_buckets = total_buckets
+        self.redundancy = redundancy
+        self.lease_ttl_ms = lease_ttl_ms
+        self.membership = Membership(client, namespace, member_id, lease_ttl_ms)
+        self._leases = {
+            b: Lease(client, namespace, bucket_role(b), member_id, lease_ttl_ms)
+            for b in range(total_buckets)
+        }
+        self._add_secondary = client.register_script(_ADD_SECONDARY)
+        self.members: list[Member] = []
+        self.views: list[BucketView] = []
+
+    @property
+    def owned(self) -> dict[int, int]:
+        """Buckets this server is primary of, with its fencing epoch of each."""
+        return {b: lease.epoch for b, lease in self._leases.items() if lease.epoch is not None}
+
+    def join(self) -> None:
+        """Register this server in the member list.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        self.membership.join()
+
+    def leave(self) -> None:
+        """Release every lease and leave the member list (a clean stop)."""
+        for lease in self._leases.values():
+            lease.release()
+        self.membership.leave()
+
+    def release(self, bucket: int) -> None:
+        """Give up one bucket without a handoff note (e.g. after being fenced)."""
+        self._leases[bucket].release()
+
+    def tick(self) -> TickResult:
+        """Heartbeat, renew, then take part in failover, redundancy and balance.
+
+        Returns:
+            What changed for this server.
+
+        Raises:
+            TransportError: Redis failed (the caller should treat its leases as lost).
+        """
+        result = TickResult()
+        self.membership.heartbeat()
+        for bucket, lease in self._leases.items():
+            if lease.held and not lease.renew():
+                log.warning("%s lost the lease of bucket %d", self.member_id, bucket)
+                result.lost.add(bucket)
+        self.members = self.membership.live_members()
+        live = {m.member_id for m in self.members}
+        rank = {m.member_id: i for i, m in enumerate(self.members)}
+        holders, handoffs, secondaries = self._read_state()
+        primaries_of: dict[str, int] = dict.fromkeys(live, 0)
+        secondaries_of: dict[str, int] = dict.fromkeys(live, 0)
+        for holder in holders:
+            if holder is not None and holder[0] in primaries_of:
+                primaries_of[holder[0]] += 1
+        views = []
+        for bucket in range(self.total_buckets):
+            holder = holders[bucket]
+            primary = holder[0] if holder is not None else None
+            live_secondaries = sorted(
+                (m for m in secondaries[bucket] if m in live and m != primary), key=rank.__getitem__
+            )
+            stale = [m for m in secondaries[bucket] if m not in live_secondaries]
+            if stale:
+                self._redis.srem(self._keys.secondaries(bucket), *stale)
+            for m in live_secondaries:
+                secondaries_of[m] += 1
+            if holder is None:
+                taker = self._taker(handoffs[bucket], live_secondaries, live, primaries_of, rank)
+                if taker == self.member_id:
+                    epoch = self._leases[bucket].try_acquire()
+                    if epoch is not None:
+                        log.info(
+                            "%s is now primary of bucket %d (epoch %d)",
+                            self.member_id,
+                            bucket,
+                            epoch,
+                        )
+                        result.gained[bucket] = epoch
+                        primary = self.member_id
+                        primaries_of[self.member_id] += 1
+                        if self.member_id in live_secondaries:
+                            live_secondaries.remove(self.member_id)
+                            secondaries_of[self.member_id] -= 1
+                            self._redis.srem(self._keys.secondaries(bucket), self.member_id)
+            views.append(
+                BucketView(
+                    bucket,
+                    primary,
+                    holder[1] if holder is not None else 0,
+                    tuple(live_secondaries),
+                )
+            )
+        self.views = views
+        self._restore_redundancy(views, live, secondaries_of, rank)
+        if all(v.primary is not None for v in views):
+            result.to_hand_over = self._excess(primaries_of, rank)
+        return result
+
+    def hand_over(self, bucket: int, receiver: str) -> None:
+        """Release a bucket (already flushed and committed by the caller) to ``receiver``.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        try:
+            self._redis.set(self._keys.handoff(bucket), receiver, px=self.lease_ttl_ms)
+        except redis.RedisError as exc:
+            raise TransportError(f"handoff of bucket {bucket}: {exc}") from exc
+        self._leases[bucket].release()
+        log.info("%s handed bucket %d over to %s", self.member_id, bucket, receiver)
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _read_state(
+        self,
+    ) -> tuple[list[tuple[str, int] | None], list[str | None], list[list[str]]]:
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for bucket in range(self.total_buckets):
+                pipe.get(self._keys.lease(bucket_role(bucket)))
+                pipe.get(self._keys.handoff(bucket))
+                pipe.smembers(self._keys.secondaries(bucket))
+            raw = pipe.execute()
+        except redis.RedisError as exc:
+            raise TransportError(f"cannot read the bucket election state: {exc}") from exc
+        holders: list[tuple[str, int] | None] = []
+        handoffs: list[str | None] = []
+        secondaries: list[list[str]] = []
+        for i in range(self.total_buckets):
+            lease, handoff, members = raw[3 * i : 3 * i + 3]
+            if lease is None:
+                holders.append(None)
+            else:
+                member, _, epoch = lease.decode().rpartition("|")
+                holders.append((member, int(epoch)))
+            handoffs.append(handoff.decode() if handoff is not None else None)
+            secondaries.append([m.decode() for m in members])
+        return holders, handoffs, secondaries
+
+    def _taker(
+        self,
+        handoff: str | None,
+        live_secondaries: list[str],
+        live: set[str],
+        primaries_of: dict[str, int],
+        rank: dict[str, int],
+    ) -> str | None:
+        """Who should take a free bucket: the handoff's receiver, else the longest-lived
+        live secondary, else the live member with the fewest primaries."""
+        if handoff is not None and handoff in live:
+            return handoff
+        if live_secondaries:
+            return live_secondaries[0]
+        if not live:
+            return None
+        return min(live, key=lambda m: (primaries_of[m], rank[m]))
+
+    def _restore_redundancy(
+        self,
+        views: list[BucketView],
+        live: set[str],
+        secondaries_of: dict[str, int],
+        rank: dict[str, int],
+    ) -> None:
+        for view in views:
+            missing = self.redundancy - len(view.secondaries)
+            if missing <= 0 or view.primary is None:
+                continue
+            candidates = sorted(
+                (m for m in live if m != view.primary and m not in view.secondaries),
+                key=lambda m: (secondaries_of[m], rank[m]),
+            )
+            for chosen in candidates[:missing]:
+                if chosen != self.member_id:
+                    continue
+                added = self._add_secondary(
+                    keys=[self._keys.secondaries(view.bucket)],
+                    args=[self.member_id, self.redundancy],
+                )
+                if added:
+                    secondaries_of[self.member_id] += 1
+                    log.info("%s is now a secondary of bucket %d", self.member_id, view.bucket)
+
+    def _excess(self, primaries_of: dict[str, int], rank: dict[str, int]) -> dict[int, str]:
+        """Buckets this server should hand over, and to whom, to even out the primaries."""
+        if len(primaries_of) < 2:
+            return {}
+        fair = math.ceil(self.total_buckets / len(primaries_of))
+        counts = dict(primaries_of)
+        mine = sorted(self.owned, reverse=True)
+        out: dict[int, str] = {}
+        while counts[self.member_id] > fair and mine:
+            receiver = min(counts, key=lambda m: (counts[m], rank[m]))
+            if counts[receiver] >= fair - 1 or receiver == self.member_id:
+                break
+            out[mine.pop(0)] = receiver
+            counts[self.member_id] -= 1
+            counts[receiver] += 1
+        return out
