@@ -12,8 +12,8 @@ then, from one pipelined read of every bucket's lease, handoff note and secondar
   non-primary member with the fewest secondaries (a Lua script adds it only while the set
   is short, so racing servers cannot over-fill it); a new server thereby restores
   redundancy after a failover;
-- **balance**: a server holding more than its fair share (``ceil(buckets / members)``)
-  while another holds less hands buckets over cleanly: the caller flushes and commits the
+- **balance**: a server holding two or more primaries more than another (and more than
+  ``floor(buckets / members)``) hands buckets over cleanly: the caller flushes and commits the
   bucket first, then the lease is released with a handoff note naming the receiver.
 
 Each lease carries a fencing epoch (:mod:`broker.election`) that the region scripts check.
@@ -22,7 +22,6 @@ Each lease carries a fencing epoch (:mod:`broker.election`) that the region scri
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
 import redis
@@ -293,13 +292,13 @@ class BucketElection:
         """Buckets this server should hand over, and to whom, to even out the primaries."""
         if len(primaries_of) < 2:
             return {}
-        fair = math.ceil(self.total_buckets / len(primaries_of))
+        floor_share = self.total_buckets // len(primaries_of)
         counts = dict(primaries_of)
         mine = sorted(self.owned, reverse=True)
         out: dict[int, str] = {}
-        while counts[self.member_id] > fair and mine:
+        while mine and counts[self.member_id] > floor_share:
             receiver = min(counts, key=lambda m: (counts[m], rank[m]))
-            if counts[receiver] >= fair - 1 or receiver == self.member_id:
+            if counts[self.member_id] - counts[receiver] <= 1:
                 break
             out[mine.pop(0)] = receiver
             counts[self.member_id] -= 1

@@ -1,4 +1,4 @@
-"""The ``regionbus`` command line (click): serve, run the local stack, manage regions, demo.
+"""The ``regionbus`` command line (click): serve, status, the local stack, regions, demo.
 
 ``python -m broker serve`` is the same as ``regionbus serve``.
 """
@@ -6,18 +6,23 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import click
 import redis
+from rich.console import Console
+from rich.table import Table
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from broker.stack import LocalStack
+from broker.status import cluster_status
 from broker.store import RegionStore
 from schemas.errors import RegionBusError
 
@@ -143,6 +148,47 @@ def region_list(**options: Any) -> None:
     )
     for name in sorted(store.region_names()):
         click.echo(name)
+
+
+@main.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status(as_json: bool, **options: Any) -> None:
+    """Show members, bucket primaries and secondaries, queues and durable clients."""
+    settings = _settings(**options)
+    client = redis.Redis.from_url(
+        settings.redis_url,
+        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
+    )
+    try:
+        current = cluster_status(
+            client, settings.namespace, settings.total_buckets, settings.librdkafka()
+        )
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(current.as_dict(), indent=2))
+        return
+    console = Console()
+    members = Table(title=f"members of {settings.namespace}")
+    for column in ("member", "started", "primaries", "secondaries"):
+        members.add_column(column)
+    for m in current.members:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m.started_at_ms / 1000))
+        members.add_row(m.member_id, started, str(m.primaries), str(m.secondaries))
+    buckets = Table(title="buckets")
+    for column in ("bucket", "primary", "epoch", "secondaries"):
+        buckets.add_column(column)
+    for b in current.buckets:
+        buckets.add_row(str(b.bucket), b.primary or "-", str(b.epoch), ", ".join(b.secondaries))
+    queues = Table(title="subscription queues")
+    for column in ("client", "durable", "state", "depth (messages)"):
+        queues.add_column(column)
+    for q in current.queues:
+        depth = "?" if q.depth_messages is None else str(q.depth_messages)
+        queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, depth)
+    for table in (members, buckets, queues):
+        console.print(table)
 
 
 class _LazyGroup(click.Group):
