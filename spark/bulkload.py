@@ -12,8 +12,9 @@ partition, same input order) sends the same EventIDs, so the servers recognise w
 already applied. Operations of one bucket are packed into ``Batch`` messages as ``put_all``
 packs them.
 
-:func:`bulk_load` writes, then reads the replies on ``{ns}.reply.<load id>`` until every
-entry is answered, and reports how many were applied, recognised as duplicates or refused.
+:func:`bulk_load` writes, then reads the replies on ``{ns}.reply.<load id>`` (from where that
+topic ended when the load started) until every entry is answered, and reports how many
+were applied, recognised as duplicates or refused.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from spark.format import kafka_format
+from spark.kafka import latest_offsets
 
 OPERATIONS_SCHEMA: Final = "topic string, partition int, key binary, value binary"
 """Columns of :func:`entries_to_operations` (the Kafka sink's)."""
@@ -263,6 +265,8 @@ def bulk_load(
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
     ensure_topics(AdminClient(config), {reply_topic: 1})
+    # Replies of an earlier load with the same id are not this load's.
+    replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
     entries = df.count()
     report = BulkLoadReport(load_id=load, entries=entries)
     operations = entries_to_operations(
@@ -284,13 +288,17 @@ def bulk_load(
     writer.save()
     report.write_s = time.monotonic() - started
     if wait_applied_timeout_s is not None:
-        _await_replies(config, reply_topic, report, wait_applied_timeout_s)
+        _await_replies(config, reply_topic, replies_from, report, wait_applied_timeout_s)
         report.apply_s = time.monotonic() - started - report.write_s
     return report
 
 
 def _await_replies(
-    config: Mapping[str, str], reply_topic: str, report: BulkLoadReport, timeout_s: float
+    config: Mapping[str, str],
+    reply_topic: str,
+    start_offset: int,
+    report: BulkLoadReport,
+    timeout_s: float,
 ) -> None:
     consumer = Consumer(
         {
@@ -304,7 +312,7 @@ def _await_replies(
     answered: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
-        consumer.assign([TopicPartition(reply_topic, 0, 0)])
+        consumer.assign([TopicPartition(reply_topic, 0, start_offset)])
         while len(answered) < report.entries:
             if time.monotonic() > deadline:
                 raise ServerTimeoutError(
