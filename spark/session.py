@@ -43,6 +43,7 @@ def local_session(
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():
