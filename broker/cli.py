@@ -1,4 +1,5 @@
-"""The ``regionbus`` command line (click): serve, status, the local stack, regions, demo.
+"""The ``regionbus`` command line (click): serve, status, the local stack, regions, demo,
+Spark jobs.
 
 ``python -m broker serve`` is the same as ``regionbus serve``.
 """
@@ -214,6 +215,19 @@ class _LazyGroup(click.Group):
 @main.group(cls=_LazyGroup, lazy={"flights": "demo.flights:flights_command"})
 def demo() -> None:
     """Demonstrations on real data."""
+
+
+@main.group(
+    "spark",
+    cls=_LazyGroup,
+    lazy={
+        "analytics": "spark.cli:analytics_command",
+        "delays": "spark.cli:delays_command",
+        "bulk-load": "spark.cli:bulk_load_command",
+    },
+)
+def spark_group() -> None:
+    """Spark jobs over the topics: queue analytics, flights delays, bulk load."""
 
 
 if __name__ == "__main__":

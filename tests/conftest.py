@@ -135,3 +135,21 @@ def client_factory(namespace: str, kafka_bootstrap_servers: str) -> Iterator[Cli
     finally:
         for cache in made:
             cache.close()
+
+
+# --- Spark ---
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """The one local SparkSession of the test session (``local[2]``, 2 shuffle partitions).
+
+    pyspark is imported here, not at the top, so tests that do not use Spark never pay for it.
+    """
+    from spark.session import local_session
+
+    session = local_session("regionbus-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

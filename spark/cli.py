@@ -1,0 +1,263 @@
+"""``regionbus spark ...``: the Spark jobs (queue analytics, flights delays, bulk load).
+
+Loaded lazily by :mod:`broker.cli`, so ``regionbus`` starts without importing pyspark.
+Kafka settings come from ``--namespace`` / ``--kafka`` or the ``REGIONBUS_*`` variables
+(``REGIONBUS_KAFKA_CONFIG`` for security settings), as for clients
+(:class:`clients.ClientSettings`). The Spark session is the process's (created on first
+use, ended with the process), so a command run inside a Spark application reuses its session.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from clients.settings import ClientSettings
+from schemas.errors import RegionBusError
+
+_console = Console()
+
+
+def _settings(namespace: str | None, kafka: str | None) -> ClientSettings:
+    given: dict[str, Any] = {"namespace": namespace, "kafka_bootstrap_servers": kafka}
+    try:
+        return ClientSettings(**{k: v for k, v in given.items() if v is not None})
+    except (ValidationError, RegionBusError) as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _extra_kafka_config(settings: ClientSettings) -> dict[str, str]:
+    return {k: str(v) for k, v in settings.kafka_config.items()}
+
+
+_namespace = click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE].")
+_kafka = click.option(
+    "--kafka", help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS]."
+)
+_master = click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+
+
+def _session(master: str, app_name: str) -> Any:
+    from spark.session import local_session
+
+    return local_session(app_name, master=master)
+
+
+def _print(title: str, rows: list[Any], columns: list[str]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
+    _console.print(table)
+
+
+@click.command("analytics")
+@_namespace
+@_kafka
+@_master
+@click.option(
+    "--gateway-group-format",
+    default="{topic}",
+    show_default=True,
+    help="Consumer group of a gateway / async event queue ({topic} = its topic).",
+)
+@click.option(
+    "--output", type=click.Path(file_okay=False), help="Also write the tables as Parquet here."
+)
+def analytics_command(
+    namespace: str | None,
+    kafka: str | None,
+    master: str,
+    gateway_group_format: str,
+    output: str | None,
+) -> None:
+    """Depth, oldest unacked event and content of every subscription queue; backlog of
+    every gateway and async event queue."""
+    from spark.analytics import queue_analytics
+
+    settings = _settings(namespace, kafka)
+    spark = _session(master, "regionbus-analytics")
+    try:
+        result = queue_analytics(
+            spark,
+            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+            namespace=settings.namespace,
+            kafka_config=_extra_kafka_config(settings),
+            gateway_group_format=gateway_group_format,
+        )
+        tables = {
+            "queues": (result.queues, ["client_id", "depth", "oldest_unacked_age_s"]),
+            "queue_events": (result.queue_events, ["topic", "region", "operation", "events"]),
+            "gateways": (result.gateways, ["topic", "kind", "backlog", "oldest_age_s"]),
+        }
+        for name, (frame, columns) in tables.items():
+            ordered = frame.orderBy(*columns[:2])
+            _print(name, ordered.collect(), columns)
+            if output is not None:
+                ordered.write.mode("overwrite").parquet(str(Path(output) / name))
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("delays")
+@_namespace
+@_kafka
+@_master
+@click.option(
+    "--output", required=True, type=click.Path(file_okay=False), help="Parquet table directory."
+)
+@click.option(
+    "--checkpoint", required=True, type=click.Path(file_okay=False), help="Checkpoint directory."
+)
+@click.option(
+    "--available-now/--continuous",
+    default=True,
+    show_default=True,
+    help="Process what the events topic holds now and stop, or run until Ctrl-C.",
+)
+@click.option(
+    "--trigger-interval-s", default=5.0, show_default=True, help="Seconds between batches."
+)
+@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="Records per batch.")
+def delays_command(
+    namespace: str | None,
+    kafka: str | None,
+    master: str,
+    output: str,
+    checkpoint: str,
+    available_now: bool,
+    trigger_interval_s: float,
+    max_offsets_per_trigger: int | None,
+) -> None:
+    """Stream the flights replay's events into a table of per-carrier departure delay per
+    scheduled hour (Parquet)."""
+    from spark.delays import DELAY_COLUMNS, start_delays_job
+
+    settings = _settings(namespace, kafka)
+    spark = _session(master, "regionbus-delays")
+    try:
+        query = start_delays_job(
+            spark,
+            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+            namespace=settings.namespace,
+            output=output,
+            checkpoint=checkpoint,
+            kafka_config=_extra_kafka_config(settings),
+            available_now=available_now,
+            trigger_interval_s=trigger_interval_s,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+        )
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            query.stop()
+        if Path(output).exists():
+            table = spark.read.parquet(output)
+            click.echo(f"{table.count():,} rows in {output}; largest mean delays:")
+            _print(
+                "delays",
+                table.orderBy("mean_dep_delay_min", ascending=False).take(10),
+                list(DELAY_COLUMNS),
+            )
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("bulk-load")
+@_namespace
+@_kafka
+@_master
+@click.option("--region", required=True, help="Region to load.")
+@click.option("--input", "input_path", required=True, type=click.Path(exists=True))
+@click.option(
+    "--input-format",
+    type=click.Choice(["parquet", "csv", "json"]),
+    help="Input format [default: from the file extension].",
+)
+@click.option("--key-column", default="key", show_default=True, help="Column of keys.")
+@click.option(
+    "--value-column",
+    help="Column of values [default: a struct of every column but the key column].",
+)
+@click.option(
+    "--serializer",
+    type=click.Choice(["json", "str", "bytes"]),
+    default="json",
+    show_default=True,
+    help="Value serializer.",
+)
+@click.option("--load-id", help="Client id of the load (rerun with it to resend the same ids).")
+@click.option(
+    "--wait-timeout-s",
+    default=600.0,
+    show_default=True,
+    help="Longest wait for the servers' replies; 0 = do not wait.",
+)
+def bulk_load_command(
+    namespace: str | None,
+    kafka: str | None,
+    master: str,
+    region: str,
+    input_path: str,
+    input_format: str | None,
+    key_column: str,
+    value_column: str | None,
+    serializer: str,
+    load_id: str | None,
+    wait_timeout_s: float,
+) -> None:
+    """Load a region from a Parquet, CSV or JSON file, through the cache servers."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from spark.bulkload import bulk_load
+
+    settings = _settings(namespace, kafka)
+    fmt = input_format or Path(input_path).suffix.lstrip(".").lower()
+    if fmt not in ("parquet", "csv", "json"):
+        raise click.UsageError("cannot tell the input format: give --input-format")
+    spark = _session(master, "regionbus-bulk-load")
+    try:
+        reader = spark.read.format(fmt)
+        if fmt == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        df = reader.load(input_path)
+        if key_column not in df.columns:
+            raise click.UsageError(f"the input has no column {key_column!r}")
+        if value_column is None:
+            others = [c for c in df.columns if c != key_column]
+            df = df.select(F.col(key_column).cast("string"), F.struct(*others).alias("value"))
+            value_column = "value"
+        report = bulk_load(
+            spark,
+            df,
+            region,
+            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+            namespace=settings.namespace,
+            kafka_config=_extra_kafka_config(settings),
+            key_column=key_column,
+            value_column=value_column,
+            serializer=serializer,
+            load_id=load_id,
+            wait_applied_timeout_s=wait_timeout_s or None,
+        )
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"load {report.load_id}: {report.entries:,} entries, {report.applied:,} applied, "
+        f"{report.duplicates:,} duplicates, {report.failed:,} refused "
+        f"(write {report.write_s:.1f} s, apply {report.apply_s:.1f} s)"
+    )
+    for failure in report.failures:
+        click.echo(f"  refused: {failure}", err=True)
+    if wait_timeout_s and not report.ok:
+        sys.exit(1)
+
+
+__all__ = ["analytics_command", "bulk_load_command", "delays_command"]

@@ -1,0 +1,474 @@
+"""confluent-kafka access for the Spark source and sink: the one place its errors become ours.
+
+End offsets are probed, not taken from watermarks. The embedded Tansu answers ListOffsets
+with the base offset of the last stored batch + 1, not the last offset + 1
+(ARCHITECTURE.md), so ``get_watermark_offsets`` alone would cut a batch read short. The
+probe seeks each partition to ``high watermark - 1`` (inside the last batch, so only that
+batch is fetched), reads with ``enable.partition.eof`` and takes the end as the offset the
+EOF event reports (or the last offset read + 1). On Apache Kafka the watermark is exact and
+the probe reads one record per partition. A partition that sends no EOF (a broker that never
+signals it) ends when nothing more arrived for :data:`END_PROBE_IDLE_MS`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
+
+import pyarrow as pa
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient
+
+from schemas.errors import TransportError
+from spark.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartitionKey
+
+METADATA_TIMEOUT_S: Final = 10.0
+"""Longest wait for a metadata or ListOffsets answer, in seconds."""
+END_PROBE_IDLE_MS: Final = 2_000
+"""How long the end probe waits for more records or an EOF before it settles, in ms."""
+FETCH_WAIT_MAX_MS: Final = 100
+"""``fetch.wait.max.ms`` of the source's consumers (ARCHITECTURE.md: best on Tansu)."""
+ARROW_BATCH_ROWS: Final = 10_000
+"""Rows per Arrow record batch handed to Spark."""
+
+HEADERS_TYPE: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+# confluent-kafka timestamp kinds -> Kafka's TimestampType ids, as Spark shows them.
+_TIMESTAMP_TYPES: Final = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema of the Kafka source's rows (Spark's column names and types).
+
+    Args:
+        include_headers: Whether to add the ``headers`` column.
+    """
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def consumer_config(kafka_config: Mapping[str, str]) -> dict[str, Any]:
+    """librdkafka settings of a source consumer: never joins a group, never commits."""
+    config: dict[str, Any] = {
+        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        "enable.partition.eof": True,
+    }
+    config.update(kafka_config)
+    config.update(
+        {
+            # librdkafka wants a group id even for assign(); one nobody else uses.
+            "group.id": f"regionbus-spark-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    return config
+
+
+def _consumer(kafka_config: Mapping[str, str]) -> Consumer:
+    try:
+        return Consumer(consumer_config(kafka_config))
+    except KafkaException as exc:
+        raise TransportError(f"cannot create a Kafka consumer: {exc}") from exc
+
+
+def list_partitions(
+    kafka_config: Mapping[str, str], subscription: Subscription
+) -> list[TopicPartitionKey]:
+    """The partitions a subscription reads now.
+
+    Lists every topic (a metadata request naming a missing topic makes Tansu create it), so
+    a subscribed topic that does not exist yet simply has no partitions.
+
+    Args:
+        kafka_config: librdkafka settings (``bootstrap.servers`` at least).
+        subscription: What to read.
+
+    Returns:
+        ``(topic, partition)`` pairs, sorted.
+
+    Raises:
+        TransportError: Kafka did not answer within :data:`METADATA_TIMEOUT_S`.
+    """
+    try:
+        topics = AdminClient(dict(kafka_config)).list_topics(timeout=METADATA_TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise TransportError(f"Kafka metadata: {exc}") from exc
+    if subscription.assignment:
+        return sorted(
+            (t, p) for t, p in subscription.assignment if t in topics and p in topics[t].partitions
+        )
+    return sorted(
+        (name, p)
+        for name, meta in topics.items()
+        if meta.error is None and subscription.matches(name)
+        for p in meta.partitions
+    )
+
+
+def earliest_offsets(
+    kafka_config: Mapping[str, str], partitions: Iterable[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """The first offset of each partition (its low watermark).
+
+    Raises:
+        TransportError: Kafka did not answer within :data:`METADATA_TIMEOUT_S`.
+    """
+    wanted = list(partitions)
+    if not wanted:
+        return {}
+    consumer = _consumer(kafka_config)
+    try:
+        return {tp: _watermarks(consumer, tp)[0] for tp in wanted}
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartitionKey) -> tuple[int, int]:
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(tp[0], tp[1]), timeout=METADATA_TIMEOUT_S
+        )
+    except KafkaException as exc:
+        raise TransportError(f"watermarks of {tp[0]}[{tp[1]}]: {exc}") from exc
+    return int(low), int(high)
+
+
+def latest_offsets(
+    kafka_config: Mapping[str, str], partitions: Iterable[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """The end of each partition (last offset + 1), probed by reading (module docstring).
+
+    Args:
+        kafka_config: librdkafka settings.
+        partitions: The partitions.
+
+    Returns:
+        ``{(topic, partition): end offset}``; an empty partition's end is its start.
+
+    Raises:
+        TransportError: Kafka did not answer, or a consumer failed.
+    """
+    wanted = list(partitions)
+    if not wanted:
+        return {}
+    consumer = _consumer(kafka_config)
+    try:
+        ends: dict[TopicPartitionKey, int] = {}
+        to_probe: list[TopicPartition] = []
+        for tp in wanted:
+            low, high = _watermarks(consumer, tp)
+            ends[tp] = max(low, high)
+            if high > low:
+                to_probe.append(TopicPartition(tp[0], tp[1], high - 1))
+        if to_probe:
+            _probe_ends(consumer, to_probe, ends)
+        return ends
+    finally:
+        consumer.close()
+
+
+def _probe_ends(
+    consumer: Consumer, to_probe: list[TopicPartition], ends: dict[TopicPartitionKey, int]
+) -> None:
+    consumer.assign(to_probe)
+    open_partitions = {(tp.topic, tp.partition) for tp in to_probe}
+    idle_deadline = time.monotonic() + END_PROBE_IDLE_MS / 1000
+    while open_partitions and time.monotonic() < idle_deadline:
+        try:
+            messages = consumer.consume(1000, 0.05)
+        except KafkaException as exc:
+            raise TransportError(f"end-offset probe: {exc}") from exc
+        for message in messages:
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            assert topic is not None and partition is not None and offset is not None
+            tp = (topic, partition)
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise TransportError(f"end-offset probe of {tp[0]}[{tp[1]}]: {error}")
+                ends[tp] = max(ends[tp], offset)
+                open_partitions.discard(tp)
+                continue
+            ends[tp] = max(ends[tp], offset + 1)
+            idle_deadline = time.monotonic() + END_PROBE_IDLE_MS / 1000
+
+
+def resolve_offsets(
+    kafka_config: Mapping[str, str],
+    partitions: list[TopicPartitionKey],
+    spec: OffsetSpec,
+    default: OffsetSpec,
+) -> dict[TopicPartitionKey, int]:
+    """Concrete offsets for ``earliest`` / ``latest`` / per-partition JSON.
+
+    Args:
+        kafka_config: librdkafka settings.
+        partitions: The partitions read.
+        spec: The option's value.
+        default: What a partition missing from a JSON spec gets (``"earliest"`` or
+            ``"latest"``).
+
+    Returns:
+        ``{(topic, partition): offset}`` for every partition.
+
+    Raises:
+        TransportError: Kafka did not answer.
+    """
+    wanted: dict[TopicPartitionKey, int] = {}
+    for tp in partitions:
+        if isinstance(spec, str):
+            wanted[tp] = EARLIEST if spec == "earliest" else LATEST
+        else:
+            wanted[tp] = spec.get(tp, EARLIEST if default == "earliest" else LATEST)
+    resolved = {tp: o for tp, o in wanted.items() if o >= 0}
+    resolved.update(
+        earliest_offsets(kafka_config, [tp for tp, o in wanted.items() if o == EARLIEST])
+    )
+    resolved.update(latest_offsets(kafka_config, [tp for tp, o in wanted.items() if o == LATEST]))
+    return resolved
+
+
+def read_range(
+    kafka_config: Mapping[str, str],
+    tp: TopicPartitionKey,
+    start: int,
+    end: int,
+    *,
+    include_headers: bool,
+    poll_timeout_ms: int,
+) -> Iterator[pa.RecordBatch]:
+    """Read offsets ``[start, end)`` of one partition as Arrow record batches.
+
+    Offsets the log does not hold (compacted away, transaction markers) are skipped; the
+    read ends at the first record at or past ``end - 1``, or at an EOF at or past ``end``.
+
+    Args:
+        kafka_config: librdkafka settings.
+        tp: ``(topic, partition)``.
+        start: First offset.
+        end: Offset after the last one.
+        include_headers: Whether to fill the ``headers`` column.
+        poll_timeout_ms: Longest wait without a record before failing, in milliseconds.
+
+    Yields:
+        Batches of at most :data:`ARROW_BATCH_ROWS` rows in offset order, with the schema of
+        :func:`arrow_schema`.
+
+    Raises:
+        TransportError: the consumer failed, or no record came for ``poll_timeout_ms``
+            although the range is not finished (the records are gone or the broker is down).
+    """
+    if start >= end:
+        return
+    schema = arrow_schema(include_headers)
+    consumer = _consumer(kafka_config)
+    try:
+        consumer.assign([TopicPartition(tp[0], tp[1], start)])
+        rows = _Columns(include_headers)
+        position = start
+        deadline = time.monotonic() + poll_timeout_ms / 1000
+        while position < end:
+            try:
+                # At most what is left, so the last call returns as soon as it is there.
+                messages = consumer.consume(min(ARROW_BATCH_ROWS, end - position), 0.5)
+            except KafkaException as exc:
+                raise TransportError(f"reading {tp[0]}[{tp[1]}]: {exc}") from exc
+            if not messages and time.monotonic() > deadline:
+                raise TransportError(
+                    f"no record of {tp[0]}[{tp[1]}] at offset {position} (reading up to "
+                    f"{end}) for kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
+                )
+            for message in messages:
+                position = rows.add(message, position, end, tp)
+                if position >= end:
+                    break
+            if messages:
+                deadline = time.monotonic() + poll_timeout_ms / 1000
+            if len(rows) >= ARROW_BATCH_ROWS:
+                yield rows.take(schema)
+        if len(rows):
+            yield rows.take(schema)
+    finally:
+        consumer.close()
+
+
+class _Columns:
+    """Column lists of the rows read so far (cheaper than per-row dicts)."""
+
+    def __init__(self, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.topics: list[str] = []
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.timestamp_types: list[int] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message: KafkaMessage, position: int, end: int, tp: TopicPartitionKey) -> int:
+        """Add one consumed message; return the next position to read."""
+        error = message.error()
+        offset = message.offset()
+        assert offset is not None
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise TransportError(f"reading {tp[0]}[{tp[1]}]: {error}")
+            # At the end of the log: an EOF at or past ``end`` means nothing is missing.
+            return end if offset >= end else position
+        if offset >= end:
+            return end
+        kind, timestamp_ms = message.timestamp()
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.topics.append(tp[0])
+        self.partitions.append(tp[1])
+        self.offsets.append(offset)
+        known = kind in _TIMESTAMP_TYPES
+        self.timestamps.append(timestamp_ms * 1000 if known else None)
+        self.timestamp_types.append(_TIMESTAMP_TYPES.get(kind, -1))
+        if self.include_headers:
+            headers = message.headers()
+            self.headers.append(
+                [{"key": k, "value": v} for k, v in headers]  # type: ignore[str-unpack]
+                if headers
+                else None
+            )
+        return offset + 1
+
+    def take(self, schema: pa.Schema) -> pa.RecordBatch:
+        """The rows so far as one record batch; starts over empty."""
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.array(self.topics, pa.string()),
+            pa.array(self.partitions, pa.int32()),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.timestamp_types, pa.int32()),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, HEADERS_TYPE))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        self._reset()
+        return batch
+
+
+def producer(kafka_config: Mapping[str, str]) -> Producer:
+    """A producer for the sink: ``acks=all`` and idempotence, so per-partition order holds
+    across retries and a broker-side resend is not stored twice.
+
+    Raises:
+        TransportError: the configuration is refused.
+    """
+    config: dict[str, Any] = {"linger.ms": 5, "acks": "all", "enable.idempotence": True}
+    config.update(kafka_config)
+    try:
+        return Producer(config)
+    except KafkaException as exc:
+        raise TransportError(f"cannot create a Kafka producer: {exc}") from exc
+
+
+def produce(
+    producer_: Producer,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    partition: int | None,
+    headers: list[tuple[str, bytes | None]] | None,
+    failures: list[str],
+) -> None:
+    """Produce one record, waiting for room when the local queue is full.
+
+    Args:
+        producer_: The producer.
+        topic: Destination topic.
+        value: Record value.
+        key: Record key.
+        partition: Destination partition, None to let the partitioner choose.
+        headers: Record headers.
+        failures: Delivery errors are appended here (as text) by the delivery callback.
+
+    Raises:
+        TransportError: the producer refused the record.
+    """
+
+    def on_delivery(error: KafkaError | None, _message: KafkaMessage) -> None:
+        if error is not None:
+            failures.append(f"{topic}: {error}")
+
+    kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+    if partition is not None:
+        kwargs["partition"] = partition
+    if headers:
+        kwargs["headers"] = headers
+    while True:
+        try:
+            producer_.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer_.poll(0.05)
+        except KafkaException as exc:
+            raise TransportError(f"Kafka produce to {topic}: {exc}") from exc
+
+
+def flush(producer_: Producer, failures: list[str], timeout_s: float) -> None:
+    """Wait until every produced record is acknowledged.
+
+    Raises:
+        TransportError: records are still unacknowledged after ``timeout_s`` seconds, or a
+            delivery failed.
+    """
+    remaining = producer_.flush(timeout_s)
+    if remaining:
+        raise TransportError(f"{remaining} records not delivered to Kafka in {timeout_s} s")
+    if failures:
+        raise TransportError(f"{len(failures)} records failed delivery, first: {failures[0]}")
+
+
+__all__ = [
+    "ARROW_BATCH_ROWS",
+    "END_PROBE_IDLE_MS",
+    "FETCH_WAIT_MAX_MS",
+    "HEADERS_TYPE",
+    "METADATA_TIMEOUT_S",
+    "arrow_schema",
+    "consumer_config",
+    "earliest_offsets",
+    "flush",
+    "latest_offsets",
+    "list_partitions",
+    "produce",
+    "producer",
+    "read_range",
+    "resolve_offsets",
+]

@@ -1,0 +1,214 @@
+"""Spark batch reads of regionbus topics: exactly what was produced, decoded into columns."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from support import wait_until
+
+from broker.server import CacheServer
+from schemas.naming import Topics
+from spark.decode import decode_messages, decode_values
+from spark.format import jvm_connector_present, kafka_format
+from spark.source import SOURCE_NAME
+
+_PARTITIONS = 3
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=15)
+
+
+def _produce(bootstrap: str, topic: str, count: int, linger_ms: int) -> dict[tuple[int, int], Any]:
+    """Produce ``count`` records spread over the partitions, every third with headers;
+    return what Kafka acknowledged, by ``(partition, offset)``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    acked: dict[tuple[int, int], Any] = {}
+    sent: dict[bytes, tuple[bytes | None, list[tuple[str, bytes]] | None]] = {}
+
+    def on_delivery(error: Any, message: Any) -> None:
+        assert error is None, error
+        key, headers = sent[message.value()]
+        acked[(message.partition(), message.offset())] = (key, message.value(), headers)
+
+    for i in range(count):
+        value = f"value-{i}".encode()
+        key = f"key-{i}".encode() if i % 5 else None
+        headers = [("n", str(i).encode()), ("kind", b"test")] if i % 3 == 0 else None
+        sent[value] = (key, headers)
+        producer.produce(
+            topic, value, key, partition=i % _PARTITIONS, headers=headers, on_delivery=on_delivery
+        )
+    assert producer.flush(30) == 0
+    assert len(acked) == count
+    return acked
+
+
+def _read(spark: Any, bootstrap: str, **options: str) -> list[Any]:
+    reader = spark.read.format(kafka_format(spark)).option("kafka.bootstrap.servers", bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load().collect()
+
+
+def test_batch_read_equals_what_was_produced_across_partitions_with_headers(
+    spark_session: Any, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = Topics(namespace).events
+    _create_topic(kafka_bootstrap_servers, topic, _PARTITIONS)
+    # Linger makes multi-record batches: Tansu's watermark then stops at the last batch's
+    # base offset + 1, which a watermark-trusting reader would take as the end.
+    produced = _produce(kafka_bootstrap_servers, topic, 3_000, linger_ms=50)
+
+    rows = _read(spark_session, kafka_bootstrap_servers, subscribe=topic, includeHeaders="true")
+
+    read = {
+        (r.partition, r.offset): (
+            r.key,
+            r.value,
+            [(h.key, h.value) for h in r.headers] if r.headers is not None else None,
+        )
+        for r in rows
+    }
+    assert len(rows) == len(read), "a record was read twice"
+    assert read == produced
+    assert {r.topic for r in rows} == {topic}
+    assert all(r.timestampType == 0 and r.timestamp is not None for r in rows)
+    for partition in range(_PARTITIONS):
+        offsets = sorted(o for p, o in read if p == partition)
+        assert offsets == list(range(len(offsets))), f"gap in partition {partition}"
+
+
+def test_batch_read_honours_offset_json_pattern_and_assign(
+    spark_session: Any, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = f"{namespace}.gw.site2"
+    _create_topic(kafka_bootstrap_servers, topic, _PARTITIONS)
+    produced = _produce(kafka_bootstrap_servers, topic, 300, linger_ms=20)
+
+    ranged = _read(
+        spark_session,
+        kafka_bootstrap_servers,
+        subscribePattern=re.escape(namespace) + r"\.gw\..*",
+        startingOffsets=json.dumps({topic: {"0": 10, "1": -2, "2": 95}}),
+        endingOffsets=json.dumps({topic: {"0": 20, "1": 5, "2": -1}}),
+    )
+    assigned = _read(spark_session, kafka_bootstrap_servers, assign=json.dumps({topic: [1]}))
+
+    assert sorted((r.partition, r.offset) for r in ranged) == [
+        *((0, o) for o in range(10, 20)),
+        *((1, o) for o in range(5)),
+        *((2, o) for o in range(95, 100)),
+    ]
+    assert sorted((r.partition, r.offset) for r in assigned) == sorted(
+        k for k in produced if k[0] == 1
+    )
+    assert "headers" not in assigned[0].asDict()
+
+
+def test_events_topic_decodes_into_typed_columns(
+    spark_session: Any,
+    cache_server: CacheServer,
+    client_factory: Any,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    cache = client_factory()
+    region = cache.create_region("r")
+    entries = {f"k{i}": {"n": i, "name": f"entry {i}", "tags": [i, i + 1]} for i in range(200)}
+    region.put_all(entries)
+    region.put("k0", {"n": -1, "name": "updated", "tags": []})
+    region.destroy("k1")
+    topic = Topics(namespace).events
+
+    def read_events() -> list[Any]:
+        raw = (
+            spark_session.read.format(kafka_format(spark_session))
+            .option("kafka.bootstrap.servers", kafka_bootstrap_servers)
+            .option("subscribe", topic)
+            .load()
+        )
+        decoded = decode_values(decode_messages(raw), "n bigint, name string, tags array<bigint>")
+        return decoded.collect()
+
+    rows: list[Any] = []
+
+    def all_there() -> bool:
+        rows[:] = read_events()
+        return len(rows) >= 202
+
+    wait_until(all_there, timeout_s=60, what="202 events in {ns}.events")
+    assert len(rows) == 202
+    assert all(r.decode_error is None and r.message_type == "Event" for r in rows)
+    assert all(r.region == "r" and r.originator == cache.client_id for r in rows)
+    creates = {r.key: r for r in rows if r.operation == "CREATE"}
+    assert set(creates) == set(entries)
+    assert {k: r.entry.asDict() for k, r in creates.items()} == entries
+    (update,) = [r for r in rows if r.operation == "UPDATE"]
+    assert (update.key, update.entry.n, update.entry.name, update.entry.tags) == (
+        "k0",
+        -1,
+        "updated",
+        [],
+    )
+    (destroy,) = [r for r in rows if r.operation == "DESTROY"]
+    assert destroy.key == "k1" and destroy.value is None and destroy.entry is None
+    # EventIDs: one member and thread for the client, consecutive per thread, in its bucket.
+    assert {(r.member, r.thread) for r in rows} == {(rows[0].member, rows[0].thread)}
+    assert sorted(r.sequence for r in rows) == list(range(202))
+    assert all(0 <= r.bucket < 16 and r.bucket == r.partition for r in rows)
+
+
+def test_undecodable_records_become_rows_with_the_error(
+    spark_session: Any, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = Topics(namespace).events
+    _create_topic(kafka_bootstrap_servers, topic, 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer.produce(topic, b"not a regionbus message", partition=0)
+    producer.produce(topic, bytes((0xB1, 2, 0xFF)), partition=0)
+    assert producer.flush(10) == 0
+
+    raw = (
+        spark_session.read.format(kafka_format(spark_session))
+        .option("kafka.bootstrap.servers", kafka_bootstrap_servers)
+        .option("subscribe", topic)
+        .load()
+    )
+    rows = decode_messages(raw).orderBy("offset").collect()
+
+    assert [r.offset for r in rows] == [0, 1]
+    assert "magic" in rows[0].decode_error
+    assert "undecodable Event" in rows[1].decode_error
+    assert all(r.message_type is None for r in rows)
+
+
+def test_without_the_jvm_connector_the_format_falls_back_to_the_python_source(
+    spark_session: Any,
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    assert not jvm_connector_present(spark_session)
+    assert kafka_format(spark_session) == SOURCE_NAME
+    assert kafka_format(spark_session, prefer_jvm=False) == SOURCE_NAME
+    with pytest.raises(AnalysisException, match=r"DATA_SOURCE_NOT_FOUND|Failed to find"):
+        spark_session.read.format("kafka").option("subscribe", "x").load()
+    schema = (
+        spark_session.read.format(SOURCE_NAME)
+        .option("kafka.bootstrap.servers", "127.0.0.1:9")
+        .option("subscribe", "x")
+        .option("includeHeaders", "true")
+        .load()
+        .schema
+    )
+    assert schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
