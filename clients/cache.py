@@ -399,7 +399,8 @@ class ClientCache:
             for bucket in range(self.total_buckets)
         ]
         try:
-            self.pool.request(ops).result(self.settings.read_timeout_ms / 1000)
+            # Bounded: closing must stay quick when no server answers any more.
+            self.pool.request(ops).result(min(self.settings.read_timeout_ms, 5_000) / 1000)
         except (FutureTimeout, RegionBusError) as exc:
             self.pool.forget(request_id)
             log.warning("not every bucket confirmed the disconnect: %r", exc)

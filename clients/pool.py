@@ -43,13 +43,21 @@ ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
 
 
 class _Pending:
-    __slots__ = ("callback", "done", "expected", "replies")
+    __slots__ = ("callback", "done", "expected", "ops", "replies", "sent_at")
 
-    def __init__(self, expected: int, callback: ReplyCallback) -> None:
+    def __init__(
+        self,
+        expected: int,
+        callback: ReplyCallback,
+        ops: Sequence[tuple[Operation, int]] = (),
+    ) -> None:
         self.expected = expected
         self.done = 0
         self.replies: list[Reply] = []
         self.callback = callback
+        # Changes (with EventIDs) are sent again when unanswered; reads are not.
+        self.ops = [(op, b) for op, b in ops if op.event_id is not None]
+        self.sent_at = time.monotonic()
 
 
 def _future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
@@ -100,6 +108,8 @@ class Pool:
             )
         )
         self._pending: dict[int, _Pending] = {}
+        self.retries = 0
+        """Operations sent again because their reply did not come in time."""
         self._lock = threading.Lock()
         self._request_ids = itertools.count(random.getrandbits(40) << 16)
         self._threads = threading.local()
@@ -232,7 +242,7 @@ class Pool:
         Raises:
             UnconnectedError, TransportError: as :meth:`request`.
         """
-        self._register([(ops[0][0].request_id, len(ops), callback)])
+        self._register([(ops[0][0].request_id, len(ops), callback)], [ops])
         self._send(ops)
 
     def request_each(self, ops: Sequence[tuple[Operation, int]]) -> list[Future[list[Reply]]]:
@@ -248,16 +258,42 @@ class Pool:
             future, callback = _future_callback()
             futures.append(future)
             registrations.append((op.request_id, 1, callback))
-        self._register(registrations)
+        self._register(registrations, [[item] for item in ops])
         self._send(ops)
         return futures
 
-    def _register(self, requests: list[tuple[int, int, ReplyCallback]]) -> None:
+    def _register(
+        self,
+        requests: list[tuple[int, int, ReplyCallback]],
+        ops: Sequence[Sequence[tuple[Operation, int]]] = (),
+    ) -> None:
         if self._closed.is_set():
             raise UnconnectedError("the client cache is closed")
         with self._lock:
-            for request_id, expected, callback in requests:
-                self._pending[request_id] = _Pending(expected, callback)
+            for i, (request_id, expected, callback) in enumerate(requests):
+                self._pending[request_id] = _Pending(
+                    expected, callback, ops[i] if i < len(ops) else ()
+                )
+
+    def _retry_unanswered(self) -> None:
+        """Send changes unanswered for ``retry_interval_ms`` again, with the same EventIDs
+        and ``possible_duplicate`` (their server may have died before replying; the new
+        primary applies each EventID once and answers the retry from the stored result)."""
+        limit_s = self.settings.retry_interval_ms / 1000
+        now = time.monotonic()
+        again: list[tuple[Operation, int]] = []
+        with self._lock:
+            for pending in self._pending.values():
+                if pending.ops and now - pending.sent_at >= limit_s:
+                    pending.sent_at = now
+                    again.extend((op._replace(possible_duplicate=True), b) for op, b in pending.ops)
+        if again:
+            log.info("resending %d unanswered operations with their EventIDs", len(again))
+            self.retries += len(again)
+            try:
+                self._send(again)
+            except TransportError as exc:
+                log.warning("resend failed: %s", exc)
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
         if len(ops) == 1:
@@ -330,7 +366,11 @@ class Pool:
     # --- replies -----------------------------------------------------------------------
 
     def _read_replies(self) -> None:
+        next_retry_check = time.monotonic() + 0.5
         while not self._closed.is_set():
+            if time.monotonic() >= next_retry_check:
+                self._retry_unanswered()
+                next_retry_check = time.monotonic() + 0.5
             try:
                 messages = poll_batch(self._reply_consumer, 500, 0.1)
             except KafkaException as exc:

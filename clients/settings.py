@@ -25,6 +25,9 @@ class ClientSettings(BaseSettings):
             it is away (Geode ``durable-client-timeout``, default 300 s).
         read_timeout_ms: Longest wait for a server reply (Geode pool ``read-timeout``,
             default 10000 ms).
+        retry_interval_ms: A change unanswered for this long is sent again with the same
+            EventID and ``possible_duplicate`` (its server may have died; the bucket's new
+            primary applies an EventID once), until ``read_timeout_ms`` gives up.
         subscription_enabled: Whether the client has a subscription queue (Geode pool
             ``subscription-enabled``); needed for interest.
         subscription_ack_interval_ms: How often processed events are acked, i.e. the queue
@@ -48,6 +51,7 @@ class ClientSettings(BaseSettings):
     durable_client_id: str | None = None
     durable_client_timeout_s: int = Field(default=300, ge=1)
     read_timeout_ms: int = Field(default=10_000, ge=1)
+    retry_interval_ms: int = Field(default=5_000, ge=10)
     subscription_enabled: bool = True
     subscription_ack_interval_ms: int = Field(default=100, ge=1)
     subscription_message_tracking_timeout_s: float = Field(default=900.0, gt=0)

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import redis
-from support import entry_operation, send_raw_operation, settle, wait_until
+from support import Recorder, entry_operation, send_raw_operation, settle, wait_until
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from broker.status import ClusterStatus, cluster_status
-from clients import ALL_KEYS, CacheListener, EntryEvent
+from clients import ALL_KEYS, CacheListener, EntryEvent, RegionShortcut
 from schemas.messages import OperationKind
 from schemas.naming import RedisKeys, bucket_of, bucket_role
 
@@ -386,3 +386,34 @@ def test_a_primary_whose_fencing_epoch_is_stale_changes_nothing_and_drops_the_bu
         wait_until(lambda: server.stats.buckets_lost == 1, what="the server to be fenced out")
         assert server.store.entries("r")["k"].value == b"1"
         assert server.stats.operations_applied == 1
+
+
+def test_an_unanswered_change_is_sent_again_with_its_event_id_and_applied_once(
+    server_settings: ServerSettings, client_factory: Any
+) -> None:
+    recorder = Recorder()
+    first = CacheServer(server_settings)
+    first.start()
+    try:
+        writer_cache = client_factory(retry_interval_ms=300, read_timeout_ms=30_000)
+        writer = writer_cache.create_region("r", RegionShortcut.PROXY)
+        reader = client_factory(read_timeout_ms=30_000)
+        reader.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
+    finally:
+        first.stop()
+    # No server answers now: the put waits in Kafka while the client resends it.
+    applied = writer.put_async("k", 1)
+    wait_until(lambda: writer_cache.pool.retries >= 2, what="the client to resend the put")
+    successor = server_settings.model_copy(update={"member_id": "successor"})
+    with CacheServer(successor) as second:
+        applied.result(timeout=30)
+        wait_until(lambda: ("create", "k", 1) in recorder.snapshot(), what="the event")
+        wait_until(
+            lambda: second.stats.duplicates >= writer_cache.pool.retries,
+            what="every resend to be recognised",
+        )
+        settle(reader)
+        assert recorder.snapshot() == [("create", "k", 1)]
+        assert second.stats.operations_applied == 1
+        writer_cache.close()
+        reader.close()
