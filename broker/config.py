@@ -44,6 +44,10 @@ class ServerSettings(BaseSettings):
             non-durable one is dropped, a durable one disconnected (its timeout starts);
             also the window in which a durable id's connection counts as live
             (Geode ``maximum-time-between-pings``, 60000 ms).
+        enable_subscription_conflation: Default of clients' subscription conflation: of
+            several queued updates of a key a client reads together, it gets only the last
+            (Geode ``enable-subscription-conflation``, default False); a client may override
+            it (``ClientSettings.subscription_conflation``).
         subscription_redundancy: Secondaries per bucket, ready to take over when its
             primary fails (Geode ``subscription-redundancy``, default 0).
         lease_ttl_ms: Time to live of a bucket primary's lease and of a server's
@@ -78,6 +82,7 @@ class ServerSettings(BaseSettings):
     max_value_size_bytes: int = Field(default=512 * 1024, ge=1)
     message_sync_interval_s: float = Field(default=1.0, gt=0)
     maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
+    enable_subscription_conflation: bool = False
     subscription_redundancy: int = Field(default=0, ge=0)
     lease_ttl_ms: int = Field(default=5_000, ge=200)
     durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)

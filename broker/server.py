@@ -1141,7 +1141,13 @@ class CacheServer:
         )
         log.info("client %s connected (%s, %s)", client_id, connection_id, result.state)
         self._reply(
-            Reply(request_id=control.request_id, bucket=-1, ok=True, client_state=result.state),
+            Reply(
+                request_id=control.request_id,
+                bucket=-1,
+                ok=True,
+                client_state=result.state,
+                subscription_conflation=self.settings.enable_subscription_conflation,
+            ),
             client_id,
         )
 

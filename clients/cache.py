@@ -89,6 +89,7 @@ class ClientCache:
         self._regions_lock = threading.Lock()
         self._closed = False
         self._ready = False
+        self._conflate = False
         self.client_state = CLIENT_NEW
         self.pending_event_count = 0
         self.pool = Pool(self.settings, self.client_id, self.member_id)
@@ -137,6 +138,8 @@ class ClientCache:
             ) from exc
         if not reply.ok:
             raise error_from_wire(reply.error_type, reply.error_message)
+        chosen = self.settings.subscription_conflation
+        self._conflate = reply.subscription_conflation if chosen == "server" else chosen == "true"
         return reply.client_state or CLIENT_NEW
 
     def _new_subscription(
@@ -151,6 +154,7 @@ class ClientCache:
             connection_id=self.member_id,
             total_buckets=self.total_buckets,
             tracker=tracker,
+            conflate=self._conflate,
         )
 
     def ready_for_events(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +34,10 @@ class ClientSettings(BaseSettings):
             offset committed (Geode ``subscription-ack-interval``, default 100 ms).
         subscription_message_tracking_timeout_s: Idle time after which a thread's
             duplicate-tracking entry expires (Geode default 900 s).
+        subscription_conflation: ``"server"`` (default: as the servers'
+            ``enable_subscription_conflation``), ``"true"`` or ``"false"`` (Geode client
+            ``conflate-events``). With conflation, of several queued updates of a key read
+            together only the last reaches the listeners; creates and destroys always do.
         ping_interval_ms: How often the client tells the servers it is alive (Geode pool
             ``ping-interval``, default 10000 ms).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` for the queue and reply
@@ -55,6 +59,7 @@ class ClientSettings(BaseSettings):
     subscription_enabled: bool = True
     subscription_ack_interval_ms: int = Field(default=100, ge=1)
     subscription_message_tracking_timeout_s: float = Field(default=900.0, gt=0)
+    subscription_conflation: Literal["server", "true", "false"] = "server"
     ping_interval_ms: int = Field(default=10_000, ge=10)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     linger_ms: int = Field(default=5, ge=0)

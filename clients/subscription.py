@@ -26,7 +26,7 @@ from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError
-from schemas.messages import Event, Marker
+from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
 from schemas.transport import poll_batch
 
@@ -44,6 +44,8 @@ class SubscriptionStats:
         undecodable: Messages that could not be decoded (logged and skipped).
         markers: Markers read.
         replayed: Events delivered as replay (before their bucket's marker).
+        conflated: Updates not delivered because a newer update of the same key was read
+            with them (subscription conflation).
     """
 
     events_received: int = 0
@@ -52,6 +54,7 @@ class SubscriptionStats:
     undecodable: int = 0
     markers: int = 0
     replayed: int = 0
+    conflated: int = 0
 
 
 class SubscriptionQueue:
@@ -69,6 +72,9 @@ class SubscriptionQueue:
         connection_id: This connection's id; markers of earlier connections are ignored.
         total_buckets: The number of buckets (so of markers to wait for).
         tracker: Message tracking state to continue with (after a re-initialisation).
+        conflate: Subscription conflation (SPEC §4): of several updates of one key read
+            together, only the last is delivered; creates, destroys, invalidates, region
+            events and markers never are dropped.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class SubscriptionQueue:
         connection_id: str | None = None,
         total_buckets: int = 0,
         tracker: MessageTracker | None = None,
+        conflate: bool = False,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -93,6 +100,7 @@ class SubscriptionQueue:
         self._connection_id = connection_id
         self._total_buckets = total_buckets
         self._live_buckets: set[int] = set()
+        self.conflate = conflate
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
         self._consumer = Consumer(
@@ -188,6 +196,8 @@ class SubscriptionQueue:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
             self._idle.clear() if messages else self._idle.set()
+            decoded: list[Event | Marker] = []
+            position = self._position
             for message in messages:
                 if message.error() is not None:
                     continue
@@ -197,25 +207,38 @@ class SubscriptionQueue:
                     self.stats.undecodable += 1
                     log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
                     items = []
-                for raw in items:
-                    self._handle(raw)
-                self._position = (message.offset() or 0) + 1
+                decoded.extend(m for m in map(self._decode, items) if m is not None)
+                position = (message.offset() or 0) + 1
+            superseded = superseded_updates(decoded) if self.conflate else set()
+            for index, item in enumerate(decoded):
+                self._handle(item, conflated=index in superseded)
+            self._position = position
             if time.monotonic() >= next_ack:
                 self.ack()
                 next_ack = time.monotonic() + ack_every_s
         self.ack(asynchronous=False)
 
-    def _handle(self, value: bytes | None) -> None:
+    def _decode(self, value: bytes | None) -> Event | Marker | None:
         try:
             message = decode(value)
         except MessageDecodeError as exc:
             self.stats.undecodable += 1
             log.warning("undecodable message in %s skipped: %s", self._topic, exc)
-            return
+            return None
+        if isinstance(message, Event | Marker):
+            return message
+        self.stats.undecodable += 1
+        log.warning("unexpected %s in %s skipped", type(message).__name__, self._topic)
+        return None
+
+    def _handle(self, message: Event | Marker, *, conflated: bool = False) -> None:
         if isinstance(message, Event):
             self.stats.events_received += 1
             if not self.tracker.is_new(message.event_id):
                 self.stats.duplicates_dropped += 1
+                return
+            if conflated:
+                self.stats.conflated += 1
                 return
             self.stats.events_delivered += 1
             replay = self._replaying and message.event_id.bucket not in self._live_buckets
@@ -225,12 +248,9 @@ class SubscriptionQueue:
                 self._on_event(message, replay)
             except Exception:
                 log.exception("handling event %s failed", message.event_id)
-        elif isinstance(message, Marker):
+        else:
             self.stats.markers += 1
             self._on_marker(message)
-        else:
-            self.stats.undecodable += 1
-            log.warning("unexpected %s in %s skipped", type(message).__name__, self._topic)
 
     def _on_marker(self, marker: Marker) -> None:
         if not self._replaying or marker.connection_id != self._connection_id:
@@ -271,3 +291,27 @@ class SubscriptionQueue:
             self._thread.join(10)
         with suppress(Exception):
             self._consumer.close()
+
+
+def superseded_updates(messages: list[Event | Marker]) -> set[int]:
+    """Indexes of updates followed, in ``messages``, by a newer update of the same key with
+    no other change of that key (or of its region) in between: those conflation drops."""
+    superseded: set[int] = set()
+    newer_update: set[tuple[str, str]] = set()
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, Event):
+            continue
+        if message.kind.is_region_event:
+            newer_update = {k for k in newer_update if k[0] != message.region}
+            continue
+        if message.key is None:
+            continue
+        entry = (message.region, message.key)
+        if message.kind is EventKind.UPDATE:
+            if entry in newer_update:
+                superseded.add(index)
+            newer_update.add(entry)
+        else:
+            newer_update.discard(entry)
+    return superseded

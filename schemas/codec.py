@@ -198,6 +198,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
         ],
         "more": r.more,
         "client_state": r.client_state,
+        "subscription_conflation": r.subscription_conflation,
     }
 
 
@@ -220,6 +221,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         ),
         more=d["more"],
         client_state=d["client_state"],
+        subscription_conflation=d["subscription_conflation"],
     )
 
 

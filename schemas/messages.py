@@ -153,6 +153,7 @@ class Reply(NamedTuple):
     entries: tuple[Entry, ...] = ()
     more: bool = False
     client_state: str | None = None
+    subscription_conflation: bool = False
 
 
 class Control(NamedTuple):
