@@ -48,6 +48,15 @@ class ServerSettings(BaseSettings):
             several queued updates of a key a client reads together, it gets only the last
             (Geode ``enable-subscription-conflation``, default False); a client may override
             it (``ClientSettings.subscription_conflation``).
+        maximum_message_count: Capacity of a client's subscription queue in unacked events
+            (Geode ``maximum-message-count``, default 230000). A full queue holds new
+            operations back for up to ``maximum_queue_full_wait_ms`` rather than dropping
+            events. Each server counts the events it queued.
+        maximum_queue_full_wait_ms: Longest hold for one full queue; then its queue may
+            grow (or the client is disconnected, see below).
+        disconnect_unresponsive_clients: Disconnect a client whose queue stayed full for
+            the whole wait (its interest is dropped everywhere) instead of letting the
+            queue grow.
         subscription_redundancy: Secondaries per bucket, ready to take over when its
             primary fails (Geode ``subscription-redundancy``, default 0).
         lease_ttl_ms: Time to live of a bucket primary's lease and of a server's
@@ -83,6 +92,9 @@ class ServerSettings(BaseSettings):
     message_sync_interval_s: float = Field(default=1.0, gt=0)
     maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
     enable_subscription_conflation: bool = False
+    maximum_message_count: int = Field(default=230_000, ge=1)
+    maximum_queue_full_wait_ms: int = Field(default=5_000, ge=0)
+    disconnect_unresponsive_clients: bool = False
     subscription_redundancy: int = Field(default=0, ge=0)
     lease_ttl_ms: int = Field(default=5_000, ge=200)
     durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)

@@ -44,6 +44,7 @@ from broker.client_registry import (
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
+from broker.queue_depth import QueueDepths
 from broker.store import ApplyResult, RegionStore, redis_errors
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.codec import decode, encode, encode_batches, split_batch
@@ -98,6 +99,8 @@ class ServerStats:
         durable_clients_expired: Durable clients unregistered by this server as the reaper.
         buckets_gained: Buckets this server became primary of (start, failover, handoff).
         buckets_lost: Buckets whose lease this server lost or was fenced out of.
+        queue_full_waits: Times operations were held because a client's queue was full.
+        clients_disconnected: Clients disconnected as unresponsive (queue full too long).
     """
 
     operations_applied: int = 0
@@ -109,6 +112,8 @@ class ServerStats:
     durable_clients_expired: int = 0
     buckets_gained: int = 0
     buckets_lost: int = 0
+    queue_full_waits: int = 0
+    clients_disconnected: int = 0
 
 
 @dataclass
@@ -241,6 +246,11 @@ class CacheServer:
             settings.lease_ttl_ms,
         )
         self._owned: dict[int, int] = {}
+        self._queue_clients: dict[str, str] = {}
+        self._depths: QueueDepths | None = None
+        self._full_queues: set[str] = set()
+        self._overflowing: set[str] = set()
+        self._throttled_until = 0.0
         self._queue_topics: dict[str, str] = {}
         self._reply_topics: dict[str, str] = {}
         self._outbox: dict[str, list[bytes]] = {}
@@ -330,11 +340,14 @@ class CacheServer:
         assert self._consumer is not None and self._producer is not None
         try:
             while not self._stop.is_set():
-                messages = poll_batch(
-                    self._consumer,
-                    self.settings.poll_batch_size,
-                    self.settings.poll_timeout_ms / 1000,
-                )
+                if self._throttle(time.monotonic()):
+                    messages = []
+                else:
+                    messages = poll_batch(
+                        self._consumer,
+                        self.settings.poll_batch_size,
+                        self.settings.poll_timeout_ms / 1000,
+                    )
                 if messages:
                     self._process(messages)
                 self._producer.poll(0)
@@ -344,6 +357,7 @@ class CacheServer:
                     next_elect = time.monotonic() + elect_every_s
                 if now >= next_sync:
                     self._sync()
+                    self._check_queue_capacity(now)
                     next_sync = now + sync_every_s
                 if now >= next_liveness:
                     if 0 in self._owned:
@@ -364,6 +378,7 @@ class CacheServer:
     def _setup(self) -> None:
         s = self.settings
         admin = self._admin = AdminClient(s.librdkafka())
+        self._depths = QueueDepths(admin, s.namespace)
         ensure_topics(
             admin,
             {
@@ -803,6 +818,7 @@ class CacheServer:
         topic = self._queue_topics.get(client_id)
         if topic is None:
             topic = self._queue_topics[client_id] = self.topics.queue(client_id)
+            self._queue_clients[topic] = client_id
         return topic
 
     def _distribute_entry_event(self, event: Event, bucket: int) -> None:
@@ -825,16 +841,24 @@ class CacheServer:
             self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
             self.stats.events_routed += 1
 
-    def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        partition: int = -1,
+        on_delivery: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
+    ) -> None:
         assert self._producer is not None
+        callback = on_delivery or self._on_delivery
         while True:
             try:
                 if partition >= 0:
                     self._producer.produce(
-                        topic, value, key, partition=partition, on_delivery=self._on_delivery
+                        topic, value, key, partition=partition, on_delivery=callback
                     )
                 else:
-                    self._producer.produce(topic, value, key, on_delivery=self._on_delivery)
+                    self._producer.produce(topic, value, key, on_delivery=callback)
                 return
             except BufferError:
                 self._producer.poll(0.05)
@@ -856,8 +880,83 @@ class CacheServer:
         few Kafka messages as possible (:func:`schemas.codec.encode_batches`), in order."""
         outbox, self._outbox = self._outbox, {}
         for topic, framed in outbox.items():
-            for value in encode_batches(framed):
-                self._produce(topic, value, None)
+            client_id = self._queue_clients.get(topic)
+            values = list(encode_batches(framed))
+            for value in values:
+                if client_id is None:
+                    self._produce(topic, value, None)
+                    continue
+                count = len(framed) if len(values) == 1 else len(split_batch(value))
+                self._produce(
+                    topic, value, None, on_delivery=self._queue_delivery(client_id, count)
+                )
+
+    def _queue_delivery(
+        self, client_id: str, events: int
+    ) -> Callable[[KafkaError | None, KafkaMessage], None]:
+        def delivered(error: KafkaError | None, message: KafkaMessage) -> None:
+            if error is not None:
+                self._on_delivery(error, message)
+            elif self._depths is not None:
+                self._depths.delivered(client_id, message.offset() or 0, events)
+
+        return delivered
+
+    # --- subscription queue capacity ---------------------------------------------------
+
+    def _check_queue_capacity(self, now: float) -> None:
+        """Start slowing operations down when a client's queue holds
+        ``maximum_message_count`` unacked events (SPEC §4: a full queue slows producers
+        for a bounded time rather than dropping events)."""
+        if self._depths is None or self._throttled_until:
+            return
+        limit = self.settings.maximum_message_count
+        full = [
+            c
+            for c in self._depths.clients_at_or_over(limit)
+            if c not in self._overflowing and self._depths.refresh(c) >= limit
+        ]
+        for client_id in list(self._overflowing):
+            if self._depths.refresh(client_id) < limit:
+                self._overflowing.discard(client_id)
+        if full:
+            log.warning(
+                "subscription queues full (%d unacked events): %s; holding operations for up "
+                "to %d ms",
+                limit,
+                ", ".join(full),
+                self.settings.maximum_queue_full_wait_ms,
+            )
+            self.stats.queue_full_waits += 1
+            self._full_queues = set(full)
+            self._throttled_until = now + self.settings.maximum_queue_full_wait_ms / 1000
+
+    def _throttle(self, now: float) -> bool:
+        """While a queue is full: True (do not take new operations) until it drains or the
+        wait is over; then the client's queue may grow, or it is disconnected if the
+        operator chose ``disconnect_unresponsive_clients``."""
+        if not self._throttled_until:
+            return False
+        assert self._depths is not None
+        limit = self.settings.maximum_message_count
+        self._full_queues = {c for c in self._full_queues if self._depths.refresh(c) >= limit}
+        if self._full_queues and now < self._throttled_until:
+            time.sleep(0.05)
+            return True
+        for client_id in self._full_queues:
+            if self.settings.disconnect_unresponsive_clients:
+                log.warning("disconnecting unresponsive client %s (queue full)", client_id)
+                self.stats.clients_disconnected += 1
+                self._disconnect_everywhere(client_id, keep_alive=False)
+                self._depths.forget(client_id)
+                self.clients.remove(client_id)
+                self._clients.pop(client_id, None)
+            else:
+                log.warning("queue of %s stays over its capacity: not waiting again", client_id)
+                self._overflowing.add(client_id)
+        self._full_queues = set()
+        self._throttled_until = 0.0
+        return False
 
     def _reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
         self.stats.errors += 1
@@ -1158,6 +1257,8 @@ class CacheServer:
         self.clients.save(client_id, record)
 
     def _forget_client(self, client_id: str) -> None:
+        if self._depths is not None:
+            self._depths.forget(client_id)
         self._clients.pop(client_id, None)
         self._queue_topics.pop(client_id, None)
         self._reply_topics.pop(client_id, None)
