@@ -124,6 +124,10 @@ class Region:
         # an event of that bucket with a higher version happened after the registration,
         # so it is applied even while the queue still replays.
         self._registered_at: dict[int, int] = {}
+        # Keys whose create or update a listener saw in durable replay without the cache
+        # taking it: for listeners they exist, so their later updates, invalidates and
+        # destroys reach listeners as such although the cache does not hold them.
+        self._replayed_keys: set[str] = set()
         self._decode_value = self._decoder()
 
     # --- reads -------------------------------------------------------------------------
@@ -396,6 +400,7 @@ class Region:
         self._check_alive()
         with self._lock:
             self._entries.clear()
+            self._replayed_keys.clear()
         self._call_listeners(
             "after_region_clear",
             RegionEvent(self.name, EventKind.REGION_CLEAR, None, False, callback_argument),
@@ -582,6 +587,7 @@ class Region:
             self._entries.clear()
             self._tombstones.clear()
             self._registered_at.clear()
+            self._replayed_keys.clear()
         for spec in specs:
             self._register(spec)
 
@@ -620,9 +626,13 @@ class Region:
             event: The event.
             apply: False during durable replay: listeners fire, the cache is unchanged,
                 unless the event is newer than this connection's registration snapshot of
-                its bucket (it was then not queued while the client was away).
+                its bucket (it was then not queued while the client was away). Every
+                replayed event reaches listeners, and a key seen created in replay is
+                updated or destroyed for listeners afterwards even though the cache never
+                held it.
         """
-        if not apply:
+        replay = not apply
+        if replay:
             registered_at = self._registered_at.get(event.event_id.bucket)
             apply = registered_at is not None and event.version > registered_at
         kind = event.kind
@@ -646,7 +656,11 @@ class Region:
             return
         with self._lock:
             local = self._entries.get(key)
-            held = local is not None
+            # A replayed event reaches listeners whether or not the cache holds its key
+            # (seed 001: "if cache listeners are installed, they handle the events").
+            held = local is not None or replay or key in self._replayed_keys
+            if kind is EventKind.DESTROY:
+                self._replayed_keys.discard(key)
             old = local.value if local is not None else None
             serializer = local.serializer if local is not None else event.serializer
             if apply and self._caching and self._is_newer(key, event.version):
@@ -671,6 +685,7 @@ class Region:
             )
 
     def _on_region_event(self, event: Event, apply: bool) -> None:
+        self._replayed_keys.clear()
         if apply:
             with self._lock:
                 self._entries.clear()
@@ -730,7 +745,10 @@ class Region:
             local = self._entries.get(key)
             old = local.value if local is not None else None
             if self._caching:
-                kind = EventKind.UPDATE if local is not None else EventKind.CREATE
+                seen = local is not None or key in self._replayed_keys
+                kind = EventKind.UPDATE if seen else EventKind.CREATE
+                if not apply:
+                    self._replayed_keys.add(key)
             else:
                 kind = server_kind or (event.kind if event is not None else EventKind.UPDATE)
             if apply and self._caching and self._is_newer(key, version):

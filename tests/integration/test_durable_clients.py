@@ -418,3 +418,39 @@ def test_a_client_whose_queue_is_gone_refetches_its_interest_without_listener_ev
         assert recorder.snapshot() == [], "the re-fetch fired listener events"
         writer.put("a", 3)
         wait_until(lambda: ("update", "a", 3) in recorder.snapshot(), what="live events again")
+
+
+def test_every_replayed_event_reaches_listeners_and_a_key_seen_in_replay_stays_known_to_them(
+    durable_server: CacheServer, client_factory: Any
+) -> None:
+    first = client_factory(durable_client_id="desk")
+    first.create_region("r").register_interest(["a", "b"], durable=True)
+    first.ready_for_events()
+    first.close(keep_alive=True)
+    writer = client_factory().create_region("r")
+    writer.put("a", 1)
+    writer.put("a", 2)
+    writer.destroy("a")
+    writer.put("b", 1)
+
+    recorder = Recorder()
+    second = client_factory(durable_client_id="desk")
+    region = second.create_region("r", listeners=[recorder])
+    second.ready_for_events()
+    wait_until(lambda: ("region_live", "r", None) in recorder.snapshot(), what="the marker")
+    assert region.local_entries() == {}, "replayed events changed the cache"
+    # "b" was created in replay only, so the cache does not hold it; its listener still
+    # sees the live update as an update and the live destroy at all.
+    writer.put("b", 2)
+    writer.destroy("b")
+    wait_until(lambda: ("destroy", "b", None) in recorder.snapshot(), what="the live destroy")
+    assert recorder.snapshot() == [
+        ("create", "a", 1),
+        ("update", "a", 2),
+        ("destroy", "a", None),
+        ("create", "b", 1),
+        ("region_live", "r", None),
+        ("update", "b", 2),
+        ("destroy", "b", None),
+    ]
+    assert region.local_entries() == {}

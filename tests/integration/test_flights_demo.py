@@ -16,7 +16,7 @@ def _assert_replay_matches(report: ReplayReport) -> None:
     assert not failed, failed
     assert report.operations_failed == 0, report.failures
     assert report.operations_applied == report.operations
-    assert len(report.desks) == 3
+    assert len(report.desks) == 4
     for desk in report.desks:
         assert desk.quiet, desk
         assert desk.events_delivered > 0, desk
@@ -35,6 +35,8 @@ def test_short_replay_leaves_redis_and_every_desk_right(
     assert report.days == 3
     dashboard = next(d for d in report.desks if d.name == "dashboard")
     assert dashboard.days_shown >= 1
+    operations = next(d for d in report.desks if d.name.startswith("ops desk"))
+    assert operations.events_replayed > 0, "the durable desk was not away during the replay"
 
 
 def test_cli_replays_and_verifies(
@@ -50,7 +52,7 @@ def test_cli_replays_and_verifies(
     assert result.exit_code == 0, result.output
     assert "operations applied" in result.output
     assert "MISMATCH" not in result.output
-    assert result.output.count("OK ") == 4
+    assert result.output.count("OK ") == 9
 
 
 @pytest.mark.slow
