@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -30,13 +30,26 @@ def _load_lua(name: str) -> str:
     return resources.files("broker").joinpath("lua", name).read_text()
 
 
+class GatewayVersion(NamedTuple):
+    """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
+
+    Attributes:
+        timestamp_ms: The change's timestamp, ms since the Unix epoch.
+        site_id: ``distributed_system_id`` of the site where the change was made.
+    """
+
+    timestamp_ms: int
+    site_id: int
+
+
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What applying one change did.
 
     Attributes:
-        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before) or
-            ``"ERR"`` (refused; nothing changed).
+        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
+            ``"ERR"`` (refused; nothing changed) or ``"STALE"`` (a gateway event that lost
+            the conflict check; nothing changed).
         event_kind: The resulting event kind (None when refused, or DUP with the stored
             result already pruned).
         version: Region version the change got (None as for ``event_kind``).
@@ -138,8 +151,15 @@ class RegionStore:
         bucket: int,
         offset: int,
         want_old: bool,
+        gateway_version: GatewayVersion | None = None,
+        from_gateway: bool = False,
     ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script)."""
+        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script).
+
+        ``gateway_version`` (multi-site members only) is stored with the entry;
+        ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
+        stored version is from another site and newer (SPEC §6 conflict resolution).
+        """
         k = self.keys
         keys = [
             k.regions,
@@ -149,6 +169,7 @@ class RegionStore:
             k.tracking(bucket),
             k.results(bucket),
             k.results_index(bucket),
+            k.region_gateway_versions(region, bucket),
         ]
         args: list[Any] = [
             kind.value,
@@ -161,6 +182,9 @@ class RegionStore:
             str(event_id),
             offset,
             "1" if want_old else "0",
+            gateway_version.timestamp_ms if gateway_version is not None else "",
+            gateway_version.site_id if gateway_version is not None else 0,
+            "1" if from_gateway else "0",
         ]
         return keys, args
 
@@ -216,6 +240,7 @@ class RegionStore:
         keys.append(k.results_index(bucket))
         for b in range(self.total_buckets):
             keys += [k.region_values(region, b), k.region_meta(region, b)]
+            keys.append(k.region_gateway_versions(region, b))
         args = [
             kind.value,
             region,
@@ -241,6 +266,19 @@ class RegionStore:
             return int(self._prune(keys=keys, args=[below_offset]))
 
     # --- reads -------------------------------------------------------------------------
+
+    def gateway_version(self, region: str, key: str, bucket: int) -> GatewayVersion | None:
+        """The stored gateway version of an entry (or of its tombstone), if any.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            raw = self.redis.hget(self.keys.region_gateway_versions(region, bucket), key)
+        if raw is None:
+            return None
+        timestamp_ms, _, site_id = raw.decode().partition("|")
+        return GatewayVersion(int(timestamp_ms), int(site_id))
 
     def get(self, region: str, key: str, bucket: int) -> tuple[bool, Entry | None]:
         """Read one entry.

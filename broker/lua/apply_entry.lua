@@ -2,13 +2,17 @@
 -- duplicate detection by EventID.
 --
 -- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
---       5 tracking hash, 6 results hash, 7 results index (zset by ops offset)
+--       5 tracking hash, 6 results hash, 7 results index (zset by ops offset),
+--       8 gateway versions hash (key -> "<timestamp_ms>|<site id>", multi-site only)
 -- ARGV: 1 kind, 2 region, 3 key, 4 value, 5 serializer, 6 tracking field (member:thread),
---       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0")
+--       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0"),
+--       11 timestamp_ms ("" = this site keeps no gateway versions), 12 origin site id,
+--       13 "1" when the operation came through a gateway receiver (conflict-checked)
 -- Returns: {status, result, old_value}
---   status "OK":  result = "<EVENT_KIND>|<version>"
---   status "DUP": result = stored result of that EventID or false (pruned)
---   status "ERR": result = error class name
+--   status "OK":    result = "<EVENT_KIND>|<version>"
+--   status "DUP":   result = stored result of that EventID or false (pruned)
+--   status "ERR":   result = error class name
+--   status "STALE": a gateway event lost the conflict check; nothing changed
 if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
   return {'ERR', 'RegionNotFoundError', false}
 end
@@ -19,6 +23,22 @@ if last and tonumber(last) >= seq then
 end
 local kind = ARGV[1]
 local key = ARGV[3]
+-- Gateway conflict check (SPEC §6), here so it is atomic with the change: an event from
+-- another site is refused when the entry was last changed by a different site at a later
+-- timestamp, or at the same timestamp by a higher site id. The sequence id is recorded so
+-- a resend of the refused event is a DUP.
+if ARGV[11] ~= '' and ARGV[13] == '1' then
+  local stored = redis.call('HGET', KEYS[8], key)
+  if stored then
+    local ts, site = string.match(stored, '^(%d+)|(%d+)$')
+    ts, site = tonumber(ts), tonumber(site)
+    local in_ts, in_site = tonumber(ARGV[11]), tonumber(ARGV[12])
+    if site ~= in_site and (in_ts < ts or (in_ts == ts and in_site < site)) then
+      redis.call('HSET', KEYS[5], ARGV[6], seq)
+      return {'STALE', false, false}
+    end
+  end
+end
 local meta = redis.call('HGET', KEYS[3], key)
 local old = false
 if ARGV[10] == '1' then
@@ -45,6 +65,10 @@ elseif kind == 'INVALIDATE' then
   result = 'INVALIDATE|' .. version
 else
   return {'ERR', 'ServerOperationError', false}
+end
+-- Gateway version of the entry (kept after a destroy as a tombstone for the check above).
+if ARGV[11] ~= '' then
+  redis.call('HSET', KEYS[8], key, ARGV[11] .. '|' .. ARGV[12])
 end
 redis.call('HSET', KEYS[5], ARGV[6], seq)
 redis.call('HSET', KEYS[6], ARGV[8], result)

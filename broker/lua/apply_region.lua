@@ -1,7 +1,7 @@
 -- Apply a region operation (CLEAR, DESTROY_REGION) atomically over every bucket.
 --
 -- KEYS: 1 regions set, 2 region version counter, 3 tracking hash, 4 results hash,
---       5 results index, then for each bucket its values hash and its meta hash
+--       5 results index, then for each bucket its values, meta and gateway versions hashes
 -- ARGV: 1 kind, 2 region, 3 tracking field, 4 sequence id, 5 EventID string, 6 ops offset
 -- Returns: {status, result}; status as in apply_entry.lua, result "<EVENT_KIND>|<version>"
 if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
