@@ -1,0 +1,114 @@
+"""SPEC §6 / seed 002: a serial gateway sender's batches, acks, resends and failures,
+between two sites (two namespaces of the session Kafka and Redis)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from gateway_sites import Site, site_namespaces
+from support import Recorder, Vetoing, entry_operation, send_raw_operation, wait_until
+
+from clients import ALL_KEYS
+from schemas.messages import OperationKind
+
+
+@pytest.fixture
+def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
+    """Two sites, ids 1 and 2; everything started on them stops at the end."""
+    with ExitStack() as stack:
+        yield [
+            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
+            for site_id, ns in enumerate(site_namespaces(namespace, 2), start=1)
+        ]
+
+
+def test_a_burst_of_250_puts_goes_in_batches_of_100_100_50_and_only_distributable_ops_reach_the_remote_site(  # noqa: E501
+    sites: list[Site],
+) -> None:
+    a, b = sites
+    b.start_server()
+    b.start_receiver()
+    b.client().create_region("r").put("b-only", "kept")
+    a.start_server(senders={"to-b": 2})
+    sender = a.start_sender("to-b", b, batch_size=100, batch_time_interval_ms=1000)
+    region = a.client().create_region("r")
+
+    region.put_all({f"k{i:03d}": i for i in range(250)})
+    wait_until(lambda: sender.stats.batch_sizes == [100, 100, 50], 30, "three batches")
+
+    region.put("inv", 1)
+    invalidate, bucket = entry_operation("app-1", OperationKind.INVALIDATE, "inv", 0)
+    send_raw_operation(a.kafka, a.namespace, invalidate._replace(region="r"), bucket)
+    region.get("k000")
+    region.clear()
+    region.put("sentinel", "last")
+    b.wait_for("sentinel", b'"last"')
+
+    values = b.values()
+    assert {f"k{i:03d}" for i in range(250)} <= values.keys()
+    assert values["inv"] == b"1"  # the invalidate did not travel
+    assert values["b-only"] == b'"kept"'  # nor did the clear
+    assert a.values() == {"sentinel": b'"last"'}
+    # inv and sentinel only: nothing else was queued
+    wait_until(lambda: sender.stats.events_dispatched == 252, 30, "the last ack")
+    assert sender.stats.batch_sizes[:3] == [100, 100, 50]
+    assert sender.stats.batches_redispatched == 0
+
+
+def test_receiver_down_during_1000_puts_then_started_gets_all_in_order_with_resends_flagged(
+    sites: list[Site],
+) -> None:
+    a, b = sites
+    b.start_server()
+    b_recorder = Recorder()
+    b_region = b.client().create_region("r", listeners=[b_recorder])
+    b_region.register_interest(ALL_KEYS)
+    a.start_server(senders={"to-b": 2})
+    sender = a.start_sender("to-b", b, ack_timeout_ms=1000, batch_time_interval_ms=100)
+    region = a.client().create_region("r")
+
+    futures = [region.put_async(f"key{i % 10}", i) for i in range(1000)]
+    for future in futures:
+        future.result(30)
+    wait_until(lambda: sender.stats.batches_redispatched >= 2, 30, "resends while down")
+    assert b.values() == {}
+
+    receiver = b.start_receiver()
+    wait_until(lambda: b.values().get("key9") == b"999", 90, "the last put on site B")
+
+    assert b.values() == {f"key{k}": str(990 + k).encode() for k in range(10)}
+    wait_until(lambda: sender.stats.events_dispatched == 1000, 30, "every batch acked")
+    per_key: dict[str, list[int]] = {}
+    wait_until(lambda: len(b_recorder.snapshot()) >= 1000, 30, "B's subscriber")
+    for _, key, value in b_recorder.snapshot():
+        per_key.setdefault(key, []).append(value)
+    assert per_key == {f"key{k}": list(range(k, 1000, 10)) for k in range(10)}
+    assert receiver.stats.possible_duplicate_batches >= 1
+    assert receiver.stats.events_applied == 1000
+    assert receiver.stats.duplicates >= 1
+
+
+def test_an_ack_with_an_exception_drops_and_logs_the_failed_event_and_the_rest_is_applied(
+    sites: list[Site], caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = sites
+    b.start_server(writers={"r": [Vetoing({"bad"})]})
+    b.start_receiver()
+    a.start_server(senders={"to-b": 2})
+    sender = a.start_sender("to-b", b)
+    region = a.client().create_region("r")
+
+    with caplog.at_level(logging.ERROR, logger="regionbus.gateways.sender"):
+        region.put_all({"a": 1, "bad": 2, "c": 3})
+        wait_until(lambda: sender.stats.events_failed == 1, 30, "the failed event")
+        region.put("after", 4)
+        b.wait_for("after", b"4")
+
+    assert b.values() == {"a": b"1", "c": b"3", "after": b"4"}
+    assert a.values()["bad"] == b"2"
+    failures = [r.getMessage() for r in caplog.records if "failed event" in r.getMessage()]
+    assert len(failures) == 1 and "'bad'" in failures[0] and "CacheWriterError" in failures[0]
+    assert sender.stats.batches_redispatched == 0
