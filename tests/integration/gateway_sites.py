@@ -74,9 +74,7 @@ class Site:
                 )
                 for s, remote in senders.items()
             },
-            async_event_queues={
-                q: GatewayQueueSpec(parallel=parallel) for q in async_event_queues
-            },
+            async_event_queues={q: GatewayQueueSpec(parallel=parallel) for q in async_event_queues},
             region_gateway_senders={r: list(senders) for r in regions} if senders else {},
             region_async_event_queues={r: list(async_event_queues) for r in regions}
             if async_event_queues
@@ -152,8 +150,9 @@ class Site:
         """``{key: value bytes}`` of the site's region."""
         return {k: e.value for k, e in self.entries(region).items()}
 
-    def wait_for(self, key: str, value: bytes | None, region: str = "r", timeout_s: float = 60)\
-            -> None:
+    def wait_for(
+        self, key: str, value: bytes | None, region: str = "r", timeout_s: float = 60
+    ) -> None:
         """Wait until the site's entry ``key`` holds ``value`` (None: until it is absent)."""
 
         def holds() -> bool:
@@ -169,3 +168,25 @@ def site_namespaces(namespace: str, count: int) -> Iterator[str]:
     """``count`` distinct namespaces derived from a test's namespace."""
     for index in range(count):
         yield f"{namespace[:50]}.s{index + 1}{secrets.token_hex(2)}"
+
+
+def replay_flights(region: Any, days: int = 1, window: int = 2000) -> int:
+    """Replay the first ``days`` days of the flights timeline on a client region
+    (``demo.flights_data``), pipelined; returns the number of operations."""
+    from demo.flights_data import Stage, load_flights, timeline
+
+    pending: list[Any] = []
+    count = 0
+    for op in timeline(load_flights(days=days)):
+        if op.stage is Stage.DESTROY:
+            pending.append(region.destroy_async(op.key))
+        else:
+            pending.append(region.put_async(op.key, op.value))
+        count += 1
+        if len(pending) >= window:
+            for future in pending:
+                future.result(60)
+            pending.clear()
+    for future in pending:
+        future.result(60)
+    return count
