@@ -190,3 +190,22 @@ def replay_flights(region: Any, days: int = 1, window: int = 2000) -> int:
     for future in pending:
         future.result(60)
     return count
+
+
+def start_async_event_queue(site: Site, queue_id: str, listener: Any, **overrides: Any) -> Any:
+    """Start an async event queue dispatcher of ``site`` and wait until it is primary."""
+    from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
+
+    settings: dict[str, Any] = {
+        "queue_id": queue_id,
+        "namespace": site.namespace,
+        "kafka_bootstrap_servers": site.kafka,
+        "redis_url": site.redis_url,
+        "lease_ttl_ms": 3000,
+    }
+    settings.update(overrides)
+    queue = AsyncEventQueue(AsyncEventQueueSettings(**settings), listener)
+    queue.start()
+    site.stack.callback(queue.stop)
+    assert queue.wait_primary(30), f"async event queue {queue_id} never became primary"
+    return queue
