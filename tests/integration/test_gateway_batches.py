@@ -112,3 +112,32 @@ def test_an_ack_with_an_exception_drops_and_logs_the_failed_event_and_the_rest_i
     failures = [r.getMessage() for r in caplog.records if "failed event" in r.getMessage()]
     assert len(failures) == 1 and "'bad'" in failures[0] and "CacheWriterError" in failures[0]
     assert sender.stats.batches_redispatched == 0
+
+
+def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_going(
+    sites: list[Site],
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from gateways.protocol import receiver_topic
+
+    a, b = sites
+    b.start_server()
+    receiver = b.start_receiver()
+    a.start_server(senders={"to-b": 2})
+    a.start_sender("to-b", b)
+    producer = Producer({"bootstrap.servers": a.kafka})
+    producer.produce(f"{a.namespace}.gw.to-b", b"not an event", partition=0)
+    producer.produce(receiver_topic(b.namespace, "receiver"), b"not a batch", partition=0)
+    assert producer.flush(10) == 0
+    a.client().create_region("r").put("k", "after the garbage")
+    b.wait_for("k", b'"after the garbage"')
+
+    assert receiver.stats.dead_letters == 1
+    for site, bad in ((a, b"not an event"), (b, b"not a batch")):
+        consumer = Consumer({"bootstrap.servers": site.kafka, "group.id": "dead-letter-check"})
+        consumer.assign([TopicPartition(f"{site.namespace}.dead-letter", 0, 0)])
+        message = consumer.poll(15)
+        consumer.close()
+        assert message is not None and message.value() == bad
+        assert dict(message.headers() or [])["rb.reason"]
