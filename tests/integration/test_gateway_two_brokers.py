@@ -35,5 +35,7 @@ def test_remote_site_on_its_own_kafka_unreachable_at_first_then_gets_every_queue
 
         assert b.values() == a.values()
         assert len(b.values()) == 51
+        # the receiver counts replies after the servers applied: wait for its ack
+        wait_until(lambda: sender.stats.events_dispatched == 51, 30, "the ack")
         assert receiver.stats.events_applied == 51
         assert sender.stats.batches_redispatched == 0
