@@ -33,7 +33,7 @@ def test_remote_site_on_its_own_kafka_unreachable_at_first_then_gets_every_queue
         receiver = b.start_receiver()
         b.wait_for("late", b'"queued while down"', timeout_s=90)
 
-        assert b.values() == a.values()
+        wait_until(lambda: b.values() == a.values(), 60, "every queued event on site B")
         assert len(b.values()) == 51
         # the receiver counts replies after the servers applied: wait for its ack
         wait_until(lambda: sender.stats.events_dispatched == 51, 30, "the ack")
