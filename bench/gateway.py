@@ -51,7 +51,6 @@ from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings,
 log = logging.getLogger("regionbus.bench.gateway")
 
 REGION = "bench"
-FETCH_WAIT_MAX_MS = 100
 LINGER_MS = 5
 
 
@@ -67,6 +66,8 @@ class GatewayBenchOptions:
         value_bytes: Value size in bytes (the first 8 are the send time).
         batch_size: The sender's ``batch_size`` (Geode default 100).
         batch_time_interval_ms: The sender's ``batch_time_interval_ms`` (Geode default 1000).
+        fetch_wait_ms: ``fetch.wait.max.ms`` of every consumer (servers, sender, receiver,
+            clients, mirror, readers).
     """
 
     events: int = 20_000
@@ -76,6 +77,7 @@ class GatewayBenchOptions:
     value_bytes: int = 200
     batch_size: int = 100
     batch_time_interval_ms: int = 1000
+    fetch_wait_ms: int = 100
 
 
 @dataclass
@@ -202,7 +204,9 @@ def _lag_result(arrivals: _Arrivals) -> PhaseResult:
 # --- the raw mirror ------------------------------------------------------------------
 
 
-def mirror_main(source: str, source_topic: str, target: str, target_topic: str, stop: Any) -> None:
+def mirror_main(
+    source: str, source_topic: str, target: str, target_topic: str, fetch_wait_ms: int, stop: Any
+) -> None:
     """The raw baseline (child process): consume ``source_topic`` on ``source`` with
     ``assign()`` and produce each message as is to ``target_topic`` on ``target``."""
     consumer = Consumer(
@@ -210,7 +214,7 @@ def mirror_main(source: str, source_topic: str, target: str, target_topic: str, 
             "bootstrap.servers": source,
             "group.id": f"mirror-{secrets.token_hex(3)}",
             "enable.auto.commit": False,
-            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+            "fetch.wait.max.ms": fetch_wait_ms,
         }
     )
     consumer.assign([TopicPartition(source_topic, 0, 0)])
@@ -242,13 +246,13 @@ def mirror_main(source: str, source_topic: str, target: str, target_topic: str, 
 class _RawReader:
     """Reads a topic on site B in a thread, recording arrivals."""
 
-    def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals) -> None:
+    def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals, fetch_wait_ms: int) -> None:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"reader-{secrets.token_hex(3)}",
                 "enable.auto.commit": False,
-                "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+                "fetch.wait.max.ms": fetch_wait_ms,
             }
         )
         self._consumer.assign([TopicPartition(topic, 0, 0)])
@@ -281,11 +285,13 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
         ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), {source: 1})
         ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), {target: 1})
         arrivals = _Arrivals()
-        reader = _RawReader(b_kafka, target, arrivals)
+        reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
         context = multiprocessing.get_context("spawn")
         stop = context.Event()
         mirror = context.Process(
-            target=mirror_main, args=(a_kafka, source, b_kafka, target, stop), daemon=True
+            target=mirror_main,
+            args=(a_kafka, source, b_kafka, target, options.fetch_wait_ms, stop),
+            daemon=True,
         )
         mirror.start()
         producer = Producer(
@@ -343,8 +349,9 @@ def regionbus_gateway(
     """Lag and throughput through one serial gateway sender from site A to site B."""
     tag = secrets.token_hex(3)
     ns_a, ns_b = f"bench.gw.{tag}.a", f"bench.gw.{tag}.b"
+    fetch_wait_max_ms = options.fetch_wait_ms
     common = {
-        "REGIONBUS_FETCH_WAIT_MAX_MS": str(FETCH_WAIT_MAX_MS),
+        "REGIONBUS_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
         "REGIONBUS_LINGER_MS": str(LINGER_MS),
     }
     children: list[_Child] = []
@@ -406,7 +413,7 @@ def regionbus_gateway(
                 "--site-id",
                 "2",
             ],
-            {"REGIONBUS_GATEWAY_RECEIVER_FETCH_WAIT_MAX_MS": str(FETCH_WAIT_MAX_MS)},
+            {"REGIONBUS_GATEWAY_RECEIVER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
             log_dir,
         )
         children.append(receiver)
@@ -436,7 +443,7 @@ def regionbus_gateway(
                 "--batch-time-interval-ms",
                 str(options.batch_time_interval_ms),
             ],
-            {},
+            {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
             log_dir,
         )
         children.append(sender)
@@ -448,7 +455,7 @@ def regionbus_gateway(
                 ClientSettings(
                     namespace=ns_b,
                     kafka_bootstrap_servers=b_kafka,
-                    fetch_wait_max_ms=FETCH_WAIT_MAX_MS,
+                    fetch_wait_max_ms=fetch_wait_max_ms,
                 )
             )
         )
@@ -461,7 +468,7 @@ def regionbus_gateway(
                 ClientSettings(
                     namespace=ns_a,
                     kafka_bootstrap_servers=a_kafka,
-                    fetch_wait_max_ms=FETCH_WAIT_MAX_MS,
+                    fetch_wait_max_ms=fetch_wait_max_ms,
                 )
             )
         )
@@ -515,7 +522,8 @@ def report(
     table = Table(
         title=(
             f"gateway: one serial sender (batch {options.batch_size} / "
-            f"{options.batch_time_interval_ms} ms) vs raw consume→produce mirror, two brokers"
+            f"{options.batch_time_interval_ms} ms, fetch.wait.max.ms {options.fetch_wait_ms}) "
+            "vs raw consume→produce mirror, two brokers"
         )
     )
     for column in ("figure", "regionbus", "raw mirror", "regionbus ÷ raw"):
@@ -545,6 +553,7 @@ def report(
     default=GatewayBenchOptions.batch_time_interval_ms,
     show_default=True,
 )
+@click.option("--fetch-wait-ms", default=GatewayBenchOptions.fetch_wait_ms, show_default=True)
 @click.option("-v", "--verbose", is_flag=True)
 def main(verbose: bool, **values: Any) -> None:
     """Benchmark one serial gateway sender against a raw mirror between two brokers."""

@@ -122,6 +122,7 @@ class AsyncEventQueueSettings(BaseSettings):
         batch_conflation_enabled: Geode ``enable-batch-conflation`` (default False).
         dispatching_paused: Create the queue paused (Geode ``pause-event-processing``).
         retry_interval_ms: Wait before delivering a refused batch again.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
     """
@@ -144,6 +145,7 @@ class AsyncEventQueueSettings(BaseSettings):
     batch_conflation_enabled: bool = False
     dispatching_paused: bool = False
     retry_interval_ms: int = Field(default=100, ge=1)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
 
@@ -176,6 +178,7 @@ class AsyncEventQueue(QueueProcessor):
             namespace=settings.namespace,
             kafka_config={
                 "bootstrap.servers": settings.kafka_bootstrap_servers,
+                "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                 **settings.kafka_config,
             },
             redis_url=redis_url,

@@ -86,6 +86,8 @@ class GatewaySenderSettings(BaseSettings):
             (seed 002: five seconds).
         event_filters: ``"module:Class"`` ``GatewayEventFilter``s (``before_transmit``,
             ``after_acknowledgement``).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers
+            (100 ms: the measured balance on the embedded Tansu, ARCHITECTURE.md).
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
     """
@@ -114,6 +116,7 @@ class GatewaySenderSettings(BaseSettings):
     ack_timeout_ms: int = Field(default=30_000, ge=100)
     retry_interval_ms: int = Field(default=5000, ge=10)
     event_filters: list[str] = Field(default_factory=list)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
 
@@ -147,7 +150,11 @@ class GatewaySender(QueueProcessor):
         *,
         event_filters: list[GatewayEventFilter] | None = None,
     ) -> None:
-        local = {"bootstrap.servers": settings.kafka_bootstrap_servers, **settings.kafka_config}
+        local = {
+            "bootstrap.servers": settings.kafka_bootstrap_servers,
+            "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+            **settings.kafka_config,
+        }
         super().__init__(
             role=f"gateway-sender:{settings.sender_id}",
             namespace=settings.namespace,
@@ -204,7 +211,7 @@ class GatewaySender(QueueProcessor):
                 "group.id": f"{self.settings.namespace}.gw-sender.{self.settings.sender_id}.ack",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                "fetch.wait.max.ms": 100,
+                "fetch.wait.max.ms": self.settings.fetch_wait_max_ms,
                 "client.id": self.member_id,
             }
         )
