@@ -142,3 +142,42 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
         consumer.close()
         assert message is not None and message.value() == bad
         assert dict(message.headers() or [])["rb.reason"]
+
+
+def test_one_sender_is_primary_and_a_standby_takes_over_when_it_stops(sites: list[Site]) -> None:
+    from gateways.sender import GatewaySender, GatewaySenderSettings
+
+    a, b = sites
+    b.start_server()
+    receiver = b.start_receiver()
+    a.start_server(senders={"to-b": 2})
+    first = a.start_sender("to-b", b)
+    standby = GatewaySender(
+        GatewaySenderSettings(
+            sender_id="to-b",
+            namespace=a.namespace,
+            kafka_bootstrap_servers=a.kafka,
+            redis_url=a.redis_url,
+            distributed_system_id=1,
+            remote_distributed_system_id=2,
+            remote_namespace=b.namespace,
+            remote_kafka_bootstrap_servers=b.kafka,
+            batch_time_interval_ms=100,
+            lease_ttl_ms=3000,
+        )
+    )
+    standby.start()
+    a.stack.callback(standby.stop)
+    region = a.client().create_region("r")
+    region.put_all({f"before{i}": i for i in range(20)})
+    wait_until(lambda: first.stats.events_dispatched == 20, 30, "the primary's batches")
+    assert not standby.is_primary
+
+    first.stop()
+    assert standby.wait_primary(30)
+    region.put_all({f"after{i}": i for i in range(20)})
+    wait_until(lambda: len(b.values()) == 40, 60, "every event on site B")
+
+    assert b.values() == a.values()
+    wait_until(lambda: standby.stats.events_dispatched == 20, 30, "the standby's acks")
+    assert receiver.stats.duplicates == 0
