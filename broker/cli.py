@@ -212,6 +212,18 @@ class _LazyGroup(click.Group):
         return command
 
 
+@main.group(
+    cls=_LazyGroup,
+    lazy={
+        "sender": "gateways.cli:sender_command",
+        "receiver": "gateways.cli:receiver_command",
+        "async-event-queue": "gateways.cli:async_event_queue_command",
+    },
+)
+def gateway() -> None:
+    """Gateway senders, receivers and async event queues (see README)."""
+
+
 @main.group(cls=_LazyGroup, lazy={"flights": "demo.flights:flights_command"})
 def demo() -> None:
     """Demonstrations on real data."""

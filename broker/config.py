@@ -11,7 +11,7 @@ import socket
 import uuid
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name
@@ -20,6 +20,33 @@ from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name
 def _default_member_id() -> str:
     host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
     return f"server-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class GatewayQueueSpec(BaseModel):
+    """How a cache server queues events for one gateway sender or async event queue.
+
+    The server only enqueues (SPEC §6, §7); the sender or dispatcher that reads the queue
+    is a separate worker (:mod:`gateways`) with its own settings.
+
+    Attributes:
+        parallel: One queue partition per bucket, order kept per bucket (Geode parallel
+            sender); False: one partition, one total order (serial, the Geode default).
+        remote_distributed_system_id: For a gateway sender, the site it sends to: an event
+            that already reached that site is not queued (loop prevention). None for an
+            async event queue.
+        event_filters: ``"module:Class"`` names of ``gateways.GatewayEventFilter``s whose
+            ``before_enqueue`` runs here (False = never queued).
+        forward_expiration_destroy: Async event queues: also queue expiration destroys
+            (Geode default False). regionbus has no expiration yet, so every queued destroy
+            is a distributed one.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    parallel: bool = False
+    remote_distributed_system_id: int | None = Field(default=None, ge=1, le=255)
+    event_filters: list[str] = Field(default_factory=list)
+    forward_expiration_destroy: bool = False
 
 
 class ServerSettings(BaseSettings):
@@ -72,6 +99,12 @@ class ServerSettings(BaseSettings):
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
         plugins: ``{region: ["module:Class", ...]}`` server-side ``CacheListener`` /
             ``CacheWriter`` classes to instantiate at start.
+        distributed_system_id: This site's id in a multi-site system, 1-255 (Geode
+            ``distributed-system-id``); 0 = not multi-site (no gateway versions stored).
+        gateway_senders: ``{sender id: GatewayQueueSpec}`` queues ``{ns}.gw.<sender id>``.
+        async_event_queues: ``{queue id: GatewayQueueSpec}`` queues ``{ns}.aeq.<queue id>``.
+        region_gateway_senders: ``{region: [sender id, ...]}`` senders attached to a region.
+        region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
     """
 
     model_config = SettingsConfigDict(
@@ -104,6 +137,11 @@ class ServerSettings(BaseSettings):
     linger_ms: int = Field(default=5, ge=0)
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
+    distributed_system_id: int = Field(default=0, ge=0, le=255)
+    gateway_senders: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
+    async_event_queues: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
+    region_gateway_senders: dict[str, list[str]] = Field(default_factory=dict)
+    region_async_event_queues: dict[str, list[str]] = Field(default_factory=dict)
 
     @field_validator("namespace")
     @classmethod
@@ -114,6 +152,22 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _member_id_is_topic_legal(cls, value: str) -> str:
         return check_name("member id", value)
+
+    @model_validator(mode="after")
+    def _attached_queues_exist(self) -> ServerSettings:
+        for kind, defined, attached in (
+            ("gateway sender", self.gateway_senders, self.region_gateway_senders),
+            ("async event queue", self.async_event_queues, self.region_async_event_queues),
+        ):
+            for queue_id in defined:
+                check_name(f"{kind} id", queue_id)
+            for region, ids in attached.items():
+                missing = sorted(set(ids) - set(defined))
+                if missing:
+                    raise ValueError(f"region {region!r} names undefined {kind}s {missing}")
+        if self.gateway_senders and not self.distributed_system_id:
+            raise ValueError("gateway senders need distributed_system_id (1-255)")
+        return self
 
     def librdkafka(self, **overrides: Any) -> dict[str, Any]:
         """The librdkafka configuration every Kafka client of this server starts from.

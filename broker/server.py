@@ -45,7 +45,8 @@ from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
 from broker.queue_depth import QueueDepths
-from broker.store import ApplyResult, RegionStore, redis_errors
+from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
+from gateways.enqueue import GatewayEnqueuer
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
@@ -225,6 +226,7 @@ class CacheServer:
         )
         self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
+        self._gateways = GatewayEnqueuer(settings)
         self.clients = ClientRegistry(
             self._redis, settings.namespace, settings.maximum_time_between_pings_ms
         )
@@ -386,6 +388,7 @@ class CacheServer:
                 self.topics.events: s.total_buckets,
                 self.topics.control: 1,
                 self.topics.dead_letter: 1,
+                **self._gateways.topics,
             },
         )
         partitions = len(admin.list_topics(timeout=10).topics[self.topics.ops].partitions)
@@ -623,6 +626,7 @@ class CacheServer:
         batch: list[Any] = []
         # A bucket fenced earlier in this poll batch is no longer ours: drop its operations.
         pending[:] = [p for p in pending if p[1] in self._owned]
+        site_id = self.settings.distributed_system_id
         for op, bucket, offset in pending:
             assert op.key is not None
             if op.kind is OperationKind.GET:
@@ -641,6 +645,12 @@ class CacheServer:
                         offset,
                         want_old=bool(self._plugins.listeners.get(op.region)),
                         epoch=self._owned[bucket],
+                        gateway_version=GatewayVersion(
+                            op.timestamp_ms, op.origin_site_id or site_id
+                        )
+                        if site_id
+                        else None,
+                        from_gateway=op.origin_site_id not in (0, site_id),
                     )
                 )
         results = self.store.run_batch(batch)
@@ -710,6 +720,8 @@ class CacheServer:
             if not duplicate:
                 self._run_entry_listeners(event, result.old_value)
             self._distribute_entry_event(event, bucket)
+            if self._gateways:
+                self._gateways.enqueue(event, bucket, self._produce)
         self._reply_applied(op, bucket, result)
 
     def _reply_applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:

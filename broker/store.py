@@ -30,13 +30,26 @@ def _load_lua(name: str) -> str:
     return resources.files("broker").joinpath("lua", name).read_text()
 
 
+class GatewayVersion(NamedTuple):
+    """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
+
+    Attributes:
+        timestamp_ms: The change's timestamp, ms since the Unix epoch.
+        site_id: ``distributed_system_id`` of the site where the change was made.
+    """
+
+    timestamp_ms: int
+    site_id: int
+
+
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What applying one change did.
 
     Attributes:
         status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
-            ``"ERR"`` (refused; nothing changed) or ``"FENCED"`` (the caller is no longer
+            ``"ERR"`` (refused; nothing changed), ``"STALE"`` (a gateway event that lost
+            the conflict check; nothing changed) or ``"FENCED"`` (the caller is no longer
             the bucket's primary; nothing changed).
         event_kind: The resulting event kind (None when refused, or DUP with the stored
             result already pruned).
@@ -156,13 +169,19 @@ class RegionStore:
         bucket: int,
         offset: int,
         want_old: bool,
+        gateway_version: GatewayVersion | None = None,
+        from_gateway: bool = False,
         epoch: int | None = None,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script).
 
+        ``gateway_version`` (multi-site members only) is stored with the entry;
+        ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
+        stored version is from another site and newer (SPEC §6 conflict resolution).
         ``epoch`` is the caller's fencing epoch of the bucket (:mod:`broker.election`); the
-        script refuses the change (status ``FENCED``) when it is no longer current. None
-        applies unfenced (tools, tests)."""
+        script refuses the change (status ``"FENCED"``) when it is no longer current. None
+        applies unfenced (tools, tests).
+        """
         k = self.keys
         keys = [
             k.regions,
@@ -173,6 +192,7 @@ class RegionStore:
             k.results(bucket),
             k.results_index(bucket),
             k.epoch(bucket_role(bucket)),
+            k.region_gateway_versions(region, bucket),
         ]
         args: list[Any] = [
             kind.value,
@@ -186,6 +206,9 @@ class RegionStore:
             offset,
             "1" if want_old else "0",
             "" if epoch is None else epoch,
+            gateway_version.timestamp_ms if gateway_version is not None else "",
+            gateway_version.site_id if gateway_version is not None else 0,
+            "1" if from_gateway else "0",
         ]
         return keys, args
 
@@ -248,6 +271,7 @@ class RegionStore:
         keys += [k.results_index(bucket), k.epoch(bucket_role(bucket))]
         for b in range(self.total_buckets):
             keys += [k.region_values(region, b), k.region_meta(region, b)]
+            keys.append(k.region_gateway_versions(region, b))
         args = [
             kind.value,
             region,
@@ -274,6 +298,19 @@ class RegionStore:
             return int(self._prune(keys=keys, args=[below_offset]))
 
     # --- reads -------------------------------------------------------------------------
+
+    def gateway_version(self, region: str, key: str, bucket: int) -> GatewayVersion | None:
+        """The stored gateway version of an entry (or of its tombstone), if any.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            raw = self.redis.hget(self.keys.region_gateway_versions(region, bucket), key)
+        if raw is None:
+            return None
+        timestamp_ms, _, site_id = raw.decode().partition("|")
+        return GatewayVersion(int(timestamp_ms), int(site_id))
 
     def get(self, region: str, key: str, bucket: int) -> tuple[bool, Entry | None]:
         """Read one entry.

@@ -134,6 +134,11 @@ class RedisKeys:
         """Hash key -> ``"<version>|<serializer>"`` of one bucket; a field = the entry exists."""
         return f"{self.prefix}r:{region}:{bucket}:meta"
 
+    def region_gateway_versions(self, region: str, bucket: int) -> str:
+        """Hash key -> ``"<timestamp_ms>|<site id>"`` of the last change of each entry of one
+        bucket, kept on multi-site members for gateway conflict resolution (SPEC §6)."""
+        return f"{self.prefix}r:{region}:{bucket}:gwv"
+
     def region_version(self, region: str) -> str:
         """Counter giving each change of the region its version (monotonic per region)."""
         return f"{self.prefix}rv:{region}"

@@ -1,17 +1,22 @@
 -- Apply one entry operation (PUT, DESTROY, INVALIDATE) atomically, with server-side
--- duplicate detection by EventID.
+-- duplicate detection by EventID, fencing by the bucket primary's epoch and, on multi-site
+-- deployments, the gateway conflict check.
 --
 -- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
 --       5 tracking hash, 6 results hash, 7 results index (zset by ops offset),
---       8 the bucket's fencing epoch counter
+--       8 the bucket's fencing epoch counter,
+--       9 gateway versions hash (key -> "<timestamp_ms>|<site id>", multi-site only)
 -- ARGV: 1 kind, 2 region, 3 key, 4 value, 5 serializer, 6 tracking field (member:thread),
 --       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0"),
---       11 the caller's epoch of the bucket ("" = unfenced, for tools)
+--       11 the caller's epoch of the bucket ("" = unfenced, for tools),
+--       12 timestamp_ms ("" = this site keeps no gateway versions), 13 origin site id,
+--       14 "1" when the operation came through a gateway receiver (conflict-checked)
 -- Returns: {status, result, old_value}
+--   status "OK":     result = "<EVENT_KIND>|<version>"
+--   status "DUP":    result = stored result of that EventID or false (pruned)
+--   status "ERR":    result = error class name
+--   status "STALE":  a gateway event lost the conflict check; nothing changed
 --   status "FENCED": the caller's epoch is stale (another server is primary): nothing done
---   status "OK":  result = "<EVENT_KIND>|<version>"
---   status "DUP": result = stored result of that EventID or false (pruned)
---   status "ERR": result = error class name
 if ARGV[11] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[11] then
   return {'FENCED', false, false}
 end
@@ -25,6 +30,22 @@ if last and tonumber(last) >= seq then
 end
 local kind = ARGV[1]
 local key = ARGV[3]
+-- Gateway conflict check (SPEC §6), here so it is atomic with the change: an event from
+-- another site is refused when the entry was last changed by a different site at a later
+-- timestamp, or at the same timestamp by a higher site id. The sequence id is recorded so
+-- a resend of the refused event is a DUP.
+if ARGV[12] ~= '' and ARGV[14] == '1' then
+  local stored = redis.call('HGET', KEYS[9], key)
+  if stored then
+    local ts, site = string.match(stored, '^(%d+)|(%d+)$')
+    ts, site = tonumber(ts), tonumber(site)
+    local in_ts, in_site = tonumber(ARGV[12]), tonumber(ARGV[13])
+    if site ~= in_site and (in_ts < ts or (in_ts == ts and in_site < site)) then
+      redis.call('HSET', KEYS[5], ARGV[6], seq)
+      return {'STALE', false, false}
+    end
+  end
+end
 local meta = redis.call('HGET', KEYS[3], key)
 local old = false
 if ARGV[10] == '1' then
@@ -51,6 +72,10 @@ elseif kind == 'INVALIDATE' then
   result = 'INVALIDATE|' .. version
 else
   return {'ERR', 'ServerOperationError', false}
+end
+-- Gateway version of the entry (kept after a destroy as a tombstone for the check above).
+if ARGV[12] ~= '' then
+  redis.call('HSET', KEYS[9], key, ARGV[12] .. '|' .. ARGV[13])
 end
 redis.call('HSET', KEYS[5], ARGV[6], seq)
 redis.call('HSET', KEYS[6], ARGV[8], result)

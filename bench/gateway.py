@@ -1,0 +1,574 @@
+"""The gateway benchmark: one serial gateway sender between two Kafka brokers, against a
+raw consume → produce mirror between the same brokers, in the same run.
+
+``python -m bench.gateway`` starts site A on the local stack (embedded Tansu and
+``redis-server`` unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others) and site B
+on a second embedded Tansu (same Redis, another namespace); a cache server per site, a
+gateway sender on A and a gateway receiver on B, each a child process. It measures:
+
+(a) replication lag at ``--rate`` puts per second for ``--seconds``: put on A (value
+    stamped with the send time) → A's server → queue → sender → B's receiver → B's
+    server → a subscriber on B (ALL_KEYS); p50 / p99 / max after ``--warmup-seconds``;
+(b) events per second through the sender: ``--events`` pipelined puts on A, from the
+    first put until the subscriber on B has seen the last one;
+(c) the raw baseline: a child process consuming a topic on A (``assign()``) and producing
+    every message as is to a topic on B, with the same producer / consumer settings;
+    the same paced rate for lag (producer on A → mirror → consumer on B) and the same
+    message count and size for throughput.
+
+It prints every figure and regionbus ÷ raw. Machines are noisy: compare the ratios.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.table import Table
+
+from bench.report import percentile
+from bench.workers import TIMESTAMP_BYTES, stamped_value
+from broker.server import ensure_topics
+from broker.stack import EmbeddedKafka, LocalStack
+from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
+
+log = logging.getLogger("regionbus.bench.gateway")
+
+REGION = "bench"
+LINGER_MS = 5
+
+
+@dataclass(frozen=True)
+class GatewayBenchOptions:
+    """What one run measures.
+
+    Attributes:
+        events: Events for the throughput phase.
+        rate: Puts (messages) per second in the lag phase.
+        seconds: Length of the lag phase, in seconds.
+        warmup_seconds: First seconds of the lag phase not counted.
+        value_bytes: Value size in bytes (the first 8 are the send time).
+        batch_size: The sender's ``batch_size`` (Geode default 100).
+        batch_time_interval_ms: The sender's ``batch_time_interval_ms`` (Geode default 1000).
+        fetch_wait_ms: ``fetch.wait.max.ms`` of every consumer (servers, sender, receiver,
+            clients, mirror, readers).
+    """
+
+    events: int = 20_000
+    rate: int = 500
+    seconds: float = 20.0
+    warmup_seconds: float = 3.0
+    value_bytes: int = 200
+    batch_size: int = 100
+    batch_time_interval_ms: int = 1000
+    fetch_wait_ms: int = 100
+
+
+@dataclass
+class PhaseResult:
+    """Events per second of a throughput phase and lag percentiles (ms) of a lag phase."""
+
+    events_per_s: float = 0.0
+    lag_p50_ms: float = float("nan")
+    lag_p99_ms: float = float("nan")
+    lag_max_ms: float = float("nan")
+    lag_samples: int = 0
+
+
+class _Arrivals:
+    """Counts arrivals and records lag (now - stamped send time) after a start time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_ns = 0
+        self.lags_ms: list[float] = []
+        self.count_from_ns = 0
+        self._lock = threading.Lock()
+
+    def hit(self, value: bytes | None) -> None:
+        now = time.time_ns()
+        with self._lock:
+            self.count += 1
+            self.last_ns = now
+            if value is not None and len(value) >= TIMESTAMP_BYTES:
+                sent = int.from_bytes(value[:TIMESTAMP_BYTES], "big")
+                if sent >= self.count_from_ns:
+                    self.lags_ms.append((now - sent) / 1e6)
+
+    def reset(self, count_from_ns: int) -> None:
+        with self._lock:
+            self.count = 0
+            self.lags_ms = []
+            self.count_from_ns = count_from_ns
+
+
+class _ArrivalListener(CacheListener):
+    def __init__(self, arrivals: _Arrivals) -> None:
+        self.arrivals = arrivals
+
+    def after_create(self, event: EntryEvent) -> None:
+        self.arrivals.hit(event.new_value_bytes)
+
+    def after_update(self, event: EntryEvent) -> None:
+        self.arrivals.hit(event.new_value_bytes)
+
+
+class _Child:
+    """A child process logging to a file, ready once its log shows ``ready_text``."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        with self.log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "broker", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                start_new_session=True,
+            )
+
+    def wait_ready(self, ready_text: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while ready_text not in self.log_path.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"{self.name} did not start: {self.log_path.read_text()[-2000:]}"
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def _stop_all(children: list[_Child]) -> None:
+    for child in reversed(children):
+        child.stop()
+
+
+def _pace(rate: int, seconds: float) -> Iterator[int]:
+    """Yield indexes at ``rate`` per second for ``seconds`` (catching up when late)."""
+    total = int(rate * seconds)
+    start = time.monotonic()
+    for index in range(total):
+        due = start + index / rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield index
+
+
+def _wait_count(arrivals: _Arrivals, expected: int, idle_timeout_s: float = 60.0) -> None:
+    last, last_change = -1, time.monotonic()
+    while arrivals.count < expected:
+        if arrivals.count != last:
+            last, last_change = arrivals.count, time.monotonic()
+        elif time.monotonic() - last_change > idle_timeout_s:
+            raise click.ClickException(f"only {arrivals.count} of {expected} arrived")
+        time.sleep(0.02)
+
+
+def _lag_result(arrivals: _Arrivals) -> PhaseResult:
+    lags = sorted(arrivals.lags_ms)
+    return PhaseResult(
+        lag_p50_ms=percentile(lags, 0.5),
+        lag_p99_ms=percentile(lags, 0.99),
+        lag_max_ms=lags[-1] if lags else float("nan"),
+        lag_samples=len(lags),
+    )
+
+
+# --- the raw mirror ------------------------------------------------------------------
+
+
+def mirror_main(
+    source: str, source_topic: str, target: str, target_topic: str, fetch_wait_ms: int, stop: Any
+) -> None:
+    """The raw baseline (child process): consume ``source_topic`` on ``source`` with
+    ``assign()`` and produce each message as is to ``target_topic`` on ``target``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": source,
+            "group.id": f"mirror-{secrets.token_hex(3)}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": fetch_wait_ms,
+        }
+    )
+    consumer.assign([TopicPartition(source_topic, 0, 0)])
+    producer = Producer(
+        {
+            "bootstrap.servers": target,
+            "linger.ms": LINGER_MS,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
+    )
+    while not stop.is_set():
+        first = consumer.poll(0.1)
+        if first is None:
+            continue
+        for message in [first, *consumer.consume(500, 0)]:
+            if message.error() is None:
+                while True:
+                    try:
+                        producer.produce(target_topic, message.value(), partition=0)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(10)
+    consumer.close()
+
+
+class _RawReader:
+    """Reads a topic on site B in a thread, recording arrivals."""
+
+    def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals, fetch_wait_ms: int) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{secrets.token_hex(3)}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": fetch_wait_ms,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self._arrivals = arrivals
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            first = self._consumer.poll(0.1)
+            if first is None:
+                continue
+            for message in [first, *self._consumer.consume(500, 0)]:
+                if message.error() is None:
+                    self._arrivals.hit(message.value())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> PhaseResult:
+    """Lag and throughput of the raw consume → produce mirror from A to B."""
+    tag = secrets.token_hex(3)
+    result = PhaseResult()
+    for phase in ("lag", "throughput"):
+        source, target = f"mirror.{tag}.{phase}.a", f"mirror.{tag}.{phase}.b"
+        ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), {source: 1})
+        ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), {target: 1})
+        arrivals = _Arrivals()
+        reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
+        context = multiprocessing.get_context("spawn")
+        stop = context.Event()
+        mirror = context.Process(
+            target=mirror_main,
+            args=(a_kafka, source, b_kafka, target, options.fetch_wait_ms, stop),
+            daemon=True,
+        )
+        mirror.start()
+        producer = Producer(
+            {
+                "bootstrap.servers": a_kafka,
+                "linger.ms": LINGER_MS,
+                "acks": "all",
+                "enable.idempotence": True,
+            }
+        )
+        try:
+            producer.produce(source, stamped_value(options.value_bytes), partition=0)
+            producer.flush(10)
+            _wait_count(arrivals, 1)  # the mirror runs
+            if phase == "lag":
+                arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
+                count = 0
+                for _ in _pace(options.rate, options.seconds):
+                    producer.produce(source, stamped_value(options.value_bytes), partition=0)
+                    producer.poll(0)
+                    count += 1
+                producer.flush(10)
+                _wait_count(arrivals, count)
+                lag = _lag_result(arrivals)
+                result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
+                result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
+            else:
+                arrivals.reset(0)
+                start_ns = time.time_ns()
+                for _ in range(options.events):
+                    while True:
+                        try:
+                            producer.produce(
+                                source, stamped_value(options.value_bytes), partition=0
+                            )
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                producer.flush(30)
+                _wait_count(arrivals, options.events)
+                result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+        finally:
+            stop.set()
+            mirror.join(20)
+            reader.close()
+    return result
+
+
+# --- regionbus -----------------------------------------------------------------------
+
+
+def regionbus_gateway(
+    a_kafka: str, b_kafka: str, redis_url: str, options: GatewayBenchOptions, log_dir: Path
+) -> tuple[PhaseResult, str]:
+    """Lag and throughput through one serial gateway sender from site A to site B."""
+    tag = secrets.token_hex(3)
+    ns_a, ns_b = f"bench.gw.{tag}.a", f"bench.gw.{tag}.b"
+    fetch_wait_max_ms = options.fetch_wait_ms
+    common = {
+        "REGIONBUS_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
+        "REGIONBUS_LINGER_MS": str(LINGER_MS),
+    }
+    children: list[_Child] = []
+    result = PhaseResult()
+    with ExitStack() as stack:
+        stack.callback(_stop_all, children)
+        server_a = _Child(
+            "server-a",
+            [
+                "serve",
+                "--namespace",
+                ns_a,
+                "--kafka",
+                a_kafka,
+                "--redis",
+                redis_url,
+                "--region",
+                REGION,
+            ],
+            {
+                **common,
+                "REGIONBUS_DISTRIBUTED_SYSTEM_ID": "1",
+                "REGIONBUS_GATEWAY_SENDERS": '{"to-b": {"remote_distributed_system_id": 2}}',
+                "REGIONBUS_REGION_GATEWAY_SENDERS": f'{{"{REGION}": ["to-b"]}}',
+            },
+            log_dir,
+        )
+        children.append(server_a)
+        server_b = _Child(
+            "server-b",
+            [
+                "serve",
+                "--namespace",
+                ns_b,
+                "--kafka",
+                b_kafka,
+                "--redis",
+                redis_url,
+                "--region",
+                REGION,
+            ],
+            {**common, "REGIONBUS_DISTRIBUTED_SYSTEM_ID": "2"},
+            log_dir,
+        )
+        children.append(server_b)
+        server_a.wait_ready("serving namespace")
+        server_b.wait_ready("serving namespace")
+        receiver = _Child(
+            "receiver",
+            [
+                "gateway",
+                "receiver",
+                "--namespace",
+                ns_b,
+                "--kafka",
+                b_kafka,
+                "--redis",
+                redis_url,
+                "--site-id",
+                "2",
+            ],
+            {"REGIONBUS_GATEWAY_RECEIVER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
+            log_dir,
+        )
+        children.append(receiver)
+        sender = _Child(
+            "sender",
+            [
+                "gateway",
+                "sender",
+                "--namespace",
+                ns_a,
+                "--kafka",
+                a_kafka,
+                "--redis",
+                redis_url,
+                "--sender-id",
+                "to-b",
+                "--site-id",
+                "1",
+                "--remote-site-id",
+                "2",
+                "--remote-namespace",
+                ns_b,
+                "--remote-kafka",
+                b_kafka,
+                "--batch-size",
+                str(options.batch_size),
+                "--batch-time-interval-ms",
+                str(options.batch_time_interval_ms),
+            ],
+            {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
+            log_dir,
+        )
+        children.append(sender)
+        receiver.wait_ready("running")
+        sender.wait_ready("running")
+        arrivals = _Arrivals()
+        reader = stack.enter_context(
+            ClientCache(
+                ClientSettings(
+                    namespace=ns_b,
+                    kafka_bootstrap_servers=b_kafka,
+                    fetch_wait_max_ms=fetch_wait_max_ms,
+                )
+            )
+        )
+        region_b = reader.create_region(
+            REGION, listeners=[_ArrivalListener(arrivals)], serializer=BytesSerializer()
+        )
+        region_b.register_interest_regex(".*")
+        writer = stack.enter_context(
+            ClientCache(
+                ClientSettings(
+                    namespace=ns_a,
+                    kafka_bootstrap_servers=a_kafka,
+                    fetch_wait_max_ms=fetch_wait_max_ms,
+                )
+            )
+        )
+        region_a = writer.create_region(REGION, serializer=BytesSerializer())
+        region_a.put("warmup", stamped_value(options.value_bytes))
+        _wait_count(arrivals, 1, idle_timeout_s=120)
+
+        arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
+        futures = []
+        for index in _pace(options.rate, options.seconds):
+            futures.append(
+                region_a.put_async(f"lag-{index % 1000}", stamped_value(options.value_bytes))
+            )
+        for future in futures:
+            future.result(60)
+        _wait_count(arrivals, len(futures))
+        lag = _lag_result(arrivals)
+        result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
+        result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
+
+        arrivals.reset(0)
+        start_ns = time.time_ns()
+        window: list[Any] = []
+        for index in range(options.events):
+            window.append(region_a.put_async(f"tp-{index}", stamped_value(options.value_bytes)))
+            if len(window) >= 2000:
+                for future in window:
+                    future.result(60)
+                window.clear()
+        for future in window:
+            future.result(60)
+        _wait_count(arrivals, options.events)
+        result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+    return result, str(log_dir)
+
+
+@contextmanager
+def _remote_kafka() -> Iterator[str]:
+    with EmbeddedKafka() as kafka:
+        yield kafka.bootstrap_servers
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def report(
+    rb: PhaseResult, raw: PhaseResult, options: GatewayBenchOptions, console: Console
+) -> None:
+    """Print the figures side by side, with regionbus ÷ raw."""
+    table = Table(
+        title=(
+            f"gateway: one serial sender (batch {options.batch_size} / "
+            f"{options.batch_time_interval_ms} ms, fetch.wait.max.ms {options.fetch_wait_ms}) "
+            "vs raw consume→produce mirror, two brokers"
+        )
+    )
+    for column in ("figure", "regionbus", "raw mirror", "regionbus ÷ raw"):
+        table.add_column(column, justify="right" if column != "figure" else "left")
+    table.add_row(
+        "events/s",
+        f"{rb.events_per_s:,.0f}",
+        f"{raw.events_per_s:,.0f}",
+        _ratio(rb.events_per_s, raw.events_per_s),
+    )
+    for name in ("p50", "p99", "max"):
+        a, b = getattr(rb, f"lag_{name}_ms"), getattr(raw, f"lag_{name}_ms")
+        table.add_row(f"lag {name} at {options.rate}/s (ms)", f"{a:.1f}", f"{b:.1f}", _ratio(a, b))
+    table.add_row("lag samples", str(rb.lag_samples), str(raw.lag_samples), "")
+    console.print(table)
+
+
+@click.command()
+@click.option("--events", default=GatewayBenchOptions.events, show_default=True)
+@click.option("--rate", default=GatewayBenchOptions.rate, show_default=True)
+@click.option("--seconds", default=GatewayBenchOptions.seconds, show_default=True)
+@click.option("--warmup-seconds", default=GatewayBenchOptions.warmup_seconds, show_default=True)
+@click.option("--value-bytes", default=GatewayBenchOptions.value_bytes, show_default=True)
+@click.option("--batch-size", default=GatewayBenchOptions.batch_size, show_default=True)
+@click.option(
+    "--batch-time-interval-ms",
+    default=GatewayBenchOptions.batch_time_interval_ms,
+    show_default=True,
+)
+@click.option("--fetch-wait-ms", default=GatewayBenchOptions.fetch_wait_ms, show_default=True)
+@click.option("-v", "--verbose", is_flag=True)
+def main(verbose: bool, **values: Any) -> None:
+    """Benchmark one serial gateway sender against a raw mirror between two brokers."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    options = GatewayBenchOptions(**values)
+    console = Console()
+    log_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-gateway-"))
+    console.print(f"logs: {log_dir}")
+    with LocalStack() as stack, _remote_kafka() as b_kafka:
+        a_kafka = stack.kafka_bootstrap_servers
+        console.print(f"site A Kafka {a_kafka}, site B Kafka {b_kafka}, Redis {stack.redis_url}")
+        raw = raw_mirror(a_kafka, b_kafka, options)
+        rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
+    report(rb, raw, options, console)
+
+
+if __name__ == "__main__":
+    main()

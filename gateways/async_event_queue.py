@@ -1,0 +1,243 @@
+"""Async event queues: batches of region events to an ``AsyncEventListener`` (SPEC §7).
+
+Geode ``AsyncEventQueueImpl`` with ``GatewaySenderEventCallbackDispatcher``: the cache
+servers queue the region's create, update and distributed destroy events into
+``{ns}.aeq.<queue id>`` after each change; the primary dispatcher (elected, one per queue)
+reads batches of ``batch_size`` events or what came within ``batch_time_interval_ms`` and
+calls ``process_events``. False or an exception → the same batch is delivered again,
+every event flagged ``possible_duplicate``, after ``retry_interval_ms``; nothing leaves the
+queue until the listener returns True. A queue can be created paused
+(``pause_event_dispatching``) and resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, NamedTuple
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateways.filters import load_hook
+from gateways.processor import QueueProcessor, conflate
+from gateways.sender import default_member_id
+from schemas.errors import ConfigurationError
+from schemas.eventid import EventID
+from schemas.messages import Event, EventKind
+from schemas.naming import check_name
+from schemas.serializers import serializer_named
+
+log = logging.getLogger("regionbus.gateways.aeq")
+
+
+class AsyncEvent(NamedTuple):
+    """One region event as an ``AsyncEventListener`` sees it (Geode ``AsyncEvent``).
+
+    Attributes:
+        region: Region name.
+        key: Entry key.
+        kind: CREATE, UPDATE or DESTROY.
+        value_bytes: The new value's bytes (None for a destroy).
+        serializer: Serializer name of the value.
+        event_id: The change's EventID.
+        version: Region version of the change on the server.
+        timestamp_ms: The change's timestamp, ms since the Unix epoch.
+        possible_duplicate: The event may have been delivered before.
+        callback_argument: Opaque bytes the originator attached.
+    """
+
+    region: str
+    key: str
+    kind: EventKind
+    value_bytes: bytes | None
+    serializer: str | None
+    event_id: EventID
+    version: int
+    timestamp_ms: int
+    possible_duplicate: bool = False
+    callback_argument: bytes | None = None
+
+    @property
+    def value(self) -> Any:
+        """The new value, decoded by its serializer (None for a destroy)."""
+        if self.value_bytes is None:
+            return None
+        return serializer_named(self.serializer).loads(self.value_bytes)
+
+    @classmethod
+    def from_event(cls, event: Event) -> AsyncEvent:
+        """Build from a queued :class:`schemas.messages.Event`."""
+        assert event.key is not None
+        return cls(
+            event.region,
+            event.key,
+            event.kind,
+            event.value,
+            event.serializer,
+            event.event_id,
+            event.version,
+            event.timestamp_ms,
+            event.possible_duplicate,
+            event.callback_argument,
+        )
+
+
+class AsyncEventListener:
+    """Receives batches of events (Geode ``AsyncEventListener``). Override
+    :meth:`process_events`."""
+
+    def process_events(self, events: list[AsyncEvent]) -> bool:
+        """Handle one batch, in queue order.
+
+        Returns:
+            True when the batch is done and may leave the queue; False (or raising) has
+            the same batch delivered again, flagged ``possible_duplicate``.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once when the queue stops."""
+
+
+class AsyncEventQueueSettings(BaseSettings):
+    """Configuration of an async event queue dispatcher
+    (env prefix ``REGIONBUS_ASYNC_EVENT_QUEUE_``).
+
+    The cache servers queue the events (``ServerSettings.async_event_queues``); this worker
+    dispatches them.
+
+    Attributes:
+        queue_id: The queue's id; its topic is ``{namespace}.aeq.<queue_id>``.
+        namespace: Site namespace.
+        kafka_bootstrap_servers: Kafka.
+        kafka_config: Extra librdkafka settings.
+        redis_url: Redis (the dispatcher's lease).
+        redis_password: Optional Redis password.
+        listener: ``"module:Class"`` of the ``AsyncEventListener`` (for the CLI).
+        batch_size: Events per batch (Geode ``batch-size``, default 100).
+        batch_time_interval_ms: Longest wait for a batch to fill after its first event
+            (Geode ``batch-time-interval``, default 5 ms for async event queues).
+        batch_conflation_enabled: Geode ``enable-batch-conflation`` (default False).
+        dispatching_paused: Create the queue paused (Geode ``pause-event-processing``).
+        retry_interval_ms: Wait before delivering a refused batch again.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
+        member_id: This worker's member id (the lease holder).
+        lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_",
+        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
+        extra="ignore",
+    )
+
+    queue_id: str
+    namespace: str = "regionbus"
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_config: dict[str, Any] = Field(default_factory=dict)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password: SecretStr | None = None
+    listener: str | None = None
+    batch_size: int = Field(default=100, ge=1)
+    batch_time_interval_ms: int = Field(default=5, ge=1)
+    batch_conflation_enabled: bool = False
+    dispatching_paused: bool = False
+    retry_interval_ms: int = Field(default=100, ge=1)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
+    member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
+    lease_ttl_ms: int = Field(default=10_000, ge=300)
+
+    @field_validator("queue_id", "namespace")
+    @classmethod
+    def _topic_legal(cls, value: str) -> str:
+        return check_name("name", value, max_len=120)
+
+
+class AsyncEventQueue(QueueProcessor):
+    """The dispatcher of one async event queue: runs on threads until :meth:`stop`.
+
+    Args:
+        settings: The queue's settings.
+        listener: The listener (overrides ``settings.listener``).
+
+    Raises:
+        ConfigurationError: no listener given, or it cannot be loaded.
+    """
+
+    def __init__(
+        self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
+    ) -> None:
+        redis_url = settings.redis_url
+        if settings.redis_password is not None:
+            scheme, _, rest = redis_url.partition("://")
+            redis_url = f"{scheme}://:{settings.redis_password.get_secret_value()}@{rest}"
+        super().__init__(
+            role=f"async-event-queue:{settings.queue_id}",
+            namespace=settings.namespace,
+            kafka_config={
+                "bootstrap.servers": settings.kafka_bootstrap_servers,
+                "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+                **settings.kafka_config,
+            },
+            redis_url=redis_url,
+            member_id=settings.member_id,
+            topic=f"{settings.namespace}.aeq.{settings.queue_id}",
+            group_id=f"{settings.namespace}.aeq-dispatcher.{settings.queue_id}",
+            batch_size=settings.batch_size,
+            batch_time_interval_ms=settings.batch_time_interval_ms,
+            lease_ttl_ms=settings.lease_ttl_ms,
+        )
+        if listener is None:
+            if not settings.listener:
+                raise ConfigurationError("an async event queue needs a listener")
+            listener = load_hook(settings.listener, AsyncEventListener)
+        self.settings = settings
+        self.listener = listener
+        self._resumed = threading.Event()
+        if not settings.dispatching_paused:
+            self._resumed.set()
+
+    def pause_event_dispatching(self) -> None:
+        """Stop dispatching after the batch in hand; events keep being queued."""
+        self._resumed.clear()
+
+    def resume_event_dispatching(self) -> None:
+        """Dispatch again (also: start a queue created paused)."""
+        self._resumed.set()
+
+    @property
+    def is_dispatching_paused(self) -> bool:
+        """True while dispatching is paused."""
+        return not self._resumed.is_set()
+
+    def _can_peek(self) -> bool:
+        return self._resumed.is_set()
+
+    def _close(self) -> None:
+        try:
+            self.listener.close()
+        except Exception:
+            log.exception("async event listener close failed")
+
+    def _dispatch(self, events: list[Event]) -> bool:
+        if self.settings.batch_conflation_enabled:
+            events = conflate(events)
+        batch = [AsyncEvent.from_event(e) for e in events]
+        while not self._stop.is_set() and self._primary.is_set():
+            try:
+                done = self.listener.process_events(batch)
+            except Exception:
+                log.exception("async event queue %s: listener failed", self.settings.queue_id)
+                done = False
+            if done:
+                self.stats.dispatched(len(batch))
+                return True
+            self.stats.batches_redispatched += 1
+            batch = [e._replace(possible_duplicate=True) for e in batch]
+            self._stop.wait(self.settings.retry_interval_ms / 1000)
+        return False
+
+
+__all__ = ["AsyncEvent", "AsyncEventListener", "AsyncEventQueue", "AsyncEventQueueSettings"]

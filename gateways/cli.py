@@ -1,0 +1,120 @@
+"""``regionbus gateway sender|receiver|async-event-queue``: run one gateway worker.
+
+Each command reads its typed settings from the environment (``REGIONBUS_GATEWAY_SENDER_*``,
+``REGIONBUS_GATEWAY_RECEIVER_*``, ``REGIONBUS_ASYNC_EVENT_QUEUE_*``), an env file named by
+``REGIONBUS_CONFIG_FILE``, or the options given, and runs until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any, Protocol
+
+import click
+from pydantic import ValidationError
+
+from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
+from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
+from gateways.sender import GatewaySender, GatewaySenderSettings
+from schemas.errors import RegionBusError
+
+
+class _Worker(Protocol):
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def failure(self) -> BaseException | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout_s: float = ...) -> None: ...
+
+
+def _build(settings_class: Any, options: dict[str, Any]) -> Any:
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        return settings_class(**given)
+    except (ValidationError, RegionBusError) as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _run(worker: _Worker, what: str, verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    worker.start()
+    click.echo(f"{what} running; Ctrl-C stops it")
+    while not stop.wait(1.0):
+        if not worker.alive:
+            raise click.ClickException(f"{what} stopped: {worker.failure}")
+    worker.stop()
+
+
+_verbose = click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+_local = [
+    click.option("--namespace", help="This site's namespace."),
+    click.option("--kafka", "kafka_bootstrap_servers", help="This site's Kafka."),
+    click.option("--redis", "redis_url", help="This site's Redis."),
+]
+
+
+def _with_local(func: Any) -> Any:
+    for option in reversed(_local):
+        func = option(func)
+    return func
+
+
+@click.command("sender")
+@_with_local
+@click.option("--sender-id", help="Sender id (queue {ns}.gw.<id>).")
+@click.option("--site-id", "distributed_system_id", type=int, help="This site's id.")
+@click.option("--remote-site-id", "remote_distributed_system_id", type=int)
+@click.option("--remote-namespace")
+@click.option("--remote-kafka", "remote_kafka_bootstrap_servers")
+@click.option("--remote-receiver-id")
+@click.option("--batch-size", type=int)
+@click.option("--batch-time-interval-ms", type=int)
+@_verbose
+def sender_command(verbose: bool, **options: Any) -> None:
+    """Run a gateway sender: send its queue's batches to the remote site."""
+    settings = _build(GatewaySenderSettings, options)
+    _run(GatewaySender(settings), f"gateway sender {settings.sender_id}", verbose)
+
+
+@click.command("receiver")
+@_with_local
+@click.option("--receiver-id", help="Receiver id (inbound topic {ns}.gwr.<id>).")
+@click.option("--site-id", "distributed_system_id", type=int, help="This site's id.")
+@click.option("--conflict-resolver", help="module:Class of a GatewayConflictResolver.")
+@_verbose
+def receiver_command(verbose: bool, **options: Any) -> None:
+    """Run a gateway receiver: apply remote sites' batches to this site and ack them."""
+    settings = _build(GatewayReceiverSettings, options)
+    _run(GatewayReceiver(settings), f"gateway receiver {settings.receiver_id}", verbose)
+
+
+@click.command("async-event-queue")
+@_with_local
+@click.option("--queue-id", help="Queue id (topic {ns}.aeq.<id>).")
+@click.option(
+    "--listener",
+    help="module:Class of an AsyncEventListener, e.g. "
+    "gateways.write_behind:SqlWriteBehindListener.",
+)
+@click.option("--batch-size", type=int)
+@click.option("--batch-time-interval-ms", type=int)
+@_verbose
+def async_event_queue_command(verbose: bool, **options: Any) -> None:
+    """Run an async event queue dispatcher with its listener."""
+    settings = _build(AsyncEventQueueSettings, options)
+    _run(AsyncEventQueue(settings), f"async event queue {settings.queue_id}", verbose)
+
+
+__all__ = ["async_event_queue_command", "receiver_command", "sender_command"]

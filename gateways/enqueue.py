@@ -1,0 +1,125 @@
+"""The cache server's side of gateways: queue each distributable event for every gateway
+sender and async event queue attached to its region (SPEC §6, §7).
+
+The server calls :meth:`GatewayEnqueuer.enqueue` for each applied entry event (duplicates
+included: a re-processed operation re-emits the same EventID, which the remote site and the
+write-behind listener recognise), through the server's own producer, before it commits its
+``{ns}.ops`` offsets, so a queued event is never lost (at-least-once, ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from broker.config import GatewayQueueSpec, ServerSettings
+from gateways.filters import GatewayEventFilter, load_hook
+from schemas.codec import encode
+from schemas.messages import Event, EventKind
+from schemas.naming import Topics
+
+DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
+"""Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
+gets or local operations (these never reach the queues)."""
+
+Produce = Callable[[str, bytes, bytes | None, int], None]
+"""``produce(topic, value, key, partition)`` of the server's producer."""
+
+
+class _Target(NamedTuple):
+    topic: str
+    parallel: bool
+    remote_site_id: int | None
+    filters: tuple[GatewayEventFilter, ...]
+
+
+def stamp_origin(event: Event, site_id: int) -> Event:
+    """The event with its origin site set (when it has none) and ``site_id`` among the
+    sites it reached: what a gateway carries for loop prevention."""
+    origin = event.origin_site_id or site_id
+    reached = event.sites_reached
+    if site_id not in reached:
+        reached = (*reached, site_id)
+    return event._replace(origin_site_id=origin, sites_reached=reached)
+
+
+class GatewayEnqueuer:
+    """Routes applied events into ``{ns}.gw.<sender>`` and ``{ns}.aeq.<queue>`` topics.
+
+    Args:
+        settings: The server's settings (``gateway_senders``, ``async_event_queues`` and
+            their attachment to regions).
+
+    Raises:
+        ConfigurationError: an event filter cannot be loaded.
+    """
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.site_id = settings.distributed_system_id
+        self.total_buckets = settings.total_buckets
+        topics = Topics(settings.namespace)
+        self._partitions: dict[str, int] = {}
+        self._by_region: dict[str, list[_Target]] = {}
+        built: dict[str, _Target] = {}
+
+        def target(topic: str, spec: GatewayQueueSpec) -> _Target:
+            if topic not in built:
+                filters = tuple(load_hook(n, GatewayEventFilter) for n in spec.event_filters)
+                built[topic] = _Target(
+                    topic, spec.parallel, spec.remote_distributed_system_id, filters
+                )
+                self._partitions[topic] = self.total_buckets if spec.parallel else 1
+            return built[topic]
+
+        for region, sender_ids in settings.region_gateway_senders.items():
+            for sender_id in sender_ids:
+                spec = settings.gateway_senders[sender_id]
+                self._by_region.setdefault(region, []).append(
+                    target(topics.gateway(sender_id), spec)
+                )
+        for region, queue_ids in settings.region_async_event_queues.items():
+            for queue_id in queue_ids:
+                spec = settings.async_event_queues[queue_id]
+                self._by_region.setdefault(region, []).append(
+                    target(topics.async_event_queue(queue_id), spec)
+                )
+
+    @property
+    def topics(self) -> dict[str, int]:
+        """``{queue topic: partitions}`` the server must create at start."""
+        return dict(self._partitions)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_region)
+
+    def enqueue(self, event: Event, bucket: int, produce: Produce) -> int:
+        """Queue one applied entry event for the senders and queues of its region.
+
+        Args:
+            event: The event as the server distributes it.
+            bucket: Its bucket (the partition of a parallel queue).
+            produce: The server's produce function.
+
+        Returns:
+            How many queues it went into.
+        """
+        targets = self._by_region.get(event.region)
+        if not targets or event.kind not in DISTRIBUTABLE_KINDS:
+            return 0
+        stamped = stamp_origin(event, self.site_id) if self.site_id else event
+        payload: bytes | None = None
+        queued = 0
+        for t in targets:
+            if t.remote_site_id is not None and t.remote_site_id in stamped.sites_reached:
+                continue
+            if t.filters and not all(f.before_enqueue(stamped) for f in t.filters):
+                continue
+            if payload is None:
+                payload = encode(stamped)
+            key = stamped.key.encode() if stamped.key is not None else None
+            produce(t.topic, payload, key, bucket if t.parallel else 0)
+            queued += 1
+        return queued
+
+
+__all__ = ["DISTRIBUTABLE_KINDS", "GatewayEnqueuer", "stamp_origin"]

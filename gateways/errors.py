@@ -1,0 +1,22 @@
+"""Errors of gateway senders, receivers and async event queues (all under RegionBusError)."""
+
+from __future__ import annotations
+
+from schemas.errors import RegionBusError, RetriableError
+
+
+class GatewayError(RegionBusError):
+    """Base of the errors raised by :mod:`gateways`."""
+
+
+class RemoteSiteUnreachableError(RetriableError):
+    """The remote site's Kafka refused or did not take a batch in time (seed 002: "no
+    remote gateways are available"); the batch stays queued and is retried."""
+
+
+class BatchApplyTimeoutError(RetriableError):
+    """The receiving site's servers did not answer every operation of a batch in time; the
+    batch is not acked, so the sender resends it."""
+
+
+__all__ = ["BatchApplyTimeoutError", "GatewayError", "RemoteSiteUnreachableError"]

@@ -1,0 +1,419 @@
+"""The queue processor shared by gateway senders and async event queue dispatchers.
+
+Geode's ``AbstractGatewaySenderEventProcessor`` peeks a batch from its queue, dispatches
+it and removes it only after a successful dispatch. Here the queue is a Kafka topic
+(``{ns}.gw.<sender>`` or ``{ns}.aeq.<queue>``), "peek" is reading from the committed
+offsets and "remove" is committing the offsets past the batch (invariant 5: a batch leaves
+the queue only after the remote site acked it). One processor per queue is primary at a
+time: it holds the queue's lease (:class:`broker.election.Lease`), renewed on a thread;
+a processor that loses it stops dispatching and re-reads from the committed offsets when
+it is primary again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from broker.election import Lease
+from schemas.codec import decode_as
+from schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from schemas.messages import Event, EventKind
+from schemas.naming import Topics
+from schemas.transport import poll_batch
+
+log = logging.getLogger("regionbus.gateways")
+
+
+class QueuedEvent(NamedTuple):
+    """An event peeked from a queue topic, with where it was read."""
+
+    partition: int
+    offset: int
+    event: Event
+
+
+def conflate(events: Sequence[Event]) -> list[Event]:
+    """Batch conflation (Geode ``batch-conflation-enabled``): an UPDATE followed in the same
+    batch by another UPDATE of the same key is dropped. Creates and destroys always stay,
+    and an update is never moved across them."""
+    last_update: dict[tuple[str, str | None], int] = {}
+    dropped: set[int] = set()
+    for index, event in enumerate(events):
+        slot = (event.region, event.key)
+        if event.kind is EventKind.UPDATE:
+            previous = last_update.get(slot)
+            if previous is not None:
+                dropped.add(previous)
+            last_update[slot] = index
+        else:
+            last_update.pop(slot, None)
+    return [e for i, e in enumerate(events) if i not in dropped]
+
+
+class QueueReader:
+    """Reads a queue topic from its committed offsets, in batches, and commits after them.
+
+    Args:
+        kafka_config: librdkafka settings of the local Kafka (bootstrap servers, security).
+        topic: The queue topic.
+        group_id: Consumer group holding the committed offsets (the queue's "head").
+        dead_letter: Called with ``(raw, topic, partition, offset, reason)`` for a message
+            that is not an Event; it is then skipped (and removed with the batch).
+    """
+
+    def __init__(
+        self,
+        kafka_config: dict[str, Any],
+        topic: str,
+        group_id: str,
+        dead_letter: Callable[[bytes | None, str, int, int, str], None],
+    ) -> None:
+        self.topic = topic
+        self._config = {
+            **kafka_config,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+        self._dead_letter = dead_letter
+        self._consumer: Consumer | None = None
+        self._positions: dict[int, int] = {}
+        self.partitions = 0
+
+    def open(self, metadata_timeout_s: float = 30.0) -> None:
+        """Assign every partition of the topic from its committed offset.
+
+        Raises:
+            TransportError: the topic does not appear within ``metadata_timeout_s`` seconds
+                (a cache server creates it at start).
+        """
+        self.close()
+        consumer = Consumer(self._config)
+        deadline = time.monotonic() + metadata_timeout_s
+        while True:
+            try:
+                # All topics: naming a missing topic makes Tansu auto-create it.
+                meta = consumer.list_topics(timeout=5).topics.get(self.topic)
+            except KafkaException as exc:
+                meta = None
+                log.debug("metadata: %s", exc)
+            if meta is not None and meta.error is None and meta.partitions:
+                break
+            if time.monotonic() > deadline:
+                consumer.close()
+                raise TransportError(f"queue topic {self.topic} does not exist")
+            time.sleep(0.2)
+        self.partitions = len(meta.partitions)
+        wanted = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        committed = consumer.committed(wanted, timeout=10)
+        consumer.assign(
+            [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
+        )
+        self._positions = {}
+        self._consumer = consumer
+
+    def close(self) -> None:
+        """Close the consumer (uncommitted batches will be read again)."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def peek(
+        self, batch_size: int, batch_time_interval_ms: int, idle_s: float, stop: threading.Event
+    ) -> list[QueuedEvent]:
+        """Read the next batch: ``batch_size`` events, or what came within
+        ``batch_time_interval_ms`` of the first one.
+
+        The interval is measured from the first event peeked (Geode measures it from the
+        start of the peek), so an idle queue never cuts a burst at an arbitrary point.
+
+        Args:
+            batch_size: Most events in the batch.
+            batch_time_interval_ms: Longest wait, after the first event, for more.
+            idle_s: Return an empty batch after this long without any event.
+            stop: Return early when set.
+
+        Returns:
+            The events, in queue order (per partition).
+
+        Raises:
+            TransportError: the consumer failed.
+        """
+        assert self._consumer is not None
+        batch: list[QueuedEvent] = []
+        deadline: float | None = None
+        idle_until = time.monotonic() + idle_s
+        while len(batch) < batch_size and not stop.is_set():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if deadline is None and now >= idle_until:
+                break
+            wait_s = min(0.1, (deadline if deadline is not None else idle_until) - now)
+            try:
+                messages = poll_batch(self._consumer, batch_size - len(batch), max(wait_s, 0))
+            except KafkaException as exc:
+                raise TransportError(f"queue {self.topic}: {exc}") from exc
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("queue %s: %s", self.topic, error)
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                self._positions[partition] = offset + 1
+                try:
+                    event = decode_as(message.value(), Event)
+                except MessageDecodeError as exc:
+                    self._dead_letter(message.value(), self.topic, partition, offset, str(exc))
+                    continue
+                batch.append(QueuedEvent(partition, offset, event))
+            if batch and deadline is None:
+                deadline = time.monotonic() + batch_time_interval_ms / 1000
+        return batch
+
+    @property
+    def has_uncommitted(self) -> bool:
+        """True when messages were read (perhaps only dead-lettered) since the last commit."""
+        return bool(self._positions)
+
+    def commit(self) -> None:
+        """Remove what was peeked from the queue: commit the offsets past it.
+
+        Raises:
+            TransportError: the commit failed (the batch may be delivered again).
+        """
+        assert self._consumer is not None
+        if not self._positions:
+            return
+        offsets = [TopicPartition(self.topic, p, o) for p, o in self._positions.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
+        self._positions = {}
+
+
+class ProcessorStats:
+    """Counters of one queue processor since it started.
+
+    Attributes:
+        batches_dispatched: Batches dispatched successfully (acked / listener returned True).
+        batches_redispatched: Dispatches repeated with ``possible_duplicate`` (no ack in
+            time, listener returned False or raised).
+        events_dispatched: Events in successfully dispatched batches.
+        events_failed: Events the remote site reported as failed (dropped, logged).
+        events_filtered: Events left out by ``before_transmit``.
+        unreachable_retries: Waits because the remote site could not be reached.
+        batch_sizes: Sizes of the dispatched batches, in order (the last 10,000).
+    """
+
+    def __init__(self) -> None:
+        self.batches_dispatched = 0
+        self.batches_redispatched = 0
+        self.events_dispatched = 0
+        self.events_failed = 0
+        self.events_filtered = 0
+        self.unreachable_retries = 0
+        self.batch_sizes: list[int] = []
+
+    def dispatched(self, size: int) -> None:
+        """Count one successfully dispatched batch of ``size`` events."""
+        self.batches_dispatched += 1
+        self.events_dispatched += size
+        self.batch_sizes.append(size)
+        del self.batch_sizes[:-10_000]
+
+
+class QueueProcessor:
+    """Primary election, peek, dispatch and remove for one queue topic (a worker thread).
+
+    Subclasses implement :meth:`_dispatch`.
+
+    Args:
+        role: Lease role (e.g. ``"gateway-sender:ny"``).
+        namespace: Local site namespace.
+        kafka_config: librdkafka settings of the local Kafka.
+        redis_url: Local Redis (leases).
+        member_id: This worker's member id (lease holder).
+        topic: Queue topic.
+        group_id: Consumer group of the queue's committed offsets.
+        batch_size: Most events per batch.
+        batch_time_interval_ms: Longest wait after a batch's first event.
+        lease_ttl_ms: Lease time to live; renewed every third of it.
+    """
+
+    def __init__(
+        self,
+        *,
+        role: str,
+        namespace: str,
+        kafka_config: dict[str, Any],
+        redis_url: str,
+        member_id: str,
+        topic: str,
+        group_id: str,
+        batch_size: int,
+        batch_time_interval_ms: int,
+        lease_ttl_ms: int,
+    ) -> None:
+        self.role = role
+        self.member_id = member_id
+        self.batch_size = batch_size
+        self.batch_time_interval_ms = batch_time_interval_ms
+        self.stats = ProcessorStats()
+        self.topics = Topics(namespace)
+        self._kafka_config = kafka_config
+        self._redis = redis.Redis.from_url(redis_url)
+        self._lease = Lease(self._redis, namespace, role, member_id, lease_ttl_ms)
+        self._lease_ttl_ms = lease_ttl_ms
+        self._reader = QueueReader(kafka_config, topic, group_id, self._dead_letter)
+        self._local_producer: Producer | None = None
+        self._stop = threading.Event()
+        self._primary = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._failure: BaseException | None = None
+        self._ready = threading.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the lease and processor threads."""
+        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5})
+        for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
+            thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop dispatching (a batch in flight is not removed) and give the lease up."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._reader.close()
+        self._lease.release()
+        if self._local_producer is not None:
+            self._local_producer.flush(5)
+        self._close()
+        self._redis.close()
+
+    def __enter__(self) -> QueueProcessor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def is_primary(self) -> bool:
+        """True while this processor holds the queue's lease."""
+        return self._primary.is_set()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the processor thread, if one did."""
+        return self._failure
+
+    @property
+    def alive(self) -> bool:
+        """True while the processor thread runs."""
+        return bool(self._threads) and self._threads[-1].is_alive()
+
+    def wait_primary(self, timeout_s: float) -> bool:
+        """Wait until this processor is primary and reads its queue."""
+        return self._ready.wait(timeout_s)
+
+    # --- lease -------------------------------------------------------------------------
+
+    def _hold_lease(self) -> None:
+        every_s = self._lease_ttl_ms / 3000
+        while not self._stop.is_set():
+            try:
+                if self._lease.held:
+                    if not self._lease.renew():
+                        log.warning("%s: lease lost", self.role)
+                        self._primary.clear()
+                elif self._lease.try_acquire() is not None:
+                    log.info("%s: %s is primary", self.role, self.member_id)
+                    self._primary.set()
+            except RegionBusError as exc:
+                log.warning("%s: lease: %s", self.role, exc)
+                self._primary.clear()
+            self._stop.wait(every_s)
+
+    # --- processing --------------------------------------------------------------------
+
+    def _run_guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("%s stopped on error", self.role)
+
+    def _run(self) -> None:
+        opened = False
+        while not self._stop.is_set():
+            if not self._primary.is_set():
+                if opened:
+                    self._reader.close()
+                    opened = False
+                    self._ready.clear()
+                self._primary.wait(0.2)
+                continue
+            if not opened:
+                self._reader.open()
+                opened = True
+                self._ready.set()
+            if not self._can_peek():
+                self._stop.wait(0.05)
+                continue
+            batch = self._reader.peek(self.batch_size, self.batch_time_interval_ms, 0.2, self._stop)
+            if not batch:
+                if self._reader.has_uncommitted:
+                    self._reader.commit()
+                continue
+            if self._dispatch([q.event for q in batch]) and self._primary.is_set():
+                self._reader.commit()
+            elif opened:
+                # Stopping or no longer primary: re-read from the committed offsets later.
+                self._reader.close()
+                opened = False
+                self._ready.clear()
+
+    def _can_peek(self) -> bool:
+        """False while dispatching is paused (async event queues)."""
+        return True
+
+    def _dispatch(self, events: list[Event]) -> bool:
+        """Deliver one batch; True once it may leave the queue, False when stopping."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release what a subclass opened."""
+
+    def _dead_letter(
+        self, raw: bytes | None, topic: str, partition: int, offset: int, reason: str
+    ) -> None:
+        log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
+        assert self._local_producer is not None
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("rb.reason", reason.encode()),
+            ("rb.source.topic", topic.encode()),
+            ("rb.source.partition", str(partition).encode()),
+            ("rb.source.offset", str(offset).encode()),
+            ("rb.server", self.member_id.encode()),
+        ]
+        self._local_producer.produce(self.topics.dead_letter, raw, None, headers=headers)
+        self._local_producer.flush(10)
+
+
+__all__ = ["ProcessorStats", "QueueProcessor", "QueueReader", "QueuedEvent", "conflate"]

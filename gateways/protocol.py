@@ -1,0 +1,212 @@
+"""The wire records between a gateway sender and a gateway receiver, and their topics.
+
+A sender produces a :class:`GatewayBatch` to the receiver's inbound topic
+``{remote ns}.gwr.<receiver id>`` on the remote site's Kafka; the receiver answers with a
+:class:`GatewayAck` on the topic the batch names (``{remote ns}.gwack.<site>.<sender>``,
+also on the remote Kafka), so a sender needs to reach one Kafka: the remote one.
+
+Framing as :mod:`schemas.codec` (magic byte ``0xB1``, then a type byte) with type bytes
+``0x20`` (batch) and ``0x21`` (ack), private to gateways; the batch's events are framed
+:class:`schemas.messages.Event` records, decodable by anyone.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Final, NamedTuple
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from schemas.codec import MAGIC
+from schemas.errors import MessageDecodeError
+from schemas.naming import check_name
+
+BATCH_TYPE: Final = 0x20
+ACK_TYPE: Final = 0x21
+
+_BATCH_SCHEMA: Final = parse_schema(
+    {
+        "type": "record",
+        "name": "GatewayBatch",
+        "namespace": "regionbus.gateways",
+        "doc": "One batch of queued events from a gateway sender.",
+        "fields": [
+            {"name": "batch_id", "type": "string"},
+            {"name": "sender_id", "type": "string"},
+            {"name": "site_id", "type": "int"},
+            {"name": "ack_topic", "type": "string"},
+            {"name": "possible_duplicate", "type": "boolean"},
+            {"name": "events", "type": {"type": "array", "items": "bytes"}},
+        ],
+    }
+)
+_ACK_SCHEMA: Final = parse_schema(
+    {
+        "type": "record",
+        "name": "GatewayAck",
+        "namespace": "regionbus.gateways",
+        "doc": "A receiver's reply to one batch, with the events it failed.",
+        "fields": [
+            {"name": "batch_id", "type": "string"},
+            {"name": "receiver_id", "type": "string"},
+            {"name": "events_received", "type": "int"},
+            {
+                "name": "exceptions",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "BatchEventException",
+                        "fields": [
+                            {"name": "event_index", "type": "int"},
+                            {"name": "event_id", "type": "string"},
+                            {"name": "error_type", "type": "string"},
+                            {"name": "message", "type": "string"},
+                        ],
+                    },
+                },
+            },
+        ],
+    }
+)
+
+
+class GatewayBatch(NamedTuple):
+    """A batch as sent.
+
+    Attributes:
+        batch_id: Unique per sender run and batch (``"<run>-<n>"``); a resend keeps it.
+        sender_id: The sending gateway sender's id.
+        site_id: The sending site's ``distributed_system_id``.
+        ack_topic: Where the receiver must put the ack (on its own Kafka).
+        possible_duplicate: True for a resend after no ack.
+        events: Framed :class:`schemas.messages.Event` records, in queue order.
+    """
+
+    batch_id: str
+    sender_id: str
+    site_id: int
+    ack_topic: str
+    possible_duplicate: bool
+    events: tuple[bytes, ...]
+
+
+class BatchEventException(NamedTuple):
+    """One event of a batch the receiver could not apply.
+
+    Attributes:
+        event_index: Position of the event in the batch.
+        event_id: Its EventID as text.
+        error_type: Error class name (e.g. ``"CacheWriterError"``).
+        message: Error message.
+    """
+
+    event_index: int
+    event_id: str
+    error_type: str
+    message: str
+
+
+class GatewayAck(NamedTuple):
+    """The receiver's ack of one batch.
+
+    Attributes:
+        batch_id: The acked batch.
+        receiver_id: The receiver that applied it.
+        events_received: Events in the batch.
+        exceptions: The events that failed; every other event was applied (or recognised
+            as a duplicate, or refused by conflict resolution).
+    """
+
+    batch_id: str
+    receiver_id: str
+    events_received: int
+    exceptions: tuple[BatchEventException, ...] = ()
+
+    @property
+    def last_successful_index(self) -> int:
+        """Index of the last event before the first failure (-1 if the first failed),
+        the "last successful id" of seed 002; ``events_received - 1`` without failure."""
+        if not self.exceptions:
+            return self.events_received - 1
+        return min(e.event_index for e in self.exceptions) - 1
+
+
+def _write(type_byte: int, schema: Any, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    buf.write(bytes((MAGIC, type_byte)))
+    schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+def _read(data: bytes | None, type_byte: int, schema: Any, name: str) -> dict[str, Any]:
+    if not data or len(data) < 2 or data[0] != MAGIC or data[1] != type_byte:
+        raise MessageDecodeError(f"not a {name}", message_ref=data)
+    buf = io.BytesIO(data)
+    buf.seek(2)
+    try:
+        record: dict[str, Any] = schemaless_reader(buf, schema, None)  # type: ignore[assignment]
+    except Exception as exc:  # fastavro raises many types on garbage: all mean "undecodable"
+        raise MessageDecodeError(f"undecodable {name}: {exc}", message_ref=data) from exc
+    if buf.tell() != len(data):
+        raise MessageDecodeError(f"trailing bytes after a {name}", message_ref=data)
+    return record
+
+
+def encode_batch(batch: GatewayBatch) -> bytes:
+    """Encode a batch (framed Avro)."""
+    record = batch._asdict()
+    record["events"] = list(batch.events)
+    return _write(BATCH_TYPE, _BATCH_SCHEMA, record)
+
+
+def decode_batch(data: bytes | None) -> GatewayBatch:
+    """Decode a batch.
+
+    Raises:
+        MessageDecodeError: the bytes are not a valid gateway batch.
+    """
+    record = _read(data, BATCH_TYPE, _BATCH_SCHEMA, "GatewayBatch")
+    record["events"] = tuple(record["events"])
+    return GatewayBatch(**record)
+
+
+def encode_ack(ack: GatewayAck) -> bytes:
+    """Encode an ack (framed Avro)."""
+    record = ack._asdict()
+    record["exceptions"] = [e._asdict() for e in ack.exceptions]
+    return _write(ACK_TYPE, _ACK_SCHEMA, record)
+
+
+def decode_ack(data: bytes | None) -> GatewayAck:
+    """Decode an ack.
+
+    Raises:
+        MessageDecodeError: the bytes are not a valid gateway ack.
+    """
+    record = _read(data, ACK_TYPE, _ACK_SCHEMA, "GatewayAck")
+    record["exceptions"] = tuple(BatchEventException(**e) for e in record["exceptions"])
+    return GatewayAck(**record)
+
+
+def receiver_topic(namespace: str, receiver_id: str) -> str:
+    """The inbound batch topic of a gateway receiver (1 partition, on the receiver's Kafka)."""
+    return f"{namespace}.gwr.{check_name('gateway receiver id', receiver_id)}"
+
+
+def ack_topic(remote_namespace: str, site_id: int, sender_id: str) -> str:
+    """The ack topic of one sender at one remote site (1 partition, on the remote Kafka)."""
+    return f"{remote_namespace}.gwack.{site_id}.{check_name('gateway sender id', sender_id)}"
+
+
+__all__ = [
+    "BatchEventException",
+    "GatewayAck",
+    "GatewayBatch",
+    "ack_topic",
+    "decode_ack",
+    "decode_batch",
+    "encode_ack",
+    "encode_batch",
+    "receiver_topic",
+]

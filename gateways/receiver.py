@@ -1,0 +1,461 @@
+"""The gateway receiver: applies batches from remote senders to this site (seed 002).
+
+Geode ``GatewayReceiverCommand``: each event of a batch is applied to this site's regions
+as a distributed operation, so the site's clients, listeners and further gateway senders
+see it. Here the receiver is a client of its own site (client id ``gw-receiver-<id>``): it
+produces each event as an :class:`Operation` to ``{ns}.ops`` keeping the event's EventID
+(so the servers drop a resent event as a duplicate), with the origin site id and the sites
+reached (this one added, for loop prevention), waits until the servers answered every
+operation, and then acks the batch, listing the events that failed.
+
+Conflict resolution: the servers refuse, atomically at apply, an event from another site
+that is older than the entry's last change (timestamp, then site id). A pluggable
+:class:`GatewayConflictResolver` runs here first, for events whose entry was last changed
+by another site, and may disallow the event or change its value.
+
+An undecodable batch goes to ``{ns}.dead-letter`` with the reason; the receiver keeps going.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker.server import ensure_topics
+from broker.store import RegionStore
+from clients.pool import Pool
+from clients.settings import ClientSettings
+from gateways.enqueue import DISTRIBUTABLE_KINDS
+from gateways.errors import BatchApplyTimeoutError
+from gateways.filters import (
+    GatewayConflictHelper,
+    GatewayConflictResolver,
+    TimestampedEntryEvent,
+    load_hook,
+)
+from gateways.protocol import (
+    BatchEventException,
+    GatewayAck,
+    GatewayBatch,
+    decode_batch,
+    encode_ack,
+    receiver_topic,
+)
+from gateways.sender import default_member_id
+from schemas.codec import decode_as
+from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
+from schemas.naming import Topics, bucket_of, check_name
+from schemas.transport import poll_batch
+
+log = logging.getLogger("regionbus.gateways.receiver")
+
+
+class GatewayReceiverSettings(BaseSettings):
+    """Configuration of a gateway receiver worker (env prefix ``REGIONBUS_GATEWAY_RECEIVER_``).
+
+    Attributes:
+        receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
+        namespace: This site's namespace.
+        kafka_bootstrap_servers: This site's Kafka.
+        kafka_config: Extra librdkafka settings.
+        redis_url: This site's Redis (read only, by a conflict resolver).
+        distributed_system_id: This site's id (1-255).
+        conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver``, or None.
+        apply_timeout_ms: Longest wait for this site's servers to answer a batch's
+            operations; past it the batch is not acked (the sender resends it).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``.
+        member_id: This worker's member id.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="REGIONBUS_GATEWAY_RECEIVER_",
+        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
+        extra="ignore",
+    )
+
+    receiver_id: str = "receiver"
+    namespace: str = "regionbus"
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    kafka_config: dict[str, Any] = Field(default_factory=dict)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    distributed_system_id: int = Field(ge=1, le=255)
+    conflict_resolver: str | None = None
+    apply_timeout_ms: int = Field(default=30_000, ge=100)
+    fetch_wait_max_ms: int = Field(default=100, ge=1)
+    member_id: str = Field(default_factory=lambda: default_member_id("gw-receiver"))
+
+    @field_validator("receiver_id", "namespace")
+    @classmethod
+    def _topic_legal(cls, value: str) -> str:
+        return check_name("name", value, max_len=120)
+
+
+@dataclass
+class ReceiverStats:
+    """Counters of one receiver since it started.
+
+    Attributes:
+        batches_acked: Batches applied and acked (resent copies included).
+        events_applied: Events applied now.
+        duplicates: Events the servers recognised as already applied (by EventID).
+        conflicts_refused: Events refused by the timestamp / site-id rule at apply.
+        conflicts_disallowed: Events a conflict resolver disallowed.
+        events_failed: Events reported failed in an ack.
+        loops_dropped: Events that had already reached this site (not applied again).
+        possible_duplicate_batches: Batches received flagged possible duplicate.
+        dead_letters: Undecodable batches sent to the dead-letter topic.
+        batch_sizes: Sizes of the batches acked, in order (the last 10,000).
+    """
+
+    batches_acked: int = 0
+    events_applied: int = 0
+    duplicates: int = 0
+    conflicts_refused: int = 0
+    conflicts_disallowed: int = 0
+    events_failed: int = 0
+    loops_dropped: int = 0
+    possible_duplicate_batches: int = 0
+    dead_letters: int = 0
+
+    def __post_init__(self) -> None:
+        self.batch_sizes: list[int] = []
+
+
+class GatewayReceiver:
+    """A gateway receiver worker: runs on a thread until :meth:`stop`.
+
+    Args:
+        settings: The receiver's settings.
+        conflict_resolver: A resolver instance (overrides ``settings.conflict_resolver``).
+
+    Raises:
+        ConfigurationError: the resolver cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        settings: GatewayReceiverSettings,
+        *,
+        conflict_resolver: GatewayConflictResolver | None = None,
+    ) -> None:
+        self.settings = settings
+        self.site_id = settings.distributed_system_id
+        self.client_id = f"gw-receiver-{settings.receiver_id}"
+        self.topics = Topics(settings.namespace)
+        self.inbound_topic = receiver_topic(settings.namespace, settings.receiver_id)
+        self.stats = ReceiverStats()
+        if conflict_resolver is None and settings.conflict_resolver:
+            conflict_resolver = load_hook(settings.conflict_resolver, GatewayConflictResolver)
+        self.resolver = conflict_resolver
+        self._kafka: dict[str, Any] = {
+            "bootstrap.servers": settings.kafka_bootstrap_servers,
+            **settings.kafka_config,
+        }
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._pool: Pool | None = None
+        self._store: RegionStore | None = None
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = 60.0) -> None:
+        """Start on a background thread; return once it reads its inbound topic.
+
+        Raises:
+            RegionBusError: start-up failed or took longer than ``ready_timeout_s``.
+        """
+        self._thread = threading.Thread(target=self._run_guarded, name="gw-receiver", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(ready_timeout_s) or self._failure is not None:
+            self.stop()
+            raise BatchApplyTimeoutError(f"gateway receiver did not start: {self._failure}")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop after the batch in hand (an unacked batch will be sent again)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> GatewayReceiver:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def alive(self) -> bool:
+        """True while the receiver thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the receiver thread, if one did."""
+        return self._failure
+
+    def _run_guarded(self) -> None:
+        try:
+            self._setup()
+            self._ready.set()
+            self._serve()
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("gateway receiver %s stopped on error", self.settings.receiver_id)
+        finally:
+            self._ready.set()
+            self._teardown()
+
+    def _setup(self) -> None:
+        s = self.settings
+        ensure_topics(AdminClient(self._kafka), {self.inbound_topic: 1})
+        client_settings = ClientSettings(
+            namespace=s.namespace,
+            kafka_bootstrap_servers=s.kafka_bootstrap_servers,
+            kafka_config=s.kafka_config,
+            fetch_wait_max_ms=s.fetch_wait_max_ms,
+            read_timeout_ms=s.apply_timeout_ms,
+        )
+        self._pool = Pool(client_settings, self.client_id, s.member_id)
+        if self.resolver is not None:
+            self._store = RegionStore(
+                redis.Redis.from_url(s.redis_url), s.namespace, self._pool.total_buckets
+            )
+        self._producer = Producer({**self._kafka, "linger.ms": 5, "acks": "all"})
+        consumer = Consumer(
+            {
+                **self._kafka,
+                "group.id": f"{s.namespace}.gw-receiver.{s.receiver_id}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": s.fetch_wait_max_ms,
+                "client.id": s.member_id,
+            }
+        )
+        committed = consumer.committed([TopicPartition(self.inbound_topic, 0)], timeout=10)
+        consumer.assign([TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))])
+        self._consumer = consumer
+        log.info(
+            "gateway receiver %s of site %d reading %s",
+            s.receiver_id,
+            self.site_id,
+            self.inbound_topic,
+        )
+
+    def _teardown(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._producer is not None:
+            self._producer.flush(5)
+        if self._pool is not None:
+            self._pool.close()
+        if self._store is not None:
+            self._store.redis.close()
+
+    # --- batches -----------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        assert self._consumer is not None
+        while not self._stop.is_set():
+            try:
+                messages = poll_batch(self._consumer, 1, 0.1)
+            except KafkaException as exc:
+                log.warning("inbound consumer: %s", exc)
+                continue
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("inbound: %s", error)
+                    continue
+                offset = message.offset()
+                assert offset is not None
+                try:
+                    batch = decode_batch(message.value())
+                except MessageDecodeError as exc:
+                    self._dead_letter(message.value(), offset, str(exc))
+                else:
+                    try:
+                        ack = self.apply_batch(batch)
+                    except BatchApplyTimeoutError as exc:
+                        log.warning("batch %s not acked: %s", batch.batch_id, exc)
+                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+                        continue
+                    self._send_ack(batch, ack)
+                self._consumer.commit(
+                    offsets=[TopicPartition(self.inbound_topic, 0, offset + 1)],
+                    asynchronous=False,
+                )
+
+    def apply_batch(self, batch: GatewayBatch) -> GatewayAck:
+        """Apply one batch to this site and build its ack.
+
+        Args:
+            batch: The decoded batch.
+
+        Returns:
+            The ack, listing the events that failed.
+
+        Raises:
+            BatchApplyTimeoutError: the servers did not answer within ``apply_timeout_ms``.
+        """
+        assert self._pool is not None
+        pool = self._pool
+        if batch.possible_duplicate:
+            self.stats.possible_duplicate_batches += 1
+        exceptions: list[BatchEventException] = []
+        sent: list[tuple[int, Event, Operation]] = []
+        ops: list[tuple[Operation, int]] = []
+        for index, raw in enumerate(batch.events):
+            try:
+                event = decode_as(raw, Event)
+            except MessageDecodeError as exc:
+                exceptions.append(BatchEventException(index, "?", type(exc).__name__, str(exc)))
+                continue
+            if self.site_id in event.sites_reached or event.origin_site_id == self.site_id:
+                self.stats.loops_dropped += 1
+                continue
+            if event.kind not in DISTRIBUTABLE_KINDS or event.key is None:
+                exceptions.append(
+                    BatchEventException(
+                        index,
+                        str(event.event_id),
+                        "InvalidOperationError",
+                        f"{event.kind.value} is not a gateway event",
+                    )
+                )
+                continue
+            bucket = bucket_of(event.region, event.key, pool.total_buckets)
+            value = event.value
+            if self.resolver is not None:
+                verdict = self._resolve(event, bucket)
+                if verdict is None:
+                    self.stats.conflicts_disallowed += 1
+                    continue
+                value = verdict
+            kind = OperationKind.DESTROY if event.kind is EventKind.DESTROY else OperationKind.PUT
+            op = Operation(
+                request_id=pool.next_request_id(),
+                client_id=self.client_id,
+                kind=kind,
+                region=event.region,
+                timestamp_ms=event.timestamp_ms,
+                event_id=event.event_id._replace(bucket=bucket),
+                key=event.key,
+                value=value if event.kind is not EventKind.DESTROY else None,
+                serializer=event.serializer,
+                callback_argument=event.callback_argument,
+                possible_duplicate=event.possible_duplicate or batch.possible_duplicate,
+                origin_site_id=event.origin_site_id or batch.site_id,
+                sites_reached=(*event.sites_reached, self.site_id),
+            )
+            sent.append((index, event, op))
+            ops.append((op, bucket))
+        futures = pool.request_each(ops) if ops else []
+        deadline = time.monotonic() + self.settings.apply_timeout_ms / 1000
+        for (index, event, op), future in zip(sent, futures, strict=True):
+            reply = self._wait(future, op, deadline)
+            if reply.ok:
+                if reply.duplicate:
+                    self.stats.duplicates += 1
+                elif reply.event_kind is None:
+                    self.stats.conflicts_refused += 1
+                else:
+                    self.stats.events_applied += 1
+            elif op.kind is OperationKind.DESTROY and reply.error_type == "EntryNotFoundError":
+                log.debug("destroy of absent %r from site %d ignored", op.key, op.origin_site_id)
+            else:
+                exceptions.append(
+                    BatchEventException(
+                        index,
+                        str(event.event_id),
+                        reply.error_type or "ServerOperationError",
+                        reply.error_message or "",
+                    )
+                )
+        self.stats.events_failed += len(exceptions)
+        return GatewayAck(
+            batch.batch_id, self.settings.receiver_id, len(batch.events), tuple(exceptions)
+        )
+
+    def _wait(self, future: Future[list[Reply]], op: Operation, deadline: float) -> Reply:
+        assert self._pool is not None
+        try:
+            replies = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeoutError as exc:
+            self._pool.forget(op.request_id)
+            raise BatchApplyTimeoutError(
+                f"no reply for {op.event_id} within {self.settings.apply_timeout_ms} ms"
+            ) from exc
+        except RegionBusError as exc:
+            return Reply(op.request_id, -1, False, type(exc).__name__, str(exc))
+        return replies[0]
+
+    def _resolve(self, event: Event, bucket: int) -> bytes | None:
+        """Run the conflict resolver; the value to apply, or None when disallowed."""
+        assert self._store is not None and self.resolver is not None and event.key is not None
+        version = self._store.gateway_version(event.region, event.key, bucket)
+        origin = event.origin_site_id
+        if version is None or version.site_id == origin:
+            return event.value
+        _, entry = self._store.get(event.region, event.key, bucket)
+        helper = GatewayConflictHelper()
+        self.resolver.on_event(
+            TimestampedEntryEvent(
+                region=event.region,
+                key=event.key,
+                kind=event.kind,
+                new_value=event.value,
+                old_value=entry.value if entry is not None else None,
+                serializer=event.serializer,
+                new_timestamp_ms=event.timestamp_ms,
+                old_timestamp_ms=version.timestamp_ms,
+                new_distributed_system_id=origin,
+                old_distributed_system_id=version.site_id,
+            ),
+            helper,
+        )
+        if helper.disallowed:
+            return None
+        return helper.new_value if helper.value_changed else event.value
+
+    def _send_ack(self, batch: GatewayBatch, ack: GatewayAck) -> None:
+        assert self._producer is not None
+        self._producer.produce(batch.ack_topic, encode_ack(ack), partition=0)
+        self._producer.flush(30)
+        self.stats.batches_acked += 1
+        self.stats.batch_sizes.append(len(batch.events))
+        del self.stats.batch_sizes[:-10_000]
+
+    def _dead_letter(self, raw: bytes | None, offset: int, reason: str) -> None:
+        assert self._producer is not None
+        self.stats.dead_letters += 1
+        log.warning("dead-lettered %s[0]@%d: %s", self.inbound_topic, offset, reason)
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("rb.reason", reason.encode()),
+            ("rb.source.topic", self.inbound_topic.encode()),
+            ("rb.source.partition", b"0"),
+            ("rb.source.offset", str(offset).encode()),
+            ("rb.server", self.settings.member_id.encode()),
+        ]
+        self._producer.produce(self.topics.dead_letter, raw, None, headers=headers)
+        self._producer.flush(10)
+
+
+__all__ = ["GatewayReceiver", "GatewayReceiverSettings", "ReceiverStats"]
