@@ -163,7 +163,8 @@ class FailoverFigures:
         buckets: Per orphaned bucket: takeover and resume times.
         longest_silence_ms: Longest time without any listener event, from the kill to the
             last event, in milliseconds.
-        before_kill: Put → listener latency of puts sent from the warm-up to the kill.
+        before_kill: Put → listener latency of puts sent after the warm-up and delivered
+            before the kill.
         after_kill_max_ms: Largest put → listener latency of puts sent after the kill.
     """
 
@@ -498,7 +499,8 @@ def start_cluster(
     return started
 
 
-def _services(local: LocalStack) -> Services:
+def fresh_services(local: LocalStack) -> Services:
+    """The stack's Kafka and Redis under a new namespace (so every phase has fresh topics)."""
     return Services(
         f"bench.{secrets.token_hex(3)}",
         local.kafka_bootstrap_servers,
@@ -623,7 +625,9 @@ def _failover_figures(
         (b - a for a, b in zip([kill_ns, *received], received, strict=False)), default=0
     )
     warm_ns = first_ns + int(options.warmup_seconds * NS_PER_S)
-    before = sorted((r - s) / NS_PER_MS for *_, s, r in arrivals if warm_ns <= s < kill_ns)
+    # Only puts delivered before the kill: those sent just before it that waited for the
+    # takeover belong to the failover figures.
+    before = sorted((r - s) / NS_PER_MS for *_, s, r in arrivals if warm_ns <= s and r < kill_ns)
     after = [(r - s) / NS_PER_MS for *_, s, r in arrivals if s >= kill_ns]
     acked = {i for i, ok in enumerate(answers) if ok}
     delivered = set(result["indexes"])
@@ -656,14 +660,19 @@ def _failover_figures(
 
 
 def failover_phase(
-    local: LocalStack, options: FailoverOptions, redis_client: redis.Redis, work_dir: Path
+    services: Services, options: FailoverOptions, redis_client: redis.Redis, work_dir: Path
 ) -> FailoverFigures:
     """Phase 1: paced puts through a cluster, its busiest primary killed part-way.
+
+    Args:
+        services: Kafka, Redis and a namespace of its own.
+        options: The run's options.
+        redis_client: A connection to that Redis (bucket status).
+        work_dir: Where the servers' logs go.
 
     Raises:
         BenchError: a child process or server failed, or did not answer in time.
     """
-    services = _services(local)
     answers: list[bool | None] = [None] * max(1, int(options.rate * options.seconds))
     kill = _Kill()
     with ExitStack() as stack:
@@ -744,19 +753,18 @@ def failover_phase(
 
 
 def cluster_throughput(
-    local: LocalStack,
+    services: Services,
     options: FailoverOptions,
     servers: int,
     redis_client: redis.Redis,
     work_dir: Path,
 ) -> ClusterThroughput:
-    """Phase 3: ``--ops`` pipelined puts (at most ``--window`` in flight) through a fresh
-    cluster of ``servers`` servers.
+    """Phase 3: ``--ops`` pipelined puts (at most ``--window`` in flight) through a new
+    cluster of ``servers`` servers in ``services``' namespace (which should be fresh).
 
     Raises:
         BenchError: a server failed to start or the buckets did not settle.
     """
-    services = _services(local)
     with ExitStack() as stack:
         start_cluster(
             stack,
@@ -818,10 +826,10 @@ def run(options: FailoverOptions, console: Console) -> Figures:
             f"(1) failover: {options.servers} servers, {options.rate} puts/s for "
             f"{options.seconds} s, kill after {options.kill_after_s} s ..."
         )
-        failover = failover_phase(local, options, redis_client, work_dir)
+        failover = failover_phase(fresh_services(local), options, redis_client, work_dir)
         gc.collect()  # closed clients' librdkafka handles go before the next phase
         console.print(f"(2) raw relay: {options.rate} msgs/s for {options.relay_seconds} s ...")
-        relay = raw_relay_latency(_services(local), options.core())
+        relay = raw_relay_latency(fresh_services(local), options.core())
         one = cluster = None
         raw_per_s = math.nan
         if not options.skip_throughput:
@@ -829,11 +837,15 @@ def run(options: FailoverOptions, console: Console) -> Figures:
                 f"(3) throughput: {options.ops:,} puts, 1 then {options.servers} "
                 "servers, then raw ..."
             )
-            one = cluster_throughput(local, options, 1, redis_client, work_dir)
+            one = cluster_throughput(fresh_services(local), options, 1, redis_client, work_dir)
             gc.collect()
-            cluster = cluster_throughput(local, options, options.servers, redis_client, work_dir)
+            cluster = cluster_throughput(
+                fresh_services(local), options, options.servers, redis_client, work_dir
+            )
             gc.collect()
-            raw_per_s = raw_throughput(_services(local), options.core(), 1, "tp").delivered_per_s
+            raw_per_s = raw_throughput(
+                fresh_services(local), options.core(), 1, "tp"
+            ).delivered_per_s
         settings = {
             **asdict(options),
             "kafka_source": local.kafka_source,
