@@ -892,7 +892,7 @@ def run(options: FailoverOptions, console: Console) -> Figures:
 )
 @click.option(
     "--ops",
-    default=20_000,
+    default=50_000,
     type=_POSITIVE,
     show_default=True,
     help="Puts in each throughput phase.",
