@@ -117,8 +117,15 @@ class Services:
 
 
 @dataclass
-class _Acks:
-    """Completion of pipelined puts, counted on the pool's reply thread."""
+class Acks:
+    """Completion of pipelined puts, counted on the pool's reply thread.
+
+    Attributes:
+        expected: Puts whose answers are awaited.
+        acked: Answered with success.
+        errors: Answered with an error (or timed out).
+        last_ns: Wall-clock time of the latest answer (``time.time_ns()``).
+    """
 
     expected: int
     acked: int = 0
@@ -132,6 +139,7 @@ class _Acks:
             self._all_done.set()
 
     def done(self, future: Future[None]) -> None:
+        """Count one answer (a done callback of ``put_async``'s future)."""
         now_ns = time.time_ns()
         with self._lock:
             if future.exception() is None:
@@ -143,31 +151,56 @@ class _Acks:
                 self._all_done.set()
 
     def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for every answer; True when all came."""
         return self._all_done.wait(timeout_s)
 
 
-def _write_async(region: Region, options: BenchOptions) -> tuple[int, _Acks]:
-    """``put_async`` with at most ``window`` puts in flight."""
-    acks = _Acks(options.ops)
-    window = threading.BoundedSemaphore(options.window)
+def write_async(
+    region: Region, *, ops: int, window: int, key_space: int, value_bytes: int
+) -> tuple[int, Acks]:
+    """``put_async`` of ``ops`` stamped values with at most ``window`` puts in flight.
+
+    Args:
+        region: The region written (values are raw bytes).
+        ops: Puts to send, to keys ``tp-<i mod key_space>``.
+        window: Most puts unanswered at a time.
+        key_space: Distinct keys.
+        value_bytes: Bytes of every value (the first 8 are the send time).
+
+    Returns:
+        ``(start_ns, acks)``: wall-clock time of the first put, and the answers once all
+        came (or after 120 s, with a warning).
+    """
+    acks = Acks(ops)
+    in_flight = threading.BoundedSemaphore(window)
 
     def release(future: Future[None]) -> None:
         acks.done(future)
-        window.release()
+        in_flight.release()
 
     start_ns = time.time_ns()
-    for i in range(options.ops):
-        window.acquire()
-        key = f"tp-{i % options.key_space}"
-        region.put_async(key, stamped_value(options.value_bytes)).add_done_callback(release)
+    for i in range(ops):
+        in_flight.acquire()
+        key = f"tp-{i % key_space}"
+        region.put_async(key, stamped_value(value_bytes)).add_done_callback(release)
     if not acks.wait(_ACK_TIMEOUT_S):
-        log.warning("%d of %d puts unanswered", options.ops - acks.acked - acks.errors, options.ops)
+        log.warning("%d of %d puts unanswered", ops - acks.acked - acks.errors, ops)
     return start_ns, acks
 
 
-def _write_put_all(region: Region, options: BenchOptions) -> tuple[int, _Acks]:
+def _write_async(region: Region, options: BenchOptions) -> tuple[int, Acks]:
+    return write_async(
+        region,
+        ops=options.ops,
+        window=options.window,
+        key_space=options.key_space,
+        value_bytes=options.value_bytes,
+    )
+
+
+def _write_put_all(region: Region, options: BenchOptions) -> tuple[int, Acks]:
     """``put_all`` in chunks of ``chunk`` entries, one chunk after the other."""
-    acks = _Acks(options.ops)
+    acks = Acks(options.ops)
     start_ns = time.time_ns()
     for first in range(0, options.ops, options.chunk):
         indexes = range(first, min(first + options.chunk, options.ops))
@@ -183,7 +216,7 @@ def _write_put_all(region: Region, options: BenchOptions) -> tuple[int, _Acks]:
     return start_ns, acks
 
 
-def _paced(
+def paced(
     send: Callable[[int, bytes], None], rate: int, seconds: float, value_bytes: int
 ) -> tuple[int, int, int]:
     """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds.
@@ -203,7 +236,6 @@ def _paced(
         send(i, stamped_value(value_bytes))
         last_ns = time.time_ns()
     return total, first_ns, last_ns
-
 
 
 # --- phases ----------------------------------------------------------------------------
@@ -226,7 +258,7 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         def send(i: int, value: bytes) -> None:
             futures.append(writer.put_async(f"lat-{i}", value))
 
-        sent, first_ns, last_ns = _paced(
+        sent, first_ns, last_ns = paced(
             send, options.rate, options.latency_seconds, options.value_bytes
         )
         errors = sum(1 for f in futures if _failed(f))
@@ -361,7 +393,7 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
             key = f"lat-{i}"
             produce(producer, topic_in, value, key.encode(), _partition(key))
 
-        sent, first_ns, last_ns = _paced(
+        sent, first_ns, last_ns = paced(
             send, options.rate, options.latency_seconds, options.value_bytes
         )
         remaining = producer.flush(_ACK_TIMEOUT_S)
@@ -383,7 +415,7 @@ def _partition(key: str) -> int:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """Let SIGTERM unwind like Ctrl-C, so every child and the stack are stopped."""
 
     def interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -540,7 +572,7 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
         )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             figures = run(options, console)
     except KeyboardInterrupt:
         console.print("interrupted: everything stopped", style="red")

@@ -1,8 +1,9 @@
-"""The one cache server of a benchmark run, as a child process (``python -m broker serve``).
+"""A cache server of a benchmark run, as a child process (``python -m broker serve``).
 
 A separate process so it gets its own core and its own GIL on a 2-core machine. It runs in
 its own session: a Ctrl-C in the terminal reaches only the benchmark, which then stops the
-server with SIGTERM (a graceful stop: final flush and offset commit).
+server with SIGTERM (a graceful stop: final flush and offset commit). The failover
+benchmark starts several, each with its own member id, and kills one with SIGKILL.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class ServerProcess:
             ``fetch.wait.max.ms`` of the server's consumer).
         linger_ms: Passed as ``REGIONBUS_LINGER_MS`` (producer ``linger.ms``).
         log_path: Where the server's stdout and stderr go.
+        member_id: Passed as ``REGIONBUS_MEMBER_ID``; None lets the server make one up.
+        env: Further ``REGIONBUS_*`` settings (e.g. ``REGIONBUS_LEASE_TTL_MS``).
     """
 
     def __init__(
@@ -51,6 +54,8 @@ class ServerProcess:
         fetch_wait_max_ms: int,
         linger_ms: int,
         log_path: Path,
+        member_id: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.namespace = namespace
         self.kafka_bootstrap_servers = kafka_bootstrap_servers
@@ -59,6 +64,8 @@ class ServerProcess:
         self.fetch_wait_max_ms = fetch_wait_max_ms
         self.linger_ms = linger_ms
         self.log_path = log_path
+        self.member_id = member_id
+        self.env = dict(env or {})
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,7 +97,9 @@ class ServerProcess:
             BenchError: the server exited or did not get ready in time (the message ends
                 with the tail of its log).
         """
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
+        if self.member_id is not None:
+            env["REGIONBUS_MEMBER_ID"] = self.member_id
         env["REGIONBUS_FETCH_WAIT_MAX_MS"] = str(self.fetch_wait_max_ms)
         env["REGIONBUS_LINGER_MS"] = str(self.linger_ms)
         env["PYTHONUNBUFFERED"] = "1"
@@ -104,7 +113,7 @@ class ServerProcess:
                 start_new_session=True,
             )
         deadline = time.monotonic() + ready_timeout_s
-        while _READY_TEXT not in self._log_text():
+        while _READY_TEXT not in self.log_text():
             if self._process.poll() is not None:
                 raise BenchError(
                     f"cache server exited with {self._process.returncode}: {self._log_tail()}"
@@ -128,14 +137,23 @@ class ServerProcess:
             process.kill()
             process.wait(5)
 
-    def _log_text(self) -> str:
+    def kill(self, timeout_s: float = 10.0) -> None:
+        """SIGKILL: the server stops at once, with no flush, commit or lease release."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.kill()
+        process.wait(timeout_s)
+
+    def log_text(self) -> str:
+        """Everything the server has logged so far ("" before it starts)."""
         try:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
 
     def _log_tail(self) -> str:
-        return self._log_text()[-_LOG_TAIL_CHARS:]
+        return self.log_text()[-_LOG_TAIL_CHARS:]
 
     def __enter__(self) -> Self:
         self.start()

@@ -2,8 +2,9 @@
 
 Readers run in processes of their own (``spawn``: never fork a process that holds
 librdkafka threads), so the writer, the readers and the cache server use separate cores.
-Three kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), raw
-Kafka consumers (``assign()``, no decoding) and the raw two-hop relay.
+Four kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), a
+tracking subscriber (which put arrived, in which bucket, and how often), raw Kafka
+consumers (``assign()``, no decoding) and the raw two-hop relay.
 
 Protocol over a duplex pipe: the child sends ``("ready", None)`` once connected; the
 parent may send ``("expect", n)`` (stop when every reader has n messages, or when nothing
@@ -185,6 +186,92 @@ def run_subscribers(
         conn.send(("result", _tallies_result(tallies, status, cpu_start_s)))
     finally:
         for cache in caches:
+            with suppress(Exception):
+                cache.close()
+
+
+class _TrackingListener(CacheListener):
+    """Records the first arrival of every put (its index from the key ``<prefix>-<i>``, its
+    bucket, send and receive time) and counts events of a put that arrive again."""
+
+    def __init__(self, tally: TrackedTally) -> None:
+        self._tally = tally
+        self._seen: set[int] = set()
+
+    def _record(self, event: EntryEvent) -> None:
+        index = int(event.key.rpartition("-")[2])
+        if index in self._seen:
+            self._tally.listener_duplicates += 1
+            return
+        self._seen.add(index)
+        self._tally.hit(event.new_value_bytes)
+        self._tally.indexes.append(index)
+        self._tally.buckets.append(event.event_id.bucket if event.event_id else -1)
+
+    def after_create(self, event: EntryEvent) -> None:
+        self._record(event)
+
+    def after_update(self, event: EntryEvent) -> None:
+        self._record(event)
+
+
+@dataclass
+class TrackedTally(Tally):
+    """A :class:`Tally` of distinct puts that also keeps each one's index and bucket.
+
+    Attributes:
+        indexes: Put indexes in arrival order (first arrivals only).
+        buckets: The bucket of each, from its EventID (-1 without one).
+        listener_duplicates: Arrivals of a put already seen (message tracking missed them).
+    """
+
+    indexes: list[int] = field(default_factory=list)
+    buckets: list[int] = field(default_factory=list)
+    listener_duplicates: int = 0
+
+
+def run_tracking_subscriber(
+    conn: Connection, *, settings: dict[str, Any], region: str, idle_timeout_s: float
+) -> None:
+    """Child: one ClientCache with ``ALL_KEYS`` interest whose listener tracks every put.
+
+    The result adds to the usual tally lists: ``indexes`` and ``buckets`` (first arrivals,
+    in the order of ``sent_ns``), ``listener_duplicates``, and the client's subscription
+    counters ``duplicates_dropped`` and ``events_received``. ``expect(n)`` waits for ``n``
+    distinct puts.
+
+    Args:
+        conn: The pipe to the parent.
+        settings: ``ClientSettings`` fields.
+        region: The region to subscribe to (keys ``<prefix>-<i>``, values stamped bytes).
+        idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
+    """
+    _child_signals()
+    cache: ClientCache | None = None
+    try:
+        tally = TrackedTally(record_latency=True)
+        cache = ClientCache(
+            ClientSettings(**settings), client_id=f"bench-track-{uuid.uuid4().hex[:10]}"
+        )
+        cache.create_region(
+            region, listeners=[_TrackingListener(tally)], serializer=BytesSerializer()
+        ).register_interest(ALL_KEYS, InterestResultPolicy.NONE)
+        cpu_start_s = time.process_time()
+        conn.send(("ready", None))
+        status = _wait_until_done(conn, [tally], idle_timeout_s)
+        stats = cache.subscription_stats
+        cache.close()  # no event may arrive while the lists are copied
+        result = _tallies_result([tally], status, cpu_start_s)
+        result.update(
+            indexes=list(tally.indexes),
+            buckets=list(tally.buckets),
+            listener_duplicates=tally.listener_duplicates,
+            duplicates_dropped=stats.duplicates_dropped,
+            events_received=stats.events_received,
+        )
+        conn.send(("result", result))
+    finally:
+        if cache is not None:
             with suppress(Exception):
                 cache.close()
 

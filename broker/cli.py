@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -92,6 +93,8 @@ def serve(verbose: bool, **options: Any) -> None:
         if not server.alive:
             raise click.ClickException(f"cache server stopped: {server.failure}")
     server.stop()
+    # The counters live in this process only: one line a supervisor or benchmark can read.
+    click.echo(f"cache server {settings.member_id} stopped: {json.dumps(asdict(server.stats))}")
 
 
 @main.command()
