@@ -17,11 +17,12 @@ from dataclasses import asdict
 from typing import Any
 
 import click
-import redis
 from rich.console import Console
 from rich.table import Table
 
+from broker.cli_users import principal_store, require_cluster_manage, user
 from broker.config import ServerSettings
+from broker.redis_connect import connect_redis
 from broker.server import CacheServer
 from broker.stack import LocalStack
 from broker.status import cluster_status
@@ -134,9 +135,7 @@ def region() -> None:
 def region_create(names: tuple[str, ...], **options: Any) -> None:
     """Define regions on the servers of a namespace (idempotent)."""
     settings = _settings(**options)
-    store = RegionStore(
-        redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets
-    )
+    store = RegionStore(connect_redis(settings), settings.namespace, settings.total_buckets)
     for name in names:
         created = store.create_region(name)
         click.echo(f"{name}: {'created' if created else 'exists'}")
@@ -147,9 +146,7 @@ def region_create(names: tuple[str, ...], **options: Any) -> None:
 def region_list(**options: Any) -> None:
     """List the regions defined in a namespace."""
     settings = _settings(**options)
-    store = RegionStore(
-        redis.Redis.from_url(settings.redis_url), settings.namespace, settings.total_buckets
-    )
+    store = RegionStore(connect_redis(settings), settings.namespace, settings.total_buckets)
     for name in sorted(store.region_names()):
         click.echo(name)
 
@@ -160,11 +157,9 @@ def region_list(**options: Any) -> None:
 def status(as_json: bool, **options: Any) -> None:
     """Show members, bucket primaries and secondaries, queues and durable clients."""
     settings = _settings(**options)
-    client = redis.Redis.from_url(
-        settings.redis_url,
-        password=settings.redis_password.get_secret_value() if settings.redis_password else None,
-    )
+    client = connect_redis(settings)
     try:
+        require_cluster_manage(settings, principal_store(settings))
         current = cluster_status(
             client, settings.namespace, settings.total_buckets, settings.librdkafka()
         )
@@ -243,6 +238,9 @@ def demo() -> None:
 )
 def spark_group() -> None:
     """Spark jobs over the topics: queue analytics, flights delays, bulk load."""
+
+
+main.add_command(user)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,21 @@ class ServerSettings(BaseSettings):
         async_event_queues: ``{queue id: GatewayQueueSpec}`` queues ``{ns}.aeq.<queue id>``.
         region_gateway_senders: ``{region: [sender id, ...]}`` senders attached to a region.
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
+        redis_username: Redis ACL user (Redis >= 6 ``AUTH user password``); None for the
+            default user.
+        redis_ssl_ca_certs: CA bundle (PEM path) to verify Redis' certificate; needs a
+            ``rediss://`` URL.
+        redis_ssl_certfile: Client certificate (PEM path) for Redis mutual TLS.
+        redis_ssl_keyfile: Its private key (PEM path).
+        security_enabled: Authenticate every request (signed by the client, see
+            ``schemas.signing``) and authorize it by the principal's permissions. Off by
+            default for local development; on in the secured profile.
+        allowed_skew_ms: Largest difference between a request's signing time and this
+            server's clock, milliseconds (default 300000, Kerberos' 5 minutes). It must
+            also cover how long a request may wait in ``{ns}.ops`` before a server reads
+            it: older requests are refused as possible replays.
+        principal_cache_ttl_ms: How long a server trusts principals and permissions it
+            read from Redis; ``regionbus user remove`` takes effect within this long.
     """
 
     model_config = SettingsConfigDict(
@@ -142,6 +157,14 @@ class ServerSettings(BaseSettings):
     async_event_queues: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
     region_gateway_senders: dict[str, list[str]] = Field(default_factory=dict)
     region_async_event_queues: dict[str, list[str]] = Field(default_factory=dict)
+    # --- security (issue 8) ---
+    redis_username: str | None = None
+    redis_ssl_ca_certs: str | None = None
+    redis_ssl_certfile: str | None = None
+    redis_ssl_keyfile: str | None = None
+    security_enabled: bool = False
+    allowed_skew_ms: int = Field(default=300_000, ge=1_000)
+    principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
 
     @field_validator("namespace")
     @classmethod

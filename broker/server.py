@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -44,16 +43,21 @@ from broker.client_registry import (
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
+from broker.principals import Principal
 from broker.queue_depth import QueueDepths
+from broker.redis_connect import connect_redis
+from broker.security import SecurityGuard, audit_refusal
 from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
 from gateways.enqueue import GatewayEnqueuer
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
+    AuthenticationError,
     CacheWriterError,
     ConfigurationError,
     DuplicateDurableClientError,
     MessageDecodeError,
+    NotAuthorizedError,
     RegionBusError,
     RegionNotFoundError,
     TransportError,
@@ -74,6 +78,7 @@ from schemas.messages import (
 )
 from schemas.naming import Topics, bucket_of, region_bucket
 from schemas.serializers import serializer_named
+from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -218,12 +223,8 @@ class CacheServer:
             self._plugins.listeners.setdefault(region, []).extend(items)
         for region, witems in (writers or {}).items():
             self._plugins.writers.setdefault(region, []).extend(witems)
-        self._redis = redis.Redis.from_url(
-            settings.redis_url,
-            password=settings.redis_password.get_secret_value()
-            if settings.redis_password
-            else None,
-        )
+        self._redis = connect_redis(settings)
+        self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
         self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
         self._gateways = GatewayEnqueuer(settings)
@@ -542,24 +543,35 @@ class CacheServer:
                 continue
             self._positions[(topic, partition)] = offset + 1
             source = (topic, partition, offset)
+            principal = None
+            if self.security is not None:
+                principal = self._authenticate(message, source)
+                if principal is None:
+                    continue
             try:
                 items = split_batch(message.value())
             except MessageDecodeError as exc:
                 self._dead_letter(message.value(), source, str(exc))
                 continue
             for raw in items:
-                self._process_one(raw, source, pending)
+                self._process_one(raw, source, pending, principal)
         self._flush(pending)
         self._send_outbox()
 
     def _process_one(
-        self, raw: bytes, source: tuple[str, int, int], pending: list[tuple[Operation, int, int]]
+        self,
+        raw: bytes,
+        source: tuple[str, int, int],
+        pending: list[tuple[Operation, int, int]],
+        principal: Principal | None = None,
     ) -> None:
         topic, partition, offset = source
         try:
             decoded = decode(raw)
         except MessageDecodeError as exc:
             self._dead_letter(raw, source, str(exc))
+            return
+        if principal is not None and not self._authorize(decoded, raw, source, principal):
             return
         if topic == self.topics.control:
             if isinstance(decoded, Control):
@@ -840,6 +852,8 @@ class CacheServer:
         self._produce(self.topics.events, full, key_bytes, partition=bucket)
         targets = self.registry.route(event.region, event.key, bucket)
         targets.pop(event.originator, None)
+        if self.security is not None:
+            targets = self.security.readers(targets, event.region, event.key)
         if not targets:
             return
         invalidate: bytes | None = None
@@ -860,6 +874,7 @@ class CacheServer:
         key: bytes | None,
         partition: int = -1,
         on_delivery: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
+        headers: HeaderList | None = None,
     ) -> None:
         assert self._producer is not None
         callback = on_delivery or self._on_delivery
@@ -867,10 +882,17 @@ class CacheServer:
             try:
                 if partition >= 0:
                     self._producer.produce(
-                        topic, value, key, partition=partition, on_delivery=callback
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=callback,
+                        headers=headers,
                     )
                 else:
-                    self._producer.produce(topic, value, key, on_delivery=callback)
+                    self._producer.produce(
+                        topic, value, key, on_delivery=callback, headers=headers
+                    )
                 return
             except BufferError:
                 self._producer.poll(0.05)
@@ -986,7 +1008,13 @@ class CacheServer:
         except RegionBusError:
             log.warning("cannot reply to %r: %s", op.client_id, exc)
 
-    def _dead_letter(self, raw: bytes | None, source: tuple[str, int, int], reason: str) -> None:
+    def _dead_letter(
+        self,
+        raw: bytes | None,
+        source: tuple[str, int, int],
+        reason: str,
+        extra_headers: HeaderList | None = None,
+    ) -> None:
         """Send a message the server cannot process to ``{ns}.dead-letter``, unchanged, with
         the reason and where it came from in headers (``rb.reason``, ``rb.source.*``)."""
         self.stats.dead_letters += 1
@@ -999,6 +1027,7 @@ class CacheServer:
             ("rb.source.partition", str(partition).encode()),
             ("rb.source.offset", str(offset).encode()),
             ("rb.server", self.settings.member_id.encode()),
+            *(extra_headers or []),
         ]
         self._producer.produce(
             self.topics.dead_letter, raw, None, headers=headers, on_delivery=self._on_delivery
@@ -1079,7 +1108,10 @@ class CacheServer:
             )
             payload = encode(event)
             self._produce(self.topics.events, payload, None, partition=bucket)
-            for client_id in self.registry.clients_of_region(op.region) - {op.client_id}:
+            recipients = self.registry.clients_of_region(op.region) - {op.client_id}
+            if self.security is not None:
+                recipients = self.security.region_readers(recipients, op.region)
+            for client_id in recipients:
                 self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
                 self.stats.events_routed += 1
             if not duplicate:
@@ -1275,6 +1307,8 @@ class CacheServer:
         self._queue_topics.pop(client_id, None)
         self._reply_topics.pop(client_id, None)
         self.clients.remove(client_id)
+        if self.security is not None:
+            self.security.forget_client(client_id)
 
     def _expire_silent_clients(self, now: int) -> None:
         """Treat a client silent for ``maximum_time_between_pings_ms`` as gone: drop a
@@ -1365,7 +1399,10 @@ class CacheServer:
         )
         value = encode(op)
         for bucket in range(self.settings.total_buckets):
-            self._produce(self.topics.ops, value, None, partition=bucket)
+            headers = None
+            if self.security is not None:
+                headers = self.security.server_headers(self.topics.ops, bucket, value)
+            self._produce(self.topics.ops, value, None, partition=bucket, headers=headers)
 
     def _handle_disconnect(self, op: Operation, bucket: int) -> None:
         self.registry.drop_client(op.client_id, keep_durable=op.keep_alive)
@@ -1385,6 +1422,82 @@ class CacheServer:
         marker = Marker(op.client_id, now_ms(), bucket, connection_id)
         self._outbox.setdefault(self._queue_topic(op.client_id), []).append(encode(marker))
         self._reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    # --- security (issue 8): authentication and authorization ---------------------------
+
+    def _authenticate(
+        self, message: KafkaMessage, source: tuple[str, int, int]
+    ) -> Principal | None:
+        """Check a Kafka message's signature before anything of it is decoded into effects;
+        on refusal audit it, dead-letter it and tell the client(s) it names. None if refused."""
+        assert self.security is not None
+        topic, partition, offset = source
+        try:
+            return self.security.authenticate(
+                message.headers(), topic, partition, offset, message.value()
+            )
+        except AuthenticationError as exc:
+            claimed = _header(message.headers(), HEADER_PRINCIPAL)
+            self._refuse(message.value(), source, exc, claimed, message.headers())
+            return None
+
+    def _authorize(
+        self, decoded: object, raw: bytes, source: tuple[str, int, int], principal: Principal
+    ) -> bool:
+        """Check one decoded request against its principal's permissions; on refusal audit
+        it, dead-letter it and reply ``NotAuthorizedError``."""
+        assert self.security is not None
+        try:
+            if isinstance(decoded, Operation):
+                self.security.authorize_operation(principal, decoded)
+            elif isinstance(decoded, Control):
+                self.security.authorize_control(principal, decoded)
+        except NotAuthorizedError as exc:
+            self._refuse(raw, source, exc, principal.name)
+            return False
+        return True
+
+    def _refuse(
+        self,
+        raw: bytes | None,
+        source: tuple[str, int, int],
+        exc: RegionBusError,
+        principal: str | None,
+        headers: Headers | None = None,
+    ) -> None:
+        topic, partition, offset = source
+        where = f"{topic}/{partition}/{offset}"
+        try:
+            items = [decode(item) for item in split_batch(raw)]
+        except MessageDecodeError:
+            items = []
+        if not items:
+            audit_refusal(principal, "message", None, None, str(exc), where)
+        for item in items:
+            if isinstance(item, Operation):
+                audit_refusal(
+                    principal, item.kind.value, item.region, item.client_id, str(exc), where
+                )
+                self._reply_error(item, partition, exc)
+            elif isinstance(item, Control):
+                audit_refusal(principal, item.kind.value, None, item.client_id, str(exc), where)
+                if item.request_id:
+                    self.stats.errors += 1
+                    self._reply(
+                        Reply(
+                            request_id=item.request_id,
+                            bucket=-1,
+                            ok=False,
+                            error_type=type(exc).__name__,
+                            error_message=str(exc),
+                        ),
+                        item.client_id,
+                    )
+        pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
+        signing: HeaderList = [(k, v) for k, v in pairs if k.startswith("rb.")]
+        self._dead_letter(
+            raw, source, f"{type(exc).__name__}: {exc}", [("rb.refused", b"1"), *signing]
+        )
 
     # --- offsets -----------------------------------------------------------------------
 
@@ -1413,6 +1526,14 @@ class CacheServer:
             self._committed[(tp.topic, tp.partition)] = tp.offset
             if tp.topic == self.topics.ops:
                 self.store.prune_results(tp.partition, tp.offset)
+
+
+def _header(headers: Headers | None, name: str) -> str | None:
+    pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
+    for key, value in pairs:
+        if key == name and value is not None:
+            return value.decode(errors="replace") if isinstance(value, bytes) else value
+    return None
 
 
 def _region_kind(kind: OperationKind) -> EventKind:

@@ -52,6 +52,10 @@ class _NotReadyError(Exception):
     """Internal: the service did not answer yet; the readiness poll retries."""
 
 
+ServiceNotReadyError = _NotReadyError
+"""What a ``_probe`` of a service subclass in another module raises while not ready."""
+
+
 class _PortInUseError(Exception):
     """Internal: the child exited at start because its port was taken meanwhile."""
 

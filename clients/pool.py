@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from clients.auth import signer_for
 from clients.settings import ClientSettings
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import MessageDecodeError, TransportError, UnconnectedError
@@ -90,6 +91,7 @@ class Pool:
         self.topics = Topics(settings.namespace)
         self.client_id = client_id
         self.member_id = member_id
+        self._signer = signer_for(settings)
         self._admin = AdminClient(settings.librdkafka())
         self.total_buckets = self._wait_for_ops_topic()
         self.create_client_topics()
@@ -351,10 +353,16 @@ class Pool:
             raise TransportError(f"{remaining} messages not delivered to Kafka")
 
     def _produce(self, topic: str, value: bytes, partition: int, key: str | None) -> None:
+        signer = self._signer
+        headers = signer.headers(topic, partition, value) if signer is not None else None
         while True:
             try:
                 self._producer.produce(
-                    topic, value, key.encode() if key is not None else None, partition=partition
+                    topic,
+                    value,
+                    key.encode() if key is not None else None,
+                    partition=partition,
+                    headers=headers,
                 )
                 self._producer.poll(0)
                 return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.naming import check_name
@@ -44,6 +44,10 @@ class ClientSettings(BaseSettings):
             consumers (100 ms measured best on the embedded Tansu).
         linger_ms: librdkafka producer ``linger.ms``.
         metadata_timeout_s: Longest wait at start for the servers' topics to exist.
+        security_principal: Principal this client signs its requests as (servers with
+            ``security_enabled`` refuse unsigned requests); None sends them unsigned.
+        security_secret: The principal's secret (given by ``regionbus user add``); the
+            MAC key is derived from it at start (PBKDF2, ``schemas.signing``).
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_", extra="ignore")
@@ -64,6 +68,8 @@ class ClientSettings(BaseSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     linger_ms: int = Field(default=5, ge=0)
     metadata_timeout_s: float = Field(default=30.0, gt=0)
+    security_principal: str | None = None
+    security_secret: SecretStr | None = None
 
     @field_validator("namespace")
     @classmethod

@@ -102,6 +102,23 @@ class BulkOperationError(RegionBusError):
         self.failures = failures
 
 
+class AuthenticationError(RegionBusError):
+    """A request was refused because its sender could not be authenticated.
+
+    Geode: ``AuthenticationFailedException``. The signature is missing or does not match,
+    the principal is unknown, the timestamp is outside the servers' allowed skew, or the
+    message is a replay. Nothing was applied.
+    """
+
+
+class NotAuthorizedError(RegionBusError):
+    """The authenticated principal lacks the permission the request needs.
+
+    Geode: ``NotAuthorizedException`` (e.g. ``DATA:WRITE:flights`` for a put on
+    ``flights``). Nothing was applied.
+    """
+
+
 class ServerOperationError(RegionBusError):
     """The server failed the operation for a reason with no more specific class."""
 
@@ -136,6 +153,8 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         InvalidInterestError,
         ValueTooLargeError,
         DuplicateDurableClientError,
+        AuthenticationError,
+        NotAuthorizedError,
         ServerOperationError,
         SerializationError,
         MessageDecodeError,

@@ -1,0 +1,197 @@
+"""Servers and the CLI against a Redis that requires an ACL user and password, and over
+TLS with a test CA made here; and the ``regionbus user`` commands end to end."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from pki import make_test_pki
+
+from broker.cli import main
+from broker.config import ServerSettings
+from broker.secure_stack import RedisTlsFiles, SecuredEmbeddedRedis
+from broker.server import CacheServer
+from schemas.errors import NotAuthorizedError, TransportError
+
+USER, PASSWORD = "regionbus-server", "acl-password-1"
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> RedisTlsFiles:
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def acl_redis() -> Iterator[SecuredEmbeddedRedis]:
+    """redis-server with the default user off and one user limited to keys ``rb:*``."""
+    with SecuredEmbeddedRedis(username=USER, password=PASSWORD, key_pattern="rb:*") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tls_files: RedisTlsFiles) -> Iterator[SecuredEmbeddedRedis]:
+    """redis-server on a TLS port only, requiring a client certificate, and the ACL user."""
+    with SecuredEmbeddedRedis(username=USER, password=PASSWORD, tls=tls_files) as server:
+        yield server
+
+
+def _settings(server: SecuredEmbeddedRedis, namespace: str, bootstrap: str, **extra: Any) -> Any:
+    options: dict[str, Any] = {
+        "namespace": namespace,
+        "kafka_bootstrap_servers": bootstrap,
+        "redis_url": server.url,
+        "redis_username": USER,
+        "redis_password": PASSWORD,
+        "regions": ["r"],
+        "fetch_wait_max_ms": 20,
+        "poll_timeout_ms": 20,
+        "message_sync_interval_s": 0.2,
+    }
+    ssl = server.ssl_options()
+    if ssl:
+        options["redis_ssl_ca_certs"] = ssl["ssl_ca_certs"]
+        options["redis_ssl_certfile"] = ssl["ssl_certfile"]
+        options["redis_ssl_keyfile"] = ssl["ssl_keyfile"]
+    options.update(extra)
+    return ServerSettings(**options)
+
+
+def _direct(server: SecuredEmbeddedRedis) -> redis.Redis:
+    return redis.Redis.from_url(
+        server.url, username=USER, password=PASSWORD, **server.ssl_options()
+    )
+
+
+@pytest.mark.parametrize("which", ["acl", "tls"])
+def test_a_server_applies_operations_through_a_redis_with_acl_user_and_tls(
+    which: str,
+    request: pytest.FixtureRequest,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    client_factory: Callable[..., Any],
+) -> None:
+    secured: SecuredEmbeddedRedis = request.getfixturevalue(f"{which}_redis")
+    with CacheServer(_settings(secured, namespace, kafka_bootstrap_servers)):
+        region = client_factory().create_region("r")
+        region.put("k", {"v": 1})
+        assert region.get("k") == {"v": 1}
+    keys = _direct(secured).keys(f"rb:{namespace}:r:r:*:val")
+    values = [v for key in keys for v in _direct(secured).hvals(key)]
+    assert values == [b'{"v":1}']
+
+
+def test_redis_refuses_a_server_without_the_acl_password(
+    acl_redis: SecuredEmbeddedRedis, namespace: str, kafka_bootstrap_servers: str
+) -> None:
+    settings = _settings(acl_redis, namespace, kafka_bootstrap_servers, redis_password=None)
+    server = CacheServer(settings)
+    with pytest.raises(TransportError):
+        server.start()
+    server.stop()
+
+
+def test_the_tls_port_refuses_a_client_without_the_test_ca(tls_redis: SecuredEmbeddedRedis) -> None:
+    client = redis.Redis.from_url(tls_redis.url, username=USER, password=PASSWORD)
+    with pytest.raises(redis.ConnectionError):
+        client.ping()
+
+
+@pytest.fixture
+def cli_env(acl_redis: SecuredEmbeddedRedis, namespace: str) -> dict[str, str]:
+    return {
+        "REGIONBUS_NAMESPACE": namespace,
+        "REGIONBUS_REDIS_URL": acl_redis.url,
+        "REGIONBUS_REDIS_USERNAME": USER,
+        "REGIONBUS_REDIS_PASSWORD": PASSWORD,
+    }
+
+
+def test_user_commands_store_derived_keys_only_and_never_list_secrets(
+    cli_env: dict[str, str], acl_redis: SecuredEmbeddedRedis, namespace: str
+) -> None:
+    runner = CliRunner()
+    added = runner.invoke(
+        main, ["user", "add", "alice", "--permission", "DATA:WRITE:flights"], env=cli_env
+    )
+    assert added.exit_code == 0, added.output
+    secret = re.search(r"secret .*: (\S+)$", added.output, re.MULTILINE)
+    assert secret is not None
+    env = {**cli_env, "ALICE_SECRET": "chosen-secret"}
+    bob = runner.invoke(
+        main,
+        ["user", "add", "bob", "--permission", "DATA:READ", "--secret-env", "ALICE_SECRET"],
+        env=env,
+    )
+    assert bob.exit_code == 0 and "chosen-secret" not in bob.output
+
+    listed = runner.invoke(main, ["user", "list"], env=cli_env)
+    assert listed.exit_code == 0
+    assert listed.output.splitlines() == ["alice\tDATA:WRITE:flights", "bob\tDATA:READ"]
+    dump = b"".join(
+        b"".join(f"{k!r}{v!r}".encode() for k, v in _direct(acl_redis).hgetall(key).items())
+        for key in _direct(acl_redis).keys(f"rb:{namespace}:sec:principal:*")
+    )
+    assert secret.group(1).encode() not in dump and b"chosen-secret" not in dump
+
+    removed = runner.invoke(main, ["user", "remove", "alice"], env=cli_env)
+    assert removed.exit_code == 0
+    assert runner.invoke(main, ["user", "list"], env=cli_env).output == "bob\tDATA:READ\n"
+
+
+def test_user_management_needs_cluster_manage_once_an_administrator_exists(
+    cli_env: dict[str, str],
+) -> None:
+    runner = CliRunner()
+    env = {**cli_env, "REGIONBUS_SECURITY_ENABLED": "true", "ADMIN_SECRET": "admin-secret"}
+    first = runner.invoke(
+        main,
+        ["user", "add", "admin", "--permission", "CLUSTER:MANAGE", "--secret-env", "ADMIN_SECRET"],
+        env=env,
+    )
+    assert first.exit_code == 0, first.output
+    refused = runner.invoke(main, ["user", "add", "mallory", "--permission", "*:*"], env=env)
+    assert refused.exit_code != 0 and "CLUSTER:MANAGE needed" in refused.output
+    wrong = {
+        **env,
+        "REGIONBUS_SECURITY_PRINCIPAL": "admin",
+        "REGIONBUS_SECURITY_SECRET": "guess",
+    }
+    assert "bad credentials" in runner.invoke(main, ["user", "list"], env=wrong).output
+    right = {**wrong, "REGIONBUS_SECURITY_SECRET": "admin-secret"}
+    listed = runner.invoke(main, ["user", "list"], env=right)
+    assert listed.exit_code == 0 and "admin\tCLUSTER:MANAGE" in listed.output
+
+
+def test_a_secret_printed_by_user_add_lets_a_client_write_and_nothing_else(
+    redis_url: str,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    client_factory: Callable[..., Any],
+) -> None:
+    env = {"REGIONBUS_NAMESPACE": namespace, "REGIONBUS_REDIS_URL": redis_url}
+    added = CliRunner().invoke(
+        main, ["user", "add", "app", "--permission", "DATA:WRITE:r"], env=env
+    )
+    secret = re.search(r"secret .*: (\S+)$", added.output, re.MULTILINE)
+    assert secret is not None
+    settings = ServerSettings(
+        namespace=namespace,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        redis_url=redis_url,
+        regions=["r"],
+        fetch_wait_max_ms=20,
+        poll_timeout_ms=20,
+        security_enabled=True,
+    )
+    with CacheServer(settings):
+        region = client_factory(
+            security_principal="app", security_secret=secret.group(1)
+        ).create_region("r")
+        region.put("k", 1)
+        with pytest.raises(NotAuthorizedError):
+            region.get("other")

@@ -1,0 +1,453 @@
+"""Security against real Kafka and Redis: signed requests, per-region authorization,
+refusals (typed error, audit line, dead letter, nothing applied) and routing only to readers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from support import Recorder, settle, wait_until
+
+from broker.config import ServerSettings
+from broker.permissions import ResourcePermission
+from broker.principals import PrincipalStore
+from broker.server import CacheServer, ensure_topics
+from broker.store import RegionStore
+from schemas.codec import decode, encode, split_batch
+from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
+from schemas.eventid import EventID
+from schemas.messages import Event, Operation, OperationKind, Reply
+from schemas.naming import Topics, bucket_of
+from schemas.signing import Signer
+
+ClientFactory = Callable[..., Any]
+TEST_FETCH_WAIT_MAX_MS = 20
+
+SECRETS = {"writer": "writer-secret", "reader": "reader-secret", "nosy": "nosy-secret"}
+
+
+def _perms(*texts: str) -> list[ResourcePermission]:
+    return [ResourcePermission.parse(t) for t in texts]
+
+
+@pytest.fixture
+def principals(redis_client: redis.Redis, namespace: str) -> PrincipalStore:
+    """writer: read+write r and s; reader: read r only; nosy: read s, write r."""
+    store = PrincipalStore(redis_client, namespace)
+    store.add("writer", SECRETS["writer"], _perms("DATA:READ:r", "DATA:WRITE:r", "DATA:*:s"))
+    store.add("reader", SECRETS["reader"], _perms("DATA:READ:r"))
+    store.add("nosy", SECRETS["nosy"], _perms("DATA:READ:s", "DATA:WRITE:r"))
+    return store
+
+
+@pytest.fixture
+def secured_server(
+    namespace: str, kafka_bootstrap_servers: str, redis_url: str, principals: PrincipalStore
+) -> Iterator[CacheServer]:
+    """A cache server with security on, regions r and s."""
+    server = CacheServer(
+        ServerSettings(
+            namespace=namespace,
+            kafka_bootstrap_servers=kafka_bootstrap_servers,
+            redis_url=redis_url,
+            regions=["r", "s"],
+            fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
+            poll_timeout_ms=20,
+            message_sync_interval_s=0.2,
+            security_enabled=True,
+            allowed_skew_ms=60_000,
+            principal_cache_ttl_ms=200,
+        )
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _client(factory: ClientFactory, principal: str, secret: str | None = None) -> Any:
+    return factory(security_principal=principal, security_secret=secret or SECRETS[principal])
+
+
+def _stored(redis_client: redis.Redis, namespace: str, region: str, key: str) -> Any:
+    store = RegionStore(redis_client, namespace, 16)
+    exists, entry = store.get(region, key, bucket_of(region, key, 16))
+    assert exists
+    return None if entry is None else entry.value
+
+
+def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "regionbus.audit"]
+
+
+def _topic_values(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
+    """Every message of partition 0 of a topic, read to its end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[bytes, dict[str, bytes]]] = []
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == -191:  # _PARTITION_EOF
+                    break
+                continue
+            headers = {k: v for k, v in (message.headers() or []) if isinstance(v, bytes)}
+            out.append((message.value() or b"", headers))
+    finally:
+        consumer.close()
+    return out
+
+
+def _dead_letter_reasons(bootstrap: str, namespace: str) -> list[str]:
+    return [
+        h.get("rb.reason", b"").decode()
+        for _, h in _topic_values(bootstrap, Topics(namespace).dead_letter)
+    ]
+
+
+# --- authorization ---------------------------------------------------------------------
+
+
+def test_client_without_data_write_is_refused_put_destroy_and_clear_and_nothing_changes(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    redis_client: redis.Redis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="regionbus.audit")
+    writer_cache = _client(client_factory, "writer")
+    writer = writer_cache.create_region("r")
+    writer.put("k", {"v": 1})
+    observer_cache = _client(client_factory, "writer")
+    recorder = Recorder()
+    observer = observer_cache.create_region("r", listeners=[recorder])
+    observer.register_interest("ALL_KEYS")
+    reader = _client(client_factory, "reader").create_region("r")
+    assert reader.get("k") == {"v": 1}
+
+    with pytest.raises(NotAuthorizedError, match="DATA:WRITE:r"):
+        reader.put("k", {"v": 2})
+    with pytest.raises(NotAuthorizedError):
+        reader.put("new", {"v": 3})
+    with pytest.raises(NotAuthorizedError):
+        reader.destroy("k")
+    with pytest.raises(NotAuthorizedError, match="DATA:WRITE:r"):
+        reader.clear()
+
+    assert _stored(redis_client, namespace, "r", "k") == b'{"v":1}'
+    store = RegionStore(redis_client, namespace, 16)
+    assert store.get("r", "new", bucket_of("r", "new", 16)) == (True, None)
+    writer.put("fence", 1)
+    wait_until(lambda: ("create", "fence", 1) in recorder.snapshot(), what="fence event")
+    assert [c for c in recorder.snapshot() if c[1] != "fence"] == []
+    assert observer.get("k") == {"v": 1}
+    refused = _audit_lines(caplog)
+    assert any("principal=reader operation=PUT region=r" in line for line in refused)
+    assert any("principal=reader operation=DESTROY region=r" in line for line in refused)
+    assert any("principal=reader operation=CLEAR region=r" in line for line in refused)
+    wait_until(
+        lambda: (
+            sum(
+                "NotAuthorizedError" in r
+                for r in _dead_letter_reasons(kafka_bootstrap_servers, namespace)
+            )
+            >= 4
+        ),
+        what="four dead letters",
+    )
+
+
+def test_client_without_data_read_cannot_register_or_get_and_gets_no_event_of_the_region(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="regionbus.audit")
+    writer_cache = _client(client_factory, "writer")
+    r_writer, s_writer = writer_cache.create_region("r"), writer_cache.create_region("s")
+    r_writer.put("k", "secret")
+    nosy_cache = _client(client_factory, "nosy")
+    nosy_r = nosy_cache.create_region("r")
+    nosy_s = nosy_cache.create_region("s", listeners=[Recorder()])
+
+    with pytest.raises(NotAuthorizedError, match="DATA:READ:r"):
+        nosy_r.register_interest("ALL_KEYS")
+    with pytest.raises(NotAuthorizedError, match="DATA:READ:r:k"):
+        nosy_r.register_interest(["k"])
+    with pytest.raises(NotAuthorizedError, match="DATA:READ:r"):
+        nosy_r.get("k")
+    nosy_s.register_interest("ALL_KEYS")
+    nosy_r.put("by-nosy", "write is allowed")  # DATA:WRITE:r, and it is applied
+
+    for i in range(20):
+        r_writer.put(f"r{i}", i)
+        s_writer.put(f"s{i}", i)
+    r_writer.clear()
+    wait_until(lambda: nosy_s.get("s19") == 19, what="s events at nosy")
+    settle(nosy_cache)
+
+    regions = set()
+    for value, _ in _topic_values(
+        kafka_bootstrap_servers, Topics(namespace).queue(nosy_cache.client_id)
+    ):
+        for raw in split_batch(value):
+            message = decode(raw)
+            if isinstance(message, Event):
+                regions.add(message.region)
+    assert regions == {"s"}
+    assert any(
+        "principal=nosy operation=REGISTER_INTEREST region=r" in line
+        for line in _audit_lines(caplog)
+    )
+
+
+def test_events_stop_reaching_a_client_whose_read_permission_was_revoked(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    principals: PrincipalStore,
+) -> None:
+    writer = _client(client_factory, "writer").create_region("r")
+    recorder = Recorder()
+    reader_region = _client(client_factory, "reader").create_region("r", listeners=[recorder])
+    reader_region.register_interest("ALL_KEYS")
+    writer.put("before", 1)
+    wait_until(lambda: ("create", "before", 1) in recorder.snapshot(), what="event before")
+
+    principals.add("reader", SECRETS["reader"], _perms("DATA:READ:s"))
+    time.sleep(0.5)  # > principal_cache_ttl_ms of the server
+    for i in range(10):
+        writer.put(f"after{i}", i)
+    writer.put("after9", "last")
+    time.sleep(1.0)
+    assert [c for c in recorder.snapshot() if c[1].startswith("after")] == []
+
+
+# --- authentication --------------------------------------------------------------------
+
+
+def test_a_client_with_a_wrong_secret_is_refused_at_connect(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="regionbus.audit")
+    with pytest.raises(AuthenticationError, match="bad signature"):
+        _client(client_factory, "writer", secret="not-the-secret")
+    assert any(
+        "principal=writer operation=CONNECT" in line and "bad signature" in line
+        for line in _audit_lines(caplog)
+    )
+
+
+class _RawSender:
+    """Signs and produces operations by hand, and reads the replies to its client id."""
+
+    def __init__(self, bootstrap: str, namespace: str, client_id: str) -> None:
+        self.topics = Topics(namespace)
+        self.client_id = client_id
+        self.namespace = namespace
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        ensure_topics(admin, {self.topics.reply(client_id): 1})
+        self.producer = Producer({"bootstrap.servers": bootstrap})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"raw-{client_id}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.consumer.assign([TopicPartition(self.topics.reply(client_id), 0, 0)])
+        self._sequence = 0
+
+    def put(self, key: str, value: bytes, request_id: int) -> tuple[bytes, int]:
+        bucket = bucket_of("r", key, 16)
+        self._sequence += 1
+        op = Operation(
+            request_id=request_id,
+            client_id=self.client_id,
+            kind=OperationKind.PUT,
+            region="r",
+            timestamp_ms=int(time.time() * 1000),
+            event_id=EventID(self.client_id, 1, self._sequence, bucket),
+            key=key,
+            value=value,
+            serializer="bytes",
+        )
+        return encode(op), bucket
+
+    def send(self, value: bytes, bucket: int, headers: list[Any]) -> None:
+        self.producer.produce(self.topics.ops, value, partition=bucket, headers=headers)
+        assert self.producer.flush(10) == 0
+
+    def reply(self, request_id: int, timeout_s: float = 15.0) -> Reply:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            message = self.consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            for raw in split_batch(message.value()):
+                reply = decode(raw)
+                if isinstance(reply, Reply) and reply.request_id == request_id:
+                    return reply
+        raise AssertionError(f"no reply to request {request_id}")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def raw_sender(
+    secured_server: CacheServer, kafka_bootstrap_servers: str, namespace: str
+) -> Iterator[_RawSender]:
+    sender = _RawSender(kafka_bootstrap_servers, namespace, "raw-client")
+    try:
+        yield sender
+    finally:
+        sender.close()
+
+
+def _signed(
+    principal: str, secret: str, namespace: str, topic: str, bucket: int, value: bytes
+) -> list[Any]:
+    return Signer.from_secret(namespace, principal, secret).headers(topic, bucket, value)
+
+
+@pytest.mark.parametrize("attack", ["forged", "tampered", "unknown_principal", "unsigned"])
+def test_forged_tampered_unknown_and_unsigned_messages_are_refused_audited_dead_lettered(
+    attack: str,
+    raw_sender: _RawSender,
+    redis_client: redis.Redis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="regionbus.audit")
+    ops = raw_sender.topics.ops
+    value, bucket = raw_sender.put("target", b"evil", request_id=7)
+    if attack == "forged":
+        headers = _signed("writer", "guessed-key", namespace, ops, bucket, value)
+        reason = "bad signature"
+    elif attack == "tampered":
+        headers = _signed("writer", SECRETS["writer"], namespace, ops, bucket, value)
+        value = value.replace(b"evil", b"evil"[:-1] + b"L")  # one byte changed
+        reason = "bad signature"
+    elif attack == "unknown_principal":
+        headers = _signed("ghost", "whatever", namespace, ops, bucket, value)
+        reason = "unknown principal 'ghost'"
+    else:
+        headers = []
+        reason = "unsigned message"
+    raw_sender.send(value, bucket, headers)
+
+    reply = raw_sender.reply(7)
+    assert not reply.ok
+    error = error_from_wire(reply.error_type, reply.error_message)
+    assert isinstance(error, AuthenticationError)
+    assert reason in str(error)
+    assert _stored(redis_client, namespace, "r", "target") is None
+    assert any(
+        "operation=PUT region=r client=raw-client" in line and reason in line
+        for line in _audit_lines(caplog)
+    )
+    dead = _topic_values(kafka_bootstrap_servers, Topics(namespace).dead_letter)
+    assert [v for v, h in dead if reason in h.get("rb.reason", b"").decode()] == [value]
+
+
+def test_a_replayed_signed_message_is_refused_and_changes_nothing(
+    raw_sender: _RawSender,
+    redis_client: redis.Redis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="regionbus.audit")
+    ops = raw_sender.topics.ops
+    first, bucket = raw_sender.put("k", b"v1", request_id=1)
+    first_headers = _signed("writer", SECRETS["writer"], namespace, ops, bucket, first)
+    raw_sender.send(first, bucket, first_headers)
+    assert raw_sender.reply(1).ok
+    second, _ = raw_sender.put("k", b"v2", request_id=2)
+    raw_sender.send(
+        second, bucket, _signed("writer", SECRETS["writer"], namespace, ops, bucket, second)
+    )
+    assert raw_sender.reply(2).ok
+    assert _stored(redis_client, namespace, "r", "k") == b"v2"
+
+    raw_sender.send(first, bucket, first_headers)  # the very same message, again
+
+    reply = raw_sender.reply(1)
+    assert not reply.ok
+    assert isinstance(error_from_wire(reply.error_type, reply.error_message), AuthenticationError)
+    assert "replayed" in (reply.error_message or "")
+    assert _stored(redis_client, namespace, "r", "k") == b"v2"
+    assert any("replayed" in line for line in _audit_lines(caplog))
+    dead = _topic_values(kafka_bootstrap_servers, Topics(namespace).dead_letter)
+    assert [v for v, h in dead if "replayed" in h.get("rb.reason", b"").decode()] == [first]
+
+
+def test_a_message_signed_outside_the_allowed_skew_is_refused(
+    raw_sender: _RawSender, redis_client: redis.Redis, namespace: str
+) -> None:
+    ops = raw_sender.topics.ops
+    value, bucket = raw_sender.put("old", b"v", request_id=9)
+    signer = Signer.from_secret(namespace, "writer", SECRETS["writer"])
+    stale_ms = int(time.time() * 1000) - 120_000  # allowed skew is 60 s
+    raw_sender.send(value, bucket, signer.headers(ops, bucket, value, timestamp_ms=stale_ms))
+
+    reply = raw_sender.reply(9)
+    assert reply.error_type == "AuthenticationError"
+    assert "allowed skew" in (reply.error_message or "")
+    assert _stored(redis_client, namespace, "r", "old") is None
+
+
+def test_a_principal_cannot_act_as_another_principals_client_id(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    victim = _client(client_factory, "reader")
+    victim.create_region("r").register_interest("ALL_KEYS")
+    sender = _RawSender(kafka_bootstrap_servers, namespace, victim.client_id)
+    try:
+        op = Operation(
+            request_id=5,
+            client_id=victim.client_id,
+            kind=OperationKind.UNREGISTER_INTEREST,
+            region="r",
+            timestamp_ms=int(time.time() * 1000),
+            interest=None,
+        )
+        value = encode(op)
+        ops = Topics(namespace).ops
+        sender.send(value, 0, _signed("writer", SECRETS["writer"], namespace, ops, 0, value))
+        reply = sender.reply(5)
+    finally:
+        sender.close()
+    assert reply.error_type == "NotAuthorizedError"
+    assert "belongs to another principal" in (reply.error_message or "")
