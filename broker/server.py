@@ -76,7 +76,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics, bucket_of, region_bucket
+from schemas.naming import Topics, bucket_of, bucket_role, region_bucket
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.transport import poll_batch
@@ -85,6 +85,11 @@ log = logging.getLogger("regionbus.server")
 
 _ENTRY_CHANGES = (OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE)
 _REGION_CHANGES = (OperationKind.CLEAR, OperationKind.DESTROY_REGION)
+_REGISTRY_CHANGES = (
+    OperationKind.REGISTER_INTEREST,
+    OperationKind.UNREGISTER_INTEREST,
+    OperationKind.DISCONNECT,
+)
 
 
 class InvalidOperationError(RegionBusError):
@@ -1038,7 +1043,10 @@ class CacheServer:
     def _handle_other(self, op: Operation, bucket: int, offset: int) -> None:
         if op.kind in _REGION_CHANGES:
             self._handle_region_change(op, bucket, offset)
-        elif op.kind is OperationKind.REGISTER_INTEREST:
+            return
+        if op.kind in _REGISTRY_CHANGES and not self._still_primary(bucket):
+            return
+        if op.kind is OperationKind.REGISTER_INTEREST:
             self._handle_register(op, bucket)
         elif op.kind is OperationKind.UNREGISTER_INTEREST:
             assert op.interest is not None
@@ -1054,6 +1062,20 @@ class CacheServer:
                 self._reply_region_missing(op, bucket)
                 return
             self._reply_entries(op, bucket, [Entry(e.key, e.version) for e in entries])
+
+    def _still_primary(self, bucket: int) -> bool:
+        """Check the bucket's fencing epoch before an interest-registry write (those are
+        plain Redis writes, not epoch-checked scripts): a primary that was paused past its
+        lease must not undo what its successor registered. On a stale epoch the bucket is
+        dropped and False returned."""
+        if bucket not in self._owned:
+            return False
+        with redis_errors():
+            current = self._redis.get(self.store.keys.epoch(bucket_role(bucket)))
+        if current is not None and int(current) == self._owned[bucket]:
+            return True
+        self._fenced(bucket)
+        return False
 
     def _reply_region_missing(self, op: Operation, bucket: int) -> None:
         self._reply_error(op, bucket, RegionNotFoundError(f"region {op.region!r} not found"))

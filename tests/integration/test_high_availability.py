@@ -23,7 +23,7 @@ from broker.config import ServerSettings
 from broker.server import CacheServer
 from broker.status import ClusterStatus, cluster_status
 from clients import ALL_KEYS, CacheListener, EntryEvent, RegionShortcut
-from schemas.messages import OperationKind
+from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from schemas.naming import RedisKeys, bucket_of, bucket_role
 
 _TOTAL_BUCKETS = 16
@@ -417,3 +417,26 @@ def test_an_unanswered_change_is_sent_again_with_its_event_id_and_applied_once(
         assert second.stats.operations_applied == 1
         writer_cache.close()
         reader.close()
+
+
+def test_a_primary_whose_epoch_is_stale_writes_no_interest_registration(
+    server_settings: ServerSettings,
+    redis_client: redis.Redis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+) -> None:
+    settings = server_settings.model_copy(update={"lease_ttl_ms": 60_000})
+    with CacheServer(settings) as server:
+        bucket = bucket_of("r", "k", _TOTAL_BUCKETS)
+        redis_client.incr(RedisKeys(namespace).epoch(bucket_role(bucket)))  # a takeover
+        register = Operation(
+            request_id=5,
+            client_id="ghost",
+            kind=OperationKind.REGISTER_INTEREST,
+            region="r",
+            timestamp_ms=int(time.time() * 1000),
+            interest=InterestSpec(InterestKind.KEYS, ("k",)),
+        )
+        send_raw_operation(kafka_bootstrap_servers, namespace, register, bucket)
+        wait_until(lambda: server.stats.buckets_lost == 1, what="the server to be fenced out")
+        assert not redis_client.exists(RedisKeys(namespace).interest("ghost"))
