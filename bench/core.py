@@ -32,7 +32,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -63,6 +63,7 @@ _RESULT_TIMEOUT_S = 180.0
 # Tansu closes idle connections; librdkafka reports each at level 6. Errors still show.
 _QUIET = {"log_level": 3}
 _TABLE_WIDTH = 120
+_Figures = TypeVar("_Figures")
 _POSITIVE = click.IntRange(min=1)
 _AT_LEAST_8 = click.IntRange(min=8)  # the send time takes 8 bytes
 
@@ -414,6 +415,20 @@ def _partition(key: str) -> int:
 # --- the run ---------------------------------------------------------------------------
 
 
+def run_or_exit(run: Callable[[], _Figures], console: Console) -> _Figures:
+    """Run a benchmark and return its figures; on Ctrl-C or SIGTERM (exit 130) or a
+    :class:`BenchError` (exit 1) say why and exit, everything started having stopped."""
+    try:
+        with sigterm_as_interrupt():
+            return run()
+    except KeyboardInterrupt:
+        console.print("interrupted: everything stopped", style="red")
+        sys.exit(130)
+    except BenchError as exc:
+        console.print(f"benchmark failed: {exc}", style="red")
+        sys.exit(1)
+
+
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Let SIGTERM unwind like Ctrl-C, so every child and the stack are stopped."""
@@ -571,15 +586,7 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
             "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
         )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    try:
-        with sigterm_as_interrupt():
-            figures = run(options, console)
-    except KeyboardInterrupt:
-        console.print("interrupted: everything stopped", style="red")
-        sys.exit(130)
-    except BenchError as exc:
-        console.print(f"benchmark failed: {exc}", style="red")
-        sys.exit(1)
+    figures = run_or_exit(lambda: run(options, console), console)
     figures.print_table(console)
     if as_json:
         print(figures.as_json(), flush=True)

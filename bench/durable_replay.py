@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench.core import run_or_exit
 from bench.server import BenchError, ServerProcess
 from broker.stack import LocalStack
 from clients import (
@@ -403,14 +404,7 @@ def main(as_json: bool, **values: Any) -> None:
     )
     options = ReplayOptions(**values)
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    try:
-        figures = run(options, console)
-    except KeyboardInterrupt:
-        console.print("interrupted: everything stopped", style="red")
-        sys.exit(130)
-    except BenchError as exc:
-        console.print(f"benchmark failed: {exc}", style="red")
-        sys.exit(1)
+    figures = run_or_exit(lambda: run(options, console), console)
     print_table(figures, options, console)
     if as_json:
         print(json.dumps({**asdict(options), **asdict(figures), "ratio": figures.ratio}))

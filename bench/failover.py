@@ -53,7 +53,7 @@ from bench.core import (
     paced,
     raw_relay_latency,
     raw_throughput,
-    sigterm_as_interrupt,
+    run_or_exit,
     write_async,
 )
 from bench.report import NS_PER_MS, NS_PER_S, Latency, percentile
@@ -958,15 +958,7 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
     if options.kill_after_s >= options.seconds:
         raise click.BadParameter("must be less than --seconds", param_hint="--kill-after-s")
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    try:
-        with sigterm_as_interrupt():
-            figures = run(options, console)
-    except KeyboardInterrupt:
-        console.print("interrupted: everything stopped", style="red")
-        sys.exit(130)
-    except BenchError as exc:
-        console.print(f"benchmark failed: {exc}", style="red")
-        sys.exit(1)
+    figures = run_or_exit(lambda: run(options, console), console)
     figures.print_table(console)
     if as_json:
         print(figures.as_json(), flush=True)
