@@ -88,8 +88,16 @@ def test_false_or_an_exception_delivers_the_same_batch_again_flagged_possible_du
 ) -> None:
     site.start_server(async_event_queues=("audit",))
     listener = _Recording([False, RuntimeError("database down")])
+    # The first batch must hold all 30 puts: wait for them rather than for the first few
+    # the broker makes visible (the 5 ms default would cut a batch there).
     queue = start_async_event_queue(
-        site, "audit", listener, dispatching_paused=True, retry_interval_ms=10
+        site,
+        "audit",
+        listener,
+        dispatching_paused=True,
+        retry_interval_ms=10,
+        batch_size=30,
+        batch_time_interval_ms=3_000,
     )
     region = site.client().create_region("r")
     region.put_all({f"k{i}": i for i in range(30)})
