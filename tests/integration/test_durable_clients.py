@@ -398,20 +398,25 @@ def test_a_client_whose_queue_is_gone_refetches_its_interest_without_listener_ev
     settings = server_settings.model_copy(update={"maximum_time_between_pings_ms": 500})
     with CacheServer(settings):
         recorder = Recorder()
-        # Pings less often than the server's limit: the server drops the client between two.
-        client = client_factory(ping_interval_ms=3_000)
+        # Pings far less often than the server's limit: the server drops the client soon
+        # after one ping, and the puts below land well before the next one re-initialises it.
+        client = client_factory(ping_interval_ms=8_000)
         region = client.create_region("r", listeners=[recorder])
         region.register_interest(["a", "b"])
         writer = client_factory(ping_interval_ms=100).create_region("r")
+        keys = RedisKeys(namespace)
+        # The drop reaches the buckets as DISCONNECT operations: wait for it to be applied,
+        # not only for the client record to go.
         wait_until(
-            lambda: redis_client.hget(RedisKeys(namespace).clients, client.client_id) is None,
+            lambda: redis_client.hget(keys.clients, client.client_id) is None
+            and not redis_client.exists(keys.interest(client.client_id)),
             what="the server to drop the silent client",
         )
         writer.put("a", 1)
         writer.put("b", 2)
         wait_until(
             lambda: region.local_entries() == {"a": 1, "b": 2},
-            timeout_s=15,
+            timeout_s=30,
             what="the re-initialised client to re-fetch its entries of interest",
         )
         settle(client)
