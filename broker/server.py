@@ -1194,35 +1194,26 @@ class CacheServer:
     ) -> None:
         """Reply with entries, split into chunks of ``reply_chunk_bytes``; the last chunk
         carries ``version`` (for registrations: the region version at the snapshot)."""
-        chunk: list[Entry] = []
+        chunks: list[list[Entry]] = [[]]
         size = 0
-        limit = self.settings.reply_chunk_bytes
         for entry in entries:
             entry_size = len(entry.key) + len(entry.value or b"") + 24
-            if chunk and size + entry_size > limit:
-                self._reply(
-                    Reply(
-                        request_id=op.request_id,
-                        bucket=bucket,
-                        ok=True,
-                        entries=tuple(chunk),
-                        more=True,
-                    ),
-                    op.client_id,
-                )
-                chunk, size = [], 0
-            chunk.append(entry)
+            if chunks[-1] and size + entry_size > self.settings.reply_chunk_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(entry)
             size += entry_size
-        self._reply(
-            Reply(
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            reply = Reply(
                 request_id=op.request_id,
                 bucket=bucket,
                 ok=True,
                 entries=tuple(chunk),
-                version=version,
-            ),
-            op.client_id,
-        )
+                more=not last,
+                version=version if last else None,
+            )
+            self._reply(reply, op.client_id)
 
     # --- clients -----------------------------------------------------------------------
 

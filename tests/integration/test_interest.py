@@ -4,10 +4,13 @@ local destroy at registration, unregister, and invariant 3 (no gap at registrati
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from support import Recorder, Sentinel, wait_until
 
+from broker.config import ServerSettings
+from broker.server import CacheServer
 from clients import ALL_KEYS, ClientCache, InterestResultPolicy
 from schemas.errors import InvalidInterestError
 
@@ -167,3 +170,16 @@ def test_the_registry_in_redis_keeps_each_registration_with_its_flags(
         "r|REGEX|a.*": {"receive_values": False, "durable": False},
         "r|ALL_KEYS|": {"receive_values": True, "durable": False},
     }
+
+
+def test_a_bulk_load_larger_than_one_reply_arrives_whole_in_chunks(
+    server_settings: ServerSettings, client_factory: Any
+) -> None:
+    settings = server_settings.model_copy(update={"reply_chunk_bytes": 1024})
+    with CacheServer(settings):
+        writer = client_factory().create_region("r")
+        writer.put_all({f"k{i:03d}": "x" * 100 for i in range(200)})  # ~ 25 KiB
+        reader = client_factory()
+        region = reader.create_region("r")
+        region.register_interest(ALL_KEYS)
+        assert region.local_entries() == {f"k{i:03d}": "x" * 100 for i in range(200)}
