@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ from broker.stack import LocalStack
 from broker.status import cluster_status
 from broker.store import RegionStore
 from schemas.errors import RegionBusError
+from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
 
 
 def _settings(**overrides: Any) -> ServerSettings:
@@ -35,9 +37,16 @@ def _settings(**overrides: Any) -> ServerSettings:
     if "regions" in given:
         given["regions"] = list(given["regions"])
     try:
-        return ServerSettings(**given)
+        return ServerSettings.load(**given)
     except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def _warn_unknown_environment() -> None:
+    for line in unknown_environment():
+        logging.getLogger("regionbus.config").warning(
+            "environment variable %s is not a regionbus setting; ignored", line
+        )
 
 
 def _logging(verbose: bool) -> None:
@@ -66,8 +75,18 @@ def common_options(func: Any) -> Any:
 
 
 @click.group()
-def main() -> None:
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help=f"Configuration file (TOML/YAML tables per process kind, or dotenv) "
+    f"[env {CONFIG_FILE_ENV}].",
+)
+def main(config_path: str | None) -> None:
     """regionbus: Geode-style client caches kept current by server-pushed events."""
+    if config_path:
+        # The environment carries it to the settings classes and to child processes.
+        os.environ[CONFIG_FILE_ENV] = config_path
 
 
 @main.command()
@@ -80,6 +99,10 @@ def serve(verbose: bool, **options: Any) -> None:
     """Run a cache server until SIGINT/SIGTERM."""
     _logging(verbose)
     settings = _settings(**options)
+    _warn_unknown_environment()
+    logging.getLogger("regionbus.config").info(
+        "effective configuration: %s", json.dumps(settings.masked(), sort_keys=True)
+    )
     server = CacheServer(settings)
     stop = threading.Event()
 
@@ -188,6 +211,57 @@ def status(as_json: bool, **options: Any) -> None:
         queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, depth)
     for table in (members, buckets, queues):
         console.print(table)
+
+
+@main.group("config")
+def config_group() -> None:
+    """Inspect the configuration processes read (code, environment, file, defaults)."""
+
+
+@config_group.command("show")
+@click.option(
+    "--for",
+    "kind",
+    type=click.Choice(sorted(SECTIONS)),
+    default="server",
+    show_default=True,
+    help="Process kind whose settings to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def config_show(kind: str, as_json: bool) -> None:
+    """Print the effective, validated configuration of a process kind, secrets masked.
+
+    Exits with status 2 and one line per problem when the configuration is invalid.
+    """
+    cls = settings_class(kind)
+    try:
+        settings = cls.load()
+    except RegionBusError as exc:
+        raise click.UsageError(str(exc)) from exc
+    values, sources = settings.masked(), settings.sources()
+    unknown = unknown_environment()
+    if as_json:
+        document = {
+            "process": kind,
+            "config_file": os.environ.get(CONFIG_FILE_ENV),
+            "settings": {
+                name: {"value": values[name], "source": sources[name], "env": cls.env_name(name)}
+                for name in values
+            },
+            "unknown_environment": unknown,
+        }
+        click.echo(json.dumps(document, indent=2, default=str))
+        return
+    table = Table(title=f"{kind} configuration")
+    for column in ("setting", "value", "source", "environment variable"):
+        table.add_column(column)
+    for name, value in values.items():
+        shown = json.dumps(value, default=str) if not isinstance(value, str) else value
+        table.add_row(name, shown, sources[name], cls.env_name(name))
+    console = Console()
+    console.print(table)
+    for line in unknown:
+        console.print(f"warning: {line} is not a regionbus setting", style="yellow")
 
 
 class _LazyGroup(click.Group):

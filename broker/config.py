@@ -1,7 +1,7 @@
 """Settings of one cache server process, typed and validated at start (pydantic-settings).
 
-Read from the environment (prefix ``REGIONBUS_``, e.g. ``REGIONBUS_NAMESPACE``), from an
-optional ``.env``-style file named by ``REGIONBUS_CONFIG_FILE``, or passed in code.
+Read from code, the environment (prefix ``REGIONBUS_``, e.g. ``REGIONBUS_NAMESPACE``) and the
+file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`schemas.settings`.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import Any
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name
+from schemas.settings import KafkaConnectionSettings, RegionBusSettings
 
 
 def _default_member_id() -> str:
@@ -49,16 +50,49 @@ class GatewayQueueSpec(BaseModel):
     forward_expiration_destroy: bool = False
 
 
-class ServerSettings(BaseSettings):
-    """Configuration of a cache server.
+class RedisConnectionSettings(RegionBusSettings):
+    """The Redis connection of a server-side process (cache server, gateway workers, CLI).
+
+    Attributes:
+        redis_url: Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``; ``rediss://`` for TLS.
+        redis_username: Redis ACL user (Redis >= 6 ``AUTH user password``); None for the
+            default user.
+        redis_password: Optional Redis password (overrides the URL's), kept secret.
+        redis_ssl_ca_certs: CA bundle (PEM path) to verify Redis' certificate; needs a
+            ``rediss://`` URL.
+        redis_ssl_certfile: Client certificate (PEM path) for Redis mutual TLS.
+        redis_ssl_keyfile: Its private key (PEM path).
+    """
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_username: str | None = None
+    redis_password: SecretStr | None = None
+    redis_ssl_ca_certs: str | None = None
+    redis_ssl_certfile: str | None = None
+    redis_ssl_keyfile: str | None = None
+
+    @model_validator(mode="after")
+    def _redis_tls_needs_rediss(self) -> RedisConnectionSettings:
+        tls = [self.redis_ssl_ca_certs, self.redis_ssl_certfile, self.redis_ssl_keyfile]
+        if any(tls) and not self.redis_url.startswith("rediss://"):
+            raise ValueError(
+                f"Redis TLS files are set but redis_url {self.redis_url!r} is not rediss://"
+            )
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"redis_url {self.redis_url!r} is not a redis://, rediss:// or "
+                             "unix:// URL")
+        return self
+
+
+class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
+    """Configuration of a cache server (file table ``[server]``).
+
+    The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
+    :class:`schemas.settings.KafkaConnectionSettings`, the Redis one (``redis_*``, with ACL
+    user and TLS) on :class:`RedisConnectionSettings`.
 
     Attributes:
         namespace: Site namespace; every topic and Redis key of the site starts with it.
-        kafka_bootstrap_servers: Kafka ``bootstrap.servers``, e.g. ``"127.0.0.1:9092"``.
-        redis_url: Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``.
-        redis_password: Optional Redis password (overrides the URL's), kept secret.
-        kafka_config: Extra librdkafka settings for every producer/consumer/admin (e.g.
-            ``security.protocol``, ``sasl.mechanism``); passed through unchanged.
         member_id: This server's member id (EventIDs of server-side ops, logs).
         total_buckets: Buckets = partitions of ``{ns}.ops`` and ``{ns}.events``.
             Default 16 (Geode's ``total-num-buckets`` is 113; ours are Kafka partitions).
@@ -105,12 +139,6 @@ class ServerSettings(BaseSettings):
         async_event_queues: ``{queue id: GatewayQueueSpec}`` queues ``{ns}.aeq.<queue id>``.
         region_gateway_senders: ``{region: [sender id, ...]}`` senders attached to a region.
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
-        redis_username: Redis ACL user (Redis >= 6 ``AUTH user password``); None for the
-            default user.
-        redis_ssl_ca_certs: CA bundle (PEM path) to verify Redis' certificate; needs a
-            ``rediss://`` URL.
-        redis_ssl_certfile: Client certificate (PEM path) for Redis mutual TLS.
-        redis_ssl_keyfile: Its private key (PEM path).
         security_enabled: Authenticate every request (signed by the client, see
             ``schemas.signing``) and authorize it by the principal's permissions. Off by
             default for local development; on in the secured profile.
@@ -122,17 +150,10 @@ class ServerSettings(BaseSettings):
             read from Redis; ``regionbus user remove`` takes effect within this long.
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="REGIONBUS_",
-        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
+    config_section: ClassVar[str] = "server"
 
     namespace: str = "regionbus"
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_password: SecretStr | None = None
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
     member_id: str = Field(default_factory=_default_member_id)
     total_buckets: int = Field(default=DEFAULT_TOTAL_BUCKETS, ge=1, le=1024)
     regions: list[str] = Field(default_factory=list)
@@ -158,10 +179,6 @@ class ServerSettings(BaseSettings):
     region_gateway_senders: dict[str, list[str]] = Field(default_factory=dict)
     region_async_event_queues: dict[str, list[str]] = Field(default_factory=dict)
     # --- security (issue 8) ---
-    redis_username: str | None = None
-    redis_ssl_ca_certs: str | None = None
-    redis_ssl_certfile: str | None = None
-    redis_ssl_keyfile: str | None = None
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
@@ -191,17 +208,3 @@ class ServerSettings(BaseSettings):
         if self.gateway_senders and not self.distributed_system_id:
             raise ValueError("gateway senders need distributed_system_id (1-255)")
         return self
-
-    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
-        """The librdkafka configuration every Kafka client of this server starts from.
-
-        Args:
-            **overrides: librdkafka keys (dots as in librdkafka, pass via a dict) to set.
-
-        Returns:
-            ``bootstrap.servers`` plus :attr:`kafka_config` plus the overrides.
-        """
-        config: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
-        config.update(self.kafka_config)
-        config.update(overrides)
-        return config

@@ -1,22 +1,25 @@
-"""Settings of one client cache: typed, validated, from env (prefix ``REGIONBUS_``) or code."""
+"""Settings of one client cache: typed, validated, from code, env (prefix ``REGIONBUS_``) or
+the ``[client]`` table of the ``REGIONBUS_CONFIG_FILE`` file (:mod:`schemas.settings`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from schemas.naming import check_name
+from schemas.settings import KafkaConnectionSettings
 
 
-class ClientSettings(BaseSettings):
-    """Configuration of a :class:`clients.ClientCache`.
+class ClientSettings(KafkaConnectionSettings):
+    """Configuration of a :class:`clients.ClientCache` (file table ``[client]``).
+
+    The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
+    :class:`schemas.settings.KafkaConnectionSettings`.
 
     Attributes:
         namespace: Site namespace of the servers to talk to.
-        kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
-        kafka_config: Extra librdkafka settings (security, tuning), passed through unchanged.
         client_id: Id of this client (its queue is ``{ns}.queue.<client_id>``); generated
             when None. Must be legal in a Kafka topic name.
         durable_client_id: Makes the client durable under this id (SPEC §5); it then is
@@ -50,11 +53,10 @@ class ClientSettings(BaseSettings):
             MAC key is derived from it at start (PBKDF2, ``schemas.signing``).
     """
 
-    model_config = SettingsConfigDict(env_prefix="REGIONBUS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
+    config_section: ClassVar[str] = "client"
 
     namespace: str = "regionbus"
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
     client_id: str | None = None
     durable_client_id: str | None = None
     durable_client_timeout_s: int = Field(default=300, ge=1)
@@ -80,10 +82,3 @@ class ClientSettings(BaseSettings):
     @classmethod
     def _id_ok(cls, value: str | None) -> str | None:
         return None if value is None else check_name("client id", value, max_len=100)
-
-    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
-        """``bootstrap.servers`` plus :attr:`kafka_config` plus ``overrides``."""
-        config: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap_servers}
-        config.update(self.kafka_config)
-        config.update(overrides)
-        return config

@@ -13,13 +13,14 @@ queue until the listener returns True. A queue can be created paused
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
+from broker.config import RedisConnectionSettings
+from broker.redis_connect import connect_redis
 from gateways.filters import load_hook
 from gateways.processor import QueueProcessor, conflate
 from gateways.sender import default_member_id
@@ -28,6 +29,7 @@ from schemas.eventid import EventID
 from schemas.messages import Event, EventKind
 from schemas.naming import check_name
 from schemas.serializers import serializer_named
+from schemas.settings import KafkaConnectionSettings
 
 log = logging.getLogger("regionbus.gateways.aeq")
 
@@ -101,20 +103,18 @@ class AsyncEventListener:
         """Called once when the queue stops."""
 
 
-class AsyncEventQueueSettings(BaseSettings):
+class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
     """Configuration of an async event queue dispatcher
-    (env prefix ``REGIONBUS_ASYNC_EVENT_QUEUE_``).
+    (env prefix ``REGIONBUS_ASYNC_EVENT_QUEUE_``, file table ``[async_event_queue]``).
 
     The cache servers queue the events (``ServerSettings.async_event_queues``); this worker
-    dispatches them.
+    dispatches them. ``kafka_*`` are documented on
+    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (the dispatcher's lease)
+    on :class:`broker.config.RedisConnectionSettings`.
 
     Attributes:
         queue_id: The queue's id; its topic is ``{namespace}.aeq.<queue_id>``.
         namespace: Site namespace.
-        kafka_bootstrap_servers: Kafka.
-        kafka_config: Extra librdkafka settings.
-        redis_url: Redis (the dispatcher's lease).
-        redis_password: Optional Redis password.
         listener: ``"module:Class"`` of the ``AsyncEventListener`` (for the CLI).
         batch_size: Events per batch (Geode ``batch-size``, default 100).
         batch_time_interval_ms: Longest wait for a batch to fill after its first event
@@ -127,18 +127,11 @@ class AsyncEventQueueSettings(BaseSettings):
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_",
-        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_")
+    config_section: ClassVar[str] = "async_event_queue"
 
     queue_id: str
     namespace: str = "regionbus"
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_password: SecretStr | None = None
     listener: str | None = None
     batch_size: int = Field(default=100, ge=1)
     batch_time_interval_ms: int = Field(default=5, ge=1)
@@ -169,19 +162,11 @@ class AsyncEventQueue(QueueProcessor):
     def __init__(
         self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
     ) -> None:
-        redis_url = settings.redis_url
-        if settings.redis_password is not None:
-            scheme, _, rest = redis_url.partition("://")
-            redis_url = f"{scheme}://:{settings.redis_password.get_secret_value()}@{rest}"
         super().__init__(
             role=f"async-event-queue:{settings.queue_id}",
             namespace=settings.namespace,
-            kafka_config={
-                "bootstrap.servers": settings.kafka_bootstrap_servers,
-                "fetch.wait.max.ms": settings.fetch_wait_max_ms,
-                **settings.kafka_config,
-            },
-            redis_url=redis_url,
+            kafka_config=settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms}),
+            redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.aeq.{settings.queue_id}",
             group_id=f"{settings.namespace}.aeq-dispatcher.{settings.queue_id}",

@@ -1,8 +1,10 @@
 """``regionbus gateway sender|receiver|async-event-queue``: run one gateway worker.
 
-Each command reads its typed settings from the environment (``REGIONBUS_GATEWAY_SENDER_*``,
-``REGIONBUS_GATEWAY_RECEIVER_*``, ``REGIONBUS_ASYNC_EVENT_QUEUE_*``), an env file named by
-``REGIONBUS_CONFIG_FILE``, or the options given, and runs until SIGINT/SIGTERM.
+Each command reads its typed settings from the options given, the environment
+(``REGIONBUS_GATEWAY_SENDER_*``, ``REGIONBUS_GATEWAY_RECEIVER_*``,
+``REGIONBUS_ASYNC_EVENT_QUEUE_*``) and the file named by ``REGIONBUS_CONFIG_FILE`` (tables
+``[gateway_sender]``, ``[gateway_receiver]``, ``[async_event_queue]``; see
+:mod:`schemas.settings`), validates them, and runs until SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import threading
 from typing import Any, Protocol
 
 import click
-from pydantic import ValidationError
 
 from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
@@ -34,10 +35,9 @@ class _Worker(Protocol):
 
 
 def _build(settings_class: Any, options: dict[str, Any]) -> Any:
-    given = {k: v for k, v in options.items() if v is not None}
     try:
-        return settings_class(**given)
-    except (ValidationError, RegionBusError) as exc:
+        return settings_class.load(**options)
+    except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
 
 

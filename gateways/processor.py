@@ -243,7 +243,7 @@ class QueueProcessor:
         role: Lease role (e.g. ``"gateway-sender:ny"``).
         namespace: Local site namespace.
         kafka_config: librdkafka settings of the local Kafka.
-        redis_url: Local Redis (leases).
+        redis_client: The local Redis (leases), from `broker.redis_connect.connect_redis`.
         member_id: This worker's member id (lease holder).
         topic: Queue topic.
         group_id: Consumer group of the queue's committed offsets.
@@ -258,7 +258,7 @@ class QueueProcessor:
         role: str,
         namespace: str,
         kafka_config: dict[str, Any],
-        redis_url: str,
+        redis_client: redis.Redis,
         member_id: str,
         topic: str,
         group_id: str,
@@ -273,7 +273,7 @@ class QueueProcessor:
         self.stats = ProcessorStats()
         self.topics = Topics(namespace)
         self._kafka_config = kafka_config
-        self._redis = redis.Redis.from_url(redis_url)
+        self._redis = redis_client
         self._lease = Lease(self._redis, namespace, role, member_id, lease_ttl_ms)
         self._lease_ttl_ms = lease_ttl_ms
         self._reader = QueueReader(kafka_config, topic, group_id, self._dead_letter)

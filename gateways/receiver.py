@@ -19,20 +19,20 @@ An undecodable batch goes to ``{ns}.dead-letter`` with the reason; the receiver 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from broker.config import RedisConnectionSettings
+from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
 from broker.store import RegionStore
 from clients.pool import Pool
@@ -58,20 +58,23 @@ from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
+from schemas.settings import KafkaConnectionSettings
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 
 
-class GatewayReceiverSettings(BaseSettings):
-    """Configuration of a gateway receiver worker (env prefix ``REGIONBUS_GATEWAY_RECEIVER_``).
+class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
+    """Configuration of a gateway receiver worker (env prefix
+    ``REGIONBUS_GATEWAY_RECEIVER_``, file table ``[gateway_receiver]``).
+
+    ``kafka_*`` (this site's Kafka) are documented on
+    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis, read
+    only, by a conflict resolver) on :class:`broker.config.RedisConnectionSettings`.
 
     Attributes:
         receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
         namespace: This site's namespace.
-        kafka_bootstrap_servers: This site's Kafka.
-        kafka_config: Extra librdkafka settings.
-        redis_url: This site's Redis (read only, by a conflict resolver).
         distributed_system_id: This site's id (1-255).
         conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver``, or None.
         apply_timeout_ms: Longest wait for this site's servers to answer a batch's
@@ -80,17 +83,11 @@ class GatewayReceiverSettings(BaseSettings):
         member_id: This worker's member id.
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="REGIONBUS_GATEWAY_RECEIVER_",
-        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
+    config_section: ClassVar[str] = "gateway_receiver"
 
     receiver_id: str = "receiver"
     namespace: str = "regionbus"
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
-    redis_url: str = "redis://127.0.0.1:6379/0"
     distributed_system_id: int = Field(ge=1, le=255)
     conflict_resolver: str | None = None
     apply_timeout_ms: int = Field(default=30_000, ge=100)
@@ -160,10 +157,7 @@ class GatewayReceiver:
         if conflict_resolver is None and settings.conflict_resolver:
             conflict_resolver = load_hook(settings.conflict_resolver, GatewayConflictResolver)
         self.resolver = conflict_resolver
-        self._kafka: dict[str, Any] = {
-            "bootstrap.servers": settings.kafka_bootstrap_servers,
-            **settings.kafka_config,
-        }
+        self._kafka: dict[str, Any] = settings.librdkafka()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -227,15 +221,14 @@ class GatewayReceiver:
         ensure_topics(AdminClient(self._kafka), {self.inbound_topic: 1})
         client_settings = ClientSettings(
             namespace=s.namespace,
-            kafka_bootstrap_servers=s.kafka_bootstrap_servers,
-            kafka_config=s.kafka_config,
+            **s.kafka_connection(),
             fetch_wait_max_ms=s.fetch_wait_max_ms,
             read_timeout_ms=s.apply_timeout_ms,
         )
         self._pool = Pool(client_settings, self.client_id, s.member_id)
         if self.resolver is not None:
             self._store = RegionStore(
-                redis.Redis.from_url(s.redis_url), s.namespace, self._pool.total_buckets
+                connect_redis(s), s.namespace, self._pool.total_buckets
             )
         self._producer = Producer({**self._kafka, "linger.ms": 5, "acks": "all"})
         consumer = Consumer(

@@ -23,13 +23,15 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
+from broker.config import RedisConnectionSettings
+from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
 from gateways.errors import RemoteSiteUnreachableError
 from gateways.filters import GatewayEventFilter, load_hook
@@ -46,6 +48,7 @@ from schemas.codec import encode
 from schemas.errors import MessageDecodeError, TransportError
 from schemas.messages import Event
 from schemas.naming import check_name
+from schemas.settings import KafkaConnectionSettings
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
@@ -57,18 +60,18 @@ def default_member_id(kind: str) -> str:
     return f"{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class GatewaySenderSettings(BaseSettings):
-    """Configuration of one gateway sender worker (env prefix ``REGIONBUS_GATEWAY_SENDER_``).
+class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
+    """Configuration of one gateway sender worker (env prefix ``REGIONBUS_GATEWAY_SENDER_``,
+    file table ``[gateway_sender]``).
 
     The cache servers of the site queue the events (``ServerSettings.gateway_senders``);
-    this worker sends them.
+    this worker sends them. ``kafka_*`` (local Kafka, with SASL and TLS) are documented on
+    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (local Redis: the primary
+    sender's lease) on :class:`broker.config.RedisConnectionSettings`.
 
     Attributes:
         sender_id: The sender's id; its queue is ``{namespace}.gw.<sender_id>``.
         namespace: Local site namespace.
-        kafka_bootstrap_servers: Local Kafka.
-        kafka_config: Extra librdkafka settings for the local Kafka.
-        redis_url: Local Redis (the primary sender's lease).
         distributed_system_id: Local site id (1-255).
         remote_distributed_system_id: The remote site's id (1-255).
         remote_namespace: The remote site's namespace.
@@ -92,18 +95,11 @@ class GatewaySenderSettings(BaseSettings):
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="REGIONBUS_GATEWAY_SENDER_",
-        env_file=os.environ.get("REGIONBUS_CONFIG_FILE"),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
+    config_section: ClassVar[str] = "gateway_sender"
 
     sender_id: str
     namespace: str = "regionbus"
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    kafka_config: dict[str, Any] = Field(default_factory=dict)
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_password: SecretStr | None = None
     distributed_system_id: int = Field(ge=1, le=255)
     remote_distributed_system_id: int = Field(ge=1, le=255)
     remote_namespace: str
@@ -125,13 +121,6 @@ class GatewaySenderSettings(BaseSettings):
     def _topic_legal(cls, value: str) -> str:
         return check_name("name", value, max_len=120)
 
-    def redis_connection_url(self) -> str:
-        """The Redis URL with :attr:`redis_password` applied."""
-        if self.redis_password is None:
-            return self.redis_url
-        scheme, _, rest = self.redis_url.partition("://")
-        return f"{scheme}://:{self.redis_password.get_secret_value()}@{rest.split('@')[-1]}"
-
 
 class GatewaySender(QueueProcessor):
     """A gateway sender worker: runs on threads until :meth:`stop`.
@@ -150,16 +139,12 @@ class GatewaySender(QueueProcessor):
         *,
         event_filters: list[GatewayEventFilter] | None = None,
     ) -> None:
-        local = {
-            "bootstrap.servers": settings.kafka_bootstrap_servers,
-            "fetch.wait.max.ms": settings.fetch_wait_max_ms,
-            **settings.kafka_config,
-        }
+        local = settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms})
         super().__init__(
             role=f"gateway-sender:{settings.sender_id}",
             namespace=settings.namespace,
             kafka_config=local,
-            redis_url=settings.redis_connection_url(),
+            redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.gw.{settings.sender_id}",
             group_id=f"{settings.namespace}.gw-sender.{settings.sender_id}",

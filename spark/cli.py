@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -25,15 +24,16 @@ _console = Console()
 
 
 def _settings(namespace: str | None, kafka: str | None) -> ClientSettings:
-    given: dict[str, Any] = {"namespace": namespace, "kafka_bootstrap_servers": kafka}
     try:
-        return ClientSettings(**{k: v for k, v in given.items() if v is not None})
-    except (ValidationError, RegionBusError) as exc:
+        return ClientSettings.load(namespace=namespace, kafka_bootstrap_servers=kafka)
+    except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
 
 
 def _extra_kafka_config(settings: ClientSettings) -> dict[str, str]:
-    return {k: str(v) for k, v in settings.kafka_config.items()}
+    """librdkafka settings beyond the bootstrap servers: security (typed fields) and
+    ``kafka_config``, for the Spark source's ``kafka.*`` options."""
+    return {k: str(v) for k, v in settings.librdkafka().items() if k != "bootstrap.servers"}
 
 
 _namespace = click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE].")
