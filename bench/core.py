@@ -41,6 +41,7 @@ from rich.console import Console
 from bench.cpu import CpuMeter
 from bench.report import NS_PER_S, Figures, Latency, Targets, Throughput, latency, throughput
 from bench.server import BenchError, ServerProcess
+from bench.summary import SummaryRow, emit
 from bench.workers import (
     Child,
     produce,
@@ -530,6 +531,23 @@ def run(options: BenchOptions, console: Console) -> Figures:
     )
 
 
+def summary_rows(figures: Figures) -> list[SummaryRow]:
+    """The headline figures of a run for ``bench.all``'s table."""
+    tp, raw, fan = figures.regionbus_throughput, figures.raw_throughput, figures.raw_fanout
+    latency, relay = figures.regionbus_latency, figures.raw_relay_latency
+    return [
+        SummaryRow("core", "ops applied/s", tp.acked_per_s, raw.delivered_per_s,
+                   "produce→consume msg/s"),
+        SummaryRow("core", f"events delivered/s ({tp.readers} subscribers)",
+                   tp.delivered_per_s, fan.delivered_per_s,
+                   f"produce→{fan.readers} consumers msg/s"),
+        SummaryRow("core", "put→listener latency p50 (ms)", latency.p50_ms, relay.p50_ms,
+                   "two-hop relay p50", higher_is_better=False),
+        SummaryRow("core", "put→listener latency p99 (ms)", latency.p99_ms, relay.p99_ms,
+                   "two-hop relay p99", higher_is_better=False),
+    ]
+
+
 @click.command()
 @click.option(
     "--ops", default=50_000, type=_POSITIVE, show_default=True,
@@ -588,6 +606,7 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     figures = run_or_exit(lambda: run(options, console), console)
     figures.print_table(console)
+    emit(summary_rows(figures))
     if as_json:
         print(figures.as_json(), flush=True)
 

@@ -43,6 +43,7 @@ from rich.table import Table
 
 from bench.core import run_or_exit
 from bench.server import BenchError, ServerProcess
+from bench.summary import SummaryRow, emit
 from broker.stack import LocalStack
 from clients import (
     ALL_KEYS,
@@ -406,6 +407,9 @@ def main(as_json: bool, **values: Any) -> None:
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     figures = run_or_exit(lambda: run(options, console), console)
     print_table(figures, options, console)
+    emit([SummaryRow("durable_replay", f"replay of {figures.events:,} queued events, events/s",
+                     figures.replay_events_per_s, figures.raw_events_per_s,
+                     "raw consume of the queue topic events/s")])
     if as_json:
         print(json.dumps({**asdict(options), **asdict(figures), "ratio": figures.ratio}))
 

@@ -58,6 +58,7 @@ from bench.core import (
 )
 from bench.report import NS_PER_MS, NS_PER_S, Latency, percentile
 from bench.server import BenchError, ServerProcess
+from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_tracking_subscriber
 from broker.stack import LocalStack
 from broker.status import ClusterStatus, cluster_status
@@ -855,6 +856,25 @@ def run(options: FailoverOptions, console: Console) -> Figures:
     return Figures(settings, failover, relay, one, cluster, raw_per_s).with_ratios()
 
 
+def summary_rows(figures: Figures) -> list[SummaryRow]:
+    """The headline figures of a run for ``bench.all``'s table."""
+    fo, relay = figures.failover, figures.raw_relay
+    rows = [
+        SummaryRow("failover", "put→listener p99 before the kill (ms)", fo.before_kill.p99_ms,
+                   relay.p99_ms, "two-hop relay p99", higher_is_better=False),
+        SummaryRow("failover", "kill → every orphaned bucket delivering (ms)", fo.resume_max_ms,
+                   relay.p99_ms, "two-hop relay p99", higher_is_better=False),
+        SummaryRow("failover", "acknowledged puts lost / listener duplicates",
+                   float(fo.lost + fo.listener_duplicates), math.nan, "must be 0"),
+    ]
+    if figures.cluster is not None:
+        rows.append(SummaryRow(
+            "failover", f"puts acked/s through {figures.cluster.servers} servers",
+            figures.cluster.acked_per_s, figures.raw_throughput_per_s,
+            "produce→consume msg/s"))
+    return rows
+
+
 @click.command()
 @click.option("--rate", default=2_000, type=_POSITIVE, show_default=True, help="Puts per second.")
 @click.option(
@@ -960,6 +980,7 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     figures = run_or_exit(lambda: run(options, console), console)
     figures.print_table(console)
+    emit(summary_rows(figures))
     if as_json:
         print(figures.as_json(), flush=True)
     if not figures.correct:

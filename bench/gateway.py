@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import percentile
+from bench.summary import SummaryRow, emit
 from bench.workers import TIMESTAMP_BYTES, stamped_value
 from broker.server import ensure_topics
 from broker.stack import EmbeddedKafka, LocalStack
@@ -568,6 +569,12 @@ def main(verbose: bool, **values: Any) -> None:
         raw = raw_mirror(a_kafka, b_kafka, options)
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
     report(rb, raw, options, console)
+    emit([
+        SummaryRow("gateway", "events/s through one serial sender", rb.events_per_s,
+                   raw.events_per_s, "raw consume→produce mirror"),
+        SummaryRow("gateway", f"replication lag p99 at {options.rate}/s (ms)", rb.lag_p99_ms,
+                   raw.lag_p99_ms, "raw mirror lag p99", higher_is_better=False),
+    ])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from bench.summary import SummaryRow, emit
 from broker.stack import LocalStack
 from schemas.codec import encode
 from schemas.eventid import EventID
@@ -148,6 +149,11 @@ def main(events: int, value_bytes: int, master: str) -> None:
         rate = n / seconds
         table.add_row(name, f"{n:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / raw_rate:.2f}")
     console.print(table)
+    emit([
+        SummaryRow("spark_read", f"{name} rows/s", n / seconds, raw_rate,
+                   "confluent-kafka consume rows/s")
+        for name, n, seconds in runs[1:]
+    ])
     if raw_n != events or any(n != events for _, n, _ in runs):
         raise click.ClickException("a reader did not see every event")
 

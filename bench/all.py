@@ -1,0 +1,163 @@
+"""Run every benchmark of the project in turn and write one Markdown table of their figures,
+each beside the raw Kafka / Redis baseline measured in the same run, with the ratio.
+
+``python -m bench.all`` runs ``bench.core``, ``bench.durable_replay``, ``bench.failover``,
+``bench.gateway`` and ``bench.spark_read``, one child process each (each starts its own
+embedded stack unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name one), collects the rows
+they emit (:mod:`bench.summary`) and writes ``--output`` (default ``bench/RESULTS.md``):
+the machine, the load average before each benchmark, the table, and any benchmark that
+failed with the tail of its output. ``--profile quick`` uses smaller sizes (a few minutes in
+all); ``full`` uses each benchmark's own defaults. Machines are noisy: compare the ratios.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """One benchmark module and its arguments per profile."""
+
+    name: str
+    quick: tuple[str, ...]
+    full: tuple[str, ...] = ()
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("core", ("--ops", "10000", "--subscribers", "4", "--latency-seconds", "5")),
+    Benchmark("durable_replay", ("--events", "20000")),
+    Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
+    Benchmark("gateway", ("--events", "5000", "--seconds", "8")),
+    Benchmark("spark_read", ("--events", "200000")),
+)
+"""Every benchmark, in the order they run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one benchmark's run ended."""
+
+    name: str
+    exit_code: int
+    seconds: float
+    load_before: str
+    output_tail: str
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def run_benchmark(
+    benchmark: Benchmark, profile: str, summary_file: Path, log_dir: Path, timeout_s: float
+) -> Outcome:
+    """Run one benchmark module in a child process; its rows go to ``summary_file``.
+
+    Args:
+        benchmark: What to run.
+        profile: ``"quick"`` or ``"full"``.
+        summary_file: The JSON-lines file the child appends its rows to.
+        log_dir: Where its whole output is kept (``<name>.log``).
+        timeout_s: Longest run, in seconds; then it is killed and counted failed.
+
+    Returns:
+        Its exit code (124 on timeout), duration, the load average before it and the
+        last lines of its output.
+    """
+    arguments = benchmark.quick if profile == "quick" else benchmark.full
+    command = [sys.executable, "-m", f"bench.{benchmark.name}", *arguments]
+    environment = {**os.environ, SUMMARY_FILE_ENV: str(summary_file), "PYTHONUNBUFFERED": "1"}
+    log_path = log_dir / f"{benchmark.name}.log"
+    load_before = _load_average()
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        try:
+            code = subprocess.run(
+                command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                timeout=timeout_s, check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+    return Outcome(benchmark.name, code, time.monotonic() - started, load_before, tail)
+
+
+def write_report(
+    path: Path, rows: list[SummaryRow], outcomes: list[Outcome], profile: str
+) -> None:
+    """Write the Markdown report: machine, per-benchmark outcome, the table, failures."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# regionbus benchmarks",
+        "",
+        f"Run {now} on {platform.node()} ({os.cpu_count()} cores, Python "
+        f"{platform.python_version()}), profile `{profile}`, by `python -m bench.all`.",
+        "Each figure is beside the raw Kafka / Redis baseline measured in the same run;",
+        "machines are noisy, so compare the ratios, not the absolute figures.",
+        "",
+        "| benchmark | exit | seconds | load average before (1, 5, 15 min) |",
+        "|---|---:|---:|---|",
+        *(f"| {o.name} | {o.exit_code} | {o.seconds:.0f} | {o.load_before} |" for o in outcomes),
+        "",
+        markdown_table(rows),
+    ]
+    for outcome in outcomes:
+        if outcome.exit_code != 0:
+            lines += [f"## {outcome.name} failed (exit {outcome.exit_code})", "", "```",
+                      outcome.output_tail, "```", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@click.command()
+@click.option("--profile", type=click.Choice(["quick", "full"]), default="quick",
+              show_default=True, help="quick: smaller sizes; full: each benchmark's defaults.")
+@click.option("--only", multiple=True, type=click.Choice([b.name for b in BENCHMARKS]),
+              help="Run only these benchmarks (repeatable).")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("bench/RESULTS.md"), show_default=True, help="Markdown report.")
+@click.option("--timeout-s", default=1800.0, show_default=True,
+              help="Longest run of one benchmark, seconds.")
+def main(profile: str, only: tuple[str, ...], output: Path, timeout_s: float) -> None:
+    """Run every benchmark in turn and write one Markdown table of figures and ratios.
+
+    Exits with status 1 when a benchmark failed (the report still lists the others).
+    """
+    console = Console()
+    chosen = [b for b in BENCHMARKS if not only or b.name in only]
+    log_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-all-"))
+    summary_file = log_dir / "summary.jsonl"
+    outcomes = []
+    for benchmark in chosen:
+        console.print(f"running bench.{benchmark.name} ({profile}); log {log_dir}/"
+                      f"{benchmark.name}.log", highlight=False)
+        outcome = run_benchmark(benchmark, profile, summary_file, log_dir, timeout_s)
+        outcomes.append(outcome)
+        verdict = "ok" if outcome.exit_code == 0 else f"FAILED (exit {outcome.exit_code})"
+        console.print(f"  {verdict} in {outcome.seconds:.0f} s", highlight=False)
+    rows = read(summary_file)
+    write_report(output, rows, outcomes, profile)
+    console.print(markdown_table(rows), highlight=False, markup=False)
+    console.print(f"report written to {output}", highlight=False)
+    if any(o.exit_code != 0 for o in outcomes):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

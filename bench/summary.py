@@ -1,0 +1,104 @@
+"""The figures every benchmark hands to ``python -m bench.all``: one row per figure, with
+the raw Kafka / Redis baseline measured in the same run and the ratio.
+
+A benchmark calls :func:`emit` at its end; when ``bench.all`` runs it, the environment
+variable :data:`SUMMARY_FILE_ENV` names a JSON-lines file the rows are appended to.
+Run alone, a benchmark prints its own tables and :func:`emit` does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SUMMARY_FILE_ENV = "BENCH_SUMMARY_FILE"
+"""Names the JSON-lines file :func:`emit` appends to (set by ``bench.all``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """One figure of a benchmark beside its baseline.
+
+    Attributes:
+        benchmark: The benchmark module, e.g. ``"core"``.
+        figure: What was measured, with its unit, e.g. ``"ops applied/s"``.
+        regionbus: The regionbus figure (NaN when not measured).
+        baseline: The raw Kafka / Redis figure measured in the same run (NaN if none).
+        baseline_name: What the baseline is, e.g. ``"produce→consume"``.
+        higher_is_better: True for rates, False for latencies (how to read the ratio).
+    """
+
+    benchmark: str
+    figure: str
+    regionbus: float
+    baseline: float
+    baseline_name: str
+    higher_is_better: bool = True
+
+    @property
+    def ratio(self) -> float:
+        """``regionbus ÷ baseline``; NaN when either is missing or the baseline is 0."""
+        if not self.baseline or math.isnan(self.baseline) or math.isnan(self.regionbus):
+            return math.nan
+        return self.regionbus / self.baseline
+
+
+def emit(rows: Iterable[SummaryRow]) -> None:
+    """Append ``rows`` to the file named by :data:`SUMMARY_FILE_ENV`, if it is set.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = os.environ.get(SUMMARY_FILE_ENV)
+    if not path:
+        return
+    with Path(path).open("a", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(asdict(row), allow_nan=True) + "\n")
+
+
+def read(path: Path) -> list[SummaryRow]:
+    """The rows appended to ``path`` (none if it does not exist).
+
+    Raises:
+        ValueError: a line is not a row :func:`emit` wrote.
+    """
+    if not path.exists():
+        return []
+    return [
+        SummaryRow(**json.loads(line))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
+
+
+def markdown_table(rows: Iterable[SummaryRow]) -> str:
+    """One Markdown table of every row: benchmark, figure, regionbus, baseline, ratio."""
+    lines = [
+        "| benchmark | figure | regionbus | raw baseline | baseline | regionbus ÷ raw |",
+        "|---|---|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        ratio = "n/a" if math.isnan(row.ratio) else f"{row.ratio:.2f}x"
+        if not math.isnan(row.ratio):
+            ratio += "" if row.higher_is_better else " (lower is better)"
+        lines.append(
+            f"| {row.benchmark} | {row.figure} | {_number(row.regionbus)} | "
+            f"{_number(row.baseline)} | {row.baseline_name} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["SUMMARY_FILE_ENV", "SummaryRow", "emit", "markdown_table", "read"]
