@@ -1,6 +1,12 @@
-# The regionbus image: the cache server, the CLI and the client library.
-FROM python:3.11-slim
-WORKDIR /app
+# The regionbus image: the cache server, the gateway workers, the CLI and the client
+# library. `regionbus` is the entry point, so a compose `command` is its arguments
+# (default: `regionbus serve`). Spark jobs (`regionbus spark ...`) need a Java runtime,
+# which this image does not ship; everything else runs as is.
+
+# Build a wheel of the package only, so no source tree or build tool reaches the runtime.
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY clients ./clients
@@ -9,6 +15,18 @@ COPY gateways ./gateways
 COPY spark ./spark
 COPY demo ./demo
 COPY bench ./bench
-RUN pip install --no-cache-dir .
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+FROM python:3.11-slim
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+COPY --from=build /wheels /wheels
+# The dependencies (confluent-kafka with librdkafka, hiredis, pyspark, pandas) all come
+# as manylinux wheels: nothing is compiled, so no compiler is installed.
+RUN pip install /wheels/*.whl && rm -rf /wheels
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin regionbus
+USER regionbus
+WORKDIR /home/regionbus
+# Prometheus metrics (REGIONBUS_METRICS_PORT in docker-compose.yml)
+EXPOSE 9464
 ENTRYPOINT ["regionbus"]
 CMD ["serve"]

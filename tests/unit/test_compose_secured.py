@@ -36,7 +36,8 @@ def test_secured_profile_adds_services_and_leaves_the_default_ones_alone(
     services = compose["services"]
     secured = {name for name, s in services.items() if "secured" in s.get("profiles", [])}
     assert secured == {"kafka-secured", "kafka-acls", "redis-secured", "cache-server-secured"}
-    assert all("profiles" not in services[n] for n in ("kafka", "redis", "cache-server"))
+    default = ("kafka", "redis", "cache-server-1", "cache-server-2")
+    assert all("profiles" not in services[n] for n in default)
 
 
 def test_every_variable_has_a_default_so_plain_compose_up_still_interpolates() -> None:

@@ -1,0 +1,622 @@
+"""Check ``docker-compose.yml`` and the ``Dockerfile`` without a Docker engine.
+
+What it checks:
+
+- the compose file, interpolated the way ``docker compose`` does with every variable unset,
+  is valid against the Compose Specification JSON schema (``tests/data/compose-spec.json``);
+- every service that runs the regionbus image runs a command that exists: the image's
+  ENTRYPOINT (or the service's ``entrypoint``) is a ``[project.scripts]`` entry point, and
+  its arguments resolve through that entry point's click group to a command whose options
+  all exist (the same for ``regionbus ...`` in a shell healthcheck);
+- every environment variable such a service sets is one the configuration of its command
+  reads: names derived from the pydantic-settings classes (``env_prefix`` + field name,
+  or the field's alias) and constants listed in :data:`SETTINGS_OF_COMMAND`; the values,
+  with the command's options, must also be valid settings;
+- the files the compose file mounts or reads and the Dockerfile copies exist; the
+  Dockerfile's final stage runs as a non-root user with an exec-form ENTRYPOINT, and its
+  build copies every package ``pyproject.toml`` names.
+
+Run by hand: ``.venv/bin/python scripts/check_compose.py [COMPOSE_FILE] [--accept-field NAME]``
+(exit status 1 and one line per problem when something is wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import json
+import os
+import re
+import shlex
+import sys
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import click
+import jsonschema
+import pathspec
+import yaml
+from dockerfile_parse import DockerfileParser
+from dotenv import dotenv_values
+from pydantic import AliasChoices, ValidationError
+from pydantic_settings import BaseSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETTINGS_OF_COMMAND: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("serve",): ("broker.config:ServerSettings",),
+    ("status",): (
+        "broker.config:ServerSettings",
+        "broker.cli_users:PRINCIPAL_ENV",
+        "broker.cli_users:SECRET_ENV",
+    ),
+    ("region", "create"): ("broker.config:ServerSettings",),
+    ("region", "list"): ("broker.config:ServerSettings",),
+    ("gateway", "sender"): ("gateways.sender:GatewaySenderSettings",),
+    ("gateway", "receiver"): ("gateways.receiver:GatewayReceiverSettings",),
+    ("gateway", "async-event-queue"): ("gateways.async_event_queue:AsyncEventQueueSettings",),
+    ("demo", "flights"): ("broker.stack:KAFKA_ENV_VAR", "broker.stack:REDIS_ENV_VAR"),
+}
+"""What configuration each CLI command reads, keyed by its path below the entry point:
+``"module:Class"`` of a pydantic-settings class, or ``"module:NAME"`` of a string constant
+holding an environment variable's name. A compose service may set only these variables.
+A command used in the compose file but missing here is reported, so a new command gets an
+entry rather than an unchecked environment."""
+
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)"
+    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
+)
+_SHELL_SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, with the compose service it was found in (None: file level)."""
+
+    service: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.service}: {self.message}" if self.service else self.message
+
+
+@dataclass(frozen=True)
+class Project:
+    """The files a check reads.
+
+    Attributes:
+        compose_file: The compose file to check.
+        project_dir: Where its relative paths start (``docker compose``'s project
+            directory), and the regionbus image's build context (with its
+            ``.dockerignore``).
+        dockerfile: The regionbus image's Dockerfile.
+        pyproject: ``pyproject.toml`` with ``[project.scripts]`` and the package list.
+        schema: The Compose Specification JSON schema.
+    """
+
+    compose_file: Path
+    project_dir: Path
+    dockerfile: Path
+    pyproject: Path
+    schema: Path
+
+    @classmethod
+    def at(cls, root: Path, compose_file: Path | None = None) -> Project:
+        """The project's files under ``root``, optionally with another compose file (a
+        broken copy whose relative paths still resolve against ``root``)."""
+        return cls(
+            compose_file=compose_file or root / "docker-compose.yml",
+            project_dir=root,
+            dockerfile=root / "Dockerfile",
+            pyproject=root / "pyproject.toml",
+            schema=root / "tests" / "data" / "compose-spec.json",
+        )
+
+
+@dataclass
+class _Found:
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, service: str | None, message: str) -> None:
+        self.problems.append(Problem(service, message))
+
+
+class _CommandError(Exception):
+    """The arguments do not name a command of the CLI, or its options are wrong."""
+
+
+# --- interpolation ---------------------------------------------------------------------
+
+
+def interpolate(text: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Substitute Compose variables in one string as ``docker compose`` does.
+
+    Supports ``$$`` (a literal ``$``), ``$VAR``, ``${VAR}``, ``${VAR:-default}``,
+    ``${VAR-default}``, ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+other}`` and
+    ``${VAR+other}`` (no nesting).
+
+    Args:
+        text: The string from the compose file.
+        environ: The variables that are set (the check uses none, like a fresh shell).
+
+    Returns:
+        The interpolated string, and a message for each variable that is unset with no
+        default (Compose substitutes an empty string and warns) or required (``?``).
+    """
+    complaints: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group("escaped"):
+            return "$"
+        name = match.group("braced") or match.group("plain")
+        op, arg = match.group("op"), match.group("arg") or ""
+        value = environ.get(name)
+        empty = not value
+        if op in (":-", "-"):
+            return arg if (empty if op == ":-" else value is None) else value or ""
+        if op in (":+", "+"):
+            return arg if not (empty if op == ":+" else value is None) else ""
+        if op in (":?", "?"):
+            if empty if op == ":?" else value is None:
+                complaints.append(f"variable {name} is required: {arg or 'unset'}")
+            return value or ""
+        if value is None:
+            complaints.append(f"variable {name} is unset and has no default")
+        return value or ""
+
+    return _VARIABLE.sub(substitute, text), complaints
+
+
+def _interpolated(node: Any, environ: Mapping[str, str], where: list[str], found: _Found) -> Any:
+    if isinstance(node, str):
+        value, complaints = interpolate(node, environ)
+        service = where[1] if len(where) > 1 and where[0] == "services" else None
+        for complaint in complaints:
+            found.add(service, f"{complaint} (at {'/'.join(where)})")
+        return value
+    if isinstance(node, Mapping):
+        return {k: _interpolated(v, environ, [*where, str(k)], found) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolated(v, environ, [*where, str(i)], found) for i, v in enumerate(node)]
+    return node
+
+
+# --- the package: entry points, CLI, settings ------------------------------------------
+
+
+def entry_points(pyproject: Path) -> dict[str, str]:
+    """``[project.scripts]`` of ``pyproject``: ``{script name: "module:attribute"}``.
+
+    Raises:
+        OSError: the file cannot be read.
+        tomllib.TOMLDecodeError: it is not TOML.
+    """
+    data = tomllib.loads(pyproject.read_text())
+    scripts: dict[str, str] = data.get("project", {}).get("scripts", {})
+    return scripts
+
+
+def _load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def resolve_command(
+    root: click.Command, name: str, args: Sequence[str]
+) -> tuple[tuple[str, ...], click.Context]:
+    """Parse ``args`` as the command line ``name args...`` would be, without running it.
+
+    Groups are walked with ``get_command`` (so lazily imported subcommands are loaded) and
+    the final command's ``make_context`` parses its options and arguments.
+
+    Args:
+        root: The entry point's click command or group.
+        name: The entry point's name (``info_name``).
+        args: The arguments after it.
+
+    Returns:
+        The command's path below the entry point (e.g. ``("gateway", "sender")``) and its
+        parsed context (``params`` holds the options' values).
+
+    Raises:
+        _CommandError: a subcommand does not exist, an option is unknown, a value is
+            invalid, a required argument is missing, or the arguments ask for ``--help``.
+    """
+    command, parent, path, rest = root, None, [name], list(args)
+    try:
+        while isinstance(command, click.Group):
+            ctx = command.context_class(command, info_name=path[-1], parent=parent)
+            with ctx.scope(cleanup=False):
+                # click.Command's parser leaves the subcommand and its arguments in `rest`
+                rest = click.Command.parse_args(command, ctx, rest)
+            if not rest:
+                raise _CommandError(f"'{' '.join(path)}' needs a subcommand")
+            sub = command.get_command(ctx, rest[0])
+            if sub is None:
+                known = ", ".join(command.list_commands(ctx))
+                raise _CommandError(
+                    f"'{' '.join(path)}' has no command {rest[0]!r} (it has: {known})"
+                )
+            command, parent = sub, ctx
+            path.append(rest.pop(0))
+        leaf = command.make_context(path[-1], rest, parent=parent)
+    except click.exceptions.Exit as exc:
+        raise _CommandError(f"'{' '.join(path)}' exits while parsing its arguments") from exc
+    except click.UsageError as exc:
+        raise _CommandError(f"'{' '.join(path)}': {exc.format_message()}") from exc
+    return tuple(path[1:]), leaf
+
+
+def settings_env_names(
+    settings_class: type[BaseSettings], extra_fields: Iterable[str] = ()
+) -> set[str]:
+    """The environment variable names a pydantic-settings class reads, upper-cased.
+
+    Args:
+        settings_class: The class.
+        extra_fields: Field names to accept as if the class had them (fields another
+            branch adds, until it is merged).
+
+    Returns:
+        ``env_prefix + field name`` for each field, or the field's alias (or each of its
+        alias choices) when it has one; ``prefix + field + delimiter`` prefixes are not
+        included (none of the project's classes sets ``env_nested_delimiter``).
+    """
+    prefix = settings_class.model_config.get("env_prefix", "")
+    names = {f"{prefix}{extra}" for extra in extra_fields}
+    for field_name, info in settings_class.model_fields.items():
+        alias = info.validation_alias or info.alias
+        if alias is None:
+            names.add(f"{prefix}{field_name}")
+        else:
+            # an AliasPath's first element is the variable (the rest index into its JSON)
+            for choice in alias.choices if isinstance(alias, AliasChoices) else [alias]:
+                names.add(choice if isinstance(choice, str) else str(choice.path[0]))
+    return {name.upper() for name in names}
+
+
+def _accepted(
+    targets: Sequence[str], extra_fields: Iterable[str]
+) -> tuple[set[str], list[type[BaseSettings]]]:
+    names: set[str] = set()
+    classes: list[type[BaseSettings]] = []
+    for target in targets:
+        found = _load(target)
+        if isinstance(found, type) and issubclass(found, BaseSettings):
+            names |= settings_env_names(found, extra_fields)
+            classes.append(found)
+        elif isinstance(found, str):
+            names.add(found.upper())
+        else:
+            raise TypeError(f"{target} is neither a pydantic-settings class nor a string")
+    return names, classes
+
+
+@contextmanager
+def _only_environment(environment: Mapping[str, str]) -> Iterator[None]:
+    """The process environment replaced by ``environment`` (a container's) for a while."""
+    with mock.patch.dict(os.environ, environment, clear=True):
+        yield
+
+
+def _validate_settings(
+    settings_class: type[BaseSettings], environment: Mapping[str, str], params: Mapping[str, Any]
+) -> str | None:
+    # The CLI passes its non-empty options as keyword arguments (broker.cli._settings).
+    given: dict[str, Any] = {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in params.items()
+        if k in settings_class.model_fields and v not in (None, ())
+    }
+    try:
+        with _only_environment(environment):
+            settings_class(**given)
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"environment is not valid {settings_class.__name__}: {details}"
+    except Exception as exc:
+        return f"environment is not valid {settings_class.__name__}: {exc}"
+    return None
+
+
+# --- the compose file and the Dockerfile ----------------------------------------------
+
+
+def _argv(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return shlex.split(value)
+    return [str(v) for v in value]
+
+
+def _environment(
+    service: Mapping[str, Any], project_dir: Path, found: _Found, name: str
+) -> dict[str, str]:
+    """A service's environment: its env files, then ``environment`` (which wins)."""
+    result: dict[str, str] = {}
+    env_files = service.get("env_file", [])
+    for entry in [env_files] if isinstance(env_files, str | dict) else env_files:
+        path = entry if isinstance(entry, str) else entry.get("path", "")
+        required = entry.get("required", True) if isinstance(entry, dict) else True
+        source = project_dir / path
+        if source.is_file():
+            result.update({k: v or "" for k, v in dotenv_values(source).items()})
+        elif required:
+            found.add(name, f"env_file {path} does not exist")
+    environment = service.get("environment", {})
+    if isinstance(environment, list):
+        for item in environment:
+            key, _, value = str(item).partition("=")
+            result[key] = value
+    else:
+        result.update({str(k): "" if v is None else str(v) for k, v in environment.items()})
+    return result
+
+
+@dataclass(frozen=True)
+class _Image:
+    entrypoint: list[str]
+    cmd: list[str]
+
+
+def _exec_form(value: str) -> list[str] | None:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
+        return parsed
+    return None
+
+
+def check_dockerfile(project: Project, scripts: Mapping[str, str], found: _Found) -> _Image:
+    """Check the Dockerfile; return its final stage's ENTRYPOINT and CMD."""
+    where = f"Dockerfile {project.dockerfile.name}"
+    parser = DockerfileParser(path=str(project.dockerfile))
+    final: list[dict[str, Any]] = []
+    copies: list[str] = []
+    for instruction in parser.structure:
+        if instruction["instruction"] == "FROM":
+            final = []
+        final.append(instruction)
+        if instruction["instruction"] in ("COPY", "ADD"):
+            words = shlex.split(instruction["value"])
+            if not any(w.startswith("--from") for w in words):
+                copies += [w for w in words[:-1] if not w.startswith("--")]
+    image = _Image([], [])
+    user = None
+    for instruction in final:
+        kind, value = instruction["instruction"], instruction["value"]
+        if kind in ("ENTRYPOINT", "CMD"):
+            argv = _exec_form(value)
+            if argv is None:
+                found.add(None, f"{where}: {kind} {value} is not in exec (JSON array) form")
+                argv = []
+            image = (
+                _Image(argv, image.cmd) if kind == "ENTRYPOINT" else _Image(image.entrypoint, argv)
+            )
+        elif kind == "USER":
+            user = value.split(":")[0]
+    if not image.entrypoint or image.entrypoint[0] not in scripts:
+        found.add(
+            None,
+            f"{where}: ENTRYPOINT {image.entrypoint} is not one of the package's entry points "
+            f"{sorted(scripts)}",
+        )
+    if user in (None, "root", "0"):
+        found.add(None, f"{where}: the final stage runs as root (add a USER)")
+    ignore_file = project.project_dir / ".dockerignore"
+    ignored = pathspec.GitIgnoreSpec.from_lines(
+        ignore_file.read_text().splitlines() if ignore_file.is_file() else []
+    )
+    for source in copies:
+        path = project.project_dir / source
+        if not path.exists():
+            found.add(None, f"{where}: COPY source {source} does not exist")
+        elif ignored.match_file(source) or ignored.match_file(f"{source}/"):
+            found.add(None, f"{where}: COPY source {source} is excluded by .dockerignore")
+    copied = {Path(s).parts[0] for s in copies if Path(s).parts}
+    pyproject = tomllib.loads(project.pyproject.read_text())
+    find = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {})
+    for pattern in find.get("include", []):
+        package = pattern.rstrip("*").rstrip(".")
+        if package and package not in copied:
+            found.add(None, f"{where}: package {package} (pyproject.toml) is not copied")
+    return image
+
+
+def _regionbus_services(services: Mapping[str, Any], project_dir: Path) -> set[str]:
+    """Services built from the project directory, or running an image such a service
+    builds."""
+    built: set[str] = set()
+    images: set[str] = set()
+    for name, service in services.items():
+        build = service.get("build")
+        context = build if isinstance(build, str) else (build or {}).get("context")
+        if context is not None and (project_dir / context).resolve() == project_dir.resolve():
+            built.add(name)
+            if "image" in service:
+                images.add(service["image"])
+    return built | {n for n, s in services.items() if s.get("image") in images}
+
+
+def _shell_commands(text: str) -> list[list[str]]:
+    """The simple commands of a shell command line (split at ``|``, ``&&``, ``;``...)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for token in lexer:
+        if token in _SHELL_SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [c for c in commands if c]
+
+
+def _close_match(name: str, accepted: set[str]) -> str | None:
+    """The accepted name ``name`` is probably a misspelling of, compared after the prefix
+    they share (``REGIONBUS_``), which would otherwise make every name look alike."""
+    first, last = min(accepted, default=""), max(accepted, default="")
+    shared = next(
+        (i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first)
+    )
+    prefix = first[: first.rfind("_", 0, shared) + 1]
+    if not name.startswith(prefix):
+        prefix = ""
+    tails = {n[len(prefix) :]: n for n in accepted}
+    close = difflib.get_close_matches(name[len(prefix) :], list(tails), n=1, cutoff=0.8)
+    return tails[close[0]] if close else None
+
+
+def _check_service(
+    name: str,
+    service: Mapping[str, Any],
+    image: _Image,
+    scripts: Mapping[str, str],
+    project: Project,
+    extra_fields: Iterable[str],
+    found: _Found,
+) -> None:
+    if "entrypoint" in service:
+        argv = _argv(service["entrypoint"]) + _argv(service.get("command"))
+    else:
+        command = service.get("command", image.cmd)
+        argv = image.entrypoint + _argv(command)
+    environment = _environment(service, project.project_dir, found, name)
+    if not argv or argv[0] not in scripts:
+        found.add(name, f"runs {argv[:1]}, not one of the entry points {sorted(scripts)}")
+        return
+    try:
+        path, ctx = resolve_command(_load(scripts[argv[0]]), argv[0], argv[1:])
+    except _CommandError as exc:
+        found.add(name, f"command {' '.join(argv)!r}: {exc}")
+        return
+    targets = SETTINGS_OF_COMMAND.get(path)
+    if targets is None:
+        found.add(
+            name,
+            f"command {' '.join(path)!r} has no entry in SETTINGS_OF_COMMAND "
+            "(scripts/check_compose.py): say which configuration it reads",
+        )
+        return
+    accepted, classes = _accepted(targets, extra_fields)
+    for variable in sorted(environment):
+        if variable.upper() not in accepted:
+            close = _close_match(variable.upper(), accepted)
+            hint = f"did you mean {close}?" if close else f"see {', '.join(targets)}"
+            found.add(
+                name,
+                f"environment variable {variable} is not read by "
+                f"'{argv[0]} {' '.join(path)}' ({hint})",
+            )
+    for settings_class in classes:
+        complaint = _validate_settings(settings_class, environment, ctx.params)
+        if complaint:
+            found.add(name, complaint)
+    test = (service.get("healthcheck") or {}).get("test")
+    if isinstance(test, list) and test[:1] == ["CMD-SHELL"]:
+        shell_commands = _shell_commands(" ".join(test[1:]))
+    elif isinstance(test, list) and test[:1] == ["CMD"]:
+        shell_commands = [test[1:]]
+    elif isinstance(test, str):
+        shell_commands = _shell_commands(test)
+    else:
+        shell_commands = []
+    for words in shell_commands:
+        if words[0] in scripts:
+            try:
+                resolve_command(_load(scripts[words[0]]), words[0], words[1:])
+            except _CommandError as exc:
+                found.add(name, f"healthcheck {' '.join(words)!r}: {exc}")
+
+
+def _check_mounts(name: str, service: Mapping[str, Any], project_dir: Path, found: _Found) -> None:
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source = volume.split(":", 1)[0]
+        else:
+            source = volume.get("source", "") if volume.get("type") == "bind" else ""
+        if source.startswith((".", "/")) and not (project_dir / source).exists():
+            found.add(name, f"mounts {source}, which does not exist")
+
+
+def check(project: Project, *, extra_fields: Iterable[str] = ()) -> list[Problem]:
+    """Check the compose file and the Dockerfile of ``project``.
+
+    Args:
+        project: The files.
+        extra_fields: Settings field names accepted for every settings class as if it had
+            them (see :func:`settings_env_names`).
+
+    Returns:
+        Every problem found; empty when all is well. Problems in a service name it.
+
+    Raises:
+        OSError: a file cannot be read.
+        ImportError: an entry point or a :data:`SETTINGS_OF_COMMAND` target cannot be
+            imported (the package is not installed, or was renamed).
+    """
+    found = _Found()
+    extra_fields = tuple(extra_fields)
+    try:
+        raw = yaml.safe_load(project.compose_file.read_text())
+    except yaml.YAMLError as exc:
+        return [Problem(None, f"{project.compose_file.name} is not YAML: {exc}")]
+    compose = _interpolated(raw, {}, [], found)
+    schema = json.loads(project.schema.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for error in sorted(validator.iter_errors(compose), key=lambda e: list(e.absolute_path)):
+        where = [str(p) for p in error.absolute_path]
+        service = where[1] if len(where) > 1 and where[0] == "services" else None
+        found.add(service, f"schema: {error.message} (at {'/'.join(where) or '/'})")
+    services = compose.get("services") if isinstance(compose, dict) else None
+    if not isinstance(services, dict):
+        return found.problems
+    scripts = entry_points(project.pyproject)
+    image = check_dockerfile(project, scripts, found)
+    ours = _regionbus_services(services, project.project_dir)
+    for name, service in services.items():
+        if not isinstance(service, dict):
+            continue
+        _check_mounts(name, service, project.project_dir, found)
+        if name in ours:
+            _check_service(name, service, image, scripts, project, extra_fields, found)
+    return found.problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check a compose file (default: the repository's) and the Dockerfile; print each
+    problem.
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``): an optional compose file,
+            and ``--accept-field NAME`` (repeatable) for settings fields not merged yet.
+
+    Returns:
+        0 when nothing is wrong, else 1.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("compose_file", nargs="?", type=Path)
+    parser.add_argument("--accept-field", action="append", default=[], metavar="NAME")
+    args = parser.parse_args(argv)
+    compose_file = args.compose_file.resolve() if args.compose_file else None
+    problems = check(Project.at(ROOT, compose_file), extra_fields=args.accept_field)
+    for problem in problems:
+        print(problem)
+    print(f"{len(problems)} problem(s)" if problems else "compose file and Dockerfile: OK")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
