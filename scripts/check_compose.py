@@ -49,18 +49,24 @@ from pydantic_settings import BaseSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
+_CONFIG_FILE = "schemas.settings:CONFIG_FILE_ENV"
+
 SETTINGS_OF_COMMAND: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("serve",): ("broker.config:ServerSettings",),
+    ("serve",): ("broker.config:ServerSettings", _CONFIG_FILE),
     ("status",): (
         "broker.config:ServerSettings",
+        _CONFIG_FILE,
         "broker.cli_users:PRINCIPAL_ENV",
         "broker.cli_users:SECRET_ENV",
     ),
-    ("region", "create"): ("broker.config:ServerSettings",),
-    ("region", "list"): ("broker.config:ServerSettings",),
-    ("gateway", "sender"): ("gateways.sender:GatewaySenderSettings",),
-    ("gateway", "receiver"): ("gateways.receiver:GatewayReceiverSettings",),
-    ("gateway", "async-event-queue"): ("gateways.async_event_queue:AsyncEventQueueSettings",),
+    ("region", "create"): ("broker.config:ServerSettings", _CONFIG_FILE),
+    ("region", "list"): ("broker.config:ServerSettings", _CONFIG_FILE),
+    ("gateway", "sender"): ("gateways.sender:GatewaySenderSettings", _CONFIG_FILE),
+    ("gateway", "receiver"): ("gateways.receiver:GatewayReceiverSettings", _CONFIG_FILE),
+    ("gateway", "async-event-queue"): (
+        "gateways.async_event_queue:AsyncEventQueueSettings",
+        _CONFIG_FILE,
+    ),
     ("demo", "flights"): ("broker.stack:KAFKA_ENV_VAR", "broker.stack:REDIS_ENV_VAR"),
 }
 """What configuration each CLI command reads, keyed by its path below the entry point:
