@@ -22,6 +22,7 @@ from rich.table import Table
 
 from broker.cli_users import principal_store, require_cluster_manage, user
 from broker.config import ServerSettings
+from broker.observability import configure_logging
 from broker.redis_connect import connect_redis
 from broker.server import CacheServer
 from broker.stack import LocalStack
@@ -40,10 +41,17 @@ def _settings(**overrides: Any) -> ServerSettings:
         raise click.UsageError(str(exc)) from exc
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+log = logging.getLogger("regionbus.cli")
+
+
+def _logging(verbose: bool, settings: ServerSettings | None = None) -> None:
+    if settings is None:
+        configure_logging("text", verbose=verbose)
+        return
+    configure_logging(
+        settings.log_format,
+        verbose=verbose,
+        fields={"member": settings.member_id, "namespace": settings.namespace},
     )
 
 
@@ -75,11 +83,21 @@ def main() -> None:
 @click.option(
     "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port, 0 = any free one [env REGIONBUS_METRICS_PORT].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text or JSON [env REGIONBUS_LOG_FORMAT, default text].",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def serve(verbose: bool, **options: Any) -> None:
     """Run a cache server until SIGINT/SIGTERM."""
-    _logging(verbose)
     settings = _settings(**options)
+    _logging(verbose, settings)
     server = CacheServer(settings)
     stop = threading.Event()
 
@@ -90,6 +108,9 @@ def serve(verbose: bool, **options: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     server.start()
     click.echo(f"cache server {settings.member_id} serving namespace {settings.namespace}")
+    if server.metrics_url is not None:
+        click.echo(f"metrics at {server.metrics_url}")
+        log.info("metrics of %s at %s", settings.member_id, server.metrics_url)
     while not stop.wait(1.0):
         if not server.alive:
             raise click.ClickException(f"cache server stopped: {server.failure}")

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.observability import Metric
 from gateways.filters import load_hook
+from gateways.metrics import async_event_queue_metric_families
 from gateways.processor import QueueProcessor, conflate
 from gateways.sender import default_member_id
 from schemas.errors import ConfigurationError
@@ -30,6 +32,16 @@ from schemas.naming import check_name
 from schemas.serializers import serializer_named
 
 log = logging.getLogger("regionbus.gateways.aeq")
+
+
+def dispatcher_lease_role(queue_id: str) -> str:
+    """The lease role of an async event queue's dispatcher (Redis ``rb:{ns}:lease:<role>``)."""
+    return f"async-event-queue:{queue_id}"
+
+
+def dispatcher_queue_group(namespace: str, queue_id: str) -> str:
+    """The consumer group whose committed offsets are the head of an async event queue."""
+    return f"{namespace}.aeq-dispatcher.{queue_id}"
 
 
 class AsyncEvent(NamedTuple):
@@ -125,6 +137,11 @@ class AsyncEventQueueSettings(BaseSettings):
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
+        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
+        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
+            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(
@@ -148,6 +165,9 @@ class AsyncEventQueueSettings(BaseSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+    # --- observability (issue 7) ---
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("queue_id", "namespace")
     @classmethod
@@ -174,7 +194,7 @@ class AsyncEventQueue(QueueProcessor):
             scheme, _, rest = redis_url.partition("://")
             redis_url = f"{scheme}://:{settings.redis_password.get_secret_value()}@{rest}"
         super().__init__(
-            role=f"async-event-queue:{settings.queue_id}",
+            role=dispatcher_lease_role(settings.queue_id),
             namespace=settings.namespace,
             kafka_config={
                 "bootstrap.servers": settings.kafka_bootstrap_servers,
@@ -184,10 +204,11 @@ class AsyncEventQueue(QueueProcessor):
             redis_url=redis_url,
             member_id=settings.member_id,
             topic=f"{settings.namespace}.aeq.{settings.queue_id}",
-            group_id=f"{settings.namespace}.aeq-dispatcher.{settings.queue_id}",
+            group_id=dispatcher_queue_group(settings.namespace, settings.queue_id),
             batch_size=settings.batch_size,
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
+            metrics_port=settings.metrics_port,
         )
         if listener is None:
             if not settings.listener:
@@ -215,6 +236,9 @@ class AsyncEventQueue(QueueProcessor):
     def _can_peek(self) -> bool:
         return self._resumed.is_set()
 
+    def _metric_families(self) -> list[Metric]:
+        return async_event_queue_metric_families(self)
+
     def _close(self) -> None:
         try:
             self.listener.close()
@@ -240,4 +264,11 @@ class AsyncEventQueue(QueueProcessor):
         return False
 
 
-__all__ = ["AsyncEvent", "AsyncEventListener", "AsyncEventQueue", "AsyncEventQueueSettings"]
+__all__ = [
+    "AsyncEvent",
+    "AsyncEventListener",
+    "AsyncEventQueue",
+    "AsyncEventQueueSettings",
+    "dispatcher_lease_role",
+    "dispatcher_queue_group",
+]
