@@ -176,7 +176,8 @@ def region_list(**options: Any) -> None:
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def status(as_json: bool, **options: Any) -> None:
-    """Show members, bucket primaries and secondaries, queues and durable clients."""
+    """Show members, bucket primaries and secondaries, queues, durable clients and
+    gateways (senders, receivers, async event queues)."""
     settings = _settings(**options)
     client = connect_redis(settings)
     try:
@@ -207,8 +208,45 @@ def status(as_json: bool, **options: Any) -> None:
     for q in current.queues:
         depth = "?" if q.depth_messages is None else str(q.depth_messages)
         queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, depth)
-    for table in (members, buckets, queues):
+    durable = Table(title="durable clients")
+    for column in ("client", "state", "away since", "timeout (s)", "expires"):
+        durable.add_column(column)
+    for d in current.durable_clients:
+        durable.add_row(
+            d.client_id,
+            d.state,
+            _utc(d.away_since_ms),
+            str(d.durable_client_timeout_s),
+            _utc(d.expires_at_ms),
+        )
+    senders = Table(title="gateway senders")
+    aeqs = Table(title="async event queues")
+    for table, rows in ((senders, current.gateway_senders), (aeqs, current.async_event_queues)):
+        for column in ("id", "topic", "partitions", "primary", "epoch", "backlog (events)"):
+            table.add_column(column)
+        for g in rows:
+            table.add_row(
+                g.queue_id,
+                g.topic,
+                "-" if g.partitions is None else str(g.partitions),
+                g.primary or "-",
+                str(g.epoch),
+                "?" if g.backlog_events is None else str(g.backlog_events),
+            )
+    receivers = Table(title="gateway receivers")
+    for column in ("id", "topic", "pending batches"):
+        receivers.add_column(column)
+    for r in current.gateway_receivers:
+        pending = "?" if r.pending_batches is None else str(r.pending_batches)
+        receivers.add_row(r.receiver_id, r.topic, pending)
+    for table in (members, buckets, queues, durable, senders, receivers, aeqs):
         console.print(table)
+
+
+def _utc(at_ms: int | None) -> str:
+    if at_ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at_ms / 1000))
 
 
 class _LazyGroup(click.Group):
