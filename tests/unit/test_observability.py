@@ -104,6 +104,7 @@ def test_an_endpoint_on_port_0_serves_its_own_registry_and_frees_the_port_when_s
     second.start()
     try:
         assert first.port and second.port and first.port != second.port
+        second_port = second.port
         count["applied"] = 7  # read at scrape time, not at registration
         assert first.url is not None
         with urllib.request.urlopen(first.url, timeout=5) as response:
@@ -122,7 +123,7 @@ def test_an_endpoint_on_port_0_serves_its_own_registry_and_frees_the_port_when_s
     assert samples["regionbus_bucket_primaries"].value == 16
     assert first.port is None and first.url is None
     with pytest.raises(OSError):
-        urllib.request.urlopen(f"http://127.0.0.1:{second.port or 1}/metrics", timeout=2)
+        urllib.request.urlopen(f"http://127.0.0.1:{second_port}/metrics", timeout=2)
 
 
 def test_without_a_port_there_is_no_endpoint_but_the_registry_still_answers() -> None:
