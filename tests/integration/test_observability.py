@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -374,3 +375,49 @@ def test_async_event_queue_endpoint_counts_a_refused_batch_as_one_retry(
     assert queue.metrics_url is None
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_regionbus_serve_prints_its_metrics_url_and_logs_json_lines_with_member_and_namespace(
+    namespace: str, kafka_bootstrap_servers: str, redis_url: str
+) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--namespace",
+            namespace,
+            "--kafka",
+            kafka_bootstrap_servers,
+            "--redis",
+            redis_url,
+            "--region",
+            "r",
+            "--metrics-port",
+            "0",
+            "--log-format",
+            "json",
+        ],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any(line.startswith("metrics at ") for line in lines), 60, "the URL")
+        url = next(line for line in lines if line.startswith("metrics at ")).split()[-1]
+        samples = wait_for_sample(url, "regionbus_bucket_primaries", lambda v: v == 16)
+        assert value(samples, "regionbus_bucket_primaries", namespace=namespace) == 16
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, errors = process.communicate(timeout=60)
+    assert process.returncode == 0, errors
+    logged = [json.loads(line) for line in errors.splitlines() if line.startswith("{")]
+    assert logged, errors
+    assert all(r["namespace"] == namespace and r["member"].startswith("server-") for r in logged)
+    assert any("serving" in r["message"] for r in logged)
