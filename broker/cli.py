@@ -23,6 +23,7 @@ from rich.table import Table
 
 from broker.cli_users import principal_store, require_cluster_manage, user
 from broker.config import ServerSettings
+from broker.observability import configure_logging
 from broker.redis_connect import connect_redis
 from broker.server import CacheServer
 from broker.stack import LocalStack
@@ -49,10 +50,17 @@ def _warn_unknown_environment() -> None:
         )
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+log = logging.getLogger("regionbus.cli")
+
+
+def _logging(verbose: bool, settings: ServerSettings | None = None) -> None:
+    if settings is None:
+        configure_logging("text", verbose=verbose)
+        return
+    configure_logging(
+        settings.log_format,
+        verbose=verbose,
+        fields={"member": settings.member_id, "namespace": settings.namespace},
     )
 
 
@@ -94,11 +102,21 @@ def main(config_path: str | None) -> None:
 @click.option(
     "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port, 0 = any free one [env REGIONBUS_METRICS_PORT].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text or JSON [env REGIONBUS_LOG_FORMAT, default text].",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def serve(verbose: bool, **options: Any) -> None:
     """Run a cache server until SIGINT/SIGTERM."""
-    _logging(verbose)
     settings = _settings(**options)
+    _logging(verbose, settings)
     _warn_unknown_environment()
     logging.getLogger("regionbus.config").info(
         "effective configuration: %s", json.dumps(settings.masked(), sort_keys=True)
@@ -113,6 +131,9 @@ def serve(verbose: bool, **options: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     server.start()
     click.echo(f"cache server {settings.member_id} serving namespace {settings.namespace}")
+    if server.metrics_url is not None:
+        click.echo(f"metrics at {server.metrics_url}")
+        log.info("metrics of %s at %s", settings.member_id, server.metrics_url)
     while not stop.wait(1.0):
         if not server.alive:
             raise click.ClickException(f"cache server stopped: {server.failure}")
@@ -178,7 +199,8 @@ def region_list(**options: Any) -> None:
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def status(as_json: bool, **options: Any) -> None:
-    """Show members, bucket primaries and secondaries, queues and durable clients."""
+    """Show members, bucket primaries and secondaries, queues, durable clients and
+    gateways (senders, receivers, async event queues)."""
     settings = _settings(**options)
     client = connect_redis(settings)
     try:
@@ -209,7 +231,38 @@ def status(as_json: bool, **options: Any) -> None:
     for q in current.queues:
         depth = "?" if q.depth_messages is None else str(q.depth_messages)
         queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, depth)
-    for table in (members, buckets, queues):
+    durable = Table(title="durable clients")
+    for column in ("client", "state", "away since", "timeout (s)", "expires"):
+        durable.add_column(column)
+    for d in current.durable_clients:
+        durable.add_row(
+            d.client_id,
+            d.state,
+            _utc(d.away_since_ms),
+            str(d.durable_client_timeout_s),
+            _utc(d.expires_at_ms),
+        )
+    senders = Table(title="gateway senders")
+    aeqs = Table(title="async event queues")
+    for table, rows in ((senders, current.gateway_senders), (aeqs, current.async_event_queues)):
+        for column in ("id", "topic", "partitions", "primary", "epoch", "backlog (events)"):
+            table.add_column(column)
+        for g in rows:
+            table.add_row(
+                g.queue_id,
+                g.topic,
+                "-" if g.partitions is None else str(g.partitions),
+                g.primary or "-",
+                str(g.epoch),
+                "?" if g.backlog_events is None else str(g.backlog_events),
+            )
+    receivers = Table(title="gateway receivers")
+    for column in ("id", "topic", "pending batches"):
+        receivers.add_column(column)
+    for r in current.gateway_receivers:
+        pending = "?" if r.pending_batches is None else str(r.pending_batches)
+        receivers.add_row(r.receiver_id, r.topic, pending)
+    for table in (members, buckets, queues, durable, senders, receivers, aeqs):
         console.print(table)
 
 
@@ -262,6 +315,12 @@ def config_show(kind: str, as_json: bool) -> None:
     console.print(table)
     for line in unknown:
         console.print(f"warning: {line} is not a regionbus setting", style="yellow")
+
+
+def _utc(at_ms: int | None) -> str:
+    if at_ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at_ms / 1000))
 
 
 class _LazyGroup(click.Group):

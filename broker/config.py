@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -148,6 +148,12 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
             it: older requests are refused as possible replays.
         principal_cache_ttl_ms: How long a server trusts principals and permissions it
             read from Redis; ``regionbus user remove`` takes effect within this long.
+        metrics_port: TCP port of the server's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is ``CacheServer.metrics_port``). See :mod:`broker.observability`.
+        log_format: ``"text"`` (default: ``time level logger: message`` lines) or
+            ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
+            by ``regionbus serve``.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
@@ -182,6 +188,9 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
+    # --- observability (issue 7) ---
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("namespace")
     @classmethod

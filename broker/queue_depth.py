@@ -75,6 +75,15 @@ class QueueDepths:
             _, queue.acked = queue.marks.popleft()
         return self.depth(client_id)
 
+    def snapshot(self) -> dict[str, int]:
+        """``{client id: depth}`` as of each client's last :meth:`refresh`; safe to call
+        from another thread (the metrics endpoint's) while the server counts."""
+        return {c: q.delivered - q.acked for c, q in list(self._queues.items())}
+
+    def clients(self) -> list[str]:
+        """The clients whose queues this server counts."""
+        return list(self._queues)
+
     def clients_at_or_over(self, limit: int) -> list[str]:
         """Clients whose last known depth is at least ``limit`` events."""
         return [c for c, q in self._queues.items() if q.delivered - q.acked >= limit]

@@ -43,10 +43,12 @@ from broker.client_registry import (
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
+from broker.observability import MetricsEndpoint
 from broker.principals import Principal
 from broker.queue_depth import QueueDepths
 from broker.redis_connect import connect_redis
 from broker.security import SecurityGuard, audit_refusal
+from broker.server_metrics import server_metric_families
 from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
 from gateways.enqueue import GatewayEnqueuer
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
@@ -90,6 +92,9 @@ _REGISTRY_CHANGES = (
     OperationKind.UNREGISTER_INTEREST,
     OperationKind.DISCONNECT,
 )
+# Clients whose acked offsets are re-read per sync for the queue depth gauges (round robin):
+# bounds the admin requests a sync may make when many clients are connected.
+_DEPTH_REFRESHES_PER_SYNC = 8
 
 
 class InvalidOperationError(RegionBusError):
@@ -98,7 +103,8 @@ class InvalidOperationError(RegionBusError):
 
 @dataclass
 class ServerStats:
-    """Counters of one server since it started (the metrics issue exports them).
+    """Counters of one server since it started; its Prometheus metrics are read from here
+    at scrape time (:mod:`broker.server_metrics`), so the two never disagree.
 
     Attributes:
         operations_applied: Changes applied to Redis (not counting duplicates).
@@ -112,6 +118,15 @@ class ServerStats:
         buckets_lost: Buckets whose lease this server lost or was fenced out of.
         queue_full_waits: Times operations were held because a client's queue was full.
         clients_disconnected: Clients disconnected as unresponsive (queue full too long).
+        buckets_fenced: Of ``buckets_lost``, those another server had taken over (a write
+            refused for a stale fencing epoch).
+        operations_applied_by_region: ``{region: {kind: count}}`` of
+            ``operations_applied``, kind the lower-case ``OperationKind`` (``put``,
+            ``destroy``, ``invalidate``, ``clear``, ``destroy_region``).
+        events_routed_by_client: ``{client id: count}`` of ``events_routed``, for the
+            clients this server still knows (a forgotten client's count goes with it).
+        dead_letters_by_category: ``{category: count}`` of ``dead_letters``: ``undecodable``,
+            ``unexpected_type``, ``invalid_operation`` or ``refused`` (security).
     """
 
     operations_applied: int = 0
@@ -125,6 +140,31 @@ class ServerStats:
     buckets_lost: int = 0
     queue_full_waits: int = 0
     clients_disconnected: int = 0
+    buckets_fenced: int = 0
+    operations_applied_by_region: dict[str, dict[str, int]] = field(default_factory=dict)
+    events_routed_by_client: dict[str, int] = field(default_factory=dict)
+    dead_letters_by_category: dict[str, int] = field(default_factory=dict)
+
+    def applied(self, region: str, kind: OperationKind) -> None:
+        """Count one change applied to Redis (a duplicate is not one)."""
+        self.operations_applied += 1
+        by_kind = self.operations_applied_by_region.setdefault(region, {})
+        name = kind.value.lower()
+        by_kind[name] = by_kind.get(name, 0) + 1
+
+    def routed(self, client_id: str) -> None:
+        """Count one event queued for a client's subscription queue."""
+        self.events_routed += 1
+        self.events_routed_by_client[client_id] = (
+            self.events_routed_by_client.get(client_id, 0) + 1
+        )
+
+    def dead_lettered(self, category: str) -> None:
+        """Count one message sent to the dead-letter topic, by reason category."""
+        self.dead_letters += 1
+        self.dead_letters_by_category[category] = (
+            self.dead_letters_by_category.get(category, 0) + 1
+        )
 
 
 @dataclass
@@ -271,6 +311,10 @@ class CacheServer:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._delivery_failures = 0
+        self._metrics = MetricsEndpoint(
+            settings.metrics_port, lambda: server_metric_families(self)
+        )
+        self._depth_cursor = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -313,6 +357,59 @@ class CacheServer:
         """The error that stopped the server thread, if one did."""
         return self._failure
 
+    # --- observability (issue 7) ------------------------------------------------------
+
+    @property
+    def metrics_port(self) -> int | None:
+        """TCP port of the running metrics endpoint (``settings.metrics_port``, or the one
+        bound for 0), None when there is none or the server is not running."""
+        return self._metrics.port
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
+        return self._metrics.url
+
+    def scrape_metrics(self) -> bytes:
+        """The Prometheus text exposition of this server's metrics (also without an
+        endpoint)."""
+        return self._metrics.scrape()
+
+    @property
+    def primary_buckets(self) -> tuple[int, ...]:
+        """The buckets this server is primary of now."""
+        return tuple(sorted(list(self._owned)))
+
+    @property
+    def secondary_buckets(self) -> tuple[int, ...]:
+        """The buckets this server is a secondary of, as of the last election tick."""
+        me = self.settings.member_id
+        return tuple(v.bucket for v in list(self.election.views) if me in v.secondaries)
+
+    @property
+    def handles_client_lifecycle(self) -> bool:
+        """True while this server is primary of bucket 0, which reads ``{ns}.control``
+        (connects, pings, closes) for the whole namespace."""
+        return 0 in self._owned
+
+    def queue_depths_events(self) -> dict[str, int]:
+        """``{client id: events}`` this server queued for each client and the client has
+        not acked, as of the last re-read of its acks (see :mod:`broker.queue_depth`)."""
+        return {} if self._depths is None else self._depths.snapshot()
+
+    def _refresh_queue_depths(self) -> None:
+        """While metrics are served, re-read the acks of a few clients per sync so their
+        depth gauges stay current (capacity checks re-read only clients near the limit)."""
+        if self._depths is None or self._metrics.port is None:
+            return
+        clients = self._depths.clients()
+        if not clients:
+            return
+        count = min(_DEPTH_REFRESHES_PER_SYNC, len(clients))
+        for step in range(count):
+            self._depths.refresh(clients[(self._depth_cursor + step) % len(clients)])
+        self._depth_cursor = (self._depth_cursor + count) % len(clients)
+
     def __enter__(self) -> CacheServer:
         self.start()
         return self
@@ -330,11 +427,20 @@ class CacheServer:
             self._ready.set()
 
     def serve(self) -> None:
-        """Run the server loop in this thread until :meth:`stop` (or a signal) ends it.
+        """Run the server loop in this thread until :meth:`stop` (or a signal) ends it,
+        serving its metrics meanwhile when ``settings.metrics_port`` is set.
 
         Raises:
             TransportError: Kafka or Redis cannot be reached at start.
+            ConfigurationError: the metrics port cannot be bound.
         """
+        self._metrics.start()
+        try:
+            self._serve_until_stopped()
+        finally:
+            self._metrics.stop()
+
+    def _serve_until_stopped(self) -> None:
         self._setup()
         self._ready.set()
         sync_every_s = self.settings.message_sync_interval_s
@@ -366,6 +472,7 @@ class CacheServer:
                 if now >= next_sync:
                     self._sync()
                     self._check_queue_capacity(now)
+                    self._refresh_queue_depths()
                     next_sync = now + sync_every_s
                 if now >= next_liveness:
                     if 0 in self._owned:
@@ -523,6 +630,7 @@ class CacheServer:
         self.election.hand_over(bucket, receiver)
 
     def _fenced(self, bucket: int) -> None:
+        self.stats.buckets_fenced += 1
         log.warning(
             "%s was fenced out of bucket %d (another server took it over)",
             self.settings.member_id,
@@ -556,7 +664,7 @@ class CacheServer:
             try:
                 items = split_batch(message.value())
             except MessageDecodeError as exc:
-                self._dead_letter(message.value(), source, str(exc))
+                self._dead_letter(message.value(), source, str(exc), category="undecodable")
                 continue
             for raw in items:
                 self._process_one(raw, source, pending, principal)
@@ -574,7 +682,7 @@ class CacheServer:
         try:
             decoded = decode(raw)
         except MessageDecodeError as exc:
-            self._dead_letter(raw, source, str(exc))
+            self._dead_letter(raw, source, str(exc), category="undecodable")
             return
         if principal is not None and not self._authorize(decoded, raw, source, principal):
             return
@@ -582,10 +690,20 @@ class CacheServer:
             if isinstance(decoded, Control):
                 self._handle_control(decoded)
             else:
-                self._dead_letter(raw, source, f"expected Control, got {type(decoded).__name__}")
+                self._dead_letter(
+                    raw,
+                    source,
+                    f"expected Control, got {type(decoded).__name__}",
+                    category="unexpected_type",
+                )
             return
         if not isinstance(decoded, Operation):
-            self._dead_letter(raw, source, f"expected Operation, got {type(decoded).__name__}")
+            self._dead_letter(
+                raw,
+                source,
+                f"expected Operation, got {type(decoded).__name__}",
+                category="unexpected_type",
+            )
             return
         op = decoded
         self._seen(op.client_id)
@@ -593,7 +711,7 @@ class CacheServer:
             self._validate(op, partition)
         except RegionBusError as exc:
             self._flush(pending)
-            self._dead_letter(raw, source, str(exc))
+            self._dead_letter(raw, source, str(exc), category="invalid_operation")
             self._reply_error(op, partition, exc)
             return
         if op.kind in _ENTRY_CHANGES or op.kind is OperationKind.GET:
@@ -747,7 +865,7 @@ class CacheServer:
         if duplicate:
             self.stats.duplicates += 1
         else:
-            self.stats.operations_applied += 1
+            self.stats.applied(op.region, op.kind)
         self._reply(
             Reply(
                 request_id=op.request_id,
@@ -870,7 +988,7 @@ class CacheServer:
                     invalidate = encode(event._replace(kind=EventKind.INVALIDATE, value=None))
                 payload = invalidate
             self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
-            self.stats.events_routed += 1
+            self.stats.routed(client_id)
 
     def _produce(
         self,
@@ -1019,10 +1137,13 @@ class CacheServer:
         source: tuple[str, int, int],
         reason: str,
         extra_headers: HeaderList | None = None,
+        *,
+        category: str,
     ) -> None:
         """Send a message the server cannot process to ``{ns}.dead-letter``, unchanged, with
-        the reason and where it came from in headers (``rb.reason``, ``rb.source.*``)."""
-        self.stats.dead_letters += 1
+        the reason and where it came from in headers (``rb.reason``, ``rb.source.*``);
+        ``category`` (see :class:`ServerStats`) labels the dead-letter metric."""
+        self.stats.dead_lettered(category)
         topic, partition, offset = source
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
         assert self._producer is not None
@@ -1135,7 +1256,7 @@ class CacheServer:
                 recipients = self.security.region_readers(recipients, op.region)
             for client_id in recipients:
                 self._outbox.setdefault(self._queue_topic(client_id), []).append(payload)
-                self.stats.events_routed += 1
+                self.stats.routed(client_id)
             if not duplicate:
                 self._run_region_listeners(event)
             if result.event_kind is EventKind.REGION_DESTROY:
@@ -1316,6 +1437,7 @@ class CacheServer:
     def _forget_client(self, client_id: str) -> None:
         if self._depths is not None:
             self._depths.forget(client_id)
+        self.stats.events_routed_by_client.pop(client_id, None)
         self._clients.pop(client_id, None)
         self._queue_topics.pop(client_id, None)
         self._reply_topics.pop(client_id, None)
@@ -1509,7 +1631,11 @@ class CacheServer:
         pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
         signing: HeaderList = [(k, v) for k, v in pairs if k.startswith("rb.")]
         self._dead_letter(
-            raw, source, f"{type(exc).__name__}: {exc}", [("rb.refused", b"1"), *signing]
+            raw,
+            source,
+            f"{type(exc).__name__}: {exc}",
+            [("rb.refused", b"1"), *signing],
+            category="refused",
         )
 
     # --- offsets -----------------------------------------------------------------------

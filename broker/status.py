@@ -1,11 +1,21 @@
 """The state of a namespace's cluster, read from Redis and Kafka (``regionbus status``).
 
 Members with their start times, each bucket's primary, fencing epoch and secondaries,
-each client's subscription queue with its depth, and durable clients with their state.
+each client's subscription queue with its depth, durable clients with their state and
+timeout, and the gateways: each gateway sender's and async event queue's primary worker
+(the holder of its Redis lease) and backlog, and each gateway receiver's pending batches.
+
+Gateways are found by their queue topics (``{ns}.gw.<sender>``, ``{ns}.aeq.<queue>``,
+``{ns}.gwr.<receiver>``) and by their workers' leases, so a queue shows up as soon as a
+cache server created it, and a worker as soon as it holds the lease. Backlogs are the
+high watermarks after the committed offsets of the queue's consumer group; on the
+embedded Tansu a high watermark lags behind the last batch (ARCHITECTURE.md), so they are
+lower bounds there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,6 +25,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from broker.client_registry import ClientRegistry
 from broker.election import Membership
 from broker.store import redis_errors
+from gateways.async_event_queue import dispatcher_lease_role, dispatcher_queue_group
+from gateways.receiver import receiver_inbound_group
+from gateways.sender import sender_lease_role, sender_queue_group
 from schemas.naming import RedisKeys, Topics, bucket_role
 
 
@@ -62,6 +75,68 @@ class QueueStatus:
 
 
 @dataclass(frozen=True)
+class DurableClientStatus:
+    """A durable client the servers keep (SPEC §5).
+
+    Attributes:
+        client_id: The durable client id.
+        state: ``connected``, ``away`` (closed with keep-alive, or silent) or
+            ``unregistering`` (away past its timeout; the reaper is dropping it).
+        away_since_ms: When it went away (ms since the Unix epoch); None while connected.
+        durable_client_timeout_s: How long it is kept while away (seconds).
+        expires_at_ms: When an away client is unregistered (ms since the Unix epoch);
+            None while connected.
+    """
+
+    client_id: str
+    state: str
+    away_since_ms: int | None
+    durable_client_timeout_s: int
+    expires_at_ms: int | None
+
+
+@dataclass(frozen=True)
+class GatewayQueueStatus:
+    """A gateway sender's queue or an async event queue.
+
+    Attributes:
+        queue_id: The sender id or async event queue id.
+        topic: Its queue topic (``{ns}.gw.<id>`` or ``{ns}.aeq.<id>``).
+        partitions: 1 (serial) or one per bucket (parallel); None when the topic does not
+            exist (a worker holds a lease but no server created the queue yet).
+        primary: Member id of the worker holding the lease (the one dispatching), None
+            when no worker is primary.
+        epoch: The lease's fencing epoch (0 without a primary).
+        backlog_events: Events queued and not yet removed (acked by the remote site, or
+            accepted by the listener); a lower bound on Tansu; None when Kafka could not
+            be asked.
+    """
+
+    queue_id: str
+    topic: str
+    partitions: int | None
+    primary: str | None
+    epoch: int
+    backlog_events: int | None
+
+
+@dataclass(frozen=True)
+class GatewayReceiverStatus:
+    """A gateway receiver of this site.
+
+    Attributes:
+        receiver_id: The receiver id.
+        topic: Its inbound topic (``{ns}.gwr.<id>``).
+        pending_batches: Batches sent by remote senders that it has not applied and acked
+            yet (a lower bound on Tansu); None when Kafka could not be asked.
+    """
+
+    receiver_id: str
+    topic: str
+    pending_batches: int | None
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     """Everything ``regionbus status`` shows."""
 
@@ -69,6 +144,10 @@ class ClusterStatus:
     members: tuple[MemberStatus, ...]
     buckets: tuple[BucketStatus, ...]
     queues: tuple[QueueStatus, ...]
+    durable_clients: tuple[DurableClientStatus, ...] = ()
+    gateway_senders: tuple[GatewayQueueStatus, ...] = ()
+    gateway_receivers: tuple[GatewayReceiverStatus, ...] = ()
+    async_event_queues: tuple[GatewayQueueStatus, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The status as plain JSON-able data."""
@@ -87,7 +166,8 @@ def cluster_status(
         client: Redis connection.
         namespace: Site namespace.
         total_buckets: Number of buckets.
-        kafka_config: librdkafka settings to read queue depths with; None skips them.
+        kafka_config: librdkafka settings to read queue depths, backlogs and the gateway
+            topics with; None skips them (gateways are then found by their leases only).
 
     Raises:
         TransportError: Redis failed.
@@ -135,7 +215,122 @@ def cluster_status(
         )
         for client_id, record in sorted(records.items())
     )
-    return ClusterStatus(namespace, member_rows, tuple(buckets), queues)
+    durable = tuple(
+        DurableClientStatus(
+            q.client_id,
+            q.state,
+            q.away_since_ms,
+            q.durable_client_timeout_s,
+            None
+            if q.away_since_ms is None
+            else q.away_since_ms + q.durable_client_timeout_s * 1000,
+        )
+        for q in queues
+        if q.durable
+    )
+    senders, receivers, aeqs = _gateways(client, namespace, kafka_config)
+    return ClusterStatus(
+        namespace, member_rows, tuple(buckets), queues, durable, senders, receivers, aeqs
+    )
+
+
+def _gateways(
+    client: redis.Redis, namespace: str, kafka_config: dict[str, Any] | None
+) -> tuple[
+    tuple[GatewayQueueStatus, ...],
+    tuple[GatewayReceiverStatus, ...],
+    tuple[GatewayQueueStatus, ...],
+]:
+    """Find the namespace's gateway queues and receivers by topic and by lease."""
+    lease_prefix = RedisKeys(namespace).lease("")
+    sender_role, aeq_role = sender_lease_role(""), dispatcher_lease_role("")
+    with redis_errors():
+        names = [k.decode() for k in client.scan_iter(match=f"{lease_prefix}*", count=500)]
+        wanted = [n for n in names if n[len(lease_prefix) :].startswith((sender_role, aeq_role))]
+        values = client.mget(wanted) if wanted else []
+    leases: dict[str, tuple[str, int]] = {}
+    for name, value in zip(wanted, values, strict=True):
+        if value is not None:
+            holder, _, epoch = value.decode().rpartition("|")
+            leases[name[len(lease_prefix) :]] = (holder, int(epoch))
+    partitions = _topic_partitions(namespace, kafka_config) if kafka_config else {}
+    senders = _queues(
+        namespace, "gw", sender_role, leases, partitions, kafka_config, sender_queue_group
+    )
+    aeqs = _queues(
+        namespace, "aeq", aeq_role, leases, partitions, kafka_config, dispatcher_queue_group
+    )
+    inbound = f"{namespace}.gwr."
+    receivers = []
+    for topic, count in sorted(partitions.items()):
+        if not topic.startswith(inbound):
+            continue
+        receiver_id = topic[len(inbound) :]
+        group = receiver_inbound_group(namespace, receiver_id)
+        pending = _backlog(kafka_config, topic, count, group) if kafka_config else None
+        receivers.append(GatewayReceiverStatus(receiver_id, topic, pending))
+    return senders, tuple(receivers), aeqs
+
+
+def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str, int]:
+    """``{topic: partitions}`` of the namespace's topics; empty when Kafka does not answer."""
+    consumer = Consumer({**kafka_config, "group.id": f"{namespace}.status"})
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+    except KafkaException:
+        return {}
+    finally:
+        consumer.close()
+    return {
+        name: len(meta.partitions)
+        for name, meta in topics.items()
+        if name.startswith(f"{namespace}.") and meta.error is None
+    }
+
+
+def _queues(
+    namespace: str,
+    infix: str,
+    role_prefix: str,
+    leases: dict[str, tuple[str, int]],
+    partitions: dict[str, int],
+    kafka_config: dict[str, Any] | None,
+    group_of: Callable[[str, str], str],
+) -> tuple[GatewayQueueStatus, ...]:
+    topic_prefix = f"{namespace}.{infix}."
+    ids = {t[len(topic_prefix) :] for t in partitions if t.startswith(topic_prefix)}
+    ids |= {role[len(role_prefix) :] for role in leases if role.startswith(role_prefix)}
+    rows = []
+    for queue_id in sorted(ids):
+        topic = topic_prefix + queue_id
+        holder, epoch = leases.get(role_prefix + queue_id, (None, 0))
+        count = partitions.get(topic)
+        backlog = None
+        if kafka_config and count is not None:
+            backlog = _backlog(kafka_config, topic, count, group_of(namespace, queue_id))
+        rows.append(GatewayQueueStatus(queue_id, topic, count, holder, epoch, backlog))
+    return tuple(rows)
+
+
+def _backlog(
+    kafka_config: dict[str, Any], topic: str, partitions: int, group: str
+) -> int | None:
+    """Messages of a topic after a group's committed offsets (high watermark minus
+    committed, summed over the partitions); None when Kafka does not answer."""
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        total = 0
+        for tp in consumer.committed(wanted, timeout=5):
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=5
+            )
+            total += max(0, high - max(tp.offset, 0))
+        return total
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
 
 
 def _queue_depths(

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.config import RedisConnectionSettings
+from broker.observability import Metric
 from broker.redis_connect import connect_redis
 from gateways.filters import load_hook
+from gateways.metrics import async_event_queue_metric_families
 from gateways.processor import QueueProcessor, conflate
 from gateways.sender import default_member_id
 from schemas.errors import ConfigurationError
@@ -32,6 +34,16 @@ from schemas.serializers import serializer_named
 from schemas.settings import KafkaConnectionSettings
 
 log = logging.getLogger("regionbus.gateways.aeq")
+
+
+def dispatcher_lease_role(queue_id: str) -> str:
+    """The lease role of an async event queue's dispatcher (Redis ``rb:{ns}:lease:<role>``)."""
+    return f"async-event-queue:{queue_id}"
+
+
+def dispatcher_queue_group(namespace: str, queue_id: str) -> str:
+    """The consumer group whose committed offsets are the head of an async event queue."""
+    return f"{namespace}.aeq-dispatcher.{queue_id}"
 
 
 class AsyncEvent(NamedTuple):
@@ -125,6 +137,11 @@ class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
+        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
+        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
+            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_")
@@ -141,6 +158,9 @@ class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+    # --- observability (issue 7) ---
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("queue_id", "namespace")
     @classmethod
@@ -163,16 +183,17 @@ class AsyncEventQueue(QueueProcessor):
         self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
     ) -> None:
         super().__init__(
-            role=f"async-event-queue:{settings.queue_id}",
+            role=dispatcher_lease_role(settings.queue_id),
             namespace=settings.namespace,
             kafka_config=settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms}),
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.aeq.{settings.queue_id}",
-            group_id=f"{settings.namespace}.aeq-dispatcher.{settings.queue_id}",
+            group_id=dispatcher_queue_group(settings.namespace, settings.queue_id),
             batch_size=settings.batch_size,
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
+            metrics_port=settings.metrics_port,
         )
         if listener is None:
             if not settings.listener:
@@ -200,6 +221,9 @@ class AsyncEventQueue(QueueProcessor):
     def _can_peek(self) -> bool:
         return self._resumed.is_set()
 
+    def _metric_families(self) -> list[Metric]:
+        return async_event_queue_metric_families(self)
+
     def _close(self) -> None:
         try:
             self.listener.close()
@@ -225,4 +249,11 @@ class AsyncEventQueue(QueueProcessor):
         return False
 
 
-__all__ = ["AsyncEvent", "AsyncEventListener", "AsyncEventQueue", "AsyncEventQueueSettings"]
+__all__ = [
+    "AsyncEvent",
+    "AsyncEventListener",
+    "AsyncEventQueue",
+    "AsyncEventQueueSettings",
+    "dispatcher_lease_role",
+    "dispatcher_queue_group",
+]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import click
 
+from broker.observability import configure_logging
 from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from gateways.sender import GatewaySender, GatewaySenderSettings
@@ -29,6 +30,9 @@ class _Worker(Protocol):
     @property
     def failure(self) -> BaseException | None: ...
 
+    @property
+    def metrics_url(self) -> str | None: ...
+
     def start(self) -> None: ...
 
     def stop(self, timeout_s: float = ...) -> None: ...
@@ -41,16 +45,23 @@ def _build(settings_class: Any, options: dict[str, Any]) -> Any:
         raise click.UsageError(str(exc)) from exc
 
 
-def _run(worker: _Worker, what: str, verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+def _logging(settings: Any, verbose: bool) -> None:
+    configure_logging(
+        settings.log_format,
+        verbose=verbose,
+        fields={"member": settings.member_id, "namespace": settings.namespace},
     )
+
+
+def _run(worker: _Worker, what: str) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     worker.start()
     click.echo(f"{what} running; Ctrl-C stops it")
+    if worker.metrics_url is not None:
+        click.echo(f"metrics at {worker.metrics_url}")
+        logging.getLogger("regionbus.cli").info("metrics of %s at %s", what, worker.metrics_url)
     while not stop.wait(1.0):
         if not worker.alive:
             raise click.ClickException(f"{what} stopped: {worker.failure}")
@@ -62,6 +73,12 @@ _local = [
     click.option("--namespace", help="This site's namespace."),
     click.option("--kafka", "kafka_bootstrap_servers", help="This site's Kafka."),
     click.option("--redis", "redis_url", help="This site's Redis."),
+    click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        help="Serve Prometheus metrics on this port (0 = any free one).",
+    ),
+    click.option("--log-format", type=click.Choice(["text", "json"]), help="Log line format."),
 ]
 
 
@@ -85,7 +102,8 @@ def _with_local(func: Any) -> Any:
 def sender_command(verbose: bool, **options: Any) -> None:
     """Run a gateway sender: send its queue's batches to the remote site."""
     settings = _build(GatewaySenderSettings, options)
-    _run(GatewaySender(settings), f"gateway sender {settings.sender_id}", verbose)
+    _logging(settings, verbose)
+    _run(GatewaySender(settings), f"gateway sender {settings.sender_id}")
 
 
 @click.command("receiver")
@@ -97,7 +115,8 @@ def sender_command(verbose: bool, **options: Any) -> None:
 def receiver_command(verbose: bool, **options: Any) -> None:
     """Run a gateway receiver: apply remote sites' batches to this site and ack them."""
     settings = _build(GatewayReceiverSettings, options)
-    _run(GatewayReceiver(settings), f"gateway receiver {settings.receiver_id}", verbose)
+    _logging(settings, verbose)
+    _run(GatewayReceiver(settings), f"gateway receiver {settings.receiver_id}")
 
 
 @click.command("async-event-queue")
@@ -114,7 +133,8 @@ def receiver_command(verbose: bool, **options: Any) -> None:
 def async_event_queue_command(verbose: bool, **options: Any) -> None:
     """Run an async event queue dispatcher with its listener."""
     settings = _build(AsyncEventQueueSettings, options)
-    _run(AsyncEventQueue(settings), f"async event queue {settings.queue_id}", verbose)
+    _logging(settings, verbose)
+    _run(AsyncEventQueue(settings), f"async event queue {settings.queue_id}")
 
 
 __all__ = ["async_event_queue_command", "receiver_command", "sender_command"]

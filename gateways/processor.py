@@ -22,6 +22,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from broker.election import Lease
+from broker.observability import Metric, MetricsEndpoint
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind
@@ -86,6 +87,7 @@ class QueueReader:
         self._dead_letter = dead_letter
         self._consumer: Consumer | None = None
         self._positions: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
         self.partitions = 0
 
     def open(self, metadata_timeout_s: float = 30.0) -> None:
@@ -118,6 +120,7 @@ class QueueReader:
             [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
         )
         self._positions = {}
+        self._committed = {tp.partition: max(tp.offset, 0) for tp in committed}
         self._consumer = consumer
 
     def close(self) -> None:
@@ -200,7 +203,30 @@ class QueueReader:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
+        self._committed.update(self._positions)
         self._positions = {}
+
+    def backlog_events(self) -> int | None:
+        """Events of the queue not removed yet: those peeked and not committed past, plus
+        those not read yet as far as the consumer's cached high watermarks tell (no
+        request is made). On the embedded Tansu a high watermark lags behind the last
+        batch (ARCHITECTURE.md), so this is then a lower bound. None while not open.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        total = 0
+        for partition in range(self.partitions):
+            committed = self._committed.get(partition, 0)
+            read = self._positions.get(partition, committed)
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), cached=True
+                )
+            except KafkaException:
+                high = -1
+            total += max(high, read, committed) - committed
+        return total
 
 
 class ProcessorStats:
@@ -214,10 +240,17 @@ class ProcessorStats:
         events_failed: Events the remote site reported as failed (dropped, logged).
         events_filtered: Events left out by ``before_transmit``.
         unreachable_retries: Waits because the remote site could not be reached.
+        batches_sent: Gateway senders: batches the remote Kafka took (first sends and
+            resends).
+        backlog_events: Events of the queue not yet removed (see
+            :meth:`QueueReader.backlog_events`), measured by the primary after each peek and
+            removal; None while not primary.
         batch_sizes: Sizes of the dispatched batches, in order (the last 10,000).
     """
 
     def __init__(self) -> None:
+        self.batches_sent = 0
+        self.backlog_events: int | None = None
         self.batches_dispatched = 0
         self.batches_redispatched = 0
         self.events_dispatched = 0
@@ -250,6 +283,8 @@ class QueueProcessor:
         batch_size: Most events per batch.
         batch_time_interval_ms: Longest wait after a batch's first event.
         lease_ttl_ms: Lease time to live; renewed every third of it.
+        metrics_port: Port of the worker's Prometheus endpoint: None = none, 0 = any free
+            port (then read :attr:`metrics_port`). Source: the worker's settings.
     """
 
     def __init__(
@@ -265,6 +300,7 @@ class QueueProcessor:
         batch_size: int,
         batch_time_interval_ms: int,
         lease_ttl_ms: int,
+        metrics_port: int | None = None,
     ) -> None:
         self.role = role
         self.member_id = member_id
@@ -283,11 +319,17 @@ class QueueProcessor:
         self._threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
         self._ready = threading.Event()
+        self._metrics = MetricsEndpoint(metrics_port, self._metric_families)
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the lease and processor threads."""
+        """Start the metrics endpoint (if a port is set), the lease and processor threads.
+
+        Raises:
+            ConfigurationError: the metrics port cannot be bound.
+        """
+        self._metrics.start()
         self._local_producer = Producer({**self._kafka_config, "linger.ms": 5})
         for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
             thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
@@ -305,6 +347,27 @@ class QueueProcessor:
             self._local_producer.flush(5)
         self._close()
         self._redis.close()
+        self._metrics.stop()
+
+    # --- observability (issue 7) ------------------------------------------------------
+
+    @property
+    def metrics_port(self) -> int | None:
+        """TCP port of the running metrics endpoint, None when there is none."""
+        return self._metrics.port
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
+        return self._metrics.url
+
+    def scrape_metrics(self) -> bytes:
+        """The Prometheus text exposition of this worker's metrics."""
+        return self._metrics.scrape()
+
+    def _metric_families(self) -> list[Metric]:
+        """The worker's metric families at a scrape (subclasses name theirs)."""
+        return []
 
     def __enter__(self) -> QueueProcessor:
         self.start()
@@ -367,12 +430,14 @@ class QueueProcessor:
                     self._reader.close()
                     opened = False
                     self._ready.clear()
+                self.stats.backlog_events = None
                 self._primary.wait(0.2)
                 continue
             if not opened:
                 self._reader.open()
                 opened = True
                 self._ready.set()
+            self.stats.backlog_events = self._reader.backlog_events()
             if not self._can_peek():
                 self._stop.wait(0.05)
                 continue
@@ -381,6 +446,8 @@ class QueueProcessor:
                 if self._reader.has_uncommitted:
                     self._reader.commit()
                 continue
+            # Measured again with the batch in hand: a dispatch may wait long (no ack).
+            self.stats.backlog_events = self._reader.backlog_events()
             if self._dispatch([q.event for q in batch]) and self._primary.is_set():
                 self._reader.commit()
             elif opened:

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.config import RedisConnectionSettings
+from broker.observability import Metric, MetricsEndpoint
 from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
 from broker.store import RegionStore
@@ -45,6 +46,7 @@ from gateways.filters import (
     TimestampedEntryEvent,
     load_hook,
 )
+from gateways.metrics import receiver_metric_families
 from gateways.protocol import (
     BatchEventException,
     GatewayAck,
@@ -64,6 +66,12 @@ from schemas.transport import poll_batch
 log = logging.getLogger("regionbus.gateways.receiver")
 
 
+def receiver_inbound_group(namespace: str, receiver_id: str) -> str:
+    """The consumer group whose committed offset is how far a receiver applied its inbound
+    batches."""
+    return f"{namespace}.gw-receiver.{receiver_id}"
+
+
 class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
     """Configuration of a gateway receiver worker (env prefix
     ``REGIONBUS_GATEWAY_RECEIVER_``, file table ``[gateway_receiver]``).
@@ -81,6 +89,11 @@ class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
             operations; past it the batch is not acked (the sender resends it).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``.
         member_id: This worker's member id.
+        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
+        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
+            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -93,6 +106,9 @@ class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
     apply_timeout_ms: int = Field(default=30_000, ge=100)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-receiver"))
+    # --- observability (issue 7) ---
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("receiver_id", "namespace")
     @classmethod
@@ -166,15 +182,19 @@ class GatewayReceiver:
         self._store: RegionStore | None = None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._metrics = MetricsEndpoint(settings.metrics_port, self._metric_families)
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self, ready_timeout_s: float = 60.0) -> None:
-        """Start on a background thread; return once it reads its inbound topic.
+        """Start on a background thread; return once it reads its inbound topic. The
+        metrics endpoint (if ``settings.metrics_port`` is set) starts first.
 
         Raises:
+            ConfigurationError: the metrics port cannot be bound.
             RegionBusError: start-up failed or took longer than ``ready_timeout_s``.
         """
+        self._metrics.start()
         self._thread = threading.Thread(target=self._run_guarded, name="gw-receiver", daemon=True)
         self._thread.start()
         if not self._ready.wait(ready_timeout_s) or self._failure is not None:
@@ -186,6 +206,24 @@ class GatewayReceiver:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        self._metrics.stop()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """TCP port of the running metrics endpoint, None when there is none."""
+        return self._metrics.port
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
+        return self._metrics.url
+
+    def scrape_metrics(self) -> bytes:
+        """The Prometheus text exposition of this receiver's metrics."""
+        return self._metrics.scrape()
+
+    def _metric_families(self) -> list[Metric]:
+        return receiver_metric_families(self)
 
     def __enter__(self) -> GatewayReceiver:
         self.start()
@@ -234,7 +272,7 @@ class GatewayReceiver:
         consumer = Consumer(
             {
                 **self._kafka,
-                "group.id": f"{s.namespace}.gw-receiver.{s.receiver_id}",
+                "group.id": receiver_inbound_group(s.namespace, s.receiver_id),
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": s.fetch_wait_max_ms,
@@ -451,4 +489,9 @@ class GatewayReceiver:
         self._producer.flush(10)
 
 
-__all__ = ["GatewayReceiver", "GatewayReceiverSettings", "ReceiverStats"]
+__all__ = [
+    "GatewayReceiver",
+    "GatewayReceiverSettings",
+    "ReceiverStats",
+    "receiver_inbound_group",
+]

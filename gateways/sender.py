@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pydantic import Field, field_validator
@@ -31,10 +31,12 @@ from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
 from broker.config import RedisConnectionSettings
+from broker.observability import Metric
 from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
 from gateways.errors import RemoteSiteUnreachableError
 from gateways.filters import GatewayEventFilter, load_hook
+from gateways.metrics import sender_metric_families
 from gateways.processor import QueueProcessor, conflate
 from gateways.protocol import (
     GatewayAck,
@@ -52,6 +54,16 @@ from schemas.settings import KafkaConnectionSettings
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
+
+
+def sender_lease_role(sender_id: str) -> str:
+    """The lease role of a gateway sender's primary (Redis ``rb:{ns}:lease:<role>``)."""
+    return f"gateway-sender:{sender_id}"
+
+
+def sender_queue_group(namespace: str, sender_id: str) -> str:
+    """The consumer group whose committed offsets are the head of a sender's queue."""
+    return f"{namespace}.gw-sender.{sender_id}"
 
 
 def default_member_id(kind: str) -> str:
@@ -93,6 +105,11 @@ class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
             (100 ms: the measured balance on the embedded Tansu, ARCHITECTURE.md).
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
+        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
+        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
+            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
@@ -115,6 +132,9 @@ class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+    # --- observability (issue 7) ---
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
 
     @field_validator("sender_id", "remote_receiver_id", "namespace", "remote_namespace")
     @classmethod
@@ -141,16 +161,17 @@ class GatewaySender(QueueProcessor):
     ) -> None:
         local = settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms})
         super().__init__(
-            role=f"gateway-sender:{settings.sender_id}",
+            role=sender_lease_role(settings.sender_id),
             namespace=settings.namespace,
             kafka_config=local,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.gw.{settings.sender_id}",
-            group_id=f"{settings.namespace}.gw-sender.{settings.sender_id}",
+            group_id=sender_queue_group(settings.namespace, settings.sender_id),
             batch_size=settings.batch_size,
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
+            metrics_port=settings.metrics_port,
         )
         self.settings = settings
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
@@ -330,6 +351,7 @@ class GatewaySender(QueueProcessor):
             except RetryError:
                 return None
             sent = True
+            self.stats.batches_sent += 1
             ack = self._await_ack(batch_id)
             if ack is not None:
                 return ack
@@ -342,6 +364,9 @@ class GatewaySender(QueueProcessor):
                     self.settings.ack_timeout_ms,
                 )
         return None
+
+    def _metric_families(self) -> list[Metric]:
+        return sender_metric_families(self)
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -358,4 +383,10 @@ class GatewaySender(QueueProcessor):
         )
 
 
-__all__ = ["GatewaySender", "GatewaySenderSettings", "default_member_id"]
+__all__ = [
+    "GatewaySender",
+    "GatewaySenderSettings",
+    "default_member_id",
+    "sender_lease_role",
+    "sender_queue_group",
+]

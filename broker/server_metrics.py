@@ -1,0 +1,171 @@
+"""The Prometheus metrics of a cache server, read from its counters at scrape time.
+
+Every sample carries ``namespace`` and ``member``. Counters come from
+:class:`broker.server.ServerStats` (the one place they are counted); gauges from the
+server's live state.
+
+Counters (``_total``) and gauges, with their labels besides those two:
+
+- ``regionbus_operations_applied_total{region, kind}``: changes applied to Redis
+  (duplicates not counted); kind ``put``, ``destroy``, ``invalidate``, ``clear``,
+  ``destroy_region``.
+- ``regionbus_duplicate_operations_total``: operations recognised as applied by EventID.
+- ``regionbus_operation_errors_total``: operations refused with an error reply.
+- ``regionbus_replies_total``: replies produced.
+- ``regionbus_events_routed_total{client}``: events queued to a client's subscription
+  queue (the series goes when the server forgets the client).
+- ``regionbus_dead_letters_total{category}``: messages sent to ``{ns}.dead-letter``;
+  category ``undecodable``, ``unexpected_type``, ``invalid_operation`` or ``refused``.
+- ``regionbus_bucket_primaries_gained_total``, ``..._lost_total`` (fenced included),
+  ``..._fenced_total``: bucket takeovers and losses (failovers, handoffs).
+- ``regionbus_bucket_primaries``, ``regionbus_bucket_secondaries`` (gauges): buckets this
+  server is primary / secondary of.
+- ``regionbus_subscription_queue_depth_events{client}`` (gauge): events this server queued
+  for the client that it has not acked (re-read a few clients per sync while served).
+- ``regionbus_durable_clients{state}`` (gauge): durable clients ``connected``, ``away`` or
+  ``unregistering``; only bucket 0's primary (which handles client lifecycle) exports it,
+  so a namespace has one series per state.
+- ``regionbus_durable_clients_expired_total``: durable clients unregistered as reaper.
+- ``regionbus_queue_full_waits_total``: holds of operations for a full queue.
+- ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from broker.observability import Metric, MetricFamilies
+from schemas.errors import RegionBusError
+
+if TYPE_CHECKING:
+    from broker.server import CacheServer
+
+log = logging.getLogger("regionbus.server")
+
+
+def server_metric_families(server: CacheServer) -> list[Metric]:
+    """The metric families of one scrape of a cache server (see the module's table).
+
+    Args:
+        server: The server; only read.
+
+    Returns:
+        The families, every sample labelled with ``namespace`` and ``member``.
+    """
+    stats = server.stats
+    families = MetricFamilies(
+        {"namespace": server.settings.namespace, "member": server.settings.member_id}
+    )
+    applied: dict[tuple[str, ...], int] = {
+        (region, kind): count
+        for region, by_kind in list(stats.operations_applied_by_region.items())
+        for kind, count in list(by_kind.items())
+    }
+    metrics: list[Metric] = [
+        families.counter(
+            "operations_applied",
+            "Changes applied to Redis by this server (duplicates not counted).",
+            applied,
+            ("region", "kind"),
+        ),
+        families.counter(
+            "duplicate_operations",
+            "Operations recognised as already applied by their EventID.",
+            stats.duplicates,
+        ),
+        families.counter(
+            "operation_errors", "Operations refused with an error reply.", stats.errors
+        ),
+        families.counter("replies", "Replies produced to clients.", stats.replies),
+        families.counter(
+            "events_routed",
+            "Events queued to a client's subscription queue.",
+            {(c,): n for c, n in list(stats.events_routed_by_client.items())},
+            ("client",),
+        ),
+        families.counter(
+            "dead_letters",
+            "Messages sent to the dead-letter topic, by reason category.",
+            {(c,): n for c, n in list(stats.dead_letters_by_category.items())},
+            ("category",),
+        ),
+        families.counter(
+            "bucket_primaries_gained",
+            "Buckets this server became primary of (start, failover, handoff).",
+            stats.buckets_gained,
+        ),
+        families.counter(
+            "bucket_primaries_lost",
+            "Buckets whose lease this server lost (fenced ones included).",
+            stats.buckets_lost,
+        ),
+        families.counter(
+            "bucket_primaries_fenced",
+            "Buckets this server lost because another server had taken them over.",
+            stats.buckets_fenced,
+        ),
+        families.gauge(
+            "bucket_primaries",
+            "Buckets this server is primary of.",
+            len(server.primary_buckets),
+        ),
+        families.gauge(
+            "bucket_secondaries",
+            "Buckets this server is a secondary of (last election tick).",
+            len(server.secondary_buckets),
+        ),
+        families.gauge(
+            "subscription_queue_depth_events",
+            "Events this server queued for a client that the client has not acked yet.",
+            {(c,): n for c, n in server.queue_depths_events().items()},
+            ("client",),
+        ),
+        families.counter(
+            "durable_clients_expired",
+            "Durable clients this server unregistered as reaper (away past their timeout).",
+            stats.durable_clients_expired,
+        ),
+        families.counter(
+            "queue_full_waits",
+            "Times operations were held because a subscription queue was full.",
+            stats.queue_full_waits,
+        ),
+        families.counter(
+            "clients_disconnected",
+            "Clients disconnected as unresponsive (queue full for the whole wait).",
+            stats.clients_disconnected,
+        ),
+    ]
+    if server.handles_client_lifecycle:
+        try:
+            records = server.clients.all()
+        except RegionBusError as exc:
+            log.warning("metrics: cannot read the client registry: %s", exc)
+        else:
+            states: Counter[str] = Counter(
+                {"connected": 0, "away": 0, "unregistering": 0}
+            )
+            for record in records.values():
+                if record.durable:
+                    state = (
+                        "unregistering"
+                        if record.reaping
+                        else "connected"
+                        if record.connected
+                        else "away"
+                    )
+                    states[state] += 1
+            metrics.append(
+                families.gauge(
+                    "durable_clients",
+                    "Durable clients of the namespace by state (from bucket 0's primary).",
+                    {(s,): n for s, n in states.items()},
+                    ("state",),
+                )
+            )
+    return metrics
+
+
+__all__ = ["server_metric_families"]
