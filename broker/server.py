@@ -76,7 +76,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics, bucket_of, bucket_role, region_bucket
+from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bucket
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.transport import poll_batch
@@ -573,7 +573,11 @@ class CacheServer:
         topic, partition, offset = source
         try:
             decoded = decode(raw)
-        except MessageDecodeError as exc:
+            if isinstance(decoded, Operation | Control):
+                # Replies and queues are topics named after the client: a client id no topic
+                # name can hold would fail the reply after the apply, killing this thread.
+                check_name("client id", decoded.client_id)
+        except (MessageDecodeError, ConfigurationError) as exc:
             self._dead_letter(raw, source, str(exc))
             return
         if principal is not None and not self._authorize(decoded, raw, source, principal):
