@@ -161,11 +161,11 @@ def _hostile(namespace_ops: str, namespace_control: str) -> list[tuple[str, int,
 
 def _fuzz(
     rng: random.Random, frames: dict[str, bytes], right: str, count: int
-) -> list[tuple[bytes | None, list[tuple[str, bytes | None]]]]:
+) -> list[tuple[bytes | None, list[tuple[str, str | bytes | None]]]]:
     """``count`` broken or foreign messages for a topic whose record type is ``right``;
     each is ``(value, headers)``. The last one is always undecodable (a fence to wait for)."""
     wrong = [name for name in frames if name != right]
-    out: list[tuple[bytes | None, list[tuple[str, bytes | None]]]] = []
+    out: list[tuple[bytes | None, list[tuple[str, str | bytes | None]]]] = []
     for _ in range(count):
         how = rng.choice(
             ["random", "empty", "truncate", "flip", "retype", "magic", "wrong", "flip", "random"]
@@ -189,7 +189,7 @@ def _fuzz(
             value = bytes([rng.randint(0, 0xB0)]) + base[1:]
         else:
             value = frames[rng.choice(wrong)]
-        headers: list[tuple[str, bytes | None]] = []
+        headers: list[tuple[str, str | bytes | None]] = []
         if rng.random() < 0.3:
             headers = [
                 (
@@ -260,7 +260,9 @@ def _dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[s
                 continue
             if message.error() is not None:
                 break  # partition EOF: read to the end
-            headers = {k: v or b"" for k, v in message.headers() or []}
+            headers: dict[str, bytes] = {}
+            for name, raw in list(message.headers() or []):
+                headers[str(name)] = raw.encode() if isinstance(raw, str) else raw or b""
             out.append((message.value(), headers))
     finally:
         consumer.close()
