@@ -78,7 +78,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics, bucket_of, bucket_role, region_bucket
+from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bucket
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.transport import poll_batch
@@ -681,8 +681,15 @@ class CacheServer:
         topic, partition, offset = source
         try:
             decoded = decode(raw)
+            if isinstance(decoded, Operation | Control):
+                # Replies and queues are topics named after the client: a client id no topic
+                # name can hold would fail the reply after the apply, killing this thread.
+                check_name("client id", decoded.client_id)
         except MessageDecodeError as exc:
             self._dead_letter(raw, source, str(exc), category="undecodable")
+            return
+        except ConfigurationError as exc:
+            self._dead_letter(raw, source, str(exc), category="invalid_operation")
             return
         if principal is not None and not self._authorize(decoded, raw, source, principal):
             return

@@ -112,6 +112,9 @@ class Pool:
         self._pending: dict[int, _Pending] = {}
         self.retries = 0
         """Operations sent again because their reply did not come in time."""
+        self.undecodable_replies = 0
+        """Messages on the reply topic that were not a decodable Reply (logged, skipped: a
+        client may lack the rights to produce to the dead-letter topic)."""
         self._lock = threading.Lock()
         self._request_ids = itertools.count(random.getrandbits(40) << 16)
         self._threads = threading.local()
@@ -391,12 +394,14 @@ class Pool:
                 try:
                     items = split_batch(message.value())
                 except MessageDecodeError as exc:
+                    self.undecodable_replies += 1
                     log.warning("undecodable reply batch dropped: %s", exc)
                     continue
                 for raw in items:
                     try:
                         reply = decode_as(raw, Reply)
                     except MessageDecodeError as exc:
+                        self.undecodable_replies += 1
                         log.warning("undecodable reply dropped: %s", exc)
                         continue
                     self._complete(reply)

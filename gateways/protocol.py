@@ -23,6 +23,8 @@ from schemas.naming import check_name
 
 BATCH_TYPE: Final = 0x20
 ACK_TYPE: Final = 0x21
+_INT_RANGE: Final = range(-(2**31), 2**31)
+_INT_FIELDS: Final = {BATCH_TYPE: ("site_id",), ACK_TYPE: ("events_received",)}
 
 _BATCH_SCHEMA: Final = parse_schema(
     {
@@ -150,6 +152,15 @@ def _read(data: bytes | None, type_byte: int, schema: Any, name: str) -> dict[st
         raise MessageDecodeError(f"undecodable {name}: {exc}", message_ref=data) from exc
     if buf.tell() != len(data):
         raise MessageDecodeError(f"trailing bytes after a {name}", message_ref=data)
+    # fastavro reads an Avro int as a long without a range check: a garbled varint would
+    # otherwise pass as a site id or event index no peer can encode.
+    ints = [(f, record[f]) for f in _INT_FIELDS[type_byte]]
+    ints += [("event_index", e["event_index"]) for e in record.get("exceptions", ())]
+    for field, value in ints:
+        if value not in _INT_RANGE:
+            raise MessageDecodeError(
+                f"{name}.{field}={value} does not fit an Avro int", message_ref=data
+            )
     return record
 
 

@@ -276,14 +276,16 @@ class GatewaySender(QueueProcessor):
             for message in messages:
                 if message.error() is not None:
                     continue
+                offset = message.offset()
+                assert offset is not None
                 try:
                     ack = decode_ack(message.value())
                 except MessageDecodeError as exc:
-                    log.warning("undecodable ack skipped: %s", exc)
+                    # The ack topic is on the remote Kafka; the dead letter goes to this
+                    # site's, where the sender's operators look (as for its queue).
+                    self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc))
                     continue
                 if ack.batch_id == batch_id:
-                    offset = message.offset()
-                    assert offset is not None
                     self._acks.commit(
                         offsets=[TopicPartition(self.ack_topic, 0, offset + 1)],
                         asynchronous=True,

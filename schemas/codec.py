@@ -68,17 +68,36 @@ _SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAME
 _BATCH_SCHEMA: Final = load_avro_schema("Batch")
 _EVENT_KINDS: Final = {k.value: k for k in EventKind}
 _OPERATION_KINDS: Final = {k.value: k for k in OperationKind}
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
+
+
+def _int32(value: int, field: str) -> int:
+    """``value`` if it fits an Avro ``int``, else ValueError.
+
+    fastavro reads and writes an ``int`` as a variable-length long without a range check, so
+    without this a garbled varint decodes into a bucket or site id no peer (nor Spark's
+    32-bit column) can hold.
+    """
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"{field}={value} does not fit an Avro int")
+    return value
 
 
 # --- records <-> dicts ---------------------------------------------------------------
 
 
 def _eid_to(e: EventID) -> dict[str, Any]:
-    return {"member": e.member, "thread": e.thread, "sequence": e.sequence, "bucket": e.bucket}
+    return {
+        "member": e.member,
+        "thread": e.thread,
+        "sequence": e.sequence,
+        "bucket": _int32(e.bucket, "bucket"),
+    }
 
 
 def _eid_from(d: dict[str, Any]) -> EventID:
-    return EventID(d["member"], d["thread"], d["sequence"], d["bucket"])
+    return EventID(d["member"], d["thread"], d["sequence"], _int32(d["bucket"], "bucket"))
 
 
 def _interest_to(s: InterestSpec) -> dict[str, Any]:
@@ -117,8 +136,8 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "timestamp_ms": o.timestamp_ms,
         "possible_duplicate": o.possible_duplicate,
         "interest": _interest_to(o.interest) if o.interest is not None else None,
-        "origin_site_id": o.origin_site_id,
-        "sites_reached": list(o.sites_reached),
+        "origin_site_id": _int32(o.origin_site_id, "origin_site_id"),
+        "sites_reached": [_int32(s, "sites_reached") for s in o.sites_reached],
         "keep_alive": o.keep_alive,
     }
 
@@ -137,8 +156,8 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         timestamp_ms=d["timestamp_ms"],
         possible_duplicate=d["possible_duplicate"],
         interest=_interest_from(d["interest"]) if d["interest"] is not None else None,
-        origin_site_id=d["origin_site_id"],
-        sites_reached=tuple(d["sites_reached"]),
+        origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
+        sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
         keep_alive=d["keep_alive"],
     )
 
@@ -156,8 +175,8 @@ def _event_to(e: Event) -> dict[str, Any]:
         "originator": e.originator,
         "possible_duplicate": e.possible_duplicate,
         "callback_argument": e.callback_argument,
-        "origin_site_id": e.origin_site_id,
-        "sites_reached": list(e.sites_reached),
+        "origin_site_id": _int32(e.origin_site_id, "origin_site_id"),
+        "sites_reached": [_int32(s, "sites_reached") for s in e.sites_reached],
     }
 
 
@@ -174,15 +193,15 @@ def _event_from(d: dict[str, Any]) -> Event:
         originator=d["originator"],
         possible_duplicate=d["possible_duplicate"],
         callback_argument=d["callback_argument"],
-        origin_site_id=d["origin_site_id"],
-        sites_reached=tuple(d["sites_reached"]),
+        origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
+        sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
     )
 
 
 def _reply_to(r: Reply) -> dict[str, Any]:
     return {
         "request_id": r.request_id,
-        "bucket": r.bucket,
+        "bucket": _int32(r.bucket, "bucket"),
         "ok": r.ok,
         "error_type": r.error_type,
         "error_message": r.error_message,
@@ -205,7 +224,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
 def _reply_from(d: dict[str, Any]) -> Reply:
     return Reply(
         request_id=d["request_id"],
-        bucket=d["bucket"],
+        bucket=_int32(d["bucket"], "bucket"),
         ok=d["ok"],
         error_type=d["error_type"],
         error_message=d["error_message"],
@@ -230,7 +249,7 @@ def _control_to(c: Control) -> dict[str, Any]:
         "kind": c.kind.value,
         "client_id": c.client_id,
         "durable_client_id": c.durable_client_id,
-        "durable_client_timeout_s": c.durable_client_timeout_s,
+        "durable_client_timeout_s": _int32(c.durable_client_timeout_s, "durable_client_timeout_s"),
         "keep_alive": c.keep_alive,
         "timestamp_ms": c.timestamp_ms,
         "request_id": c.request_id,
@@ -243,7 +262,7 @@ def _control_from(d: dict[str, Any]) -> Control:
         kind=ControlKind(d["kind"]),
         client_id=d["client_id"],
         durable_client_id=d["durable_client_id"],
-        durable_client_timeout_s=d["durable_client_timeout_s"],
+        durable_client_timeout_s=_int32(d["durable_client_timeout_s"], "durable_client_timeout_s"),
         keep_alive=d["keep_alive"],
         timestamp_ms=d["timestamp_ms"],
         request_id=d["request_id"],
@@ -255,7 +274,7 @@ def _marker_to(m: Marker) -> dict[str, Any]:
     return {
         "client_id": m.client_id,
         "timestamp_ms": m.timestamp_ms,
-        "bucket": m.bucket,
+        "bucket": _int32(m.bucket, "bucket"),
         "connection_id": m.connection_id,
     }
 
@@ -264,7 +283,7 @@ def _marker_from(d: dict[str, Any]) -> Marker:
     return Marker(
         client_id=d["client_id"],
         timestamp_ms=d["timestamp_ms"],
-        bucket=d["bucket"],
+        bucket=_int32(d["bucket"], "bucket"),
         connection_id=d["connection_id"],
     )
 

@@ -43,7 +43,9 @@ class JsonSerializer:
     def loads(self, data: bytes) -> Any:
         try:
             return json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: nesting deeper than the interpreter's recursion limit (e.g. a
+            # value of 100,000 "[") is as undecodable as a syntax error.
             raise SerializationError(f"value is not valid JSON: {exc}") from exc
 
 

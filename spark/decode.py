@@ -118,6 +118,32 @@ def _decoded_rows(raw: bytes | None) -> list[dict[str, Any]]:
     return rows
 
 
+def decode_record_values(values: list[bytes | None]) -> tuple[list[int], list[pa.Array]]:
+    """Decode Kafka record values into the Arrow columns of :data:`DECODED_SCHEMA`.
+
+    The part of :func:`decode_messages` that needs no Spark session (each executor runs it
+    on its Arrow batches), public so it can be run over arbitrary bytes.
+
+    Args:
+        values: Record values (framed messages, batches, or anything else; None allowed).
+
+    Returns:
+        ``(source_rows, columns)``: for each output row the index in ``values`` it came from
+        (a batch gives several rows, anything else one), and one Arrow array per field of
+        :data:`DECODED_SCHEMA`, in order. A value that cannot be decoded gives a row with
+        only ``index`` and ``decode_error`` set; nothing raises for bad bytes.
+    """
+    source_rows: list[int] = []
+    columns: dict[str, list[Any]] = {name: [] for name in _NAMES}
+    for i, raw in enumerate(values):
+        for row in _decoded_rows(raw):
+            source_rows.append(i)
+            for name in _NAMES:
+                columns[name].append(row.get(name))
+    arrays = [pa.array(columns[f.name], to_arrow_type(f.dataType)) for f in DECODED_SCHEMA.fields]
+    return source_rows, arrays
+
+
 def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
     """One row per regionbus message in the records of a Kafka DataFrame.
 
@@ -148,15 +174,8 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
 
     def explode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            source_rows: list[int] = []
-            columns: dict[str, list[Any]] = {name: [] for name in _NAMES}
-            for i, raw in enumerate(batch.column(value_column).to_pylist()):
-                for row in _decoded_rows(raw):
-                    source_rows.append(i)
-                    for name in _NAMES:
-                        columns[name].append(row.get(name))
+            source_rows, decoded = decode_record_values(batch.column(value_column).to_pylist())
             repeated = batch.select(kept_names).take(pa.array(source_rows, pa.int64()))
-            decoded = [pa.array(columns[f.name], f.type) for f in decoded_arrow]
             yield pa.RecordBatch.from_arrays(
                 [*repeated.columns, *decoded],
                 schema=pa.schema([*repeated.schema, *decoded_arrow]),
@@ -231,4 +250,4 @@ def decode_values(
     return df.mapInArrow(add_values, out_schema)
 
 
-__all__ = ["DECODED_SCHEMA", "decode_messages", "decode_values"]
+__all__ = ["DECODED_SCHEMA", "decode_messages", "decode_record_values", "decode_values"]

@@ -8,6 +8,7 @@ so ``tests/unit`` runs without it.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
@@ -26,6 +28,19 @@ _INTEGRATION_DIR = Path(__file__).parent / "integration"
 _NAMESPACE_MAX_CHARS = 60
 _NAMESPACE_SUFFIX_HEX_CHARS = 6
 _NOT_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+# Property tests (hypothesis): derandomized and database-less, so CI runs the same examples
+# every time and writes nothing; no deadline, since the machines are shared and slow. Each
+# test sets its own ``max_examples``; select another profile with HYPOTHESIS_PROFILE=...
+settings.register_profile(
+    "regionbus",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "regionbus"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
