@@ -273,11 +273,16 @@ class GatewaySender(QueueProcessor):
             except KafkaException as exc:
                 log.warning("ack consumer: %s", exc)
                 continue
+            found: GatewayAck | None = None
+            last_offset = -1
+            # Every message of the poll is looked at, also after the awaited ack: the
+            # consumer's position is already past them, so one skipped here is never seen.
             for message in messages:
                 if message.error() is not None:
                     continue
                 offset = message.offset()
                 assert offset is not None
+                last_offset = max(last_offset, offset)
                 try:
                     ack = decode_ack(message.value())
                 except MessageDecodeError as exc:
@@ -285,12 +290,14 @@ class GatewaySender(QueueProcessor):
                     # site's, where the sender's operators look (as for its queue).
                     self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc))
                     continue
-                if ack.batch_id == batch_id:
-                    self._acks.commit(
-                        offsets=[TopicPartition(self.ack_topic, 0, offset + 1)],
-                        asynchronous=True,
-                    )
-                    return ack
+                if ack.batch_id == batch_id and found is None:
+                    found = ack
+            if found is not None:
+                self._acks.commit(
+                    offsets=[TopicPartition(self.ack_topic, 0, last_offset + 1)],
+                    asynchronous=True,
+                )
+                return found
         return None
 
     # --- dispatch ----------------------------------------------------------------------
