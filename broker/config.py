@@ -84,7 +84,24 @@ class RedisConnectionSettings(RegionBusSettings):
         return self
 
 
-class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
+class ObservabilitySettings(RegionBusSettings):
+    """How a long-running process (cache server, gateway worker) exposes itself to
+    operators.
+
+    Attributes:
+        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics``, all
+            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
+            one is the worker's ``metrics_port``). See :mod:`broker.observability`.
+        log_format: ``"text"`` (default: ``time level logger: message`` lines) or
+            ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
+            by ``regionbus serve`` and the ``regionbus gateway`` commands.
+    """
+
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
+
+
+class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings):
     """Configuration of a cache server (file table ``[server]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
@@ -148,12 +165,8 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
             it: older requests are refused as possible replays.
         principal_cache_ttl_ms: How long a server trusts principals and permissions it
             read from Redis; ``regionbus user remove`` takes effect within this long.
-        metrics_port: TCP port of the server's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is ``CacheServer.metrics_port``). See :mod:`broker.observability`.
-        log_format: ``"text"`` (default: ``time level logger: message`` lines) or
-            ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
-            by ``regionbus serve``.
+
+    ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
@@ -188,10 +201,6 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings):
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
-    # --- observability (issue 7) ---
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    log_format: Literal["text", "json"] = "text"
-
     @field_validator("namespace")
     @classmethod
     def _namespace_is_topic_legal(cls, value: str) -> str:

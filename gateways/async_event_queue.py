@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from broker.config import RedisConnectionSettings
+from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric
 from broker.redis_connect import connect_redis
 from gateways.filters import load_hook
@@ -115,14 +115,17 @@ class AsyncEventListener:
         """Called once when the queue stops."""
 
 
-class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
+class AsyncEventQueueSettings(
+    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings
+):
     """Configuration of an async event queue dispatcher
     (env prefix ``REGIONBUS_ASYNC_EVENT_QUEUE_``, file table ``[async_event_queue]``).
 
     The cache servers queue the events (``ServerSettings.async_event_queues``); this worker
     dispatches them. ``kafka_*`` are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (the dispatcher's lease)
-    on :class:`broker.config.RedisConnectionSettings`.
+    on :class:`broker.config.RedisConnectionSettings`; ``metrics_port`` and
+    ``log_format`` on :class:`broker.config.ObservabilitySettings`.
 
     Attributes:
         queue_id: The queue's id; its topic is ``{namespace}.aeq.<queue_id>``.
@@ -137,11 +140,6 @@ class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
-        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
-        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
-            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_")
@@ -158,10 +156,6 @@ class AsyncEventQueueSettings(KafkaConnectionSettings, RedisConnectionSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
-    # --- observability (issue 7) ---
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    log_format: Literal["text", "json"] = "text"
-
     @field_validator("queue_id", "namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:

@@ -24,14 +24,14 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from broker.config import RedisConnectionSettings
+from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric, MetricsEndpoint
 from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
@@ -72,13 +72,16 @@ def receiver_inbound_group(namespace: str, receiver_id: str) -> str:
     return f"{namespace}.gw-receiver.{receiver_id}"
 
 
-class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
+class GatewayReceiverSettings(
+    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings
+):
     """Configuration of a gateway receiver worker (env prefix
     ``REGIONBUS_GATEWAY_RECEIVER_``, file table ``[gateway_receiver]``).
 
     ``kafka_*`` (this site's Kafka) are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis, read
-    only, by a conflict resolver) on :class:`broker.config.RedisConnectionSettings`.
+    only, by a conflict resolver) on :class:`broker.config.RedisConnectionSettings`;
+    ``metrics_port`` and ``log_format`` on :class:`broker.config.ObservabilitySettings`.
 
     Attributes:
         receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
@@ -89,11 +92,6 @@ class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
             operations; past it the batch is not acked (the sender resends it).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``.
         member_id: This worker's member id.
-        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
-        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
-            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -106,10 +104,6 @@ class GatewayReceiverSettings(KafkaConnectionSettings, RedisConnectionSettings):
     apply_timeout_ms: int = Field(default=30_000, ge=100)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-receiver"))
-    # --- observability (issue 7) ---
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    log_format: Literal["text", "json"] = "text"
-
     @field_validator("receiver_id", "namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:

@@ -23,14 +23,14 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
-from broker.config import RedisConnectionSettings
+from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric
 from broker.redis_connect import connect_redis
 from broker.server import ensure_topics
@@ -72,14 +72,17 @@ def default_member_id(kind: str) -> str:
     return f"{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
+class GatewaySenderSettings(
+    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings
+):
     """Configuration of one gateway sender worker (env prefix ``REGIONBUS_GATEWAY_SENDER_``,
     file table ``[gateway_sender]``).
 
     The cache servers of the site queue the events (``ServerSettings.gateway_senders``);
     this worker sends them. ``kafka_*`` (local Kafka, with SASL and TLS) are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (local Redis: the primary
-    sender's lease) on :class:`broker.config.RedisConnectionSettings`.
+    sender's lease) on :class:`broker.config.RedisConnectionSettings`; ``metrics_port`` and
+    ``log_format`` on :class:`broker.config.ObservabilitySettings`.
 
     Attributes:
         sender_id: The sender's id; its queue is ``{namespace}.gw.<sender_id>``.
@@ -105,11 +108,6 @@ class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
             (100 ms: the measured balance on the embedded Tansu, ARCHITECTURE.md).
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
-        metrics_port: TCP port of the worker's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`gateways.metrics`.
-        log_format: ``"text"`` (default) or ``"json"`` log lines (with ``member`` and
-            ``namespace``), as set by the ``regionbus gateway`` commands.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
@@ -132,10 +130,6 @@ class GatewaySenderSettings(KafkaConnectionSettings, RedisConnectionSettings):
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
-    # --- observability (issue 7) ---
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    log_format: Literal["text", "json"] = "text"
-
     @field_validator("sender_id", "remote_receiver_id", "namespace", "remote_namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
