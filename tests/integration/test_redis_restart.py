@@ -19,6 +19,7 @@ import redis
 from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess
 
+from broker.election import Membership
 from broker.stack import EmbeddedRedis
 from broker.status import cluster_status
 from clients import ALL_KEYS
@@ -34,9 +35,7 @@ def aof_redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Embedd
     """A Redis of this test only, with the append-only file in ``tmp_path``; the fsync
     policy comes from the test's parameter (``always`` survives SIGKILL, ``everysec`` a
     graceful shutdown)."""
-    server = EmbeddedRedis(
-        appendonly=True, appendfsync=request.param, work_dir=tmp_path / "redis"
-    )
+    server = EmbeddedRedis(appendonly=True, appendfsync=request.param, work_dir=tmp_path / "redis")
     server.start()
     try:
         yield server
@@ -189,3 +188,19 @@ def _stop_redis(server: EmbeddedRedis, signum: signal.Signals) -> None:
     if signum is signal.SIGKILL:
         os.kill(pid, signal.SIGKILL)
     server.stop()
+
+
+def test_a_member_dropped_as_dead_while_redis_was_away_registers_again_on_its_heartbeat(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    # After an outage longer than the liveness TTL, the first member back removes the
+    # others from the member list; their next heartbeat must put them back, or no bucket
+    # would ever be given to them again.
+    late = Membership(redis_client, namespace, "late", ttl_ms=60_000)
+    late.join()
+    redis_client.delete(RedisKeys(namespace).member_alive("late"))
+    early = Membership(redis_client, namespace, "early", ttl_ms=60_000)
+    early.join()
+    assert [m.member_id for m in early.live_members()] == ["early"]
+    late.heartbeat()
+    assert [m.member_id for m in early.live_members()] == ["late", "early"]
