@@ -1076,6 +1076,9 @@ class CacheServer:
                 log.warning("disconnecting unresponsive client %s (queue full)", client_id)
                 self.stats.clients_disconnected += 1
                 self._disconnect_everywhere(client_id, keep_alive=False)
+                # Stop routing to it here at once: the DISCONNECTs wait behind every bucket's
+                # backlog, and what is routed meanwhile would fill a new count to the limit.
+                self.registry.drop_client(client_id)
                 self._depths.forget(client_id)
                 self.clients.remove(client_id)
                 self._clients.pop(client_id, None)
