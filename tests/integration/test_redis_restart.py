@@ -7,15 +7,19 @@ the servers must be serving again afterwards without a restart of their own."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from gateway_sites import Site, start_async_event_queue
 from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess
 
@@ -23,6 +27,7 @@ from broker.election import Membership
 from broker.stack import EmbeddedRedis
 from broker.status import cluster_status
 from clients import ALL_KEYS
+from gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from schemas.naming import RedisKeys
 
 _TOTAL_BUCKETS = 16
@@ -204,3 +209,57 @@ def test_a_member_dropped_as_dead_while_redis_was_away_registers_again_on_its_he
     assert [m.member_id for m in early.live_members()] == ["early"]
     late.heartbeat()
     assert [m.member_id for m in early.live_members()] == ["late", "early"]
+
+
+class _Dispatched(AsyncEventListener):
+    """Records the key of every event an async event queue dispatches."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self._lock = threading.Lock()
+
+    def process_events(self, events: list[AsyncEvent]) -> bool:
+        with self._lock:
+            self.keys.extend(e.key for e in events if e.key is not None)
+        return True
+
+    def snapshot(self) -> set[str]:
+        with self._lock:
+            return set(self.keys)
+
+
+@pytest.mark.parametrize("aof_redis", ["everysec"], indirect=True)
+def test_an_async_event_queue_and_its_server_go_on_after_redis_was_away_longer_than_the_lease(
+    aof_redis: EmbeddedRedis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with ExitStack() as stack:
+        site = Site(stack, namespace, kafka_bootstrap_servers, aof_redis.url, 1)
+        server = site.start_server(async_event_queues=("audit",))
+        dispatched = _Dispatched()
+        queue = start_async_event_queue(site, "audit", dispatched, lease_ttl_ms=_LEASE_TTL_MS)
+        region = site.client(read_timeout_ms=60_000).create_region("r")
+        region.put_all({f"before-{i}": i for i in range(50)})
+        wait_until(lambda: len(dispatched.snapshot()) == 50, what="the first events")
+
+        with caplog.at_level(logging.INFO):
+            _stop_redis(aof_redis, signal.SIGTERM)
+            during = region.put_async("during", 1)
+            time.sleep(_LEASE_TTL_MS / 1000 + 1.0)
+            aof_redis.start()
+            during.result(timeout=60)
+            region.put_all({f"after-{i}": i for i in range(50)})
+            expected = {f"before-{i}" for i in range(50)} | {f"after-{i}" for i in range(50)}
+            wait_until(
+                lambda: dispatched.snapshot() == expected | {"during"},
+                timeout_s=60,
+                what="every event, also those put during and after the outage",
+            )
+        assert server.alive and queue.alive
+        assert queue.is_primary
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        role_warnings = [m for m in warnings if "Redis unavailable for async-event-queue" in m]
+        assert len(role_warnings) == 1, warnings
+        assert not [m for m in warnings if ": lease: " in m], "one warning per lease retry"
