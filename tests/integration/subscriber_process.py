@@ -1,9 +1,10 @@
 """A subscribed client in its own OS process, to be stalled with SIGSTOP by a test.
 
 Usage: ``python subscriber_process.py '<json config>'``. Connects to ``namespace`` at
-``bootstrap``, registers interest in every key of region ``r`` and appends one JSON line
-per event to ``out``: ``{"ev": "ready"}`` once registered, then ``{"ev": "create" |
-"update", "key": ..., "value": ...}`` (flushed at once). It runs until its stdin closes.
+``bootstrap``, registers interest in every key of region ``r`` and appends JSON lines to
+``out`` (flushed at once): ``{"ev": "ready", "client_id": ...}`` once registered, then one
+``{"ev": "create" | "update", "key": ..., "value": ...}`` per event. It runs until its
+stdin closes.
 A SIGSTOP freezes all of it: its subscription queue is neither read nor acked, and it
 sends no pings.
 """
@@ -49,7 +50,7 @@ def main(config: dict[str, Any]) -> None:
         )
     )
     cache.create_region("r", listeners=[out]).register_interest(ALL_KEYS)
-    out.write({"ev": "ready"})
+    out.write({"ev": "ready", "client_id": cache.client_id})
     sys.stdin.read()
     cache.close()
 
