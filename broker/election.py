@@ -106,13 +106,18 @@ class Membership:
             raise TransportError(f"cannot join the member list: {exc}") from exc
 
     def heartbeat(self) -> None:
-        """Prolong this member's liveness by ``ttl_ms``.
+        """Prolong this member's liveness by ``ttl_ms``, registering it again if it had
+        been removed as dead (its heartbeat lapsed while it was paused or Redis was down:
+        another member's :meth:`live_members` then dropped it from the member list).
 
         Raises:
             TransportError: Redis failed.
         """
         try:
-            self._redis.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
+            pipe = self._redis.pipeline()
+            pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
+            pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
+            pipe.execute()
         except redis.RedisError as exc:
             raise TransportError(f"member heartbeat failed: {exc}") from exc
 

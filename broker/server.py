@@ -47,6 +47,7 @@ from broker.observability import MetricsEndpoint
 from broker.principals import Principal
 from broker.queue_depth import QueueDepths
 from broker.redis_connect import connect_redis
+from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.security import SecurityGuard, audit_refusal
 from broker.server_metrics import server_metric_families
 from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
@@ -315,6 +316,7 @@ class CacheServer:
             settings.metrics_port, lambda: server_metric_families(self)
         )
         self._depth_cursor = 0
+        self._redis_outage = RedisOutage(self._redis, settings.member_id, self._stop)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -369,6 +371,11 @@ class CacheServer:
     def metrics_url(self) -> str | None:
         """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
         return self._metrics.url
+
+    @property
+    def redis_outages(self) -> int:
+        """Redis outages this server waited out since it started."""
+        return self._redis_outage.outages
 
     def scrape_metrics(self) -> bytes:
         """The Prometheus text exposition of this server's metrics (also without an
@@ -443,6 +450,22 @@ class CacheServer:
     def _serve_until_stopped(self) -> None:
         self._setup()
         self._ready.set()
+        try:
+            while not self._serve_until_redis_fails():
+                pass
+        finally:
+            try:
+                self._sync()
+                self._reaper.release()
+                self.election.leave()
+            finally:
+                assert self._consumer is not None and self._producer is not None
+                self._consumer.close()
+                self._producer.flush(10)
+
+    def _serve_until_redis_fails(self) -> bool:
+        """The server loop: True once stopped; False after it rode out a Redis outage (the
+        caller runs it again, with fresh timers)."""
         sync_every_s = self.settings.message_sync_interval_s
         liveness_every_s = min(5.0, self.settings.maximum_time_between_pings_ms / 4000)
         next_sync = time.monotonic() + sync_every_s
@@ -481,14 +504,12 @@ class CacheServer:
                 if now >= next_reap:
                     self._reap_durable_clients()
                     next_reap = now + reaper_every_s
-        finally:
-            try:
-                self._sync()
-                self._reaper.release()
-                self.election.leave()
-            finally:
-                self._consumer.close()
-                self._producer.flush(10)
+        except Exception as exc:
+            if not is_redis_unavailable(exc):
+                raise
+            self._ride_out_redis_outage(exc)
+            return False
+        return True
 
     def _setup(self) -> None:
         s = self.settings
@@ -560,6 +581,8 @@ class CacheServer:
         try:
             result = self.election.tick()
         except TransportError as exc:
+            if is_redis_unavailable(exc):
+                raise  # the serve loop pauses every bucket until Redis is back
             log.error("bucket election failed, stopping every bucket: %s", exc)
             for bucket in list(self._owned):
                 self._drop_bucket(bucket)
@@ -638,6 +661,77 @@ class CacheServer:
         )
         self._drop_bucket(bucket)
         self.election.release(bucket)
+
+    # --- Redis outages ------------------------------------------------------------------
+
+    def _ride_out_redis_outage(self, cause: BaseException) -> None:
+        """Pause on a retriable Redis error until Redis is back, then resume from the
+        committed offsets.
+
+        What the outbox holds belongs to changes Redis applied, so it is sent; nothing
+        after the committed offsets is committed before it has been applied again (the
+        Lua apply recognises each EventID it applied before the outage and returns the
+        stored result, so its event and reply are produced again, flagged
+        ``possible_duplicate``).
+        """
+        self._redis_outage.began(cause)
+        self._send_outbox()
+        self._rewind_to_committed()
+        while self._redis_outage.wait():
+            try:
+                self._resume_after_redis_outage()
+            except Exception as exc:
+                if not is_redis_unavailable(exc):
+                    raise
+                continue
+            self._redis_outage.ended()
+            return
+
+    def _rewind_to_committed(self) -> None:
+        """Consume every bucket held here again from its committed offset."""
+        assert self._consumer is not None
+        partitions = [tp for bucket in self._owned for tp in self._partitions(bucket)]
+        if not partitions:
+            return
+        assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        # A handoff that failed half way may have unassigned its partitions already.
+        self._consumer.incremental_unassign(
+            [tp for tp in partitions if (tp.topic, tp.partition) in assigned]
+        )
+        unknown = [tp for tp in partitions if (tp.topic, tp.partition) not in self._committed]
+        committed = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in (self._consumer.committed(unknown, timeout=10) if unknown else [])
+        }
+        assignment = []
+        for tp in partitions:
+            where = (tp.topic, tp.partition)
+            self._positions.pop(where, None)
+            offset = self._committed.get(where, committed.get(where, -1))
+            assignment.append(TopicPartition(tp.topic, tp.partition, max(offset, 0)))
+        self._consumer.incremental_assign(assignment)
+
+    def _resume_after_redis_outage(self) -> None:
+        """Before applying anything again: do not count the outage as the clients' silence,
+        give up buckets whose lease this server no longer believes it holds (and leases of
+        buckets it never started), then run the election, so a lease that lapsed during a
+        long outage is lost here rather than through a fenced write.
+
+        Raises:
+            TransportError: Redis failed again.
+        """
+        now = now_ms()
+        for record in self._clients.values():
+            if record.connected:
+                record.last_seen_ms = max(record.last_seen_ms, now)
+        held = self.election.owned
+        for bucket, epoch in list(self._owned.items()):
+            if held.get(bucket) != epoch:
+                self._drop_bucket(bucket)
+        for bucket in held:
+            if bucket not in self._owned:
+                self.election.release(bucket)
+        self._elect()
 
     # --- batch processing --------------------------------------------------------------
 
@@ -1112,6 +1206,9 @@ class CacheServer:
                 log.warning("disconnecting unresponsive client %s (queue full)", client_id)
                 self.stats.clients_disconnected += 1
                 self._disconnect_everywhere(client_id, keep_alive=False)
+                # Stop routing to it here at once: the DISCONNECTs wait behind every bucket's
+                # backlog, and what is routed meanwhile would fill a new count to the limit.
+                self.registry.drop_client(client_id)
                 self._depths.forget(client_id)
                 self.clients.remove(client_id)
                 self._clients.pop(client_id, None)

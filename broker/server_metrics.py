@@ -28,6 +28,8 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_durable_clients_expired_total``: durable clients unregistered as reaper.
 - ``regionbus_queue_full_waits_total``: holds of operations for a full queue.
 - ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
+- ``regionbus_redis_outages_total``: Redis outages this server waited out (it stops
+  applying, then resumes from the first unapplied operation; :mod:`broker.redis_outage`).
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ def server_metric_families(server: CacheServer) -> list[Metric]:
             "clients_disconnected",
             "Clients disconnected as unresponsive (queue full for the whole wait).",
             stats.clients_disconnected,
+        ),
+        families.counter(
+            "redis_outages",
+            "Redis outages this server waited out before applying again.",
+            server.redis_outages,
         ),
     ]
     if server.handles_client_lifecycle:

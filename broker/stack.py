@@ -387,6 +387,9 @@ class EmbeddedRedis(_ChildService):
         port: Loopback TCP port to listen on; None picks a free one.
         appendonly: Turn the append-only file on (in ``work_dir``), so data survives a
             restart of this object.
+        appendfsync: Redis ``appendfsync`` policy with ``appendonly``: ``"everysec"``
+            (Redis' default; a SIGKILL may lose the last second) or ``"always"`` (every
+            acknowledged write is on disk before its reply, so it survives a SIGKILL).
         work_dir: ``--dir`` of the server and home of ``redis.log``; None creates a
             temporary one.
         start_timeout_s: Seconds `start` waits for PING to succeed.
@@ -403,6 +406,7 @@ class EmbeddedRedis(_ChildService):
         *,
         port: int | None = None,
         appendonly: bool = False,
+        appendfsync: str = "everysec",
         work_dir: Path | None = None,
         start_timeout_s: float = 20.0,
         stop_timeout_s: float = 10.0,
@@ -421,6 +425,7 @@ class EmbeddedRedis(_ChildService):
         )
         self._server_bin = server_bin
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
 
     @property
     def url(self) -> str:
@@ -444,6 +449,8 @@ class EmbeddedRedis(_ChildService):
             "",
             "--appendonly",
             "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
             "--dir",
             str(self.work_dir),
         ]

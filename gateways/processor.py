@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from broker.election import Lease
 from broker.observability import Metric, MetricsEndpoint
+from broker.redis_outage import RedisOutage, is_redis_unavailable
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind
@@ -399,6 +400,7 @@ class QueueProcessor:
 
     def _hold_lease(self) -> None:
         every_s = self._lease_ttl_ms / 3000
+        outage = RedisOutage(self._redis, self.role, self._stop)
         while not self._stop.is_set():
             try:
                 if self._lease.held:
@@ -408,8 +410,13 @@ class QueueProcessor:
                 elif self._lease.try_acquire() is not None:
                     log.info("%s: %s is primary", self.role, self.member_id)
                     self._primary.set()
+                outage.ended()
             except RegionBusError as exc:
-                log.warning("%s: lease: %s", self.role, exc)
+                # Not primary while the lease cannot be renewed; an outage is logged once.
+                if is_redis_unavailable(exc):
+                    outage.began(exc)
+                else:
+                    log.warning("%s: lease: %s", self.role, exc)
                 self._primary.clear()
             self._stop.wait(every_s)
 

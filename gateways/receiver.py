@@ -34,6 +34,7 @@ from pydantic_settings import SettingsConfigDict
 from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric, MetricsEndpoint
 from broker.redis_connect import connect_redis
+from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.server import ensure_topics
 from broker.store import RegionStore
 from clients.pool import Pool
@@ -57,7 +58,7 @@ from gateways.protocol import (
 )
 from gateways.sender import default_member_id
 from schemas.codec import decode_as
-from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
@@ -322,11 +323,26 @@ class GatewayReceiver:
                         log.warning("batch %s not acked: %s", batch.batch_id, exc)
                         self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
                         continue
+                    except TransportError as exc:
+                        # The conflict resolver reads Redis before any event is sent, so
+                        # the whole batch is applied again (and acked) once Redis is back.
+                        if self._store is None or not is_redis_unavailable(exc):
+                            raise
+                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+                        self._wait_for_redis(exc)
+                        continue
                     self._send_ack(batch, ack)
                 self._consumer.commit(
                     offsets=[TopicPartition(self.inbound_topic, 0, offset + 1)],
                     asynchronous=False,
                 )
+
+    def _wait_for_redis(self, cause: TransportError) -> None:
+        assert self._store is not None
+        outage = RedisOutage(self._store.redis, self.settings.receiver_id, self._stop)
+        outage.began(cause)
+        if outage.wait():
+            outage.ended()
 
     def apply_batch(self, batch: GatewayBatch) -> GatewayAck:
         """Apply one batch to this site and build its ack.
