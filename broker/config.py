@@ -62,6 +62,10 @@ class RedisConnectionSettings(RegionBusSettings):
             ``rediss://`` URL.
         redis_ssl_certfile: Client certificate (PEM path) for Redis mutual TLS.
         redis_ssl_keyfile: Its private key (PEM path).
+        redis_socket_timeout_s: Longest wait for Redis to answer one command or accept a
+            connection, seconds. A Redis that hangs (stopped, or cut off without a reset)
+            then counts as an outage, which servers wait out (:mod:`broker.redis_outage`),
+            instead of blocking them forever. None waits forever (redis-py's default).
     """
 
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -70,6 +74,7 @@ class RedisConnectionSettings(RegionBusSettings):
     redis_ssl_ca_certs: str | None = None
     redis_ssl_certfile: str | None = None
     redis_ssl_keyfile: str | None = None
+    redis_socket_timeout_s: float | None = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _redis_tls_needs_rediss(self) -> RedisConnectionSettings:

@@ -23,7 +23,8 @@ def redis_options(settings: RedisConnectionSettings) -> dict[str, Any]:
             ``rediss://`` URL).
 
     Returns:
-        ``username``, ``password`` and ``ssl_*`` keywords, only those that are set.
+        ``username``, ``password``, ``ssl_*`` and ``socket_timeout`` /
+        ``socket_connect_timeout`` keywords, only those that are set.
     """
     options: dict[str, Any] = {}
     if settings.redis_username:
@@ -36,6 +37,9 @@ def redis_options(settings: RedisConnectionSettings) -> dict[str, Any]:
         "ssl_keyfile": settings.redis_ssl_keyfile,
     }
     options.update({k: v for k, v in tls.items() if v})
+    if settings.redis_socket_timeout_s is not None:
+        options["socket_timeout"] = settings.redis_socket_timeout_s
+        options["socket_connect_timeout"] = settings.redis_socket_timeout_s
     return options
 
 
