@@ -198,6 +198,29 @@ class MetricsEndpoint:
         return generate_latest(self.registry)
 
 
+class ServesMetrics:
+    """Mixin of a worker (cache server, gateway worker) that owns a :class:`MetricsEndpoint`
+    in ``self._metrics``: the read-only view of it operators and tests use."""
+
+    _metrics: MetricsEndpoint
+
+    @property
+    def metrics_port(self) -> int | None:
+        """TCP port of the running metrics endpoint (the setting's, or the one bound for
+        0), None when there is none or the worker is not running."""
+        return self._metrics.port
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
+        return self._metrics.url
+
+    def scrape_metrics(self) -> bytes:
+        """The Prometheus text exposition of this worker's metrics (also without an
+        endpoint)."""
+        return self._metrics.scrape()
+
+
 def json_log_formatter(fields: Mapping[str, str]) -> logging.Formatter:
     """A formatter writing each record as one JSON object.
 

@@ -43,7 +43,7 @@ from broker.client_registry import (
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
-from broker.observability import MetricsEndpoint
+from broker.observability import MetricsEndpoint, ServesMetrics
 from broker.principals import Principal
 from broker.queue_depth import QueueDepths
 from broker.redis_connect import connect_redis
@@ -240,7 +240,7 @@ def ensure_topics(admin: AdminClient, topics: dict[str, int], timeout_s: float =
                 raise TransportError(f"cannot create topic {name}: {exc}") from exc
 
 
-class CacheServer:
+class CacheServer(ServesMetrics):
     """A cache server process (or thread) of one namespace.
 
     Args:
@@ -362,25 +362,9 @@ class CacheServer:
     # --- observability (issue 7) ------------------------------------------------------
 
     @property
-    def metrics_port(self) -> int | None:
-        """TCP port of the running metrics endpoint (``settings.metrics_port``, or the one
-        bound for 0), None when there is none or the server is not running."""
-        return self._metrics.port
-
-    @property
-    def metrics_url(self) -> str | None:
-        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
-        return self._metrics.url
-
-    @property
     def redis_outages(self) -> int:
         """Redis outages this server waited out since it started."""
         return self._redis_outage.outages
-
-    def scrape_metrics(self) -> bytes:
-        """The Prometheus text exposition of this server's metrics (also without an
-        endpoint)."""
-        return self._metrics.scrape()
 
     @property
     def primary_buckets(self) -> tuple[int, ...]:

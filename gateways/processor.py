@@ -22,7 +22,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from broker.election import Lease
-from broker.observability import Metric, MetricsEndpoint
+from broker.observability import Metric, MetricsEndpoint, ServesMetrics
 from broker.redis_outage import RedisOutage, is_redis_unavailable
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
@@ -268,7 +268,7 @@ class ProcessorStats:
         del self.batch_sizes[:-10_000]
 
 
-class QueueProcessor:
+class QueueProcessor(ServesMetrics):
     """Primary election, peek, dispatch and remove for one queue topic (a worker thread).
 
     Subclasses implement :meth:`_dispatch`.
@@ -351,20 +351,6 @@ class QueueProcessor:
         self._metrics.stop()
 
     # --- observability (issue 7) ------------------------------------------------------
-
-    @property
-    def metrics_port(self) -> int | None:
-        """TCP port of the running metrics endpoint, None when there is none."""
-        return self._metrics.port
-
-    @property
-    def metrics_url(self) -> str | None:
-        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
-        return self._metrics.url
-
-    def scrape_metrics(self) -> bytes:
-        """The Prometheus text exposition of this worker's metrics."""
-        return self._metrics.scrape()
 
     def _metric_families(self) -> list[Metric]:
         """The worker's metric families at a scrape (subclasses name theirs)."""

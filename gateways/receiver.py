@@ -32,7 +32,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.config import ObservabilitySettings, RedisConnectionSettings
-from broker.observability import Metric, MetricsEndpoint
+from broker.observability import Metric, MetricsEndpoint, ServesMetrics
 from broker.redis_connect import connect_redis
 from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.server import ensure_topics
@@ -142,7 +142,7 @@ class ReceiverStats:
         self.batch_sizes: list[int] = []
 
 
-class GatewayReceiver:
+class GatewayReceiver(ServesMetrics):
     """A gateway receiver worker: runs on a thread until :meth:`stop`.
 
     Args:
@@ -202,20 +202,6 @@ class GatewayReceiver:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self._metrics.stop()
-
-    @property
-    def metrics_port(self) -> int | None:
-        """TCP port of the running metrics endpoint, None when there is none."""
-        return self._metrics.port
-
-    @property
-    def metrics_url(self) -> str | None:
-        """``http://127.0.0.1:<port>/metrics`` while the endpoint runs, else None."""
-        return self._metrics.url
-
-    def scrape_metrics(self) -> bytes:
-        """The Prometheus text exposition of this receiver's metrics."""
-        return self._metrics.scrape()
 
     def _metric_families(self) -> list[Metric]:
         return receiver_metric_families(self)
