@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from support import wait_until
@@ -168,6 +168,19 @@ def site_namespaces(namespace: str, count: int) -> Iterator[str]:
     """``count`` distinct namespaces derived from a test's namespace."""
     for index in range(count):
         yield f"{namespace[:50]}.s{index + 1}{secrets.token_hex(2)}"
+
+
+@contextmanager
+def running_sites(
+    namespace: str, kafka_bootstrap_servers: str, redis_url: str, count: int
+) -> Iterator[list[Site]]:
+    """``count`` sites (ids 1..count, namespaces from ``namespace``) on one Kafka and Redis;
+    every server and worker they started is stopped on exit."""
+    with ExitStack() as stack:
+        yield [
+            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
+            for site_id, ns in enumerate(site_namespaces(namespace, count), start=1)
+        ]
 
 
 def replay_flights(region: Any, days: int = 1, window: int = 2000) -> int:

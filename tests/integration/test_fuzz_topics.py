@@ -20,12 +20,11 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from gateway_sites import Site, site_namespaces, start_async_event_queue
+from gateway_sites import Site, running_sites, start_async_event_queue
 from support import Recorder, wait_until
 
 from clients import ALL_KEYS
@@ -271,11 +270,8 @@ def _dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[s
 
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
-    with ExitStack() as stack:
-        yield [
-            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
-            for site_id, ns in enumerate(site_namespaces(namespace, 2), start=1)
-        ]
+    with running_sites(namespace, kafka_bootstrap_servers, redis_url, 2) as started:
+        yield started
 
 
 def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_broken_message(

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
-from gateway_sites import Site, site_namespaces
+from gateway_sites import Site, running_sites
 from support import Recorder, Vetoing, entry_operation, send_raw_operation, wait_until
 
 from clients import ALL_KEYS
@@ -18,11 +17,8 @@ from schemas.messages import OperationKind
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
     """Two sites, ids 1 and 2; everything started on them stops at the end."""
-    with ExitStack() as stack:
-        yield [
-            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
-            for site_id, ns in enumerate(site_namespaces(namespace, 2), start=1)
-        ]
+    with running_sites(namespace, kafka_bootstrap_servers, redis_url, 2) as started:
+        yield started
 
 
 def test_a_burst_of_250_puts_goes_in_batches_of_100_100_50_and_only_distributable_ops_reach_the_remote_site(  # noqa: E501

@@ -8,22 +8,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
 from click.testing import CliRunner
-from gateway_sites import Site, site_namespaces
+from gateway_sites import Site, running_sites
 
 from broker.cli import main
 
 
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
-    with ExitStack() as stack:
-        yield [
-            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
-            for site_id, ns in enumerate(site_namespaces(namespace, 2), start=1)
-        ]
+    with running_sites(namespace, kafka_bootstrap_servers, redis_url, 2) as started:
+        yield started
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
-from gateway_sites import Site, replay_flights, site_namespaces
+from gateway_sites import Site, replay_flights, running_sites
 from support import entry_operation, send_raw_operation, wait_until
 
 from gateways.filters import GatewayConflictHelper, GatewayConflictResolver, TimestampedEntryEvent
@@ -20,11 +19,8 @@ from schemas.messages import OperationKind
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
     """Three sites, ids 1, 2, 3 (a test starts what it uses)."""
-    with ExitStack() as stack:
-        yield [
-            Site(stack, ns, kafka_bootstrap_servers, redis_url, site_id)
-            for site_id, ns in enumerate(site_namespaces(namespace, 3), start=1)
-        ]
+    with running_sites(namespace, kafka_bootstrap_servers, redis_url, 3) as started:
+        yield started
 
 
 class _Writes:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from gateway_sites import Site, site_namespaces, start_async_event_queue
+from gateway_sites import Site, running_sites, start_async_event_queue
 from prometheus_client.parser import text_string_to_metric_families
 from support import Recorder, wait_until
 
@@ -288,11 +288,8 @@ def _status(namespace: str, kafka: str, redis_url: str) -> Any:
 
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
-    with ExitStack() as exits:
-        yield [
-            Site(exits, ns, kafka_bootstrap_servers, redis_url, site_id)
-            for site_id, ns in enumerate(site_namespaces(namespace, 2), start=1)
-        ]
+    with running_sites(namespace, kafka_bootstrap_servers, redis_url, 2) as started:
+        yield started
 
 
 def test_gateway_sender_and_receiver_endpoints_count_batches_acks_resends_and_backlog(
