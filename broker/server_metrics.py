@@ -12,6 +12,7 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_duplicate_operations_total``: operations recognised as applied by EventID.
 - ``regionbus_operation_errors_total``: operations refused with an error reply.
 - ``regionbus_replies_total``: replies produced.
+- ``regionbus_replies_dropped_total``: replies to a client without a reply topic, dropped.
 - ``regionbus_events_routed_total{client}``: events queued to a client's subscription
   queue (the series goes when the server forgets the client).
 - ``regionbus_dead_letters_total{category}``: messages sent to ``{ns}.dead-letter``;
@@ -81,6 +82,11 @@ def server_metric_families(server: CacheServer) -> list[Metric]:
             "operation_errors", "Operations refused with an error reply.", stats.errors
         ),
         families.counter("replies", "Replies produced to clients.", stats.replies),
+        families.counter(
+            "replies_dropped",
+            "Replies not produced: the client has no reply topic (closed, or not a client).",
+            stats.replies_dropped,
+        ),
         families.counter(
             "events_routed",
             "Events queued to a client's subscription queue.",
