@@ -27,7 +27,7 @@ Gateway receiver (``{ns}.gwr.<receiver>``):
 - ``regionbus_gateway_receiver_events_applied_total``, ``..._duplicate_events_total``
   (already applied, by EventID), ``..._conflicts_refused_total`` (older than the entry),
   ``..._conflicts_disallowed_total`` (by the resolver), ``..._events_failed_total``,
-  ``..._loops_dropped_total``, ``..._dead_letters_total``.
+  ``..._loops_dropped_total``, ``..._dead_letters_total``, ``..._acks_not_sent_total``.
 
 Async event queue (``{ns}.aeq.<queue>``):
 
@@ -167,6 +167,12 @@ def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
             prefix + "dead_letters",
             "Undecodable batches sent to the dead-letter topic.",
             stats.dead_letters,
+        ),
+        families.counter(
+            prefix + "acks_not_sent",
+            "Batches applied whose ack could not be written (not this site's ack topic, "
+            "or no such topic).",
+            stats.acks_not_sent,
         ),
     ]
 

@@ -35,7 +35,6 @@ from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric, MetricsEndpoint, ServesMetrics
 from broker.redis_connect import connect_redis
 from broker.redis_outage import RedisOutage, is_redis_unavailable
-from broker.server import ensure_topics
 from broker.store import RegionStore
 from clients.pool import Pool
 from clients.settings import ClientSettings
@@ -62,6 +61,7 @@ from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
+from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
@@ -125,6 +125,8 @@ class ReceiverStats:
         loops_dropped: Events that had already reached this site (not applied again).
         possible_duplicate_batches: Batches received flagged possible duplicate.
         dead_letters: Undecodable batches sent to the dead-letter topic.
+        acks_not_sent: Batches applied whose ack could not be written (its ack topic is
+            not this site's, or does not exist).
         batch_sizes: Sizes of the batches acked, in order (the last 10,000).
     """
 
@@ -137,6 +139,7 @@ class ReceiverStats:
     loops_dropped: int = 0
     possible_duplicate_batches: int = 0
     dead_letters: int = 0
+    acks_not_sent: int = 0
 
     def __post_init__(self) -> None:
         self.batch_sizes: list[int] = []
@@ -237,7 +240,7 @@ class GatewayReceiver(ServesMetrics):
 
     def _setup(self) -> None:
         s = self.settings
-        ensure_topics(AdminClient(self._kafka), {self.inbound_topic: 1})
+        ensure_topics(AdminClient(self._kafka), [link_topic_spec(self.inbound_topic)])
         client_settings = ClientSettings(
             namespace=s.namespace,
             **s.kafka_connection(),
@@ -249,7 +252,15 @@ class GatewayReceiver(ServesMetrics):
             self._store = RegionStore(
                 connect_redis(s), s.namespace, self._pool.total_buckets
             )
-        self._producer = Producer({**self._kafka, "linger.ms": 5, "acks": "all"})
+        self._producer = Producer(
+            {
+                **self._kafka,
+                "linger.ms": 5,
+                "acks": "all",
+                # An unknown ack topic is one no sender made: fail at once, not in 30 s.
+                "topic.metadata.propagation.max.ms": 1000,
+            }
+        )
         consumer = Consumer(
             {
                 **self._kafka,
@@ -464,11 +475,41 @@ class GatewayReceiver(ServesMetrics):
 
     def _send_ack(self, batch: GatewayBatch, ack: GatewayAck) -> None:
         assert self._producer is not None
-        self._producer.produce(batch.ack_topic, encode_ack(ack), partition=0)
+        # A batch names its ack topic, so anyone who can write the inbound topic could
+        # point it anywhere: only this site's ack topics, and only ones that exist (the
+        # sender creates its own), are written; otherwise the ack is dropped and logged.
+        if not batch.ack_topic.startswith(f"{self.settings.namespace}.gwack."):
+            self._ack_not_sent(batch, "its ack topic is not one of this site's")
+            return
+        failures: list[KafkaError] = []
+
+        def on_delivery(error: KafkaError | None, _message: Any) -> None:
+            if error is not None:
+                failures.append(error)
+
+        try:
+            self._producer.produce(
+                batch.ack_topic, encode_ack(ack), partition=0, on_delivery=on_delivery
+            )
+        except KafkaException as exc:
+            self._ack_not_sent(batch, str(exc))
+            return
         self._producer.flush(30)
+        if failures:
+            self._ack_not_sent(batch, str(failures[0]))
+            return
         self.stats.batches_acked += 1
         self.stats.batch_sizes.append(len(batch.events))
         del self.stats.batch_sizes[:-10_000]
+
+    def _ack_not_sent(self, batch: GatewayBatch, reason: str) -> None:
+        self.stats.acks_not_sent += 1
+        log.warning(
+            "batch %s applied, but its ack to %r was not sent: %s",
+            batch.batch_id,
+            batch.ack_topic,
+            reason,
+        )
 
     def _dead_letter(self, raw: bytes | None, offset: int, reason: str) -> None:
         assert self._producer is not None
