@@ -15,6 +15,7 @@ COPY gateways ./gateways
 COPY spark ./spark
 COPY demo ./demo
 COPY bench ./bench
+COPY devstack ./devstack
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -51,8 +51,8 @@ from bench.workers import (
     run_subscribers,
     stamped_value,
 )
-from broker.stack import LocalStack
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
+from devstack import LocalStack
 from schemas.errors import BulkOperationError
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 

@@ -44,7 +44,6 @@ from rich.table import Table
 from bench.core import run_or_exit
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
-from broker.stack import LocalStack
 from clients import (
     ALL_KEYS,
     BytesSerializer,
@@ -54,6 +53,7 @@ from clients import (
     EntryEvent,
     RegionEvent,
 )
+from devstack import LocalStack
 from schemas.codec import TYPE_BYTES, split_batch
 from schemas.errors import BulkOperationError, MessageDecodeError
 from schemas.messages import Event

@@ -60,9 +60,9 @@ from bench.report import NS_PER_MS, NS_PER_S, Latency, percentile
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_tracking_subscriber
-from broker.stack import LocalStack
 from broker.status import ClusterStatus, cluster_status
 from clients import BytesSerializer, ClientCache, ClientSettings
+from devstack import LocalStack
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")

@@ -45,9 +45,9 @@ from rich.table import Table
 from bench.report import percentile
 from bench.summary import SummaryRow, emit
 from bench.workers import TIMESTAMP_BYTES, stamped_value
-from broker.server import ensure_topics
-from broker.stack import EmbeddedKafka, LocalStack
 from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
+from devstack import EmbeddedKafka, LocalStack
+from schemas.topics import TopicSpec, ensure_topics
 
 log = logging.getLogger("regionbus.bench.gateway")
 
@@ -283,8 +283,8 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
     result = PhaseResult()
     for phase in ("lag", "throughput"):
         source, target = f"mirror.{tag}.{phase}.a", f"mirror.{tag}.{phase}.b"
-        ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), {source: 1})
-        ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), {target: 1})
+        ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
+        ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
         arrivals = _Arrivals()
         reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
         context = multiprocessing.get_context("spawn")

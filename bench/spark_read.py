@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.summary import SummaryRow, emit
-from broker.stack import LocalStack
+from devstack import LocalStack
 from schemas.codec import encode
 from schemas.eventid import EventID
 from schemas.messages import Event, EventKind

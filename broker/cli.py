@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -26,9 +27,9 @@ from broker.config import ServerSettings
 from broker.observability import configure_logging
 from broker.redis_connect import connect_redis
 from broker.server import CacheServer
-from broker.stack import LocalStack
 from broker.status import cluster_status
 from broker.store import RegionStore
+from devstack import LocalStack
 from schemas.errors import RegionBusError
 from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
 
@@ -147,13 +148,36 @@ def serve(verbose: bool, **options: Any) -> None:
 @click.option(
     "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
 )
-def stack(namespace: str, regions: tuple[str, ...]) -> None:
-    """Start the embedded Kafka (Tansu), redis-server and one cache server; stop on Ctrl-C."""
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".regionbus") / "stack",
+    show_default=True,
+    help="Where Kafka's log and Redis' append-only file live; a later stack on the same "
+    "folder comes back on the same ports with every topic, queue, offset and entry.",
+)
+def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
+    """Start Apache Kafka (KRaft), redis-server and one cache server; stop on Ctrl-C.
+
+    Needs Java 17 and the jars of scripts/bootstrap.sh, unless KAFKA_BOOTSTRAP_SERVERS
+    names a running Kafka (and REDIS_URL a running Redis).
+    """
     _logging(False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with LocalStack() as local:
+    began = time.monotonic()
+    try:
+        local = LocalStack(data_dir=data_dir).start()
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        if local.kafka is not None:
+            click.echo(
+                f"Apache Kafka {local.kafka.version} started in "
+                f"{local.kafka.started_in_s:.1f} s; data in {data_dir.resolve()}",
+                err=True,
+            )
         settings = _settings(
             namespace=namespace,
             kafka_bootstrap_servers=local.kafka_bootstrap_servers,
@@ -164,8 +188,13 @@ def stack(namespace: str, regions: tuple[str, ...]) -> None:
             click.echo(f"export REGIONBUS_NAMESPACE={namespace}")
             click.echo(f"export REGIONBUS_KAFKA_BOOTSTRAP_SERVERS={local.kafka_bootstrap_servers}")
             click.echo(f"export REGIONBUS_REDIS_URL={local.redis_url}")
-            click.echo("stack running; Ctrl-C stops it", err=True)
+            click.echo(
+                f"stack running (up in {time.monotonic() - began:.1f} s); Ctrl-C stops it",
+                err=True,
+            )
             stop.wait()
+    finally:
+        local.stop()
 
 
 @main.group()

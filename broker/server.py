@@ -32,7 +32,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from broker.buckets import BucketElection
 from broker.client_registry import (
@@ -40,6 +40,7 @@ from broker.client_registry import (
     ClientRecord,
     ClientRegistry,
 )
+from broker.client_topics import ClientTopicPresence
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
 from broker.interest import InterestRegistry, compile_interest_regex
@@ -82,6 +83,7 @@ from schemas.messages import (
 from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bucket
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
+from schemas.topics import acked_queue_spec, ensure_topics, server_topic_specs
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -112,6 +114,7 @@ class ServerStats:
         duplicates: Operations recognised as already applied by EventID.
         events_routed: Events produced into subscription queues.
         replies: Replies produced.
+        replies_dropped: Replies not produced because the client has no reply topic.
         dead_letters: Messages sent to the dead-letter topic.
         errors: Operations refused with an error reply.
         durable_clients_expired: Durable clients unregistered by this server as the reaper.
@@ -134,6 +137,7 @@ class ServerStats:
     duplicates: int = 0
     events_routed: int = 0
     replies: int = 0
+    replies_dropped: int = 0
     dead_letters: int = 0
     errors: int = 0
     durable_clients_expired: int = 0
@@ -209,37 +213,6 @@ def load_plugins(
     return listeners, writers
 
 
-def ensure_topics(admin: AdminClient, topics: dict[str, int], timeout_s: float = 15.0) -> None:
-    """Create topics that do not exist yet (replication factor 1 on one broker, else 3 max).
-
-    Args:
-        admin: A confluent-kafka AdminClient.
-        topics: ``{topic: partitions}``.
-        timeout_s: Longest wait for the broker, in seconds.
-
-    Raises:
-        TransportError: the broker refused for another reason than "already exists".
-    """
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-        existing, brokers = metadata.topics, len(metadata.brokers) or 1
-    except KafkaException as exc:
-        raise TransportError(f"Kafka metadata: {exc}") from exc
-    wanted = [
-        NewTopic(name, partitions, min(3, brokers))
-        for name, partitions in topics.items()
-        if name not in existing
-    ]
-    if not wanted:
-        return
-    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
-        try:
-            future.result(timeout=timeout_s)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TransportError(f"cannot create topic {name}: {exc}") from exc
-
-
 class CacheServer(ServesMetrics):
     """A cache server process (or thread) of one namespace.
 
@@ -301,7 +274,7 @@ class CacheServer(ServesMetrics):
         self._overflowing: set[str] = set()
         self._throttled_until = 0.0
         self._queue_topics: dict[str, str] = {}
-        self._reply_topics: dict[str, str] = {}
+        self._reply_topics: ClientTopicPresence | None = None
         self._outbox: dict[str, list[bytes]] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
@@ -499,22 +472,14 @@ class CacheServer(ServesMetrics):
         s = self.settings
         admin = self._admin = AdminClient(s.librdkafka())
         self._depths = QueueDepths(admin, s.namespace)
+        self._reply_topics = ClientTopicPresence(admin)
         ensure_topics(
             admin,
-            {
-                self.topics.ops: s.total_buckets,
-                self.topics.events: s.total_buckets,
-                self.topics.control: 1,
-                self.topics.dead_letter: 1,
-                **self._gateways.topics,
-            },
+            [
+                *server_topic_specs(self.topics, s.total_buckets),
+                *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
+            ],
         )
-        partitions = len(admin.list_topics(timeout=10).topics[self.topics.ops].partitions)
-        if partitions != s.total_buckets:
-            raise ConfigurationError(
-                f"{self.topics.ops} has {partitions} partitions, "
-                f"but total_buckets is {s.total_buckets}"
-            )
         for region in s.regions:
             self.store.create_region(region)
         self._clients = self.clients.all()
@@ -526,6 +491,10 @@ class CacheServer(ServesMetrics):
                     "acks": "all",
                     "enable.idempotence": True,
                     "queue.buffering.max.messages": 1_000_000,
+                    # Every topic this server produces to was created and waited for before
+                    # use, so an unknown one is gone (a closed client's), not propagating:
+                    # fail its messages at once instead of after librdkafka's 30 s.
+                    "topic.metadata.propagation.max.ms": 1000,
                     "client.id": s.member_id,
                 }
             )
@@ -1106,14 +1075,27 @@ class CacheServer(ServesMetrics):
                 self._producer.poll(0.05)
 
     def _on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
-        if error is not None:
-            self._delivery_failures += 1
-            log.error("delivery to %s failed: %s", message.topic(), error)
+        if error is None:
+            return
+        topic = message.topic() or ""
+        if error.code() in _TOPIC_GONE and self.topics.is_client_topic(topic):
+            # The client closed and deleted its topics: what was meant for it is moot, and
+            # must not hold back the commit of everything else.
+            if self._reply_topics is not None:
+                self._reply_topics.forget(topic)
+            log.info("dropped a message for %s: the topic is gone (%s)", topic, error)
+            return
+        self._delivery_failures += 1
+        log.error("delivery to %s failed: %s", topic, error)
 
     def _reply(self, reply: Reply, client_id: str) -> None:
-        topic = self._reply_topics.get(client_id)
-        if topic is None:
-            topic = self._reply_topics[client_id] = self.topics.reply(client_id)
+        topic = self.topics.reply(client_id)
+        assert self._reply_topics is not None
+        if not self._reply_topics.exists(topic):
+            # No such client (a server-side application writing to {ns}.ops, or a client
+            # that has closed): nobody reads the reply.
+            self.stats.replies_dropped += 1
+            return
         self._outbox.setdefault(topic, []).append(encode(reply))
         self.stats.replies += 1
 
@@ -1528,7 +1510,8 @@ class CacheServer(ServesMetrics):
         self.stats.events_routed_by_client.pop(client_id, None)
         self._clients.pop(client_id, None)
         self._queue_topics.pop(client_id, None)
-        self._reply_topics.pop(client_id, None)
+        if self._reply_topics is not None:
+            self._reply_topics.forget(self.topics.reply(client_id))
         self.clients.remove(client_id)
         if self.security is not None:
             self.security.forget_client(client_id)
@@ -1755,6 +1738,10 @@ class CacheServer(ServesMetrics):
                 self.store.prune_results(tp.partition, tp.offset)
 
 
+_TOPIC_GONE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+"""Delivery errors that mean the topic does not exist (any more)."""
+
+
 def _header(headers: Headers | None, name: str) -> str | None:
     pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
     for key, value in pairs:
@@ -1785,6 +1772,5 @@ __all__ = [
     "CacheServer",
     "InvalidOperationError",
     "ServerStats",
-    "ensure_topics",
     "load_plugins",
 ]

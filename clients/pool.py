@@ -20,21 +20,26 @@ from contextlib import suppress
 
 from confluent_kafka import (
     Consumer,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from clients.auth import signer_for
 from clients.settings import ClientSettings
 from schemas.codec import decode_as, encode, encode_batches, split_batch
-from schemas.errors import MessageDecodeError, TransportError, UnconnectedError
+from schemas.errors import (
+    ConfigurationError,
+    MessageDecodeError,
+    TransportError,
+    UnconnectedError,
+)
 from schemas.eventid import EventID
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
-from schemas.transport import poll_batch
+from schemas.topics import client_topic_specs, ensure_topics
+from schemas.transport import poll_batch, watermarks
 
 log = logging.getLogger("regionbus.client")
 
@@ -134,12 +139,12 @@ class Pool:
                 }
             )
         )
-        # Replies to this process come after its start: begin at the high watermark. On the
-        # embedded broker it may lag the true end (ARCHITECTURE.md); re-reading a few old
-        # replies is harmless, their request ids are unknown here.
+        # Replies to this process come after its start: begin at the high watermark.
         reply_partition = TopicPartition(self.topics.reply(client_id), 0)
         try:
-            _, high = self._reply_consumer.get_watermark_offsets(reply_partition, timeout=10)
+            _, high = watermarks(
+                self._reply_consumer, reply_partition, self.settings.metadata_timeout_s
+            )
         except KafkaException as exc:
             raise TransportError(f"reply topic of {client_id}: {exc}") from exc
         reply_partition.offset = max(high, 0)
@@ -155,8 +160,6 @@ class Pool:
         deadline = time.monotonic() + self.settings.metadata_timeout_s
         while True:
             try:
-                # All topics: a metadata request naming a missing topic makes Tansu
-                # auto-create it (with 4 partitions).
                 topics = self._admin.list_topics(timeout=5).topics
                 meta = topics.get(self.topics.ops)
                 if meta is not None and meta.error is None and meta.partitions:
@@ -172,22 +175,20 @@ class Pool:
             time.sleep(0.2)
 
     def create_client_topics(self) -> None:
-        """Create this client's queue and reply topics (1 partition each) if missing.
+        """Create this client's queue and reply topics (1 partition each) if missing, and
+        wait until both have a leader.
 
         Raises:
-            TransportError: the broker refused.
+            TransportError: the broker refused, or the topics had no leader within
+                ``metadata_timeout_s``.
         """
-        wanted = [self.topics.queue(self.client_id), self.topics.reply(self.client_id)]
-        existing = self._admin.list_topics(timeout=10).topics
-        new = [NewTopic(t, 1, 1) for t in wanted if t not in existing]
-        if not new:
-            return
-        for name, future in self._admin.create_topics(new, operation_timeout=10).items():
-            try:
-                future.result(timeout=15)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise TransportError(f"cannot create topic {name}: {exc}") from exc
+        specs = client_topic_specs(
+            self.topics, self.client_id, self.settings.durable_client_timeout_s
+        )
+        try:
+            ensure_topics(self._admin, specs, timeout_s=self.settings.metadata_timeout_s)
+        except ConfigurationError as exc:
+            raise TransportError(str(exc)) from exc
 
     def delete_client_topics(self) -> None:
         """Delete this client's queue and reply topics and its committed offsets on them

@@ -34,7 +34,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from broker.stack import LocalStack
 from clients import ClientCache, ClientSettings, RegionShortcut
 from demo.flights_data import (
     DaySchedule,
@@ -59,6 +58,7 @@ from demo.flights_desks import (
 from demo.flights_replayer import Replayer, progress_bar, replay
 from demo.flights_server import ServerMode, running_server
 from demo.flights_verify import Verification, read_region, verify
+from devstack import LocalStack
 from schemas.errors import RegionBusError
 
 DEFAULT_NAMESPACE = "flights-demo"

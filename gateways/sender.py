@@ -33,7 +33,6 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 from broker.config import ObservabilitySettings, RedisConnectionSettings
 from broker.observability import Metric
 from broker.redis_connect import connect_redis
-from broker.server import ensure_topics
 from gateways.errors import RemoteSiteUnreachableError
 from gateways.filters import GatewayEventFilter, load_hook
 from gateways.metrics import sender_metric_families
@@ -51,6 +50,7 @@ from schemas.errors import MessageDecodeError, TransportError
 from schemas.messages import Event
 from schemas.naming import check_name
 from schemas.settings import KafkaConnectionSettings
+from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
@@ -171,6 +171,7 @@ class GatewaySender(QueueProcessor):
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
         self.filters += event_filters or []
         self._remote = {
+            "allow.auto.create.topics": False,
             "bootstrap.servers": settings.remote_kafka_bootstrap_servers,
             **settings.remote_kafka_config,
         }
@@ -192,7 +193,11 @@ class GatewaySender(QueueProcessor):
             from confluent_kafka.admin import AdminClient
 
             admin = AdminClient({**self._remote, "socket.timeout.ms": 5000})
-            ensure_topics(admin, {self.inbound_topic: 1, self.ack_topic: 1}, timeout_s=5)
+            ensure_topics(
+                admin,
+                [link_topic_spec(self.inbound_topic), link_topic_spec(self.ack_topic)],
+                timeout_s=5,
+            )
         except (TransportError, KafkaException) as exc:
             raise RemoteSiteUnreachableError(f"remote site Kafka: {exc}") from exc
         timeout_ms = max(1000, min(self.settings.ack_timeout_ms, 30_000))

@@ -93,6 +93,10 @@ class Topics:
         """The reply topic of a client (1 partition)."""
         return f"{self.namespace}.reply.{check_name('client id', client_id)}"
 
+    def is_client_topic(self, topic: str) -> bool:
+        """True for a client's queue or reply topic of this namespace."""
+        return topic.startswith((f"{self.namespace}.queue.", f"{self.namespace}.reply."))
+
     def gateway(self, sender_id: str) -> str:
         """The queue topic of a gateway sender."""
         return f"{self.namespace}.gw.{check_name('gateway sender id', sender_id)}"

@@ -451,10 +451,12 @@ class KafkaConnectionSettings(RegionBusSettings):
             **overrides: librdkafka keys to set on top (pass dotted keys via ``**{...}``).
 
         Returns:
-            ``bootstrap.servers``, the typed security settings that are set (mapped by
-            :data:`LIBRDKAFKA_KEYS`), :attr:`kafka_config`, then the overrides.
+            ``allow.auto.create.topics=false`` (regionbus creates every topic itself, with
+            its partition count and retention: `schemas.topics`), ``bootstrap.servers``,
+            the typed security settings that are set (mapped by :data:`LIBRDKAFKA_KEYS`),
+            :attr:`kafka_config`, then the overrides.
         """
-        config: dict[str, Any] = {}
+        config: dict[str, Any] = {"allow.auto.create.topics": False}
         for name, key in LIBRDKAFKA_KEYS.items():
             value = getattr(self, name)
             if value is None:

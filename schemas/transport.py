@@ -1,9 +1,27 @@
-"""Kafka consumption helper shared by clients and servers."""
+"""Kafka consumption helpers shared by clients and servers."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+    }
+)
+"""Errors of an offsets request that a later try may not get: a just-created partition
+whose leader is not serving it yet, a leader moving after a broker failure."""
+
+
+def _leader_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
 
 
 def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[KafkaMessage]:
@@ -30,3 +48,35 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[
     if max_messages <= 1:
         return [first]
     return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """The low and high watermark offsets of one partition, asked of its leader.
+
+    A partition created a moment ago can answer "not leader" although metadata already
+    names its leader (the broker applies leadership asynchronously), and a leader moves
+    when a broker fails: such answers are retried, with backoff, for ``timeout_s``.
+
+    Args:
+        consumer: Any consumer of the cluster.
+        partition: The topic and partition.
+        timeout_s: Longest time for all tries together, in seconds.
+
+    Returns:
+        ``(low, high)``: the first offset kept and the offset the next message will get.
+
+    Raises:
+        confluent_kafka.KafkaException: another error, or the retriable one still after
+            ``timeout_s`` (callers translate it).
+    """
+    for attempt in Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.02, max=0.5),
+        retry=retry_if_exception(_leader_moving),
+        reraise=True,
+    ):
+        with attempt:
+            low, high = consumer.get_watermark_offsets(
+                partition, timeout=max(0.5, min(timeout_s, 10.0))
+            )
+    return low, high

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent set-up of a fresh Debian machine: redis-server, .venv, the package with [dev].
+# Idempotent set-up of a fresh Debian machine: redis-server, .venv, the package with [dev],
+# and the JVM jars pinned in jvm/pom.xml (Apache Kafka, Spark's Kafka connector), resolved
+# by Maven from Maven Central into jvm/lib/. Needs Java 17 and Maven 3.8 on PATH.
 # Run as root, or as a user with sudo; from any directory.
 set -euo pipefail
 
@@ -43,5 +45,18 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "bootstrap: pip install -e '.[dev]'"
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$wanted" >"$stamp"
+fi
+# Resolve the JVM jars only when a pom changed since the last successful resolution.
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "bootstrap: java and mvn are needed (Java 17, Maven 3.8): apt-get install openjdk-17-jre-headless maven" >&2
+  exit 1
+fi
+jvm_stamp=jvm/lib/.resolved
+jvm_wanted="$(cat jvm/pom.xml jvm/*/pom.xml | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$jvm_stamp" ] || [ "$(cat "$jvm_stamp")" != "$jvm_wanted" ]; then
+  echo "bootstrap: mvn package (jvm/pom.xml -> jvm/lib/)"
+  rm -rf jvm/lib
+  mvn -q -B -f jvm/pom.xml package
+  echo "$jvm_wanted" >"$jvm_stamp"
 fi
 echo "bootstrap: ready"

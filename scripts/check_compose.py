@@ -67,7 +67,7 @@ SETTINGS_OF_COMMAND: dict[tuple[str, ...], tuple[str, ...]] = {
         "gateways.async_event_queue:AsyncEventQueueSettings",
         _CONFIG_FILE,
     ),
-    ("demo", "flights"): ("broker.stack:KAFKA_ENV_VAR", "broker.stack:REDIS_ENV_VAR"),
+    ("demo", "flights"): ("devstack.local:KAFKA_ENV_VAR", "devstack.local:REDIS_ENV_VAR"),
 }
 """What configuration each CLI command reads, keyed by its path below the entry point:
 ``"module:Class"`` of a pydantic-settings class, or ``"module:NAME"`` of a string constant

@@ -32,7 +32,6 @@ from confluent_kafka.admin import AdminClient
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from broker.server import ensure_topics
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
     ConfigurationError,
@@ -44,6 +43,7 @@ from schemas.eventid import EventID
 from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
+from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
 from spark.format import kafka_format
 from spark.kafka import latest_offsets
 
@@ -264,7 +264,7 @@ def bulk_load(
     load = load_id or f"spark-load-{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
-    ensure_topics(AdminClient(config), {reply_topic: 1})
+    ensure_topics(AdminClient(config), [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
     # Replies of an earlier load with the same id are not this load's.
     replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
     entries = df.count()

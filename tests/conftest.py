@@ -1,9 +1,10 @@
 """Session-wide Kafka and Redis for the integration tests, and per-test namespaces.
 
 The stack comes from ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` when set, else from
-testcontainers when a Docker engine answers, else from the embedded Tansu and
-``redis-server`` (see `broker.stack.LocalStack`). It starts only when a test asks for it,
-so ``tests/unit`` runs without it.
+testcontainers when a Docker engine answers, else from an embedded Apache Kafka (KRaft)
+and ``redis-server`` (see `devstack.LocalStack`). It starts only when a test asks for it,
+so ``tests/unit`` runs without it. Each test's topics are deleted after it, so one broker
+carries the whole session.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any
 
 import pytest
 import redis
+from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, settings
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
-from broker.stack import LocalStack
 from clients import ClientCache, ClientSettings
+from devstack import LocalStack
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 _NAMESPACE_MAX_CHARS = 60
@@ -70,16 +72,32 @@ def redis_url(local_stack: LocalStack) -> str:
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest) -> str:
+def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace no other test uses: ``t.<test name>.<6 hex>``, at most 60 characters.
 
     Only characters legal in Kafka topic names, so ``{ns}.ops`` and the like are valid
-    topics and Redis key prefixes.
+    topics and Redis key prefixes. When the test used the session's Kafka, every topic
+    whose name starts with the namespace is deleted afterwards.
     """
     room = _NAMESPACE_MAX_CHARS - len("t..") - _NAMESPACE_SUFFIX_HEX_CHARS
     name = _NOT_TOPIC_CHARS.sub("_", request.node.name)[:room].strip("_") or "test"
     suffix = secrets.token_hex(_NAMESPACE_SUFFIX_HEX_CHARS // 2)
-    return f"t.{name}.{suffix}"
+    namespace = f"t.{name}.{suffix}"
+    yield namespace
+    if "kafka_bootstrap_servers" in request.fixturenames:
+        _delete_topics(request.getfixturevalue("kafka_bootstrap_servers"), namespace)
+
+
+def _delete_topics(bootstrap_servers: str, prefix: str) -> None:
+    # Best effort: a test that left a broken broker behind must not fail the next one here.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+    try:
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=30).values():
+                future.exception(timeout=30)
+    except Exception:
+        return
 
 
 @pytest.fixture
@@ -94,8 +112,7 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 # --- cache server and client fixtures ---
 
-# Short fetch waits keep request/reply tests fast; the topics of one test are short, where
-# Tansu answers small waits reliably (ARCHITECTURE.md).
+# Apache Kafka answers a fetch as soon as data arrives; the wait only bounds idle polls.
 TEST_FETCH_WAIT_MAX_MS = 20
 
 

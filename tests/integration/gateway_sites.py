@@ -167,7 +167,7 @@ class Site:
 def site_namespaces(namespace: str, count: int) -> Iterator[str]:
     """``count`` distinct namespaces derived from a test's namespace."""
     for index in range(count):
-        yield f"{namespace[:50]}.s{index + 1}{secrets.token_hex(2)}"
+        yield f"{namespace}.s{index + 1}{secrets.token_hex(2)}"
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from support import Recorder, Sentinel, wait_until
@@ -164,42 +165,92 @@ def test_python_m_broker_serve_runs_a_server_until_sigterm(
     assert f"serving namespace {namespace}" in output
 
 
-def test_regionbus_stack_starts_kafka_redis_and_a_server_and_stops_them(namespace) -> None:  # type: ignore[no-untyped-def]
+def _run_stack(namespace: str, data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start ``regionbus stack`` and read the three ``export`` lines it prints."""
     stack = subprocess.Popen(
-        [sys.executable, "-m", "broker", "stack", "--namespace", namespace, "--region", "r"],
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "stack",
+            "--namespace",
+            namespace,
+            "--region",
+            "r",
+            "--data-dir",
+            str(data_dir),
+        ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
         env=_env(),
     )
+    exports: dict[str, str] = {}
+    assert stack.stdout is not None
+    while len(exports) < 3:
+        line = stack.stdout.readline()
+        assert line, "regionbus stack exited early"
+        name, _, value = line.strip().removeprefix("export ").partition("=")
+        exports[name] = value
+    return stack, exports
+
+
+def _stop_stack(stack: subprocess.Popen[str]) -> list[str]:
+    children = subprocess.run(
+        ["pgrep", "-P", str(stack.pid)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    stack.send_signal(signal.SIGINT)
+    stack.communicate(timeout=60)
+    return children
+
+
+def test_regionbus_stack_runs_kafka_redis_and_a_server_and_a_restart_keeps_the_data(
+    namespace: str, tmp_path: Path
+) -> None:
+    """``regionbus stack`` runs Apache Kafka and redis-server as its two children and stops
+    them on SIGINT; started again on the same data dir it comes back on the same ports,
+    and a durable client's queue, its committed offset and the region's entries are still
+    there."""
+    data_dir = tmp_path / "stack"
+    stack, exports = _run_stack(namespace, data_dir)
     try:
-        exports = {}
-        assert stack.stdout is not None
-        while len(exports) < 3:
-            line = stack.stdout.readline()
-            assert line, "regionbus stack exited early"
-            name, _, value = line.strip().removeprefix("export ").partition("=")
-            exports[name] = value
-        cache = ClientCache(
-            ClientSettings(
-                namespace=exports["REGIONBUS_NAMESPACE"],
-                kafka_bootstrap_servers=exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"],
-            )
+        settings = ClientSettings(
+            namespace=exports["REGIONBUS_NAMESPACE"],
+            kafka_bootstrap_servers=exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"],
+            durable_client_id="desk",
         )
-        region = cache.create_region("r")
-        region.put("k", [1, 2])
-        assert region.get("k") == [1, 2]
-        cache.close()
-        children = subprocess.run(
-            ["pgrep", "-P", str(stack.pid)], capture_output=True, text=True, check=False
-        ).stdout.split()
-        assert len(children) == 2  # Tansu and redis-server
+        durable = ClientCache(settings)
+        durable.create_region("r").register_interest(ALL_KEYS, durable=True)
+        durable.ready_for_events()
+        durable.close(keep_alive=True)
+        writer_cache = ClientCache(settings.model_copy(update={"durable_client_id": None}))
+        writer = writer_cache.create_region("r")
+        writer.put("k", [1, 2])
+        writer.put("missed", "while away")
+        assert writer.get("k") == [1, 2]
+        writer_cache.close()
     finally:
-        stack.send_signal(signal.SIGINT)
-        stack.communicate(timeout=30)
+        children = _stop_stack(stack)
     assert stack.returncode == 0
+    assert len(children) == 2  # Apache Kafka (java) and redis-server
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
+
+    again, exports_again = _run_stack(namespace, data_dir)
+    try:
+        assert exports_again == exports
+        recorder = Recorder()
+        durable = ClientCache(settings)
+        durable.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS, durable=True)
+        durable.ready_for_events()
+        wait_until(lambda: ("region_live", "r", None) in recorder.snapshot(), 60, "the marker")
+        before_marker = recorder.snapshot()[: recorder.snapshot().index(("region_live", "r", None))]
+        assert ("missed", "while away") in [(key, value) for _, key, value in before_marker]
+        assert durable.get_region("r").get("k") == [1, 2]
+        durable.close(keep_alive=False)
+    finally:
+        _stop_stack(again)
+    assert again.returncode == 0
 
 
 def _is_zombie(pid: str) -> bool:

@@ -118,7 +118,7 @@ def _run_status(namespace: str, kafka: str, redis_url: str, *args: str) -> str:
 def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_local_stack(
     namespace: str, kafka_bootstrap_servers: str, redis_url: str, stack: ExitStack
 ) -> None:
-    remote_namespace = f"{namespace[:50]}.b"
+    remote_namespace = f"{namespace}.b"
     server = CacheServer(
         ServerSettings(
             namespace=namespace,

@@ -26,9 +26,9 @@ from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess
 
 from broker.election import Membership
-from broker.stack import EmbeddedRedis, free_port
 from broker.status import cluster_status
 from clients import ALL_KEYS
+from devstack import EmbeddedRedis, free_port
 from gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from schemas.naming import RedisKeys
 

@@ -14,8 +14,8 @@ from pki import make_test_pki
 
 from broker.cli import main
 from broker.config import ServerSettings
-from broker.secure_stack import RedisTlsFiles, SecuredEmbeddedRedis
 from broker.server import CacheServer
+from devstack import RedisTlsFiles, SecuredEmbeddedRedis
 from schemas.errors import NotAuthorizedError, TransportError
 
 USER, PASSWORD = "regionbus-server", "acl-password-1"

@@ -18,7 +18,7 @@ from support import Recorder, settle, wait_until
 from broker.config import ServerSettings
 from broker.permissions import ResourcePermission
 from broker.principals import PrincipalStore
-from broker.server import CacheServer, ensure_topics
+from broker.server import CacheServer
 from broker.store import RegionStore
 from schemas.codec import decode, encode, split_batch
 from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
@@ -26,6 +26,7 @@ from schemas.eventid import EventID
 from schemas.messages import Event, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of
 from schemas.signing import Signer
+from schemas.topics import TopicSpec, ensure_topics
 
 ClientFactory = Callable[..., Any]
 TEST_FETCH_WAIT_MAX_MS = 20
@@ -271,7 +272,7 @@ class _RawSender:
         self.client_id = client_id
         self.namespace = namespace
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        ensure_topics(admin, {self.topics.reply(client_id): 1})
+        ensure_topics(admin, [TopicSpec(self.topics.reply(client_id))])
         self.producer = Producer({"bootstrap.servers": bootstrap})
         self.consumer = Consumer(
             {

@@ -1,4 +1,5 @@
-"""The local stack: embedded Tansu and redis-server start, serve, stop, and yield to env vars."""
+"""The local stack: embedded Apache Kafka (KRaft) and redis-server start, serve, stop, keep
+their data across a restart, and yield to env vars."""
 
 from __future__ import annotations
 
@@ -10,19 +11,19 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from broker import stack as stack_module
-from broker.stack import (
+import devstack.process
+from devstack import (
     KAFKA_ENV_VAR,
     REDIS_ENV_VAR,
     EmbeddedKafka,
     EmbeddedRedis,
     LocalStack,
-    StackError,
     free_port,
 )
-from schemas.errors import RegionBusError
+from schemas.errors import RegionBusError, StackError
+from schemas.topics import TopicSpec, ensure_topics
 
 _CONSUME_DEADLINE_S = 15.0
 
@@ -50,9 +51,41 @@ def _assert_port_free(port: int) -> None:
 
 
 def _create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
-    futures[topic].result(timeout=10)
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap_servers}), [TopicSpec(topic, partitions)]
+    )
+
+
+def _consume_all(bootstrap_servers: str, group: str, topic: str) -> list[bytes | None]:
+    """Values of ``topic`` partition 0 from the group's committed offset (else the start)
+    until the end, committing what was read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        partition = TopicPartition(topic, 0)
+        _, high = consumer.get_watermark_offsets(partition, timeout=10)
+        committed = consumer.committed([partition], timeout=10)[0].offset
+        consumer.assign([TopicPartition(topic, 0, max(committed, 0))])
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + _CONSUME_DEADLINE_S
+        position = max(committed, 0)
+        while position < high and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            values.append(message.value())
+            position = message.offset() + 1
+        if values:
+            consumer.commit(offsets=[TopicPartition(topic, 0, position)], asynchronous=False)
+        return values
+    finally:
+        consumer.close()
 
 
 def test_free_port_returns_a_bindable_loopback_port() -> None:
@@ -127,19 +160,51 @@ def test_redis_answers_ping_set_get(redis_client: redis.Redis, namespace: str) -
     assert redis_client.get(key) == b"\x00value"
 
 
-def test_embedded_kafka_stop_ends_the_process_and_frees_the_port() -> None:
+def test_embedded_kafka_stop_ends_the_process_and_frees_both_ports() -> None:
     kafka = EmbeddedKafka()
     try:
         kafka.start()
-        pid, port = kafka.pid, kafka.port
-        assert pid is not None and port is not None
+        pid, port, controller_port = kafka.pid, kafka.port, kafka.controller_port
+        assert pid is not None and port is not None and controller_port is not None
     finally:
         kafka.close()
 
     assert kafka.pid is None
     _assert_process_gone(pid)
     _assert_port_free(port)
+    _assert_port_free(controller_port)
     assert not kafka.work_dir.exists()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_embedded_kafka_restarted_on_its_work_dir_keeps_topics_messages_and_offsets(
+    tmp_path: Path, how: str
+) -> None:
+    """The broker's log is on disk: after a clean stop or a SIGKILL, a node started again
+    on the same work dir (even as a new object) is on the same port and still has the
+    topic, every acknowledged message and the group's committed offset."""
+    work_dir = tmp_path / "kafka"
+    first = EmbeddedKafka(work_dir=work_dir)
+    bootstrap = first.start()
+    _create_topic(bootstrap, "kept", partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce("kept", f"m{i}".encode(), partition=0)
+    assert producer.flush(10) == 0
+    assert _consume_all(bootstrap, "g", "kept")[:3] == [b"m0", b"m1", b"m2"]
+    producer.produce("kept", b"after-commit", partition=0)
+    assert producer.flush(10) == 0
+    if how == "kill":
+        first.kill()
+    else:
+        first.stop()
+
+    again = EmbeddedKafka(work_dir=work_dir)
+    try:
+        assert again.start() == bootstrap
+        assert _consume_all(bootstrap, "g", "kept") == [b"after-commit"]
+    finally:
+        again.close()
 
 
 def test_embedded_redis_stop_ends_the_process_and_frees_the_port() -> None:
@@ -180,7 +245,7 @@ def test_embedded_kafka_on_a_taken_port_raises_stack_error_with_log() -> None:
         port = squatter.getsockname()[1]
         kafka = EmbeddedKafka(port=port, start_timeout_s=5.0)
         try:
-            with pytest.raises(StackError, match="exited") as raised:
+            with pytest.raises(StackError, match="taken") as raised:
                 kafka.start()
         finally:
             kafka.close()
@@ -197,7 +262,7 @@ def test_embedded_kafka_without_a_port_retries_when_the_free_port_is_taken(
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])
-        monkeypatch.setattr(stack_module, "free_port", lambda: next(ports, None) or free_port())
+        monkeypatch.setattr(devstack.process, "free_port", lambda: next(ports, None) or free_port())
 
         with EmbeddedKafka() as kafka:
             assert kafka.port not in (None, taken)

@@ -151,7 +151,7 @@ def test_two_sites_profile_has_site_b_and_gateways_both_ways(compose: dict[str, 
             id="schema-violation",
         ),
         pytest.param(
-            # the demo reads broker.stack's variables, not the server's
+            # the demo reads devstack.local's variables, not the server's
             lambda s: s["flights-demo"]["environment"].update(REGIONBUS_REDIS_URL="redis://r"),
             "flights-demo",
             "REGIONBUS_REDIS_URL is not read by 'regionbus demo flights'",
@@ -233,14 +233,14 @@ def test_a_service_overriding_the_entrypoint_is_checked_with_its_own(
     assert "runs ['python'], not one of the entry points ['regionbus']" in problems[0].message
 
 
-def test_the_demo_accepts_the_variable_names_broker_stack_defines(
+def test_the_demo_accepts_the_variable_names_devstack_defines(
     tmp_path: Path, compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The accepted names come from broker.stack, not from a list in the checker: renaming
+    """The accepted names come from devstack.local, not from a list in the checker: renaming
     the variable there makes the compose file's old name a problem."""
-    import broker.stack
+    import devstack.local
 
-    monkeypatch.setattr(broker.stack, "KAFKA_ENV_VAR", "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS")
+    monkeypatch.setattr(devstack.local, "KAFKA_ENV_VAR", "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS")
     problems = _problems(tmp_path, compose)
     assert [(p.service, p.message.split(" (")[0]) for p in problems] == [
         (

@@ -164,6 +164,7 @@ def test_typed_kafka_security_maps_to_librdkafka_keys_librdkafka_accepts(
     settings = ClientSettings.load(kafka_bootstrap_servers="127.0.0.1:1")
     config = settings.librdkafka()
     assert config == {
+        "allow.auto.create.topics": False,
         "bootstrap.servers": "127.0.0.1:1",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",

@@ -1,6 +1,6 @@
 """A local ``redis-server`` that requires an ACL user and password, optionally over TLS.
 
-The secured counterpart of :class:`broker.stack.EmbeddedRedis`, for tests and local trials
+The secured counterpart of :class:`devstack.redis_server.EmbeddedRedis`, for tests and local trials
 of the secured profile: the default user is switched off, one ACL user is created from the
 command line (``--user NAME on >PASSWORD ~PATTERN &* +@all``), and with TLS files the plain
 port is closed and only ``--tls-port`` listens (Debian's ``redis-server`` is built with TLS).
@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import redis
 
-from broker.stack import LOOPBACK_HOST, EmbeddedRedis, ServiceNotReadyError
+from devstack.process import LOOPBACK_HOST, ServiceNotReadyError
+from devstack.redis_server import EmbeddedRedis
 
 
 class RedisTlsFiles(NamedTuple):

@@ -1,0 +1,25 @@
+"""The local stack: Apache Kafka (KRaft) and Redis as child processes, for tests, the demo
+and ``regionbus stack``. A developer tool, not part of the cache server."""
+
+from devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
+from devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
+from devstack.process import LOOPBACK_HOST, ChildService, free_port
+from devstack.redis_secured import RedisTlsFiles, SecuredEmbeddedRedis
+from devstack.redis_server import EmbeddedRedis
+
+__all__ = [
+    "KAFKA_ENV_VAR",
+    "LOOPBACK_HOST",
+    "REDIS_ENV_VAR",
+    "ChildService",
+    "EmbeddedKafka",
+    "EmbeddedRedis",
+    "KafkaCluster",
+    "KafkaNode",
+    "LocalStack",
+    "RedisTlsFiles",
+    "ScramSecurity",
+    "SecuredEmbeddedRedis",
+    "docker_engine_answers",
+    "free_port",
+]

@@ -1,0 +1,83 @@
+"""The JVM artifacts: one pinned Kafka version everywhere, and how the jars are found."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
+from devstack.local import kafka_container_env
+from schemas.errors import StackError
+
+ROOT = Path(__file__).resolve().parents[2]
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _pom_property(name: str) -> str:
+    root = ElementTree.parse(ROOT / "jvm" / "pom.xml").getroot()
+    value = root.find(f"m:properties/m:{name}", _POM_NS)
+    assert value is not None and value.text, f"jvm/pom.xml has no <{name}>"
+    return value.text
+
+
+def test_docker_compose_runs_the_kafka_version_jvm_pom_pins() -> None:
+    pinned = _pom_property("kafka.version")
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    images = {
+        name: service["image"]
+        for name, service in compose["services"].items()
+        if str(service.get("image", "")).startswith("apache/kafka:")
+    }
+    assert images, "docker-compose.yml runs no apache/kafka image"
+    assert {name: f"apache/kafka:{pinned}" for name in images} == images
+
+
+def test_the_spark_connector_matches_the_pyspark_pyproject_pins() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    match = re.search(r'"pyspark\[sql\]==([0-9.]+)"', pyproject)
+    assert match, "pyproject.toml must pin pyspark exactly: its connector jars are pinned"
+    assert _pom_property("spark.version") == match.group(1)
+
+
+def test_jars_are_taken_from_regionbus_jvm_lib_then_the_checkout_then_kafka_home(
+    tmp_path: Path,
+) -> None:
+    def folder_with_kafka_jar(path: Path) -> Path:
+        path.mkdir(parents=True)
+        (path / "kafka_2.13-9.8.7.jar").write_bytes(b"")
+        return path
+
+    custom = folder_with_kafka_jar(tmp_path / "custom" / "kafka")
+    checkout = folder_with_kafka_jar(tmp_path / "checkout" / "kafka")
+    distribution = folder_with_kafka_jar(tmp_path / "kafka_2.13-9.8.7" / "libs")
+    environ = {JVM_LIB_ENV_VAR: str(custom.parent), KAFKA_HOME_ENV_VAR: str(distribution.parent)}
+
+    assert jvm_lib_dir("kafka", environ, checkout.parent) == custom
+    assert (
+        jvm_lib_dir("kafka", {KAFKA_HOME_ENV_VAR: environ[KAFKA_HOME_ENV_VAR]}, checkout.parent)
+        == checkout
+    )
+    no_checkout = tmp_path / "none"
+    assert (
+        jvm_lib_dir("kafka", {KAFKA_HOME_ENV_VAR: environ[KAFKA_HOME_ENV_VAR]}, no_checkout)
+        == distribution
+    )
+    assert kafka_version(custom) == "9.8.7"
+    with pytest.raises(StackError, match=r"scripts/bootstrap\.sh"):
+        jvm_lib_dir("spark", environ, no_checkout)
+
+
+def test_a_folder_without_a_kafka_jar_has_no_version(tmp_path: Path) -> None:
+    with pytest.raises(StackError, match=r"kafka_2\.13"):
+        kafka_version(tmp_path)
+
+
+def test_the_kafka_container_advertises_its_published_port_and_never_auto_creates() -> None:
+    env = kafka_container_env(40123)
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40123"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
