@@ -15,14 +15,14 @@ from pki import make_test_pki
 from broker.cli import main
 from broker.config import ServerSettings
 from broker.server import CacheServer
-from devstack import RedisTlsFiles, SecuredEmbeddedRedis
+from devstack import SecuredEmbeddedRedis, TlsFiles
 from schemas.errors import NotAuthorizedError, TransportError
 
 USER, PASSWORD = "regionbus-server", "acl-password-1"
 
 
 @pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> RedisTlsFiles:
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_test_pki(tmp_path_factory.mktemp("pki"))
 
 
@@ -34,7 +34,7 @@ def acl_redis() -> Iterator[SecuredEmbeddedRedis]:
 
 
 @pytest.fixture(scope="module")
-def tls_redis(tls_files: RedisTlsFiles) -> Iterator[SecuredEmbeddedRedis]:
+def tls_redis(tls_files: TlsFiles) -> Iterator[SecuredEmbeddedRedis]:
     """redis-server on a TLS port only, requiring a client certificate, and the ACL user."""
     with SecuredEmbeddedRedis(username=USER, password=PASSWORD, tls=tls_files) as server:
         yield server
