@@ -41,7 +41,7 @@ from schemas.errors import (
 )
 from schemas.eventid import EventID
 from schemas.messages import Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, check_name
+from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
 from spark.format import kafka_format
@@ -241,7 +241,9 @@ def bulk_load(
         value_column: Column of values.
         serializer: ``json`` (default), ``str`` or ``bytes``.
         avro_schema: The region's Avro schema (typed regions).
-        load_id: Client id of the load; a fresh ``spark-load-<hex>`` when None. Running a
+        load_id: Client id of the load; a fresh ``spark-load-<hex>`` when None
+            (`schemas.naming.BULK_LOAD_ID_PREFIX`, which the bulk-load principal's Kafka
+            ACLs cover, `broker.kafka_acls.bulk_load_acls`). Running a
             load again with the same id and the same input re-sends the same EventIDs, which
             the servers recognise as duplicates.
         wait_applied_timeout_s: Longest wait for every entry's reply after the write, in
@@ -261,7 +263,7 @@ def bulk_load(
         "bootstrap.servers": kafka_bootstrap_servers,
         **(kafka_config or {}),
     }
-    load = load_id or f"spark-load-{uuid.uuid4().hex[:12]}"
+    load = load_id or f"{BULK_LOAD_ID_PREFIX}{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
     ensure_topics(AdminClient(config), [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
