@@ -6,8 +6,11 @@ neither read nor write another client's topics, and a missing ACL is a typed
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +26,7 @@ from broker.server import CacheServer
 from clients import ClientCache, ClientSettings
 from clients.subscription import SubscriptionQueue
 from devstack import KafkaNode
+from devstack.jvm import java_program, jvm_lib_dir
 from schemas.errors import KafkaAuthorizationError
 from schemas.naming import Topics
 from schemas.transport import kafka_error
@@ -343,5 +347,73 @@ def test_the_kafka_acls_command_grants_a_client_its_acls_and_prints_them_on_a_dr
     cache = ClientCache(_client_settings(kafka_users, namespace, "app-cli", "cli-1"))
     try:
         cache.create_region("r").put("k", "granted by the CLI")
+    finally:
+        cache.close()
+
+
+# --- scripts/kafka-acls.sh with Kafka's own tools ----------------------------------------
+
+_TOOL = """#!/usr/bin/env bash
+exec {java} -Xmx256m -Dlog4j2.configurationFile={log4j} -cp '{lib}/*' {main} "$@"
+"""
+
+
+def test_scripts_kafka_acls_sh_grants_with_kafkas_own_tools_exactly_the_python_sets(
+    server: CacheServer,
+    scram_kafka: KafkaNode,
+    kafka_users: KafkaUsers,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # What the apache/kafka image's bin/kafka-acls.sh and bin/kafka-configs.sh run.
+    for tool, main_class in (
+        ("kafka-acls.sh", "org.apache.kafka.tools.AclCommand"),
+        ("kafka-configs.sh", "kafka.admin.ConfigCommand"),
+    ):
+        (bin_dir / tool).write_text(
+            _TOOL.format(
+                java=java_program(),
+                log4j=scram_kafka.work_dir / "log4j2.properties",
+                lib=jvm_lib_dir("kafka"),
+                main=main_class,
+            )
+        )
+        (bin_dir / tool).chmod(0o755)
+    admin = scram_kafka.client_config()
+    env = {
+        "PATH": os.environ["PATH"],
+        "KAFKA_BIN": str(bin_dir),
+        "KAFKA_BOOTSTRAP": admin["bootstrap.servers"],
+        "KAFKA_ADMIN_PASSWORD": admin["sasl.password"],
+        "REGIONBUS_NAMESPACE": namespace,
+        "KAFKA_SERVER_USER": "script-server",
+        "KAFKA_SERVER_PASSWORD": "script-server-pw",
+        "KAFKA_CLIENTS": "script-app:script-app-pw:desk-1",
+    }
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kafka-acls.sh"
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert kafka_users.granted("script-server") == set(server_acls(namespace))
+    assert kafka_users.granted("script-app") == set(client_acls(namespace, "desk-1"))
+
+    # The SCRAM user it made logs in with its password and works as client desk-1.
+    cache = ClientCache(
+        namespace=namespace,
+        client_id="desk-1",
+        kafka_bootstrap_servers=admin["bootstrap.servers"],
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="script-app",
+        kafka_sasl_password="script-app-pw",
+        fetch_wait_max_ms=FAST_FETCH_MS,
+    )
+    try:
+        region = cache.create_region("r")
+        region.put("k", "through the script's ACLs")
+        assert region.get("k") == "through the script's ACLs"
     finally:
         cache.close()
