@@ -3,11 +3,12 @@ errors into regionbus's (:func:`kafka_error`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from schemas.errors import (
@@ -122,6 +123,46 @@ whose leader is not serving it yet, a leader moving after a broker failure."""
 
 def _leader_moving(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
+
+
+def require_topic_operations(
+    admin: AdminClient, topic: str, operations: Iterable[AclOperation], timeout_s: float
+) -> None:
+    """Check that Kafka lets this principal do ``operations`` on ``topic``, before work that
+    would otherwise find out deep inside (a Spark task's producer, say).
+
+    Kafka answers which operations the principal holds on the topic (the Describe request's
+    authorized operations); a Kafka without an authorizer answers all of them.
+
+    Args:
+        admin: An admin client logged in as the principal.
+        topic: An existing topic.
+        operations: What the principal must be allowed, e.g. ``[AclOperation.WRITE]``.
+        timeout_s: Longest wait for the answer, in seconds.
+
+    Raises:
+        KafkaAuthorizationError: an operation is not allowed (or the topic not visible).
+        TransportError: Kafka did not answer.
+    """
+    future = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, request_timeout=timeout_s
+    )[topic]
+    try:
+        description = future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise kafka_error(exc, f"describing {topic}", f"topic {topic}") from exc
+    held = set(description.authorized_operations or ())
+    if AclOperation.ALL in held:
+        return
+    missing = sorted(op.name for op in operations if op not in held)
+    if missing:
+        raise KafkaAuthorizationError(
+            f"Kafka does not let this principal {' or '.join(missing)} topic {topic} "
+            "(TOPIC_AUTHORIZATION_FAILED): grant it with `regionbus kafka-acls`, README "
+            '"Security"',
+            resource=f"topic {topic}",
+            kafka_error="TOPIC_AUTHORIZATION_FAILED",
+        )
 
 
 def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[KafkaMessage]:
