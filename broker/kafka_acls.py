@@ -22,11 +22,14 @@ logs in as its own Kafka user, which holds exactly one of these sets:
 - :func:`bulk_load_acls`: a Spark bulk load writes ``{ns}.ops`` and reads its replies on
   ``{ns}.reply.<load id>``, for load ids with one prefix.
 
-Gateway senders, receivers and async event queues also write ``{ns}.dead-letter``.
+Gateway senders and receivers also write ``{ns}.dead-letter``. (Async event queue workers
+have no set here yet.)
 
 ``scripts/kafka-acls.sh`` (the compose profile's one-shot, which has only Kafka's own CLI)
-grants the server and client sets written out in shell; ``tests/unit/test_kafka_acls.py``
-runs it against these functions. ``regionbus kafka-acls`` prints or grants any set.
+grants the server and client sets written out in shell;
+``tests/unit/test_kafka_acls_script.py`` checks it against these functions, and an
+integration test runs it with Kafka's own tools. ``regionbus kafka-acls`` prints or grants
+any set.
 
 A namespace's prefix ends with its dot, and a client's group prefix with the client id and
 a dot, so namespace ``a`` does not reach ``ab.*`` and client ``x`` not client ``xy``'s
