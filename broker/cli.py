@@ -22,6 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from broker.cli_kafka_acls import kafka_acls
 from broker.cli_users import principal_store, require_cluster_manage, user
 from broker.config import ServerSettings
 from broker.observability import configure_logging
@@ -403,6 +404,7 @@ def spark_group() -> None:
 
 
 main.add_command(user)
+main.add_command(kafka_acls)
 
 
 if __name__ == "__main__":

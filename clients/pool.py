@@ -4,22 +4,27 @@ One Kafka producer sends every operation to the partition of its bucket; one thr
 the client's reply topic and completes the futures of pending requests. A request sent to
 several buckets (interest registration, keys on server) completes when every bucket has
 answered; a bucket's large answer may come in chunks (``more=True``). confluent-kafka
-errors are translated here, at this one boundary, into :class:`TransportError`.
+errors are translated here, at this one boundary, by `schemas.transport.kafka_error`: a
+refusal for want of a Kafka ACL is a :class:`KafkaAuthorizationError`, and a request whose
+message Kafka refused fails with it at once rather than waiting out ``read_timeout_ms``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import suppress
+from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -32,6 +37,7 @@ from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
     ConfigurationError,
     MessageDecodeError,
+    RegionBusError,
     TransportError,
     UnconnectedError,
 )
@@ -39,7 +45,12 @@ from schemas.eventid import EventID
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
 from schemas.topics import client_topic_specs, ensure_topics
-from schemas.transport import poll_batch, watermarks
+from schemas.transport import (
+    kafka_error,
+    poll_batch,
+    topic_partitions,
+    watermarks,
+)
 
 log = logging.getLogger("regionbus.client")
 
@@ -87,6 +98,9 @@ class Pool:
         member_id: The member id used in EventIDs (unique per connection).
 
     Raises:
+        KafkaAuthorizationError: the Kafka principal may not describe ``{ns}.ops`` or may
+            not create or read this client's queue and reply topics (they are another
+            client's, or its ACLs are missing).
         TransportError: Kafka cannot be reached or the servers' ``{ns}.ops`` topic does not
             appear within ``metadata_timeout_s``.
     """
@@ -115,8 +129,16 @@ class Pool:
             )
         )
         self._pending: dict[int, _Pending] = {}
+        # Delivery reports run on whichever thread polls the producer; the reply thread
+        # fails the requests, so callbacks keep running on it alone.
+        self._failed_deliveries: queue.SimpleQueue[tuple[tuple[int, ...], RegionBusError]] = (
+            queue.SimpleQueue()
+        )
         self.retries = 0
         """Operations sent again because their reply did not come in time."""
+        self.reply_refusal: RegionBusError | None = None
+        """Kafka's refusal to let this client read its reply topic, once it came: every
+        request then fails with it (a new client cache is needed once the ACL is back)."""
         self.undecodable_replies = 0
         """Messages on the reply topic that were not a decodable Reply (logged, skipped: a
         client may lack the rights to produce to the dead-letter topic)."""
@@ -146,7 +168,8 @@ class Pool:
                 self._reply_consumer, reply_partition, self.settings.metadata_timeout_s
             )
         except KafkaException as exc:
-            raise TransportError(f"reply topic of {client_id}: {exc}") from exc
+            reply_topic = self.topics.reply(client_id)
+            raise kafka_error(exc, f"reply topic of {client_id}", f"topic {reply_topic}") from exc
         reply_partition.offset = max(high, 0)
         self._reply_consumer.assign([reply_partition])
         self._reply_thread = threading.Thread(
@@ -160,13 +183,12 @@ class Pool:
         deadline = time.monotonic() + self.settings.metadata_timeout_s
         while True:
             try:
-                topics = self._admin.list_topics(timeout=5).topics
-                meta = topics.get(self.topics.ops)
-                if meta is not None and meta.error is None and meta.partitions:
-                    return len(meta.partitions)
-            except KafkaException as exc:
+                partitions = topic_partitions(self._admin, self.topics.ops, 5)
+                if partitions:
+                    return partitions
+            except TransportError:
                 if time.monotonic() > deadline:
-                    raise TransportError(f"Kafka metadata: {exc}") from exc
+                    raise
             if time.monotonic() > deadline:
                 raise TransportError(
                     f"topic {self.topics.ops} does not exist: is a cache server of namespace "
@@ -179,6 +201,7 @@ class Pool:
         wait until both have a leader.
 
         Raises:
+            KafkaAuthorizationError: the Kafka principal may not create or describe them.
             TransportError: the broker refused, or the topics had no leader within
                 ``metadata_timeout_s``.
         """
@@ -229,10 +252,14 @@ class Pool:
             ops: ``(operation, bucket)`` pairs; all operations carry the same request id.
 
         Returns:
-            A future of every reply (chunks included), in arrival order.
+            A future of every reply (chunks included), in arrival order. It fails with
+            `KafkaAuthorizationError` when Kafka refuses the message (no Write ACL on
+            ``{ns}.ops``) or stops letting this client read its reply topic.
 
         Raises:
             UnconnectedError: the pool is closed.
+            KafkaAuthorizationError: Kafka refused to let this client read its reply topic
+                (:attr:`reply_refusal`).
             TransportError: the producer refused the message.
         """
         future, callback = _future_callback()
@@ -275,6 +302,8 @@ class Pool:
     ) -> None:
         if self._closed.is_set():
             raise UnconnectedError("the client cache is closed")
+        if self.reply_refusal is not None:
+            raise self.reply_refusal
         with self._lock:
             for i, (request_id, expected, callback) in enumerate(requests):
                 self._pending[request_id] = _Pending(
@@ -298,20 +327,23 @@ class Pool:
             self.retries += len(again)
             try:
                 self._send(again)
-            except TransportError as exc:
+            except RegionBusError as exc:
                 log.warning("resend failed: %s", exc)
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
         if len(ops) == 1:
             op, bucket = ops[0]
-            self._produce(self.topics.ops, encode(op), bucket, op.key)
+            self._produce(self.topics.ops, encode(op), bucket, op.key, (op.request_id,))
             return
         by_bucket: dict[int, list[bytes]] = {}
+        requests: dict[int, set[int]] = {}
         for op, bucket in ops:
             by_bucket.setdefault(bucket, []).append(encode(op))
+            requests.setdefault(bucket, set()).add(op.request_id)
         for bucket, framed in by_bucket.items():
             for value in encode_batches(framed):
-                self._produce(self.topics.ops, value, bucket, None)
+                # A batch that fails fails every request with an operation in the bucket.
+                self._produce(self.topics.ops, value, bucket, None, tuple(requests[bucket]))
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for a request (after a timeout)."""
@@ -326,13 +358,14 @@ class Pool:
 
         Raises:
             UnconnectedError: the pool is closed.
+            KafkaAuthorizationError: Kafka refused it (no Write ACL on ``{ns}.control``).
             TransportError: it could not be delivered within ``read_timeout_ms``.
         """
         future, callback = _future_callback()
         self._register([(control.request_id, 1, callback)])
         try:
             self.send_control(control)
-        except TransportError:
+        except RegionBusError:
             self.forget(control.request_id)
             raise
         return future
@@ -341,10 +374,20 @@ class Pool:
         """Send a lifecycle message to ``{ns}.control`` and flush it.
 
         Raises:
+            KafkaAuthorizationError: Kafka refused it (no Write ACL on ``{ns}.control``).
             TransportError: it could not be delivered within ``read_timeout_ms``.
         """
-        self._produce(self.topics.control, encode(control), 0, control.client_id)
+        refused: list[KafkaError] = []
+
+        def report(error: KafkaError | None, _message: Any) -> None:
+            if error is not None:
+                refused.append(error)
+
+        topic = self.topics.control
+        self._produce(topic, encode(control), 0, control.client_id, on_delivery=report)
         self.flush()
+        if refused:
+            raise kafka_error(refused[0], f"producing to {topic}", f"topic {topic}")
 
     def flush(self) -> None:
         """Wait until everything sent is delivered to Kafka.
@@ -356,9 +399,18 @@ class Pool:
         if remaining:
             raise TransportError(f"{remaining} messages not delivered to Kafka")
 
-    def _produce(self, topic: str, value: bytes, partition: int, key: str | None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes,
+        partition: int,
+        key: str | None,
+        request_ids: tuple[int, ...] = (),
+        on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
+    ) -> None:
         signer = self._signer
         headers = signer.headers(topic, partition, value) if signer is not None else None
+        report = on_delivery or self._delivery_report(topic, request_ids)
         while True:
             try:
                 self._producer.produce(
@@ -367,13 +419,40 @@ class Pool:
                     key.encode() if key is not None else None,
                     partition=partition,
                     headers=headers,
+                    on_delivery=report,
                 )
                 self._producer.poll(0)
                 return
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                raise TransportError(f"Kafka produce to {topic}: {exc}") from exc
+                raise kafka_error(exc, f"producing to {topic}", f"topic {topic}") from exc
+
+    def _delivery_report(
+        self, topic: str, request_ids: tuple[int, ...]
+    ) -> Callable[[KafkaError | None, Any], None]:
+        def report(error: KafkaError | None, _message: Any) -> None:
+            if error is not None:
+                failure = kafka_error(error, f"producing to {topic}", f"topic {topic}")
+                self._failed_deliveries.put((request_ids, failure))
+
+        return report
+
+    def _fail_undelivered(self) -> None:
+        """Fail the requests whose messages Kafka refused or could not take (reply thread)."""
+        while True:
+            try:
+                request_ids, failure = self._failed_deliveries.get_nowait()
+            except queue.Empty:
+                return
+            log.warning("%s", failure)
+            self._fail(request_ids, failure)
+
+    def _fail(self, request_ids: Sequence[int], failure: RegionBusError) -> None:
+        with self._lock:
+            failed = [self._pending.pop(rid) for rid in request_ids if rid in self._pending]
+        for pending in failed:
+            pending.callback(None, failure)
 
     # --- replies -----------------------------------------------------------------------
 
@@ -389,8 +468,12 @@ class Pool:
                 log.warning("reply consumer: %s", exc)
                 continue
             self._producer.poll(0)
+            self._fail_undelivered()
             for message in messages:
-                if message.error() is not None:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        self._reply_topic_refused(error)
                     continue
                 try:
                     items = split_batch(message.value())
@@ -406,6 +489,18 @@ class Pool:
                         log.warning("undecodable reply dropped: %s", exc)
                         continue
                     self._complete(reply)
+
+    def _reply_topic_refused(self, error: KafkaError) -> None:
+        """Kafka no longer lets this principal read the reply topic (an ACL was removed): no
+        request can be answered any more, so the pending ones fail now with the refusal and
+        later ones before they are sent (Kafka reports the refusal once)."""
+        topic = self.topics.reply(self.client_id)
+        failure = kafka_error(error, f"reading {topic}", f"topic {topic}")
+        log.error("%s; this client cache can send no more requests", failure)
+        self.reply_refusal = failure
+        with self._lock:
+            request_ids = list(self._pending)
+        self._fail(request_ids, failure)
 
     def _complete(self, reply: Reply) -> None:
         with self._lock:

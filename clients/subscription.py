@@ -25,10 +25,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
-from schemas.errors import MessageDecodeError
+from schemas.errors import MessageDecodeError, RegionBusError
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
-from schemas.transport import poll_batch
+from schemas.transport import kafka_error, poll_batch, topic_partitions
 
 log = logging.getLogger("regionbus.client")
 
@@ -75,6 +75,11 @@ class SubscriptionQueue:
         conflate: Subscription conflation (SPEC §4): of several updates of one key read
             together, only the last is delivered; creates, destroys, invalidates, region
             events and markers never are dropped.
+
+    Raises:
+        KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is
+            another client's, or the client's ACLs are missing).
+        TransportError: Kafka did not answer the queue's committed offset.
     """
 
     def __init__(
@@ -117,7 +122,18 @@ class SubscriptionQueue:
                 }
             )
         )
-        committed = self._consumer.committed([TopicPartition(self._topic, 0)], timeout=10)[0]
+        group = self._topics.client_group(client_id)
+        try:
+            # The topic is asked by name first: Kafka refuses that with an authorization
+            # error, where librdkafka reports an offset fetch it may not make as a timeout.
+            topic_partitions(self._consumer, self._topic, settings.metadata_timeout_s)
+            committed = self._consumer.committed([TopicPartition(self._topic, 0)], timeout=10)[0]
+        except KafkaException as exc:
+            self._consumer.close()
+            raise kafka_error(exc, f"committed offset of {group}", f"group {group}") from exc
+        except RegionBusError:
+            self._consumer.close()
+            raise
         start = max(committed.offset, 0)
         self._consumer.assign([TopicPartition(self._topic, 0, start)])
         self._acked = committed.offset

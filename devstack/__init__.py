@@ -4,8 +4,9 @@ and ``regionbus stack``. A developer tool, not part of the cache server."""
 from devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
 from devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
 from devstack.process import LOOPBACK_HOST, ChildService, free_port
-from devstack.redis_secured import RedisTlsFiles, SecuredEmbeddedRedis
+from devstack.redis_secured import SecuredEmbeddedRedis
 from devstack.redis_server import EmbeddedRedis
+from devstack.tls import TlsFiles
 
 __all__ = [
     "KAFKA_ENV_VAR",
@@ -17,9 +18,9 @@ __all__ = [
     "KafkaCluster",
     "KafkaNode",
     "LocalStack",
-    "RedisTlsFiles",
     "ScramSecurity",
     "SecuredEmbeddedRedis",
+    "TlsFiles",
     "docker_engine_answers",
     "free_port",
 ]

@@ -8,7 +8,8 @@ and it comes back on the same ports (kept in ``kafka.json``).
 
 Optionally the client listener is SASL/SCRAM (SCRAM-SHA-512) with Kafka's
 ``StandardAuthorizer``: the admin user is written into the metadata at format time, and
-more users are added with the admin API (see `add_scram_users`).
+more users are added with the admin API (see `add_scram_users`). With TLS files as well,
+that listener is SASL_SSL, the broker's key and certificate read from a PEM key store.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from devstack.process import (
     ServiceNotReadyError,
     free_port,
 )
+from devstack.tls import TlsFiles
 from schemas.errors import StackError
 
 _log = logging.getLogger(__name__)
@@ -66,29 +68,45 @@ logger.started.level=INFO
 
 @dataclass(frozen=True)
 class ScramSecurity:
-    """SASL/SCRAM-SHA-512 on the client listener, with ACLs enforced.
+    """SASL/SCRAM-SHA-512 on the client listener, with ACLs enforced; over TLS optionally.
 
     Attributes:
         admin_user: A super user, created at format time; the brokers also talk to each
             other as this user.
         admin_password: Its password.
         users: More ``{user: password}`` created once the node runs.
+        tls: The CA and the broker's certificate and key (for ``127.0.0.1``); None for
+            SASL_PLAINTEXT. With them the listener is SASL_SSL and clients verify the
+            broker against ``tls.ca_cert``.
     """
 
     admin_user: str
     admin_password: str
     users: Mapping[str, str] = field(default_factory=dict)
+    tls: TlsFiles | None = None
+
+    @property
+    def protocol(self) -> str:
+        """The client listener's ``security.protocol``: SASL_SSL or SASL_PLAINTEXT."""
+        return "SASL_SSL" if self.tls is not None else "SASL_PLAINTEXT"
 
     def client_config(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
-        """librdkafka keys for a client that logs in as ``user`` (the admin when None)."""
+        """librdkafka keys for a client that logs in as ``user`` (the admin when None).
+
+        Raises:
+            KeyError: ``user`` is not in :attr:`users` and no ``password`` is given.
+        """
         name = self.admin_user if user is None else user
         secret = self.admin_password if user is None else (password or self.users[name])
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
+        config = {
+            "security.protocol": self.protocol,
             "sasl.mechanism": SCRAM_MECHANISM,
             "sasl.username": name,
             "sasl.password": secret,
         }
+        if self.tls is not None:
+            config["ssl.ca.location"] = str(self.tls.ca_cert)
+        return config
 
 
 def new_cluster_id() -> str:
@@ -192,7 +210,7 @@ class KafkaNode(ChildService):
     def properties(self, port: int) -> dict[str, str]:
         """The broker's ``server.properties`` for a client listener on ``port``."""
         assert self.controller_port is not None
-        listener = "SASL_PLAINTEXT" if self.security is not None else "PLAINTEXT"
+        listener = self.security.protocol if self.security is not None else "PLAINTEXT"
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
@@ -223,11 +241,12 @@ class KafkaNode(ChildService):
         }
         if self.security is not None:
             admin = self.security
+            jaas = f"listener.name.{listener.lower()}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config"
             props.update(
                 {
                     "sasl.enabled.mechanisms": SCRAM_MECHANISM,
                     "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
-                    f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                    jaas: (
                         "org.apache.kafka.common.security.scram.ScramLoginModule required "
                         f'username="{admin.admin_user}" password="{admin.admin_password}";'
                     ),
@@ -240,6 +259,18 @@ class KafkaNode(ChildService):
                     "allow.everyone.if.no.acl.found": "false",
                 }
             )
+            if admin.tls is not None:
+                props.update(
+                    {
+                        # Kafka reads PEM directly: the key (unencrypted PKCS#8) and the
+                        # certificate in one key store file, the CA as the trust store (the
+                        # brokers are also each other's TLS clients).
+                        "ssl.keystore.type": "PEM",
+                        "ssl.keystore.location": str(self.work_dir / "keystore.pem"),
+                        "ssl.truststore.type": "PEM",
+                        "ssl.truststore.location": str(admin.tls.ca_cert),
+                    }
+                )
         props.update(self.broker_properties)
         return props
 
@@ -264,6 +295,11 @@ class KafkaNode(ChildService):
         if self.controller_port is None:
             self.controller_port = free_port()
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+        if self.security is not None and self.security.tls is not None:
+            tls = self.security.tls
+            keystore = self.work_dir / "keystore.pem"
+            keystore.touch(mode=0o600)
+            keystore.write_bytes(tls.server_key.read_bytes() + tls.server_cert.read_bytes())
         config = self.work_dir / "server.properties"
         config.write_text(
             "".join(f"{key}={value}\n" for key, value in self.properties(port).items())

@@ -9,30 +9,13 @@ port is closed and only ``--tls-port`` listens (Debian's ``redis-server`` is bui
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
 
 from devstack.process import LOOPBACK_HOST, ServiceNotReadyError
 from devstack.redis_server import EmbeddedRedis
-
-
-class RedisTlsFiles(NamedTuple):
-    """PEM files of a TLS Redis.
-
-    Attributes:
-        ca_cert: CA certificate that signed the server's (and clients') certificates.
-        server_cert: The server certificate (for ``127.0.0.1``).
-        server_key: Its private key.
-        client_cert: A client certificate for mutual TLS, or None to not require one.
-        client_key: Its private key.
-    """
-
-    ca_cert: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path | None = None
-    client_key: Path | None = None
+from devstack.tls import TlsFiles
 
 
 class SecuredEmbeddedRedis(EmbeddedRedis):
@@ -58,7 +41,7 @@ class SecuredEmbeddedRedis(EmbeddedRedis):
         username: str,
         password: str,
         key_pattern: str = "*",
-        tls: RedisTlsFiles | None = None,
+        tls: TlsFiles | None = None,
         port: int | None = None,
         work_dir: Path | None = None,
         start_timeout_s: float = 20.0,
@@ -135,4 +118,4 @@ class SecuredEmbeddedRedis(EmbeddedRedis):
         return options
 
 
-__all__ = ["RedisTlsFiles", "SecuredEmbeddedRedis"]
+__all__ = ["SecuredEmbeddedRedis"]

@@ -62,9 +62,14 @@ from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import poll_batch
+from schemas.transport import kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
+
+
+def receiver_client_id(receiver_id: str) -> str:
+    """The client id a receiver applies its batches as (its reply and queue topics)."""
+    return f"gw-receiver-{receiver_id}"
 
 
 def receiver_inbound_group(namespace: str, receiver_id: str) -> str:
@@ -105,6 +110,7 @@ class GatewayReceiverSettings(
     apply_timeout_ms: int = Field(default=30_000, ge=100)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-receiver"))
+
     @field_validator("receiver_id", "namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
@@ -164,7 +170,7 @@ class GatewayReceiver(ServesMetrics):
     ) -> None:
         self.settings = settings
         self.site_id = settings.distributed_system_id
-        self.client_id = f"gw-receiver-{settings.receiver_id}"
+        self.client_id = receiver_client_id(settings.receiver_id)
         self.topics = Topics(settings.namespace)
         self.inbound_topic = receiver_topic(settings.namespace, settings.receiver_id)
         self.stats = ReceiverStats()
@@ -197,6 +203,9 @@ class GatewayReceiver(ServesMetrics):
         self._thread.start()
         if not self._ready.wait(ready_timeout_s) or self._failure is not None:
             self.stop()
+            if isinstance(self._failure, RegionBusError):
+                # E.g. a KafkaAuthorizationError naming the ACL the receiver lacks.
+                raise self._failure
             raise BatchApplyTimeoutError(f"gateway receiver did not start: {self._failure}")
 
     def stop(self, timeout_s: float = 15.0) -> None:
@@ -249,9 +258,7 @@ class GatewayReceiver(ServesMetrics):
         )
         self._pool = Pool(client_settings, self.client_id, s.member_id)
         if self.resolver is not None:
-            self._store = RegionStore(
-                connect_redis(s), s.namespace, self._pool.total_buckets
-            )
+            self._store = RegionStore(connect_redis(s), s.namespace, self._pool.total_buckets)
         self._producer = Producer(
             {
                 **self._kafka,
@@ -496,7 +503,10 @@ class GatewayReceiver(ServesMetrics):
             return
         self._producer.flush(30)
         if failures:
-            self._ack_not_sent(batch, str(failures[0]))
+            topic = batch.ack_topic
+            self._ack_not_sent(
+                batch, str(kafka_error(failures[0], f"producing to {topic}", f"topic {topic}"))
+            )
             return
         self.stats.batches_acked += 1
         self.stats.batch_sizes.append(len(batch.events))
@@ -530,5 +540,6 @@ __all__ = [
     "GatewayReceiver",
     "GatewayReceiverSettings",
     "ReceiverStats",
+    "receiver_client_id",
     "receiver_inbound_group",
 ]

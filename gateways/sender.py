@@ -46,12 +46,12 @@ from gateways.protocol import (
     receiver_topic,
 )
 from schemas.codec import encode
-from schemas.errors import MessageDecodeError, TransportError
+from schemas.errors import MessageDecodeError, RegionBusError
 from schemas.messages import Event
 from schemas.naming import check_name
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import poll_batch
+from schemas.transport import kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -64,6 +64,12 @@ def sender_lease_role(sender_id: str) -> str:
 def sender_queue_group(namespace: str, sender_id: str) -> str:
     """The consumer group whose committed offsets are the head of a sender's queue."""
     return f"{namespace}.gw-sender.{sender_id}"
+
+
+def sender_ack_group(namespace: str, sender_id: str) -> str:
+    """The consumer group of a sender's ack reader, on the remote site's Kafka (named by
+    the sender's own namespace)."""
+    return f"{sender_queue_group(namespace, sender_id)}.ack"
 
 
 def default_member_id(kind: str) -> str:
@@ -130,6 +136,7 @@ class GatewaySenderSettings(
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: default_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+
     @field_validator("sender_id", "remote_receiver_id", "namespace", "remote_namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
@@ -198,8 +205,13 @@ class GatewaySender(QueueProcessor):
                 [link_topic_spec(self.inbound_topic), link_topic_spec(self.ack_topic)],
                 timeout_s=5,
             )
-        except (TransportError, KafkaException) as exc:
+        except RegionBusError as exc:
+            # A missing ACL too: the batch waits, retried, until an operator grants it.
             raise RemoteSiteUnreachableError(f"remote site Kafka: {exc}") from exc
+        except KafkaException as exc:
+            raise RemoteSiteUnreachableError(
+                f"remote site Kafka: {kafka_error(exc, 'admin client')}"
+            ) from exc
         timeout_ms = max(1000, min(self.settings.ack_timeout_ms, 30_000))
         self._producer = Producer(
             {
@@ -210,10 +222,11 @@ class GatewaySender(QueueProcessor):
                 "client.id": self.member_id,
             }
         )
+        group = sender_ack_group(self.settings.namespace, self.settings.sender_id)
         acks = Consumer(
             {
                 **self._remote,
-                "group.id": f"{self.settings.namespace}.gw-sender.{self.settings.sender_id}.ack",
+                "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": self.settings.fetch_wait_max_ms,
@@ -225,7 +238,8 @@ class GatewaySender(QueueProcessor):
         except KafkaException as exc:
             acks.close()
             self._producer = None
-            raise RemoteSiteUnreachableError(f"remote site Kafka: {exc}") from exc
+            failure = kafka_error(exc, f"committed offset of {group}", f"group {group}")
+            raise RemoteSiteUnreachableError(f"remote site Kafka: {failure}") from exc
         acks.assign([TopicPartition(self.ack_topic, 0, max(committed[0].offset, 0))])
         self._acks = acks
 
@@ -258,9 +272,14 @@ class GatewaySender(QueueProcessor):
             raise RemoteSiteUnreachableError(f"cannot send batch: {exc}") from exc
         remaining = self._producer.flush(self.settings.ack_timeout_ms / 1000 + 5)
         if remaining or failures:
+            topic = self.inbound_topic
+            reason = (
+                str(kafka_error(failures[0], f"producing to {topic}", f"topic {topic}"))
+                if failures
+                else "timed out"
+            )
             raise RemoteSiteUnreachableError(
-                f"batch {batch.batch_id} not delivered to the remote site: "
-                f"{failures[0] if failures else 'timed out'}"
+                f"batch {batch.batch_id} not delivered to the remote site: {reason}"
             )
 
     def _await_ack(self, batch_id: str) -> GatewayAck | None:
@@ -395,6 +414,7 @@ __all__ = [
     "GatewaySender",
     "GatewaySenderSettings",
     "default_member_id",
+    "sender_ack_group",
     "sender_lease_role",
     "sender_queue_group",
 ]

@@ -119,6 +119,28 @@ class NotAuthorizedError(RegionBusError):
     """
 
 
+class KafkaAuthorizationError(NotAuthorizedError):
+    """Kafka refused a request because the process's Kafka principal has no ACL for it.
+
+    Kafka's ``TOPIC_AUTHORIZATION_FAILED``, ``GROUP_AUTHORIZATION_FAILED`` or
+    ``CLUSTER_AUTHORIZATION_FAILED``: e.g. a client reading another client's queue topic,
+    or producing to a topic only the servers write. Granting the ACL (``regionbus
+    kafka-acls``) is the fix; repeating the call unchanged is not.
+
+    Attributes:
+        resource: What was refused, e.g. ``"topic regionbus.queue.desk-1"`` or
+            ``"group regionbus.client.desk-1"``.
+        kafka_error: Kafka's error name, e.g. ``"TOPIC_AUTHORIZATION_FAILED"``.
+    """
+
+    def __init__(
+        self, message: str, *, resource: str, kafka_error: str, message_ref: Any = None
+    ) -> None:
+        super().__init__(message, message_ref=message_ref)
+        self.resource = resource
+        self.kafka_error = kafka_error
+
+
 class ServerOperationError(RegionBusError):
     """The server failed the operation for a reason with no more specific class."""
 

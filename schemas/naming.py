@@ -16,6 +16,10 @@ DEFAULT_TOTAL_BUCKETS: Final = 16
 """Buckets (= partitions of ``{ns}.ops``). Geode's ``total-num-buckets`` default is 113; we
 use fewer because each bucket is a Kafka partition that every primary fetches."""
 
+BULK_LOAD_ID_PREFIX: Final = "spark-load-"
+"""How the client ids of Spark bulk loads begin when the caller names none (a fresh one per
+load: a load id is the member of its EventIDs), and so what their Kafka ACLs are granted on."""
+
 _TOPIC_PART = re.compile(r"^[A-Za-z0-9._-]+$")
 
 

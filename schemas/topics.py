@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.errors import ConfigurationError, TransportError
 from schemas.naming import Topics
+from schemas.transport import is_authorization_error, kafka_error
 
 HOUR_MS: Final = 3_600_000
 DAY_MS: Final = 24 * HOUR_MS
@@ -155,6 +156,8 @@ def ensure_topics(
 
     Raises:
         ConfigurationError: an existing topic has another partition count than wanted.
+        KafkaAuthorizationError: the principal may not create (or describe) a topic: with
+            ACLs, Kafka says so also for a topic that exists but is not the principal's.
         TransportError: the cluster cannot be reached, refused to create a topic, or a
             partition had no leader within ``timeout_s``.
     """
@@ -165,7 +168,7 @@ def ensure_topics(
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise TransportError(f"Kafka metadata: {exc}") from exc
+        raise kafka_error(exc, "Kafka metadata") from exc
     replicas = replication_factor(len(metadata.brokers))
     for name, spec in wanted.items():
         existing = metadata.topics.get(name)
@@ -188,7 +191,7 @@ def ensure_topics(
                 created.append(name)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise TransportError(f"cannot create topic {name}: {exc}") from exc
+                    raise kafka_error(exc, f"cannot create topic {name}", f"topic {name}") from exc
     _wait_for_leaders(admin, wanted, deadline)
     return created
 
@@ -203,6 +206,9 @@ def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, TopicSpec], deadl
             except KafkaException as exc:
                 reason = str(exc)
                 continue
+            refused = topic.error if topic is not None else None
+            if refused is not None and is_authorization_error(refused):
+                raise kafka_error(refused, f"metadata of {name}", f"topic {name}")
             if topic is None or topic.error is not None:
                 reason = f"{name}: {topic.error if topic is not None else 'absent'}"
                 continue

@@ -1,10 +1,111 @@
-"""Kafka consumption helpers shared by clients and servers."""
+"""Kafka helpers shared by clients and servers, and the translation of confluent-kafka's
+errors into regionbus's (:func:`kafka_error`)."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AclOperation, AdminClient
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from schemas.errors import (
+    AuthenticationError,
+    KafkaAuthorizationError,
+    RegionBusError,
+    TransportError,
+)
+
+_REFUSED_RESOURCE_KINDS = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+}
+"""Kafka's authorization errors and the kind of resource each is about."""
+
+_AUTHENTICATION_FAILED = frozenset(
+    {KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION}
+)
+
+
+def _kafka_error_of(error: KafkaError | KafkaException) -> KafkaError | None:
+    if isinstance(error, KafkaError):
+        return error
+    first = error.args[0] if error.args else None
+    return first if isinstance(first, KafkaError) else None
+
+
+def is_authorization_error(error: KafkaError | KafkaException | None) -> bool:
+    """True when Kafka refused for want of an ACL (topic, group, cluster, transactional id)."""
+    found = None if error is None else _kafka_error_of(error)
+    return found is not None and found.code() in _REFUSED_RESOURCE_KINDS
+
+
+def kafka_error(
+    error: KafkaError | KafkaException, action: str, resource: str | None = None
+) -> RegionBusError:
+    """The regionbus error for a confluent-kafka error: the one translation of Kafka's.
+
+    Args:
+        error: What confluent-kafka raised or reported (a delivery report, a message).
+        action: What was being done, starting the message: ``"producing to regionbus.ops"``.
+        resource: The topic or group the request was about, e.g. ``"topic regionbus.ops"``;
+            None names only the kind of resource, from the error code.
+
+    Returns:
+        `KafkaAuthorizationError` when Kafka refused for want of an ACL,
+        `AuthenticationError` when the SASL login failed, else `TransportError`.
+    """
+    found = _kafka_error_of(error)
+    if found is None:
+        return TransportError(f"{action}: {error}")
+    code = found.code()
+    if code in _REFUSED_RESOURCE_KINDS:
+        refused = resource or _REFUSED_RESOURCE_KINDS[code]
+        return KafkaAuthorizationError(
+            f"{action}: Kafka refused it ({found.name()}): this Kafka principal has no ACL "
+            f'for {refused} (grant it with `regionbus kafka-acls`, README "Security")',
+            resource=refused,
+            kafka_error=found.name(),
+        )
+    if code in _AUTHENTICATION_FAILED:
+        return AuthenticationError(f"{action}: Kafka login failed: {found.str()}")
+    return TransportError(f"{action}: {found.str()}")
+
+
+def topic_partitions(client: AdminClient | Consumer, topic: str, timeout_s: float) -> int:
+    """How many partitions a topic has, asking the cluster for that topic alone.
+
+    Naming the topic (rather than listing every topic) is what makes Kafka say whether the
+    principal may see it: a listing silently leaves out topics without a Describe ACL.
+
+    Args:
+        client: Any admin client or consumer of the cluster.
+        topic: The topic.
+        timeout_s: Longest wait for the metadata answer, in seconds.
+
+    Returns:
+        The partition count; 0 when the topic does not exist (yet).
+
+    Raises:
+        KafkaAuthorizationError: the principal may not describe the topic.
+        TransportError: the cluster did not answer.
+    """
+    try:
+        meta: Any = client.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:
+        raise kafka_error(exc, f"metadata of {topic}", f"topic {topic}") from exc
+    if meta is None:
+        return 0
+    if meta.error is not None:
+        if is_authorization_error(meta.error):
+            raise kafka_error(meta.error, f"metadata of {topic}", f"topic {topic}")
+        return 0
+    return len(meta.partitions)
+
 
 _LEADER_MOVING = frozenset(
     {
@@ -22,6 +123,46 @@ whose leader is not serving it yet, a leader moving after a broker failure."""
 
 def _leader_moving(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
+
+
+def require_topic_operations(
+    admin: AdminClient, topic: str, operations: Iterable[AclOperation], timeout_s: float
+) -> None:
+    """Check that Kafka lets this principal do ``operations`` on ``topic``, before work that
+    would otherwise find out deep inside (a Spark task's producer, say).
+
+    Kafka answers which operations the principal holds on the topic (the Describe request's
+    authorized operations); a Kafka without an authorizer answers all of them.
+
+    Args:
+        admin: An admin client logged in as the principal.
+        topic: An existing topic.
+        operations: What the principal must be allowed, e.g. ``[AclOperation.WRITE]``.
+        timeout_s: Longest wait for the answer, in seconds.
+
+    Raises:
+        KafkaAuthorizationError: an operation is not allowed (or the topic not visible).
+        TransportError: Kafka did not answer.
+    """
+    future = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, request_timeout=timeout_s
+    )[topic]
+    try:
+        description = future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise kafka_error(exc, f"describing {topic}", f"topic {topic}") from exc
+    held = set(description.authorized_operations or ())
+    if AclOperation.ALL in held:
+        return
+    missing = sorted(op.name for op in operations if op not in held)
+    if missing:
+        raise KafkaAuthorizationError(
+            f"Kafka does not let this principal {' or '.join(missing)} topic {topic} "
+            "(TOPIC_AUTHORIZATION_FAILED): grant it with `regionbus kafka-acls`, README "
+            '"Security"',
+            resource=f"topic {topic}",
+            kafka_error="TOPIC_AUTHORIZATION_FAILED",
+        )
 
 
 def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[KafkaMessage]:

@@ -14,10 +14,16 @@
 #                            client application
 #
 # Servers get every topic and group of the namespace. A client gets only what it needs:
-# write {ns}.ops and {ns}.control, create/read/delete its own {ns}.queue.<id> and
-# {ns}.reply.<id>, and its consumer groups {ns}.client.<id>*. So one client cannot read
-# another's queue or replies at the Kafka level; what it may do to regions is then checked
-# by the servers (signed requests and permissions, README "Security").
+# write {ns}.ops and {ns}.control, create/read/describe/delete its own {ns}.queue.<id> and
+# {ns}.reply.<id>, and its consumer groups {ns}.client.<id> and {ns}.client.<id>.*. So one
+# client can neither read another's queue or replies nor write into them at the Kafka level;
+# what it may do to regions is then checked by the servers (signed requests and
+# permissions, README "Security").
+#
+# These are the sets of broker/kafka_acls.py (server_acls, client_acls) written out for a
+# container that has only Kafka's CLI; tests/unit/test_kafka_acls_script.py checks that the
+# two agree. `regionbus kafka-acls` prints or grants those and the other sets (gateway
+# senders and receivers, Spark bulk loads).
 set -euo pipefail
 
 bootstrap="${KAFKA_BOOTSTRAP:-kafka-secured:9092}"
@@ -63,6 +69,9 @@ for triple in ${KAFKA_CLIENTS:-}; do
       --operation Describe --operation Delete --topic "$own"
   done
   acls --add --allow-principal "User:$user" --operation Read --operation Describe \
-    --operation Delete --group "$ns.client.$client_id" --resource-pattern-type prefixed
+    --operation Delete --group "$ns.client.$client_id"
+  # The prefix ends with a dot: client x must not reach the groups of client xy.
+  acls --add --allow-principal "User:$user" --operation Read --operation Describe \
+    --operation Delete --group "$ns.client.$client_id." --resource-pattern-type prefixed
 done
 echo "kafka-acls: done"

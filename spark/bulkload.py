@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
@@ -41,9 +41,10 @@ from schemas.errors import (
 )
 from schemas.eventid import EventID
 from schemas.messages import Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, check_name
+from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
+from schemas.transport import kafka_error, require_topic_operations, topic_partitions
 from spark.format import kafka_format
 from spark.kafka import latest_offsets
 
@@ -197,18 +198,15 @@ def ops_partitions(kafka_config: Mapping[str, str], namespace: str) -> int:
     """The partition count of ``{ns}.ops`` (= the namespace's total buckets).
 
     Raises:
+        KafkaAuthorizationError: the Kafka principal may not describe ``{ns}.ops``.
         TransportError: Kafka did not answer, or ``{ns}.ops`` does not exist (no cache
             server of the namespace ever ran).
     """
     topic = Topics(namespace).ops
-    try:
-        topics = AdminClient(dict(kafka_config)).list_topics(timeout=10).topics
-    except KafkaException as exc:
-        raise TransportError(f"Kafka metadata: {exc}") from exc
-    meta = topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
+    partitions = topic_partitions(AdminClient(dict(kafka_config)), topic, 10)
+    if not partitions:
         raise TransportError(f"topic {topic} does not exist: is a cache server running?")
-    return len(meta.partitions)
+    return partitions
 
 
 def bulk_load(
@@ -241,7 +239,9 @@ def bulk_load(
         value_column: Column of values.
         serializer: ``json`` (default), ``str`` or ``bytes``.
         avro_schema: The region's Avro schema (typed regions).
-        load_id: Client id of the load; a fresh ``spark-load-<hex>`` when None. Running a
+        load_id: Client id of the load; a fresh ``spark-load-<hex>`` when None
+            (`schemas.naming.BULK_LOAD_ID_PREFIX`, which the bulk-load principal's Kafka
+            ACLs cover, `broker.kafka_acls.bulk_load_acls`). Running a
             load again with the same id and the same input re-sends the same EventIDs, which
             the servers recognise as duplicates.
         wait_applied_timeout_s: Longest wait for every entry's reply after the write, in
@@ -252,6 +252,9 @@ def bulk_load(
         The report.
 
     Raises:
+        KafkaAuthorizationError: the Kafka principal may not write ``{ns}.ops`` or create
+            and read the load's reply topic (`broker.kafka_acls.bulk_load_acls`); checked
+            before the Spark job starts.
         TransportError: Kafka is unreachable or ``{ns}.ops`` does not exist.
         ServerTimeoutError: not every entry was answered within ``wait_applied_timeout_s``.
         ConfigurationError, SerializationError: bad columns or values (see
@@ -261,10 +264,14 @@ def bulk_load(
         "bootstrap.servers": kafka_bootstrap_servers,
         **(kafka_config or {}),
     }
-    load = load_id or f"spark-load-{uuid.uuid4().hex[:12]}"
+    load = load_id or f"{BULK_LOAD_ID_PREFIX}{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
-    ensure_topics(AdminClient(config), [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
+    admin = AdminClient(config)
+    ensure_topics(admin, [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
+    # Refusals surface here, typed, rather than as a failed Spark task's stack trace.
+    require_topic_operations(admin, Topics(namespace).ops, [AclOperation.WRITE], 10)
+    require_topic_operations(admin, reply_topic, [AclOperation.READ], 10)
     # Replies of an earlier load with the same id are not this load's.
     replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
     entries = df.count()
@@ -322,7 +329,7 @@ def _await_replies(
             try:
                 messages = consumer.consume(1000, 0.5)
             except KafkaException as exc:
-                raise TransportError(f"reading {reply_topic}: {exc}") from exc
+                raise kafka_error(exc, f"reading {reply_topic}", f"topic {reply_topic}") from exc
             for message in messages:
                 if message.error() is not None:
                     continue

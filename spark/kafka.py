@@ -31,6 +31,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from schemas.errors import TransportError
+from schemas.transport import kafka_error
 from spark.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartitionKey
 
 METADATA_TIMEOUT_S: Final = 10.0
@@ -85,6 +86,22 @@ def consumer_config(kafka_config: Mapping[str, str]) -> dict[str, Any]:
         }
     )
     return config
+
+
+def _consume(consumer: Consumer, count: int, timeout_s: float, what: str) -> list[KafkaMessage]:
+    """``consume``, less the refusals of the consumer's group: these consumers never use it
+    (``assign`` and no commits), but librdkafka still looks up its coordinator and reports
+    a principal without an ACL for the throw-away group (a Kafka with ACLs) as an error."""
+    try:
+        messages = consumer.consume(count, timeout_s)
+    except KafkaException as exc:
+        raise kafka_error(exc, what) from exc
+    return [m for m in messages if not _group_refused(m)]
+
+
+def _group_refused(message: KafkaMessage) -> bool:
+    error = message.error()
+    return error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def _consumer(kafka_config: Mapping[str, str]) -> Consumer:
@@ -197,18 +214,16 @@ def _probe_ends(
     open_partitions = {(tp.topic, tp.partition) for tp in to_probe}
     idle_deadline = time.monotonic() + END_PROBE_IDLE_MS / 1000
     while open_partitions and time.monotonic() < idle_deadline:
-        try:
-            messages = consumer.consume(1000, 0.05)
-        except KafkaException as exc:
-            raise TransportError(f"end-offset probe: {exc}") from exc
+        messages = _consume(consumer, 1000, 0.05, "end-offset probe")
         for message in messages:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
+            error = message.error()
+            if error is not None and (topic is None or error.code() != KafkaError._PARTITION_EOF):
+                where = "" if topic is None else f" of {topic}[{partition}]"
+                raise kafka_error(error, f"end-offset probe{where}", topic and f"topic {topic}")
             assert topic is not None and partition is not None and offset is not None
             tp = (topic, partition)
-            error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise TransportError(f"end-offset probe of {tp[0]}[{tp[1]}]: {error}")
                 ends[tp] = max(ends[tp], offset)
                 open_partitions.discard(tp)
                 continue
@@ -291,11 +306,10 @@ def read_range(
         position = start
         deadline = time.monotonic() + poll_timeout_ms / 1000
         while position < end:
-            try:
-                # At most what is left, so the last call returns as soon as it is there.
-                messages = consumer.consume(min(ARROW_BATCH_ROWS, end - position), 0.5)
-            except KafkaException as exc:
-                raise TransportError(f"reading {tp[0]}[{tp[1]}]: {exc}") from exc
+            # At most what is left, so the last call returns as soon as it is there.
+            messages = _consume(
+                consumer, min(ARROW_BATCH_ROWS, end - position), 0.5, f"reading {tp[0]}[{tp[1]}]"
+            )
             if not messages and time.monotonic() > deadline:
                 raise TransportError(
                     f"no record of {tp[0]}[{tp[1]}] at offset {position} (reading up to "
@@ -342,7 +356,7 @@ class _Columns:
         assert offset is not None
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                raise TransportError(f"reading {tp[0]}[{tp[1]}]: {error}")
+                raise kafka_error(error, f"reading {tp[0]}[{tp[1]}]", f"topic {tp[0]}")
             # At the end of the log: an EOF at or past ``end`` means nothing is missing.
             return end if offset >= end else position
         if offset >= end:
@@ -405,7 +419,7 @@ def produce(
     key: bytes | None,
     partition: int | None,
     headers: list[tuple[str, bytes | None]] | None,
-    failures: list[str],
+    failures: list[tuple[str, KafkaError]],
 ) -> None:
     """Produce one record, waiting for room when the local queue is full.
 
@@ -416,7 +430,8 @@ def produce(
         key: Record key.
         partition: Destination partition, None to let the partitioner choose.
         headers: Record headers.
-        failures: Delivery errors are appended here (as text) by the delivery callback.
+        failures: ``(topic, error)`` of each failed delivery, appended by the delivery
+            callback.
 
     Raises:
         TransportError: the producer refused the record.
@@ -424,7 +439,9 @@ def produce(
 
     def on_delivery(error: KafkaError | None, _message: KafkaMessage) -> None:
         if error is not None:
-            failures.append(f"{topic}: {error}")
+            # Kept, not formatted: after a fatal producer error confluent-kafka runs this
+            # with that error pending, and formatting would fail and lose it.
+            failures.append((topic, error))
 
     kwargs: dict[str, Any] = {"on_delivery": on_delivery}
     if partition is not None:
@@ -441,18 +458,34 @@ def produce(
             raise TransportError(f"Kafka produce to {topic}: {exc}") from exc
 
 
-def flush(producer_: Producer, failures: list[str], timeout_s: float) -> None:
+def flush(producer_: Producer, failures: list[tuple[str, KafkaError]], timeout_s: float) -> None:
     """Wait until every produced record is acknowledged.
 
     Raises:
+        KafkaAuthorizationError: Kafka refused a record (no Write ACL on its topic), or
+            the producer failed for good for want of an ACL (an idempotent producer needs
+            Write on some topic, or IdempotentWrite on the cluster).
         TransportError: records are still unacknowledged after ``timeout_s`` seconds, or a
             delivery failed.
     """
-    remaining = producer_.flush(timeout_s)
+    try:
+        remaining = producer_.flush(timeout_s)
+    except (KafkaException, SystemError) as exc:
+        # A fatal producer error (e.g. CLUSTER_AUTHORIZATION_FAILED for the idempotent
+        # producer's id) is pending while confluent-kafka runs the purged messages' delivery
+        # callbacks, which then fail with SystemError: the cause is that KafkaException.
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, KafkaException):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise kafka_error(cause, "producing to Kafka") from exc
     if remaining:
         raise TransportError(f"{remaining} records not delivered to Kafka in {timeout_s} s")
     if failures:
-        raise TransportError(f"{len(failures)} records failed delivery, first: {failures[0]}")
+        topic, error = failures[0]
+        action = f"{len(failures)} records failed delivery, the first to {topic}"
+        raise kafka_error(error, action, f"topic {topic}")
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -40,6 +40,9 @@ from pyspark.sql.types import StructType
 
 from schemas.errors import ConfigurationError
 from spark import kafka
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
 from spark.options import (
     SourceOptions,
     TopicPartitionKey,
@@ -330,7 +333,7 @@ def _as_bytes(value: Any) -> bytes | None:
 
 def _write(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
     producer = kafka.producer(options.kafka_config)
-    failures: list[str] = []
+    failures: list[tuple[str, KafkaError]] = []
     count = 0
     for batch in batches:
         columns = {

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients import ClientCache, ClientSettings
-from devstack import LocalStack
+from devstack import KafkaNode, LocalStack, ScramSecurity
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 _NAMESPACE_MAX_CHARS = 60
@@ -98,6 +98,15 @@ def _delete_topics(bootstrap_servers: str, prefix: str) -> None:
                 future.exception(timeout=30)
     except Exception:
         return
+
+
+@pytest.fixture(scope="module")
+def scram_kafka() -> Iterator[KafkaNode]:
+    """A Kafka of this test module alone: SASL/SCRAM-SHA-512 on its listener and ACLs
+    enforced (no ACL, no access), super user ``admin``; the session's Kafka stays PLAINTEXT.
+    """
+    with KafkaNode(security=ScramSecurity("admin", "admin-scram-secret"), heap_max_mb=512) as node:
+        yield node
 
 
 @pytest.fixture

@@ -52,10 +52,12 @@ class Site:
         parallel: bool = False,
         async_event_queues: tuple[str, ...] = (),
         sender_filters: list[str] | None = None,
+        settings_overrides: dict[str, Any] | None = None,
         **server_kwargs: Any,
     ) -> CacheServer:
         """Start the site's cache server; ``senders`` maps sender id -> remote site id, each
-        attached to every region, as are the async event queues."""
+        attached to every region, as are the async event queues. ``settings_overrides``
+        are more ``ServerSettings`` fields (e.g. a Kafka login)."""
         senders = senders or {}
         settings = ServerSettings(
             namespace=self.namespace,
@@ -80,6 +82,8 @@ class Site:
             if async_event_queues
             else {},
         )
+        if settings_overrides:
+            settings = ServerSettings(**{**settings.model_dump(), **settings_overrides})
         server = CacheServer(settings, **server_kwargs)
         server.start()
         self.stack.callback(server.stop)

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from devstack import RedisTlsFiles
+from devstack import TlsFiles
 
 
 def _name(common_name: str) -> x509.Name:
@@ -30,7 +30,7 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     path.chmod(0o600)
 
 
-def make_test_pki(directory: Path) -> RedisTlsFiles:
+def make_test_pki(directory: Path) -> TlsFiles:
     """Write ``ca.pem``, ``server.pem``/``server.key`` and ``client.pem``/``client.key``.
 
     Returns:
@@ -94,4 +94,4 @@ def make_test_pki(directory: Path) -> RedisTlsFiles:
 
     server_cert, server_key = leaf("server", ExtendedKeyUsageOID.SERVER_AUTH, True)
     client_cert, client_key = leaf("client", ExtendedKeyUsageOID.CLIENT_AUTH, False)
-    return RedisTlsFiles(directory / "ca.pem", server_cert, server_key, client_cert, client_key)
+    return TlsFiles(directory / "ca.pem", server_cert, server_key, client_cert, client_key)

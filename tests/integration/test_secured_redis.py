@@ -1,5 +1,7 @@
 """Servers and the CLI against a Redis that requires an ACL user and password, and over
-TLS with a test CA made here; and the ``regionbus user`` commands end to end."""
+TLS with a test CA made here; and the ``regionbus user`` commands end to end. As in the
+``secured`` compose profile, the servers and clients log in to this module's Kafka (SASL/SCRAM,
+ACLs enforced) with the ACLs of `broker.kafka_acls`."""
 
 from __future__ import annotations
 
@@ -10,19 +12,64 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from kafka_users import KafkaUsers
 from pki import make_test_pki
 
 from broker.cli import main
 from broker.config import ServerSettings
+from broker.kafka_acls import client_acls, server_acls
 from broker.server import CacheServer
-from devstack import RedisTlsFiles, SecuredEmbeddedRedis
+from clients import ClientCache, ClientSettings
+from devstack import KafkaNode, SecuredEmbeddedRedis, TlsFiles
 from schemas.errors import NotAuthorizedError, TransportError
 
 USER, PASSWORD = "regionbus-server", "acl-password-1"
+KAFKA_SERVER_USER = "regionbus-server"
+KAFKA_APP_USER = "app"
 
 
 @pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> RedisTlsFiles:
+def kafka_users(scram_kafka: KafkaNode) -> KafkaUsers:
+    return KafkaUsers(scram_kafka)
+
+
+@pytest.fixture
+def server_login(kafka_users: KafkaUsers, namespace: str) -> dict[str, Any]:
+    """The servers' Kafka login (``kafka_*`` settings), holding the servers' ACLs."""
+    kafka_users.grant(KAFKA_SERVER_USER, server_acls(namespace))
+    return kafka_users.settings(KAFKA_SERVER_USER)
+
+
+@pytest.fixture
+def client_factory(kafka_users: KafkaUsers, namespace: str) -> Iterator[Callable[..., Any]]:
+    """Makes client caches logged in to Kafka as the application's user, each with a client
+    id of its own whose ACLs the user gets; closes them at the end."""
+    made: list[ClientCache] = []
+
+    def make(**overrides: Any) -> ClientCache:
+        client_id = f"app-{len(made) + 1}"
+        kafka_users.grant(KAFKA_APP_USER, client_acls(namespace, client_id))
+        settings: dict[str, Any] = {
+            "namespace": namespace,
+            **kafka_users.settings(KAFKA_APP_USER),
+            "client_id": client_id,
+            "fetch_wait_max_ms": 20,
+            "read_timeout_ms": 15_000,
+        }
+        settings.update(overrides)
+        cache = ClientCache(ClientSettings(**settings))
+        made.append(cache)
+        return cache
+
+    try:
+        yield make
+    finally:
+        for cache in made:
+            cache.close()
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_test_pki(tmp_path_factory.mktemp("pki"))
 
 
@@ -34,16 +81,18 @@ def acl_redis() -> Iterator[SecuredEmbeddedRedis]:
 
 
 @pytest.fixture(scope="module")
-def tls_redis(tls_files: RedisTlsFiles) -> Iterator[SecuredEmbeddedRedis]:
+def tls_redis(tls_files: TlsFiles) -> Iterator[SecuredEmbeddedRedis]:
     """redis-server on a TLS port only, requiring a client certificate, and the ACL user."""
     with SecuredEmbeddedRedis(username=USER, password=PASSWORD, tls=tls_files) as server:
         yield server
 
 
-def _settings(server: SecuredEmbeddedRedis, namespace: str, bootstrap: str, **extra: Any) -> Any:
+def _settings(
+    server: SecuredEmbeddedRedis, namespace: str, login: dict[str, Any], **extra: Any
+) -> Any:
     options: dict[str, Any] = {
         "namespace": namespace,
-        "kafka_bootstrap_servers": bootstrap,
+        **login,
         "redis_url": server.url,
         "redis_username": USER,
         "redis_password": PASSWORD,
@@ -72,11 +121,11 @@ def test_a_server_applies_operations_through_a_redis_with_acl_user_and_tls(
     which: str,
     request: pytest.FixtureRequest,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    server_login: dict[str, Any],
     client_factory: Callable[..., Any],
 ) -> None:
     secured: SecuredEmbeddedRedis = request.getfixturevalue(f"{which}_redis")
-    with CacheServer(_settings(secured, namespace, kafka_bootstrap_servers)):
+    with CacheServer(_settings(secured, namespace, server_login)):
         region = client_factory().create_region("r")
         region.put("k", {"v": 1})
         assert region.get("k") == {"v": 1}
@@ -86,9 +135,9 @@ def test_a_server_applies_operations_through_a_redis_with_acl_user_and_tls(
 
 
 def test_redis_refuses_a_server_without_the_acl_password(
-    acl_redis: SecuredEmbeddedRedis, namespace: str, kafka_bootstrap_servers: str
+    acl_redis: SecuredEmbeddedRedis, namespace: str, server_login: dict[str, Any]
 ) -> None:
-    settings = _settings(acl_redis, namespace, kafka_bootstrap_servers, redis_password=None)
+    settings = _settings(acl_redis, namespace, server_login, redis_password=None)
     server = CacheServer(settings)
     with pytest.raises(TransportError):
         server.start()
@@ -170,7 +219,7 @@ def test_user_management_needs_cluster_manage_once_an_administrator_exists(
 def test_a_secret_printed_by_user_add_lets_a_client_write_and_nothing_else(
     redis_url: str,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    server_login: dict[str, Any],
     client_factory: Callable[..., Any],
 ) -> None:
     env = {"REGIONBUS_NAMESPACE": namespace, "REGIONBUS_REDIS_URL": redis_url}
@@ -181,7 +230,7 @@ def test_a_secret_printed_by_user_add_lets_a_client_write_and_nothing_else(
     assert secret is not None
     settings = ServerSettings(
         namespace=namespace,
-        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        **server_login,
         redis_url=redis_url,
         regions=["r"],
         fetch_wait_max_ms=20,

@@ -1,9 +1,14 @@
 """Security against real Kafka and Redis: signed requests, per-region authorization,
 refusals (typed error, audit line, dead letter, nothing applied) and routing only to readers.
+
+The Kafka is this module's own, with SASL/SCRAM and ACLs enforced: the server logs in with
+the servers' ACLs and each client application as its own Kafka user holding only the ACLs
+of its client ids (`broker.kafka_acls`), as in the ``secured`` compose profile.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -13,13 +18,17 @@ import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka_users import KafkaUsers
 from support import Recorder, settle, wait_until
 
 from broker.config import ServerSettings
+from broker.kafka_acls import client_acls, server_acls
 from broker.permissions import ResourcePermission
 from broker.principals import PrincipalStore
 from broker.server import CacheServer
 from broker.store import RegionStore
+from clients import ClientCache, ClientSettings
+from devstack import KafkaNode
 from schemas.codec import decode, encode, split_batch
 from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
 from schemas.eventid import EventID
@@ -32,6 +41,14 @@ ClientFactory = Callable[..., Any]
 TEST_FETCH_WAIT_MAX_MS = 20
 
 SECRETS = {"writer": "writer-secret", "reader": "reader-secret", "nosy": "nosy-secret"}
+SERVER_USER = "regionbus-server"
+RAW_USER = "raw-sender"
+"""Kafka user of the hand-made client below (regionbus principals are its headers')."""
+
+
+@pytest.fixture(scope="module")
+def kafka_users(scram_kafka: KafkaNode) -> KafkaUsers:
+    return KafkaUsers(scram_kafka)
 
 
 def _perms(*texts: str) -> list[ResourcePermission]:
@@ -50,13 +67,15 @@ def principals(redis_client: redis.Redis, namespace: str) -> PrincipalStore:
 
 @pytest.fixture
 def secured_server(
-    namespace: str, kafka_bootstrap_servers: str, redis_url: str, principals: PrincipalStore
+    namespace: str, kafka_users: KafkaUsers, redis_url: str, principals: PrincipalStore
 ) -> Iterator[CacheServer]:
-    """A cache server with security on, regions r and s."""
+    """A cache server with security on, regions r and s, logged in to Kafka as the servers'
+    user with the servers' ACLs of the namespace."""
+    kafka_users.grant(SERVER_USER, server_acls(namespace))
     server = CacheServer(
         ServerSettings(
             namespace=namespace,
-            kafka_bootstrap_servers=kafka_bootstrap_servers,
+            **kafka_users.settings(SERVER_USER),
             redis_url=redis_url,
             regions=["r", "s"],
             fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
@@ -74,8 +93,40 @@ def secured_server(
         server.stop()
 
 
+@pytest.fixture
+def client_factory(namespace: str, kafka_users: KafkaUsers) -> Iterator[ClientFactory]:
+    """Makes client caches of this test's namespace logged in to Kafka as the user named by
+    ``kafka_user``, each with a client id of its own that the user gets the ACLs of."""
+    made: list[ClientCache] = []
+    numbers = itertools.count(1)
+
+    def make(kafka_user: str, **overrides: Any) -> ClientCache:
+        client_id = overrides.pop("client_id", f"{kafka_user}-{next(numbers)}")
+        kafka_users.grant(kafka_user, client_acls(namespace, client_id))
+        settings: dict[str, Any] = {
+            "namespace": namespace,
+            **kafka_users.settings(kafka_user),
+            "client_id": client_id,
+            "fetch_wait_max_ms": TEST_FETCH_WAIT_MAX_MS,
+            "read_timeout_ms": 15_000,
+        }
+        settings.update(overrides)
+        cache = ClientCache(ClientSettings(**settings))
+        made.append(cache)
+        return cache
+
+    try:
+        yield make
+    finally:
+        for cache in made:
+            cache.close()
+
+
 def _client(factory: ClientFactory, principal: str, secret: str | None = None) -> Any:
-    return factory(security_principal=principal, security_secret=secret or SECRETS[principal])
+    """A client of the regionbus ``principal``, logged in to Kafka as a user of that name."""
+    return factory(
+        principal, security_principal=principal, security_secret=secret or SECRETS[principal]
+    )
 
 
 def _stored(redis_client: redis.Redis, namespace: str, region: str, key: str) -> Any:
@@ -89,40 +140,20 @@ def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "regionbus.audit"]
 
 
-def _topic_values(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
-    """Every message of partition 0 of a topic, read to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"probe-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
+def _topic_values(users: KafkaUsers, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
+    """Every message of partition 0 of a topic, read to its end by the Kafka admin."""
     out: list[tuple[bytes, dict[str, bytes]]] = []
-    deadline = time.monotonic() + 10
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    break
-                continue
+    for message in users.read(topic):
+        if message.error() is None:
             headers = {k: v for k, v in (message.headers() or []) if isinstance(v, bytes)}
             out.append((message.value() or b"", headers))
-    finally:
-        consumer.close()
     return out
 
 
-def _dead_letter_reasons(bootstrap: str, namespace: str) -> list[str]:
+def _dead_letter_reasons(users: KafkaUsers, namespace: str) -> list[str]:
     return [
         h.get("rb.reason", b"").decode()
-        for _, h in _topic_values(bootstrap, Topics(namespace).dead_letter)
+        for _, h in _topic_values(users, Topics(namespace).dead_letter)
     ]
 
 
@@ -134,7 +165,7 @@ def test_client_without_data_write_is_refused_put_destroy_and_clear_and_nothing_
     client_factory: ClientFactory,
     redis_client: redis.Redis,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    kafka_users: KafkaUsers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="regionbus.audit")
@@ -170,10 +201,7 @@ def test_client_without_data_write_is_refused_put_destroy_and_clear_and_nothing_
     assert any("principal=reader operation=CLEAR region=r" in line for line in refused)
     wait_until(
         lambda: (
-            sum(
-                "NotAuthorizedError" in r
-                for r in _dead_letter_reasons(kafka_bootstrap_servers, namespace)
-            )
+            sum("NotAuthorizedError" in r for r in _dead_letter_reasons(kafka_users, namespace))
             >= 4
         ),
         what="four dead letters",
@@ -184,7 +212,7 @@ def test_client_without_data_read_cannot_register_or_get_and_gets_no_event_of_th
     secured_server: CacheServer,
     client_factory: ClientFactory,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    kafka_users: KafkaUsers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="regionbus.audit")
@@ -212,9 +240,7 @@ def test_client_without_data_read_cannot_register_or_get_and_gets_no_event_of_th
     settle(nosy_cache)
 
     regions = set()
-    for value, _ in _topic_values(
-        kafka_bootstrap_servers, Topics(namespace).queue(nosy_cache.client_id)
-    ):
+    for value, _ in _topic_values(kafka_users, Topics(namespace).queue(nosy_cache.client_id)):
         for raw in split_batch(value):
             message = decode(raw)
             if isinstance(message, Event):
@@ -265,19 +291,33 @@ def test_a_client_with_a_wrong_secret_is_refused_at_connect(
 
 
 class _RawSender:
-    """Signs and produces operations by hand, and reads the replies to its client id."""
+    """Signs and produces operations by hand, and reads the replies to its client id.
 
-    def __init__(self, bootstrap: str, namespace: str, client_id: str) -> None:
+    Args:
+        sender_config: librdkafka keys of the Kafka user it produces as; that user also
+            creates the reply topic unless ``reader_config`` is given.
+        reader_config: librdkafka keys of who reads the replies (the Kafka admin, when the
+            reply topic is another client's, which the sender's user may not read).
+    """
+
+    def __init__(
+        self,
+        sender_config: dict[str, str],
+        namespace: str,
+        client_id: str,
+        reader_config: dict[str, str] | None = None,
+    ) -> None:
         self.topics = Topics(namespace)
         self.client_id = client_id
         self.namespace = namespace
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        ensure_topics(admin, [TopicSpec(self.topics.reply(client_id))])
-        self.producer = Producer({"bootstrap.servers": bootstrap})
+        if reader_config is None:
+            reader_config = sender_config
+            ensure_topics(AdminClient(sender_config), [TopicSpec(self.topics.reply(client_id))])
+        self.producer = Producer(sender_config)
         self.consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"raw-{client_id}",
+                **reader_config,
+                "group.id": self.topics.client_group(client_id),
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
             }
@@ -323,9 +363,12 @@ class _RawSender:
 
 @pytest.fixture
 def raw_sender(
-    secured_server: CacheServer, kafka_bootstrap_servers: str, namespace: str
+    secured_server: CacheServer, kafka_users: KafkaUsers, namespace: str
 ) -> Iterator[_RawSender]:
-    sender = _RawSender(kafka_bootstrap_servers, namespace, "raw-client")
+    """A hand-made client ``raw-client``: to Kafka a client like any other (its user holds
+    that client id's ACLs), so only the servers' checks stand between it and the data."""
+    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client"))
+    sender = _RawSender(kafka_users.librdkafka(RAW_USER), namespace, "raw-client")
     try:
         yield sender
     finally:
@@ -344,7 +387,7 @@ def test_forged_tampered_unknown_and_unsigned_messages_are_refused_audited_dead_
     raw_sender: _RawSender,
     redis_client: redis.Redis,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    kafka_users: KafkaUsers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="regionbus.audit")
@@ -375,7 +418,7 @@ def test_forged_tampered_unknown_and_unsigned_messages_are_refused_audited_dead_
         "operation=PUT region=r client=raw-client" in line and reason in line
         for line in _audit_lines(caplog)
     )
-    dead = _topic_values(kafka_bootstrap_servers, Topics(namespace).dead_letter)
+    dead = _topic_values(kafka_users, Topics(namespace).dead_letter)
     assert [v for v, h in dead if reason in h.get("rb.reason", b"").decode()] == [value]
 
 
@@ -383,7 +426,7 @@ def test_a_replayed_signed_message_is_refused_and_changes_nothing(
     raw_sender: _RawSender,
     redis_client: redis.Redis,
     namespace: str,
-    kafka_bootstrap_servers: str,
+    kafka_users: KafkaUsers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="regionbus.audit")
@@ -407,7 +450,7 @@ def test_a_replayed_signed_message_is_refused_and_changes_nothing(
     assert "replayed" in (reply.error_message or "")
     assert _stored(redis_client, namespace, "r", "k") == b"v2"
     assert any("replayed" in line for line in _audit_lines(caplog))
-    dead = _topic_values(kafka_bootstrap_servers, Topics(namespace).dead_letter)
+    dead = _topic_values(kafka_users, Topics(namespace).dead_letter)
     assert [v for v, h in dead if "replayed" in h.get("rb.reason", b"").decode()] == [first]
 
 
@@ -429,12 +472,20 @@ def test_a_message_signed_outside_the_allowed_skew_is_refused(
 def test_a_principal_cannot_act_as_another_principals_client_id(
     secured_server: CacheServer,
     client_factory: ClientFactory,
-    kafka_bootstrap_servers: str,
+    kafka_users: KafkaUsers,
     namespace: str,
 ) -> None:
     victim = _client(client_factory, "reader")
     victim.create_region("r").register_interest("ALL_KEYS")
-    sender = _RawSender(kafka_bootstrap_servers, namespace, victim.client_id)
+    # The attacker may write {ns}.ops like any client; the victim's reply topic it may not
+    # read, so the Kafka admin watches the reply there.
+    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client"))
+    sender = _RawSender(
+        kafka_users.librdkafka(RAW_USER),
+        namespace,
+        victim.client_id,
+        reader_config=kafka_users.node.client_config(),
+    )
     try:
         op = Operation(
             request_id=5,

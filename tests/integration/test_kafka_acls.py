@@ -1,0 +1,419 @@
+"""Kafka's own access control, on a Kafka of this module with SASL/SCRAM and ACLs enforced:
+servers and clients work with exactly the ACLs `broker.kafka_acls` gives them, a client can
+neither read nor write another client's topics, and a missing ACL is a typed
+`KafkaAuthorizationError` naming what Kafka refused, not a raw KafkaException or a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, KafkaError, Producer
+from kafka_users import KafkaUsers
+from support import Recorder, wait_until
+
+from broker.cli import main
+from broker.config import ServerSettings
+from broker.kafka_acls import KafkaAcl, client_acls, server_acls
+from broker.server import CacheServer
+from clients import ClientCache, ClientSettings
+from clients.subscription import SubscriptionQueue
+from devstack import KafkaNode
+from devstack.jvm import java_program, jvm_lib_dir
+from schemas.errors import KafkaAuthorizationError
+from schemas.naming import Topics
+from schemas.transport import kafka_error
+
+SERVER_USER = "regionbus-server"
+FAST_FETCH_MS = 20
+
+ClientMaker = Callable[..., ClientCache]
+
+
+@pytest.fixture(scope="module")
+def kafka_users(scram_kafka: KafkaNode) -> KafkaUsers:
+    return KafkaUsers(scram_kafka)
+
+
+@pytest.fixture
+def server(namespace: str, kafka_users: KafkaUsers, redis_url: str) -> Iterator[CacheServer]:
+    """A cache server of region ``r``, logged in as the servers' user with their ACLs."""
+    kafka_users.grant(SERVER_USER, server_acls(namespace))
+    settings = ServerSettings(
+        namespace=namespace,
+        **kafka_users.settings(SERVER_USER),
+        redis_url=redis_url,
+        regions=["r"],
+        fetch_wait_max_ms=FAST_FETCH_MS,
+        poll_timeout_ms=20,
+        message_sync_interval_s=0.2,
+        maximum_time_between_pings_ms=2_000,
+        durable_client_reaper_interval_s=0.5,
+    )
+    with CacheServer(settings) as started:
+        yield started
+
+
+def _client_settings(
+    kafka_users: KafkaUsers, namespace: str, user: str, client_id: str, **overrides: Any
+) -> ClientSettings:
+    fields: dict[str, Any] = {
+        "namespace": namespace,
+        **kafka_users.settings(user),
+        "client_id": client_id,
+        "fetch_wait_max_ms": FAST_FETCH_MS,
+        "read_timeout_ms": 30_000,
+        "ping_interval_ms": 300,
+        "metadata_timeout_s": 10,
+    }
+    fields.update(overrides)
+    return ClientSettings(**fields)
+
+
+@pytest.fixture
+def connect(server: CacheServer, kafka_users: KafkaUsers, namespace: str) -> Iterator[ClientMaker]:
+    """Connects a client as Kafka user ``user`` with client id ``client_id`` (keyword
+    settings override); the user holds that client id's ACLs unless ``acls`` says others."""
+    made: list[ClientCache] = []
+
+    def make(
+        user: str, client_id: str, acls: list[KafkaAcl] | None = None, **overrides: Any
+    ) -> ClientCache:
+        durable = overrides.get("durable_client_id")
+        kafka_users.grant(
+            user, client_acls(namespace, durable or client_id) if acls is None else acls
+        )
+        cache = ClientCache(_client_settings(kafka_users, namespace, user, client_id, **overrides))
+        made.append(cache)
+        return cache
+
+    try:
+        yield make
+    finally:
+        for cache in made:
+            if not cache.closed:
+                cache.close()
+
+
+# --- servers and clients with exactly their ACLs ----------------------------------------
+
+
+def test_puts_interest_and_a_durable_client_work_with_exactly_the_servers_and_clients_acls(
+    connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    topics = Topics(namespace)
+    writer_cache = connect("app-writer", "writer")
+    writer = writer_cache.create_region("r")
+    writer.put("before", 0)
+    recorder = Recorder()
+    durable = connect("app-desk", "desk", durable_client_id="desk", durable_client_timeout_s=60)
+    durable.create_region("r", listeners=[recorder]).register_interest("ALL_KEYS", durable=True)
+    durable.ready_for_events()
+    wait_until(lambda: ("region_live", "r", None) in recorder.snapshot(), what="the marker")
+    writer.put("live", 1)
+    wait_until(lambda: ("create", "live", 1) in recorder.snapshot(), what="a live event")
+    durable.close(keep_alive=True)
+    for i in range(3):
+        writer.put(f"away{i}", i)
+
+    again_recorder = Recorder()
+    again = connect("app-desk", "desk", durable_client_id="desk", durable_client_timeout_s=1)
+    assert again.client_state == "RECONNECTED"
+    assert again.pending_event_count == 3
+    again_region = again.create_region("r", listeners=[again_recorder])
+    again_region.register_interest("ALL_KEYS", durable=True)
+    again.ready_for_events()
+    wait_until(lambda: ("region_live", "r", None) in again_recorder.snapshot(), what="marker")
+    replayed = again_recorder.snapshot()
+    assert [(key, value) for _, key, value in replayed[:-1]] == [(f"away{i}", i) for i in range(3)]
+    assert replayed[-1] == ("region_live", "r", None)
+    assert again_region.get("before") == 0
+
+    assert kafka_users.granted(SERVER_USER) == set(server_acls(namespace))
+    assert kafka_users.granted("app-writer") == set(client_acls(namespace, "writer"))
+    assert kafka_users.granted("app-desk") == set(client_acls(namespace, "desk"))
+
+    # A client deletes its own topics at a non-durable close (its Delete ACLs)...
+    writer_cache.close()
+    assert not {topics.queue("writer"), topics.reply("writer")} & kafka_users.topic_names()
+    # ...and the servers those of a durable client whose timeout ran out (theirs).
+    again.close(keep_alive=True)
+    wait_until(
+        lambda: topics.queue("desk") not in kafka_users.topic_names(),
+        timeout_s=30,
+        what="the servers to delete the expired durable client's queue",
+    )
+
+
+# --- one client against another's topics ----------------------------------------------
+
+DIRECTIONS = [("app-a", "a", "b"), ("app-b", "b", "a")]
+"""(attacker's Kafka user, its client id, the victim's client id): both ways round."""
+
+
+@pytest.fixture
+def two_clients(connect: ClientMaker) -> dict[str, ClientCache]:
+    """Clients ``a`` (Kafka user ``app-a``) and ``b`` (``app-b``), each with its topics."""
+    return {"a": connect("app-a", "a"), "b": connect("app-b", "b")}
+
+
+@pytest.mark.parametrize(("user", "own", "victim"), DIRECTIONS)
+def test_a_client_cannot_read_another_clients_queue_and_is_told_so_with_a_typed_error(
+    two_clients: dict[str, ClientCache],
+    kafka_users: KafkaUsers,
+    namespace: str,
+    user: str,
+    own: str,
+    victim: str,
+) -> None:
+    topics = Topics(namespace)
+    two_clients[victim].create_region("r").register_interest("ALL_KEYS")
+    two_clients[own].create_region("r").put("k", "for the victim's queue")
+    as_attacker = _client_settings(kafka_users, namespace, user, victim)
+
+    with pytest.raises(KafkaAuthorizationError) as connecting:
+        ClientCache(as_attacker)
+    assert connecting.value.kafka_error == "TOPIC_AUTHORIZATION_FAILED"
+    assert connecting.value.resource in {
+        f"topic {topics.queue(victim)}",
+        f"topic {topics.reply(victim)}",
+    }
+    with pytest.raises(KafkaAuthorizationError, match="TOPIC_AUTHORIZATION_FAILED") as reading:
+        SubscriptionQueue(as_attacker, victim, lambda *_: None, lambda: None)
+    assert reading.value.resource == f"topic {topics.queue(victim)}"
+
+    # Below the library: Kafka itself refuses the attacker's consumer of those topics, in
+    # a consumer group the attacker may use, while the admin reads the queued event there.
+    attacker = kafka_users.librdkafka(user)
+    group = f"{topics.client_group(own)}.probe"
+    for topic in (topics.queue(victim), topics.reply(victim)):
+        assert _subscribe_error(attacker, group, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert any(m.error() is None for m in kafka_users.read(topics.queue(victim)))
+
+
+@pytest.mark.parametrize(("user", "own", "victim"), DIRECTIONS)
+def test_a_client_cannot_produce_into_another_clients_queue_or_reply_topic(
+    two_clients: dict[str, ClientCache],
+    kafka_users: KafkaUsers,
+    namespace: str,
+    user: str,
+    own: str,
+    victim: str,
+) -> None:
+    topics = Topics(namespace)
+    forged = b"forged by " + own.encode()
+    for topic in (topics.queue(victim), topics.reply(victim)):
+        refusal = _produce_error(kafka_users.librdkafka(user), topic, forged)
+        assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        error = kafka_error(refusal, f"producing to {topic}", f"topic {topic}")
+        assert isinstance(error, KafkaAuthorizationError)
+        assert error.resource == f"topic {topic}"
+        assert forged not in [m.value() for m in kafka_users.read(topic) if m.error() is None]
+    # Its own topics stay its own, too: it may not write even them (only servers do).
+    own_queue = topics.queue(own)
+    refusal = _produce_error(kafka_users.librdkafka(user), own_queue, forged)
+    assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _subscribe_error(
+    config: dict[str, str], group: str, topic: str, timeout_s: float = 30.0
+) -> int | None:
+    """The error code a consumer of ``group`` subscribed to ``topic`` gets first; None when
+    it reads a message instead, or nothing comes within ``timeout_s``."""
+    consumer = Consumer(
+        {**config, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None:
+                error = message.error()
+                return None if error is None else int(error.code())
+    finally:
+        consumer.close()
+    return None
+
+
+def _produce_error(config: dict[str, str], topic: str, value: bytes) -> KafkaError | None:
+    reports: list[KafkaError | None] = []
+    producer = Producer({**config, "message.timeout.ms": 20_000})
+    producer.produce(
+        topic, value, partition=0, on_delivery=lambda error, _message: reports.append(error)
+    )
+    assert producer.flush(30) == 0, "no delivery report"
+    return reports[0]
+
+
+# --- a missing ACL is a clear, typed error ---------------------------------------------
+
+
+def _without(acls: list[KafkaAcl], resource_name: str, operation: str) -> list[KafkaAcl]:
+    kept = [a for a in acls if (a.resource_name, a.operation) != (resource_name, operation)]
+    assert len(kept) == len(acls) - 1
+    return kept
+
+
+def test_a_client_without_write_on_ops_fails_its_put_with_the_refusal_not_a_timeout(
+    connect: ClientMaker, namespace: str
+) -> None:
+    ops = Topics(namespace).ops
+    cache = connect(
+        "app-no-ops", "no-ops", acls=_without(client_acls(namespace, "no-ops"), ops, "Write")
+    )
+    region = cache.create_region("r")
+    began = time.monotonic()
+    with pytest.raises(KafkaAuthorizationError) as refused:
+        region.put("k", 1)
+    assert refused.value.resource == f"topic {ops}"
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(refused.value)
+    # Without the delivery report's error the put waited for a reply: read_timeout_ms.
+    assert time.monotonic() - began < cache.settings.read_timeout_ms / 1000
+
+
+def test_a_client_without_write_on_control_is_refused_at_connect(
+    connect: ClientMaker, namespace: str
+) -> None:
+    control = Topics(namespace).control
+    with pytest.raises(KafkaAuthorizationError) as refused:
+        connect(
+            "app-no-control",
+            "no-control",
+            acls=_without(client_acls(namespace, "no-control"), control, "Write"),
+        )
+    assert refused.value.resource == f"topic {control}"
+
+
+def test_a_client_whose_reply_topic_read_is_revoked_fails_its_requests_with_the_refusal(
+    connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    reply = Topics(namespace).reply("revoked")
+    cache = connect("app-revoked", "revoked")
+    region = cache.create_region("r")
+    assert region.get("absent") is None
+    kafka_users.revoke("app-revoked", [KafkaAcl("topic", reply, "literal", "Read")])
+    # Kafka reports the refusal once, at the reply reader's next fetch (a fetch already
+    # waiting may still bring a reply); from then on every request fails with it.
+    wait_until(lambda: cache.pool.reply_refusal is not None, what="the refused fetch")
+    for _ in range(2):
+        with pytest.raises(KafkaAuthorizationError) as refused:
+            region.get("absent")
+        assert refused.value.resource == f"topic {reply}"
+
+
+def test_a_client_without_an_acl_for_its_client_id_cannot_connect_and_learns_why(
+    server: CacheServer, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    settings = _client_settings(kafka_users, namespace, "app-nobody", "nobody")
+    with pytest.raises(KafkaAuthorizationError, match="regionbus kafka-acls"):
+        ClientCache(settings)
+
+
+# --- regionbus kafka-acls ----------------------------------------------------------------
+
+
+def test_the_kafka_acls_command_grants_a_client_its_acls_and_prints_them_on_a_dry_run(
+    server: CacheServer, kafka_users: KafkaUsers, namespace: str, scram_kafka: KafkaNode
+) -> None:
+    admin = scram_kafka.client_config()
+    env = {
+        "REGIONBUS_NAMESPACE": namespace,
+        "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS": admin["bootstrap.servers"],
+        "REGIONBUS_KAFKA_SECURITY_PROTOCOL": admin["security.protocol"],
+        "REGIONBUS_KAFKA_SASL_MECHANISM": admin["sasl.mechanism"],
+        "REGIONBUS_KAFKA_SASL_USERNAME": admin["sasl.username"],
+        "REGIONBUS_KAFKA_SASL_PASSWORD": admin["sasl.password"],
+    }
+    arguments = ["kafka-acls", "client", "--user", "app-cli", "--client-id", "cli-1"]
+    runner = CliRunner()
+    dry = runner.invoke(main, [*arguments, "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    expected = client_acls(namespace, "cli-1")
+    assert dry.output.splitlines() == [f"User:app-cli {acl}" for acl in sorted(expected)]
+    assert kafka_users.granted("app-cli") == set()
+
+    kafka_users.settings("app-cli")  # the SCRAM user
+    applied = runner.invoke(main, arguments, env=env)
+    assert applied.exit_code == 0, applied.output
+    assert kafka_users.granted("app-cli") == set(expected)
+    cache = ClientCache(_client_settings(kafka_users, namespace, "app-cli", "cli-1"))
+    try:
+        cache.create_region("r").put("k", "granted by the CLI")
+    finally:
+        cache.close()
+
+
+# --- scripts/kafka-acls.sh with Kafka's own tools ----------------------------------------
+
+_TOOL = """#!/usr/bin/env bash
+exec {java} -Xmx256m -Dlog4j2.configurationFile={log4j} -cp '{lib}/*' {main} "$@"
+"""
+
+
+def test_scripts_kafka_acls_sh_grants_with_kafkas_own_tools_exactly_the_python_sets(
+    server: CacheServer,
+    scram_kafka: KafkaNode,
+    kafka_users: KafkaUsers,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # What the apache/kafka image's bin/kafka-acls.sh and bin/kafka-configs.sh run.
+    for tool, main_class in (
+        ("kafka-acls.sh", "org.apache.kafka.tools.AclCommand"),
+        ("kafka-configs.sh", "kafka.admin.ConfigCommand"),
+    ):
+        (bin_dir / tool).write_text(
+            _TOOL.format(
+                java=java_program(),
+                log4j=scram_kafka.work_dir / "log4j2.properties",
+                lib=jvm_lib_dir("kafka"),
+                main=main_class,
+            )
+        )
+        (bin_dir / tool).chmod(0o755)
+    admin = scram_kafka.client_config()
+    env = {
+        "PATH": os.environ["PATH"],
+        "KAFKA_BIN": str(bin_dir),
+        "KAFKA_BOOTSTRAP": admin["bootstrap.servers"],
+        "KAFKA_ADMIN_PASSWORD": admin["sasl.password"],
+        "REGIONBUS_NAMESPACE": namespace,
+        "KAFKA_SERVER_USER": "script-server",
+        "KAFKA_SERVER_PASSWORD": "script-server-pw",
+        "KAFKA_CLIENTS": "script-app:script-app-pw:desk-1",
+    }
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kafka-acls.sh"
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert kafka_users.granted("script-server") == set(server_acls(namespace))
+    assert kafka_users.granted("script-app") == set(client_acls(namespace, "desk-1"))
+
+    # The SCRAM user it made logs in with its password and works as client desk-1.
+    cache = ClientCache(
+        namespace=namespace,
+        client_id="desk-1",
+        kafka_bootstrap_servers=admin["bootstrap.servers"],
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="script-app",
+        kafka_sasl_password="script-app-pw",
+        fetch_wait_max_ms=FAST_FETCH_MS,
+    )
+    try:
+        region = cache.create_region("r")
+        region.put("k", "through the script's ACLs")
+        assert region.get("k") == "through the script's ACLs"
+    finally:
+        cache.close()

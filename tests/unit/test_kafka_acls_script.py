@@ -1,0 +1,114 @@
+"""``scripts/kafka-acls.sh`` grants what `broker.kafka_acls` says servers and clients need:
+the script runs with stand-ins for Kafka's CLI tools that record their arguments.
+
+(``tests/integration/test_kafka_acls.py`` runs it with Kafka's real tools against a broker.)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from broker.kafka_acls import CLUSTER_RESOURCE, KafkaAcl, client_acls, server_acls
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kafka-acls.sh"
+NAMESPACE = "geode.site1"
+
+_RECORDER = """#!/usr/bin/env bash
+printf '%s\\n' "$(basename "$0") $(printf '%q ' "$@")" >> "$RECORD"
+"""
+
+
+def _run_script(tmp_path: Path, clients: str) -> list[list[str]]:
+    """Run the script with recording stand-ins; the argument lists of each tool call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("kafka-acls.sh", "kafka-configs.sh"):
+        (bin_dir / tool).write_text(_RECORDER)
+        (bin_dir / tool).chmod(0o755)
+    record = tmp_path / "calls"
+    env = {
+        "PATH": os.environ["PATH"],
+        "RECORD": str(record),
+        "KAFKA_BIN": str(bin_dir),
+        "KAFKA_BOOTSTRAP": "kafka:9092",
+        "KAFKA_ADMIN_PASSWORD": "admin-pw",
+        "REGIONBUS_NAMESPACE": NAMESPACE,
+        "KAFKA_SERVER_USER": "regionbus-server",
+        "KAFKA_SERVER_PASSWORD": "server-pw",
+        "KAFKA_CLIENTS": clients,
+    }
+    subprocess.run(["bash", str(SCRIPT)], env=env, check=True, capture_output=True, timeout=60)
+    return [shlex.split(line) for line in record.read_text().splitlines()]
+
+
+def _granted(calls: list[list[str]]) -> set[tuple[str, KafkaAcl]]:
+    """The ``(user, ACL)`` pairs the ``kafka-acls.sh --add`` calls grant."""
+    granted: set[tuple[str, KafkaAcl]] = set()
+    for tool, *args in calls:
+        if tool != "kafka-acls.sh":
+            continue
+        assert "--add" in args
+        principal = args[args.index("--allow-principal") + 1]
+        assert principal.startswith("User:")
+        operations = [args[i + 1] for i, a in enumerate(args) if a == "--operation"]
+        resources: list[tuple[str, str]] = [
+            (a[2:], args[i + 1]) for i, a in enumerate(args) if a in ("--topic", "--group")
+        ]
+        if "--cluster" in args:
+            resources.append(("cluster", CLUSTER_RESOURCE))
+        pattern = "literal"
+        if "--resource-pattern-type" in args:
+            pattern = args[args.index("--resource-pattern-type") + 1]
+        for kind, name in resources:
+            for operation in operations:
+                acl = KafkaAcl(cast(Any, kind), name, cast(Any, pattern), cast(Any, operation))
+                granted.add((principal.removeprefix("User:"), acl))
+    return granted
+
+
+def test_the_script_grants_the_servers_and_each_clients_acls_of_broker_kafka_acls(
+    tmp_path: Path,
+) -> None:
+    calls = _run_script(tmp_path, "desk:desk-pw:desk-1 loader:loader-pw:load-1")
+    expected = {("regionbus-server", acl) for acl in server_acls(NAMESPACE)}
+    expected |= {("desk", acl) for acl in client_acls(NAMESPACE, "desk-1")}
+    expected |= {("loader", acl) for acl in client_acls(NAMESPACE, "load-1")}
+    assert _granted(calls) == expected
+
+
+def test_the_script_creates_each_scram_user_with_its_password(tmp_path: Path) -> None:
+    calls = _run_script(tmp_path, "desk:desk-pw:desk-1")
+    users = {
+        args[args.index("--entity-name") + 1]: args[args.index("--add-config") + 1]
+        for tool, *args in calls
+        if tool == "kafka-configs.sh"
+    }
+    assert users == {
+        "regionbus-server": "SCRAM-SHA-512=[iterations=8192,password=server-pw]",
+        "desk": "SCRAM-SHA-512=[iterations=8192,password=desk-pw]",
+    }
+
+
+@pytest.mark.parametrize("client_id", ["desk", "desk-1.eu"])
+def test_a_clients_group_acls_do_not_reach_a_client_whose_id_extends_it(client_id: str) -> None:
+    acls = client_acls(NAMESPACE, client_id)
+    other_group = f"{NAMESPACE}.client.{client_id}x"
+    own_group = f"{NAMESPACE}.client.{client_id}"
+    matched = [a for a in acls if a.resource_type == "group" and _matches(a, other_group)]
+    assert matched == []
+    assert all(
+        any(_matches(a, group) for a in acls if a.resource_type == "group")
+        for group in (own_group, f"{own_group}.reply", f"{own_group}.count")
+    )
+
+
+def _matches(acl: KafkaAcl, name: str) -> bool:
+    if acl.pattern_type == "prefixed":
+        return name.startswith(acl.resource_name)
+    return name == acl.resource_name
