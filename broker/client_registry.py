@@ -47,11 +47,6 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(record))
 return {state}
 """
 
-CLIENT_NEW = "NEW"
-CLIENT_RECONNECTED = "RECONNECTED"
-CLIENT_UNKNOWN = "UNKNOWN"
-
-
 @dataclass
 class ClientRecord:
     """One client as the servers know it.

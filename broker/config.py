@@ -6,21 +6,17 @@ file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`schemas.
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name
+from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings, RegionBusSettings
 
 
-def _default_member_id() -> str:
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
-    return f"server-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+def _generated_member_id() -> str:
+    return generated_member_id("server")
 
 
 class GatewayQueueSpec(BaseModel):
@@ -178,7 +174,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     config_section: ClassVar[str] = "server"
 
     namespace: str = "regionbus"
-    member_id: str = Field(default_factory=_default_member_id)
+    member_id: str = Field(default_factory=lambda: generated_member_id("server"))
     total_buckets: int = Field(default=DEFAULT_TOTAL_BUCKETS, ge=1, le=1024)
     regions: list[str] = Field(default_factory=list)
     max_value_size_bytes: int = Field(default=512 * 1024, ge=1)

@@ -35,11 +35,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from broker.buckets import BucketElection
-from broker.client_registry import (
-    CLIENT_UNKNOWN,
-    ClientRecord,
-    ClientRegistry,
-)
+from broker.client_registry import ClientRecord, ClientRegistry
 from broker.client_topics import ClientTopicPresence
 from broker.config import ServerSettings
 from broker.election import Lease, now_ms
@@ -68,6 +64,7 @@ from schemas.errors import (
     ValueTooLargeError,
 )
 from schemas.messages import (
+    CLIENT_UNKNOWN,
     Control,
     ControlKind,
     Entry,

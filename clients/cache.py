@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
@@ -25,20 +23,20 @@ from schemas.errors import (
     UnconnectedError,
     error_from_wire,
 )
-from schemas.messages import Control, ControlKind, Event, Operation, OperationKind
+from schemas.messages import (
+    CLIENT_NEW,
+    CLIENT_RECONNECTED,
+    CLIENT_UNKNOWN,
+    Control,
+    ControlKind,
+    Event,
+    Operation,
+    OperationKind,
+)
+from schemas.naming import generated_member_id
 from schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
-
-CLIENT_NEW = "NEW"
-CLIENT_RECONNECTED = "RECONNECTED"
-CLIENT_UNKNOWN = "UNKNOWN"
-"""The servers' answers to CONNECT / PING (see ``broker.client_registry``)."""
-
-
-def _generated_client_id() -> str:
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:30]
-    return f"c-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 class ClientCache:
@@ -80,7 +78,7 @@ class ClientCache:
         if overrides:
             self.settings = ClientSettings.model_validate(self.settings.model_dump())
         durable_id = self.settings.durable_client_id
-        self.client_id = durable_id or self.settings.client_id or _generated_client_id()
+        self.client_id = durable_id or self.settings.client_id or generated_member_id("c")
         self.member_id = (
             f"{self.client_id}.{uuid.uuid4().hex[:6]}" if durable_id else self.client_id
         )

@@ -25,11 +25,10 @@ from broker.redis_connect import connect_redis
 from gateways.filters import load_hook
 from gateways.metrics import async_event_queue_metric_families
 from gateways.processor import QueueProcessor, conflate
-from gateways.sender import default_member_id
 from schemas.errors import ConfigurationError
 from schemas.eventid import EventID
 from schemas.messages import Event, EventKind
-from schemas.naming import check_name
+from schemas.naming import check_name, generated_member_id
 from schemas.serializers import serializer_named
 from schemas.settings import KafkaConnectionSettings
 
@@ -154,7 +153,7 @@ class AsyncEventQueueSettings(
     dispatching_paused: bool = False
     retry_interval_ms: int = Field(default=100, ge=1)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
-    member_id: str = Field(default_factory=lambda: default_member_id("aeq"))
+    member_id: str = Field(default_factory=lambda: generated_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
     @field_validator("queue_id", "namespace")
     @classmethod

@@ -55,11 +55,10 @@ from gateways.protocol import (
     encode_ack,
     receiver_topic,
 )
-from gateways.sender import default_member_id
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, check_name
+from schemas.naming import Topics, bucket_of, check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import kafka_error, poll_batch
@@ -109,7 +108,7 @@ class GatewayReceiverSettings(
     conflict_resolver: str | None = None
     apply_timeout_ms: int = Field(default=30_000, ge=100)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
-    member_id: str = Field(default_factory=lambda: default_member_id("gw-receiver"))
+    member_id: str = Field(default_factory=lambda: generated_member_id("gw-receiver"))
 
     @field_validator("receiver_id", "namespace")
     @classmethod

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import socket
 import time
 import uuid
 from typing import Any, ClassVar
@@ -48,7 +46,7 @@ from gateways.protocol import (
 from schemas.codec import encode
 from schemas.errors import MessageDecodeError, RegionBusError
 from schemas.messages import Event
-from schemas.naming import check_name
+from schemas.naming import check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import kafka_error, poll_batch
@@ -70,12 +68,6 @@ def sender_ack_group(namespace: str, sender_id: str) -> str:
     """The consumer group of a sender's ack reader, on the remote site's Kafka (named by
     the sender's own namespace)."""
     return f"{sender_queue_group(namespace, sender_id)}.ack"
-
-
-def default_member_id(kind: str) -> str:
-    """A member id unique to this process: ``<kind>-<host>-<pid>-<6 hex>``."""
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
-    return f"{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class GatewaySenderSettings(
@@ -134,7 +126,7 @@ class GatewaySenderSettings(
     retry_interval_ms: int = Field(default=5000, ge=10)
     event_filters: list[str] = Field(default_factory=list)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
-    member_id: str = Field(default_factory=lambda: default_member_id("gw-sender"))
+    member_id: str = Field(default_factory=lambda: generated_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
 
     @field_validator("sender_id", "remote_receiver_id", "namespace", "remote_namespace")
@@ -413,7 +405,6 @@ class GatewaySender(QueueProcessor):
 __all__ = [
     "GatewaySender",
     "GatewaySenderSettings",
-    "default_member_id",
     "sender_ack_group",
     "sender_lease_role",
     "sender_queue_group",

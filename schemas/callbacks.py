@@ -8,11 +8,16 @@ and is wrapped in one).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, NamedTuple
 
+from schemas.errors import CacheWriterError
 from schemas.eventid import EventID
-from schemas.messages import EventKind
+from schemas.messages import Event, EventKind, OperationKind
+
+ValueDecoder = Callable[[bytes | None, str | None], Any]
+"""Turns a value's bytes and serializer name into the application's value."""
 
 
 class EntryEvent(NamedTuple):
@@ -45,7 +50,46 @@ class EntryEvent(NamedTuple):
     possible_duplicate: bool = False
     callback_argument: bytes | None = None
     is_load: bool = False
-    decoder: Callable[[bytes | None, str | None], Any] | None = None
+    decoder: ValueDecoder | None = None
+
+    @classmethod
+    def of(
+        cls,
+        event: Event,
+        *,
+        kind: EventKind | None = None,
+        old_value_bytes: bytes | None = None,
+        origin_remote: bool = True,
+        decoder: ValueDecoder | None = None,
+        is_load: bool = False,
+    ) -> EntryEvent:
+        """The listener's view of a wire event.
+
+        Args:
+            event: An entry event (``key`` set).
+            kind: The kind to report, when it differs from the event's (e.g. a client that
+                holds no value reports an update as an invalidate).
+            old_value_bytes: The value before the change, when known.
+            origin_remote: Whether another member made the change.
+            decoder: Decodes the values for ``new_value`` / ``old_value``.
+            is_load: The change is a value fetched by a ``get``.
+        """
+        assert event.key is not None
+        return cls(
+            region=event.region,
+            key=event.key,
+            kind=event.kind if kind is None else kind,
+            event_id=event.event_id,
+            version=event.version,
+            origin_remote=origin_remote,
+            new_value_bytes=event.value,
+            old_value_bytes=old_value_bytes,
+            serializer=event.serializer,
+            possible_duplicate=event.possible_duplicate,
+            callback_argument=event.callback_argument,
+            is_load=is_load,
+            decoder=decoder,
+        )
 
     @property
     def new_value(self) -> Any:
@@ -131,3 +175,83 @@ class CacheWriter:
 
     def before_region_destroy(self, event: RegionEvent) -> None:
         """The region is about to be destroyed."""
+
+
+AFTER_ENTRY: Final[Mapping[EventKind, str]] = {
+    EventKind.CREATE: "after_create",
+    EventKind.UPDATE: "after_update",
+    EventKind.INVALIDATE: "after_invalidate",
+    EventKind.DESTROY: "after_destroy",
+}
+"""The ``CacheListener`` method of each entry event kind."""
+
+AFTER_REGION: Final[Mapping[EventKind, str]] = {
+    EventKind.REGION_CLEAR: "after_region_clear",
+    EventKind.REGION_DESTROY: "after_region_destroy",
+}
+"""The ``CacheListener`` method of each region event kind (``None``: ``after_region_live``)."""
+
+BEFORE: Final[Mapping[EventKind, str]] = {
+    EventKind.CREATE: "before_create",
+    EventKind.UPDATE: "before_update",
+    EventKind.DESTROY: "before_destroy",
+    EventKind.REGION_CLEAR: "before_region_clear",
+    EventKind.REGION_DESTROY: "before_region_destroy",
+}
+"""The ``CacheWriter`` method of each kind of change a writer may veto (Geode has no
+``beforeInvalidate``: an invalidate is never vetoed)."""
+
+
+def region_event_kind(kind: OperationKind) -> EventKind:
+    """The region event a region operation causes (CLEAR -> REGION_CLEAR, DESTROY_REGION ->
+    REGION_DESTROY)."""
+    return EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
+
+
+def notify_listeners(
+    listeners: Iterable[CacheListener], event: EntryEvent | RegionEvent, log: logging.Logger
+) -> None:
+    """Call each listener's ``after_*`` method for the event, in order.
+
+    A listener that raises is logged (with its traceback) and the others still run: a
+    listener cannot undo a change that has happened.
+
+    Args:
+        listeners: The listeners of the event's region.
+        event: An entry event, or a region event (``kind=None`` calls ``after_region_live``).
+        log: Where a failing listener is reported.
+    """
+    if isinstance(event, EntryEvent):
+        method, subject = AFTER_ENTRY[event.kind], f"{event.region}/{event.key}"
+    else:
+        method = "after_region_live" if event.kind is None else AFTER_REGION[event.kind]
+        subject = event.region
+    for listener in listeners:
+        try:
+            getattr(listener, method)(event)
+        except Exception:
+            log.exception("CacheListener %r.%s failed for %s", listener, method, subject)
+
+
+def run_writer(writer: CacheWriter, event: EntryEvent | RegionEvent, who: str) -> None:
+    """Call the writer's ``before_*`` method for the event; nothing for an invalidate.
+
+    Args:
+        writer: The writer of the event's region.
+        event: The change about to happen.
+        who: Whose writer it is, for the error message (``"client"``, ``"server"``).
+
+    Raises:
+        CacheWriterError: the writer aborted the change (any other exception it raised is
+            wrapped in one, with the original chained).
+    """
+    assert event.kind is not None
+    method = BEFORE.get(event.kind)
+    if method is None:
+        return
+    try:
+        getattr(writer, method)(event)
+    except CacheWriterError:
+        raise
+    except Exception as exc:
+        raise CacheWriterError(f"{who} CacheWriter aborted: {type(exc).__name__}: {exc}") from exc

@@ -30,6 +30,39 @@ class OperationKind(enum.Enum):
     READY_FOR_EVENTS = "READY_FOR_EVENTS"
     DISCONNECT = "DISCONNECT"
 
+    @property
+    def is_entry_change(self) -> bool:
+        """True for the changes of one entry (put, destroy, invalidate)."""
+        return self in _ENTRY_CHANGES
+
+    @property
+    def is_entry_operation(self) -> bool:
+        """True for what names one key and lives in that key's bucket: the entry changes
+        and ``GET``."""
+        return self in _ENTRY_CHANGES or self is OperationKind.GET
+
+    @property
+    def is_region_change(self) -> bool:
+        """True for the changes of a whole region (clear, destroy), ordered in the region's
+        bucket (`schemas.naming.region_bucket`)."""
+        return self in _REGION_CHANGES
+
+    @property
+    def changes_interest(self) -> bool:
+        """True for what changes a client's interest list on a bucket's primary."""
+        return self in _INTEREST_CHANGES
+
+
+_ENTRY_CHANGES = frozenset({OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE})
+_REGION_CHANGES = frozenset({OperationKind.CLEAR, OperationKind.DESTROY_REGION})
+_INTEREST_CHANGES = frozenset(
+    {
+        OperationKind.REGISTER_INTEREST,
+        OperationKind.UNREGISTER_INTEREST,
+        OperationKind.DISCONNECT,
+    }
+)
+
 
 class EventKind(enum.Enum):
     """What an applied change is, as seen by subscribers (SPEC §3 table)."""
@@ -134,6 +167,15 @@ class Event(NamedTuple):
     callback_argument: bytes | None = None
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
+
+
+CLIENT_NEW = "NEW"
+"""``Reply.client_state`` of a CONNECT: the servers had no registration of this client."""
+CLIENT_RECONNECTED = "RECONNECTED"
+"""``Reply.client_state`` of a CONNECT: a durable client's queue and durable interest were
+kept while it was away."""
+CLIENT_UNKNOWN = "UNKNOWN"
+"""``Reply.client_state`` of a PING: the servers no longer know this connection."""
 
 
 class Reply(NamedTuple):

@@ -6,7 +6,10 @@ tests (ARCHITECTURE.md). Member ids and namespaces must be legal in Kafka topic 
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import uuid
 import zlib
 from typing import Final
 
@@ -43,6 +46,19 @@ def check_name(kind: str, value: str, max_len: int = 180) -> str:
             f"{kind} {value!r} must be 1-{max_len} characters of [A-Za-z0-9._-]"
         )
     return value
+
+
+def generated_member_id(kind: str) -> str:
+    """A member or client id unique to this process: ``<kind>-<host>-<pid>-<8 hex>``.
+
+    The host name is cut to 40 characters and anything outside ``[A-Za-z0-9.-]`` becomes
+    ``-``, so the id is legal inside a topic name (`check_name`).
+
+    Args:
+        kind: What the member is, e.g. ``"server"``, ``"c"`` (a client), ``"gateway-sender"``.
+    """
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())[:40]
+    return f"{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def bucket_of(region: str, key: str, total_buckets: int) -> int:

@@ -90,8 +90,9 @@ def _mask_value(key: str, value: Any) -> Any:
     if isinstance(value, SecretStr):
         return MASK
     if isinstance(value, Mapping):
-        return {k: MASK if _SECRET_KEY.search(str(k)) else _mask_value(k, v)
-                for k, v in value.items()}
+        return {
+            k: MASK if _SECRET_KEY.search(str(k)) else _mask_value(k, v) for k, v in value.items()
+        }
     if isinstance(value, str) and "://" in value and "@" in value:
         return mask_url(value)
     if isinstance(value, Path):
@@ -171,10 +172,7 @@ class RegionBusSettings(BaseSettings):
         ``sasl.password`` in ``kafka_config``) and passwords inside URLs become
         :data:`MASK`; an unset secret stays None.
         """
-        return {
-            name: _mask_value(name, getattr(self, name))
-            for name in type(self).model_fields
-        }
+        return {name: _mask_value(name, getattr(self, name)) for name in type(self).model_fields}
 
     def sources(self) -> dict[str, str]:
         """Where each field's value came from: ``"env"``, ``"file"``, ``"code"`` or
@@ -193,9 +191,7 @@ class RegionBusSettings(BaseSettings):
         return result
 
 
-def describe_validation_error(
-    settings_class: type[RegionBusSettings], exc: ValidationError
-) -> str:
+def describe_validation_error(settings_class: type[RegionBusSettings], exc: ValidationError) -> str:
     """A readable, one-line-per-problem account of a settings validation failure.
 
     Args:
@@ -304,7 +300,8 @@ def _dotenv_values(settings_cls: type[RegionBusSettings], path: Path) -> dict[st
     known.add(CONFIG_FILE_ENV.lower())
     fields = set(settings_cls.model_fields)
     unknown = sorted(
-        key.upper() for key in read
+        key.upper()
+        for key in read
         if key not in fields and key.startswith("regionbus_") and key not in known
     )
     if unknown:
@@ -408,9 +405,10 @@ class KafkaConnectionSettings(RegionBusSettings):
 
     @model_validator(mode="after")
     def _kafka_security_consistent(self) -> Self:
-        protocol = self.kafka_security_protocol or str(
-            self.kafka_config.get("security.protocol", "PLAINTEXT")
-        ).upper()
+        protocol = (
+            self.kafka_security_protocol
+            or str(self.kafka_config.get("security.protocol", "PLAINTEXT")).upper()
+        )
         if self.kafka_sasl_mechanism and not protocol.startswith("SASL_"):
             raise ValueError(
                 f"kafka_sasl_mechanism {self.kafka_sasl_mechanism} needs "
@@ -423,8 +421,11 @@ class KafkaConnectionSettings(RegionBusSettings):
                 f"SASL {self.kafka_sasl_mechanism} needs kafka_sasl_username and "
                 "kafka_sasl_password"
             )
-        for name in ("kafka_ssl_ca_location", "kafka_ssl_certificate_location",
-                     "kafka_ssl_key_location"):
+        for name in (
+            "kafka_ssl_ca_location",
+            "kafka_ssl_certificate_location",
+            "kafka_ssl_key_location",
+        ):
             path = getattr(self, name)
             if path is not None and not path.is_file():
                 raise ValueError(f"{name}: no such file {path}")

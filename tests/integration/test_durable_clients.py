@@ -30,6 +30,7 @@ from support import (
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
+from clients.server_proxy import ServerRegionProxy
 from schemas.errors import ConfigurationError, DuplicateDurableClientError, UnconnectedError
 from schemas.messages import OperationKind
 from schemas.naming import RedisKeys, Topics
@@ -358,18 +359,18 @@ def test_while_disconnected_local_reads_work_and_writes_raise_unconnected(
 
 
 def test_interest_responses_do_not_override_application_operations_made_during_registration(
-    durable_server: CacheServer, client_factory: Any
+    durable_server: CacheServer, client_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writer = client_factory().create_region("r")
     for key in ("valid", "invalid", "destroyed", "gone"):
         writer.put(key, "server")
     client = client_factory()
     region = client.create_region("r")
-    real_wait = region._wait
+    real_interest = ServerRegionProxy.interest
 
-    def wait_then_operate(future: Any, request_id: int) -> Any:
-        replies = real_wait(future, request_id)
-        region._wait = real_wait  # type: ignore[method-assign]
+    def answer_then_operate(proxy: ServerRegionProxy, kind: Any, spec: Any) -> Any:
+        replies = real_interest(proxy, kind, spec)
+        monkeypatch.setattr(ServerRegionProxy, "interest", real_interest)
         # The responses were read on the server; the application now operates on the
         # region before they are applied to the cache.
         region.put("valid", "application")
@@ -380,7 +381,7 @@ def test_interest_responses_do_not_override_application_operations_made_during_r
         region.destroy("gone")
         return replies
 
-    region._wait = wait_then_operate  # type: ignore[method-assign]
+    monkeypatch.setattr(ServerRegionProxy, "interest", answer_then_operate)
     region.register_interest(["valid", "invalid", "destroyed", "gone"])
     entries = region.local_entries()
     assert entries["valid"] == "application", "a valid entry is not overwritten"

@@ -1,0 +1,254 @@
+"""The remote half of a client region (Geode ``ServerRegionProxy``): requests to the servers.
+
+It builds each operation (request id, EventID, bucket), sends it through the cache's pool,
+waits for the replies within ``read_timeout_ms`` and turns an error reply into the
+exception it names. It keeps no state of the region's entries: that is the local store's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Final, Protocol
+
+from clients.settings import ClientSettings
+from schemas.errors import ServerTimeoutError, error_from_wire
+from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
+from schemas.naming import bucket_of, region_bucket
+
+if TYPE_CHECKING:
+    from clients.pool import Pool
+
+KEYS_PER_REGISTRATION_MESSAGE: Final = 5_000
+"""Keys of one interest registration sent in one operation; more are split per bucket."""
+
+
+class CacheConnection(Protocol):
+    """What a region needs of its client cache."""
+
+    @property
+    def pool(self) -> Pool:
+        """The cache's connection pool."""
+        ...
+
+    @property
+    def client_id(self) -> str:
+        """The client id (its reply and queue topics' suffix)."""
+        ...
+
+    @property
+    def total_buckets(self) -> int:
+        """Buckets of the namespace (partitions of ``{ns}.ops``)."""
+        ...
+
+    @property
+    def settings(self) -> ClientSettings:
+        """The client's settings."""
+        ...
+
+    def require_subscription(self) -> None:
+        """Raise ``UnconnectedError`` unless the cache has a subscription queue."""
+        ...
+
+    def forget_region(self, name: str) -> None:
+        """Remove a destroyed region from the cache."""
+        ...
+
+
+def raise_first_error(replies: Sequence[Reply]) -> None:
+    """Raise the error the first failed reply names, if any.
+
+    Raises:
+        RegionBusError: the class the reply's ``error_type`` names (see
+            `schemas.errors.error_from_wire`).
+    """
+    for reply in replies:
+        if not reply.ok:
+            raise error_from_wire(reply.error_type, reply.error_message)
+
+
+class ServerRegionProxy:
+    """Sends one region's operations to the bucket primaries that own them.
+
+    Args:
+        cache: The client cache the region belongs to.
+        region: The region's name.
+        serializer_name: Name of the region's serializer, stamped on the values it sends.
+    """
+
+    def __init__(self, cache: CacheConnection, region: str, serializer_name: str) -> None:
+        self._cache = cache
+        self.region = region
+        self.serializer_name = serializer_name
+
+    @property
+    def total_buckets(self) -> int:
+        """Buckets of the namespace."""
+        return self._cache.total_buckets
+
+    def bucket(self, key: str) -> int:
+        """The bucket of one of this region's keys."""
+        return bucket_of(self.region, key, self._cache.total_buckets)
+
+    def region_bucket(self) -> int:
+        """The bucket that orders this region's clear and destroy."""
+        return region_bucket(self.region, self._cache.total_buckets)
+
+    def operation(
+        self,
+        kind: OperationKind,
+        *,
+        key: str | None = None,
+        value: bytes | None = None,
+        callback_argument: bytes | None = None,
+        interest: InterestSpec | None = None,
+        with_event_id: bool = True,
+        bucket: int = -1,
+        request_id: int | None = None,
+    ) -> Operation:
+        """A new operation of this client on this region.
+
+        Args:
+            kind: What to do.
+            key, value, callback_argument, interest: Its fields, where the kind has them.
+            with_event_id: Give it a new EventID of the calling thread (every change has
+                one; reads do not).
+            bucket: The bucket the EventID is widened with.
+            request_id: Share a request id across several operations; None for a new one.
+        """
+        pool = self._cache.pool
+        return Operation(
+            request_id=pool.next_request_id() if request_id is None else request_id,
+            client_id=self._cache.client_id,
+            kind=kind,
+            region=self.region,
+            timestamp_ms=int(time.time() * 1000),
+            event_id=pool.next_event_id(bucket) if with_event_id else None,
+            key=key,
+            value=value,
+            serializer=self.serializer_name if value is not None else None,
+            callback_argument=callback_argument,
+            interest=interest,
+        )
+
+    def wait(self, future: Future[list[Reply]], request_id: int) -> list[Reply]:
+        """The replies of a request, within ``read_timeout_ms``.
+
+        Raises:
+            ServerTimeoutError: not every reply came in time (the request is forgotten).
+        """
+        timeout_ms = self._cache.settings.read_timeout_ms
+        try:
+            return future.result(timeout_ms / 1000)
+        except FutureTimeout:
+            self._cache.pool.forget(request_id)
+            raise ServerTimeoutError(
+                f"no reply from the server within {timeout_ms} ms (region {self.region!r})"
+            ) from None
+
+    def one(self, op: Operation, bucket: int) -> Reply:
+        """Send one operation to its bucket and return its reply.
+
+        Raises:
+            RegionBusError: the error the reply names.
+            ServerTimeoutError: no reply within ``read_timeout_ms``.
+            UnconnectedError, TransportError: the pool could not send it.
+        """
+        reply = self.wait(self._cache.pool.request([(op, bucket)]), op.request_id)[0]
+        raise_first_error([reply])
+        return reply
+
+    def every_bucket(self, kind: OperationKind) -> list[Reply]:
+        """Send one operation of ``kind`` (a read: no EventID) to every bucket; wait for all.
+
+        Raises:
+            RegionBusError: the error the first failed reply names.
+            ServerTimeoutError: not every bucket answered in time.
+        """
+        request_id = self._cache.pool.next_request_id()
+        ops = [
+            (
+                self.operation(kind, with_event_id=False, request_id=request_id),
+                b,
+            )
+            for b in range(self._cache.total_buckets)
+        ]
+        replies = self.wait(self._cache.pool.request(ops), request_id)
+        raise_first_error(replies)
+        return replies
+
+    def each(self, prepared: Sequence[tuple[Operation, int]]) -> list[Future[list[Reply]]]:
+        """Send operations pipelined, one request each; a future per operation."""
+        return self._cache.pool.request_each(prepared)
+
+    def pipelined(
+        self, op: Operation, bucket: int, finish: Callable[[Operation, Reply], None]
+    ) -> Future[None]:
+        """Send one operation and return at once; ``finish(op, reply)`` runs on the pool's
+        reply thread when the reply comes, and the future completes with what it does."""
+        outer: Future[None] = Future()
+
+        def done(replies: list[Reply] | None, error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                assert replies
+                finish(op, replies[0])
+                outer.set_result(None)
+            except BaseException as exc:
+                outer.set_exception(exc)
+
+        self._cache.pool.request_with_callback([(op, bucket)], done)
+        return outer
+
+    def interest(self, kind: OperationKind, spec: InterestSpec) -> list[Reply]:
+        """Register or unregister interest on every bucket it concerns and wait for all.
+
+        A key list goes only to its keys' buckets, in messages of at most
+        `KEYS_PER_REGISTRATION_MESSAGE` keys; every other kind goes to every bucket.
+
+        Returns:
+            Every reply (a registration's carry the bulk-load entries and the region
+            version of each bucket's snapshot).
+
+        Raises:
+            RegionBusError: the error the first failed reply names.
+            ServerTimeoutError: not every bucket answered in time.
+        """
+        request_id = self._cache.pool.next_request_id()
+        ops: list[tuple[Operation, int]] = []
+        if spec.kind is not InterestKind.KEYS:
+            ops = [
+                (
+                    self.operation(kind, interest=spec, with_event_id=False, request_id=request_id),
+                    b,
+                )
+                for b in range(self._cache.total_buckets)
+            ]
+        else:
+            by_bucket: dict[int, list[str]] = {}
+            for key in dict.fromkeys(spec.keys):
+                by_bucket.setdefault(self.bucket(key), []).append(key)
+            for bucket, bucket_keys in by_bucket.items():
+                for i in range(0, len(bucket_keys), KEYS_PER_REGISTRATION_MESSAGE):
+                    part = tuple(bucket_keys[i : i + KEYS_PER_REGISTRATION_MESSAGE])
+                    chunk = spec._replace(keys=part)
+                    op = self.operation(
+                        kind, interest=chunk, with_event_id=False, request_id=request_id
+                    )
+                    ops.append((op, bucket))
+        if not ops:
+            return []
+        replies = self.wait(self._cache.pool.request(ops), request_id)
+        raise_first_error(replies)
+        return replies
+
+
+__all__ = [
+    "KEYS_PER_REGISTRATION_MESSAGE",
+    "CacheConnection",
+    "ServerRegionProxy",
+    "raise_first_error",
+]
