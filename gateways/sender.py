@@ -49,7 +49,7 @@ from schemas.messages import Event
 from schemas.naming import check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import kafka_error, poll_batch
+from schemas.transport import committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -210,6 +210,10 @@ class GatewaySender(QueueProcessor):
                 **self._remote,
                 "linger.ms": 5,
                 "acks": "all",
+                # A batch survives a leader change of the remote inbound topic and is
+                # appended once; one resent for want of an ack is a new message, which the
+                # receiver recognises by its EventIDs.
+                "enable.idempotence": True,
                 "message.timeout.ms": timeout_ms,
                 "client.id": self.member_id,
             }
@@ -226,7 +230,7 @@ class GatewaySender(QueueProcessor):
             }
         )
         try:
-            committed = acks.committed([TopicPartition(self.ack_topic, 0)], timeout=10)
+            committed = committed_offsets(acks, [TopicPartition(self.ack_topic, 0)], 10.0)
         except KafkaException as exc:
             acks.close()
             self._producer = None
