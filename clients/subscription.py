@@ -240,7 +240,10 @@ class SubscriptionQueue:
             if time.monotonic() >= next_ack:
                 self.ack()
                 next_ack = time.monotonic() + ack_every_s
-        self.ack(asynchronous=False)
+        # A synchronous commit waits for a group coordinator for as long as none answers:
+        # during a Kafka outage it would hold close() until Kafka is back.
+        if not self._kafka_outage.ongoing:
+            self.ack(asynchronous=False)
 
     def _decode(self, value: bytes | None) -> Event | Marker | None:
         try:
@@ -309,7 +312,8 @@ class SubscriptionQueue:
         return self._idle.wait(timeout_s)
 
     def close(self) -> None:
-        """Stop reading after a final synchronous ack."""
+        """Stop reading after a final synchronous ack (none during a Kafka outage: what
+        was not acked is delivered again to the client's next connection)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
