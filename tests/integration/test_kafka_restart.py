@@ -159,6 +159,7 @@ def test_a_durable_client_away_during_a_broker_restart_reconnects_and_gets_every
     wait_until(lambda: tap.snapshot()[-1][:3] == ("update", "k0", 100), what="a live event")
     assert tap.snapshot()[-1][3] == 100, "after the marker events are applied to the cache"
     assert server.alive
+    assert server.stats.buckets_lost == 0, "the restart cost the server its buckets"
 
 
 def _outage_lines(records: list[logging.LogRecord], level: int, text: str) -> dict[str, int]:
