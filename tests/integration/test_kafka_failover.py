@@ -216,11 +216,14 @@ def test_sigkill_of_the_leader_of_ops_and_queue_partitions_under_load_loses_and_
             )
             for bucket in orphaned
         }
+        sent = sorted(sent for _k, _i, sent, *_ in events)
         log.info(
-            "broker %d killed: %d puts acked, longest pause of the listener's stream %.0f ms, "
-            "first put sent after the kill delivered per orphaned bucket after %s ms",
+            "broker %d killed: %d puts acked, sent over %.1f s; longest pause of the "
+            "listener's stream %.0f ms; first put sent after the kill delivered per orphaned "
+            "bucket after %s ms",
             victim,
             len(acks),
+            (sent[-1] - sent[0]) / 1000,
             gap_ms,
             {b: round(ms) for b, ms in sorted(resumed_ms.items())},
         )
