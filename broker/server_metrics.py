@@ -164,9 +164,7 @@ def server_metric_families(server: CacheServer) -> list[Metric]:
         except RegionBusError as exc:
             log.warning("metrics: cannot read the client registry: %s", exc)
         else:
-            states: Counter[str] = Counter(
-                {"connected": 0, "away": 0, "unregistering": 0}
-            )
+            states: Counter[str] = Counter({"connected": 0, "away": 0, "unregistering": 0})
             for record in records.values():
                 if record.durable:
                     state = (
