@@ -331,10 +331,9 @@ class QueueProcessor(ServesMetrics):
             ConfigurationError: the metrics port cannot be bound.
         """
         self._metrics.start()
-        # Dead letters only, each flushed alone: kept across a leader change, written once.
-        self._local_producer = Producer(
-            {**self._kafka_config, "linger.ms": 5, "acks": "all", "enable.idempotence": True}
-        )
+        # Dead letters only, each flushed alone, so order and a rare duplicate do not matter;
+        # not idempotent, as a refused Write would be fatal to an idempotent producer.
+        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5, "acks": "all"})
         for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
             thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             thread.start()

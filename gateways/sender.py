@@ -210,10 +210,11 @@ class GatewaySender(QueueProcessor):
                 **self._remote,
                 "linger.ms": 5,
                 "acks": "all",
-                # A batch survives a leader change of the remote inbound topic and is
-                # appended once; one resent for want of an ack is a new message, which the
-                # receiver recognises by its EventIDs.
-                "enable.idempotence": True,
+                # Not idempotent: an idempotent producer must first get a producer id, which
+                # Kafka grants only to a principal with Write on some topic; a sender whose
+                # one remote topic is refused would get a fatal error, and its producer stay
+                # dead after the grant. A batch appended twice by a retry is applied once:
+                # the receiver recognises its EventIDs.
                 "message.timeout.ms": timeout_ms,
                 "client.id": self.member_id,
             }
