@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _TOTAL_BUCKETS = 16
 _BROKER_SESSION_TIMEOUT_MS = 4_000
-_WRITE_RATE_PER_S = 150
+_WRITE_RATE_PER_S = 300
 
 
 @pytest.fixture
