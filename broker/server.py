@@ -63,6 +63,7 @@ from schemas.errors import (
     TransportError,
     ValueTooLargeError,
 )
+from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import (
     CLIENT_UNKNOWN,
     Control,
@@ -81,7 +82,7 @@ from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bu
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.topics import acked_queue_spec, ensure_topics, server_topic_specs
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.server")
 
@@ -157,16 +158,12 @@ class ServerStats:
     def routed(self, client_id: str) -> None:
         """Count one event queued for a client's subscription queue."""
         self.events_routed += 1
-        self.events_routed_by_client[client_id] = (
-            self.events_routed_by_client.get(client_id, 0) + 1
-        )
+        self.events_routed_by_client[client_id] = self.events_routed_by_client.get(client_id, 0) + 1
 
     def dead_lettered(self, category: str) -> None:
         """Count one message sent to the dead-letter topic, by reason category."""
         self.dead_letters += 1
-        self.dead_letters_by_category[category] = (
-            self.dead_letters_by_category.get(category, 0) + 1
-        )
+        self.dead_letters_by_category[category] = self.dead_letters_by_category.get(category, 0) + 1
 
 
 @dataclass
@@ -282,11 +279,12 @@ class CacheServer(ServesMetrics):
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._delivery_failures = 0
-        self._metrics = MetricsEndpoint(
-            settings.metrics_port, lambda: server_metric_families(self)
-        )
+        self._delivery_failures_handled = 0
+        self._commit_in_flight = False
+        self._metrics = MetricsEndpoint(settings.metrics_port, lambda: server_metric_families(self))
         self._depth_cursor = 0
         self._redis_outage = RedisOutage(self._redis, settings.member_id, self._stop)
+        self._kafka_outage = KafkaOutage(f"cache server {settings.member_id}")
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -335,6 +333,11 @@ class CacheServer(ServesMetrics):
     def redis_outages(self) -> int:
         """Redis outages this server waited out since it started."""
         return self._redis_outage.outages
+
+    @property
+    def kafka_outages(self) -> int:
+        """Kafka outages (every broker unreachable) this server waited out since it started."""
+        return self._kafka_outage.outages
 
     @property
     def primary_buckets(self) -> tuple[int, ...]:
@@ -409,7 +412,7 @@ class CacheServer(ServesMetrics):
                 pass
         finally:
             try:
-                self._sync()
+                self._sync(wait=True)
                 self._reaper.release()
                 self.election.leave()
             finally:
@@ -467,7 +470,7 @@ class CacheServer(ServesMetrics):
 
     def _setup(self) -> None:
         s = self.settings
-        admin = self._admin = AdminClient(s.librdkafka())
+        admin = self._admin = AdminClient(s.librdkafka(**quiet_config()))
         self._depths = QueueDepths(admin, s.namespace)
         self._reply_topics = ClientTopicPresence(admin)
         ensure_topics(
@@ -493,6 +496,7 @@ class CacheServer(ServesMetrics):
                     # fail its messages at once instead of after librdkafka's 30 s.
                     "topic.metadata.propagation.max.ms": 1000,
                     "client.id": s.member_id,
+                    **self._kafka_outage.client_config("producer"),
                 }
             )
         )
@@ -508,6 +512,8 @@ class CacheServer(ServesMetrics):
                     "enable.auto.offset.store": False,
                     "fetch.wait.max.ms": s.fetch_wait_max_ms,
                     "client.id": s.member_id,
+                    "on_commit": self._on_commit,
+                    **self._kafka_outage.client_config("consumer"),
                 }
             )
         )
@@ -555,8 +561,18 @@ class CacheServer(ServesMetrics):
     def _take_buckets(self, gained: dict[int, int]) -> None:
         """Become primary of buckets: reload what other primaries persisted, then consume
         each bucket from its committed offset (the re-processing window is bounded by
-        ``message_sync_interval_s``; re-applied EventIDs are recognised)."""
+        ``message_sync_interval_s``; re-applied EventIDs are recognised). While Kafka cannot
+        say where that is (its group coordinator moving for longer than the lease allows),
+        the buckets are given back to be taken again at a later election tick."""
         assert self._consumer is not None
+        wanted = [tp for bucket in gained for tp in self._partitions(bucket)]
+        try:
+            committed = committed_offsets(self._consumer, wanted, self.settings.lease_ttl_ms / 4000)
+        except KafkaException as exc:
+            log.warning("cannot read the committed offsets, giving buckets back: %s", exc)
+            for bucket in gained:
+                self.election.release(bucket)
+            return
         self.stats.buckets_gained += len(gained)
         self._clients = self.clients.all()
         registry = InterestRegistry(
@@ -564,8 +580,6 @@ class CacheServer(ServesMetrics):
         )
         registry.load(self._clients)
         self.registry = registry
-        wanted = [tp for bucket in gained for tp in self._partitions(bucket)]
-        committed = self._consumer.committed(wanted, timeout=10)
         assignment = []
         for tp in committed:
             assignment.append(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
@@ -595,7 +609,7 @@ class CacheServer(ServesMetrics):
         assert self._consumer is not None
         partitions = self._partitions(bucket)
         self._consumer.incremental_unassign(partitions)
-        self._sync()
+        self._sync(wait=True)
         del self._owned[bucket]
         for tp in partitions:
             self._positions.pop((tp.topic, tp.partition), None)
@@ -651,7 +665,7 @@ class CacheServer(ServesMetrics):
         unknown = [tp for tp in partitions if (tp.topic, tp.partition) not in self._committed]
         committed = {
             (tp.topic, tp.partition): tp.offset
-            for tp in (self._consumer.committed(unknown, timeout=10) if unknown else [])
+            for tp in (committed_offsets(self._consumer, unknown, 10.0) if unknown else [])
         }
         assignment = []
         for tp in partitions:
@@ -1064,9 +1078,7 @@ class CacheServer(ServesMetrics):
                         headers=headers,
                     )
                 else:
-                    self._producer.produce(
-                        topic, value, key, on_delivery=callback, headers=headers
-                    )
+                    self._producer.produce(topic, value, key, on_delivery=callback, headers=headers)
                 return
             except BufferError:
                 self._producer.poll(0.05)
@@ -1708,28 +1720,72 @@ class CacheServer(ServesMetrics):
 
     # --- offsets -----------------------------------------------------------------------
 
-    def _sync(self) -> None:
-        """Flush produced events, then commit consumed offsets and prune stored results."""
+    def _sync(self, *, wait: bool = False) -> None:
+        """Flush produced events, then commit consumed offsets and prune stored results.
+
+        In the serve loop (``wait`` False) nothing here may hold the loop, and so the
+        election, for long while a broker fails over or restarts: the flush waits at most a
+        quarter of a lease, and the commit is asynchronous (:meth:`_on_commit` records it;
+        one at a time). What is still undelivered is committed at a later sync. With
+        ``wait`` (stop, handoff) the flush waits up to 30 s and the commit is synchronous.
+
+        A message that failed since the last commit (librdkafka gave up on it) is never
+        committed past: every bucket is processed again from its committed offset, and the
+        re-applied EventIDs produce the same events again.
+        """
         if self._producer is None or self._consumer is None:
             return
-        failures_before = self._delivery_failures
-        remaining = self._producer.flush(30)
-        if remaining or self._delivery_failures != failures_before:
-            log.error("not committing: %d messages undelivered", remaining)
+        flush_s = 30.0 if wait else min(30.0, self.settings.lease_ttl_ms / 4000)
+        remaining = self._producer.flush(flush_s)
+        if self._delivery_failures != self._delivery_failures_handled:
+            log.warning(
+                "%d messages were not delivered: processing again from the committed offsets",
+                self._delivery_failures - self._delivery_failures_handled,
+            )
+            try:
+                self._rewind_to_committed()
+            except KafkaException as exc:
+                log.warning("rewinding to the committed offsets failed (will retry): %s", exc)
+                return
+            self._delivery_failures_handled = self._delivery_failures
+            return
+        if remaining:
+            log.debug("not committing yet: %d messages undelivered", remaining)
             return
         offsets = [
             TopicPartition(topic, partition, position)
             for (topic, partition), position in self._positions.items()
             if self._committed.get((topic, partition)) != position
         ]
-        if not offsets:
+        if not offsets or (self._commit_in_flight and not wait):
             return
         try:
+            if not wait:
+                self._commit_in_flight = True
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+                return
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            self._commit_in_flight = False
             log.warning("offset commit failed (will retry): %s", exc)
             return
+        self._committed_offsets(offsets)
+
+    def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        """librdkafka's answer to a commit (served by the consumer's poll)."""
+        self._commit_in_flight = False
+        if error is not None:
+            log.warning("offset commit failed (will retry): %s", error)
+            return
+        self._committed_offsets([tp for tp in offsets if tp.error is None])
+
+    def _committed_offsets(self, offsets: list[TopicPartition]) -> None:
+        """Record committed offsets of the partitions still held, and prune the stored
+        results of the operations before them."""
         for tp in offsets:
+            owner_bucket = tp.partition if tp.topic == self.topics.ops else 0
+            if owner_bucket not in self._owned:
+                continue
             self._committed[(tp.topic, tp.partition)] = tp.offset
             if tp.topic == self.topics.ops:
                 self.store.prune_results(tp.partition, tp.offset)

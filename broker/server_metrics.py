@@ -31,6 +31,8 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
 - ``regionbus_redis_outages_total``: Redis outages this server waited out (it stops
   applying, then resumes from the first unapplied operation; :mod:`broker.redis_outage`).
+- ``regionbus_kafka_outages_total``: Kafka outages (no broker reachable) this server
+  waited out (:mod:`schemas.kafka_outage`).
 """
 
 from __future__ import annotations
@@ -150,6 +152,11 @@ def server_metric_families(server: CacheServer) -> list[Metric]:
             "Redis outages this server waited out before applying again.",
             server.redis_outages,
         ),
+        families.counter(
+            "kafka_outages",
+            "Kafka outages (no broker reachable) this server waited out.",
+            server.kafka_outages,
+        ),
     ]
     if server.handles_client_lifecycle:
         try:
@@ -157,9 +164,7 @@ def server_metric_families(server: CacheServer) -> list[Metric]:
         except RegionBusError as exc:
             log.warning("metrics: cannot read the client registry: %s", exc)
         else:
-            states: Counter[str] = Counter(
-                {"connected": 0, "away": 0, "unregistering": 0}
-            )
+            states: Counter[str] = Counter({"connected": 0, "away": 0, "unregistering": 0})
             for record in records.values():
                 if record.durable:
                     state = (

@@ -153,6 +153,7 @@ class ClientCache:
             total_buckets=self.total_buckets,
             tracker=tracker,
             conflate=self._conflate,
+            kafka_outage=self.pool.kafka_outage,
         )
 
     def ready_for_events(self) -> None:
@@ -327,15 +328,17 @@ class ClientCache:
                     reply = future.result(self.settings.read_timeout_ms / 1000)[0]
                 except FutureTimeout:
                     self.pool.forget(control.request_id)
-                    log.warning(
-                        "no server answered a ping within %d ms", self.settings.read_timeout_ms
-                    )
-                    continue
+                    raise ServerTimeoutError(
+                        f"no server answered a ping within {self.settings.read_timeout_ms} ms"
+                    ) from None
                 if reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
                     self._reinitialize()
             except RegionBusError as exc:
-                if not self._closed:
-                    log.warning("ping failed: %s", exc)
+                if self._closed:
+                    continue
+                # A Kafka outage was logged once as such; its failed pings add nothing.
+                outage = self.pool.kafka_outage.ongoing
+                log.log(logging.DEBUG if outage else logging.WARNING, "ping failed: %s", exc)
 
     def _reinitialize(self) -> None:
         """The servers no longer know this client (it was silent past the ping limit, or

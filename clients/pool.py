@@ -3,10 +3,12 @@
 One Kafka producer sends every operation to the partition of its bucket; one thread reads
 the client's reply topic and completes the futures of pending requests. A request sent to
 several buckets (interest registration, keys on server) completes when every bucket has
-answered; a bucket's large answer may come in chunks (``more=True``). confluent-kafka
-errors are translated here, at this one boundary, by `schemas.transport.kafka_error`: a
-refusal for want of a Kafka ACL is a :class:`KafkaAuthorizationError`, and a request whose
-message Kafka refused fails with it at once rather than waiting out ``read_timeout_ms``.
+answered; a bucket's large answer may come in chunks (``more=True``); one unanswered for
+``read_timeout_ms`` fails with :class:`ServerTimeoutError`, whether the caller waits on it
+or not (a pipelined put's future). confluent-kafka errors are translated here, at this one
+boundary, by `schemas.transport.kafka_error`: a refusal for want of a Kafka ACL is a
+:class:`KafkaAuthorizationError`, and a request whose message Kafka refused fails with it
+at once rather than waiting out ``read_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ from schemas.errors import (
     ConfigurationError,
     MessageDecodeError,
     RegionBusError,
+    ServerTimeoutError,
     TransportError,
     UnconnectedError,
 )
 from schemas.eventid import EventID
+from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
 from schemas.topics import client_topic_specs, ensure_topics
@@ -55,18 +59,22 @@ from schemas.transport import (
 log = logging.getLogger("regionbus.client")
 
 
+_PENDING_CHECK_INTERVAL_S = 0.25
+"""How often unanswered requests are checked for a resend or their timeout."""
+
 ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
 """Called once with ``(replies, None)`` when a request completes, or ``(None, error)``."""
 
 
 class _Pending:
-    __slots__ = ("callback", "done", "expected", "ops", "replies", "sent_at")
+    __slots__ = ("callback", "done", "expected", "expires_at", "ops", "replies", "sent_at")
 
     def __init__(
         self,
         expected: int,
         callback: ReplyCallback,
-        ops: Sequence[tuple[Operation, int]] = (),
+        ops: Sequence[tuple[Operation, int]],
+        timeout_s: float,
     ) -> None:
         self.expected = expected
         self.done = 0
@@ -75,6 +83,7 @@ class _Pending:
         # Changes (with EventIDs) are sent again when unanswered; reads are not.
         self.ops = [(op, b) for op, b in ops if op.event_id is not None]
         self.sent_at = time.monotonic()
+        self.expires_at = self.sent_at + timeout_s
 
 
 def _future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
@@ -111,7 +120,9 @@ class Pool:
         self.client_id = client_id
         self.member_id = member_id
         self._signer = signer_for(settings)
-        self._admin = AdminClient(settings.librdkafka())
+        self.kafka_outage = KafkaOutage(f"client {client_id}")
+        """This client's view of Kafka outages; its subscription queue reports to it too."""
+        self._admin = AdminClient(settings.librdkafka(**quiet_config()))
         self.total_buckets = self._wait_for_ops_topic()
         self.create_client_topics()
         self._producer = Producer(
@@ -119,12 +130,13 @@ class Pool:
                 **{
                     "linger.ms": settings.linger_ms,
                     "acks": "all",
-                    # Order per partition without the idempotent producer's start-up cost
-                    # (~0.5-1 s on Tansu): one request in flight per connection. A resend
-                    # after a network error is recognised by its EventID on the server.
-                    "enable.idempotence": False,
-                    "max.in.flight.requests.per.connection": 1,
+                    # Kept in order per partition across a leader change, and written once:
+                    # a retry after a lost acknowledgement is not appended again (one round
+                    # trip at start on Apache Kafka). The EventID still guards the resends
+                    # of unanswered operations, which are new messages.
+                    "enable.idempotence": True,
                     "client.id": member_id,
+                    **self.kafka_outage.client_config("producer"),
                 }
             )
         )
@@ -158,6 +170,7 @@ class Pool:
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                     "client.id": member_id,
+                    **self.kafka_outage.client_config("replies"),
                 }
             )
         )
@@ -304,11 +317,27 @@ class Pool:
             raise UnconnectedError("the client cache is closed")
         if self.reply_refusal is not None:
             raise self.reply_refusal
+        timeout_s = self.settings.read_timeout_ms / 1000
         with self._lock:
             for i, (request_id, expected, callback) in enumerate(requests):
                 self._pending[request_id] = _Pending(
-                    expected, callback, ops[i] if i < len(ops) else ()
+                    expected, callback, ops[i] if i < len(ops) else (), timeout_s
                 )
+
+    def _expire_unanswered(self) -> None:
+        """Fail requests unanswered for ``read_timeout_ms`` with :class:`ServerTimeoutError`
+        (a caller that waits gives up at the same time; a pipelined one learns it here)."""
+        now = time.monotonic()
+        with self._lock:
+            expired = [rid for rid, p in self._pending.items() if now >= p.expires_at]
+            requests = [self._pending.pop(rid) for rid in expired]
+        for pending in requests:
+            pending.callback(
+                None,
+                ServerTimeoutError(
+                    f"no reply from the server within {self.settings.read_timeout_ms} ms"
+                ),
+            )
 
     def _retry_unanswered(self) -> None:
         """Send changes unanswered for ``retry_interval_ms`` again, with the same EventIDs
@@ -322,13 +351,21 @@ class Pool:
                 if pending.ops and now - pending.sent_at >= limit_s:
                     pending.sent_at = now
                     again.extend((op._replace(possible_duplicate=True), b) for op, b in pending.ops)
-        if again:
-            log.info("resending %d unanswered operations with their EventIDs", len(again))
-            self.retries += len(again)
-            try:
-                self._send(again)
-            except RegionBusError as exc:
-                log.warning("resend failed: %s", exc)
+        if not again:
+            return
+        # During a Kafka outage the resends wait in the producer until a broker is back, and
+        # the outage itself was logged once: no line per pass.
+        outage = self.kafka_outage.ongoing
+        log.log(
+            logging.DEBUG if outage else logging.INFO,
+            "resending %d unanswered operations with their EventIDs",
+            len(again),
+        )
+        self.retries += len(again)
+        try:
+            self._send(again)
+        except RegionBusError as exc:
+            log.log(logging.DEBUG if outage else logging.WARNING, "resend failed: %s", exc)
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
         if len(ops) == 1:
@@ -411,6 +448,7 @@ class Pool:
         signer = self._signer
         headers = signer.headers(topic, partition, value) if signer is not None else None
         report = on_delivery or self._delivery_report(topic, request_ids)
+        deadline = time.monotonic() + self.settings.read_timeout_ms / 1000
         while True:
             try:
                 self._producer.produce(
@@ -423,7 +461,13 @@ class Pool:
                 )
                 self._producer.poll(0)
                 return
-            except BufferError:
+            except BufferError as exc:
+                # The producer's queue is full (Kafka has been unreachable for a while).
+                if time.monotonic() >= deadline:
+                    raise TransportError(
+                        f"Kafka produce to {topic}: the producer queue stayed full for "
+                        f"{self.settings.read_timeout_ms} ms"
+                    ) from exc
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 raise kafka_error(exc, f"producing to {topic}", f"topic {topic}") from exc
@@ -457,11 +501,12 @@ class Pool:
     # --- replies -----------------------------------------------------------------------
 
     def _read_replies(self) -> None:
-        next_retry_check = time.monotonic() + 0.5
+        next_retry_check = time.monotonic() + _PENDING_CHECK_INTERVAL_S
         while not self._closed.is_set():
             if time.monotonic() >= next_retry_check:
+                self._expire_unanswered()
                 self._retry_unanswered()
-                next_retry_check = time.monotonic() + 0.5
+                next_retry_check = time.monotonic() + _PENDING_CHECK_INTERVAL_S
             try:
                 messages = poll_batch(self._reply_consumer, 500, 0.1)
             except KafkaException as exc:
@@ -528,6 +573,7 @@ class Pool:
         self._reply_thread.join(5)
         with suppress(Exception):
             self._reply_consumer.close()
+        self.kafka_outage.forget("replies")
         with self._lock:
             pending, self._pending = self._pending, {}
         for p in pending.values():
@@ -540,6 +586,7 @@ class Pool:
         if close_producer is not None:
             with suppress(Exception):
                 close_producer()
+        self.kafka_outage.forget("producer")
 
     @property
     def closed(self) -> bool:

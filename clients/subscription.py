@@ -26,9 +26,10 @@ from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
-from schemas.transport import kafka_error, poll_batch, topic_partitions
+from schemas.transport import committed_offsets, kafka_error, poll_batch, topic_partitions
 
 log = logging.getLogger("regionbus.client")
 
@@ -75,6 +76,8 @@ class SubscriptionQueue:
         conflate: Subscription conflation (SPEC §4): of several updates of one key read
             together, only the last is delivered; creates, destroys, invalidates, region
             events and markers never are dropped.
+        kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
+            to; None gives the queue one of its own.
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is
@@ -94,6 +97,7 @@ class SubscriptionQueue:
         total_buckets: int = 0,
         tracker: MessageTracker | None = None,
         conflate: bool = False,
+        kafka_outage: KafkaOutage | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -108,6 +112,7 @@ class SubscriptionQueue:
         self.conflate = conflate
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
+        self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
         self._consumer = Consumer(
             settings.librdkafka(
                 **{
@@ -119,6 +124,7 @@ class SubscriptionQueue:
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                     "client.id": client_id,
+                    **self._kafka_outage.client_config("queue"),
                 }
             )
         )
@@ -127,7 +133,8 @@ class SubscriptionQueue:
             # The topic is asked by name first: Kafka refuses that with an authorization
             # error, where librdkafka reports an offset fetch it may not make as a timeout.
             topic_partitions(self._consumer, self._topic, settings.metadata_timeout_s)
-            committed = self._consumer.committed([TopicPartition(self._topic, 0)], timeout=10)[0]
+            partition = TopicPartition(self._topic, 0)
+            committed = committed_offsets(self._consumer, [partition], 10.0)[0]
         except KafkaException as exc:
             self._consumer.close()
             raise kafka_error(exc, f"committed offset of {group}", f"group {group}") from exc
@@ -179,6 +186,7 @@ class SubscriptionQueue:
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
                     "fetch.wait.max.ms": self._settings.fetch_wait_max_ms,
+                    **quiet_config(),
                 }
             )
         )
@@ -232,7 +240,10 @@ class SubscriptionQueue:
             if time.monotonic() >= next_ack:
                 self.ack()
                 next_ack = time.monotonic() + ack_every_s
-        self.ack(asynchronous=False)
+        # A synchronous commit waits for a group coordinator for as long as none answers:
+        # during a Kafka outage it would hold close() until Kafka is back.
+        if not self._kafka_outage.ongoing:
+            self.ack(asynchronous=False)
 
     def _decode(self, value: bytes | None) -> Event | Marker | None:
         try:
@@ -301,12 +312,14 @@ class SubscriptionQueue:
         return self._idle.wait(timeout_s)
 
     def close(self) -> None:
-        """Stop reading after a final synchronous ack."""
+        """Stop reading after a final synchronous ack (none during a Kafka outage: what
+        was not acked is delivered again to the client's next connection)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
         with suppress(Exception):
             self._consumer.close()
+        self._kafka_outage.forget("queue")
 
 
 def superseded_updates(messages: list[Event | Marker]) -> set[int]:

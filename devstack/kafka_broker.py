@@ -110,8 +110,16 @@ class ScramSecurity:
 
 
 def new_cluster_id() -> str:
-    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding (22 chars).
+
+    Never one with a ``-``: the storage tool reads an id that starts with one as an option
+    (``-t -x...``: "expected one argument"), so Kafka's own ``Uuid.randomUuid`` draws
+    again when the id holds a dash, and so does this.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if "-" not in cluster_id:
+            return cluster_id
 
 
 class KafkaNode(ChildService):

@@ -28,7 +28,7 @@ from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways")
 
@@ -116,7 +116,7 @@ class QueueReader:
             time.sleep(0.2)
         self.partitions = len(meta.partitions)
         wanted = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = consumer.committed(wanted, timeout=10)
+        committed = committed_offsets(consumer, wanted, 10.0)
         consumer.assign(
             [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
         )
@@ -331,7 +331,9 @@ class QueueProcessor(ServesMetrics):
             ConfigurationError: the metrics port cannot be bound.
         """
         self._metrics.start()
-        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5})
+        # Dead letters only, each flushed alone, so order and a rare duplicate do not matter;
+        # not idempotent, as a refused Write would be fatal to an idempotent producer.
+        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5, "acks": "all"})
         for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
             thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             thread.start()

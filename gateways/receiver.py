@@ -61,7 +61,7 @@ from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import kafka_error, poll_batch
+from schemas.transport import committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 
@@ -263,6 +263,8 @@ class GatewayReceiver(ServesMetrics):
                 **self._kafka,
                 "linger.ms": 5,
                 "acks": "all",
+                # An ack survives a leader change of the sender's ack topic, once.
+                "enable.idempotence": True,
                 # An unknown ack topic is one no sender made: fail at once, not in 30 s.
                 "topic.metadata.propagation.max.ms": 1000,
             }
@@ -277,7 +279,7 @@ class GatewayReceiver(ServesMetrics):
                 "client.id": s.member_id,
             }
         )
-        committed = consumer.committed([TopicPartition(self.inbound_topic, 0)], timeout=10)
+        committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 10.0)
         consumer.assign([TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))])
         self._consumer = consumer
         log.info(

@@ -49,7 +49,7 @@ from schemas.messages import Event
 from schemas.naming import check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import kafka_error, poll_batch
+from schemas.transport import committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -210,6 +210,11 @@ class GatewaySender(QueueProcessor):
                 **self._remote,
                 "linger.ms": 5,
                 "acks": "all",
+                # Not idempotent: an idempotent producer must first get a producer id, which
+                # Kafka grants only to a principal with Write on some topic; a sender whose
+                # one remote topic is refused would get a fatal error, and its producer stay
+                # dead after the grant. A batch appended twice by a retry is applied once:
+                # the receiver recognises its EventIDs.
                 "message.timeout.ms": timeout_ms,
                 "client.id": self.member_id,
             }
@@ -226,7 +231,7 @@ class GatewaySender(QueueProcessor):
             }
         )
         try:
-            committed = acks.committed([TopicPartition(self.ack_topic, 0)], timeout=10)
+            committed = committed_offsets(acks, [TopicPartition(self.ack_topic, 0)], 10.0)
         except KafkaException as exc:
             acks.close()
             self._producer = None

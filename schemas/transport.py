@@ -121,8 +121,27 @@ _LEADER_MOVING = frozenset(
 whose leader is not serving it yet, a leader moving after a broker failure."""
 
 
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError._TRANSPORT,
+    }
+)
+"""Errors of a committed-offsets request while the group coordinator moves: a new cluster
+still electing the leaders of ``__consumer_offsets``, a broker that died or restarted."""
+
+
 def _leader_moving(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _COORDINATOR_MOVING
 
 
 def require_topic_operations(
@@ -189,6 +208,34 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[
     if max_messages <= 1:
         return [first]
     return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float
+) -> list[TopicPartition]:
+    """The offsets the consumer's group committed, asked again while its coordinator moves.
+
+    Args:
+        consumer: A consumer with a ``group.id``.
+        partitions: The topic partitions to ask about.
+        timeout_s: Longest time for all tries together, in seconds.
+
+    Returns:
+        The partitions with their committed offsets (negative when none was committed).
+
+    Raises:
+        confluent_kafka.KafkaException: another error, or the coordinator still unknown
+            after ``timeout_s`` (callers translate it).
+    """
+    for attempt in Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.05, max=1.0),
+        retry=retry_if_exception(_coordinator_moving),
+        reraise=True,
+    ):
+        with attempt:
+            committed = consumer.committed(partitions, timeout=max(1.0, min(timeout_s, 10.0)))
+    return committed
 
 
 def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float) -> tuple[int, int]:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
+from devstack.kafka_broker import new_cluster_id
 from devstack.local import kafka_container_env
 from schemas.errors import StackError
 
@@ -81,3 +82,10 @@ def test_the_kafka_container_advertises_its_published_port_and_never_auto_create
     assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40123"
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+
+
+def test_a_new_kraft_cluster_id_is_22_url_safe_characters_without_a_dash() -> None:
+    # One random id in 64 would start with "-", which kafka-storage reads as an option.
+    ids = [new_cluster_id() for _ in range(5_000)]
+    assert all(re.fullmatch(r"[A-Za-z0-9_]{22}", cluster_id) for cluster_id in ids)
+    assert len(set(ids)) == len(ids)

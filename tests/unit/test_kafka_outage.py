@@ -1,0 +1,115 @@
+"""The Kafka outage tracker's decisions, fed the callbacks librdkafka would make (no broker)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from schemas.kafka_outage import LIBRDKAFKA_LOGGER, KafkaOutage, brokers_up
+
+_ALL_DOWN = KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
+_REFUSED = KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9092 failed")
+
+
+def _stats(*states: str, logical_up: bool = False) -> str:
+    brokers: dict[str, Any] = {
+        f"127.0.0.1:{9092 + i}/{i + 1}": {"state": s, "nodeid": i + 1, "source": "learned"}
+        for i, s in enumerate(states)
+    }
+    if logical_up:
+        brokers["GroupCoordinator"] = {"state": "UP", "nodeid": -1, "source": "logical"}
+    return json.dumps({"brokers": brokers})
+
+
+def _callbacks(outage: KafkaOutage, client: str) -> tuple[Any, Any]:
+    config = outage.client_config(client)
+    return config["error_cb"], config["stats_cb"]
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """A settable ``time.monotonic`` of the tracker's module."""
+    now = [1000.0]
+    monkeypatch.setattr("schemas.kafka_outage.time.monotonic", lambda: now[0])
+    return now
+
+
+def test_brokers_up_counts_real_brokers_only() -> None:
+    assert brokers_up(_stats("DOWN", "UP"))
+    assert not brokers_up(_stats("DOWN", "CONNECT", logical_up=True))
+    assert not brokers_up("not json")
+
+
+def test_an_outage_is_logged_once_at_its_start_and_once_at_its_end_whatever_the_clients(
+    clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = KafkaOutage("cache server s1")
+    producer_error, producer_stats = _callbacks(outage, "producer")
+    consumer_error, consumer_stats = _callbacks(outage, "consumer")
+    with caplog.at_level(logging.DEBUG, logger="regionbus.kafka"):
+        for _ in range(3):
+            producer_error(_ALL_DOWN)
+            consumer_error(_ALL_DOWN)
+            producer_error(_REFUSED)
+        clock[0] += 1.0
+        producer_stats(_stats("DOWN"))
+        consumer_stats(_stats("CONNECT"))
+        assert outage.ongoing
+        clock[0] += 5.0
+        producer_stats(_stats("UP"))
+        assert outage.ongoing, "over only when every client in it sees a broker again"
+        consumer_stats(_stats("UP"))
+    assert not outage.ongoing
+    assert outage.outages == 1
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO]
+    assert "Kafka unavailable for cache server s1" in lines[0][1]
+    assert "Kafka available again for cache server s1 after 6.0 s" in lines[1][1]
+
+
+def test_all_brokers_down_followed_by_a_connection_to_another_broker_is_a_failover(
+    clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = KafkaOutage("client c1")
+    on_error, on_stats = _callbacks(outage, "producer")
+    with caplog.at_level(logging.INFO, logger="regionbus.kafka"):
+        on_error(_ALL_DOWN)
+        clock[0] += 0.2
+        on_stats(_stats("DOWN", "INIT"))
+        clock[0] += 1.0
+        on_stats(_stats("DOWN", "UP"))
+        clock[0] += 1.0
+        on_stats(_stats("DOWN", "UP"))
+    assert outage.outages == 0
+    assert not [r for r in caplog.records if r.name == "regionbus.kafka"]
+
+
+def test_a_client_closed_during_an_outage_ends_it_without_a_recovery_line(
+    clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = KafkaOutage("client c1")
+    on_error, on_stats = _callbacks(outage, "queue")
+    on_error(_ALL_DOWN)
+    clock[0] += 1.0
+    on_stats(_stats("DOWN"))
+    assert outage.ongoing
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="regionbus.kafka"):
+        outage.forget("queue")
+    assert not outage.ongoing
+    assert not caplog.records
+
+
+def test_librdkafka_lines_of_retried_connections_go_to_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        LIBRDKAFKA_LOGGER.error("%s [%s] %s", "FAIL", "rdkafka#producer-1", "Connection refused")
+        LIBRDKAFKA_LOGGER.warning("%s [%s] %s", "CONFWARN", "rdkafka#producer-1", "odd config")
+    levels = {r.getMessage().split()[0]: (r.name, r.levelno) for r in caplog.records}
+    assert levels["FAIL"] == ("regionbus.kafka.connections", logging.DEBUG)
+    assert levels["CONFWARN"] == ("regionbus.kafka.librdkafka", logging.WARNING)
