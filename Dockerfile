@@ -16,6 +16,7 @@ COPY spark ./spark
 COPY demo ./demo
 COPY bench ./bench
 COPY devstack ./devstack
+COPY runtime ./runtime
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

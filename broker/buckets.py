@@ -16,7 +16,7 @@ then, from one pipelined read of every bucket's lease, handoff note and secondar
   ``floor(buckets / members)``) hands buckets over cleanly: the caller flushes and commits the
   bucket first, then the lease is released with a handoff note naming the receiver.
 
-Each lease carries a fencing epoch (:mod:`broker.election`) that the region scripts check.
+Each lease carries a fencing epoch (:mod:`runtime.leases`) that the region scripts check.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from broker.election import Lease, Member, Membership
+from runtime.leases import Lease, Member, Membership
 from schemas.errors import TransportError
 from schemas.naming import RedisKeys, bucket_role
 

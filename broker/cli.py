@@ -25,12 +25,12 @@ from rich.table import Table
 from broker.cli_kafka_acls import kafka_acls
 from broker.cli_users import principal_store, require_cluster_manage, user
 from broker.config import ServerSettings
-from broker.observability import configure_logging
-from broker.redis_connect import connect_redis
 from broker.server import CacheServer
 from broker.status import cluster_status
 from broker.store import RegionStore
 from devstack import LocalStack
+from runtime.observability import configure_logging
+from runtime.redis_connect import connect_redis
 from schemas.errors import RegionBusError
 from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
 

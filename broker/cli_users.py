@@ -21,7 +21,7 @@ import click
 from broker.config import ServerSettings
 from broker.permissions import CLUSTER_MANAGE, ResourcePermission, is_granted
 from broker.principals import PrincipalStore
-from broker.redis_connect import connect_redis
+from runtime.redis_connect import connect_redis
 from schemas.errors import RegionBusError
 from schemas.signing import derive_key
 

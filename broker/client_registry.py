@@ -8,7 +8,7 @@ live client with the same durable id is refused).
 
 A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
 disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
-:mod:`broker.election`) then unregisters it (seed 001: "the servers unregister the client
+:mod:`runtime.leases`) then unregisters it (seed 001: "the servers unregister the client
 and do the same cleanup as for a non-durable client. The servers also log an alert").
 """
 

@@ -6,13 +6,14 @@ file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`schemas.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
-from schemas.settings import KafkaConnectionSettings, RegionBusSettings
+from schemas.settings import KafkaConnectionSettings
 
 
 def _generated_member_id() -> str:
@@ -31,7 +32,7 @@ class GatewayQueueSpec(BaseModel):
         remote_distributed_system_id: For a gateway sender, the site it sends to: an event
             that already reached that site is not queued (loop prevention). None for an
             async event queue.
-        event_filters: ``"module:Class"`` names of ``gateways.GatewayEventFilter``s whose
+        event_filters: ``"module:Class"`` names of ``schemas.hooks.GatewayEventFilter``s whose
             ``before_enqueue`` runs here (False = never queued).
         forward_expiration_destroy: Async event queues: also queue expiration destroys
             (Geode default False). regionbus has no expiration yet, so every queued destroy
@@ -44,62 +45,6 @@ class GatewayQueueSpec(BaseModel):
     remote_distributed_system_id: int | None = Field(default=None, ge=1, le=255)
     event_filters: list[str] = Field(default_factory=list)
     forward_expiration_destroy: bool = False
-
-
-class RedisConnectionSettings(RegionBusSettings):
-    """The Redis connection of a server-side process (cache server, gateway workers, CLI).
-
-    Attributes:
-        redis_url: Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``; ``rediss://`` for TLS.
-        redis_username: Redis ACL user (Redis >= 6 ``AUTH user password``); None for the
-            default user.
-        redis_password: Optional Redis password (overrides the URL's), kept secret.
-        redis_ssl_ca_certs: CA bundle (PEM path) to verify Redis' certificate; needs a
-            ``rediss://`` URL.
-        redis_ssl_certfile: Client certificate (PEM path) for Redis mutual TLS.
-        redis_ssl_keyfile: Its private key (PEM path).
-        redis_socket_timeout_s: Longest wait for Redis to answer one command or accept a
-            connection, seconds. A Redis that hangs (stopped, or cut off without a reset)
-            then counts as an outage, which servers wait out (:mod:`broker.redis_outage`),
-            instead of blocking them forever. None waits forever (redis-py's default).
-    """
-
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_username: str | None = None
-    redis_password: SecretStr | None = None
-    redis_ssl_ca_certs: str | None = None
-    redis_ssl_certfile: str | None = None
-    redis_ssl_keyfile: str | None = None
-    redis_socket_timeout_s: float | None = Field(default=10.0, gt=0)
-
-    @model_validator(mode="after")
-    def _redis_tls_needs_rediss(self) -> RedisConnectionSettings:
-        tls = [self.redis_ssl_ca_certs, self.redis_ssl_certfile, self.redis_ssl_keyfile]
-        if any(tls) and not self.redis_url.startswith("rediss://"):
-            raise ValueError(
-                f"Redis TLS files are set but redis_url {self.redis_url!r} is not rediss://"
-            )
-        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis_url {self.redis_url!r} is not a redis://, rediss:// or "
-                             "unix:// URL")
-        return self
-
-
-class ObservabilitySettings(RegionBusSettings):
-    """How a long-running process (cache server, gateway worker) exposes itself to
-    operators.
-
-    Attributes:
-        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`broker.observability`.
-        log_format: ``"text"`` (default: ``time level logger: message`` lines) or
-            ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
-            by ``regionbus serve`` and the ``regionbus gateway`` commands.
-    """
-
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    log_format: Literal["text", "json"] = "text"
 
 
 class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings):

@@ -54,11 +54,8 @@ from confluent_kafka.admin import (
 )
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from gateways.protocol import ack_topic, receiver_topic
-from gateways.receiver import receiver_client_id, receiver_inbound_group
-from gateways.sender import sender_ack_group, sender_queue_group
 from schemas.errors import TransportError
-from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, check_name
+from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, check_name, receiver_client_id
 from schemas.transport import kafka_error
 
 ResourceKind = Literal["topic", "group", "cluster"]
@@ -191,7 +188,7 @@ def gateway_sender_acls(namespace: str, sender_id: str) -> list[KafkaAcl]:
     topics = Topics(namespace)
     return [
         *_acls("topic", [topics.gateway(sender_id)], ["Read", "Describe"]),
-        *_acls("group", [sender_queue_group(namespace, sender_id)], ["Read", "Describe"]),
+        *_acls("group", [Topics(namespace).sender_group(sender_id)], ["Read", "Describe"]),
         *_acls("topic", [topics.dead_letter], ["Write", "Describe"]),
     ]
 
@@ -217,15 +214,15 @@ def gateway_sender_remote_acls(
     return [
         *_acls(
             "topic",
-            [receiver_topic(remote_namespace, remote_receiver_id)],
+            [Topics(remote_namespace).gateway_inbound(remote_receiver_id)],
             ["Create", "Write", "Describe"],
         ),
         *_acls(
             "topic",
-            [ack_topic(remote_namespace, site_id, sender_id)],
+            [Topics(remote_namespace).gateway_ack(site_id, sender_id)],
             ["Create", "Read", "Describe"],
         ),
-        *_acls("group", [sender_ack_group(namespace, sender_id)], ["Read", "Describe"]),
+        *_acls("group", [Topics(namespace).sender_ack_group(sender_id)], ["Read", "Describe"]),
     ]
 
 
@@ -240,9 +237,13 @@ def gateway_receiver_acls(namespace: str, receiver_id: str) -> list[KafkaAcl]:
     """
     topics = Topics(namespace)
     return [
-        *_acls("topic", [receiver_topic(namespace, receiver_id)], ["Create", "Read", "Describe"]),
-        *_acls("group", [receiver_inbound_group(namespace, receiver_id)], ["Read", "Describe"]),
-        *_acls("topic", [f"{topics.namespace}.gwack."], ["Write", "Describe"], "prefixed"),
+        *_acls(
+            "topic",
+            [Topics(namespace).gateway_inbound(receiver_id)],
+            ["Create", "Read", "Describe"],
+        ),
+        *_acls("group", [Topics(namespace).receiver_group(receiver_id)], ["Read", "Describe"]),
+        *_acls("topic", [topics.gateway_ack_prefix], ["Write", "Describe"], "prefixed"),
         *_acls("topic", [topics.dead_letter], ["Write", "Describe"]),
         *client_acls(namespace, receiver_client_id(receiver_id)),
     ]

@@ -38,17 +38,17 @@ from broker.buckets import BucketElection
 from broker.client_registry import ClientRecord, ClientRegistry
 from broker.client_topics import ClientTopicPresence
 from broker.config import ServerSettings
-from broker.election import Lease, now_ms
+from broker.gateway_queues import GatewayEnqueuer
 from broker.interest import InterestRegistry, compile_interest_regex
-from broker.observability import MetricsEndpoint, ServesMetrics
 from broker.principals import Principal
 from broker.queue_depth import QueueDepths
-from broker.redis_connect import connect_redis
-from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.security import SecurityGuard, audit_refusal
 from broker.server_metrics import server_metric_families
 from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
-from gateways.enqueue import GatewayEnqueuer
+from runtime.leases import Lease, now_ms
+from runtime.observability import MetricsEndpoint, ServesMetrics
+from runtime.redis_connect import connect_redis
+from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import (
@@ -56,6 +56,7 @@ from schemas.errors import (
     CacheWriterError,
     ConfigurationError,
     DuplicateDurableClientError,
+    InvalidOperationError,
     MessageDecodeError,
     NotAuthorizedError,
     RegionBusError,
@@ -78,7 +79,14 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bucket
+from schemas.naming import (
+    REAPER_ROLE,
+    Topics,
+    bucket_of,
+    bucket_role,
+    check_name,
+    region_bucket,
+)
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.topics import acked_queue_spec, ensure_topics, server_topic_specs
@@ -96,10 +104,6 @@ _REGISTRY_CHANGES = (
 # Clients whose acked offsets are re-read per sync for the queue depth gauges (round robin):
 # bounds the admin requests a sync may make when many clients are connected.
 _DEPTH_REFRESHES_PER_SYNC = 8
-
-
-class InvalidOperationError(RegionBusError):
-    """An operation decoded but is malformed (missing key, wrong bucket, no EventID)."""
 
 
 @dataclass
@@ -248,7 +252,7 @@ class CacheServer(ServesMetrics):
         self._reaper = Lease(
             self._redis,
             settings.namespace,
-            "reaper",
+            REAPER_ROLE,
             settings.member_id,
             ttl_ms=int(settings.durable_client_reaper_interval_s * 3000),
         )
@@ -1590,7 +1594,7 @@ class CacheServer(ServesMetrics):
             except KafkaException as exc:
                 log.warning("deleting the topics of %s: %s", client_id, exc)
         for future in self._admin.delete_consumer_groups(
-            [group, f"{group}.reply"], request_timeout=10
+            [group, self.topics.client_reply_group(client_id)], request_timeout=10
         ).values():
             try:
                 future.result(timeout=15)

@@ -30,7 +30,7 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_queue_full_waits_total``: holds of operations for a full queue.
 - ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
 - ``regionbus_redis_outages_total``: Redis outages this server waited out (it stops
-  applying, then resumes from the first unapplied operation; :mod:`broker.redis_outage`).
+  applying, then resumes from the first unapplied operation; :mod:`runtime.redis_outage`).
 - ``regionbus_kafka_outages_total``: Kafka outages (no broker reachable) this server
   waited out (:mod:`schemas.kafka_outage`).
 """
@@ -41,7 +41,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from broker.observability import Metric, MetricFamilies
+from runtime.observability import Metric, MetricFamilies
 from schemas.errors import RegionBusError
 
 if TYPE_CHECKING:

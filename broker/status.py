@@ -23,12 +23,10 @@ import redis
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from broker.client_registry import ClientRegistry
-from broker.election import Membership
 from broker.store import redis_errors
-from gateways.async_event_queue import dispatcher_lease_role, dispatcher_queue_group
-from gateways.receiver import receiver_inbound_group
-from gateways.sender import sender_lease_role, sender_queue_group
-from schemas.naming import RedisKeys, Topics, bucket_role
+from runtime.leases import Membership
+from schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
+from schemas.naming import sender_role as sender_role_of
 
 
 @dataclass(frozen=True)
@@ -243,7 +241,8 @@ def _gateways(
 ]:
     """Find the namespace's gateway queues and receivers by topic and by lease."""
     lease_prefix = RedisKeys(namespace).lease("")
-    sender_role, aeq_role = sender_lease_role(""), dispatcher_lease_role("")
+    topics = Topics(namespace)
+    sender_role, aeq_role = sender_role_of(""), dispatcher_role("")
     with redis_errors():
         names = [k.decode() for k in client.scan_iter(match=f"{lease_prefix}*", count=500)]
         wanted = [n for n in names if n[len(lease_prefix) :].startswith((sender_role, aeq_role))]
@@ -255,18 +254,23 @@ def _gateways(
             leases[name[len(lease_prefix) :]] = (holder, int(epoch))
     partitions = _topic_partitions(namespace, kafka_config) if kafka_config else {}
     senders = _queues(
-        namespace, "gw", sender_role, leases, partitions, kafka_config, sender_queue_group
+        topics.gateway_prefix, sender_role, leases, partitions, kafka_config, topics.sender_group
     )
     aeqs = _queues(
-        namespace, "aeq", aeq_role, leases, partitions, kafka_config, dispatcher_queue_group
+        topics.async_event_queue_prefix,
+        aeq_role,
+        leases,
+        partitions,
+        kafka_config,
+        topics.dispatcher_group,
     )
-    inbound = f"{namespace}.gwr."
+    inbound = topics.gateway_inbound_prefix
     receivers = []
     for topic, count in sorted(partitions.items()):
         if not topic.startswith(inbound):
             continue
         receiver_id = topic[len(inbound) :]
-        group = receiver_inbound_group(namespace, receiver_id)
+        group = topics.receiver_group(receiver_id)
         pending = _backlog(kafka_config, topic, count, group) if kafka_config else None
         receivers.append(GatewayReceiverStatus(receiver_id, topic, pending))
     return senders, tuple(receivers), aeqs
@@ -274,7 +278,7 @@ def _gateways(
 
 def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str, int]:
     """``{topic: partitions}`` of the namespace's topics; empty when Kafka does not answer."""
-    consumer = Consumer({**kafka_config, "group.id": f"{namespace}.status"})
+    consumer = Consumer({**kafka_config, "group.id": Topics(namespace).status_group})
     try:
         topics = consumer.list_topics(timeout=10).topics
     except KafkaException:
@@ -289,15 +293,13 @@ def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str,
 
 
 def _queues(
-    namespace: str,
-    infix: str,
+    topic_prefix: str,
     role_prefix: str,
     leases: dict[str, tuple[str, int]],
     partitions: dict[str, int],
     kafka_config: dict[str, Any] | None,
-    group_of: Callable[[str, str], str],
+    group_of: Callable[[str], str],
 ) -> tuple[GatewayQueueStatus, ...]:
-    topic_prefix = f"{namespace}.{infix}."
     ids = {t[len(topic_prefix) :] for t in partitions if t.startswith(topic_prefix)}
     ids |= {role[len(role_prefix) :] for role in leases if role.startswith(role_prefix)}
     rows = []
@@ -307,14 +309,12 @@ def _queues(
         count = partitions.get(topic)
         backlog = None
         if kafka_config and count is not None:
-            backlog = _backlog(kafka_config, topic, count, group_of(namespace, queue_id))
+            backlog = _backlog(kafka_config, topic, count, group_of(queue_id))
         rows.append(GatewayQueueStatus(queue_id, topic, count, holder, epoch, backlog))
     return tuple(rows)
 
 
-def _backlog(
-    kafka_config: dict[str, Any], topic: str, partitions: int, group: str
-) -> int | None:
+def _backlog(kafka_config: dict[str, Any], topic: str, partitions: int, group: str) -> int | None:
     """Messages of a topic after a group's committed offsets (high watermark minus
     committed, summed over the partitions); None when Kafka does not answer."""
     consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
@@ -322,9 +322,7 @@ def _backlog(
         wanted = [TopicPartition(topic, p) for p in range(partitions)]
         total = 0
         for tp in consumer.committed(wanted, timeout=5):
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, tp.partition), timeout=5
-            )
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=5)
             total += max(0, high - max(tp.offset, 0))
         return total
     except KafkaException:

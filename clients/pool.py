@@ -162,7 +162,7 @@ class Pool:
         self._reply_consumer = Consumer(
             settings.librdkafka(
                 **{
-                    "group.id": f"{self.topics.client_group(client_id)}.reply",
+                    "group.id": self.topics.client_reply_group(client_id),
                     # An explicit offset, not OFFSET_BEGINNING: librdkafka resolves a logical
                     # offset on a just-created topic only on a 500 ms retry timer. Past the
                     # log start (retention), fall back to the earliest offset.
@@ -236,7 +236,9 @@ class Pool:
                 with suppress(Exception):
                     future.result(timeout=5)
         with suppress(Exception):
-            deleted = self._admin.delete_consumer_groups([group, f"{group}.reply"])
+            deleted = self._admin.delete_consumer_groups(
+                [group, self.topics.client_reply_group(self.client_id)]
+            )
             for future in deleted.values():
                 with suppress(Exception):
                     future.result(timeout=5)

@@ -19,30 +19,20 @@ from typing import Any, ClassVar, NamedTuple
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from broker.config import ObservabilitySettings, RedisConnectionSettings
-from broker.observability import Metric
-from broker.redis_connect import connect_redis
-from gateways.filters import load_hook
 from gateways.metrics import async_event_queue_metric_families
 from gateways.processor import QueueProcessor, conflate
+from runtime.observability import Metric
+from runtime.redis_connect import connect_redis
+from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.errors import ConfigurationError
 from schemas.eventid import EventID
+from schemas.hooks import load_hook
 from schemas.messages import Event, EventKind
-from schemas.naming import check_name, generated_member_id
+from schemas.naming import Topics, check_name, dispatcher_role, generated_member_id
 from schemas.serializers import serializer_named
 from schemas.settings import KafkaConnectionSettings
 
 log = logging.getLogger("regionbus.gateways.aeq")
-
-
-def dispatcher_lease_role(queue_id: str) -> str:
-    """The lease role of an async event queue's dispatcher (Redis ``rb:{ns}:lease:<role>``)."""
-    return f"async-event-queue:{queue_id}"
-
-
-def dispatcher_queue_group(namespace: str, queue_id: str) -> str:
-    """The consumer group whose committed offsets are the head of an async event queue."""
-    return f"{namespace}.aeq-dispatcher.{queue_id}"
 
 
 class AsyncEvent(NamedTuple):
@@ -123,8 +113,8 @@ class AsyncEventQueueSettings(
     The cache servers queue the events (``ServerSettings.async_event_queues``); this worker
     dispatches them. ``kafka_*`` are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (the dispatcher's lease)
-    on :class:`broker.config.RedisConnectionSettings`; ``metrics_port`` and
-    ``log_format`` on :class:`broker.config.ObservabilitySettings`.
+    on :class:`runtime.settings.RedisConnectionSettings`; ``metrics_port`` and
+    ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
 
     Attributes:
         queue_id: The queue's id; its topic is ``{namespace}.aeq.<queue_id>``.
@@ -155,6 +145,7 @@ class AsyncEventQueueSettings(
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: generated_member_id("aeq"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+
     @field_validator("queue_id", "namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
@@ -176,13 +167,13 @@ class AsyncEventQueue(QueueProcessor):
         self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
     ) -> None:
         super().__init__(
-            role=dispatcher_lease_role(settings.queue_id),
+            role=dispatcher_role(settings.queue_id),
             namespace=settings.namespace,
             kafka_config=settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms}),
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
-            topic=f"{settings.namespace}.aeq.{settings.queue_id}",
-            group_id=dispatcher_queue_group(settings.namespace, settings.queue_id),
+            topic=Topics(settings.namespace).async_event_queue(settings.queue_id),
+            group_id=Topics(settings.namespace).dispatcher_group(settings.queue_id),
             batch_size=settings.batch_size,
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
@@ -227,7 +218,7 @@ class AsyncEventQueue(QueueProcessor):
         if self.settings.batch_conflation_enabled:
             events = conflate(events)
         batch = [AsyncEvent.from_event(e) for e in events]
-        while not self._stop.is_set() and self._primary.is_set():
+        while not self.stopping.is_set() and self._primary.is_set():
             try:
                 done = self.listener.process_events(batch)
             except Exception:
@@ -238,7 +229,7 @@ class AsyncEventQueue(QueueProcessor):
                 return True
             self.stats.batches_redispatched += 1
             batch = [e._replace(possible_duplicate=True) for e in batch]
-            self._stop.wait(self.settings.retry_interval_ms / 1000)
+            self.stopping.wait(self.settings.retry_interval_ms / 1000)
         return False
 
 
@@ -247,6 +238,4 @@ __all__ = [
     "AsyncEventListener",
     "AsyncEventQueue",
     "AsyncEventQueueSettings",
-    "dispatcher_lease_role",
-    "dispatcher_queue_group",
 ]

@@ -12,30 +12,16 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Any, Protocol
+from typing import Any
 
 import click
 
-from broker.observability import configure_logging
 from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from gateways.sender import GatewaySender, GatewaySenderSettings
+from runtime.observability import configure_logging
+from runtime.worker import BackgroundWorker
 from schemas.errors import RegionBusError
-
-
-class _Worker(Protocol):
-    @property
-    def alive(self) -> bool: ...
-
-    @property
-    def failure(self) -> BaseException | None: ...
-
-    @property
-    def metrics_url(self) -> str | None: ...
-
-    def start(self) -> None: ...
-
-    def stop(self, timeout_s: float = ...) -> None: ...
 
 
 def _build(settings_class: Any, options: dict[str, Any]) -> Any:
@@ -53,7 +39,7 @@ def _logging(settings: Any, verbose: bool) -> None:
     )
 
 
-def _run(worker: _Worker, what: str) -> None:
+def _run(worker: BackgroundWorker, what: str) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -1,12 +1,8 @@
-"""Errors of gateway senders, receivers and async event queues (all under RegionBusError)."""
+"""Errors of gateway senders and receivers (retriable: the batch stays queued)."""
 
 from __future__ import annotations
 
-from schemas.errors import RegionBusError, RetriableError
-
-
-class GatewayError(RegionBusError):
-    """Base of the errors raised by :mod:`gateways`."""
+from schemas.errors import RetriableError
 
 
 class RemoteSiteUnreachableError(RetriableError):
@@ -19,4 +15,4 @@ class BatchApplyTimeoutError(RetriableError):
     batch is not acked, so the sender resends it."""
 
 
-__all__ = ["BatchApplyTimeoutError", "GatewayError", "RemoteSiteUnreachableError"]
+__all__ = ["BatchApplyTimeoutError", "RemoteSiteUnreachableError"]

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.observability import Metric, MetricFamilies
+from runtime.observability import Metric, MetricFamilies
 
 if TYPE_CHECKING:
     from gateways.async_event_queue import AsyncEventQueue

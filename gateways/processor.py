@@ -5,7 +5,7 @@ it and removes it only after a successful dispatch. Here the queue is a Kafka to
 (``{ns}.gw.<sender>`` or ``{ns}.aeq.<queue>``), "peek" is reading from the committed
 offsets and "remove" is committing the offsets past the batch (invariant 5: a batch leaves
 the queue only after the remote site acked it). One processor per queue is primary at a
-time: it holds the queue's lease (:class:`broker.election.Lease`), renewed on a thread;
+time: it holds the queue's lease (:class:`runtime.leases.Lease`), renewed on a thread;
 a processor that loses it stops dispatching and re-reads from the committed offsets when
 it is primary again.
 """
@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from broker.election import Lease
-from broker.observability import Metric, MetricsEndpoint, ServesMetrics
-from broker.redis_outage import RedisOutage, is_redis_unavailable
+from runtime.leases import Lease
+from runtime.observability import Metric, MetricsEndpoint
+from runtime.redis_outage import RedisOutage, is_redis_unavailable
+from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind
@@ -268,7 +269,7 @@ class ProcessorStats:
         del self.batch_sizes[:-10_000]
 
 
-class QueueProcessor(ServesMetrics):
+class QueueProcessor(BackgroundWorker):
     """Primary election, peek, dispatch and remove for one queue topic (a worker thread).
 
     Subclasses implement :meth:`_dispatch`.
@@ -277,7 +278,7 @@ class QueueProcessor(ServesMetrics):
         role: Lease role (e.g. ``"gateway-sender:ny"``).
         namespace: Local site namespace.
         kafka_config: librdkafka settings of the local Kafka.
-        redis_client: The local Redis (leases), from `broker.redis_connect.connect_redis`.
+        redis_client: The local Redis (leases), from `runtime.redis_connect.connect_redis`.
         member_id: This worker's member id (lease holder).
         topic: Queue topic.
         group_id: Consumer group of the queue's committed offsets.
@@ -315,81 +316,45 @@ class QueueProcessor(ServesMetrics):
         self._lease_ttl_ms = lease_ttl_ms
         self._reader = QueueReader(kafka_config, topic, group_id, self._dead_letter)
         self._local_producer: Producer | None = None
-        self._stop = threading.Event()
         self._primary = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._failure: BaseException | None = None
-        self._ready = threading.Event()
-        self._metrics = MetricsEndpoint(metrics_port, self._metric_families)
+        self._reading = threading.Event()
+        super().__init__(role, MetricsEndpoint(metrics_port, self._metric_families))
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the metrics endpoint (if a port is set), the lease and processor threads.
-
-        Raises:
-            ConfigurationError: the metrics port cannot be bound.
-        """
-        self._metrics.start()
+    def _setup(self) -> None:
         # Dead letters only, each flushed alone, so order and a rare duplicate do not matter;
         # not idempotent, as a refused Write would be fatal to an idempotent producer.
         self._local_producer = Producer({**self._kafka_config, "linger.ms": 5, "acks": "all"})
-        for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
-            thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self.spawn(self._hold_lease, "lease")
 
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """Stop dispatching (a batch in flight is not removed) and give the lease up."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout_s)
+    def _teardown(self) -> None:
         self._reader.close()
         self._lease.release()
         if self._local_producer is not None:
             self._local_producer.flush(5)
         self._close()
         self._redis.close()
-        self._metrics.stop()
-
-    # --- observability (issue 7) ------------------------------------------------------
 
     def _metric_families(self) -> list[Metric]:
         """The worker's metric families at a scrape (subclasses name theirs)."""
         return []
-
-    def __enter__(self) -> QueueProcessor:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def is_primary(self) -> bool:
         """True while this processor holds the queue's lease."""
         return self._primary.is_set()
 
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that stopped the processor thread, if one did."""
-        return self._failure
-
-    @property
-    def alive(self) -> bool:
-        """True while the processor thread runs."""
-        return bool(self._threads) and self._threads[-1].is_alive()
-
     def wait_primary(self, timeout_s: float) -> bool:
         """Wait until this processor is primary and reads its queue."""
-        return self._ready.wait(timeout_s)
+        return self._reading.wait(timeout_s)
 
     # --- lease -------------------------------------------------------------------------
 
     def _hold_lease(self) -> None:
         every_s = self._lease_ttl_ms / 3000
-        outage = RedisOutage(self._redis, self.role, self._stop)
-        while not self._stop.is_set():
+        outage = RedisOutage(self._redis, self.role, self.stopping)
+        while not self.stopping.is_set():
             try:
                 if self._lease.held:
                     if not self._lease.renew():
@@ -406,37 +371,32 @@ class QueueProcessor(ServesMetrics):
                 else:
                     log.warning("%s: lease: %s", self.role, exc)
                 self._primary.clear()
-            self._stop.wait(every_s)
+            self.stopping.wait(every_s)
 
     # --- processing --------------------------------------------------------------------
 
-    def _run_guarded(self) -> None:
-        try:
-            self._run()
-        except BaseException as exc:
-            self._failure = exc
-            log.exception("%s stopped on error", self.role)
-
-    def _run(self) -> None:
+    def _serve(self) -> None:
         opened = False
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             if not self._primary.is_set():
                 if opened:
                     self._reader.close()
                     opened = False
-                    self._ready.clear()
+                    self._reading.clear()
                 self.stats.backlog_events = None
                 self._primary.wait(0.2)
                 continue
             if not opened:
                 self._reader.open()
                 opened = True
-                self._ready.set()
+                self._reading.set()
             self.stats.backlog_events = self._reader.backlog_events()
             if not self._can_peek():
-                self._stop.wait(0.05)
+                self.stopping.wait(0.05)
                 continue
-            batch = self._reader.peek(self.batch_size, self.batch_time_interval_ms, 0.2, self._stop)
+            batch = self._reader.peek(
+                self.batch_size, self.batch_time_interval_ms, 0.2, self.stopping
+            )
             if not batch:
                 if self._reader.has_uncommitted:
                     self._reader.commit()
@@ -449,7 +409,7 @@ class QueueProcessor(ServesMetrics):
                 # Stopping or no longer primary: re-read from the committed offsets later.
                 self._reader.close()
                 opened = False
-                self._ready.clear()
+                self._reading.clear()
 
     def _can_peek(self) -> bool:
         """False while dispatching is paused (async event queues)."""

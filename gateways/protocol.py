@@ -19,7 +19,6 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from schemas.codec import MAGIC
 from schemas.errors import MessageDecodeError
-from schemas.naming import check_name
 
 BATCH_TYPE: Final = 0x20
 ACK_TYPE: Final = 0x21
@@ -200,24 +199,12 @@ def decode_ack(data: bytes | None) -> GatewayAck:
     return GatewayAck(**record)
 
 
-def receiver_topic(namespace: str, receiver_id: str) -> str:
-    """The inbound batch topic of a gateway receiver (1 partition, on the receiver's Kafka)."""
-    return f"{namespace}.gwr.{check_name('gateway receiver id', receiver_id)}"
-
-
-def ack_topic(remote_namespace: str, site_id: int, sender_id: str) -> str:
-    """The ack topic of one sender at one remote site (1 partition, on the remote Kafka)."""
-    return f"{remote_namespace}.gwack.{site_id}.{check_name('gateway sender id', sender_id)}"
-
-
 __all__ = [
     "BatchEventException",
     "GatewayAck",
     "GatewayBatch",
-    "ack_topic",
     "decode_ack",
     "decode_batch",
     "encode_ack",
     "encode_batch",
-    "receiver_topic",
 ]

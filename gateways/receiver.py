@@ -19,7 +19,6 @@ An undecodable batch goes to ``{ns}.dead-letter`` with the reason; the receiver 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -31,20 +30,15 @@ from confluent_kafka.admin import AdminClient
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from broker.config import ObservabilitySettings, RedisConnectionSettings
-from broker.observability import Metric, MetricsEndpoint, ServesMetrics
-from broker.redis_connect import connect_redis
-from broker.redis_outage import RedisOutage, is_redis_unavailable
+from broker.gateway_queues import DISTRIBUTABLE_KINDS
 from broker.store import RegionStore
 from clients.pool import Pool
 from clients.settings import ClientSettings
-from gateways.enqueue import DISTRIBUTABLE_KINDS
 from gateways.errors import BatchApplyTimeoutError
 from gateways.filters import (
     GatewayConflictHelper,
     GatewayConflictResolver,
     TimestampedEntryEvent,
-    load_hook,
 )
 from gateways.metrics import receiver_metric_families
 from gateways.protocol import (
@@ -53,28 +47,22 @@ from gateways.protocol import (
     GatewayBatch,
     decode_batch,
     encode_ack,
-    receiver_topic,
 )
+from runtime.observability import Metric, MetricsEndpoint
+from runtime.redis_connect import connect_redis
+from runtime.redis_outage import RedisOutage, is_redis_unavailable
+from runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from schemas.hooks import load_hook
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, check_name, generated_member_id
+from schemas.naming import Topics, bucket_of, check_name, generated_member_id, receiver_client_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
-
-
-def receiver_client_id(receiver_id: str) -> str:
-    """The client id a receiver applies its batches as (its reply and queue topics)."""
-    return f"gw-receiver-{receiver_id}"
-
-
-def receiver_inbound_group(namespace: str, receiver_id: str) -> str:
-    """The consumer group whose committed offset is how far a receiver applied its inbound
-    batches."""
-    return f"{namespace}.gw-receiver.{receiver_id}"
 
 
 class GatewayReceiverSettings(
@@ -85,8 +73,8 @@ class GatewayReceiverSettings(
 
     ``kafka_*`` (this site's Kafka) are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis, read
-    only, by a conflict resolver) on :class:`broker.config.RedisConnectionSettings`;
-    ``metrics_port`` and ``log_format`` on :class:`broker.config.ObservabilitySettings`.
+    only, by a conflict resolver) on :class:`runtime.settings.RedisConnectionSettings`;
+    ``metrics_port`` and ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
 
     Attributes:
         receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
@@ -150,8 +138,10 @@ class ReceiverStats:
         self.batch_sizes: list[int] = []
 
 
-class GatewayReceiver(ServesMetrics):
-    """A gateway receiver worker: runs on a thread until :meth:`stop`.
+class GatewayReceiver(BackgroundWorker):
+    """A gateway receiver worker: runs on a thread from :meth:`start` (which returns once it
+    reads its inbound topic) until :meth:`stop` (after the batch in hand: an unacked batch
+    is sent again by its sender).
 
     Args:
         settings: The receiver's settings.
@@ -171,80 +161,25 @@ class GatewayReceiver(ServesMetrics):
         self.site_id = settings.distributed_system_id
         self.client_id = receiver_client_id(settings.receiver_id)
         self.topics = Topics(settings.namespace)
-        self.inbound_topic = receiver_topic(settings.namespace, settings.receiver_id)
+        self.inbound_topic = Topics(settings.namespace).gateway_inbound(settings.receiver_id)
         self.stats = ReceiverStats()
         if conflict_resolver is None and settings.conflict_resolver:
             conflict_resolver = load_hook(settings.conflict_resolver, GatewayConflictResolver)
         self.resolver = conflict_resolver
         self._kafka: dict[str, Any] = settings.librdkafka()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
         self._pool: Pool | None = None
         self._store: RegionStore | None = None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
-        self._metrics = MetricsEndpoint(settings.metrics_port, self._metric_families)
+        super().__init__(
+            f"gw-receiver-{settings.receiver_id}",
+            MetricsEndpoint(settings.metrics_port, self._metric_families),
+        )
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, ready_timeout_s: float = 60.0) -> None:
-        """Start on a background thread; return once it reads its inbound topic. The
-        metrics endpoint (if ``settings.metrics_port`` is set) starts first.
-
-        Raises:
-            ConfigurationError: the metrics port cannot be bound.
-            RegionBusError: start-up failed or took longer than ``ready_timeout_s``.
-        """
-        self._metrics.start()
-        self._thread = threading.Thread(target=self._run_guarded, name="gw-receiver", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(ready_timeout_s) or self._failure is not None:
-            self.stop()
-            if isinstance(self._failure, RegionBusError):
-                # E.g. a KafkaAuthorizationError naming the ACL the receiver lacks.
-                raise self._failure
-            raise BatchApplyTimeoutError(f"gateway receiver did not start: {self._failure}")
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """Stop after the batch in hand (an unacked batch will be sent again)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        self._metrics.stop()
-
     def _metric_families(self) -> list[Metric]:
         return receiver_metric_families(self)
-
-    def __enter__(self) -> GatewayReceiver:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def alive(self) -> bool:
-        """True while the receiver thread runs."""
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that stopped the receiver thread, if one did."""
-        return self._failure
-
-    def _run_guarded(self) -> None:
-        try:
-            self._setup()
-            self._ready.set()
-            self._serve()
-        except BaseException as exc:
-            self._failure = exc
-            log.exception("gateway receiver %s stopped on error", self.settings.receiver_id)
-        finally:
-            self._ready.set()
-            self._teardown()
 
     def _setup(self) -> None:
         s = self.settings
@@ -272,7 +207,7 @@ class GatewayReceiver(ServesMetrics):
         consumer = Consumer(
             {
                 **self._kafka,
-                "group.id": receiver_inbound_group(s.namespace, s.receiver_id),
+                "group.id": Topics(s.namespace).receiver_group(s.receiver_id),
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": s.fetch_wait_max_ms,
@@ -303,7 +238,7 @@ class GatewayReceiver(ServesMetrics):
 
     def _serve(self) -> None:
         assert self._consumer is not None
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             try:
                 messages = poll_batch(self._consumer, 1, 0.1)
             except KafkaException as exc:
@@ -344,7 +279,7 @@ class GatewayReceiver(ServesMetrics):
 
     def _wait_for_redis(self, cause: TransportError) -> None:
         assert self._store is not None
-        outage = RedisOutage(self._store.redis, self.settings.receiver_id, self._stop)
+        outage = RedisOutage(self._store.redis, self.settings.receiver_id, self.stopping)
         outage.began(cause)
         if outage.wait():
             outage.ended()
@@ -486,7 +421,7 @@ class GatewayReceiver(ServesMetrics):
         # A batch names its ack topic, so anyone who can write the inbound topic could
         # point it anywhere: only this site's ack topics, and only ones that exist (the
         # sender creates its own), are written; otherwise the ack is dropped and logged.
-        if not batch.ack_topic.startswith(f"{self.settings.namespace}.gwack."):
+        if not batch.ack_topic.startswith(Topics(self.settings.namespace).gateway_ack_prefix):
             self._ack_not_sent(batch, "its ack topic is not one of this site's")
             return
         failures: list[KafkaError] = []
@@ -541,6 +476,4 @@ __all__ = [
     "GatewayReceiver",
     "GatewayReceiverSettings",
     "ReceiverStats",
-    "receiver_client_id",
-    "receiver_inbound_group",
 ]

@@ -28,46 +28,28 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
-from broker.config import ObservabilitySettings, RedisConnectionSettings
-from broker.observability import Metric
-from broker.redis_connect import connect_redis
 from gateways.errors import RemoteSiteUnreachableError
-from gateways.filters import GatewayEventFilter, load_hook
 from gateways.metrics import sender_metric_families
 from gateways.processor import QueueProcessor, conflate
 from gateways.protocol import (
     GatewayAck,
     GatewayBatch,
-    ack_topic,
     decode_ack,
     encode_batch,
-    receiver_topic,
 )
+from runtime.observability import Metric
+from runtime.redis_connect import connect_redis
+from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.codec import encode
 from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.hooks import GatewayEventFilter, load_hook
 from schemas.messages import Event
-from schemas.naming import check_name, generated_member_id
+from schemas.naming import Topics, check_name, generated_member_id, sender_role
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
-
-
-def sender_lease_role(sender_id: str) -> str:
-    """The lease role of a gateway sender's primary (Redis ``rb:{ns}:lease:<role>``)."""
-    return f"gateway-sender:{sender_id}"
-
-
-def sender_queue_group(namespace: str, sender_id: str) -> str:
-    """The consumer group whose committed offsets are the head of a sender's queue."""
-    return f"{namespace}.gw-sender.{sender_id}"
-
-
-def sender_ack_group(namespace: str, sender_id: str) -> str:
-    """The consumer group of a sender's ack reader, on the remote site's Kafka (named by
-    the sender's own namespace)."""
-    return f"{sender_queue_group(namespace, sender_id)}.ack"
 
 
 class GatewaySenderSettings(
@@ -79,8 +61,8 @@ class GatewaySenderSettings(
     The cache servers of the site queue the events (``ServerSettings.gateway_senders``);
     this worker sends them. ``kafka_*`` (local Kafka, with SASL and TLS) are documented on
     :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (local Redis: the primary
-    sender's lease) on :class:`broker.config.RedisConnectionSettings`; ``metrics_port`` and
-    ``log_format`` on :class:`broker.config.ObservabilitySettings`.
+    sender's lease) on :class:`runtime.settings.RedisConnectionSettings`; ``metrics_port`` and
+    ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
 
     Attributes:
         sender_id: The sender's id; its queue is ``{namespace}.gw.<sender_id>``.
@@ -154,13 +136,13 @@ class GatewaySender(QueueProcessor):
     ) -> None:
         local = settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms})
         super().__init__(
-            role=sender_lease_role(settings.sender_id),
+            role=sender_role(settings.sender_id),
             namespace=settings.namespace,
             kafka_config=local,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
-            topic=f"{settings.namespace}.gw.{settings.sender_id}",
-            group_id=sender_queue_group(settings.namespace, settings.sender_id),
+            topic=Topics(settings.namespace).gateway(settings.sender_id),
+            group_id=Topics(settings.namespace).sender_group(settings.sender_id),
             batch_size=settings.batch_size,
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
@@ -174,9 +156,11 @@ class GatewaySender(QueueProcessor):
             "bootstrap.servers": settings.remote_kafka_bootstrap_servers,
             **settings.remote_kafka_config,
         }
-        self.inbound_topic = receiver_topic(settings.remote_namespace, settings.remote_receiver_id)
-        self.ack_topic = ack_topic(
-            settings.remote_namespace, settings.distributed_system_id, settings.sender_id
+        self.inbound_topic = Topics(settings.remote_namespace).gateway_inbound(
+            settings.remote_receiver_id
+        )
+        self.ack_topic = Topics(settings.remote_namespace).gateway_ack(
+            settings.distributed_system_id, settings.sender_id
         )
         self._run_id = uuid.uuid4().hex[:12]
         self._batch_ids = itertools.count(1)
@@ -219,7 +203,7 @@ class GatewaySender(QueueProcessor):
                 "client.id": self.member_id,
             }
         )
-        group = sender_ack_group(self.settings.namespace, self.settings.sender_id)
+        group = Topics(self.settings.namespace).sender_ack_group(self.settings.sender_id)
         acks = Consumer(
             {
                 **self._remote,
@@ -282,7 +266,7 @@ class GatewaySender(QueueProcessor):
     def _await_ack(self, batch_id: str) -> GatewayAck | None:
         assert self._acks is not None
         deadline = time.monotonic() + self.settings.ack_timeout_ms / 1000
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        while not self.stopping.is_set() and time.monotonic() < deadline:
             try:
                 messages = poll_batch(self._acks, 100, 0.1)
             except KafkaException as exc:
@@ -352,11 +336,11 @@ class GatewaySender(QueueProcessor):
         retrying = Retrying(
             retry=retry_if_exception_type(RemoteSiteUnreachableError),
             wait=wait_fixed(self.settings.retry_interval_ms / 1000),
-            stop=lambda _state: self._stop.is_set() or not self._primary.is_set(),
+            stop=lambda _state: self.stopping.is_set() or not self._primary.is_set(),
             sleep=self._sleep,
             before_sleep=self._log_unreachable,
         )
-        while not self._stop.is_set() and self._primary.is_set():
+        while not self.stopping.is_set() and self._primary.is_set():
             payload = tuple(
                 encode(e._replace(possible_duplicate=True)) if sent else encode(e) for e in events
             )
@@ -379,7 +363,7 @@ class GatewaySender(QueueProcessor):
             ack = self._await_ack(batch_id)
             if ack is not None:
                 return ack
-            if not self._stop.is_set():
+            if not self.stopping.is_set():
                 self.stats.batches_redispatched += 1
                 log.warning(
                     "gateway sender %s: no ack for batch %s within %d ms: resending it",
@@ -393,7 +377,7 @@ class GatewaySender(QueueProcessor):
         return sender_metric_families(self)
 
     def _sleep(self, seconds: float) -> None:
-        self._stop.wait(seconds)
+        self.stopping.wait(seconds)
 
     def _log_unreachable(self, state: Any) -> None:
         self.stats.unreachable_retries += 1
@@ -410,7 +394,4 @@ class GatewaySender(QueueProcessor):
 __all__ = [
     "GatewaySender",
     "GatewaySenderSettings",
-    "sender_ack_group",
-    "sender_lease_role",
-    "sender_queue_group",
 ]

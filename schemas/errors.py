@@ -141,6 +141,11 @@ class KafkaAuthorizationError(NotAuthorizedError):
         self.kafka_error = kafka_error
 
 
+class InvalidOperationError(RegionBusError):
+    """An operation decoded but is malformed (missing key, wrong bucket, no EventID); the
+    server dead-letters it and replies with this."""
+
+
 class ServerOperationError(RegionBusError):
     """The server failed the operation for a reason with no more specific class."""
 
@@ -166,6 +171,11 @@ class TransportError(RetriableError):
     """Kafka or Redis could not be reached or refused a request (translated at the boundary)."""
 
 
+class WorkerStartError(RetriableError):
+    """A worker (cache server, gateway worker) did not start: its set-up failed with an
+    error of another kind (chained as the cause), or took longer than allowed."""
+
+
 _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
     cls.__name__: cls
     for cls in (
@@ -174,6 +184,7 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         CacheWriterError,
         InvalidInterestError,
         ValueTooLargeError,
+        InvalidOperationError,
         DuplicateDurableClientError,
         AuthenticationError,
         NotAuthorizedError,

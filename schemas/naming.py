@@ -82,6 +82,26 @@ def bucket_role(bucket: int) -> str:
     return f"bucket:{bucket}"
 
 
+REAPER_ROLE: Final = "reaper"
+"""The election role of the durable-client reaper (one server of a namespace at a time)."""
+
+
+def sender_role(sender_id: str) -> str:
+    """The election role of a gateway sender's primary (Redis ``rb:{ns}:lease:<role>``)."""
+    return f"gateway-sender:{sender_id}"
+
+
+def dispatcher_role(queue_id: str) -> str:
+    """The election role of an async event queue's primary dispatcher."""
+    return f"async-event-queue:{queue_id}"
+
+
+def receiver_client_id(receiver_id: str) -> str:
+    """The client id a gateway receiver applies its batches with (its reply topic's
+    suffix)."""
+    return f"gw-receiver-{receiver_id}"
+
+
 def region_bucket(region: str, total_buckets: int) -> int:
     """The bucket that orders region-wide operations (clear, destroy_region) of a region."""
     return zlib.crc32(region.encode()) % total_buckets
@@ -105,34 +125,79 @@ class Topics:
         self.control = f"{ns}.control"
         self.dead_letter = f"{ns}.dead-letter"
 
+        self.queue_prefix = f"{ns}.queue."
+        self.reply_prefix = f"{ns}.reply."
+        self.gateway_prefix = f"{ns}.gw."
+        self.async_event_queue_prefix = f"{ns}.aeq."
+        self.gateway_inbound_prefix = f"{ns}.gwr."
+        self.gateway_ack_prefix = f"{ns}.gwack."
+        """What each kind of per-client, per-sender or per-queue topic name starts with."""
+
     def queue(self, client_id: str) -> str:
         """The subscription queue topic of a client (1 partition)."""
-        return f"{self.namespace}.queue.{check_name('client id', client_id)}"
+        return self.queue_prefix + check_name("client id", client_id)
 
     def reply(self, client_id: str) -> str:
         """The reply topic of a client (1 partition)."""
-        return f"{self.namespace}.reply.{check_name('client id', client_id)}"
+        return self.reply_prefix + check_name("client id", client_id)
 
     def is_client_topic(self, topic: str) -> bool:
         """True for a client's queue or reply topic of this namespace."""
-        return topic.startswith((f"{self.namespace}.queue.", f"{self.namespace}.reply."))
+        return topic.startswith((self.queue_prefix, self.reply_prefix))
 
     def gateway(self, sender_id: str) -> str:
         """The queue topic of a gateway sender."""
-        return f"{self.namespace}.gw.{check_name('gateway sender id', sender_id)}"
+        return self.gateway_prefix + check_name("gateway sender id", sender_id)
 
     def async_event_queue(self, queue_id: str) -> str:
         """The topic of an async event queue."""
-        return f"{self.namespace}.aeq.{check_name('async event queue id', queue_id)}"
+        return self.async_event_queue_prefix + check_name("async event queue id", queue_id)
+
+    def gateway_inbound(self, receiver_id: str) -> str:
+        """The topic remote gateway senders send batches to, read by this site's gateway
+        receiver (1 partition)."""
+        return self.gateway_inbound_prefix + check_name("gateway receiver id", receiver_id)
+
+    def gateway_ack(self, sender_site_id: int, sender_id: str) -> str:
+        """The topic of this site where its receiver acks one remote sender's batches (named
+        by the sender's site and id; 1 partition)."""
+        sender = check_name("gateway sender id", sender_id)
+        return f"{self.gateway_ack_prefix}{sender_site_id}.{sender}"
 
     def client_group(self, client_id: str) -> str:
         """The consumer group whose committed offset is a client's ack of its queue."""
         return f"{self.namespace}.client.{client_id}"
 
+    def client_reply_group(self, client_id: str) -> str:
+        """The consumer group of a client's reply reader."""
+        return f"{self.client_group(client_id)}.reply"
+
     @property
     def server_group(self) -> str:
         """The consumer group holding the servers' committed offsets on ``{ns}.ops``."""
         return f"{self.namespace}.server"
+
+    @property
+    def status_group(self) -> str:
+        """The consumer group ``regionbus status`` reads offsets with (it commits nothing)."""
+        return f"{self.namespace}.status"
+
+    def sender_group(self, sender_id: str) -> str:
+        """The consumer group whose committed offsets are the head of a sender's queue."""
+        return f"{self.namespace}.gw-sender.{sender_id}"
+
+    def sender_ack_group(self, sender_id: str) -> str:
+        """The consumer group of a sender's ack reader, on the remote site's Kafka (named
+        by the sender's own namespace)."""
+        return f"{self.sender_group(sender_id)}.ack"
+
+    def dispatcher_group(self, queue_id: str) -> str:
+        """The consumer group whose committed offsets are the head of an async event queue."""
+        return f"{self.namespace}.aeq-dispatcher.{queue_id}"
+
+    def receiver_group(self, receiver_id: str) -> str:
+        """The consumer group of a gateway receiver's inbound topic."""
+        return f"{self.namespace}.gw-receiver.{receiver_id}"
 
 
 class RedisKeys:

@@ -105,9 +105,9 @@ def queue_analytics(
     config: dict[str, str] = {"bootstrap.servers": kafka_bootstrap_servers, **(kafka_config or {})}
     topics = Topics(namespace)
     prefixes = {
-        f"{topics.namespace}.queue.": "queue",
-        f"{topics.namespace}.gw.": "gateway",
-        f"{topics.namespace}.aeq.": "async-event-queue",
+        topics.queue_prefix: "queue",
+        topics.gateway_prefix: "gateway",
+        topics.async_event_queue_prefix: "async-event-queue",
     }
 
     def kind_of(topic: str) -> str | None:
@@ -121,7 +121,7 @@ def queue_analytics(
     starts: dict[TopicPartitionKey, int] = {}
     for topic in sorted({t for t, _ in partitions}):
         group = (
-            topics.client_group(topic[len(f"{topics.namespace}.queue.") :])
+            topics.client_group(topic[len(topics.queue_prefix) :])
             if kind_of(topic) == "queue"
             else gateway_group_format.format(topic=topic)
         )
@@ -132,7 +132,7 @@ def queue_analytics(
         "topic string, kind string",
     ).where(F.col("kind") != "none")
     events = _unacked_events(spark, config, starts)
-    queues = _queues(known, events, now, len(f"{topics.namespace}.queue.") + 1)
+    queues = _queues(known, events, now, len(topics.queue_prefix) + 1)
     queue_events = (
         events.join(known.where(F.col("kind") == "queue"), "topic")
         .groupBy("topic", "region", "operation")

@@ -32,12 +32,10 @@ from gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from gateways.protocol import (
     GatewayAck,
     GatewayBatch,
-    ack_topic,
     decode_ack,
     decode_batch,
     encode_ack,
     encode_batch,
-    receiver_topic,
 )
 from schemas.codec import decode, decode_as, encode, encode_batches, split_batch
 from schemas.errors import MessageDecodeError
@@ -55,7 +53,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import bucket_of
+from schemas.naming import Topics, bucket_of
 from spark.decode import decode_record_values
 
 SEED = 20_240_607
@@ -101,7 +99,7 @@ def _samples(namespace: str) -> dict[str, bytes]:
             "fuzz-1",
             "fuzz-sender",
             9,
-            ack_topic(namespace, 9, "fuzz-sender"),
+            Topics(namespace).gateway_ack(9, "fuzz-sender"),
             False,
             (frames["event"],),
         )
@@ -323,7 +321,7 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         ),
         f"{a.namespace}.gw.to-b": (a.namespace, 1, "event", _whole(_event_only)),
         f"{a.namespace}.aeq.audit": (a.namespace, 1, "event", _whole(_event_only)),
-        receiver_topic(b.namespace, "receiver"): (
+        Topics(b.namespace).gateway_inbound("receiver"): (
             b.namespace,
             1,
             "gateway_batch",

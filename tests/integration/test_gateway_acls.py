@@ -26,8 +26,8 @@ from broker.kafka_acls import (
     server_acls,
 )
 from devstack import KafkaNode
-from gateways.protocol import receiver_topic
 from schemas.errors import KafkaAuthorizationError
+from schemas.naming import Topics
 
 SENDER = "to-b"
 
@@ -113,7 +113,7 @@ def test_a_sender_refused_the_remote_inbound_topic_keeps_the_batch_names_the_acl
 ) -> None:
     caplog.set_level(logging.WARNING, logger="regionbus.gateways.sender")
     a, b = sites
-    inbound = receiver_topic(b.namespace, "receiver")
+    inbound = Topics(b.namespace).gateway_inbound("receiver")
     write_inbound = KafkaAcl("topic", inbound, "literal", "Write")
     remote = _sender_remote_acls(a, b)
     assert write_inbound in remote
@@ -146,7 +146,7 @@ def test_a_receiver_refused_its_inbound_topic_does_not_start_and_says_which(
     sites: list[Site], kafka_users: KafkaUsers
 ) -> None:
     _, b = sites
-    inbound = receiver_topic(b.namespace, "receiver")
+    inbound = Topics(b.namespace).gateway_inbound("receiver")
     create_inbound = KafkaAcl("topic", inbound, "literal", "Create")
     acls = gateway_receiver_acls(b.namespace, "receiver")
     assert create_inbound in acls

@@ -116,7 +116,7 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from gateways.protocol import receiver_topic
+    from schemas.naming import Topics
 
     a, b = sites
     b.start_server()
@@ -125,7 +125,7 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
     a.start_sender("to-b", b)
     producer = Producer({"bootstrap.servers": a.kafka})
     producer.produce(f"{a.namespace}.gw.to-b", b"not an event", partition=0)
-    producer.produce(receiver_topic(b.namespace, "receiver"), b"not a batch", partition=0)
+    producer.produce(Topics(b.namespace).gateway_inbound("receiver"), b"not a batch", partition=0)
     assert producer.flush(10) == 0
     a.client().create_region("r").put("k", "after the garbage")
     b.wait_for("k", b'"after the garbage"')

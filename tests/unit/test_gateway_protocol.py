@@ -7,8 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from broker.config import GatewayQueueSpec, ServerSettings
-from gateways.enqueue import GatewayEnqueuer, stamp_origin
-from gateways.filters import GatewayEventFilter, load_hook
+from broker.gateway_queues import GatewayEnqueuer, stamp_origin
 from gateways.processor import conflate
 from gateways.protocol import (
     BatchEventException,
@@ -23,6 +22,7 @@ from gateways.sender import GatewaySenderSettings
 from schemas.codec import encode
 from schemas.errors import ConfigurationError, MessageDecodeError
 from schemas.eventid import EventID
+from schemas.hooks import GatewayEventFilter, load_hook
 from schemas.messages import Event, EventKind
 
 

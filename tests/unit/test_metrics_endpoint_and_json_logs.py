@@ -14,16 +14,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from broker.config import ServerSettings
-from broker.observability import (
+from gateways.async_event_queue import AsyncEventQueueSettings
+from gateways.receiver import GatewayReceiverSettings
+from gateways.sender import GatewaySenderSettings
+from runtime.observability import (
     TEXT_LOG_FORMAT,
     MetricFamilies,
     MetricsEndpoint,
     configure_logging,
     json_log_formatter,
 )
-from gateways.async_event_queue import AsyncEventQueueSettings
-from gateways.receiver import GatewayReceiverSettings
-from gateways.sender import GatewaySenderSettings
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from schemas.errors import (
     CacheWriterError,
     ConfigurationError,
     InvalidInterestError,
+    InvalidOperationError,
     SerializationError,
     ServerOperationError,
     error_from_wire,
@@ -115,5 +116,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_server_errors_map_back_to_their_classes() -> None:
     assert isinstance(error_from_wire("CacheWriterError", "no"), CacheWriterError)
+    # a malformed operation's refusal reaches the client as what it is
+    assert type(error_from_wire("InvalidOperationError", "no key")) is InvalidOperationError
     unknown = error_from_wire("SomethingNew", "boom")
     assert isinstance(unknown, ServerOperationError) and "boom" in str(unknown)

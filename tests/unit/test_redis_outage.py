@@ -8,8 +8,8 @@ import threading
 import pytest
 import redis
 
-from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.store import redis_errors
+from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from schemas.errors import TransportError
 
 

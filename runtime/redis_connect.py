@@ -2,7 +2,7 @@
 
 Redis ACL users (``AUTH user password``, Redis >= 6) and TLS (``rediss://`` URLs, with a CA
 bundle and optionally a client certificate for mutual TLS) come from
-:class:`broker.config.RedisConnectionSettings` (part of the cache server's and the gateway
+:class:`runtime.settings.RedisConnectionSettings` (part of the cache server's and the gateway
 workers' settings), so every process talks to a secured Redis the same way.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from broker.config import RedisConnectionSettings
+from runtime.settings import RedisConnectionSettings
 
 
 def redis_options(settings: RedisConnectionSettings) -> dict[str, Any]:

@@ -102,8 +102,7 @@ class RedisOutage:
         self._began = time.monotonic()
         self.outages += 1
         log.warning(
-            "Redis unavailable for %s (%s): pausing until it answers, retrying every %d ms "
-            "at most",
+            "Redis unavailable for %s (%s): pausing until it answers, retrying every %d ms at most",
             self.who,
             cause,
             self.max_retry_interval_ms,

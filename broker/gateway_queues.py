@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from broker.config import GatewayQueueSpec, ServerSettings
-from gateways.filters import GatewayEventFilter, load_hook
 from schemas.codec import encode
+from schemas.hooks import GatewayEventFilter, load_hook
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
 

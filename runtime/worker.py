@@ -1,0 +1,155 @@
+"""One lifecycle for every long-running worker: a thread that sets up, serves, tears down.
+
+The cache server, the gateway receiver and the gateway sender and async event queue
+processors are all a :class:`BackgroundWorker`: ``start`` runs the metrics endpoint (when a
+port is set) and the worker's thread, and returns once the worker is ready or raises why it
+could not start; ``stop`` asks it to finish and waits; ``alive`` and ``failure`` say how it
+is doing. A worker may run more threads of its own (``spawn``); they stop with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+from runtime.observability import MetricsEndpoint, ServesMetrics
+from schemas.errors import RegionBusError, WorkerStartError
+
+log = logging.getLogger("regionbus.worker")
+
+_CHILD_JOIN_TIMEOUT_S = 15.0
+
+
+class BackgroundWorker(ServesMetrics):
+    """Base of every long-running worker.
+
+    Subclasses implement :meth:`_setup` (open connections; an exception fails the start),
+    :meth:`_serve` (work until :attr:`stopping` is set) and :meth:`_teardown` (release what
+    setup opened; runs whatever happened).
+
+    Args:
+        name: The worker's name, for its thread and its logs (e.g. the member id).
+        metrics: Its metrics endpoint (started with the worker when it has a port).
+    """
+
+    def __init__(self, name: str, metrics: MetricsEndpoint) -> None:
+        self.name = name
+        self._metrics = metrics
+        self.stopping = threading.Event()
+        """Set when the worker is asked to stop; loops check it and wait on it."""
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._children: list[threading.Thread] = []
+
+    # --- what subclasses implement -----------------------------------------------------
+
+    def _setup(self) -> None:
+        """Open what the worker needs; raising fails `start` with that error."""
+
+    def _serve(self) -> None:
+        """Work until :attr:`stopping` is set."""
+        raise NotImplementedError
+
+    def _teardown(self) -> None:
+        """Release what `_setup` opened; runs after `_serve` ends, or after a failure."""
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = 60.0) -> None:
+        """Start the metrics endpoint and the worker's thread; return once it is ready.
+
+        Args:
+            ready_timeout_s: Longest wait for `_setup` to finish, in seconds.
+
+        Raises:
+            ConfigurationError: the metrics port cannot be bound.
+            RegionBusError: `_setup` failed with it (e.g. ``KafkaAuthorizationError``); the
+                worker is stopped.
+            WorkerStartError: `_setup` failed with another error (chained), or did not
+                finish within ``ready_timeout_s``; the worker is stopped.
+        """
+        self._metrics.start()
+        self._thread = threading.Thread(target=self._run_guarded, name=self.name, daemon=True)
+        self._thread.start()
+        if self._ready.wait(ready_timeout_s) and self._failure is None:
+            return
+        failure = self._failure
+        self.stop()
+        if isinstance(failure, RegionBusError):
+            raise failure
+        if failure is not None:
+            raise WorkerStartError(f"{self.name} failed to start: {failure}") from failure
+        raise WorkerStartError(f"{self.name} did not start within {ready_timeout_s} s")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Ask the worker to stop, wait up to ``timeout_s`` for its threads, stop metrics."""
+        self.stopping.set()
+        for thread in (self._thread, *self._children):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout_s)
+        self._metrics.stop()
+
+    def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """Run ``target`` on a thread of this worker (call it from `_setup`). It must end
+        once :attr:`stopping` is set: the worker's thread waits for it before
+        `_teardown`. An exception in it is logged and recorded as the worker's `failure`."""
+
+        def guarded() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self._failure = self._failure or exc
+                log.exception("%s: thread %s stopped on error", self.name, name)
+
+        thread = threading.Thread(target=guarded, name=f"{self.name}-{name}", daemon=True)
+        self._children.append(thread)
+        thread.start()
+        return thread
+
+    @property
+    def alive(self) -> bool:
+        """True while the worker's thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the worker (or one of its threads), if one did."""
+        return self._failure
+
+    def _run_guarded(self) -> None:
+        try:
+            self._setup()
+            self._ready.set()
+            self._serve()
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("%s stopped on error", self.name)
+        finally:
+            self._ready.set()
+            # The worker's own threads end with it, before what they use is torn down.
+            self.stopping.set()
+            for child in self._children:
+                child.join(_CHILD_JOIN_TIMEOUT_S)
+            try:
+                self._teardown()
+            except Exception:
+                log.exception("%s: teardown failed", self.name)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["BackgroundWorker"]
