@@ -22,6 +22,7 @@ Each lease carries a fencing epoch (:mod:`runtime.leases`) that the region scrip
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import redis
@@ -72,6 +73,89 @@ class TickResult:
     gained: dict[int, int] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     to_hand_over: dict[int, str] = field(default_factory=dict)
+
+
+def choose_taker(
+    handoff: str | None,
+    live_secondaries: list[str],
+    live: set[str],
+    primaries_of: dict[str, int],
+    rank: dict[str, int],
+) -> str | None:
+    """Who should take a free bucket.
+
+    Args:
+        handoff: The member a clean handoff named, if any.
+        live_secondaries: The bucket's live secondaries, longest-lived first.
+        live: Every live member.
+        primaries_of: Primaries each live member holds now.
+        rank: Each live member's age rank (0 = longest-lived).
+
+    Returns:
+        The handoff's receiver when it is live; else the longest-lived live secondary
+        (seed 004); else the live member with the fewest primaries (the older on a tie),
+        so failover completes even when redundancy cannot be restored; None with no live
+        member.
+    """
+    if handoff is not None and handoff in live:
+        return handoff
+    if live_secondaries:
+        return live_secondaries[0]
+    if not live:
+        return None
+    return min(live, key=lambda m: (primaries_of[m], rank[m]))
+
+
+def secondary_candidates(
+    view: BucketView,
+    redundancy: int,
+    live: set[str],
+    secondaries_of: dict[str, int],
+    rank: dict[str, int],
+) -> list[str]:
+    """The members that should become secondaries of a bucket short of ``redundancy``:
+    live non-primary non-secondaries with the fewest secondaries (the older on a tie), as
+    many as are missing; none for a bucket without a primary."""
+    missing = redundancy - len(view.secondaries)
+    if missing <= 0 or view.primary is None:
+        return []
+    candidates = sorted(
+        (m for m in live if m != view.primary and m not in view.secondaries),
+        key=lambda m: (secondaries_of[m], rank[m]),
+    )
+    return candidates[:missing]
+
+
+def buckets_to_hand_over(
+    me: str,
+    owned: Iterable[int],
+    primaries_of: dict[str, int],
+    rank: dict[str, int],
+    total_buckets: int,
+) -> dict[int, str]:
+    """Buckets ``me`` should hand over, and to whom, to even out the primaries.
+
+    ``me`` gives buckets (highest number first) to the member with the fewest primaries
+    while it holds more than ``floor(total_buckets / members)`` and at least two more than
+    that member, so two servers never hand a bucket back and forth.
+
+    Returns:
+        ``{bucket: receiving member}``; empty with fewer than two members.
+    """
+    if len(primaries_of) < 2:
+        return {}
+    floor_share = total_buckets // len(primaries_of)
+    counts = dict(primaries_of)
+    mine = sorted(owned, reverse=True)
+    out: dict[int, str] = {}
+    while mine and counts[me] > floor_share:
+        receiver = min(counts, key=lambda m: (counts[m], rank[m]))
+        if counts[me] - counts[receiver] <= 1:
+            break
+        out[mine.pop(0)] = receiver
+        counts[me] -= 1
+        counts[receiver] += 1
+    return out
 
 
 class BucketElection:
@@ -172,7 +256,7 @@ class BucketElection:
             for m in live_secondaries:
                 secondaries_of[m] += 1
             if holder is None:
-                taker = self._taker(handoffs[bucket], live_secondaries, live, primaries_of, rank)
+                taker = choose_taker(handoffs[bucket], live_secondaries, live, primaries_of, rank)
                 if taker == self.member_id:
                     epoch = self._leases[bucket].try_acquire()
                     if epoch is not None:
@@ -200,7 +284,9 @@ class BucketElection:
         self.views = views
         self._restore_redundancy(views, live, secondaries_of, rank)
         if all(v.primary is not None for v in views):
-            result.to_hand_over = self._excess(primaries_of, rank)
+            result.to_hand_over = buckets_to_hand_over(
+                self.member_id, self.owned, primaries_of, rank, self.total_buckets
+            )
         return result
 
     def hand_over(self, bucket: int, receiver: str) -> None:
@@ -244,24 +330,6 @@ class BucketElection:
             secondaries.append([m.decode() for m in members])
         return holders, handoffs, secondaries
 
-    def _taker(
-        self,
-        handoff: str | None,
-        live_secondaries: list[str],
-        live: set[str],
-        primaries_of: dict[str, int],
-        rank: dict[str, int],
-    ) -> str | None:
-        """Who should take a free bucket: the handoff's receiver, else the longest-lived
-        live secondary, else the live member with the fewest primaries."""
-        if handoff is not None and handoff in live:
-            return handoff
-        if live_secondaries:
-            return live_secondaries[0]
-        if not live:
-            return None
-        return min(live, key=lambda m: (primaries_of[m], rank[m]))
-
     def _restore_redundancy(
         self,
         views: list[BucketView],
@@ -270,37 +338,14 @@ class BucketElection:
         rank: dict[str, int],
     ) -> None:
         for view in views:
-            missing = self.redundancy - len(view.secondaries)
-            if missing <= 0 or view.primary is None:
+            chosen = secondary_candidates(view, self.redundancy, live, secondaries_of, rank)
+            if self.member_id not in chosen:
                 continue
-            candidates = sorted(
-                (m for m in live if m != view.primary and m not in view.secondaries),
-                key=lambda m: (secondaries_of[m], rank[m]),
+            added = self._add_secondary(
+                keys=[self._keys.secondaries(view.bucket)],
+                args=[self.member_id, self.redundancy],
             )
-            for chosen in candidates[:missing]:
-                if chosen != self.member_id:
-                    continue
-                added = self._add_secondary(
-                    keys=[self._keys.secondaries(view.bucket)],
-                    args=[self.member_id, self.redundancy],
-                )
-                if added:
-                    secondaries_of[self.member_id] += 1
-                    log.info("%s is now a secondary of bucket %d", self.member_id, view.bucket)
+            if added:
+                secondaries_of[self.member_id] += 1
+                log.info("%s is now a secondary of bucket %d", self.member_id, view.bucket)
 
-    def _excess(self, primaries_of: dict[str, int], rank: dict[str, int]) -> dict[int, str]:
-        """Buckets this server should hand over, and to whom, to even out the primaries."""
-        if len(primaries_of) < 2:
-            return {}
-        floor_share = self.total_buckets // len(primaries_of)
-        counts = dict(primaries_of)
-        mine = sorted(self.owned, reverse=True)
-        out: dict[int, str] = {}
-        while mine and counts[self.member_id] > floor_share:
-            receiver = min(counts, key=lambda m: (counts[m], rank[m]))
-            if counts[self.member_id] - counts[receiver] <= 1:
-                break
-            out[mine.pop(0)] = receiver
-            counts[self.member_id] -= 1
-            counts[receiver] += 1
-        return out

@@ -67,45 +67,41 @@ def _field(region: str, kind: InterestKind, item: str) -> str:
     return f"{region}\x00{kind.value}\x00{item}"
 
 
-class InterestRegistry:
-    """In-memory interest registry of one server, persisted in Redis.
+class InterestTable:
+    """Which client wants which entries, in memory: the routing half of the registry.
 
-    Args:
-        client: redis-py client (``decode_responses=False``).
-        namespace: The site namespace.
-        total_buckets: Number of buckets (registrations loaded from Redis are active in all).
+    A registration is active in the buckets it was installed in (one by one, in each
+    bucket's operation order), or in every bucket when loaded after a failover. A client
+    is routed the **union** of its registrations, with values when any matching one wants
+    them (SPEC §3).
     """
 
-    def __init__(self, client: redis.Redis, namespace: str, total_buckets: int) -> None:
-        self._redis = client
-        self._keys = RedisKeys(namespace)
-        self._all_buckets = frozenset(range(total_buckets))
+    def __init__(self) -> None:
         self._regions: dict[str, _RegionInterest] = {}
 
-    # --- changes -----------------------------------------------------------------------
-
-    def register(
-        self, client_id: str, region: str, spec: InterestSpec, bucket: int, keys: Iterable[str]
+    def add(
+        self,
+        client_id: str,
+        region: str,
+        spec: InterestSpec,
+        buckets: Iterable[int],
+        keys: Iterable[str] = (),
     ) -> None:
-        """Install a registration for one bucket and persist it.
+        """Activate a registration in ``buckets`` (merging with what the client has).
 
         Args:
-            client_id: The subscriber (its queue is ``{ns}.queue.<client_id>``).
+            client_id: The subscriber.
             region: Region name.
-            spec: The registration.
-            bucket: The bucket whose operations are routed by it from now on.
-            keys: For a KEYS spec, the keys of this bucket.
+            spec: The registration (its ``keys`` are ignored: ``keys`` says which).
+            buckets: Where it routes from now on.
+            keys: For a KEYS spec, the keys to add.
 
         Raises:
             InvalidInterestError: a REGEX spec whose pattern does not compile.
-            TransportError: Redis failed.
         """
         ri = self._regions.setdefault(region, _RegionInterest())
-        record = {"receive_values": spec.receive_values, "durable": spec.durable}
-        stored: dict[str | bytes, bytes | float | int | str] = {}
         if spec.kind is InterestKind.ALL_KEYS:
-            self._activate(ri.all_keys, client_id, spec, bucket)
-            stored[_field(region, spec.kind, "")] = json.dumps(record)
+            _activate(ri.all_keys, client_id, spec, buckets)
         elif spec.kind is InterestKind.REGEX:
             pattern = compile_interest_regex(spec.regex)
             reg = ri.regexes.get((client_id, pattern.pattern))
@@ -114,64 +110,31 @@ class InterestRegistry:
                 ri.regexes[(client_id, pattern.pattern)] = reg
             reg.receive_values = reg.receive_values or spec.receive_values
             reg.durable = reg.durable or spec.durable
-            reg.buckets.add(bucket)
-            stored[_field(region, spec.kind, pattern.pattern)] = json.dumps(record)
+            reg.buckets.update(buckets)
         else:
+            bucket_set = set(buckets)
             for key in keys:
-                self._activate(ri.keys.setdefault(key, {}), client_id, spec, bucket)
-                stored[_field(region, spec.kind, key)] = json.dumps(record)
-        if stored:
-            with redis_errors():
-                self._redis.hset(self._keys.interest(client_id), mapping=stored)
+                _activate(ri.keys.setdefault(key, {}), client_id, spec, bucket_set)
 
-    @staticmethod
-    def _activate(
-        table: dict[str, _Registration], client_id: str, spec: InterestSpec, bucket: int
-    ) -> None:
-        reg = table.get(client_id)
-        if reg is None:
-            table[client_id] = _Registration(spec.receive_values, spec.durable, {bucket})
-            return
-        reg.receive_values = reg.receive_values or spec.receive_values
-        reg.durable = reg.durable or spec.durable
-        reg.buckets.add(bucket)
-
-    def unregister(self, client_id: str, region: str, spec: InterestSpec) -> None:
-        """Remove a registration (all its buckets) from memory and Redis.
-
-        KEYS removes those keys, ALL_KEYS the all-keys registration, REGEX that pattern.
-
-        Raises:
-            TransportError: Redis failed.
-        """
+    def remove(self, client_id: str, region: str, spec: InterestSpec) -> None:
+        """Remove a registration in every bucket: the keys of a KEYS spec, the all-keys
+        registration, or the spec's pattern."""
         ri = self._regions.get(region)
-        fields: list[str] = []
+        if ri is None:
+            return
         if spec.kind is InterestKind.ALL_KEYS:
-            if ri:
-                ri.all_keys.pop(client_id, None)
-            fields.append(_field(region, spec.kind, ""))
+            ri.all_keys.pop(client_id, None)
         elif spec.kind is InterestKind.REGEX:
-            pattern = spec.regex or ""
-            if ri:
-                ri.regexes.pop((client_id, pattern), None)
-            fields.append(_field(region, spec.kind, pattern))
+            ri.regexes.pop((client_id, spec.regex or ""), None)
         else:
             for key in spec.keys:
-                if ri and key in ri.keys:
+                if key in ri.keys:
                     ri.keys[key].pop(client_id, None)
                     if not ri.keys[key]:
                         del ri.keys[key]
-                fields.append(_field(region, spec.kind, key))
-        if fields:
-            with redis_errors():
-                self._redis.hdel(self._keys.interest(client_id), *fields)
 
     def drop_client(self, client_id: str, *, keep_durable: bool = False) -> None:
-        """Forget a client's registrations (all, or all but the durable ones).
-
-        Raises:
-            TransportError: Redis failed.
-        """
+        """Forget a client's registrations (all, or all but the durable ones)."""
         for ri in self._regions.values():
             reg = ri.all_keys.get(client_id)
             if reg is not None and not (keep_durable and reg.durable):
@@ -185,47 +148,6 @@ class InterestRegistry:
             for rk in [rk for rk in ri.regexes if rk[0] == client_id]:
                 if not (keep_durable and ri.regexes[rk].durable):
                     del ri.regexes[rk]
-        with redis_errors():
-            if not keep_durable:
-                self._redis.delete(self._keys.interest(client_id))
-                return
-            stored = self._redis.hgetall(self._keys.interest(client_id))
-            gone = [f for f, v in stored.items() if not json.loads(v).get("durable")]
-            if gone:
-                self._redis.hdel(self._keys.interest(client_id), *gone)
-
-    def load(self, client_ids: Iterable[str]) -> int:
-        """Load the persisted registrations of these clients, active in every bucket.
-
-        Returns:
-            How many registrations were loaded.
-
-        Raises:
-            TransportError: Redis failed.
-        """
-        count = 0
-        for client_id in client_ids:
-            with redis_errors():
-                stored = self._redis.hgetall(self._keys.interest(client_id))
-            for raw_field, raw_value in stored.items():
-                region, kind_name, item = raw_field.decode().split("\x00", 2)
-                record = json.loads(raw_value)
-                kind = InterestKind(kind_name)
-                ri = self._regions.setdefault(region, _RegionInterest())
-                buckets = set(self._all_buckets)
-                rv, durable = bool(record["receive_values"]), bool(record["durable"])
-                if kind is InterestKind.ALL_KEYS:
-                    ri.all_keys[client_id] = _Registration(rv, durable, buckets)
-                elif kind is InterestKind.REGEX:
-                    ri.regexes[(client_id, item)] = _RegexRegistration(
-                        rv, durable, buckets, compile_interest_regex(item)
-                    )
-                else:
-                    ri.keys.setdefault(item, {})[client_id] = _Registration(rv, durable, buckets)
-                count += 1
-        return count
-
-    # --- routing -----------------------------------------------------------------------
 
     def route(self, region: str, key: str, bucket: int) -> dict[str, bool]:
         """The clients interested in a change of one entry.
@@ -264,16 +186,151 @@ class InterestRegistry:
         return ri.clients() if ri else set()
 
     def forget_region(self, region: str) -> None:
-        """Drop in-memory routing of a destroyed region (Redis records are left for durables)."""
+        """Drop the routing of a destroyed region."""
         self._regions.pop(region, None)
 
-    def matches(self, spec: InterestSpec, key: str) -> bool:
-        """Whether a key is covered by one spec (used to filter bulk-load snapshots)."""
+    def clear(self) -> None:
+        """Forget everything."""
+        self._regions.clear()
+
+
+def _activate(
+    table: dict[str, _Registration], client_id: str, spec: InterestSpec, buckets: Iterable[int]
+) -> None:
+    reg = table.get(client_id)
+    if reg is None:
+        table[client_id] = _Registration(spec.receive_values, spec.durable, set(buckets))
+        return
+    reg.receive_values = reg.receive_values or spec.receive_values
+    reg.durable = reg.durable or spec.durable
+    reg.buckets.update(buckets)
+
+
+class InterestRegistry:
+    """The interest registry of one server: an :class:`InterestTable` for routing, persisted
+    in Redis for failover and durable clients.
+
+    Args:
+        client: redis-py client (``decode_responses=False``).
+        namespace: The site namespace.
+        total_buckets: Number of buckets (registrations loaded from Redis are active in all).
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, total_buckets: int) -> None:
+        self._redis = client
+        self._keys = RedisKeys(namespace)
+        self._all_buckets = frozenset(range(total_buckets))
+        self.table = InterestTable()
+
+    # --- changes -----------------------------------------------------------------------
+
+    def register(
+        self, client_id: str, region: str, spec: InterestSpec, bucket: int, keys: Iterable[str]
+    ) -> None:
+        """Install a registration for one bucket and persist it.
+
+        Args:
+            client_id: The subscriber (its queue is ``{ns}.queue.<client_id>``).
+            region: Region name.
+            spec: The registration.
+            bucket: The bucket whose operations are routed by it from now on.
+            keys: For a KEYS spec, the keys of this bucket.
+
+        Raises:
+            InvalidInterestError: a REGEX spec whose pattern does not compile.
+            TransportError: Redis failed.
+        """
+        keys = list(keys)
+        self.table.add(client_id, region, spec, (bucket,), keys)
+        record = json.dumps({"receive_values": spec.receive_values, "durable": spec.durable})
         if spec.kind is InterestKind.ALL_KEYS:
-            return True
-        if spec.kind is InterestKind.REGEX:
-            return compile_interest_regex(spec.regex).fullmatch(key) is not None
-        return key in spec.keys
+            stored = {_field(region, spec.kind, ""): record}
+        elif spec.kind is InterestKind.REGEX:
+            stored = {_field(region, spec.kind, spec.regex or ""): record}
+        else:
+            stored = {_field(region, spec.kind, key): record for key in keys}
+        if stored:
+            with redis_errors():
+                self._redis.hset(self._keys.interest(client_id), mapping=stored)  # type: ignore[arg-type]
+
+    def unregister(self, client_id: str, region: str, spec: InterestSpec) -> None:
+        """Remove a registration (all its buckets) from memory and Redis.
+
+        KEYS removes those keys, ALL_KEYS the all-keys registration, REGEX that pattern.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        self.table.remove(client_id, region, spec)
+        if spec.kind is InterestKind.ALL_KEYS:
+            fields = [_field(region, spec.kind, "")]
+        elif spec.kind is InterestKind.REGEX:
+            fields = [_field(region, spec.kind, spec.regex or "")]
+        else:
+            fields = [_field(region, spec.kind, key) for key in spec.keys]
+        if fields:
+            with redis_errors():
+                self._redis.hdel(self._keys.interest(client_id), *fields)
+
+    def drop_client(self, client_id: str, *, keep_durable: bool = False) -> None:
+        """Forget a client's registrations (all, or all but the durable ones).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        self.table.drop_client(client_id, keep_durable=keep_durable)
+        with redis_errors():
+            if not keep_durable:
+                self._redis.delete(self._keys.interest(client_id))
+                return
+            stored = self._redis.hgetall(self._keys.interest(client_id))
+            gone = [f for f, v in stored.items() if not json.loads(v).get("durable")]
+            if gone:
+                self._redis.hdel(self._keys.interest(client_id), *gone)
+
+    def load(self, client_ids: Iterable[str]) -> int:
+        """Forget what is in memory and load the persisted registrations of these clients,
+        active in every bucket (at start, and when taking buckets over).
+
+        Returns:
+            How many registrations were loaded.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        self.table.clear()
+        count = 0
+        for client_id in client_ids:
+            with redis_errors():
+                stored = self._redis.hgetall(self._keys.interest(client_id))
+            for raw_field, raw_value in stored.items():
+                region, kind_name, item = raw_field.decode().split("\x00", 2)
+                record = json.loads(raw_value)
+                kind = InterestKind(kind_name)
+                spec = InterestSpec(
+                    kind,
+                    regex=item if kind is InterestKind.REGEX else None,
+                    receive_values=bool(record["receive_values"]),
+                    durable=bool(record["durable"]),
+                )
+                keys = (item,) if kind is InterestKind.KEYS else ()
+                self.table.add(client_id, region, spec, self._all_buckets, keys)
+                count += 1
+        return count
+
+    # --- routing -----------------------------------------------------------------------
+
+    def route(self, region: str, key: str, bucket: int) -> dict[str, bool]:
+        """The clients interested in a change of one entry (see `InterestTable.route`)."""
+        return self.table.route(region, key, bucket)
+
+    def clients_of_region(self, region: str) -> set[str]:
+        """Every client with any interest in the region (receives region clear/destroy)."""
+        return self.table.clients_of_region(region)
+
+    def forget_region(self, region: str) -> None:
+        """Drop in-memory routing of a destroyed region (Redis records are left for durables)."""
+        self.table.forget_region(region)
 
 
-__all__ = ["InterestRegistry", "compile_interest_regex"]
+__all__ = ["InterestRegistry", "InterestTable", "compile_interest_regex"]

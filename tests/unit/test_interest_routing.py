@@ -1,0 +1,93 @@
+"""Routing by interest, in memory (no Redis): which clients get a change, with values or
+invalidations, bucket by bucket (SPEC §3; invariant 3 of ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.interest import InterestTable
+from schemas.errors import InvalidInterestError
+from schemas.messages import InterestKind, InterestSpec
+
+ALL = InterestSpec(InterestKind.ALL_KEYS)
+KEYS = InterestSpec(InterestKind.KEYS)
+NO_VALUES = InterestSpec(InterestKind.ALL_KEYS, receive_values=False)
+
+
+def _regex(pattern: str, receive_values: bool = True, durable: bool = False) -> InterestSpec:
+    return InterestSpec(
+        InterestKind.REGEX, regex=pattern, receive_values=receive_values, durable=durable
+    )
+
+
+def test_a_registration_routes_only_in_the_buckets_it_was_installed_in() -> None:
+    table = InterestTable()
+    table.add("c1", "r", ALL, [3])
+    assert table.route("r", "k", 3) == {"c1": True}
+    assert table.route("r", "k", 4) == {}
+    table.add("c1", "r", ALL, [4])
+    assert table.route("r", "k", 4) == {"c1": True}
+
+
+def test_keys_route_their_own_keys_and_a_regex_the_whole_key_only() -> None:
+    table = InterestTable()
+    table.add("keys", "r", KEYS, [0], ["a", "b"])
+    table.add("regex", "r", _regex("UA-.*"), [0])
+    assert table.route("r", "a", 0) == {"keys": True}
+    assert table.route("r", "UA-1", 0) == {"regex": True}
+    assert table.route("r", "xUA-1", 0) == {}  # fullmatch, as Geode's Matcher.matches()
+    assert table.route("other", "a", 0) == {}
+
+
+def test_the_union_of_a_clients_registrations_wants_values_when_any_does() -> None:
+    table = InterestTable()
+    table.add("c", "r", NO_VALUES, [0])
+    assert table.route("r", "k", 0) == {"c": False}
+    table.add("c", "r", KEYS, [0], ["k"])
+    assert table.route("r", "k", 0) == {"c": True}
+    assert table.route("r", "other", 0) == {"c": False}
+    table.add("d", "r", _regex("o.*", receive_values=False), [0])
+    table.add("d", "r", _regex("ot.*"), [0])
+    assert table.route("r", "other", 0)["d"] is True
+
+
+def test_removing_a_registration_leaves_the_others() -> None:
+    table = InterestTable()
+    table.add("c", "r", KEYS, [0], ["a", "b"])
+    table.add("c", "r", _regex("z.*"), [0])
+    table.remove("c", "r", InterestSpec(InterestKind.KEYS, ("a",)))
+    assert table.route("r", "a", 0) == {}
+    assert table.route("r", "b", 0) == {"c": True}
+    table.remove("c", "r", _regex("z.*"))
+    assert table.route("r", "zz", 0) == {}
+    table.remove("c", "missing-region", ALL)
+
+
+def test_dropping_a_client_can_keep_its_durable_registrations() -> None:
+    table = InterestTable()
+    table.add("c", "r", InterestSpec(InterestKind.KEYS, durable=True), [0], ["kept"])
+    table.add("c", "r", KEYS, [0], ["gone"])
+    table.add("c", "r", _regex("d.*", durable=True), [0])
+    table.drop_client("c", keep_durable=True)
+    assert table.route("r", "kept", 0) == {"c": True}
+    assert table.route("r", "dx", 0) == {"c": True}
+    assert table.route("r", "gone", 0) == {}
+    table.drop_client("c")
+    assert table.clients_of_region("r") == set()
+
+
+def test_region_events_go_to_every_client_with_any_interest_in_the_region() -> None:
+    table = InterestTable()
+    table.add("a", "r", ALL, [0])
+    table.add("b", "r", KEYS, [1], ["k"])
+    table.add("c", "r", _regex("x"), [2])
+    table.add("d", "other", ALL, [0])
+    assert table.clients_of_region("r") == {"a", "b", "c"}
+    table.forget_region("r")
+    assert table.clients_of_region("r") == set()
+    assert table.clients_of_region("other") == {"d"}
+
+
+def test_a_regex_that_does_not_compile_is_refused() -> None:
+    with pytest.raises(InvalidInterestError):
+        InterestTable().add("c", "r", _regex("("), [0])
