@@ -348,4 +348,3 @@ class BucketElection:
             if added:
                 secondaries_of[self.member_id] += 1
                 log.info("%s is now a secondary of bucket %d", self.member_id, view.bucket)
-

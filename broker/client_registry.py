@@ -47,6 +47,7 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(record))
 return {state}
 """
 
+
 @dataclass
 class ClientRecord:
     """One client as the servers know it.
@@ -109,7 +110,8 @@ class ClientRegistry:
 
     def __init__(self, client: redis.Redis, namespace: str, liveness_window_ms: int) -> None:
         self._redis = client
-        self._key = RedisKeys(namespace).clients
+        self._keys = RedisKeys(namespace)
+        self._key = self._keys.clients
         self.liveness_window_ms = liveness_window_ms
         self._connect = client.register_script(_CONNECT)
 
@@ -181,6 +183,43 @@ class ClientRegistry:
         """
         with redis_errors():
             self._redis.hdel(self._key, client_id)
+
+    # --- unregistering a client, bucket by bucket ---------------------------------------
+
+    def mark_dropped(self, client_id: str, bucket: int) -> None:
+        """Note that a bucket's primary dropped the client's interest (it is being
+        unregistered; the note lasts an hour).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        key = self._keys.dropped(client_id)
+        with redis_errors():
+            pipe = self._redis.pipeline()
+            pipe.sadd(key, bucket)
+            pipe.expire(key, _DROPPED_TTL_S)
+            pipe.execute()
+
+    def dropped_buckets(self, client_id: str) -> int:
+        """How many buckets' primaries have dropped the client's interest.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            return int(self._redis.scard(self._keys.dropped(client_id)))
+
+    def clear_dropped(self, client_id: str) -> None:
+        """Forget which buckets dropped the client (before or after unregistering it).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            self._redis.delete(self._keys.dropped(client_id))
+
+
+_DROPPED_TTL_S = 3600
 
 
 def _record(raw: bytes) -> ClientRecord:

@@ -147,6 +147,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_topic_legal(cls, value: str) -> str:

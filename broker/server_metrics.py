@@ -1,7 +1,7 @@
 """The Prometheus metrics of a cache server, read from its counters at scrape time.
 
 Every sample carries ``namespace`` and ``member``. Counters come from
-:class:`broker.server.ServerStats` (the one place they are counted); gauges from the
+:class:`broker.stats.ServerStats` (the one place they are counted); gauges from the
 server's live state.
 
 Counters (``_total``) and gauges, with their labels besides those two:
@@ -39,18 +39,43 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from broker.client_registry import ClientRegistry
+from broker.config import ServerSettings
+from broker.stats import ServerStats
 from runtime.observability import Metric, MetricFamilies
 from schemas.errors import RegionBusError
-
-if TYPE_CHECKING:
-    from broker.server import CacheServer
 
 log = logging.getLogger("regionbus.server")
 
 
-def server_metric_families(server: CacheServer) -> list[Metric]:
+class ServerView(Protocol):
+    """What the metrics read of a cache server (:class:`broker.server.CacheServer`)."""
+
+    settings: ServerSettings
+    stats: ServerStats
+    clients: ClientRegistry
+
+    @property
+    def primary_buckets(self) -> tuple[int, ...]: ...
+
+    @property
+    def secondary_buckets(self) -> tuple[int, ...]: ...
+
+    @property
+    def handles_client_lifecycle(self) -> bool: ...
+
+    @property
+    def redis_outages(self) -> int: ...
+
+    @property
+    def kafka_outages(self) -> int: ...
+
+    def queue_depths_events(self) -> dict[str, int]: ...
+
+
+def server_metric_families(server: ServerView) -> list[Metric]:
     """The metric families of one scrape of a cache server (see the module's table).
 
     Args:

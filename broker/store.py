@@ -147,6 +147,25 @@ class RegionStore:
         with redis_errors():
             return {r.decode() for r in self.redis.smembers(self.keys.regions)}
 
+    def region_exists(self, region: str) -> bool:
+        """Whether the region is defined.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            return bool(self.redis.sismember(self.keys.regions, region))
+
+    def epoch(self, bucket: int) -> int | None:
+        """The bucket's current fencing epoch (the only valid one), None before any.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            current = self.redis.get(self.keys.epoch(bucket_role(bucket)))
+        return None if current is None else int(current)
+
     def region_version(self, region: str) -> int:
         """The region's version counter now (0 before its first change).
 

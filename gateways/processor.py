@@ -26,6 +26,7 @@ from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
+from schemas.dead_letter import Source, dead_letter_headers
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
@@ -427,13 +428,7 @@ class QueueProcessor(BackgroundWorker):
     ) -> None:
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
         assert self._local_producer is not None
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("rb.reason", reason.encode()),
-            ("rb.source.topic", topic.encode()),
-            ("rb.source.partition", str(partition).encode()),
-            ("rb.source.offset", str(offset).encode()),
-            ("rb.server", self.member_id.encode()),
-        ]
+        headers = dead_letter_headers(reason, Source(topic, partition, offset), self.member_id)
         self._local_producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._local_producer.flush(10)
 

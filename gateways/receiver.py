@@ -54,6 +54,7 @@ from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
+from schemas.dead_letter import Source, dead_letter_headers
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.hooks import load_hook
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
@@ -461,13 +462,8 @@ class GatewayReceiver(BackgroundWorker):
         assert self._producer is not None
         self.stats.dead_letters += 1
         log.warning("dead-lettered %s[0]@%d: %s", self.inbound_topic, offset, reason)
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("rb.reason", reason.encode()),
-            ("rb.source.topic", self.inbound_topic.encode()),
-            ("rb.source.partition", b"0"),
-            ("rb.source.offset", str(offset).encode()),
-            ("rb.server", self.settings.member_id.encode()),
-        ]
+        source = Source(self.inbound_topic, 0, offset)
+        headers = dead_letter_headers(reason, source, self.settings.member_id)
         self._producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._producer.flush(10)
 

@@ -1,0 +1,255 @@
+"""Entry operations (put, destroy, invalidate, get): applied in batches, then distributed.
+
+The entry operations of one poll batch are applied to Redis in one pipelined round trip of
+Lua scripts (entry versions, duplicate detection by EventID, fencing epochs); a region with
+server writers takes its changes one at a time, as each writer must see the state before
+its change. Each applied change then runs the server listeners, is distributed to the
+interested clients and queued for gateways, and its originator gets the reply (SPEC §1:
+writer -> apply -> listeners -> distribution).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from broker.config import ServerSettings
+from broker.gateway_queues import GatewayEnqueuer
+from broker.notifier import CacheClientNotifier
+from broker.outbox import Outbox
+from broker.ownership import BucketOwnership
+from broker.plugins import ServerPlugins
+from broker.stats import ServerStats
+from broker.store import ApplyResult, GatewayVersion, RegionStore
+from schemas.errors import CacheWriterError, RegionNotFoundError
+from schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
+
+
+class _Pending(NamedTuple):
+    op: Operation
+    bucket: int
+    offset: int
+
+
+class EntryOperations:
+    """The batch of entry operations of the poll batch in hand, and what follows an apply.
+
+    Args:
+        settings: The server's settings (``distributed_system_id`` for gateway versions).
+        store: The region store.
+        ownership: The buckets held (epochs to apply with; a fenced write drops a bucket).
+        plugins: Server writers (before) and listeners (after).
+        notifier: Distribution to subscription queues and ``{ns}.events``.
+        gateways: Queues for gateway senders and async event queues.
+        outbox: Replies.
+        stats: The server's counters.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        store: RegionStore,
+        ownership: BucketOwnership,
+        plugins: ServerPlugins,
+        notifier: CacheClientNotifier,
+        gateways: GatewayEnqueuer,
+        outbox: Outbox,
+        stats: ServerStats,
+    ) -> None:
+        self._site_id = settings.distributed_system_id
+        self._store = store
+        self._ownership = ownership
+        self._plugins = plugins
+        self._notifier = notifier
+        self._gateways = gateways
+        self._outbox = outbox
+        self._stats = stats
+        self._pending: list[_Pending] = []
+
+    def add(self, op: Operation, bucket: int, offset: int) -> None:
+        """Add an entry operation to the batch; a change of a region with writers first
+        applies the batch so far, then asks the writers (an abort is replied now)."""
+        if op.kind is not OperationKind.GET and self._plugins.has_writers(op.region):
+            self.apply()
+            if not self._writers_allow(op, bucket):
+                return
+        self._pending.append(_Pending(op, bucket, offset))
+
+    def discard(self) -> None:
+        """Forget the batch not applied yet (Redis failed: the operations are read again
+        from the committed offsets)."""
+        self._pending = []
+
+    def apply(self) -> None:
+        """Apply the batch in one Redis round trip, then distribute and reply per change."""
+        if not self._pending:
+            return
+        owned = self._ownership.owned
+        # A bucket fenced earlier in this poll batch is no longer ours: drop its operations.
+        pending = [p for p in self._pending if p.bucket in owned]
+        self._pending = []
+        batch: list[Any] = []
+        for op, bucket, offset in pending:
+            assert op.key is not None
+            if op.kind is OperationKind.GET:
+                batch.append((op.region, op.key, bucket))
+                continue
+            assert op.event_id is not None
+            batch.append(
+                self._store.entry_args(
+                    op.kind,
+                    op.region,
+                    op.key,
+                    op.value,
+                    op.serializer,
+                    op.event_id._replace(bucket=bucket),
+                    bucket,
+                    offset,
+                    want_old=self._plugins.has_listeners(op.region),
+                    epoch=owned[bucket],
+                    gateway_version=GatewayVersion(
+                        op.timestamp_ms, op.origin_site_id or self._site_id
+                    )
+                    if self._site_id
+                    else None,
+                    from_gateway=op.origin_site_id not in (0, self._site_id),
+                )
+            )
+        results = self._store.run_batch(batch)
+        for (op, bucket, _), result in zip(pending, results, strict=True):
+            if isinstance(result, ApplyResult):
+                self._applied(op, bucket, result)
+            else:
+                self._reply_get(op, bucket, result)
+
+    def _writers_allow(self, op: Operation, bucket: int) -> bool:
+        """Run server writers before an entry change; False (error replied) if one aborts."""
+        assert op.key is not None
+        exists, entry = self._store.get(op.region, op.key, bucket)
+        if not exists or (entry is None and op.kind is not OperationKind.PUT):
+            return True  # the apply script reports the missing region / entry
+        if op.kind is OperationKind.PUT:
+            kind = EventKind.UPDATE if entry is not None else EventKind.CREATE
+        elif op.kind is OperationKind.DESTROY:
+            kind = EventKind.DESTROY
+        else:
+            kind = EventKind.INVALIDATE
+        try:
+            self._plugins.veto_entry(op, kind, entry.value if entry else None)
+        except CacheWriterError as exc:
+            self._outbox.reply_error(op, bucket, exc)
+            return False
+        return True
+
+    def _reply_get(self, op: Operation, bucket: int, result: tuple[bool, Entry | None]) -> None:
+        exists, entry = result
+        if not exists:
+            error = RegionNotFoundError(f"region {op.region!r} not found")
+            self._outbox.reply_error(op, bucket, error)
+            return
+        self._outbox.reply(
+            Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                found=entry is not None,
+                version=entry.version if entry else None,
+                value=entry.value if entry else None,
+                serializer=entry.serializer if entry else None,
+            ),
+            op.client_id,
+        )
+
+    def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
+        if not refused(op, bucket, result, self._ownership, self._outbox, self._stats):
+            if result.event_kind is not None and result.version is not None:
+                duplicate = result.status == "DUP"
+                assert op.event_id is not None
+                event = Event(
+                    event_id=op.event_id._replace(bucket=bucket),
+                    kind=result.event_kind,
+                    region=op.region,
+                    version=result.version,
+                    timestamp_ms=op.timestamp_ms,
+                    originator=op.client_id,
+                    key=op.key,
+                    value=op.value
+                    if result.event_kind in (EventKind.CREATE, EventKind.UPDATE)
+                    else None,
+                    serializer=op.serializer,
+                    possible_duplicate=op.possible_duplicate or duplicate,
+                    callback_argument=op.callback_argument,
+                    origin_site_id=op.origin_site_id,
+                    sites_reached=op.sites_reached,
+                )
+                if not duplicate:
+                    self._plugins.after_entry(event, result.old_value)
+                self._notifier.entry_event(event, bucket)
+                if self._gateways:
+                    self._gateways.enqueue(event, bucket, self._outbox.produce)
+            reply_applied(op, bucket, result, self._outbox, self._stats)
+
+
+def refused(
+    op: Operation,
+    bucket: int,
+    result: ApplyResult,
+    ownership: BucketOwnership,
+    outbox: Outbox,
+    stats: ServerStats,
+) -> bool:
+    """Handle an apply that did not happen: a stale fencing epoch (``FENCED``: the bucket
+    is dropped, no reply: the new primary answers) or an error (``ERR``: replied).
+
+    Returns:
+        True when the apply was refused and nothing more is to be done for it.
+    """
+    if result.status == "FENCED":
+        ownership.fenced(bucket)
+        return True
+    if result.status == "ERR":
+        stats.errors += 1
+        outbox.reply(
+            Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=False,
+                error_type=result.error_type,
+                error_message=_error_text(result.error_type, op),
+            ),
+            op.client_id,
+        )
+        return True
+    return False
+
+
+def reply_applied(
+    op: Operation, bucket: int, result: ApplyResult, outbox: Outbox, stats: ServerStats
+) -> None:
+    """Count an applied (or recognised duplicate) change and tell its originator."""
+    duplicate = result.status == "DUP"
+    if duplicate:
+        stats.duplicates += 1
+    else:
+        stats.applied(op.region, op.kind)
+    outbox.reply(
+        Reply(
+            request_id=op.request_id,
+            bucket=bucket,
+            ok=True,
+            event_kind=result.event_kind,
+            duplicate=duplicate,
+            version=result.version,
+        ),
+        op.client_id,
+    )
+
+
+def _error_text(error_type: str | None, op: Operation) -> str:
+    if error_type == "RegionNotFoundError":
+        return f"region {op.region!r} not found"
+    if error_type == "EntryNotFoundError":
+        return f"entry {op.key!r} not found in region {op.region!r}"
+    return f"{op.kind.value} failed: {error_type}"
+
+
+__all__ = ["EntryOperations", "refused", "reply_applied"]

@@ -1,0 +1,251 @@
+"""One handler per operation kind, in one table (Geode's ``CommandInitializer``).
+
+An operation that decoded and passed validation is handed to the handler of its kind. The
+entry operations join the batch of :mod:`broker.entry_ops`; every other kind first applies
+that batch (operations of a bucket take effect in their order) and then runs on its own.
+Adding an operation kind is one handler here and one row in :meth:`OperationHandlers.table`
+(plus a Lua script if it changes region state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker.client_lifecycle import ClientLifecycle
+from broker.config import ServerSettings
+from broker.entry_ops import EntryOperations, refused, reply_applied
+from broker.interest import InterestRegistry, compile_interest_regex
+from broker.notifier import CacheClientNotifier
+from broker.outbox import Outbox
+from broker.ownership import BucketOwnership
+from broker.plugins import ServerPlugins
+from broker.stats import ServerStats
+from broker.store import RegionStore
+from runtime.leases import now_ms
+from schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
+from schemas.messages import (
+    Entry,
+    Event,
+    EventKind,
+    InterestKind,
+    InterestResultPolicy,
+    Marker,
+    Operation,
+    OperationKind,
+    Reply,
+)
+from schemas.naming import bucket_of, region_bucket
+
+Handler = Callable[[Operation, int, int], None]
+"""``handler(operation, bucket, offset)``: the bucket (partition) and offset it was read at."""
+
+
+class OperationHandlers:
+    """The handlers of every operation kind, wired to the server's parts.
+
+    Args:
+        settings: The server's settings.
+        store: The region store.
+        registry: The interest registry.
+        ownership: The buckets held.
+        entries: The batch of entry operations.
+        plugins: Server writers and listeners.
+        notifier: Distribution to subscription queues.
+        lifecycle: Clients' lives (DISCONNECT).
+        outbox: Replies.
+        stats: The server's counters.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        store: RegionStore,
+        registry: InterestRegistry,
+        ownership: BucketOwnership,
+        entries: EntryOperations,
+        plugins: ServerPlugins,
+        notifier: CacheClientNotifier,
+        lifecycle: ClientLifecycle,
+        outbox: Outbox,
+        stats: ServerStats,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._registry = registry
+        self._ownership = ownership
+        self._entries = entries
+        self._plugins = plugins
+        self._notifier = notifier
+        self._lifecycle = lifecycle
+        self._outbox = outbox
+        self._stats = stats
+        self.table: dict[OperationKind, Handler] = {
+            OperationKind.PUT: entries.add,
+            OperationKind.DESTROY: entries.add,
+            OperationKind.INVALIDATE: entries.add,
+            OperationKind.GET: entries.add,
+            OperationKind.CLEAR: self.region_change,
+            OperationKind.DESTROY_REGION: self.region_change,
+            OperationKind.REGISTER_INTEREST: self.register_interest,
+            OperationKind.UNREGISTER_INTEREST: self.unregister_interest,
+            OperationKind.DISCONNECT: self.disconnect,
+            OperationKind.KEYS: self.keys,
+            OperationKind.READY_FOR_EVENTS: self.ready_for_events,
+        }
+        """The handler of each operation kind."""
+
+    def handle(self, op: Operation, bucket: int, offset: int) -> None:
+        """Run the operation's handler; anything but an entry operation first applies the
+        entry operations batched before it.
+
+        Raises:
+            RegionBusError: the handler refused the operation (the caller replies it).
+        """
+        if not op.kind.is_entry_operation:
+            self._entries.apply()
+        self.table[op.kind](op, bucket, offset)
+
+    # --- regions -----------------------------------------------------------------------
+
+    def region_change(self, op: Operation, bucket: int, offset: int) -> None:
+        """Clear or destroy a region: writers, apply in the region's bucket, listeners,
+        distribution to every client with interest in the region."""
+        assert op.event_id is not None
+        expected = region_bucket(op.region, self._settings.total_buckets)
+        if bucket != expected:
+            raise InvalidOperationError(
+                f"{op.kind.value} of {op.region!r} belongs to bucket {expected}, not {bucket}"
+            )
+        try:
+            self._plugins.veto_region(op)
+        except CacheWriterError as exc:
+            self._outbox.reply_error(op, bucket, exc)
+            return
+        result = self._store.apply_region(
+            op.kind,
+            op.region,
+            op.event_id._replace(bucket=bucket),
+            bucket,
+            offset,
+            epoch=self._ownership.owned[bucket],
+        )
+        if refused(op, bucket, result, self._ownership, self._outbox, self._stats):
+            return
+        if result.event_kind is not None and result.version is not None:
+            event = Event(
+                event_id=op.event_id._replace(bucket=bucket),
+                kind=result.event_kind,
+                region=op.region,
+                version=result.version,
+                timestamp_ms=op.timestamp_ms,
+                originator=op.client_id,
+                possible_duplicate=op.possible_duplicate or result.status == "DUP",
+                callback_argument=op.callback_argument,
+                origin_site_id=op.origin_site_id,
+                sites_reached=op.sites_reached,
+            )
+            self._notifier.region_event(event, bucket)
+            if result.status != "DUP":
+                self._plugins.after_region(event)
+            if result.event_kind is EventKind.REGION_DESTROY:
+                self._registry.forget_region(op.region)
+        reply_applied(op, bucket, result, self._outbox, self._stats)
+
+    def keys(self, op: Operation, bucket: int, offset: int) -> None:
+        """The keys of the region in this bucket (``keys_on_server``)."""
+        exists, entries, _ = self._store.snapshot(op.region, bucket, with_values=False)
+        if not exists:
+            self._region_missing(op, bucket)
+            return
+        self._reply_entries(op, bucket, [Entry(e.key, e.version) for e in entries])
+
+    # --- interest ----------------------------------------------------------------------
+
+    def register_interest(self, op: Operation, bucket: int, offset: int) -> None:
+        """Register interest in this bucket and answer with its bulk load (SPEC §3): the
+        snapshot and the registration happen at the same point of the bucket's order, so
+        every later change is routed to the client (invariant 3)."""
+        if not self._ownership.still_primary(bucket):
+            return
+        spec = op.interest
+        assert spec is not None
+        keys = [
+            k for k in spec.keys if bucket_of(op.region, k, self._settings.total_buckets) == bucket
+        ]
+        if spec.policy is InterestResultPolicy.NONE:
+            exists = self._store.region_exists(op.region)
+            entries: list[Entry] = []
+            version = self._store.region_version(op.region)
+        else:
+            key_filter = None
+            if spec.kind is InterestKind.REGEX:
+                pattern = compile_interest_regex(spec.regex)
+                key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
+            exists, entries, version = self._store.snapshot(
+                op.region,
+                bucket,
+                keys if spec.kind is InterestKind.KEYS else None,
+                key_filter,
+                with_values=spec.policy is InterestResultPolicy.KEYS_VALUES,
+            )
+        if not exists:
+            self._region_missing(op, bucket)
+            return
+        self._registry.register(op.client_id, op.region, spec, bucket, keys)
+        self._reply_entries(op, bucket, entries, version)
+
+    def unregister_interest(self, op: Operation, bucket: int, offset: int) -> None:
+        """Remove a registration."""
+        if not self._ownership.still_primary(bucket):
+            return
+        assert op.interest is not None
+        self._registry.unregister(op.client_id, op.region, op.interest)
+        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    # --- clients -----------------------------------------------------------------------
+
+    def disconnect(self, op: Operation, bucket: int, offset: int) -> None:
+        """Drop a client's interest in this bucket (see `ClientLifecycle.disconnect`)."""
+        if self._ownership.still_primary(bucket):
+            self._lifecycle.disconnect(op, bucket)
+
+    def ready_for_events(self, op: Operation, bucket: int, offset: int) -> None:
+        """Write this bucket's marker into the client's queue: what the queue holds of this
+        bucket before it was queued while the client was away (seed 001, step 1)."""
+        connection_id = op.event_id.member if op.event_id is not None else None
+        self._notifier.marker(Marker(op.client_id, now_ms(), bucket, connection_id))
+        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    # --- replies -----------------------------------------------------------------------
+
+    def _region_missing(self, op: Operation, bucket: int) -> None:
+        self._outbox.reply_error(op, bucket, RegionNotFoundError(f"region {op.region!r} not found"))
+
+    def _reply_entries(
+        self, op: Operation, bucket: int, entries: list[Entry], version: int | None = None
+    ) -> None:
+        """Reply with entries, split into chunks of ``reply_chunk_bytes``; the last chunk
+        carries ``version`` (for registrations: the region version at the snapshot)."""
+        chunks: list[list[Entry]] = [[]]
+        size = 0
+        for entry in entries:
+            entry_size = len(entry.key) + len(entry.value or b"") + 24
+            if chunks[-1] and size + entry_size > self._settings.reply_chunk_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(entry)
+            size += entry_size
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            reply = Reply(
+                request_id=op.request_id,
+                bucket=bucket,
+                ok=True,
+                entries=tuple(chunk),
+                more=not last,
+                version=version if last else None,
+            )
+            self._outbox.reply(reply, op.client_id)
+
+
+__all__ = ["Handler", "OperationHandlers"]

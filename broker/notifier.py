@@ -1,0 +1,182 @@
+"""Distribution: each applied change to the subscription queues of the interested clients.
+
+Geode's ``CacheClientNotifier``: an event is routed once, by the interest registry, to
+every client with a matching registration in its bucket except the originator, as a value
+or, for a client that registered with ``receive_values=False``, as an invalidation (SPEC
+§3). Every event also goes to ``{ns}.events`` (Spark, peers). Region clears and destroys go
+to every client with any interest in the region.
+
+It also watches the queues' capacity (SPEC §4): when a client's queue holds
+``maximum_message_count`` unacked events, the server stops taking operations for up to
+``maximum_queue_full_wait_ms``; then the queue may grow, or the client is disconnected if
+the operator chose ``disconnect_unresponsive_clients``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+from broker.config import ServerSettings
+from broker.interest import InterestRegistry
+from broker.outbox import Outbox
+from broker.queue_depth import QueueDepths
+from broker.security import SecurityGuard
+from broker.stats import ServerStats
+from schemas.codec import encode
+from schemas.messages import Event, EventKind, Marker
+from schemas.naming import Topics
+
+log = logging.getLogger("regionbus.server")
+
+DEPTH_REFRESHES_PER_SYNC: Final = 8
+"""Clients whose acked offsets are re-read per sync for the queue depth gauges (round
+robin): bounds the admin requests a sync may make when many clients are connected."""
+_THROTTLE_PAUSE_S = 0.05
+
+
+class CacheClientNotifier:
+    """Routes events to subscription queues and watches their capacity.
+
+    Args:
+        settings: The server's settings (capacity limits).
+        topics: The namespace's topic names.
+        registry: The interest registry routing is computed from.
+        outbox: Where events and markers go.
+        depths: Each client's unacked queue depth.
+        stats: The server's counters (events routed, holds).
+        security: Filters recipients by their read permission when security is on.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        topics: Topics,
+        registry: InterestRegistry,
+        outbox: Outbox,
+        depths: QueueDepths,
+        stats: ServerStats,
+        security: SecurityGuard | None,
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._registry = registry
+        self._outbox = outbox
+        self.depths = depths
+        self._stats = stats
+        self._security = security
+        self._full_queues: set[str] = set()
+        self._overflowing: set[str] = set()
+        self._throttled_until = 0.0
+        self._depth_cursor = 0
+
+    # --- routing -----------------------------------------------------------------------
+
+    def entry_event(self, event: Event, bucket: int) -> None:
+        """Distribute an applied entry change of ``bucket`` (duplicates included: a client
+        drops what it has seen by EventID)."""
+        assert event.key is not None
+        full = encode(event)
+        self._outbox.produce(self._topics.events, full, event.key.encode(), partition=bucket)
+        targets = self._registry.route(event.region, event.key, bucket)
+        targets.pop(event.originator, None)
+        if self._security is not None:
+            targets = self._security.readers(targets, event.region, event.key)
+        invalidate: bytes | None = None
+        for client_id, receive_values in targets.items():
+            if receive_values or event.kind not in (EventKind.CREATE, EventKind.UPDATE):
+                payload = full
+            else:
+                if invalidate is None:
+                    invalidate = encode(event._replace(kind=EventKind.INVALIDATE, value=None))
+                payload = invalidate
+            self._outbox.queue(client_id, payload)
+            self._stats.routed(client_id)
+
+    def region_event(self, event: Event, bucket: int) -> None:
+        """Distribute an applied region clear or destroy to every client with any interest
+        in the region, except the originator."""
+        payload = encode(event)
+        self._outbox.produce(self._topics.events, payload, None, partition=bucket)
+        recipients = self._registry.clients_of_region(event.region) - {event.originator}
+        if self._security is not None:
+            recipients = self._security.region_readers(recipients, event.region)
+        for client_id in recipients:
+            self._outbox.queue(client_id, payload)
+            self._stats.routed(client_id)
+
+    def marker(self, marker: Marker) -> None:
+        """Put a durable client's marker into its queue after what was queued while it was
+        away (seed 001)."""
+        self._outbox.queue(marker.client_id, encode(marker))
+
+    # --- capacity ----------------------------------------------------------------------
+
+    def check_capacity(self, now: float) -> None:
+        """Start holding operations back when a client's queue is full (called per sync)."""
+        if self._throttled_until:
+            return
+        limit = self._settings.maximum_message_count
+        full = [
+            c
+            for c in self.depths.clients_at_or_over(limit)
+            if c not in self._overflowing and self.depths.refresh(c) >= limit
+        ]
+        for client_id in list(self._overflowing):
+            if self.depths.refresh(client_id) < limit:
+                self._overflowing.discard(client_id)
+        if full:
+            log.warning(
+                "subscription queues full (%d unacked events): %s; holding operations for up "
+                "to %d ms",
+                limit,
+                ", ".join(full),
+                self._settings.maximum_queue_full_wait_ms,
+            )
+            self._stats.queue_full_waits += 1
+            self._full_queues = set(full)
+            self._throttled_until = now + self._settings.maximum_queue_full_wait_ms / 1000
+
+    def hold(self, now: float) -> tuple[bool, list[str]]:
+        """Whether to take no operations now, because a client's queue is full.
+
+        Returns:
+            ``(hold, unresponsive)``: hold is True (after a short pause) until the full
+            queues drain or the wait is over. Then each client still full is returned in
+            ``unresponsive`` when the operator chose ``disconnect_unresponsive_clients``
+            (the caller disconnects it), or else left to grow.
+        """
+        if not self._throttled_until:
+            return False, []
+        limit = self._settings.maximum_message_count
+        self._full_queues = {c for c in self._full_queues if self.depths.refresh(c) >= limit}
+        if self._full_queues and now < self._throttled_until:
+            time.sleep(_THROTTLE_PAUSE_S)
+            return True, []
+        unresponsive: list[str] = []
+        for client_id in self._full_queues:
+            if self._settings.disconnect_unresponsive_clients:
+                log.warning("disconnecting unresponsive client %s (queue full)", client_id)
+                self._stats.clients_disconnected += 1
+                unresponsive.append(client_id)
+            else:
+                log.warning("queue of %s stays over its capacity: not waiting again", client_id)
+                self._overflowing.add(client_id)
+        self._full_queues = set()
+        self._throttled_until = 0.0
+        return False, unresponsive
+
+    def refresh_depths(self) -> None:
+        """Re-read the acks of a few clients (round robin), so the depth gauges stay
+        current (capacity checks re-read only clients near the limit)."""
+        clients = self.depths.clients()
+        if not clients:
+            return
+        count = min(DEPTH_REFRESHES_PER_SYNC, len(clients))
+        for step in range(count):
+            self.depths.refresh(clients[(self._depth_cursor + step) % len(clients)])
+        self._depth_cursor = (self._depth_cursor + count) % len(clients)
+
+
+__all__ = ["DEPTH_REFRESHES_PER_SYNC", "CacheClientNotifier"]

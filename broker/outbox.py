@@ -1,0 +1,214 @@
+"""Everything a cache server produces: events, replies, markers and dead letters.
+
+The outbox is the floor of the server: every other part hands it what to send. Replies
+and subscription-queue messages of one poll batch are gathered per topic and sent as few
+Kafka messages as possible, in order (:func:`schemas.codec.encode_batches`); events to
+``{ns}.events`` and gateway queues, and dead letters, go at once. Delivery failures are
+counted, so the server commits no offset past an operation whose effects were lost (the
+offsets part rewinds instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Message as KafkaMessage
+
+from broker.client_topics import ClientTopicPresence
+from broker.queue_depth import QueueDepths
+from broker.stats import ServerStats
+from schemas.codec import encode, encode_batches, split_batch
+from schemas.dead_letter import Source, dead_letter_headers
+from schemas.errors import RegionBusError
+from schemas.messages import Operation, Reply
+from schemas.naming import Topics
+from schemas.signing import HeaderList
+
+log = logging.getLogger("regionbus.server")
+
+DeliveryReport = Callable[[KafkaError | None, KafkaMessage], None]
+"""A librdkafka delivery callback: ``(error or None, message)``."""
+
+TOPIC_GONE: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+"""Delivery errors that mean the topic does not exist (any more)."""
+
+_BUFFER_FULL_POLL_S = 0.05
+
+
+class Outbox:
+    """The server's producer, with its batching per client topic and delivery bookkeeping.
+
+    Args:
+        producer: The server's idempotent ``acks=all`` producer.
+        topics: The namespace's topic names.
+        member_id: The server's member id (dead-letter headers).
+        stats: The server's counters (replies, routed events, dead letters).
+        reply_topics: Which clients' reply topics exist.
+        depths: Per-client queue depth bookkeeping, told of each delivered queue message.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        topics: Topics,
+        member_id: str,
+        stats: ServerStats,
+        reply_topics: ClientTopicPresence,
+        depths: QueueDepths,
+    ) -> None:
+        self.producer = producer
+        self.topics = topics
+        self.member_id = member_id
+        self.stats = stats
+        self.reply_topics = reply_topics
+        self.depths = depths
+        self.delivery_failures = 0
+        """Messages Kafka did not take (other than for a vanished client topic)."""
+        self._pending: dict[str, list[bytes]] = {}
+        self._queue_topics: dict[str, str] = {}
+        self._queue_clients: dict[str, str] = {}
+
+    # --- sending now -------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int = -1,
+        on_delivery: DeliveryReport | None = None,
+        headers: HeaderList | None = None,
+    ) -> None:
+        """Hand one message to the producer, waiting (serving delivery reports) while its
+        buffer is full; ``partition=-1`` lets the producer choose."""
+        callback = on_delivery or self.on_delivery
+        while True:
+            try:
+                if partition >= 0:
+                    self.producer.produce(
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=callback,
+                        headers=headers,
+                    )
+                else:
+                    self.producer.produce(topic, value, key, on_delivery=callback, headers=headers)
+                return
+            except BufferError:
+                self.producer.poll(_BUFFER_FULL_POLL_S)
+
+    def on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
+        """Count a message Kafka did not take. One for a client's queue or reply topic that
+        is gone is moot (the client closed and deleted it) and must not hold back the
+        commit of everything else."""
+        if error is None:
+            return
+        topic = message.topic() or ""
+        if error.code() in TOPIC_GONE and self.topics.is_client_topic(topic):
+            self.reply_topics.forget(topic)
+            log.info("dropped a message for %s: the topic is gone (%s)", topic, error)
+            return
+        self.delivery_failures += 1
+        log.error("delivery to %s failed: %s", topic, error)
+
+    def dead_letter(
+        self,
+        raw: bytes | None,
+        source: Source,
+        reason: str,
+        extra_headers: HeaderList | None = None,
+        *,
+        category: str,
+    ) -> None:
+        """Set a message the server cannot process aside in ``{ns}.dead-letter``, unchanged,
+        with the reason and where it came from in headers; ``category`` (see
+        :class:`ServerStats`) labels the dead-letter metric."""
+        self.stats.dead_lettered(category)
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s", source.topic, source.partition, source.offset, reason
+        )
+        headers = [*dead_letter_headers(reason, source, self.member_id), *(extra_headers or [])]
+        self.produce(self.topics.dead_letter, raw, None, headers=headers)
+
+    # --- gathered per poll batch -------------------------------------------------------
+
+    def reply(self, reply: Reply, client_id: str) -> None:
+        """Queue a reply to a client; dropped (and counted) when the client has no reply
+        topic: a server-side application writing to ``{ns}.ops``, a client that closed."""
+        topic = self.topics.reply(client_id)
+        if not self.reply_topics.exists(topic):
+            self.stats.replies_dropped += 1
+            return
+        self._pending.setdefault(topic, []).append(encode(reply))
+        self.stats.replies += 1
+
+    def reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
+        """Reply that ``op`` failed with ``exc`` (its class name and message)."""
+        self.stats.errors += 1
+        try:
+            self.reply(
+                Reply(
+                    request_id=op.request_id,
+                    bucket=bucket,
+                    ok=False,
+                    error_type=type(exc).__name__,
+                    error_message=str(exc),
+                ),
+                op.client_id,
+            )
+        except RegionBusError:
+            log.warning("cannot reply to %r: %s", op.client_id, exc)
+
+    def queue(self, client_id: str, framed: bytes) -> None:
+        """Queue an encoded event or marker for a client's subscription queue."""
+        topic = self._queue_topics.get(client_id)
+        if topic is None:
+            topic = self._queue_topics[client_id] = self.topics.queue(client_id)
+            self._queue_clients[topic] = client_id
+        self._pending.setdefault(topic, []).append(framed)
+
+    def send(self) -> None:
+        """Produce what the poll batch gathered, per topic, as few messages as possible,
+        in order; each queue message's delivery updates its client's queue depth."""
+        pending, self._pending = self._pending, {}
+        for topic, framed in pending.items():
+            client_id = self._queue_clients.get(topic)
+            values = list(encode_batches(framed))
+            for value in values:
+                if client_id is None:
+                    self.produce(topic, value, None)
+                    continue
+                count = len(framed) if len(values) == 1 else len(split_batch(value))
+                self.produce(topic, value, None, on_delivery=self._queue_delivery(client_id, count))
+
+    def _queue_delivery(self, client_id: str, events: int) -> DeliveryReport:
+        def delivered(error: KafkaError | None, message: KafkaMessage) -> None:
+            if error is not None:
+                self.on_delivery(error, message)
+            else:
+                self.depths.delivered(client_id, message.offset() or 0, events)
+
+        return delivered
+
+    def forget_client(self, client_id: str) -> None:
+        """Forget a client's topic names (it is gone)."""
+        topic = self._queue_topics.pop(client_id, None)
+        if topic is not None:
+            self._queue_clients.pop(topic, None)
+        self.reply_topics.forget(self.topics.reply(client_id))
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every message to be delivered (or fail).
+
+        Returns:
+            How many are still in flight.
+        """
+        return self.producer.flush(timeout_s)
+
+
+__all__ = ["TOPIC_GONE", "DeliveryReport", "Outbox"]

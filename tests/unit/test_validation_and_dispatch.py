@@ -1,0 +1,93 @@
+"""What the server refuses before applying anything, and that every operation kind has
+its one handler (no Kafka, no Redis)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker.config import ServerSettings
+from broker.handlers import OperationHandlers
+from broker.validation import validate
+from schemas.errors import InvalidInterestError, InvalidOperationError, ValueTooLargeError
+from schemas.eventid import EventID
+from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from schemas.naming import bucket_of
+
+SETTINGS = ServerSettings(namespace="unit", total_buckets=16, max_value_size_bytes=64)
+
+
+def _op(kind: OperationKind, key: str | None = "k", **fields: Any) -> Operation:
+    return Operation(
+        request_id=1,
+        client_id="c",
+        kind=kind,
+        region="r",
+        timestamp_ms=0,
+        key=key,
+        **{"event_id": EventID("m", 1, 0, 0), **fields},
+    )
+
+
+BUCKET = bucket_of("r", "k", 16)
+
+
+def test_a_well_formed_put_in_its_keys_bucket_passes() -> None:
+    validate(_op(OperationKind.PUT, value=b"1", serializer="json"), BUCKET, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("op", "bucket", "message"),
+    [
+        (_op(OperationKind.GET, key=None, event_id=None), BUCKET, "needs a key"),
+        (_op(OperationKind.PUT, value=b"1"), (BUCKET + 1) % 16, "belongs to bucket"),
+        (_op(OperationKind.DESTROY, event_id=None), BUCKET, "needs an EventID"),
+        (_op(OperationKind.CLEAR, key=None, event_id=None), 0, "needs an EventID"),
+        (_op(OperationKind.PUT), BUCKET, "PUT needs a value"),
+        (
+            _op(OperationKind.REGISTER_INTEREST, key=None, event_id=None),
+            0,
+            "needs an interest spec",
+        ),
+    ],
+)
+def test_a_malformed_operation_is_refused_with_the_reason(
+    op: Operation, bucket: int, message: str
+) -> None:
+    with pytest.raises(InvalidOperationError, match=message):
+        validate(op, bucket, SETTINGS)
+
+
+def test_a_value_over_the_maximum_is_too_large() -> None:
+    with pytest.raises(ValueTooLargeError, match="65 bytes exceeds"):
+        validate(_op(OperationKind.PUT, value=b"x" * 65), BUCKET, SETTINGS)
+
+
+def test_a_registration_regex_that_does_not_compile_is_refused() -> None:
+    spec = InterestSpec(InterestKind.REGEX, regex="(")
+    op = _op(OperationKind.REGISTER_INTEREST, key=None, event_id=None, interest=spec)
+    with pytest.raises(InvalidInterestError):
+        validate(op, 3, SETTINGS)
+
+
+def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None:
+    entries = SimpleNamespace(add=lambda *_: None, apply=lambda: None)
+    parts: dict[str, Any] = {
+        name: object()
+        for name in (
+            "store",
+            "registry",
+            "ownership",
+            "plugins",
+            "notifier",
+            "lifecycle",
+            "outbox",
+            "stats",
+        )
+    }
+    handlers = OperationHandlers(settings=SETTINGS, entries=entries, **parts)
+    assert set(handlers.table) == set(OperationKind)
+    for kind in OperationKind:
+        assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
