@@ -160,33 +160,45 @@ class EntryOperations:
         )
 
     def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
-        if not refused(op, bucket, result, self._ownership, self._outbox, self._stats):
-            if result.event_kind is not None and result.version is not None:
-                duplicate = result.status == "DUP"
-                assert op.event_id is not None
-                event = Event(
-                    event_id=op.event_id._replace(bucket=bucket),
-                    kind=result.event_kind,
-                    region=op.region,
-                    version=result.version,
-                    timestamp_ms=op.timestamp_ms,
-                    originator=op.client_id,
-                    key=op.key,
-                    value=op.value
-                    if result.event_kind in (EventKind.CREATE, EventKind.UPDATE)
-                    else None,
-                    serializer=op.serializer,
-                    possible_duplicate=op.possible_duplicate or duplicate,
-                    callback_argument=op.callback_argument,
-                    origin_site_id=op.origin_site_id,
-                    sites_reached=op.sites_reached,
-                )
-                if not duplicate:
-                    self._plugins.after_entry(event, result.old_value)
-                self._notifier.entry_event(event, bucket)
-                if self._gateways:
-                    self._gateways.enqueue(event, bucket, self._outbox.produce)
-            reply_applied(op, bucket, result, self._outbox, self._stats)
+        if refused(op, bucket, result, self._ownership, self._outbox, self._stats):
+            return
+        event = applied_event(op, bucket, result)
+        if event is not None:
+            if result.status != "DUP":
+                self._plugins.after_entry(event, result.old_value)
+            self._notifier.entry_event(event, bucket)
+            if self._gateways:
+                self._gateways.enqueue(event, bucket, self._outbox.produce)
+        reply_applied(op, bucket, result, self._outbox, self._stats)
+
+
+def applied_event(op: Operation, bucket: int, result: ApplyResult) -> Event | None:
+    """The event of an applied change (entry or region), as subscribers receive it; None
+    when the apply changed nothing to tell (e.g. a destroy of a missing entry).
+
+    A recognised duplicate (``DUP``: the EventID was applied before a failover) gives the
+    same event again, flagged ``possible_duplicate``; the value travels only with a create
+    or an update.
+    """
+    if result.event_kind is None or result.version is None:
+        return None
+    assert op.event_id is not None
+    carries_value = result.event_kind in (EventKind.CREATE, EventKind.UPDATE)
+    return Event(
+        event_id=op.event_id._replace(bucket=bucket),
+        kind=result.event_kind,
+        region=op.region,
+        version=result.version,
+        timestamp_ms=op.timestamp_ms,
+        originator=op.client_id,
+        key=op.key,
+        value=op.value if carries_value else None,
+        serializer=op.serializer,
+        possible_duplicate=op.possible_duplicate or result.status == "DUP",
+        callback_argument=op.callback_argument,
+        origin_site_id=op.origin_site_id,
+        sites_reached=op.sites_reached,
+    )
 
 
 def refused(
@@ -252,4 +264,4 @@ def _error_text(error_type: str | None, op: Operation) -> str:
     return f"{op.kind.value} failed: {error_type}"
 
 
-__all__ = ["EntryOperations", "refused", "reply_applied"]
+__all__ = ["EntryOperations", "applied_event", "refused", "reply_applied"]

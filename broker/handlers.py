@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from broker.client_lifecycle import ClientLifecycle
 from broker.config import ServerSettings
-from broker.entry_ops import EntryOperations, refused, reply_applied
+from broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from broker.interest import InterestRegistry, compile_interest_regex
 from broker.notifier import CacheClientNotifier
 from broker.outbox import Outbox
@@ -25,7 +25,6 @@ from runtime.leases import now_ms
 from schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
 from schemas.messages import (
     Entry,
-    Event,
     EventKind,
     InterestKind,
     InterestResultPolicy,
@@ -131,23 +130,12 @@ class OperationHandlers:
         )
         if refused(op, bucket, result, self._ownership, self._outbox, self._stats):
             return
-        if result.event_kind is not None and result.version is not None:
-            event = Event(
-                event_id=op.event_id._replace(bucket=bucket),
-                kind=result.event_kind,
-                region=op.region,
-                version=result.version,
-                timestamp_ms=op.timestamp_ms,
-                originator=op.client_id,
-                possible_duplicate=op.possible_duplicate or result.status == "DUP",
-                callback_argument=op.callback_argument,
-                origin_site_id=op.origin_site_id,
-                sites_reached=op.sites_reached,
-            )
+        event = applied_event(op, bucket, result)
+        if event is not None:
             self._notifier.region_event(event, bucket)
             if result.status != "DUP":
                 self._plugins.after_region(event)
-            if result.event_kind is EventKind.REGION_DESTROY:
+            if event.kind is EventKind.REGION_DESTROY:
                 self._registry.forget_region(op.region)
         reply_applied(op, bucket, result, self._outbox, self._stats)
 

@@ -136,7 +136,6 @@ def data_read(region: str, key: str = WILDCARD) -> ResourcePermission:
     return ResourcePermission(Resource.DATA, Action.READ, region, key)
 
 
-_WRITE_ENTRY: Final = (OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE)
 _READ_REGION: Final = (OperationKind.UNREGISTER_INTEREST, OperationKind.KEYS)
 _CLIENT_LIFECYCLE: Final = (OperationKind.READY_FOR_EVENTS, OperationKind.DISCONNECT)
 
@@ -151,7 +150,7 @@ def required_permissions(op: Operation) -> tuple[ResourcePermission, ...]:
         The permissions; empty for client lifecycle operations.
     """
     region = op.region
-    if op.kind in _WRITE_ENTRY:
+    if op.kind.is_entry_change:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region, op.key or WILDCARD),)
     if op.kind is OperationKind.CLEAR:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region),)
