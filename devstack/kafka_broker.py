@@ -92,8 +92,15 @@ class ScramSecurity:
 
 
 def new_cluster_id() -> str:
-    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding (22 chars).
+
+    Never one starting with ``-``: ``kafka-storage format -t <id>`` would read it as an
+    option and fail (one id in 64); Kafka's own ``Uuid.randomUuid`` skips those too.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaNode(ChildService):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import uuid
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 import yaml
 
+from devstack import kafka_broker
 from devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
 from devstack.local import kafka_container_env
 from schemas.errors import StackError
@@ -81,3 +83,13 @@ def test_the_kafka_container_advertises_its_published_port_and_never_auto_create
     assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40123"
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+
+
+def test_a_kraft_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0xF8 encodes as "-" in URL-safe base64: kafka-storage would take the id for an option.
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x04" + bytes(15))])
+    monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: next(drawn))
+
+    cluster_id = kafka_broker.new_cluster_id()
+
+    assert cluster_id == "BAAAAAAAAAAAAAAAAAAAAA"
