@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 
 from bench.cpu import CpuMeter
@@ -54,6 +54,7 @@ from bench.workers import (
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
 from devstack import LocalStack
 from schemas.errors import BulkOperationError
+from schemas.kafka_clients import kafka_admin
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
@@ -308,7 +309,7 @@ def regionbus_throughput(services: Services, options: BenchOptions, writer: Regi
 
 
 def _create_topics(services: Services, topics: dict[str, int]) -> None:
-    admin = AdminClient(services.kafka_config)
+    admin = kafka_admin(services.kafka_config)
     for name, future in admin.create_topics(
         [NewTopic(t, partitions, 1) for t, partitions in topics.items()], operation_timeout=15
     ).items():

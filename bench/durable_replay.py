@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -56,6 +56,7 @@ from clients import (
 from devstack import LocalStack
 from schemas.codec import TYPE_BYTES, split_batch
 from schemas.errors import BulkOperationError, MessageDecodeError
+from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event
 from schemas.naming import Topics
 
@@ -249,7 +250,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
         BenchError: fewer events within the time limit.
     """
     event_type = TYPE_BYTES[Event]
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": kafka,
             "group.id": f"bench-raw-{secrets.token_hex(3)}",

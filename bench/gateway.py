@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -47,6 +46,7 @@ from bench.summary import SummaryRow, emit
 from bench.workers import TIMESTAMP_BYTES, stamped_value
 from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
 from devstack import EmbeddedKafka, LocalStack
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.topics import TopicSpec, ensure_topics
 
 log = logging.getLogger("regionbus.bench.gateway")
@@ -210,7 +210,7 @@ def mirror_main(
 ) -> None:
     """The raw baseline (child process): consume ``source_topic`` on ``source`` with
     ``assign()`` and produce each message as is to ``target_topic`` on ``target``."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": source,
             "group.id": f"mirror-{secrets.token_hex(3)}",
@@ -219,7 +219,7 @@ def mirror_main(
         }
     )
     consumer.assign([TopicPartition(source_topic, 0, 0)])
-    producer = Producer(
+    producer = kafka_producer(
         {
             "bootstrap.servers": target,
             "linger.ms": LINGER_MS,
@@ -248,7 +248,7 @@ class _RawReader:
     """Reads a topic on site B in a thread, recording arrivals."""
 
     def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals, fetch_wait_ms: int) -> None:
-        self._consumer = Consumer(
+        self._consumer = kafka_consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"reader-{secrets.token_hex(3)}",
@@ -283,8 +283,8 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
     result = PhaseResult()
     for phase in ("lag", "throughput"):
         source, target = f"mirror.{tag}.{phase}.a", f"mirror.{tag}.{phase}.b"
-        ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
-        ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
+        ensure_topics(kafka_admin({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
+        ensure_topics(kafka_admin({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
         arrivals = _Arrivals()
         reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
         context = multiprocessing.get_context("spawn")
@@ -295,7 +295,7 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
             daemon=True,
         )
         mirror.start()
-        producer = Producer(
+        producer = kafka_producer(
             {
                 "bootstrap.servers": a_kafka,
                 "linger.ms": LINGER_MS,

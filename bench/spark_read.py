@@ -24,8 +24,8 @@ from contextlib import ExitStack
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
@@ -33,6 +33,7 @@ from bench.summary import SummaryRow, emit
 from devstack import LocalStack
 from schemas.codec import encode
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
 
@@ -40,10 +41,10 @@ _PARTITIONS = 16
 
 
 def _fill(bootstrap: str, topic: str, events: int, value_bytes: int) -> float:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, _PARTITIONS, 1)]).values():
         future.result(timeout=30)
-    producer = Producer(
+    producer = kafka_producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True}
     )
     payload = b"x" * max(0, value_bytes - 120)
@@ -69,7 +70,7 @@ def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
     ends = latest_offsets(
         {"bootstrap.servers": bootstrap}, [(topic, p) for p in range(_PARTITIONS)]
     )
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{secrets.token_hex(4)}",

@@ -42,6 +42,7 @@ from clients import (
     EntryEvent,
     InterestResultPolicy,
 )
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 
 log = logging.getLogger("regionbus.bench")
 
@@ -281,7 +282,7 @@ def run_tracking_subscriber(
 
 def raw_producer(kafka_config: dict[str, Any], linger_ms: int) -> Producer:
     """A producer with the clients' settings: ``linger.ms``, ``acks=all``, idempotence."""
-    return Producer(
+    return kafka_producer(
         {**kafka_config, "linger.ms": linger_ms, "acks": "all", "enable.idempotence": True}
     )
 
@@ -314,7 +315,7 @@ def take(consumer: Consumer) -> list[KafkaMessage]:
 def _raw_consumer(
     kafka_config: dict[str, Any], topic: str, partitions: int, fetch_wait_max_ms: int
 ) -> Consumer:
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             **kafka_config,
             "group.id": f"bench-raw-{uuid.uuid4().hex[:10]}",

@@ -67,6 +67,7 @@ from schemas.errors import (
     TransportError,
     ValueTooLargeError,
 )
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import (
     Control,
     ControlKind,
@@ -470,7 +471,7 @@ class CacheServer(ServesMetrics):
 
     def _setup(self) -> None:
         s = self.settings
-        admin = self._admin = AdminClient(s.librdkafka())
+        admin = self._admin = kafka_admin(s.librdkafka())
         self._depths = QueueDepths(admin, s.namespace)
         self._reply_topics = ClientTopicPresence(admin)
         ensure_topics(
@@ -484,7 +485,7 @@ class CacheServer(ServesMetrics):
             self.store.create_region(region)
         self._clients = self.clients.all()
         loaded = self.registry.load(self._clients)
-        self._producer = Producer(
+        self._producer = kafka_producer(
             s.librdkafka(
                 **{
                     "linger.ms": s.linger_ms,
@@ -499,7 +500,7 @@ class CacheServer(ServesMetrics):
                 }
             )
         )
-        self._consumer = Consumer(
+        self._consumer = kafka_consumer(
             s.librdkafka(
                 **{
                     "group.id": self.topics.server_group,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from broker.client_registry import ClientRegistry
 from broker.election import Membership
@@ -28,6 +28,7 @@ from broker.store import redis_errors
 from gateways.async_event_queue import dispatcher_lease_role, dispatcher_queue_group
 from gateways.receiver import receiver_inbound_group
 from gateways.sender import sender_lease_role, sender_queue_group
+from schemas.kafka_clients import kafka_consumer
 from schemas.naming import RedisKeys, Topics, bucket_role
 
 
@@ -274,7 +275,7 @@ def _gateways(
 
 def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str, int]:
     """``{topic: partitions}`` of the namespace's topics; empty when Kafka does not answer."""
-    consumer = Consumer({**kafka_config, "group.id": f"{namespace}.status"})
+    consumer = kafka_consumer({**kafka_config, "group.id": f"{namespace}.status"})
     try:
         topics = consumer.list_topics(timeout=10).topics
     except KafkaException:
@@ -317,7 +318,7 @@ def _backlog(
 ) -> int | None:
     """Messages of a topic after a group's committed offsets (high watermark minus
     committed, summed over the partitions); None when Kafka does not answer."""
-    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    consumer = kafka_consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
     try:
         wanted = [TopicPartition(topic, p) for p in range(partitions)]
         total = 0
@@ -339,7 +340,7 @@ def _queue_depths(
     topics = Topics(namespace)
     depths: dict[str, int] = {}
     for client_id in client_ids:
-        consumer = Consumer(
+        consumer = kafka_consumer(
             {
                 **kafka_config,
                 "group.id": topics.client_group(client_id),

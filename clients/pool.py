@@ -19,12 +19,9 @@ from concurrent.futures import Future
 from contextlib import suppress
 
 from confluent_kafka import (
-    Consumer,
     KafkaException,
-    Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from clients.auth import signer_for
 from clients.settings import ClientSettings
@@ -36,6 +33,7 @@ from schemas.errors import (
     UnconnectedError,
 )
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
 from schemas.topics import client_topic_specs, ensure_topics
@@ -97,10 +95,10 @@ class Pool:
         self.client_id = client_id
         self.member_id = member_id
         self._signer = signer_for(settings)
-        self._admin = AdminClient(settings.librdkafka())
+        self._admin = kafka_admin(settings.librdkafka())
         self.total_buckets = self._wait_for_ops_topic()
         self.create_client_topics()
-        self._producer = Producer(
+        self._producer = kafka_producer(
             settings.librdkafka(
                 **{
                     "linger.ms": settings.linger_ms,
@@ -125,7 +123,7 @@ class Pool:
         self._threads = threading.local()
         self._thread_ids = itertools.count(1)
         self._closed = threading.Event()
-        self._reply_consumer = Consumer(
+        self._reply_consumer = kafka_consumer(
             settings.librdkafka(
                 **{
                     "group.id": f"{self.topics.client_group(client_id)}.reply",

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError
+from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
 from schemas.transport import poll_batch
@@ -103,7 +104,7 @@ class SubscriptionQueue:
         self.conflate = conflate
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
-        self._consumer = Consumer(
+        self._consumer = kafka_consumer(
             settings.librdkafka(
                 **{
                     "group.id": self._topics.client_group(client_id),
@@ -155,7 +156,7 @@ class SubscriptionQueue:
             Events queued after the acked offset (duplicates included), as far as read
             within ``timeout_s``.
         """
-        counter = Consumer(
+        counter = kafka_consumer(
             self._settings.librdkafka(
                 **{
                     "group.id": f"{self._topics.client_group(self._client_id)}.count",

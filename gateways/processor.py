@@ -26,6 +26,7 @@ from broker.observability import Metric, MetricsEndpoint, ServesMetrics
 from broker.redis_outage import RedisOutage, is_redis_unavailable
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
 from schemas.transport import poll_batch
@@ -99,7 +100,7 @@ class QueueReader:
                 (a cache server creates it at start).
         """
         self.close()
-        consumer = Consumer(self._config)
+        consumer = kafka_consumer(self._config)
         deadline = time.monotonic() + metadata_timeout_s
         while True:
             try:
@@ -331,7 +332,7 @@ class QueueProcessor(ServesMetrics):
             ConfigurationError: the metrics port cannot be bound.
         """
         self._metrics.start()
-        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5})
+        self._local_producer = kafka_producer({**self._kafka_config, "linger.ms": 5})
         for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
             thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             thread.start()

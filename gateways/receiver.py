@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -58,6 +57,7 @@ from gateways.protocol import (
 from gateways.sender import default_member_id
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
@@ -240,7 +240,7 @@ class GatewayReceiver(ServesMetrics):
 
     def _setup(self) -> None:
         s = self.settings
-        ensure_topics(AdminClient(self._kafka), [link_topic_spec(self.inbound_topic)])
+        ensure_topics(kafka_admin(self._kafka), [link_topic_spec(self.inbound_topic)])
         client_settings = ClientSettings(
             namespace=s.namespace,
             **s.kafka_connection(),
@@ -252,7 +252,7 @@ class GatewayReceiver(ServesMetrics):
             self._store = RegionStore(
                 connect_redis(s), s.namespace, self._pool.total_buckets
             )
-        self._producer = Producer(
+        self._producer = kafka_producer(
             {
                 **self._kafka,
                 "linger.ms": 5,
@@ -261,7 +261,7 @@ class GatewayReceiver(ServesMetrics):
                 "topic.metadata.propagation.max.ms": 1000,
             }
         )
-        consumer = Consumer(
+        consumer = kafka_consumer(
             {
                 **self._kafka,
                 "group.id": receiver_inbound_group(s.namespace, s.receiver_id),

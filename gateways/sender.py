@@ -46,7 +46,8 @@ from gateways.protocol import (
     receiver_topic,
 )
 from schemas.codec import encode
-from schemas.errors import MessageDecodeError, TransportError
+from schemas.errors import ConfigurationError, MessageDecodeError, TransportError
+from schemas.kafka_clients import client_config, kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event
 from schemas.naming import check_name
 from schemas.settings import KafkaConnectionSettings
@@ -135,6 +136,15 @@ class GatewaySenderSettings(
     def _topic_legal(cls, value: str) -> str:
         return check_name("name", value, max_len=120)
 
+    @field_validator("remote_kafka_config")
+    @classmethod
+    def _no_remote_auto_creation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            client_config(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
 
 class GatewaySender(QueueProcessor):
     """A gateway sender worker: runs on threads until :meth:`stop`.
@@ -171,7 +181,6 @@ class GatewaySender(QueueProcessor):
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
         self.filters += event_filters or []
         self._remote = {
-            "allow.auto.create.topics": False,
             "bootstrap.servers": settings.remote_kafka_bootstrap_servers,
             **settings.remote_kafka_config,
         }
@@ -190,9 +199,7 @@ class GatewaySender(QueueProcessor):
         if self._producer is not None and self._acks is not None:
             return
         try:
-            from confluent_kafka.admin import AdminClient
-
-            admin = AdminClient({**self._remote, "socket.timeout.ms": 5000})
+            admin = kafka_admin({**self._remote, "socket.timeout.ms": 5000})
             ensure_topics(
                 admin,
                 [link_topic_spec(self.inbound_topic), link_topic_spec(self.ack_topic)],
@@ -201,7 +208,7 @@ class GatewaySender(QueueProcessor):
         except (TransportError, KafkaException) as exc:
             raise RemoteSiteUnreachableError(f"remote site Kafka: {exc}") from exc
         timeout_ms = max(1000, min(self.settings.ack_timeout_ms, 30_000))
-        self._producer = Producer(
+        self._producer = kafka_producer(
             {
                 **self._remote,
                 "linger.ms": 5,
@@ -210,7 +217,7 @@ class GatewaySender(QueueProcessor):
                 "client.id": self.member_id,
             }
         )
-        acks = Consumer(
+        acks = kafka_consumer(
             {
                 **self._remote,
                 "group.id": f"{self.settings.namespace}.gw-sender.{self.settings.sender_id}.ack",

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
@@ -40,6 +39,7 @@ from schemas.errors import (
     TransportError,
 )
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer
 from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
@@ -202,7 +202,7 @@ def ops_partitions(kafka_config: Mapping[str, str], namespace: str) -> int:
     """
     topic = Topics(namespace).ops
     try:
-        topics = AdminClient(dict(kafka_config)).list_topics(timeout=10).topics
+        topics = kafka_admin(dict(kafka_config)).list_topics(timeout=10).topics
     except KafkaException as exc:
         raise TransportError(f"Kafka metadata: {exc}") from exc
     meta = topics.get(topic)
@@ -264,7 +264,7 @@ def bulk_load(
     load = load_id or f"spark-load-{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
-    ensure_topics(AdminClient(config), [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
+    ensure_topics(kafka_admin(config), [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
     # Replies of an earlier load with the same id are not this load's.
     replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
     entries = df.count()
@@ -300,7 +300,7 @@ def _await_replies(
     report: BulkLoadReport,
     timeout_s: float,
 ) -> None:
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             **config,
             "group.id": f"{reply_topic}.bulk-load",

@@ -28,9 +28,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient
 
 from schemas.errors import TransportError
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from spark.options import EARLIEST, LATEST, OffsetSpec, Subscription, TopicPartitionKey
 
 METADATA_TIMEOUT_S: Final = 10.0
@@ -89,7 +89,7 @@ def consumer_config(kafka_config: Mapping[str, str]) -> dict[str, Any]:
 
 def _consumer(kafka_config: Mapping[str, str]) -> Consumer:
     try:
-        return Consumer(consumer_config(kafka_config))
+        return kafka_consumer(consumer_config(kafka_config))
     except KafkaException as exc:
         raise TransportError(f"cannot create a Kafka consumer: {exc}") from exc
 
@@ -113,7 +113,7 @@ def list_partitions(
         TransportError: Kafka did not answer within :data:`METADATA_TIMEOUT_S`.
     """
     try:
-        topics = AdminClient(dict(kafka_config)).list_topics(timeout=METADATA_TIMEOUT_S).topics
+        topics = kafka_admin(dict(kafka_config)).list_topics(timeout=METADATA_TIMEOUT_S).topics
     except KafkaException as exc:
         raise TransportError(f"Kafka metadata: {exc}") from exc
     if subscription.assignment:
@@ -393,7 +393,7 @@ def producer(kafka_config: Mapping[str, str]) -> Producer:
     config: dict[str, Any] = {"linger.ms": 5, "acks": "all", "enable.idempotence": True}
     config.update(kafka_config)
     try:
-        return Producer(config)
+        return kafka_producer(config)
     except KafkaException as exc:
         raise TransportError(f"cannot create a Kafka producer: {exc}") from exc
 

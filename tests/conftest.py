@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, settings
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients import ClientCache, ClientSettings
 from devstack import LocalStack
+from schemas.kafka_clients import kafka_admin
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 _NAMESPACE_MAX_CHARS = 60
@@ -90,7 +90,7 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _delete_topics(bootstrap_servers: str, prefix: str) -> None:
     # Best effort: a test that left a broken broker behind must not fail the next one here.
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+    admin = kafka_admin({"bootstrap.servers": bootstrap_servers, "log_level": 3})
     try:
         names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
         if names:

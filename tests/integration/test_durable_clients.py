@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient
 from support import (
     Recorder,
     entry_operation,
@@ -31,6 +30,7 @@ from support import (
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from schemas.errors import ConfigurationError, DuplicateDurableClientError, UnconnectedError
+from schemas.kafka_clients import kafka_admin
 from schemas.messages import OperationKind
 from schemas.naming import RedisKeys, Topics
 
@@ -265,7 +265,7 @@ def test_close_without_keep_alive_removes_the_queue_and_interest_at_once(
     client.create_region("r").register_interest(["a"], durable=True)
     client.ready_for_events()
     queue = Topics(namespace).queue("desk")
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
     assert queue in admin.list_topics(timeout=10).topics
     client.close(keep_alive=False)
     assert queue not in admin.list_topics(timeout=10).topics
@@ -302,7 +302,7 @@ def test_a_client_away_past_its_timeout_is_unregistered_with_an_alert_and_reconn
         what="the reaper to unregister the client",
     )
     assert not redis_client.exists(keys.interest("desk"))
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
     assert Topics(namespace).queue("desk") not in admin.list_topics(timeout=10).topics
     alerts = [r for r in caplog.records if "ALERT" in r.getMessage() and "desk" in r.getMessage()]
     assert len(alerts) == 1

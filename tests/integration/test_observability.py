@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from gateway_sites import Site, running_sites, start_async_event_queue
 from prometheus_client.parser import text_string_to_metric_families
 from support import Recorder, wait_until
@@ -28,6 +27,7 @@ from clients import ALL_KEYS
 from gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from gateways.sender import GatewaySender, GatewaySenderSettings
+from schemas.kafka_clients import kafka_producer
 from schemas.naming import Topics
 
 _PUTS = 20
@@ -214,7 +214,7 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
 
     # One broken message on {ns}.ops is one more dead letter, categorised.
     before = value(scrape(url), "regionbus_dead_letters_total", category="undecodable") or 0
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(Topics(namespace).ops, b"\x00not a regionbus message", partition=3)
     assert producer.flush(10) == 0
     samples = wait_for_sample(

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 from support import Recorder, settle, wait_until
 
 from broker.config import ServerSettings
@@ -23,6 +22,7 @@ from broker.store import RegionStore
 from schemas.codec import decode, encode, split_batch
 from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of
 from schemas.signing import Signer
@@ -91,7 +91,7 @@ def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def _topic_values(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
     """Every message of partition 0 of a topic, read to its end."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"probe-{time.monotonic_ns()}",
@@ -271,10 +271,10 @@ class _RawSender:
         self.topics = Topics(namespace)
         self.client_id = client_id
         self.namespace = namespace
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = kafka_admin({"bootstrap.servers": bootstrap})
         ensure_topics(admin, [TopicSpec(self.topics.reply(client_id))])
-        self.producer = Producer({"bootstrap.servers": bootstrap})
-        self.consumer = Consumer(
+        self.producer = kafka_producer({"bootstrap.servers": bootstrap})
+        self.consumer = kafka_consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"raw-{client_id}",

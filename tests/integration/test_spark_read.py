@@ -7,11 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from support import wait_until
 
 from broker.server import CacheServer
+from schemas.kafka_clients import kafka_admin, kafka_producer
 from schemas.naming import Topics
 from spark.decode import decode_messages, decode_values
 from spark.format import jvm_connector_present, kafka_format
@@ -21,7 +21,7 @@ _PARTITIONS = 3
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(timeout=15)
 
@@ -29,7 +29,7 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def _produce(bootstrap: str, topic: str, count: int, linger_ms: int) -> dict[tuple[int, int], Any]:
     """Produce ``count`` records spread over the partitions, every third with headers;
     return what Kafka acknowledged, by ``(partition, offset)``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    producer = kafka_producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
     acked: dict[tuple[int, int], Any] = {}
     sent: dict[bytes, tuple[bytes | None, list[tuple[str, bytes]] | None]] = {}
 
@@ -171,7 +171,7 @@ def test_undecodable_records_become_rows_with_the_error(
 ) -> None:
     topic = Topics(namespace).events
     _create_topic(kafka_bootstrap_servers, topic, 1)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topic, b"not a regionbus message", partition=0)
     producer.produce(topic, bytes((0xB1, 2, 0xFF)), partition=0)
     assert producer.flush(10) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -23,6 +23,7 @@ from clients.settings import ClientSettings
 from gateways.receiver import GatewayReceiverSettings
 from gateways.sender import GatewaySenderSettings
 from schemas.errors import ConfigurationError
+from schemas.kafka_clients import kafka_producer
 from schemas.settings import (
     CONFIG_FILE_ENV,
     MASK,
@@ -173,9 +174,9 @@ def test_typed_kafka_security_maps_to_librdkafka_keys_librdkafka_accepts(
         "ssl.ca.location": str(ca),
     }
     # librdkafka itself validates the keys and loads the CA file
-    Producer(config).flush(0)
+    kafka_producer(config).flush(0)
     with pytest.raises(KafkaException):
-        Producer({**config, "ssl.ca.location": str(tmp_path / "garbage.pem")})
+        kafka_producer({**config, "ssl.ca.location": str(tmp_path / "garbage.pem")})
 
 
 def test_inconsistent_kafka_security_is_refused_at_start(tmp_path: Path) -> None:
@@ -193,6 +194,13 @@ def test_inconsistent_kafka_security_is_refused_at_start(tmp_path: Path) -> None
     ServerSettings.load(
         kafka_sasl_mechanism="OAUTHBEARER", kafka_config={"security.protocol": "SASL_SSL"}
     )
+
+
+def test_kafka_config_asking_for_topic_auto_creation_is_refused_at_start() -> None:
+    with pytest.raises(ConfigurationError, match=r"allow\.auto\.create\.topics"):
+        ClientSettings.load(kafka_config={"allow.auto.create.topics": "true"})
+    with pytest.raises(ConfigurationError, match=r"allow\.auto\.create\.topics"):
+        ServerSettings.load().librdkafka(**{"allow.auto.create.topics": True})
 
 
 def test_redis_tls_needs_a_rediss_url() -> None:
