@@ -62,7 +62,7 @@ log = logging.getLogger("regionbus.bench")
 REGION = "bench"
 _ACK_TIMEOUT_S = 120.0
 _RESULT_TIMEOUT_S = 180.0
-# Tansu closes idle connections; librdkafka reports each at level 6. Errors still show.
+# Brokers close idle connections and librdkafka reports each at level 6. Errors still show.
 _QUIET = {"log_level": 3}
 _TABLE_WIDTH = 120
 _Figures = TypeVar("_Figures")

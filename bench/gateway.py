@@ -1,9 +1,9 @@
 """The gateway benchmark: one serial gateway sender between two Kafka brokers, against a
 raw consume → produce mirror between the same brokers, in the same run.
 
-``python -m bench.gateway`` starts site A on the local stack (embedded Tansu and
+``python -m bench.gateway`` starts site A on the local stack (embedded Kafka and
 ``redis-server`` unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others) and site B
-on a second embedded Tansu (same Redis, another namespace); a cache server per site, a
+on a second embedded Kafka (same Redis, another namespace); a cache server per site, a
 gateway sender on A and a gateway receiver on B, each a child process. It measures:
 
 (a) replication lag at ``--rate`` puts per second for ``--seconds``: put on A (value

@@ -5,15 +5,15 @@ partitions, one encoded ``Event`` of about ``--value-bytes`` per record), then r
 whole:
 
 - **raw**: one confluent-kafka consumer, ``assign()`` on the 16 partitions from offset 0,
-  counting records until every partition's end (the ends probed as the Spark source probes
-  them, :func:`spark.kafka.latest_offsets`); no decoding;
+  counting records until every partition's end (its high watermark, as the Spark source
+  takes it, :func:`spark.kafka.latest_offsets`); no decoding;
 - **spark**: ``spark.read.format(kafka_format(spark))`` over the topic (``local[2]``),
   aggregated in the JVM (``count(*)``, ``sum(length(value))``) so every row is built and
   none is collected; run twice, the second run with warm Python workers;
 - **spark + decode**: the same read through :func:`spark.decode.decode_messages`.
 
 It prints rows/s of each and spark ÷ raw. Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else
-the embedded Tansu. See ``bench/README.md``.
+the embedded Kafka. See ``bench/README.md``.
 """
 
 from __future__ import annotations

@@ -1571,8 +1571,8 @@ class CacheServer(ServesMetrics):
         if dropped < self.settings.total_buckets:
             return
         assert self._producer is not None and self._admin is not None
-        # Nothing may reach the topics after they are gone: a produce to a missing topic
-        # re-creates it (auto-create) with the broker's default partition count.
+        # Deliver what was queued for the client before its topics go (afterwards each such
+        # message would fail as "unknown topic" and only be dropped).
         self._producer.flush(10)
         queue, reply = self.topics.queue(client_id), self.topics.reply(client_id)
         group = self.topics.client_group(client_id)

@@ -8,9 +8,7 @@ timeout, and the gateways: each gateway sender's and async event queue's primary
 Gateways are found by their queue topics (``{ns}.gw.<sender>``, ``{ns}.aeq.<queue>``,
 ``{ns}.gwr.<receiver>``) and by their workers' leases, so a queue shows up as soon as a
 cache server created it, and a worker as soon as it holds the lease. Backlogs are the
-high watermarks after the committed offsets of the queue's consumer group; on the
-embedded Tansu a high watermark lags behind the last batch (ARCHITECTURE.md), so they are
-lower bounds there.
+high watermarks after the committed offsets of the queue's consumer group.
 """
 
 from __future__ import annotations
@@ -63,8 +61,7 @@ class QueueStatus:
         away_since_ms: For ``away``, when it disconnected (ms since the Unix epoch).
         durable_client_timeout_s: How long an away durable client is kept.
         depth_messages: Kafka messages after the client's acked offset (each holds one or
-            more events); None when Kafka could not be asked. On the embedded broker the
-            end offset may lag (ARCHITECTURE.md), so this is a lower bound.
+            more events); None when Kafka could not be asked.
     """
 
     client_id: str
@@ -109,8 +106,7 @@ class GatewayQueueStatus:
             when no worker is primary.
         epoch: The lease's fencing epoch (0 without a primary).
         backlog_events: Events queued and not yet removed (acked by the remote site, or
-            accepted by the listener); a lower bound on Tansu; None when Kafka could not
-            be asked.
+            accepted by the listener); None when Kafka could not be asked.
     """
 
     queue_id: str
@@ -129,7 +125,7 @@ class GatewayReceiverStatus:
         receiver_id: The receiver id.
         topic: Its inbound topic (``{ns}.gwr.<id>``).
         pending_batches: Batches sent by remote senders that it has not applied and acked
-            yet (a lower bound on Tansu); None when Kafka could not be asked.
+            yet; None when Kafka could not be asked.
     """
 
     receiver_id: str

@@ -145,9 +145,9 @@ class SubscriptionQueue:
     def count_pending(self, timeout_s: float) -> int:
         """Count the events in the queue after the last ack, without delivering them.
 
-        Reads the queue to its end with a separate consumer (end = ``_PARTITION_EOF``;
-        watermarks alone are unreliable on the embedded broker, ARCHITECTURE.md). Only the
-        frames' type bytes are looked at, not the Avro bodies.
+        Reads the queue from the acked offset to its end (the partition EOF) with a
+        separate consumer: a queue message may hold several events, so the offsets alone
+        do not count them. Only the frames' type bytes are looked at, not the Avro bodies.
 
         Args:
             timeout_s: Longest time to spend counting, in seconds.

@@ -104,8 +104,8 @@ class QueueReader:
         deadline = time.monotonic() + metadata_timeout_s
         while True:
             try:
-                # All topics: naming a missing topic makes Tansu auto-create it.
-                meta = consumer.list_topics(timeout=5).topics.get(self.topic)
+                # Naming the topic creates nothing: auto-creation is off (schemas.kafka_clients).
+                meta = consumer.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
             except KafkaException as exc:
                 meta = None
                 log.debug("metadata: %s", exc)
@@ -211,8 +211,7 @@ class QueueReader:
     def backlog_events(self) -> int | None:
         """Events of the queue not removed yet: those peeked and not committed past, plus
         those not read yet as far as the consumer's cached high watermarks tell (no
-        request is made). On the embedded Tansu a high watermark lags behind the last
-        batch (ARCHITECTURE.md), so this is then a lower bound. None while not open.
+        request is made: they are as recent as the last fetch). None while not open.
         """
         consumer = self._consumer
         if consumer is None:

@@ -8,7 +8,7 @@ leaves the queue when its dispatcher commits after the remote ack; its group is
 name), because the gateway issue has not fixed that name yet.
 
 The unacked records are read with one Spark batch read (offsets from the committed ones to
-the probed end), batches exploded into events, and counted. Depth and backlog are in
+the high watermarks), batches exploded into events, and counted. Depth and backlog are in
 **events** (a queue record may be a batch of events); markers are not counted.
 """
 
