@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ from broker.redis_outage import RedisOutage, is_redis_unavailable
 from broker.security import SecurityGuard, audit_refusal
 from broker.server_metrics import server_metric_families
 from broker.store import ApplyResult, GatewayVersion, RegionStore, redis_errors
+from broker.topic_keeper import TopicKeeper
 from gateways.enqueue import GatewayEnqueuer
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.codec import decode, encode, encode_batches, split_batch
@@ -84,7 +86,7 @@ from schemas.messages import (
 from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bucket
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
-from schemas.topics import acked_queue_spec, ensure_topics, server_topic_specs
+from schemas.topics import acked_queue_spec, server_topic_specs
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -260,6 +262,7 @@ class CacheServer(ServesMetrics):
             ttl_ms=int(settings.durable_client_reaper_interval_s * 3000),
         )
         self._admin: AdminClient | None = None
+        self._topic_keeper: TopicKeeper | None = None
         self.election = BucketElection(
             self._redis,
             settings.namespace,
@@ -450,6 +453,7 @@ class CacheServer(ServesMetrics):
                 if now >= next_elect:
                     self._elect()
                     next_elect = time.monotonic() + elect_every_s
+                self._keep_topics()
                 if now >= next_sync:
                     self._sync()
                     self._check_queue_capacity(now)
@@ -474,13 +478,15 @@ class CacheServer(ServesMetrics):
         admin = self._admin = kafka_admin(s.librdkafka())
         self._depths = QueueDepths(admin, s.namespace)
         self._reply_topics = ClientTopicPresence(admin)
-        ensure_topics(
+        self._topic_keeper = TopicKeeper(
             admin,
             [
                 *server_topic_specs(self.topics, s.total_buckets),
                 *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
             ],
+            check_interval_s=s.message_sync_interval_s,
         )
+        self._topic_keeper.ensure()
         for region in s.regions:
             self.store.create_region(region)
         self._clients = self.clients.all()
@@ -665,6 +671,35 @@ class CacheServer(ServesMetrics):
             assignment.append(TopicPartition(tp.topic, tp.partition, max(offset, 0)))
         self._consumer.incremental_assign(assignment)
 
+    def _keep_topics(self) -> None:
+        """Recreate server topics that disappeared (:class:`TopicKeeper`); read the
+        partitions held here of each recreated topic from its start, and refresh the
+        producer's metadata, which otherwise refuses the topic as unknown for minutes."""
+        assert self._topic_keeper is not None
+        assert self._consumer is not None and self._producer is not None
+        renewed = self._topic_keeper.keep()
+        if not renewed:
+            return
+        for topic in renewed:
+            with suppress(KafkaException):
+                self._producer.list_topics(topic=topic, timeout=5)
+        held = [
+            tp
+            for bucket in self._owned
+            for tp in self._partitions(bucket)
+            if tp.topic in renewed
+        ]
+        assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        self._consumer.incremental_unassign(
+            [tp for tp in held if (tp.topic, tp.partition) in assigned]
+        )
+        for tp in held:
+            self._positions.pop((tp.topic, tp.partition), None)
+            self._committed.pop((tp.topic, tp.partition), None)
+        self._consumer.incremental_assign(
+            [TopicPartition(tp.topic, tp.partition, 0) for tp in held]
+        )
+
     def _resume_after_redis_outage(self) -> None:
         """Before applying anything again: do not count the outage as the clients' silence,
         give up buckets whose lease this server no longer believes it holds (and leases of
@@ -696,6 +731,8 @@ class CacheServer(ServesMetrics):
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error: %s", error)
+                if error.code() in _TOPIC_GONE and self._topic_keeper is not None:
+                    self._topic_keeper.suspect(message.topic())
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
@@ -1048,7 +1085,7 @@ class CacheServer(ServesMetrics):
     def _produce(
         self,
         topic: str,
-        value: bytes,
+        value: bytes | None,
         key: bytes | None,
         partition: int = -1,
         on_delivery: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
@@ -1074,11 +1111,16 @@ class CacheServer(ServesMetrics):
                 return
             except BufferError:
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                # The producer knows the topic is gone (deleted): as a failed delivery.
+                self._delivery_failed(topic, exc.args[0])
+                return
 
     def _on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
-        if error is None:
-            return
-        topic = message.topic() or ""
+        if error is not None:
+            self._delivery_failed(message.topic() or "", error)
+
+    def _delivery_failed(self, topic: str, error: KafkaError) -> None:
         if error.code() in _TOPIC_GONE and self.topics.is_client_topic(topic):
             # The client closed and deleted its topics: what was meant for it is moot, and
             # must not hold back the commit of everything else.
@@ -1088,6 +1130,8 @@ class CacheServer(ServesMetrics):
             return
         self._delivery_failures += 1
         log.error("delivery to %s failed: %s", topic, error)
+        if error.code() in _TOPIC_GONE and self._topic_keeper is not None:
+            self._topic_keeper.suspect(topic)
 
     def _reply(self, reply: Reply, client_id: str) -> None:
         topic = self.topics.reply(client_id)
@@ -1217,8 +1261,7 @@ class CacheServer(ServesMetrics):
         self.stats.dead_lettered(category)
         topic, partition, offset = source
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
-        assert self._producer is not None
-        headers: list[tuple[str, str | bytes | None]] = [
+        headers: HeaderList = [
             ("rb.reason", reason.encode()),
             ("rb.source.topic", topic.encode()),
             ("rb.source.partition", str(partition).encode()),
@@ -1226,9 +1269,7 @@ class CacheServer(ServesMetrics):
             ("rb.server", self.settings.member_id.encode()),
             *(extra_headers or []),
         ]
-        self._producer.produce(
-            self.topics.dead_letter, raw, None, headers=headers, on_delivery=self._on_delivery
-        )
+        self._produce(self.topics.dead_letter, raw, None, headers=headers)
 
     # --- region operations, interest, keys ---------------------------------------------
 
@@ -1739,8 +1780,10 @@ class CacheServer(ServesMetrics):
                 self.store.prune_results(tp.partition, tp.offset)
 
 
-_TOPIC_GONE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-"""Delivery errors that mean the topic does not exist (any more)."""
+_TOPIC_GONE = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+"""Client errors that mean the topic (or its partition) does not exist (any more)."""
 
 
 def _header(headers: Headers | None, name: str) -> str | None:
