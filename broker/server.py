@@ -87,7 +87,7 @@ from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bu
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.topics import acked_queue_spec, server_topic_specs
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.server")
 
@@ -101,6 +101,8 @@ _REGISTRY_CHANGES = (
 # Clients whose acked offsets are re-read per sync for the queue depth gauges (round robin):
 # bounds the admin requests a sync may make when many clients are connected.
 _DEPTH_REFRESHES_PER_SYNC = 8
+# Longest wait for a bucket's committed offsets, retries while the group coordinator loads.
+_COMMITTED_TIMEOUT_S = 30.0
 
 
 class InvalidOperationError(RegionBusError):
@@ -575,7 +577,7 @@ class CacheServer(ServesMetrics):
         registry.load(self._clients)
         self.registry = registry
         wanted = [tp for bucket in gained for tp in self._partitions(bucket)]
-        committed = self._consumer.committed(wanted, timeout=10)
+        committed = committed_offsets(self._consumer, wanted, _COMMITTED_TIMEOUT_S)
         assignment = []
         for tp in committed:
             assignment.append(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
@@ -661,7 +663,9 @@ class CacheServer(ServesMetrics):
         unknown = [tp for tp in partitions if (tp.topic, tp.partition) not in self._committed]
         committed = {
             (tp.topic, tp.partition): tp.offset
-            for tp in (self._consumer.committed(unknown, timeout=10) if unknown else [])
+            for tp in (
+                committed_offsets(self._consumer, unknown, _COMMITTED_TIMEOUT_S) if unknown else []
+            )
         }
         assignment = []
         for tp in partitions:

@@ -29,7 +29,7 @@ from schemas.errors import MessageDecodeError
 from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.client")
 
@@ -118,7 +118,9 @@ class SubscriptionQueue:
                 }
             )
         )
-        committed = self._consumer.committed([TopicPartition(self._topic, 0)], timeout=10)[0]
+        committed = committed_offsets(
+            self._consumer, [TopicPartition(self._topic, 0)], settings.metadata_timeout_s
+        )[0]
         start = max(committed.offset, 0)
         self._consumer.assign([TopicPartition(self._topic, 0, start)])
         self._acked = committed.offset

@@ -62,7 +62,7 @@ from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 
@@ -271,7 +271,7 @@ class GatewayReceiver(ServesMetrics):
                 "client.id": s.member_id,
             }
         )
-        committed = consumer.committed([TopicPartition(self.inbound_topic, 0)], timeout=10)
+        committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 30)
         consumer.assign([TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))])
         self._consumer = consumer
         log.info(

@@ -20,8 +20,26 @@ _LEADER_MOVING = frozenset(
 whose leader is not serving it yet, a leader moving after a broker failure."""
 
 
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+    }
+)
+"""Errors of a committed-offsets request that a later try may not get: the group
+coordinator is still loading its partition of ``__consumer_offsets`` (a broker that just
+started, or a coordinator that moved), or was not found yet."""
+
+
 def _leader_moving(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _COORDINATOR_MOVING
 
 
 def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[KafkaMessage]:
@@ -80,3 +98,36 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float) 
                 partition, timeout=max(0.5, min(timeout_s, 10.0))
             )
     return low, high
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float
+) -> list[TopicPartition]:
+    """The offsets the consumer's group committed for ``partitions``, asked of its group
+    coordinator, retried with backoff for ``timeout_s`` while the coordinator is loading
+    or moving (Apache Kafka answers ``NOT_COORDINATOR`` or ``COORDINATOR_LOAD_IN_PROGRESS``
+    for a while after a broker starts).
+
+    Args:
+        consumer: A consumer of the group.
+        partitions: The partitions.
+        timeout_s: Longest time for all tries together, in seconds.
+
+    Returns:
+        One TopicPartition per partition; ``offset`` is negative where nothing is committed.
+
+    Raises:
+        confluent_kafka.KafkaException: another error, or the retriable one still after
+            ``timeout_s`` (callers translate it).
+    """
+    for attempt in Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.05, max=1.0),
+        retry=retry_if_exception(_coordinator_moving),
+        reraise=True,
+    ):
+        with attempt:
+            found: list[TopicPartition] = consumer.committed(
+                partitions, timeout=max(1.0, min(timeout_s, 10.0))
+            )
+    return found
