@@ -179,7 +179,8 @@ class AsyncEventQueue(QueueProcessor):
         super().__init__(
             role=dispatcher_lease_role(settings.queue_id),
             namespace=settings.namespace,
-            kafka_config=settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms}),
+            kafka_config=settings.librdkafka(),
+            fetch_wait_max_ms=settings.fetch_wait_max_ms,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.aeq.{settings.queue_id}",

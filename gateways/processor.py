@@ -4,7 +4,8 @@ Geode's ``AbstractGatewaySenderEventProcessor`` peeks a batch from its queue, di
 it and removes it only after a successful dispatch. Here the queue is a Kafka topic
 (``{ns}.gw.<sender>`` or ``{ns}.aeq.<queue>``), "peek" is reading from the committed
 offsets and "remove" is committing the offsets past the batch (invariant 5: a batch leaves
-the queue only after the remote site acked it). One processor per queue is primary at a
+the queue only after the remote site acked it), then deleting the records before them
+(:mod:`gateways.queue_trim`). One processor per queue is primary at a
 time: it holds the queue's lease (:class:`broker.election.Lease`), renewed on a thread;
 a processor that loses it stops dispatching and re-reads from the committed offsets when
 it is primary again.
@@ -24,12 +25,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from broker.election import Lease
 from broker.observability import Metric, MetricsEndpoint, ServesMetrics
 from broker.redis_outage import RedisOutage, is_redis_unavailable
+from gateways.queue_trim import QueueTrimmer
 from schemas.codec import decode_as
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
-from schemas.transport import poll_batch
+from schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways")
 
@@ -69,6 +71,8 @@ class QueueReader:
         group_id: Consumer group holding the committed offsets (the queue's "head").
         dead_letter: Called with ``(raw, topic, partition, offset, reason)`` for a message
             that is not an Event; it is then skipped (and removed with the batch).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (the
+            worker's settings).
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class QueueReader:
         topic: str,
         group_id: str,
         dead_letter: Callable[[bytes | None, str, int, int, str], None],
+        fetch_wait_max_ms: int,
     ) -> None:
         self.topic = topic
         self._config = {
@@ -85,8 +90,10 @@ class QueueReader:
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": fetch_wait_max_ms,
         }
         self._dead_letter = dead_letter
+        self.trimmer = QueueTrimmer(kafka_config, topic)
         self._consumer: Consumer | None = None
         self._positions: dict[int, int] = {}
         self._committed: dict[int, int] = {}
@@ -117,7 +124,7 @@ class QueueReader:
             time.sleep(0.2)
         self.partitions = len(meta.partitions)
         wanted = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = consumer.committed(wanted, timeout=10)
+        committed = committed_offsets(consumer, wanted, 30)
         consumer.assign(
             [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
         )
@@ -192,7 +199,9 @@ class QueueReader:
         return bool(self._positions)
 
     def commit(self) -> None:
-        """Remove what was peeked from the queue: commit the offsets past it.
+        """Remove what was peeked from the queue: commit the offsets past it, then have
+        the records before them deleted (:class:`QueueTrimmer`, at most once a second per
+        partition).
 
         Raises:
             TransportError: the commit failed (the batch may be delivered again).
@@ -206,6 +215,7 @@ class QueueReader:
         except KafkaException as exc:
             raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
         self._committed.update(self._positions)
+        self.trimmer.acked(self._positions)
         self._positions = {}
 
     def backlog_events(self) -> int | None:
@@ -276,7 +286,8 @@ class QueueProcessor(ServesMetrics):
     Args:
         role: Lease role (e.g. ``"gateway-sender:ny"``).
         namespace: Local site namespace.
-        kafka_config: librdkafka settings of the local Kafka.
+        kafka_config: librdkafka settings of the local Kafka (connection and security).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         redis_client: The local Redis (leases), from `broker.redis_connect.connect_redis`.
         member_id: This worker's member id (lease holder).
         topic: Queue topic.
@@ -294,6 +305,7 @@ class QueueProcessor(ServesMetrics):
         role: str,
         namespace: str,
         kafka_config: dict[str, Any],
+        fetch_wait_max_ms: int,
         redis_client: redis.Redis,
         member_id: str,
         topic: str,
@@ -313,7 +325,9 @@ class QueueProcessor(ServesMetrics):
         self._redis = redis_client
         self._lease = Lease(self._redis, namespace, role, member_id, lease_ttl_ms)
         self._lease_ttl_ms = lease_ttl_ms
-        self._reader = QueueReader(kafka_config, topic, group_id, self._dead_letter)
+        self._reader = QueueReader(
+            kafka_config, topic, group_id, self._dead_letter, fetch_wait_max_ms
+        )
         self._local_producer: Producer | None = None
         self._stop = threading.Event()
         self._primary = threading.Event()
@@ -430,6 +444,7 @@ class QueueProcessor(ServesMetrics):
                 self._reader.open()
                 opened = True
                 self._ready.set()
+            self._reader.trimmer.trim()
             self.stats.backlog_events = self._reader.backlog_events()
             if not self._can_peek():
                 self._stop.wait(0.05)

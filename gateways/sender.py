@@ -163,11 +163,11 @@ class GatewaySender(QueueProcessor):
         *,
         event_filters: list[GatewayEventFilter] | None = None,
     ) -> None:
-        local = settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms})
         super().__init__(
             role=sender_lease_role(settings.sender_id),
             namespace=settings.namespace,
-            kafka_config=local,
+            kafka_config=settings.librdkafka(),
+            fetch_wait_max_ms=settings.fetch_wait_max_ms,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=f"{settings.namespace}.gw.{settings.sender_id}",
