@@ -59,6 +59,7 @@ from schemas.errors import BulkOperationError, MessageDecodeError
 from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event
 from schemas.naming import Topics
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench")
 
@@ -262,7 +263,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
     messages = events = 0
     try:
         started = time.monotonic()
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        assign_from(consumer, [TopicPartition(topic, 0, 0)], 10)
         deadline = started + _RAW_TIMEOUT_S
         while events < expected_events:
             if time.monotonic() > deadline:

@@ -36,6 +36,7 @@ from schemas.eventid import EventID
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
+from schemas.transport import assign_from
 
 _PARTITIONS = 16
 
@@ -79,7 +80,7 @@ def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
         }
     )
     started = time.monotonic()
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(_PARTITIONS)])
+    assign_from(consumer, [TopicPartition(topic, p, 0) for p in range(_PARTITIONS)], 10)
     remaining = {p: ends[(topic, p)] for p in range(_PARTITIONS) if ends[(topic, p)] > 0}
     count = 0
     while remaining:

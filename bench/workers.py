@@ -29,7 +29,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from bench.server import BenchError
@@ -43,6 +43,7 @@ from clients import (
     InterestResultPolicy,
 )
 from schemas.kafka_clients import kafka_consumer, kafka_producer
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench")
 
@@ -323,7 +324,7 @@ def _raw_consumer(
             "fetch.wait.max.ms": fetch_wait_max_ms,
         }
     )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    assign_from(consumer, [TopicPartition(topic, p, 0) for p in range(partitions)], 10)
     return consumer
 
 

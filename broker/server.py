@@ -87,7 +87,7 @@ from schemas.naming import Topics, bucket_of, bucket_role, check_name, region_bu
 from schemas.serializers import serializer_named
 from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 from schemas.topics import acked_queue_spec, server_topic_specs
-from schemas.transport import committed_offsets, poll_batch
+from schemas.transport import assign_from, committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.server")
 
@@ -584,7 +584,7 @@ class CacheServer(ServesMetrics):
             if tp.offset >= 0:
                 self._committed[(tp.topic, tp.partition)] = tp.offset
         self._owned.update(gained)
-        self._consumer.incremental_assign(assignment)
+        assign_from(self._consumer, assignment, _COMMITTED_TIMEOUT_S, incremental=True)
 
     def _drop_bucket(self, bucket: int) -> None:
         """Stop processing a bucket at once (lease lost or fenced): nothing more of it is
@@ -700,8 +700,12 @@ class CacheServer(ServesMetrics):
         for tp in held:
             self._positions.pop((tp.topic, tp.partition), None)
             self._committed.pop((tp.topic, tp.partition), None)
-        self._consumer.incremental_assign(
-            [TopicPartition(tp.topic, tp.partition, 0) for tp in held]
+        # The consumer's metadata still names the old topic: asked again before the fetch.
+        assign_from(
+            self._consumer,
+            [TopicPartition(tp.topic, tp.partition, 0) for tp in held],
+            _COMMITTED_TIMEOUT_S,
+            incremental=True,
         )
 
     def _resume_after_redis_outage(self) -> None:

@@ -29,7 +29,7 @@ from schemas.errors import MessageDecodeError
 from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
-from schemas.transport import committed_offsets, poll_batch
+from schemas.transport import assign_from, committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.client")
 
@@ -122,7 +122,9 @@ class SubscriptionQueue:
             self._consumer, [TopicPartition(self._topic, 0)], settings.metadata_timeout_s
         )[0]
         start = max(committed.offset, 0)
-        self._consumer.assign([TopicPartition(self._topic, 0, start)])
+        assign_from(
+            self._consumer, [TopicPartition(self._topic, 0, start)], settings.metadata_timeout_s
+        )
         self._acked = committed.offset
         self._position = committed.offset
         self._stop = threading.Event()
@@ -172,7 +174,7 @@ class SubscriptionQueue:
         event_type = TYPE_BYTES[Event]
         count = 0
         try:
-            counter.assign([TopicPartition(self._topic, 0, max(self._acked, 0))])
+            assign_from(counter, [TopicPartition(self._topic, 0, max(self._acked, 0))], timeout_s)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 message = counter.poll(min(1.0, max(0.0, deadline - time.monotonic())))

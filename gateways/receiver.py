@@ -62,7 +62,7 @@ from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import committed_offsets, poll_batch
+from schemas.transport import assign_from, committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 
@@ -272,7 +272,9 @@ class GatewayReceiver(ServesMetrics):
             }
         )
         committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 30)
-        consumer.assign([TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))])
+        assign_from(
+            consumer, [TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))], 30
+        )
         self._consumer = consumer
         log.info(
             "gateway receiver %s of site %d reading %s",

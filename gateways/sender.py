@@ -52,7 +52,7 @@ from schemas.messages import Event
 from schemas.naming import check_name
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import poll_batch
+from schemas.transport import assign_from, committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -228,12 +228,12 @@ class GatewaySender(QueueProcessor):
             }
         )
         try:
-            committed = acks.committed([TopicPartition(self.ack_topic, 0)], timeout=10)
+            committed = committed_offsets(acks, [TopicPartition(self.ack_topic, 0)], 10)
+            assign_from(acks, [TopicPartition(self.ack_topic, 0, max(committed[0].offset, 0))], 10)
         except KafkaException as exc:
             acks.close()
             self._producer = None
             raise RemoteSiteUnreachableError(f"remote site Kafka: {exc}") from exc
-        acks.assign([TopicPartition(self.ack_topic, 0, max(committed[0].offset, 0))])
         self._acks = acks
 
     def _close(self) -> None:

@@ -44,6 +44,7 @@ from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
+from schemas.transport import assign_from
 from spark.format import kafka_format
 from spark.kafka import latest_offsets
 
@@ -312,7 +313,7 @@ def _await_replies(
     answered: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
-        consumer.assign([TopicPartition(reply_topic, 0, start_offset)])
+        assign_from(consumer, [TopicPartition(reply_topic, 0, start_offset)], 10)
         while len(answered) < report.entries:
             if time.monotonic() > deadline:
                 raise ServerTimeoutError(

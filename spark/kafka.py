@@ -28,7 +28,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from schemas.errors import ConfigurationError, TransportError
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.transport import watermarks
+from schemas.transport import assign_from, watermarks
 from spark.options import (
     EARLIEST,
     LATEST,
@@ -319,7 +319,10 @@ def read_range(
     schema = arrow_schema(include_headers)
     consumer = _consumer(kafka_config)
     try:
-        consumer.assign([TopicPartition(tp[0], tp[1], start)])
+        try:
+            assign_from(consumer, [TopicPartition(tp[0], tp[1], start)], METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise TransportError(f"reading {tp[0]}[{tp[1]}]: {exc}") from exc
         rows = _Columns(include_headers)
         position = start
         deadline = time.monotonic() + poll_timeout_ms / 1000
