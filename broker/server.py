@@ -457,7 +457,7 @@ class CacheServer(ServesMetrics):
                     next_elect = time.monotonic() + elect_every_s
                 self._keep_topics()
                 if now >= next_sync:
-                    self._sync()
+                    self._sync(wait=False)
                     self._check_queue_capacity(now)
                     self._refresh_queue_depths()
                     next_sync = now + sync_every_s
@@ -519,6 +519,7 @@ class CacheServer(ServesMetrics):
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "fetch.wait.max.ms": s.fetch_wait_max_ms,
+                    "on_commit": self._on_commit,
                     "client.id": s.member_id,
                 }
             )
@@ -1761,8 +1762,14 @@ class CacheServer(ServesMetrics):
 
     # --- offsets -----------------------------------------------------------------------
 
-    def _sync(self) -> None:
-        """Flush produced events, then commit consumed offsets and prune stored results."""
+    def _sync(self, *, wait: bool = True) -> None:
+        """Flush produced events, then commit consumed offsets and prune stored results.
+
+        Args:
+            wait: Commit synchronously (a handoff, the stop). The periodic sync does not:
+                the commit's round trip to the group coordinator would hold every bucket
+                of this server, and :meth:`_on_commit` records and prunes once it is done.
+        """
         if self._producer is None or self._consumer is None:
             return
         failures_before = self._delivery_failures
@@ -1778,14 +1785,31 @@ class CacheServer(ServesMetrics):
         if not offsets:
             return
         try:
+            if not wait:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+                return
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             log.warning("offset commit failed (will retry): %s", exc)
             return
-        for tp in offsets:
+        self._committed_up_to(offsets)
+
+    def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        """An asynchronous commit's answer (served by the consumer's poll)."""
+        if error is not None:
+            log.warning("offset commit failed (will retry): %s", error)
+            return
+        self._committed_up_to([tp for tp in offsets if tp.error is None])
+
+    def _committed_up_to(self, offsets: list[TopicPartition]) -> None:
+        """Note committed offsets of partitions still held, and prune the stored results
+        of operations below them (no failover can re-process those any more)."""
+        held = [tp for tp in offsets if (tp.topic, tp.partition) in self._positions]
+        for tp in held:
             self._committed[(tp.topic, tp.partition)] = tp.offset
-            if tp.topic == self.topics.ops:
-                self.store.prune_results(tp.partition, tp.offset)
+        self.store.prune_results(
+            {tp.partition: tp.offset for tp in held if tp.topic == self.topics.ops}
+        )
 
 
 _TOPIC_GONE = frozenset(
