@@ -567,10 +567,14 @@ def summary_rows(figures: Figures) -> list[SummaryRow]:
     "--value-bytes", default=200, type=_AT_LEAST_8, show_default=True, help="Bytes of every value.",
 )
 @click.option(
-    "--fetch-wait-ms", "fetch_wait_max_ms", default=100, show_default=True,
-    help="fetch.wait.max.ms of every consumer: clients, server and raw.",
+    "--fetch-wait-ms", "fetch_wait_max_ms",
+    default=ClientSettings.model_fields["fetch_wait_max_ms"].default, show_default=True,
+    help="fetch.wait.max.ms of every consumer: clients, server and raw (the clients' default).",
 )
-@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
+@click.option(
+    "--linger-ms", default=ClientSettings.model_fields["linger_ms"].default, show_default=True,
+    help="linger.ms of every producer (the clients' default).",
+)
 @click.option(
     "--writer", type=click.Choice(["async", "put-all"]), default="async", show_default=True,
     help="Phase (a) writer: put_async with a bounded window, or put_all chunks.",

@@ -394,11 +394,16 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
 @click.option(
     "--fetch-wait-ms",
     "fetch_wait_max_ms",
-    default=100,
+    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
     show_default=True,
-    help="fetch.wait.max.ms of the clients and the server.",
+    help="fetch.wait.max.ms of the clients and the server (the clients' default).",
 )
-@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
+@click.option(
+    "--linger-ms",
+    default=ClientSettings.model_fields["linger_ms"].default,
+    show_default=True,
+    help="linger.ms of every producer (the clients' default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
 def main(as_json: bool, **values: Any) -> None:
     """Measure a durable client's replay of queued events against a raw Kafka consume."""

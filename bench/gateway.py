@@ -44,15 +44,17 @@ from rich.table import Table
 from bench.report import percentile
 from bench.summary import SummaryRow, emit
 from bench.workers import TIMESTAMP_BYTES, stamped_value
+from broker.config import ServerSettings
 from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
 from devstack import EmbeddedKafka, LocalStack
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.topics import TopicSpec, ensure_topics
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench.gateway")
 
 REGION = "bench"
-LINGER_MS = 5
+LINGER_MS = ServerSettings.model_fields["linger_ms"].default
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class GatewayBenchOptions:
     value_bytes: int = 200
     batch_size: int = 100
     batch_time_interval_ms: int = 1000
-    fetch_wait_ms: int = 100
+    fetch_wait_ms: int = ServerSettings.model_fields["fetch_wait_max_ms"].default
 
 
 @dataclass
@@ -218,7 +220,7 @@ def mirror_main(
             "fetch.wait.max.ms": fetch_wait_ms,
         }
     )
-    consumer.assign([TopicPartition(source_topic, 0, 0)])
+    assign_from(consumer, [TopicPartition(source_topic, 0, 0)], 10)
     producer = kafka_producer(
         {
             "bootstrap.servers": target,
@@ -256,7 +258,7 @@ class _RawReader:
                 "fetch.wait.max.ms": fetch_wait_ms,
             }
         )
-        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        assign_from(self._consumer, [TopicPartition(topic, 0, 0)], 10)
         self._arrivals = arrivals
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -6,7 +6,8 @@ disappear while it runs: an operator deletes it, or a broker comes back without 
 Its producer then fails every message to it, and its consumer waits, silently, at an
 offset the new topic may not reach for a long time. So the keeper looks at the topics
 every ``check_interval_s`` seconds (sooner after a client error named one) by their
-**topic ids**:
+**topic ids**, without blocking the server's loop (the answer is looked at on a later
+call):
 
 - a missing topic is created again, with its partitions and configs, and logged as a
   WARNING naming it;
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -68,6 +70,7 @@ class TopicKeeper:
         self._ids: dict[str, str] = {}
         self._last_check = clock()
         self._next_check = self._last_check + check_interval_s
+        self._asked: Mapping[str, Future[Any]] | None = None
         self.recreated_total = 0
         """Topics this keeper created again since the server started."""
 
@@ -106,28 +109,46 @@ class TopicKeeper:
         return True
 
     def keep(self) -> list[str]:
-        """When a check is due, recreate the missing topics and find those recreated
-        elsewhere. Never raises: a cluster that does not answer is asked again next time.
+        """When a check is due, ask Kafka about the topics; when its answer is in (a later
+        call), recreate the missing topics and find those recreated elsewhere. Only a
+        recreation waits for Kafka. Never raises: a cluster that does not answer is asked
+        again next time.
 
         Returns:
             The topics that are new since the last check (created here or elsewhere), to
-            be read from their start; empty when none or no check was due.
+            be read from their start; empty when none, or no answer is in yet.
         """
         now = self._clock()
-        if now < self._next_check:
+        if self._asked is None:
+            if now >= self._next_check:
+                self._ask(now)
             return []
-        self._last_check = now
-        self._next_check = now + self._check_interval_s
+        if not all(future.done() for future in self._asked.values()):
+            if now - self._last_check > self._timeout_s:
+                log.warning("no answer about the server topics in %.0f s (will retry)",
+                            self._timeout_s)
+                self._asked = None
+            return []
+        asked, self._asked = self._asked, None
         try:
-            return self._check()
+            return self._check(self._answers(asked, wait_s=0))
         except (TransportError, KafkaException, TimeoutError) as exc:
             log.warning("cannot check or recreate the server topics (will retry): %s", exc)
         except ConfigurationError as exc:
             log.error("a server topic is not as this server needs it: %s", exc)
         return []
 
-    def _check(self) -> list[str]:
-        ids = self._describe(self._specs)
+    def _ask(self, now: float) -> None:
+        self._last_check = now
+        self._next_check = now + self._check_interval_s
+        try:
+            self._asked = self._admin.describe_topics(
+                TopicCollection(sorted(self._specs)), request_timeout=self._timeout_s
+            )
+        except KafkaException as exc:
+            log.warning("cannot check the server topics (will retry): %s", exc)
+
+    def _check(self, ids: dict[str, str | None]) -> list[str]:
         missing = sorted(name for name, topic_id in ids.items() if topic_id is None)
         created: list[str] = []
         if missing:
@@ -162,7 +183,7 @@ class TopicKeeper:
         return sorted(renewed)
 
     def _describe(self, names: Iterable[str]) -> dict[str, str | None]:
-        """``{topic: topic id}``, None for a topic the cluster does not have.
+        """``{topic: topic id}``, None for a topic the cluster does not have; waits.
 
         Raises:
             KafkaException, TimeoutError: the cluster did not answer about a topic.
@@ -170,10 +191,19 @@ class TopicKeeper:
         futures = self._admin.describe_topics(
             TopicCollection(sorted(names)), request_timeout=self._timeout_s
         )
+        return self._answers(futures, wait_s=self._timeout_s)
+
+    @staticmethod
+    def _answers(futures: Mapping[str, Future[Any]], wait_s: float) -> dict[str, str | None]:
+        """The topic ids of a describe_topics answer (None: no such topic).
+
+        Raises:
+            KafkaException, TimeoutError: the cluster did not answer about a topic.
+        """
         found: dict[str, str | None] = {}
         for name, future in futures.items():
             try:
-                found[name] = str(future.result(timeout=self._timeout_s).topic_id)
+                found[name] = str(future.result(timeout=wait_s).topic_id)
             except KafkaException as exc:
                 if exc.args[0].code() not in _MISSING:
                     raise

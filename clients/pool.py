@@ -103,11 +103,10 @@ class Pool:
                 **{
                     "linger.ms": settings.linger_ms,
                     "acks": "all",
-                    # Order per partition without the idempotent producer's start-up cost
-                    # (~0.5-1 s on Tansu): one request in flight per connection. A resend
-                    # after a network error is recognised by its EventID on the server.
-                    "enable.idempotence": False,
-                    "max.in.flight.requests.per.connection": 1,
+                    # Order per partition with up to five requests in flight, and no
+                    # duplicate from librdkafka's own retries; on Apache Kafka the producer
+                    # id costs nothing measurable at start (client start 264 vs 268 ms).
+                    "enable.idempotence": True,
                     "client.id": member_id,
                 }
             )

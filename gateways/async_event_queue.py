@@ -137,7 +137,8 @@ class AsyncEventQueueSettings(
         batch_conflation_enabled: Geode ``enable-batch-conflation`` (default False).
         dispatching_paused: Create the queue paused (Geode ``pause-event-processing``).
         retry_interval_ms: Wait before delivering a refused batch again.
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (100 ms,
+            as the servers': a queue taken over as primary waits at most that long).
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
     """

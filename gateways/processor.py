@@ -345,7 +345,7 @@ class QueueProcessor(ServesMetrics):
             ConfigurationError: the metrics port cannot be bound.
         """
         self._metrics.start()
-        self._local_producer = kafka_producer({**self._kafka_config, "linger.ms": 5})
+        self._local_producer = kafka_producer(self._kafka_config)
         for target, name in ((self._hold_lease, "lease"), (self._run_guarded, "processor")):
             thread = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             thread.start()

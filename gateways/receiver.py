@@ -91,7 +91,8 @@ class GatewayReceiverSettings(
         conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver``, or None.
         apply_timeout_ms: Longest wait for this site's servers to answer a batch's
             operations; past it the batch is not acked (the sender resends it).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the inbound and reply
+            consumers (100 ms, as the servers').
         member_id: This worker's member id.
     """
 
@@ -255,7 +256,6 @@ class GatewayReceiver(ServesMetrics):
         self._producer = kafka_producer(
             {
                 **self._kafka,
-                "linger.ms": 5,
                 "acks": "all",
                 # An unknown ack topic is one no sender made: fail at once, not in 30 s.
                 "topic.metadata.propagation.max.ms": 1000,

@@ -105,8 +105,9 @@ class GatewaySenderSettings(
             (seed 002: five seconds).
         event_filters: ``"module:Class"`` ``GatewayEventFilter``s (``before_transmit``,
             ``after_acknowledgement``).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers
-            (100 ms: the measured balance on the embedded Tansu, ARCHITECTURE.md).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers:
+            bounds idle polls, and how long a queue taken over as primary waits for its
+            first fetch (100 ms, as the servers').
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
     """
@@ -211,7 +212,6 @@ class GatewaySender(QueueProcessor):
         self._producer = kafka_producer(
             {
                 **self._remote,
-                "linger.ms": 5,
                 "acks": "all",
                 "message.timeout.ms": timeout_ms,
                 "client.id": self.member_id,

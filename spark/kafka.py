@@ -41,7 +41,9 @@ from spark.options import (
 METADATA_TIMEOUT_S: Final = 10.0
 """Longest wait for a metadata or ListOffsets answer, in seconds."""
 FETCH_WAIT_MAX_MS: Final = 100
-"""``fetch.wait.max.ms`` of the source's consumers."""
+"""``fetch.wait.max.ms`` of the source's consumers. Each lives for one range or one offset
+look-up, so the idle polls it bounds cost nothing; it caps the wait of a fetch at the end
+of a log (a streaming micro-batch at the head of a partition)."""
 ARROW_BATCH_ROWS: Final = 10_000
 """Rows per Arrow record batch handed to Spark."""
 
@@ -421,7 +423,9 @@ class _Columns:
 
 def producer(kafka_config: Mapping[str, str]) -> Producer:
     """A producer for the sink: ``acks=all`` and idempotence, so per-partition order holds
-    across retries and a broker-side resend is not stored twice.
+    across retries and a broker-side resend is not stored twice. ``linger.ms=5``: a sink
+    writes in bulk, where 5 ms batches halve the broker's CPU per record against 0-1 ms
+    (measured on the embedded Apache Kafka), and each task waits for all of its records anyway.
 
     Raises:
         TransportError: the configuration is refused.

@@ -125,7 +125,7 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
             kafka_bootstrap_servers=kafka_bootstrap_servers,
             redis_url=redis_url,
             regions=["r"],
-            fetch_wait_max_ms=20,
+            fetch_wait_max_ms=100,
             poll_timeout_ms=20,
             message_sync_interval_s=0.2,
             distributed_system_id=1,
@@ -169,7 +169,7 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
             kafka_bootstrap_servers=kafka_bootstrap_servers,
             redis_url=redis_url,
             distributed_system_id=1,
-            fetch_wait_max_ms=20,
+            fetch_wait_max_ms=100,
         )
     )
     receiver.start()

@@ -29,7 +29,7 @@ from schemas.signing import Signer
 from schemas.topics import TopicSpec, ensure_topics
 
 ClientFactory = Callable[..., Any]
-TEST_FETCH_WAIT_MAX_MS = 20
+TEST_FETCH_WAIT_MAX_MS = 100
 
 SECRETS = {"writer": "writer-secret", "reader": "reader-secret", "nosy": "nosy-secret"}
 

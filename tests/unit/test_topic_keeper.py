@@ -23,6 +23,7 @@ class _Admin:
     def __init__(self, ids: dict[str, str]) -> None:
         self.ids = ids
         self.down = False
+        self.silent = False
         self.describes = 0
 
     def describe_topics(self, topics: Any, **_: Any) -> dict[str, Future[Any]]:
@@ -30,7 +31,9 @@ class _Admin:
         answers: dict[str, Future[Any]] = {}
         for name in topics.topic_names:
             future: Future[Any] = Future()
-            if self.down:
+            if self.silent:
+                pass  # never answered
+            elif self.down:
                 future.set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
             else:
                 future.set_result(_Description(self.ids[name]))
@@ -55,9 +58,15 @@ def _keeper(admin: _Admin, clock: _Clock) -> TopicKeeper:
         clock=clock,
     )
     clock.now += 1.0
-    assert keeper.keep() == []
+    assert _check(keeper) == []
     admin.describes = 0
     return keeper
+
+
+def _check(keeper: TopicKeeper) -> list[str]:
+    """One call asks (never waiting); the next one reads the answer, here already in."""
+    assert keeper.keep() == []
+    return keeper.keep()
 
 
 def test_a_topic_with_a_new_id_is_reported_once_at_the_next_check() -> None:
@@ -65,11 +74,11 @@ def test_a_topic_with_a_new_id_is_reported_once_at_the_next_check() -> None:
     keeper = _keeper(admin, clock)
     admin.ids["ns.ops"] = "a2"
 
-    early = keeper.keep()
+    early = _check(keeper)
     clock.now += 1.0
-    due = keeper.keep()
+    due = _check(keeper)
     clock.now += 1.0
-    again = keeper.keep()
+    again = _check(keeper)
 
     assert (early, due, again) == ([], ["ns.ops"], [])
     assert admin.describes == 2
@@ -98,9 +107,30 @@ def test_a_cluster_that_does_not_answer_is_asked_again_and_nothing_is_raised() -
     admin.down = True
 
     clock.now += 1.0
-    assert keeper.keep() == []
+    assert _check(keeper) == []
     admin.down = False
     admin.ids["ns.events"] = "b2"
     clock.now += 1.0
 
-    assert keeper.keep() == ["ns.events"]
+    assert _check(keeper) == ["ns.events"]
+
+
+def test_the_server_loop_never_waits_for_an_answer_and_a_lost_one_is_asked_again() -> None:
+    admin, clock = _Admin({"ns.ops": "a", "ns.events": "b"}), _Clock()
+    keeper = TopicKeeper(
+        admin,  # type: ignore[arg-type]
+        [TopicSpec("ns.ops", 16)],
+        check_interval_s=1.0,
+        timeout_s=5.0,
+        clock=clock,
+    )
+    admin.silent = True
+
+    clock.now += 1.0
+    answers = [keeper.keep() for _ in range(3)]
+    clock.now += 6.0
+    gave_up = keeper.keep()
+    asked_again = keeper.keep()
+
+    assert answers == [[], [], []] and gave_up == [] and asked_again == []
+    assert admin.describes == 2
