@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 
 from bench.cpu import CpuMeter
@@ -54,6 +54,7 @@ from bench.workers import (
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
 from devstack import LocalStack
 from schemas.errors import BulkOperationError
+from schemas.kafka_clients import kafka_admin
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
@@ -61,7 +62,7 @@ log = logging.getLogger("regionbus.bench")
 REGION = "bench"
 _ACK_TIMEOUT_S = 120.0
 _RESULT_TIMEOUT_S = 180.0
-# Tansu closes idle connections; librdkafka reports each at level 6. Errors still show.
+# Brokers close idle connections and librdkafka reports each at level 6. Errors still show.
 _QUIET = {"log_level": 3}
 _TABLE_WIDTH = 120
 _Figures = TypeVar("_Figures")
@@ -269,7 +270,10 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         subscriber.expect(sent - errors)
         result = subscriber.wait_result(_RESULT_TIMEOUT_S)
     return latency(
-        sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=options.warmup_seconds,
+        sent=sent,
+        start_ns=first_ns,
+        end_ns=last_ns,
+        warmup_s=options.warmup_seconds,
         readers=result,
     )
 
@@ -302,13 +306,18 @@ def regionbus_throughput(services: Services, options: BenchOptions, writer: Regi
         result = subscribers.wait_result(_RESULT_TIMEOUT_S)
         cpu.stop()
     return throughput(
-        sent=options.ops, acked=acks.acked, errors=acks.errors, start_ns=start_ns,
-        last_ack_ns=acks.last_ns, readers=result, cpu_s=cpu.used_s,
+        sent=options.ops,
+        acked=acks.acked,
+        errors=acks.errors,
+        start_ns=start_ns,
+        last_ack_ns=acks.last_ns,
+        readers=result,
+        cpu_s=cpu.used_s,
     )
 
 
 def _create_topics(services: Services, topics: dict[str, int]) -> None:
-    admin = AdminClient(services.kafka_config)
+    admin = kafka_admin(services.kafka_config)
     for name, future in admin.create_topics(
         [NewTopic(t, partitions, 1) for t, partitions in topics.items()], operation_timeout=15
     ).items():
@@ -351,8 +360,13 @@ def raw_throughput(
         result = consumers.wait_result(_RESULT_TIMEOUT_S)
         cpu.stop()
     return throughput(
-        sent=options.ops, acked=options.ops - remaining, errors=remaining, start_ns=start_ns,
-        last_ack_ns=acked_ns, readers=result, cpu_s=cpu.used_s,
+        sent=options.ops,
+        acked=options.ops - remaining,
+        errors=remaining,
+        start_ns=start_ns,
+        last_ack_ns=acked_ns,
+        readers=result,
+        cpu_s=cpu.used_s,
     )
 
 
@@ -403,7 +417,10 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
         result = sink.wait_result(_RESULT_TIMEOUT_S)
         relay.result(_RESULT_TIMEOUT_S)
     return latency(
-        sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=options.warmup_seconds,
+        sent=sent,
+        start_ns=first_ns,
+        end_ns=last_ns,
+        warmup_s=options.warmup_seconds,
         readers=result,
     )
 
@@ -490,7 +507,9 @@ def run(options: BenchOptions, console: Console) -> Figures:
             )
         )
         services = Services(
-            namespace, local.kafka_bootstrap_servers, local.redis_url,
+            namespace,
+            local.kafka_bootstrap_servers,
+            local.redis_url,
             {
                 "server": server.pid,
                 "kafka": local.kafka.pid if local.kafka else None,
@@ -536,57 +555,111 @@ def summary_rows(figures: Figures) -> list[SummaryRow]:
     tp, raw, fan = figures.regionbus_throughput, figures.raw_throughput, figures.raw_fanout
     latency, relay = figures.regionbus_latency, figures.raw_relay_latency
     return [
-        SummaryRow("core", "ops applied/s", tp.acked_per_s, raw.delivered_per_s,
-                   "produce→consume msg/s"),
-        SummaryRow("core", f"events delivered/s ({tp.readers} subscribers)",
-                   tp.delivered_per_s, fan.delivered_per_s,
-                   f"produce→{fan.readers} consumers msg/s"),
-        SummaryRow("core", "put→listener latency p50 (ms)", latency.p50_ms, relay.p50_ms,
-                   "two-hop relay p50", higher_is_better=False),
-        SummaryRow("core", "put→listener latency p99 (ms)", latency.p99_ms, relay.p99_ms,
-                   "two-hop relay p99", higher_is_better=False),
+        SummaryRow(
+            "core", "ops applied/s", tp.acked_per_s, raw.delivered_per_s, "produce→consume msg/s"
+        ),
+        SummaryRow(
+            "core",
+            f"events delivered/s ({tp.readers} subscribers)",
+            tp.delivered_per_s,
+            fan.delivered_per_s,
+            f"produce→{fan.readers} consumers msg/s",
+        ),
+        SummaryRow(
+            "core",
+            "put→listener latency p50 (ms)",
+            latency.p50_ms,
+            relay.p50_ms,
+            "two-hop relay p50",
+            higher_is_better=False,
+        ),
+        SummaryRow(
+            "core",
+            "put→listener latency p99 (ms)",
+            latency.p99_ms,
+            relay.p99_ms,
+            "two-hop relay p99",
+            higher_is_better=False,
+        ),
     ]
 
 
 @click.command()
 @click.option(
-    "--ops", default=50_000, type=_POSITIVE, show_default=True,
+    "--ops",
+    default=50_000,
+    type=_POSITIVE,
+    show_default=True,
     help="Puts in the throughput phase (a).",
 )
 @click.option(
-    "--subscribers", default=10, type=_POSITIVE, show_default=True,
+    "--subscribers",
+    default=10,
+    type=_POSITIVE,
+    show_default=True,
     help="Subscribers in phase (a).",
 )
 @click.option(
-    "--rate", default=1_000, type=_POSITIVE, show_default=True,
+    "--rate",
+    default=1_000,
+    type=_POSITIVE,
+    show_default=True,
     help="Puts per second in phase (b).",
 )
 @click.option("--latency-seconds", default=20.0, show_default=True, help="Length of (b) and (c2).")
 @click.option(
-    "--value-bytes", default=200, type=_AT_LEAST_8, show_default=True, help="Bytes of every value.",
+    "--value-bytes",
+    default=200,
+    type=_AT_LEAST_8,
+    show_default=True,
+    help="Bytes of every value.",
 )
 @click.option(
-    "--fetch-wait-ms", "fetch_wait_max_ms", default=100, show_default=True,
-    help="fetch.wait.max.ms of every consumer: clients, server and raw.",
+    "--fetch-wait-ms",
+    "fetch_wait_max_ms",
+    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
+    show_default=True,
+    help="fetch.wait.max.ms of every consumer: clients, server and raw (the clients' default).",
 )
-@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
 @click.option(
-    "--writer", type=click.Choice(["async", "put-all"]), default="async", show_default=True,
+    "--linger-ms",
+    default=ClientSettings.model_fields["linger_ms"].default,
+    show_default=True,
+    help="linger.ms of every producer (the clients' default).",
+)
+@click.option(
+    "--writer",
+    type=click.Choice(["async", "put-all"]),
+    default="async",
+    show_default=True,
     help="Phase (a) writer: put_async with a bounded window, or put_all chunks.",
 )
 @click.option(
-    "--window", default=5_000, type=_POSITIVE, show_default=True, help="Most put_async in flight.",
+    "--window",
+    default=5_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Most put_async in flight.",
 )
 @click.option(
-    "--chunk", default=1_000, type=_POSITIVE, show_default=True, help="Entries per put_all call.",
+    "--chunk",
+    default=1_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Entries per put_all call.",
 )
 @click.option(
-    "--key-space", default=10_000, type=_POSITIVE, show_default=True,
+    "--key-space",
+    default=10_000,
+    type=_POSITIVE,
+    show_default=True,
     help="Distinct keys in phase (a).",
 )
 @click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
 @click.option(
-    "--idle-timeout-s", default=30.0, show_default=True,
+    "--idle-timeout-s",
+    default=30.0,
+    show_default=True,
     help="Readers give up after this long without a message once the writer is done.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -56,8 +56,10 @@ from clients import (
 from devstack import LocalStack
 from schemas.codec import TYPE_BYTES, split_batch
 from schemas.errors import BulkOperationError, MessageDecodeError
+from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event
 from schemas.naming import Topics
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench")
 
@@ -249,7 +251,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
         BenchError: fewer events within the time limit.
     """
     event_type = TYPE_BYTES[Event]
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": kafka,
             "group.id": f"bench-raw-{secrets.token_hex(3)}",
@@ -261,7 +263,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
     messages = events = 0
     try:
         started = time.monotonic()
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        assign_from(consumer, [TopicPartition(topic, 0, 0)], 10)
         deadline = started + _RAW_TIMEOUT_S
         while events < expected_events:
             if time.monotonic() > deadline:
@@ -392,11 +394,16 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
 @click.option(
     "--fetch-wait-ms",
     "fetch_wait_max_ms",
-    default=100,
+    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
     show_default=True,
-    help="fetch.wait.max.ms of the clients and the server.",
+    help="fetch.wait.max.ms of the clients and the server (the clients' default).",
 )
-@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
+@click.option(
+    "--linger-ms",
+    default=ClientSettings.model_fields["linger_ms"].default,
+    show_default=True,
+    help="linger.ms of every producer (the clients' default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
 def main(as_json: bool, **values: Any) -> None:
     """Measure a durable client's replay of queued events against a raw Kafka consume."""
@@ -407,9 +414,17 @@ def main(as_json: bool, **values: Any) -> None:
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     figures = run_or_exit(lambda: run(options, console), console)
     print_table(figures, options, console)
-    emit([SummaryRow("durable_replay", f"replay of {figures.events:,} queued events, events/s",
-                     figures.replay_events_per_s, figures.raw_events_per_s,
-                     "raw consume of the queue topic events/s")])
+    emit(
+        [
+            SummaryRow(
+                "durable_replay",
+                f"replay of {figures.events:,} queued events, events/s",
+                figures.replay_events_per_s,
+                figures.raw_events_per_s,
+                "raw consume of the queue topic events/s",
+            )
+        ]
+    )
     if as_json:
         print(json.dumps({**asdict(options), **asdict(figures), "ratio": figures.ratio}))
 

@@ -60,6 +60,7 @@ from bench.report import NS_PER_MS, NS_PER_S, Latency, percentile
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_tracking_subscriber
+from broker.config import ServerSettings
 from broker.status import ClusterStatus, cluster_status
 from clients import BytesSerializer, ClientCache, ClientSettings
 from devstack import LocalStack
@@ -860,18 +861,40 @@ def summary_rows(figures: Figures) -> list[SummaryRow]:
     """The headline figures of a run for ``bench.all``'s table."""
     fo, relay = figures.failover, figures.raw_relay
     rows = [
-        SummaryRow("failover", "put→listener p99 before the kill (ms)", fo.before_kill.p99_ms,
-                   relay.p99_ms, "two-hop relay p99", higher_is_better=False),
-        SummaryRow("failover", "kill → every orphaned bucket delivering (ms)", fo.resume_max_ms,
-                   relay.p99_ms, "two-hop relay p99", higher_is_better=False),
-        SummaryRow("failover", "acknowledged puts lost / listener duplicates",
-                   float(fo.lost + fo.listener_duplicates), math.nan, "must be 0"),
+        SummaryRow(
+            "failover",
+            "put→listener p99 before the kill (ms)",
+            fo.before_kill.p99_ms,
+            relay.p99_ms,
+            "two-hop relay p99",
+            higher_is_better=False,
+        ),
+        SummaryRow(
+            "failover",
+            "kill → every orphaned bucket delivering (ms)",
+            fo.resume_max_ms,
+            relay.p99_ms,
+            "two-hop relay p99",
+            higher_is_better=False,
+        ),
+        SummaryRow(
+            "failover",
+            "acknowledged puts lost / listener duplicates",
+            float(fo.lost + fo.listener_duplicates),
+            math.nan,
+            "must be 0",
+        ),
     ]
     if figures.cluster is not None:
-        rows.append(SummaryRow(
-            "failover", f"puts acked/s through {figures.cluster.servers} servers",
-            figures.cluster.acked_per_s, figures.raw_throughput_per_s,
-            "produce→consume msg/s"))
+        rows.append(
+            SummaryRow(
+                "failover",
+                f"puts acked/s through {figures.cluster.servers} servers",
+                figures.cluster.acked_per_s,
+                figures.raw_throughput_per_s,
+                "produce→consume msg/s",
+            )
+        )
     return rows
 
 
@@ -941,11 +964,17 @@ def summary_rows(figures: Figures) -> list[SummaryRow]:
 @click.option(
     "--fetch-wait-ms",
     "fetch_wait_max_ms",
-    default=100,
+    default=ServerSettings.model_fields["fetch_wait_max_ms"].default,
     show_default=True,
-    help="fetch.wait.max.ms of every consumer: clients, servers and raw.",
+    help="fetch.wait.max.ms of every consumer: clients, servers and raw (the servers' "
+    "default: a takeover's first fetch waits at most this long).",
 )
-@click.option("--linger-ms", default=5, show_default=True, help="linger.ms of every producer.")
+@click.option(
+    "--linger-ms",
+    default=ServerSettings.model_fields["linger_ms"].default,
+    show_default=True,
+    help="linger.ms of every producer (the servers' default).",
+)
 @click.option(
     "--warmup-seconds",
     default=1.0,

@@ -1,9 +1,9 @@
 """The gateway benchmark: one serial gateway sender between two Kafka brokers, against a
 raw consume → produce mirror between the same brokers, in the same run.
 
-``python -m bench.gateway`` starts site A on the local stack (embedded Tansu and
+``python -m bench.gateway`` starts site A on the local stack (embedded Kafka and
 ``redis-server`` unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others) and site B
-on a second embedded Tansu (same Redis, another namespace); a cache server per site, a
+on a second embedded Kafka (same Redis, another namespace); a cache server per site, a
 gateway sender on A and a gateway receiver on B, each a child process. It measures:
 
 (a) replication lag at ``--rate`` puts per second for ``--seconds``: put on A (value
@@ -37,22 +37,24 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
 from bench.report import percentile
 from bench.summary import SummaryRow, emit
 from bench.workers import TIMESTAMP_BYTES, stamped_value
+from broker.config import ServerSettings
 from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
 from devstack import EmbeddedKafka, LocalStack
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.topics import TopicSpec, ensure_topics
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench.gateway")
 
 REGION = "bench"
-LINGER_MS = 5
+LINGER_MS = ServerSettings.model_fields["linger_ms"].default
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class GatewayBenchOptions:
     value_bytes: int = 200
     batch_size: int = 100
     batch_time_interval_ms: int = 1000
-    fetch_wait_ms: int = 100
+    fetch_wait_ms: int = ServerSettings.model_fields["fetch_wait_max_ms"].default
 
 
 @dataclass
@@ -210,7 +212,7 @@ def mirror_main(
 ) -> None:
     """The raw baseline (child process): consume ``source_topic`` on ``source`` with
     ``assign()`` and produce each message as is to ``target_topic`` on ``target``."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": source,
             "group.id": f"mirror-{secrets.token_hex(3)}",
@@ -218,8 +220,8 @@ def mirror_main(
             "fetch.wait.max.ms": fetch_wait_ms,
         }
     )
-    consumer.assign([TopicPartition(source_topic, 0, 0)])
-    producer = Producer(
+    assign_from(consumer, [TopicPartition(source_topic, 0, 0)], 10)
+    producer = kafka_producer(
         {
             "bootstrap.servers": target,
             "linger.ms": LINGER_MS,
@@ -248,7 +250,7 @@ class _RawReader:
     """Reads a topic on site B in a thread, recording arrivals."""
 
     def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals, fetch_wait_ms: int) -> None:
-        self._consumer = Consumer(
+        self._consumer = kafka_consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"reader-{secrets.token_hex(3)}",
@@ -256,7 +258,7 @@ class _RawReader:
                 "fetch.wait.max.ms": fetch_wait_ms,
             }
         )
-        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        assign_from(self._consumer, [TopicPartition(topic, 0, 0)], 10)
         self._arrivals = arrivals
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -283,8 +285,8 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
     result = PhaseResult()
     for phase in ("lag", "throughput"):
         source, target = f"mirror.{tag}.{phase}.a", f"mirror.{tag}.{phase}.b"
-        ensure_topics(AdminClient({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
-        ensure_topics(AdminClient({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
+        ensure_topics(kafka_admin({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
+        ensure_topics(kafka_admin({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
         arrivals = _Arrivals()
         reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
         context = multiprocessing.get_context("spawn")
@@ -295,7 +297,7 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
             daemon=True,
         )
         mirror.start()
-        producer = Producer(
+        producer = kafka_producer(
             {
                 "bootstrap.servers": a_kafka,
                 "linger.ms": LINGER_MS,
@@ -569,12 +571,25 @@ def main(verbose: bool, **values: Any) -> None:
         raw = raw_mirror(a_kafka, b_kafka, options)
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
     report(rb, raw, options, console)
-    emit([
-        SummaryRow("gateway", "events/s through one serial sender", rb.events_per_s,
-                   raw.events_per_s, "raw consume→produce mirror"),
-        SummaryRow("gateway", f"replication lag p99 at {options.rate}/s (ms)", rb.lag_p99_ms,
-                   raw.lag_p99_ms, "raw mirror lag p99", higher_is_better=False),
-    ])
+    emit(
+        [
+            SummaryRow(
+                "gateway",
+                "events/s through one serial sender",
+                rb.events_per_s,
+                raw.events_per_s,
+                "raw consume→produce mirror",
+            ),
+            SummaryRow(
+                "gateway",
+                f"replication lag p99 at {options.rate}/s (ms)",
+                rb.lag_p99_ms,
+                raw.lag_p99_ms,
+                "raw mirror lag p99",
+                higher_is_better=False,
+            ),
+        ]
+    )
 
 
 if __name__ == "__main__":

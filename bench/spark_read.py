@@ -5,15 +5,15 @@ partitions, one encoded ``Event`` of about ``--value-bytes`` per record), then r
 whole:
 
 - **raw**: one confluent-kafka consumer, ``assign()`` on the 16 partitions from offset 0,
-  counting records until every partition's end (the ends probed as the Spark source probes
-  them, :func:`spark.kafka.latest_offsets`); no decoding;
+  counting records until every partition's end (its high watermark, as the Spark source
+  takes it, :func:`spark.kafka.latest_offsets`); no decoding;
 - **spark**: ``spark.read.format(kafka_format(spark))`` over the topic (``local[2]``),
   aggregated in the JVM (``count(*)``, ``sum(length(value))``) so every row is built and
   none is collected; run twice, the second run with warm Python workers;
 - **spark + decode**: the same read through :func:`spark.decode.decode_messages`.
 
 It prints rows/s of each and spark ÷ raw. Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else
-the embedded Tansu. See ``bench/README.md``.
+the embedded Kafka. See ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from contextlib import ExitStack
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
@@ -33,17 +33,19 @@ from bench.summary import SummaryRow, emit
 from devstack import LocalStack
 from schemas.codec import encode
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
+from schemas.transport import assign_from
 
 _PARTITIONS = 16
 
 
 def _fill(bootstrap: str, topic: str, events: int, value_bytes: int) -> float:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, _PARTITIONS, 1)]).values():
         future.result(timeout=30)
-    producer = Producer(
+    producer = kafka_producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True}
     )
     payload = b"x" * max(0, value_bytes - 120)
@@ -69,7 +71,7 @@ def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
     ends = latest_offsets(
         {"bootstrap.servers": bootstrap}, [(topic, p) for p in range(_PARTITIONS)]
     )
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{secrets.token_hex(4)}",
@@ -78,7 +80,7 @@ def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
         }
     )
     started = time.monotonic()
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(_PARTITIONS)])
+    assign_from(consumer, [TopicPartition(topic, p, 0) for p in range(_PARTITIONS)], 10)
     remaining = {p: ends[(topic, p)] for p in range(_PARTITIONS) if ends[(topic, p)] > 0}
     count = 0
     while remaining:
@@ -149,11 +151,18 @@ def main(events: int, value_bytes: int, master: str) -> None:
         rate = n / seconds
         table.add_row(name, f"{n:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / raw_rate:.2f}")
     console.print(table)
-    emit([
-        SummaryRow("spark_read", f"{name} rows/s", n / seconds, raw_rate,
-                   "confluent-kafka consume rows/s")
-        for name, n, seconds in runs[1:]
-    ])
+    emit(
+        [
+            SummaryRow(
+                "spark_read",
+                f"{name} rows/s",
+                n / seconds,
+                raw_rate,
+                "confluent-kafka consume rows/s",
+            )
+            for name, n, seconds in runs[1:]
+        ]
+    )
     if raw_n != events or any(n != events for _, n, _ in runs):
         raise click.ClickException("a reader did not see every event")
 

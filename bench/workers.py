@@ -29,7 +29,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from bench.server import BenchError
@@ -42,6 +42,8 @@ from clients import (
     EntryEvent,
     InterestResultPolicy,
 )
+from schemas.kafka_clients import kafka_consumer, kafka_producer
+from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench")
 
@@ -281,7 +283,7 @@ def run_tracking_subscriber(
 
 def raw_producer(kafka_config: dict[str, Any], linger_ms: int) -> Producer:
     """A producer with the clients' settings: ``linger.ms``, ``acks=all``, idempotence."""
-    return Producer(
+    return kafka_producer(
         {**kafka_config, "linger.ms": linger_ms, "acks": "all", "enable.idempotence": True}
     )
 
@@ -314,7 +316,7 @@ def take(consumer: Consumer) -> list[KafkaMessage]:
 def _raw_consumer(
     kafka_config: dict[str, Any], topic: str, partitions: int, fetch_wait_max_ms: int
 ) -> Consumer:
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             **kafka_config,
             "group.id": f"bench-raw-{uuid.uuid4().hex[:10]}",
@@ -322,7 +324,7 @@ def _raw_consumer(
             "fetch.wait.max.ms": fetch_wait_max_ms,
         }
     )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    assign_from(consumer, [TopicPartition(topic, p, 0) for p in range(partitions)], 10)
     return consumer
 
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from confluent_kafka.admin import AdminClient
 
 from broker.config import ServerSettings
 from broker.kafka_acls import (
@@ -26,6 +25,7 @@ from broker.kafka_acls import (
     server_acls,
 )
 from schemas.errors import RegionBusError
+from schemas.kafka_clients import kafka_admin
 from schemas.naming import BULK_LOAD_ID_PREFIX
 
 
@@ -70,7 +70,7 @@ def _acl_command(name: str, help_text: str) -> Callable[[Callable[..., list[Kafk
             if dry_run:
                 return
             try:
-                grant(AdminClient(settings.librdkafka()), user, acls)
+                grant(kafka_admin(settings.librdkafka()), user, acls)
             except RegionBusError as exc:
                 raise click.ClickException(str(exc)) from exc
             click.echo(f"granted {len(acls)} ACLs to User:{user}", err=True)

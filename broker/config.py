@@ -90,9 +90,13 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             looks for durable clients away longer than their ``durable_client_timeout_s``.
         poll_batch_size: Most messages taken from Kafka per poll.
         poll_timeout_ms: Longest wait of one poll when idle.
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``; 100 ms is the measured best
-            balance on the embedded Tansu (ARCHITECTURE.md).
-        linger_ms: librdkafka producer ``linger.ms`` (5 ms measured best on Tansu).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the server's consumer. Apache
+            Kafka answers a fetch as soon as data arrives, so this bounds idle polls, not
+            latency; but a partition assigned while a fetch waits (a bucket taken over,
+            a recreated topic) joins the next fetch only, so servers keep 100 ms: few
+            processes, and takeovers wait at most that long.
+        linger_ms: librdkafka producer ``linger.ms`` (replies, events, queues): 1 ms, as
+            the clients' (see ``ClientSettings.linger_ms``).
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
         plugins: ``{region: ["module:Class", ...]}`` server-side ``CacheListener`` /
             ``CacheWriter`` classes to instantiate at start.
@@ -135,7 +139,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     poll_batch_size: int = Field(default=1000, ge=1)
     poll_timeout_ms: int = Field(default=100, ge=1)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
-    linger_ms: int = Field(default=5, ge=0)
+    linger_ms: int = Field(default=1, ge=0)
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)

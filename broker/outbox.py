@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from broker.client_topics import ClientTopicPresence
@@ -32,8 +32,10 @@ log = logging.getLogger("regionbus.server")
 DeliveryReport = Callable[[KafkaError | None, KafkaMessage], None]
 """A librdkafka delivery callback: ``(error or None, message)``."""
 
-TOPIC_GONE: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-"""Delivery errors that mean the topic does not exist (any more)."""
+TOPIC_GONE: Final = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+"""Client errors that mean the topic (or its partition) does not exist (any more)."""
 
 _BUFFER_FULL_POLL_S = 0.05
 
@@ -48,6 +50,8 @@ class Outbox:
         stats: The server's counters (replies, routed events, dead letters).
         reply_topics: Which clients' reply topics exist.
         depths: Per-client queue depth bookkeeping, told of each delivered queue message.
+        topic_gone: Told the name of a server topic a delivery found missing (the topic
+            keeper checks it at once instead of at its next period).
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class Outbox:
         stats: ServerStats,
         reply_topics: ClientTopicPresence,
         depths: QueueDepths,
+        topic_gone: Callable[[str], object] = lambda _topic: None,
     ) -> None:
         self.producer = producer
         self.topics = topics
@@ -65,6 +70,7 @@ class Outbox:
         self.stats = stats
         self.reply_topics = reply_topics
         self.depths = depths
+        self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
         self._pending: dict[str, list[bytes]] = {}
@@ -101,20 +107,28 @@ class Outbox:
                 return
             except BufferError:
                 self.producer.poll(_BUFFER_FULL_POLL_S)
+            except KafkaException as exc:
+                # The producer already knows the topic is gone (deleted): a failed delivery.
+                self._delivery_failed(topic, exc.args[0])
+                return
 
     def on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
-        """Count a message Kafka did not take. One for a client's queue or reply topic that
-        is gone is moot (the client closed and deleted it) and must not hold back the
-        commit of everything else."""
-        if error is None:
-            return
-        topic = message.topic() or ""
+        """Count a message Kafka did not take (see :meth:`_delivery_failed`)."""
+        if error is not None:
+            self._delivery_failed(message.topic() or "", error)
+
+    def _delivery_failed(self, topic: str, error: KafkaError) -> None:
+        """One for a client's queue or reply topic that is gone is moot (the client closed
+        and deleted it) and must not hold back the commit of everything else; any other
+        is counted, so the offsets are rewound."""
         if error.code() in TOPIC_GONE and self.topics.is_client_topic(topic):
             self.reply_topics.forget(topic)
             log.info("dropped a message for %s: the topic is gone (%s)", topic, error)
             return
         self.delivery_failures += 1
         log.error("delivery to %s failed: %s", topic, error)
+        if error.code() in TOPIC_GONE:
+            self._topic_gone(topic)
 
     def dead_letter(
         self,

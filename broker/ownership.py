@@ -23,7 +23,7 @@ from broker.outbox import Outbox
 from broker.stats import ServerStats
 from broker.store import RegionStore
 from schemas.naming import Topics
-from schemas.transport import committed_offsets
+from schemas.transport import assign_from, committed_offsets
 
 log = logging.getLogger("regionbus.server")
 
@@ -141,7 +141,7 @@ class BucketOwnership:
             if tp.offset >= 0:
                 self._committed[(tp.topic, tp.partition)] = tp.offset
         self.owned.update(gained)
-        self._consumer.incremental_assign(assignment)
+        assign_from(self._consumer, assignment, self._loop_wait_s, incremental=True)
         return list(gained)
 
     def drop(self, bucket: int) -> None:
@@ -252,8 +252,12 @@ class BucketOwnership:
             [tp for tp in held if (tp.topic, tp.partition) in assigned]
         )
         self._forget_positions(held)
-        self._consumer.incremental_assign(
-            [TopicPartition(tp.topic, tp.partition, 0) for tp in held]
+        # The consumer's metadata still names the old topic: asked again before the fetch.
+        assign_from(
+            self._consumer,
+            [TopicPartition(tp.topic, tp.partition, 0) for tp in held],
+            _COMMITTED_TIMEOUT_S,
+            incremental=True,
         )
 
     def sync(self, *, wait: bool = False) -> None:
@@ -311,12 +315,14 @@ class BucketOwnership:
         self._record_committed([tp for tp in offsets if tp.error is None])
 
     def _record_committed(self, offsets: list[TopicPartition]) -> None:
-        for tp in offsets:
-            if self.bucket_of(tp.topic, tp.partition) not in self.owned:
-                continue
+        """Note committed offsets of buckets still held, and prune the stored results of
+        operations below them (no failover can process those again)."""
+        held = [tp for tp in offsets if self.bucket_of(tp.topic, tp.partition) in self.owned]
+        for tp in held:
             self._committed[(tp.topic, tp.partition)] = tp.offset
-            if tp.topic == self._topics.ops:
-                self._store.prune_results(tp.partition, tp.offset)
+        self._store.prune_results(
+            {tp.partition: tp.offset for tp in held if tp.topic == self._topics.ops}
+        )
 
     def _forget_positions(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:

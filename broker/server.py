@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
@@ -44,7 +45,7 @@ from broker.gateway_queues import GatewayEnqueuer
 from broker.handlers import OperationHandlers
 from broker.interest import InterestRegistry
 from broker.notifier import CacheClientNotifier
-from broker.outbox import Outbox
+from broker.outbox import TOPIC_GONE, Outbox
 from broker.ownership import BucketOwnership
 from broker.plugins import ServerPlugins
 from broker.principals import Principal
@@ -53,6 +54,7 @@ from broker.security import SecurityGuard
 from broker.server_metrics import server_metric_families
 from broker.stats import ServerStats
 from broker.store import RegionStore
+from broker.topic_keeper import TopicKeeper
 from broker.validation import validate
 from runtime.leases import Lease
 from runtime.observability import MetricsEndpoint
@@ -63,10 +65,11 @@ from schemas.callbacks import CacheListener, CacheWriter
 from schemas.codec import decode, split_batch
 from schemas.dead_letter import Source
 from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Control, Operation
 from schemas.naming import REAPER_ROLE, Topics, check_name
-from schemas.topics import acked_queue_spec, ensure_topics, server_topic_specs
+from schemas.topics import acked_queue_spec, server_topic_specs
 from schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -77,6 +80,7 @@ class _Parts:
     """What the server wires at start, once Kafka is reachable."""
 
     admin: AdminClient
+    topic_keeper: TopicKeeper
     producer: Producer
     consumer: Consumer
     outbox: Outbox
@@ -174,17 +178,19 @@ class CacheServer(BackgroundWorker):
 
     def _setup(self) -> None:
         s = self.settings
-        admin = AdminClient(s.librdkafka(**quiet_config()))
-        ensure_topics(
+        admin = kafka_admin(s.librdkafka(**quiet_config()))
+        topic_keeper = TopicKeeper(
             admin,
             [
                 *server_topic_specs(self.topics, s.total_buckets),
                 *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
             ],
+            check_interval_s=s.message_sync_interval_s,
         )
+        topic_keeper.ensure()
         for region in s.regions:
             self.store.create_region(region)
-        producer = Producer(
+        producer = kafka_producer(
             s.librdkafka(
                 **{
                     "linger.ms": s.linger_ms,
@@ -200,7 +206,7 @@ class CacheServer(BackgroundWorker):
                 }
             )
         )
-        consumer = Consumer(
+        consumer = kafka_consumer(
             s.librdkafka(
                 **{
                     "group.id": self.topics.server_group,
@@ -217,7 +223,7 @@ class CacheServer(BackgroundWorker):
                 }
             )
         )
-        self._parts = self._wire(admin, producer, consumer)
+        self._parts = self._wire(admin, topic_keeper, producer, consumer)
         lifecycle = self._parts.lifecycle
         loaded = self.registry.load(lifecycle.reload())
         consumer.assign([])
@@ -233,11 +239,23 @@ class CacheServer(BackgroundWorker):
             loaded,
         )
 
-    def _wire(self, admin: AdminClient, producer: Producer, consumer: Consumer) -> _Parts:
+    def _wire(
+        self,
+        admin: AdminClient,
+        topic_keeper: TopicKeeper,
+        producer: Producer,
+        consumer: Consumer,
+    ) -> _Parts:
         s = self.settings
         depths = QueueDepths(admin, s.namespace)
         outbox = Outbox(
-            producer, self.topics, s.member_id, self.stats, ClientTopicPresence(admin), depths
+            producer,
+            self.topics,
+            s.member_id,
+            self.stats,
+            ClientTopicPresence(admin),
+            depths,
+            topic_gone=topic_keeper.suspect,
         )
         ownership = BucketOwnership(
             consumer,
@@ -288,6 +306,7 @@ class CacheServer(BackgroundWorker):
         admission = None if self.security is None else Admission(self.security, outbox, self.stats)
         return _Parts(
             admin,
+            topic_keeper,
             producer,
             consumer,
             outbox,
@@ -352,6 +371,7 @@ class CacheServer(BackgroundWorker):
                 if now >= next_elect:
                     self._elect()
                     next_elect = time.monotonic() + elect_every_s
+                self._keep_topics(parts)
                 if now >= next_sync:
                     parts.ownership.sync()
                     parts.notifier.check_capacity(now)
@@ -387,6 +407,18 @@ class CacheServer(BackgroundWorker):
             return
         if gained:
             self.registry.load(parts.lifecycle.reload())
+
+    def _keep_topics(self, parts: _Parts) -> None:
+        """Recreate server topics that disappeared (:class:`TopicKeeper`); read the
+        partitions held here of each recreated topic from its start, and refresh the
+        producer's metadata, which otherwise refuses the topic as unknown for minutes."""
+        renewed = parts.topic_keeper.keep()
+        if not renewed:
+            return
+        for topic in renewed:
+            with suppress(KafkaException):
+                parts.producer.list_topics(topic=topic, timeout=5)
+        parts.ownership.restart_from_the_start(renewed)
 
     def _ride_out_redis_outage(self, cause: BaseException) -> None:
         """Pause on a retriable Redis error until Redis is back, then resume from the
@@ -426,6 +458,8 @@ class CacheServer(BackgroundWorker):
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error: %s", error)
+                if error.code() in TOPIC_GONE and message.topic():
+                    parts.topic_keeper.suspect(message.topic())
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None

@@ -8,9 +8,7 @@ timeout, and the gateways: each gateway sender's and async event queue's primary
 Gateways are found by their queue topics (``{ns}.gw.<sender>``, ``{ns}.aeq.<queue>``,
 ``{ns}.gwr.<receiver>``) and by their workers' leases, so a queue shows up as soon as a
 cache server created it, and a worker as soon as it holds the lease. Backlogs are the
-high watermarks after the committed offsets of the queue's consumer group; on the
-embedded Tansu a high watermark lags behind the last batch (ARCHITECTURE.md), so they are
-lower bounds there.
+high watermarks after the committed offsets of the queue's consumer group.
 """
 
 from __future__ import annotations
@@ -20,11 +18,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from broker.client_registry import ClientRegistry
 from broker.store import redis_errors
 from runtime.leases import Membership
+from schemas.kafka_clients import kafka_consumer
 from schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
 from schemas.naming import sender_role as sender_role_of
 
@@ -60,8 +59,7 @@ class QueueStatus:
         away_since_ms: For ``away``, when it disconnected (ms since the Unix epoch).
         durable_client_timeout_s: How long an away durable client is kept.
         depth_messages: Kafka messages after the client's acked offset (each holds one or
-            more events); None when Kafka could not be asked. On the embedded broker the
-            end offset may lag (ARCHITECTURE.md), so this is a lower bound.
+            more events); None when Kafka could not be asked.
     """
 
     client_id: str
@@ -106,8 +104,7 @@ class GatewayQueueStatus:
             when no worker is primary.
         epoch: The lease's fencing epoch (0 without a primary).
         backlog_events: Events queued and not yet removed (acked by the remote site, or
-            accepted by the listener); a lower bound on Tansu; None when Kafka could not
-            be asked.
+            accepted by the listener); None when Kafka could not be asked.
     """
 
     queue_id: str
@@ -126,7 +123,7 @@ class GatewayReceiverStatus:
         receiver_id: The receiver id.
         topic: Its inbound topic (``{ns}.gwr.<id>``).
         pending_batches: Batches sent by remote senders that it has not applied and acked
-            yet (a lower bound on Tansu); None when Kafka could not be asked.
+            yet; None when Kafka could not be asked.
     """
 
     receiver_id: str
@@ -278,7 +275,7 @@ def _gateways(
 
 def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str, int]:
     """``{topic: partitions}`` of the namespace's topics; empty when Kafka does not answer."""
-    consumer = Consumer({**kafka_config, "group.id": Topics(namespace).status_group})
+    consumer = kafka_consumer({**kafka_config, "group.id": Topics(namespace).status_group})
     try:
         topics = consumer.list_topics(timeout=10).topics
     except KafkaException:
@@ -317,7 +314,7 @@ def _queues(
 def _backlog(kafka_config: dict[str, Any], topic: str, partitions: int, group: str) -> int | None:
     """Messages of a topic after a group's committed offsets (high watermark minus
     committed, summed over the partitions); None when Kafka does not answer."""
-    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    consumer = kafka_consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
     try:
         wanted = [TopicPartition(topic, p) for p in range(partitions)]
         total = 0
@@ -337,7 +334,7 @@ def _queue_depths(
     topics = Topics(namespace)
     depths: dict[str, int] = {}
     for client_id in client_ids:
-        consumer = Consumer(
+        consumer = kafka_consumer(
             {
                 **kafka_config,
                 "group.id": topics.client_group(client_id),

@@ -12,7 +12,7 @@ Redis errors are translated here, at this one boundary, into :class:`TransportEr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -303,18 +303,27 @@ class RegionStore:
         with redis_errors():
             return _to_apply_result(self._apply_region(keys=keys, args=args))
 
-    def prune_results(self, bucket: int, below_offset: int) -> int:
-        """Forget stored results of operations below a committed offset of a bucket.
+    def prune_results(self, below_offsets: Mapping[int, int]) -> int:
+        """Forget stored results of operations below committed offsets of buckets, in one
+        Redis round trip.
+
+        Args:
+            below_offsets: ``{bucket: committed {ns}.ops offset}``.
 
         Returns:
-            How many results were dropped.
+            How many results were dropped, over every bucket.
 
         Raises:
             TransportError: Redis failed.
         """
-        keys = [self.keys.results(bucket), self.keys.results_index(bucket)]
+        if not below_offsets:
+            return 0
         with redis_errors():
-            return int(self._prune(keys=keys, args=[below_offset]))
+            pipe = self.redis.pipeline(transaction=False)
+            for bucket, offset in below_offsets.items():
+                keys = [self.keys.results(bucket), self.keys.results_index(bucket)]
+                self._prune(keys=keys, args=[offset], client=pipe)
+            return sum(int(n) for n in pipe.execute())
 
     # --- reads -------------------------------------------------------------------------
 

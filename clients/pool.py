@@ -24,14 +24,7 @@ from concurrent.futures import Future
 from contextlib import suppress
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from clients.auth import signer_for
 from clients.settings import ClientSettings
@@ -45,6 +38,7 @@ from schemas.errors import (
     UnconnectedError,
 )
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
@@ -122,10 +116,10 @@ class Pool:
         self._signer = signer_for(settings)
         self.kafka_outage = KafkaOutage(f"client {client_id}")
         """This client's view of Kafka outages; its subscription queue reports to it too."""
-        self._admin = AdminClient(settings.librdkafka(**quiet_config()))
+        self._admin = kafka_admin(settings.librdkafka(**quiet_config()))
         self.total_buckets = self._wait_for_ops_topic()
         self.create_client_topics()
-        self._producer = Producer(
+        self._producer = kafka_producer(
             settings.librdkafka(
                 **{
                     "linger.ms": settings.linger_ms,
@@ -159,7 +153,7 @@ class Pool:
         self._threads = threading.local()
         self._thread_ids = itertools.count(1)
         self._closed = threading.Event()
-        self._reply_consumer = Consumer(
+        self._reply_consumer = kafka_consumer(
             settings.librdkafka(
                 **{
                     "group.id": self.topics.client_reply_group(client_id),

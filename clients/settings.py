@@ -44,8 +44,13 @@ class ClientSettings(KafkaConnectionSettings):
         ping_interval_ms: How often the client tells the servers it is alive (Geode pool
             ``ping-interval``, default 10000 ms).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` for the queue and reply
-            consumers (100 ms measured best on the embedded Tansu).
-        linger_ms: librdkafka producer ``linger.ms``.
+            consumers: how long the broker holds a fetch that finds nothing. Apache Kafka
+            answers as soon as data arrives, so this bounds idle polls, not latency; 500 ms
+            (librdkafka's default) costs the broker a third of the CPU of 100 ms per idle
+            client (measured on the embedded Apache Kafka).
+        linger_ms: librdkafka producer ``linger.ms``: 1 ms cuts each producer hop's wait
+            from 5 ms (put → listener p50 12.7 → 5.0 ms at 500 puts/s) and keeps most of the
+            batching of bulk writes (ops/s within 5 % of 5 ms; 0 ms lost 20 %).
         metadata_timeout_s: Longest wait at start for the servers' topics to exist.
         security_principal: Principal this client signs its requests as (servers with
             ``security_enabled`` refuse unsigned requests); None sends them unsigned.
@@ -67,8 +72,8 @@ class ClientSettings(KafkaConnectionSettings):
     subscription_message_tracking_timeout_s: float = Field(default=900.0, gt=0)
     subscription_conflation: Literal["server", "true", "false"] = "server"
     ping_interval_ms: int = Field(default=10_000, ge=10)
-    fetch_wait_max_ms: int = Field(default=100, ge=1)
-    linger_ms: int = Field(default=5, ge=0)
+    fetch_wait_max_ms: int = Field(default=500, ge=1)
+    linger_ms: int = Field(default=1, ge=0)
     metadata_timeout_s: float = Field(default=30.0, gt=0)
     security_principal: str | None = None
     security_secret: SecretStr | None = None

@@ -20,16 +20,23 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.kafka_clients import kafka_consumer
 from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
-from schemas.transport import committed_offsets, kafka_error, poll_batch, topic_partitions
+from schemas.transport import (
+    assign_from,
+    committed_offsets,
+    kafka_error,
+    poll_batch,
+    topic_partitions,
+)
 
 log = logging.getLogger("regionbus.client")
 
@@ -113,7 +120,7 @@ class SubscriptionQueue:
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
-        self._consumer = Consumer(
+        self._consumer = kafka_consumer(
             settings.librdkafka(
                 **{
                     "group.id": self._topics.client_group(client_id),
@@ -134,7 +141,9 @@ class SubscriptionQueue:
             # error, where librdkafka reports an offset fetch it may not make as a timeout.
             topic_partitions(self._consumer, self._topic, settings.metadata_timeout_s)
             partition = TopicPartition(self._topic, 0)
-            committed = committed_offsets(self._consumer, [partition], 10.0)[0]
+            committed = committed_offsets(self._consumer, [partition], settings.metadata_timeout_s)[
+                0
+            ]
         except KafkaException as exc:
             self._consumer.close()
             raise kafka_error(exc, f"committed offset of {group}", f"group {group}") from exc
@@ -142,7 +151,9 @@ class SubscriptionQueue:
             self._consumer.close()
             raise
         start = max(committed.offset, 0)
-        self._consumer.assign([TopicPartition(self._topic, 0, start)])
+        assign_from(
+            self._consumer, [TopicPartition(self._topic, 0, start)], settings.metadata_timeout_s
+        )
         self._acked = committed.offset
         self._position = committed.offset
         self._stop = threading.Event()
@@ -167,9 +178,9 @@ class SubscriptionQueue:
     def count_pending(self, timeout_s: float) -> int:
         """Count the events in the queue after the last ack, without delivering them.
 
-        Reads the queue to its end with a separate consumer (end = ``_PARTITION_EOF``;
-        watermarks alone are unreliable on the embedded broker, ARCHITECTURE.md). Only the
-        frames' type bytes are looked at, not the Avro bodies.
+        Reads the queue from the acked offset to its end (the partition EOF) with a
+        separate consumer: a queue message may hold several events, so the offsets alone
+        do not count them. Only the frames' type bytes are looked at, not the Avro bodies.
 
         Args:
             timeout_s: Longest time to spend counting, in seconds.
@@ -178,7 +189,7 @@ class SubscriptionQueue:
             Events queued after the acked offset (duplicates included), as far as read
             within ``timeout_s``.
         """
-        counter = Consumer(
+        counter = kafka_consumer(
             self._settings.librdkafka(
                 **{
                     "group.id": f"{self._topics.client_group(self._client_id)}.count",
@@ -193,7 +204,7 @@ class SubscriptionQueue:
         event_type = TYPE_BYTES[Event]
         count = 0
         try:
-            counter.assign([TopicPartition(self._topic, 0, max(self._acked, 0))])
+            assign_from(counter, [TopicPartition(self._topic, 0, max(self._acked, 0))], timeout_s)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 message = counter.poll(min(1.0, max(0.0, deadline - time.monotonic())))

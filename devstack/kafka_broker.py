@@ -28,7 +28,6 @@ from typing import Any, Self
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
-    AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialAlteration,
@@ -45,6 +44,7 @@ from devstack.process import (
 )
 from devstack.tls import TlsFiles
 from schemas.errors import StackError
+from schemas.kafka_clients import kafka_admin
 
 _log = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ def probe_brokers(client_config: Mapping[str, str], brokers: int) -> None:
         socket.create_connection((host, int(port)), timeout=1.0).close()
     except OSError as exc:
         raise ServiceNotReadyError(str(exc)) from exc
-    admin = AdminClient({**client_config, "log_level": 3})
+    admin = kafka_admin({**client_config, "log_level": 3})
     try:
         metadata = admin.list_topics(timeout=2.0)
     except KafkaException as exc:
@@ -408,7 +408,7 @@ def add_scram_users(client_config: Mapping[str, str], users: Mapping[str, str]) 
     Raises:
         StackError: the broker refused.
     """
-    admin = AdminClient(dict(client_config))
+    admin = kafka_admin(dict(client_config))
     upserts: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(
             user,

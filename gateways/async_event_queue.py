@@ -126,7 +126,8 @@ class AsyncEventQueueSettings(
         batch_conflation_enabled: Geode ``enable-batch-conflation`` (default False).
         dispatching_paused: Create the queue paused (Geode ``pause-event-processing``).
         retry_interval_ms: Wait before delivering a refused batch again.
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (100 ms,
+            as the servers': a queue taken over as primary waits at most that long).
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Dispatcher lease time to live (renewed every third of it).
     """
@@ -169,7 +170,8 @@ class AsyncEventQueue(QueueProcessor):
         super().__init__(
             role=dispatcher_role(settings.queue_id),
             namespace=settings.namespace,
-            kafka_config=settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms}),
+            kafka_config=settings.librdkafka(),
+            fetch_wait_max_ms=settings.fetch_wait_max_ms,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=Topics(settings.namespace).async_event_queue(settings.queue_id),

@@ -16,7 +16,7 @@ Gateway sender (``{ns}.gw.<sender>``):
 - ``regionbus_gateway_sender_unreachable_retries_total``: waits of ``retry_interval_ms``
   because the remote Kafka could not be reached.
 - ``regionbus_gateway_sender_backlog_events`` (gauge): queued events not yet acked
-  (only while primary; a lower bound on the embedded Tansu).
+  (only while primary).
 - ``regionbus_gateway_sender_primary`` (gauge): 1 while this worker is the primary.
 
 Gateway receiver (``{ns}.gwr.<receiver>``):
@@ -36,7 +36,7 @@ Async event queue (``{ns}.aeq.<queue>``):
 - ``regionbus_async_event_queue_retries_total``: deliveries repeated (flagged possible
   duplicate) after the listener returned False or raised.
 - ``regionbus_async_event_queue_backlog_events`` (gauge): queued events not yet accepted
-  (only while primary; a lower bound on the embedded Tansu).
+  (only while primary).
 - ``regionbus_async_event_queue_primary``, ``regionbus_async_event_queue_paused`` (gauges).
 """
 

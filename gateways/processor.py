@@ -4,7 +4,8 @@ Geode's ``AbstractGatewaySenderEventProcessor`` peeks a batch from its queue, di
 it and removes it only after a successful dispatch. Here the queue is a Kafka topic
 (``{ns}.gw.<sender>`` or ``{ns}.aeq.<queue>``), "peek" is reading from the committed
 offsets and "remove" is committing the offsets past the batch (invariant 5: a batch leaves
-the queue only after the remote site acked it). One processor per queue is primary at a
+the queue only after the remote site acked it), then deleting the records before them
+(:mod:`gateways.queue_trim`). One processor per queue is primary at a
 time: it holds the queue's lease (:class:`runtime.leases.Lease`), renewed on a thread;
 a processor that loses it stops dispatching and re-reads from the committed offsets when
 it is primary again.
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from gateways.queue_trim import QueueTrimmer
 from runtime.leases import Lease
 from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
@@ -28,6 +30,7 @@ from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
 from schemas.dead_letter import Source, dead_letter_headers
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import Topics
 from schemas.transport import committed_offsets, poll_batch
@@ -70,6 +73,8 @@ class QueueReader:
         group_id: Consumer group holding the committed offsets (the queue's "head").
         dead_letter: Called with ``(raw, topic, partition, offset, reason)`` for a message
             that is not an Event; it is then skipped (and removed with the batch).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (the
+            worker's settings).
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class QueueReader:
         topic: str,
         group_id: str,
         dead_letter: Callable[[bytes | None, str, int, int, str], None],
+        fetch_wait_max_ms: int,
     ) -> None:
         self.topic = topic
         self._config = {
@@ -86,8 +92,10 @@ class QueueReader:
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": fetch_wait_max_ms,
         }
         self._dead_letter = dead_letter
+        self.trimmer = QueueTrimmer(kafka_config, topic)
         self._consumer: Consumer | None = None
         self._positions: dict[int, int] = {}
         self._committed: dict[int, int] = {}
@@ -101,12 +109,12 @@ class QueueReader:
                 (a cache server creates it at start).
         """
         self.close()
-        consumer = Consumer(self._config)
+        consumer = kafka_consumer(self._config)
         deadline = time.monotonic() + metadata_timeout_s
         while True:
             try:
-                # All topics: naming a missing topic makes Tansu auto-create it.
-                meta = consumer.list_topics(timeout=5).topics.get(self.topic)
+                # Naming the topic creates nothing: auto-creation is off (schemas.kafka_clients).
+                meta = consumer.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
             except KafkaException as exc:
                 meta = None
                 log.debug("metadata: %s", exc)
@@ -193,7 +201,9 @@ class QueueReader:
         return bool(self._positions)
 
     def commit(self) -> None:
-        """Remove what was peeked from the queue: commit the offsets past it.
+        """Remove what was peeked from the queue: commit the offsets past it, then have
+        the records before them deleted (:class:`QueueTrimmer`, at most once a second per
+        partition).
 
         Raises:
             TransportError: the commit failed (the batch may be delivered again).
@@ -207,13 +217,13 @@ class QueueReader:
         except KafkaException as exc:
             raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
         self._committed.update(self._positions)
+        self.trimmer.acked(self._positions)
         self._positions = {}
 
     def backlog_events(self) -> int | None:
         """Events of the queue not removed yet: those peeked and not committed past, plus
         those not read yet as far as the consumer's cached high watermarks tell (no
-        request is made). On the embedded Tansu a high watermark lags behind the last
-        batch (ARCHITECTURE.md), so this is then a lower bound. None while not open.
+        request is made: they are as recent as the last fetch). None while not open.
         """
         consumer = self._consumer
         if consumer is None:
@@ -278,7 +288,8 @@ class QueueProcessor(BackgroundWorker):
     Args:
         role: Lease role (e.g. ``"gateway-sender:ny"``).
         namespace: Local site namespace.
-        kafka_config: librdkafka settings of the local Kafka.
+        kafka_config: librdkafka settings of the local Kafka (connection and security).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
         redis_client: The local Redis (leases), from `runtime.redis_connect.connect_redis`.
         member_id: This worker's member id (lease holder).
         topic: Queue topic.
@@ -296,6 +307,7 @@ class QueueProcessor(BackgroundWorker):
         role: str,
         namespace: str,
         kafka_config: dict[str, Any],
+        fetch_wait_max_ms: int,
         redis_client: redis.Redis,
         member_id: str,
         topic: str,
@@ -315,7 +327,9 @@ class QueueProcessor(BackgroundWorker):
         self._redis = redis_client
         self._lease = Lease(self._redis, namespace, role, member_id, lease_ttl_ms)
         self._lease_ttl_ms = lease_ttl_ms
-        self._reader = QueueReader(kafka_config, topic, group_id, self._dead_letter)
+        self._reader = QueueReader(
+            kafka_config, topic, group_id, self._dead_letter, fetch_wait_max_ms
+        )
         self._local_producer: Producer | None = None
         self._primary = threading.Event()
         self._reading = threading.Event()
@@ -326,7 +340,7 @@ class QueueProcessor(BackgroundWorker):
     def _setup(self) -> None:
         # Dead letters only, each flushed alone, so order and a rare duplicate do not matter;
         # not idempotent, as a refused Write would be fatal to an idempotent producer.
-        self._local_producer = Producer({**self._kafka_config, "linger.ms": 5, "acks": "all"})
+        self._local_producer = kafka_producer({**self._kafka_config, "acks": "all"})
         self.spawn(self._hold_lease, "lease")
 
     def _teardown(self) -> None:
@@ -391,6 +405,7 @@ class QueueProcessor(BackgroundWorker):
                 self._reader.open()
                 opened = True
                 self._reading.set()
+            self._reader.trimmer.trim()
             self.stats.backlog_events = self._reader.backlog_events()
             if not self._can_peek():
                 self.stopping.wait(0.05)

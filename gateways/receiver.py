@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -57,11 +56,12 @@ from schemas.codec import decode_as
 from schemas.dead_letter import Source, dead_letter_headers
 from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.hooks import load_hook
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of, check_name, generated_member_id, receiver_client_id
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import committed_offsets, kafka_error, poll_batch
+from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 
@@ -84,7 +84,8 @@ class GatewayReceiverSettings(
         conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver``, or None.
         apply_timeout_ms: Longest wait for this site's servers to answer a batch's
             operations; past it the batch is not acked (the sender resends it).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the inbound and reply
+            consumers (100 ms, as the servers').
         member_id: This worker's member id.
     """
 
@@ -184,7 +185,7 @@ class GatewayReceiver(BackgroundWorker):
 
     def _setup(self) -> None:
         s = self.settings
-        ensure_topics(AdminClient(self._kafka), [link_topic_spec(self.inbound_topic)])
+        ensure_topics(kafka_admin(self._kafka), [link_topic_spec(self.inbound_topic)])
         client_settings = ClientSettings(
             namespace=s.namespace,
             **s.kafka_connection(),
@@ -194,10 +195,9 @@ class GatewayReceiver(BackgroundWorker):
         self._pool = Pool(client_settings, self.client_id, s.member_id)
         if self.resolver is not None:
             self._store = RegionStore(connect_redis(s), s.namespace, self._pool.total_buckets)
-        self._producer = Producer(
+        self._producer = kafka_producer(
             {
                 **self._kafka,
-                "linger.ms": 5,
                 "acks": "all",
                 # An ack survives a leader change of the sender's ack topic, once.
                 "enable.idempotence": True,
@@ -205,7 +205,7 @@ class GatewayReceiver(BackgroundWorker):
                 "topic.metadata.propagation.max.ms": 1000,
             }
         )
-        consumer = Consumer(
+        consumer = kafka_consumer(
             {
                 **self._kafka,
                 "group.id": Topics(s.namespace).receiver_group(s.receiver_id),
@@ -216,7 +216,9 @@ class GatewayReceiver(BackgroundWorker):
             }
         )
         committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 10.0)
-        consumer.assign([TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))])
+        assign_from(
+            consumer, [TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))], 10.0
+        )
         self._consumer = consumer
         log.info(
             "gateway receiver %s of site %d reading %s",

@@ -41,13 +41,14 @@ from runtime.observability import Metric
 from runtime.redis_connect import connect_redis
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.codec import encode
-from schemas.errors import MessageDecodeError, RegionBusError
+from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError
 from schemas.hooks import GatewayEventFilter, load_hook
+from schemas.kafka_clients import client_config, kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event
 from schemas.naming import Topics, check_name, generated_member_id, sender_role
 from schemas.settings import KafkaConnectionSettings
 from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import committed_offsets, kafka_error, poll_batch
+from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -84,8 +85,9 @@ class GatewaySenderSettings(
             (seed 002: five seconds).
         event_filters: ``"module:Class"`` ``GatewayEventFilter``s (``before_transmit``,
             ``after_acknowledgement``).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers
-            (100 ms: the measured balance on the embedded Tansu, ARCHITECTURE.md).
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers:
+            bounds idle polls, and how long a queue taken over as primary waits for its
+            first fetch (100 ms, as the servers').
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
     """
@@ -116,6 +118,15 @@ class GatewaySenderSettings(
     def _topic_legal(cls, value: str) -> str:
         return check_name("name", value, max_len=120)
 
+    @field_validator("remote_kafka_config")
+    @classmethod
+    def _no_remote_auto_creation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            client_config(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
 
 class GatewaySender(QueueProcessor):
     """A gateway sender worker: runs on threads until :meth:`stop`.
@@ -134,11 +145,11 @@ class GatewaySender(QueueProcessor):
         *,
         event_filters: list[GatewayEventFilter] | None = None,
     ) -> None:
-        local = settings.librdkafka(**{"fetch.wait.max.ms": settings.fetch_wait_max_ms})
         super().__init__(
             role=sender_role(settings.sender_id),
             namespace=settings.namespace,
-            kafka_config=local,
+            kafka_config=settings.librdkafka(),
+            fetch_wait_max_ms=settings.fetch_wait_max_ms,
             redis_client=connect_redis(settings),
             member_id=settings.member_id,
             topic=Topics(settings.namespace).gateway(settings.sender_id),
@@ -152,7 +163,6 @@ class GatewaySender(QueueProcessor):
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
         self.filters += event_filters or []
         self._remote = {
-            "allow.auto.create.topics": False,
             "bootstrap.servers": settings.remote_kafka_bootstrap_servers,
             **settings.remote_kafka_config,
         }
@@ -173,9 +183,7 @@ class GatewaySender(QueueProcessor):
         if self._producer is not None and self._acks is not None:
             return
         try:
-            from confluent_kafka.admin import AdminClient
-
-            admin = AdminClient({**self._remote, "socket.timeout.ms": 5000})
+            admin = kafka_admin({**self._remote, "socket.timeout.ms": 5000})
             ensure_topics(
                 admin,
                 [link_topic_spec(self.inbound_topic), link_topic_spec(self.ack_topic)],
@@ -189,10 +197,9 @@ class GatewaySender(QueueProcessor):
                 f"remote site Kafka: {kafka_error(exc, 'admin client')}"
             ) from exc
         timeout_ms = max(1000, min(self.settings.ack_timeout_ms, 30_000))
-        self._producer = Producer(
+        self._producer = kafka_producer(
             {
                 **self._remote,
-                "linger.ms": 5,
                 "acks": "all",
                 # Not idempotent: an idempotent producer must first get a producer id, which
                 # Kafka grants only to a principal with Write on some topic; a sender whose
@@ -204,7 +211,7 @@ class GatewaySender(QueueProcessor):
             }
         )
         group = Topics(self.settings.namespace).sender_ack_group(self.settings.sender_id)
-        acks = Consumer(
+        acks = kafka_consumer(
             {
                 **self._remote,
                 "group.id": group,
@@ -216,12 +223,13 @@ class GatewaySender(QueueProcessor):
         )
         try:
             committed = committed_offsets(acks, [TopicPartition(self.ack_topic, 0)], 10.0)
+            start = max(committed[0].offset, 0)
+            assign_from(acks, [TopicPartition(self.ack_topic, 0, start)], 10.0)
         except KafkaException as exc:
             acks.close()
             self._producer = None
             failure = kafka_error(exc, f"committed offset of {group}", f"group {group}")
             raise RemoteSiteUnreachableError(f"remote site Kafka: {failure}") from exc
-        acks.assign([TopicPartition(self.ack_topic, 0, max(committed[0].offset, 0))])
         self._acks = acks
 
     def _close(self) -> None:

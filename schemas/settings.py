@@ -44,6 +44,7 @@ from pydantic_settings import (
 )
 
 from schemas.errors import ConfigurationError
+from schemas.kafka_clients import client_config
 
 CONFIG_FILE_ENV = "REGIONBUS_CONFIG_FILE"
 """Environment variable naming the configuration file (TOML, YAML or dotenv)."""
@@ -386,7 +387,8 @@ class KafkaConnectionSettings(RegionBusSettings):
         kafka_ssl_endpoint_identification_algorithm: ``https`` (verify the broker's host
             name, librdkafka's default) or ``none``.
         kafka_config: Any further librdkafka settings, passed through unchanged. A key that
-            a typed field above also sets is an error.
+            a typed field above also sets is an error, and so is
+            ``allow.auto.create.topics=true`` (`schemas.kafka_clients`).
     """
 
     kafka_bootstrap_servers: str = "127.0.0.1:9092"
@@ -437,6 +439,10 @@ class KafkaConnectionSettings(RegionBusSettings):
         clash = sorted(typed & set(self.kafka_config))
         if clash:
             raise ValueError(f"kafka_config sets {clash}, which typed kafka_* fields also set")
+        try:
+            client_config(self.kafka_config)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     def kafka_connection(self) -> dict[str, Any]:
@@ -452,12 +458,15 @@ class KafkaConnectionSettings(RegionBusSettings):
             **overrides: librdkafka keys to set on top (pass dotted keys via ``**{...}``).
 
         Returns:
-            ``allow.auto.create.topics=false`` (regionbus creates every topic itself, with
-            its partition count and retention: `schemas.topics`), ``bootstrap.servers``,
-            the typed security settings that are set (mapped by :data:`LIBRDKAFKA_KEYS`),
-            :attr:`kafka_config`, then the overrides.
+            ``bootstrap.servers``, the typed security settings that are set (mapped by
+            :data:`LIBRDKAFKA_KEYS`), :attr:`kafka_config`, then the overrides, with
+            ``allow.auto.create.topics=false`` (`schemas.kafka_clients.client_config`:
+            regionbus creates every topic itself, with its partition count and retention).
+
+        Raises:
+            ConfigurationError: an override asks for topic auto-creation.
         """
-        config: dict[str, Any] = {"allow.auto.create.topics": False}
+        config: dict[str, Any] = {}
         for name, key in LIBRDKAFKA_KEYS.items():
             value = getattr(self, name)
             if value is None:
@@ -467,7 +476,7 @@ class KafkaConnectionSettings(RegionBusSettings):
             config[key] = str(value)
         config.update(self.kafka_config)
         config.update(overrides)
-        return config
+        return client_config(config)
 
 
 __all__ = [

@@ -15,8 +15,9 @@ Retention, per topic kind (``retention.ms``):
 - ``{ns}.reply.<client>``: one hour. A reply is read within ``read_timeout_ms`` of its
   request, and a client starts reading its reply topic at the end.
 - ``{ns}.gw.<sender>`` and ``{ns}.aeq.<queue>``: never by time (``-1``). A batch leaves
-  these queues only once acknowledged (SPEC §6 and §7): the sender commits its offset and
-  deletes the records before it (Kafka's DeleteRecords), as Geode removes a batch.
+  these queues only once acknowledged (SPEC §6 and §7): the sender or dispatcher commits its
+  offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
+  per partition: `gateways.queue_trim`), as Geode removes a batch.
 - gateway link topics (inbound, ack): one day; each message is consumed within seconds.
 """
 

@@ -8,7 +8,7 @@ leaves the queue when its dispatcher commits after the remote ack; its group is
 name), because the gateway issue has not fixed that name yet.
 
 The unacked records are read with one Spark batch read (offsets from the committed ones to
-the probed end), batches exploded into events, and counted. Depth and backlog are in
+the high watermarks), batches exploded into events, and counted. Depth and backlog are in
 **events** (a queue record may be a batch of events); markers are not counted.
 """
 
@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.errors import TransportError
+from schemas.kafka_clients import kafka_consumer
 from schemas.naming import Topics
 from spark.decode import decode_messages
 from spark.format import kafka_format
@@ -64,7 +65,7 @@ def committed_offsets(
     Raises:
         TransportError: Kafka did not answer within the metadata timeout.
     """
-    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    consumer = kafka_consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
     try:
         found = consumer.committed(
             [TopicPartition(t, p) for t, p in partitions], timeout=METADATA_TIMEOUT_S

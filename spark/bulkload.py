@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AclOperation, AdminClient
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AclOperation
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
@@ -40,11 +40,12 @@ from schemas.errors import (
     TransportError,
 )
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer
 from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
-from schemas.transport import kafka_error, require_topic_operations, topic_partitions
+from schemas.transport import assign_from, kafka_error, require_topic_operations, topic_partitions
 from spark.format import kafka_format
 from spark.kafka import latest_offsets
 
@@ -203,7 +204,7 @@ def ops_partitions(kafka_config: Mapping[str, str], namespace: str) -> int:
             server of the namespace ever ran).
     """
     topic = Topics(namespace).ops
-    partitions = topic_partitions(AdminClient(dict(kafka_config)), topic, 10)
+    partitions = topic_partitions(kafka_admin(dict(kafka_config)), topic, 10)
     if not partitions:
         raise TransportError(f"topic {topic} does not exist: is a cache server running?")
     return partitions
@@ -267,7 +268,7 @@ def bulk_load(
     load = load_id or f"{BULK_LOAD_ID_PREFIX}{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
-    admin = AdminClient(config)
+    admin = kafka_admin(config)
     ensure_topics(admin, [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
     # Refusals surface here, typed, rather than as a failed Spark task's stack trace.
     require_topic_operations(admin, Topics(namespace).ops, [AclOperation.WRITE], 10)
@@ -307,7 +308,7 @@ def _await_replies(
     report: BulkLoadReport,
     timeout_s: float,
 ) -> None:
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             **config,
             "group.id": f"{reply_topic}.bulk-load",
@@ -319,7 +320,7 @@ def _await_replies(
     answered: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
-        consumer.assign([TopicPartition(reply_topic, 0, start_offset)])
+        assign_from(consumer, [TopicPartition(reply_topic, 0, start_offset)], 10)
         while len(answered) < report.entries:
             if time.monotonic() > deadline:
                 raise ServerTimeoutError(

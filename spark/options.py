@@ -9,12 +9,19 @@ this package's Python source:
   matched against the whole topic name) and ``assign`` (JSON ``{"topic": [0, 1]}``);
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON
   ``{"topic": {"0": 23, "1": -2}}`` with ``-2`` for earliest and ``-1`` for latest;
+- by timestamp (milliseconds since the Unix epoch; the offset is the earliest whose record
+  timestamp is at or after it): ``startingTimestamp`` / ``endingTimestamp`` (every
+  partition) and ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON
+  ``{"topic": {"0": 1700000000000}}`` naming every partition read). Each takes precedence
+  as in Spark: ``*Timestamp`` over ``*OffsetsByTimestamp`` over ``*Offsets``. A start with
+  no record that recent fails the read, or starts at the end with
+  ``startingOffsetsByTimestampStrategy=latest``; such an end is the partition's end. The
+  ending options are for batch reads only;
 - ``maxOffsetsPerTrigger`` (streaming), ``includeHeaders`` (default false, as in Spark),
   ``kafkaConsumer.pollTimeoutMs`` (default 120,000 ms, as in Spark).
 
 Options Spark's source has and this one ignores: ``failOnDataLoss``, ``minPartitions``,
-``groupIdPrefix``, ``kafka.group.id``, the timestamp-based offsets (Tansu answers every
-``offsets_for_times`` with 0, see ARCHITECTURE.md).
+``groupIdPrefix``, ``kafka.group.id``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from schemas.errors import ConfigurationError
 
@@ -58,6 +65,9 @@ OffsetSpec = str | dict[TopicPartitionKey, int]
 """``"earliest"``, ``"latest"``, or explicit offsets per partition (``EARLIEST``/``LATEST``
 allowed as values)."""
 
+TimestampSpec = int | dict[TopicPartitionKey, int]
+"""One timestamp for every partition, or one per partition (ms since the Unix epoch)."""
+
 
 @dataclass(frozen=True)
 class Subscription:
@@ -89,8 +99,14 @@ class SourceOptions:
     Attributes:
         kafka_config: librdkafka settings (``kafka.`` prefix removed).
         subscription: What to read.
-        starting_offsets: Where to start.
-        ending_offsets: Where a batch read ends.
+        starting_offsets: Where to start (``startingOffsets``).
+        ending_offsets: Where a batch read ends (``endingOffsets``).
+        starting_timestamps: ``startingTimestamp`` (wins) or ``startingOffsetsByTimestamp``
+            (ms since the Unix epoch); when set it replaces :attr:`starting_offsets`.
+        ending_timestamps: ``endingTimestamp`` or ``endingOffsetsByTimestamp``, likewise.
+        starting_timestamp_strategy: ``startingOffsetsByTimestampStrategy``: a partition
+            with no record at or after its starting timestamp fails the read
+            (``"error"``, Spark's default) or starts at its end (``"latest"``).
         max_offsets_per_trigger: Most records per micro-batch, over all partitions
             (None: no limit).
         include_headers: Whether the ``headers`` column exists.
@@ -105,6 +121,9 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     include_headers: bool
     poll_timeout_ms: int
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -120,7 +139,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 
     Raises:
         ConfigurationError: ``kafka.bootstrap.servers`` is missing, not exactly one of
-            ``subscribe``/``subscribePattern``/``assign`` is given, or a value is malformed.
+            ``subscribe``/``subscribePattern``/``assign`` is given, an ending timestamp
+            option is given to a stream, or a value is malformed.
     """
     lowered = {k.lower(): v for k, v in options.items()}
     kafka_config = {
@@ -140,12 +160,25 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     ending = _offset_spec(lowered.get("endingoffsets", "latest"), "endingOffsets")
     if ending == "earliest" or _names(ending, EARLIEST):
         raise ConfigurationError("endingOffsets=earliest is not allowed")
+    ending_timestamps = _timestamp_spec(lowered, "ending")
+    if streaming and ending_timestamps is not None:
+        raise ConfigurationError(
+            "endingTimestamp / endingOffsetsByTimestamp are for batch reads, not streams"
+        )
+    strategy = lowered.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigurationError(
+            f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
     max_offsets = lowered.get("maxoffsetspertrigger")
     return SourceOptions(
         kafka_config=kafka_config,
         subscription=subscription,
         starting_offsets=starting,
         ending_offsets=ending,
+        starting_timestamps=_timestamp_spec(lowered, "starting"),
+        ending_timestamps=ending_timestamps,
+        starting_timestamp_strategy="latest" if strategy == "latest" else "error",
         max_offsets_per_trigger=_positive_int(max_offsets, "maxOffsetsPerTrigger")
         if max_offsets is not None
         else None,
@@ -205,6 +238,45 @@ def _offset_spec(value: str, name: str) -> OffsetSpec:
             except ValueError as exc:
                 raise ConfigurationError(f"{name}: bad partition {partition!r}") from exc
     return offsets
+
+
+def _timestamp_spec(lowered: Mapping[str, str], side: str) -> TimestampSpec | None:
+    """``<side>Timestamp`` (wins) or ``<side>OffsetsByTimestamp``, None when neither."""
+    single = lowered.get(f"{side}timestamp")
+    if single is not None:
+        return _timestamp(single.strip(), f"{side}Timestamp")
+    per_partition = lowered.get(f"{side}offsetsbytimestamp")
+    if per_partition is None:
+        return None
+    name = f"{side}OffsetsByTimestamp"
+    parsed = _json(per_partition, name)
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigurationError(f'{name} must be JSON {{"topic": {{"0": <timestamp ms>}}}}')
+    timestamps: dict[TopicPartitionKey, int] = {}
+    for topic, per_topic in parsed.items():
+        if not isinstance(per_topic, dict):
+            raise ConfigurationError(f"{name}: timestamps of {topic!r} must be an object")
+        for partition, value in per_topic.items():
+            try:
+                key = (str(topic), int(partition))
+            except ValueError as exc:
+                raise ConfigurationError(f"{name}: bad partition {partition!r}") from exc
+            timestamps[key] = _timestamp(value, f"{name} of {topic}[{partition}]")
+    return timestamps
+
+
+def _timestamp(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigurationError(f"{name} must be milliseconds since the epoch, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{name} must be milliseconds since the epoch, got {value!r}"
+        ) from exc
+    if number < 0:
+        raise ConfigurationError(f"{name} must not be negative, got {number}")
+    return number
 
 
 def _names(spec: OffsetSpec, placeholder: int) -> bool:
@@ -301,6 +373,7 @@ __all__ = [
     "OffsetSpec",
     "SourceOptions",
     "Subscription",
+    "TimestampSpec",
     "TopicPartitionKey",
     "offsets_from_json",
     "offsets_to_json",

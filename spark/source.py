@@ -8,8 +8,9 @@ Structured Streaming (``spark.readStream``, with ``maxOffsetsPerTrigger`` and
 columns ``value`` (required), ``key``, ``topic``, ``partition``, ``headers``.
 
 Offsets are Spark's Kafka offset JSON (``{"topic": {"0": 12}}``), kept by Spark in the
-query's checkpoint; nothing is ever committed to Kafka. End offsets are probed, not read
-from watermarks (see :mod:`spark.kafka`). Every object here stays picklable: consumers and
+query's checkpoint; nothing is ever committed to Kafka. ``earliest`` and ``latest`` are the
+partitions' watermarks, the timestamp options Kafka's offsets by timestamp (see
+:mod:`spark.kafka`). Every object here stays picklable: consumers and
 producers are opened inside ``read()`` / ``write()`` (and for offset look-ups on the driver,
 per call).
 """
@@ -143,6 +144,36 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
     )
 
 
+def _start_offsets(
+    options: SourceOptions, partitions: list[TopicPartitionKey], default: str
+) -> dict[TopicPartitionKey, int]:
+    """Where a read starts: by timestamp when one is given (Spark: ``startingTimestamp``
+    over ``startingOffsetsByTimestamp`` over ``startingOffsets``), ``default`` for a
+    partition a JSON ``startingOffsets`` does not name."""
+    config = options.kafka_config
+    if options.starting_timestamps is not None:
+        return kafka.offsets_for_timestamps(
+            config,
+            partitions,
+            options.starting_timestamps,
+            when_none=options.starting_timestamp_strategy,
+        )
+    return kafka.resolve_offsets(config, partitions, options.starting_offsets, default)
+
+
+def _end_offsets(
+    options: SourceOptions, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """Where a batch read ends: by timestamp when one is given (no record that recent: the
+    partition's end, as in Spark), else ``endingOffsets`` (default ``latest``)."""
+    config = options.kafka_config
+    if options.ending_timestamps is not None:
+        return kafka.offsets_for_timestamps(
+            config, partitions, options.ending_timestamps, when_none="latest"
+        )
+    return kafka.resolve_offsets(config, partitions, options.ending_offsets, "latest")
+
+
 def _ranges(
     start: dict[TopicPartitionKey, int], end: dict[TopicPartitionKey, int]
 ) -> list[OffsetRange]:
@@ -154,7 +185,7 @@ def _ranges(
 
 
 class BatchReader(DataSourceReader):
-    """Reads ``startingOffsets`` up to ``endingOffsets`` (``latest``: the probed end).
+    """Reads from the start options up to the ending ones (``latest``: the high watermark).
 
     Args:
         options: Parsed source options.
@@ -168,11 +199,14 @@ class BatchReader(DataSourceReader):
 
         Raises:
             TransportError: Kafka did not answer.
+            ConfigurationError: a timestamp option names too few partitions, or a
+                partition has no record at or after the starting timestamp (with
+                ``startingOffsetsByTimestampStrategy=error``).
         """
-        config = self.options.kafka_config
-        partitions = kafka.list_partitions(config, self.options.subscription)
-        start = kafka.resolve_offsets(config, partitions, self.options.starting_offsets, "earliest")
-        end = kafka.resolve_offsets(config, partitions, self.options.ending_offsets, "latest")
+        partitions = kafka.list_partitions(self.options.kafka_config, self.options.subscription)
+        start = _start_offsets(self.options, partitions, "earliest")
+        end = _end_offsets(self.options, partitions)
+        # An end before the start (timestamps) reads nothing, as in Spark.
         ranges = _ranges(start, end)
         # Spark wants at least one partition; an empty range reads nothing.
         return ranges or [OffsetRange("", 0, 0, 0)]
@@ -201,16 +235,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_end: dict[TopicPartitionKey, int] | None = None
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802
-        """Offsets of ``startingOffsets`` (default ``latest``) for the current partitions.
+        """Offsets of the start options (``startingOffsets`` default ``latest``, or a
+        starting timestamp) for the current partitions.
 
         Raises:
             TransportError: Kafka did not answer.
+            ConfigurationError: as :meth:`BatchReader.partitions` for the timestamps.
         """
-        config = self.options.kafka_config
-        partitions = kafka.list_partitions(config, self.options.subscription)
-        return offsets_to_json(
-            kafka.resolve_offsets(config, partitions, self.options.starting_offsets, "latest")
-        )
+        partitions = kafka.list_partitions(self.options.kafka_config, self.options.subscription)
+        return offsets_to_json(_start_offsets(self.options, partitions, "latest"))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else everything available."""

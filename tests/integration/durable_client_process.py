@@ -87,7 +87,7 @@ def main(config: dict[str, Any]) -> None:
             durable_client_id=config["durable_id"],
             durable_client_timeout_s=config.get("timeout_s", 300),
             ping_interval_ms=config.get("ping_interval_ms", 300),
-            fetch_wait_max_ms=20,
+            fetch_wait_max_ms=100,
             read_timeout_ms=15_000,
         )
     )

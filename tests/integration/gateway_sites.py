@@ -18,7 +18,7 @@ from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from gateways.sender import GatewaySender, GatewaySenderSettings
 from schemas.messages import Entry
 
-FAST_FETCH_MS = 20
+TEST_FETCH_WAIT_MAX_MS = 100
 
 
 class Site:
@@ -64,7 +64,7 @@ class Site:
             kafka_bootstrap_servers=self.kafka,
             redis_url=self.redis_url,
             regions=list(regions),
-            fetch_wait_max_ms=FAST_FETCH_MS,
+            fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
             poll_timeout_ms=20,
             message_sync_interval_s=0.2,
             distributed_system_id=self.site_id,
@@ -123,7 +123,7 @@ class Site:
             "kafka_bootstrap_servers": self.kafka,
             "redis_url": self.redis_url,
             "distributed_system_id": self.site_id,
-            "fetch_wait_max_ms": FAST_FETCH_MS,
+            "fetch_wait_max_ms": TEST_FETCH_WAIT_MAX_MS,
         }
         settings.update(overrides)
         receiver = GatewayReceiver(GatewayReceiverSettings(**settings), conflict_resolver=resolver)
@@ -137,7 +137,7 @@ class Site:
         settings: dict[str, Any] = {
             "namespace": self.namespace,
             "kafka_bootstrap_servers": self.kafka,
-            "fetch_wait_max_ms": FAST_FETCH_MS,
+            "fetch_wait_max_ms": TEST_FETCH_WAIT_MAX_MS,
             "read_timeout_ms": 30_000,
         }
         settings.update(overrides)

@@ -27,7 +27,7 @@ def main(config: dict[str, Any]) -> None:
             namespace=config["namespace"],
             kafka_bootstrap_servers=config["bootstrap"],
             subscription_enabled=False,
-            fetch_wait_max_ms=20,
+            fetch_wait_max_ms=100,
             read_timeout_ms=30_000,
         )
     )

@@ -7,12 +7,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, TopicPartition
 
 from broker.kafka_acls import KafkaAcl, grant, granted, revoke
 from devstack import KafkaNode
 from devstack.kafka_broker import SCRAM_MECHANISM, add_scram_users
+from schemas.kafka_clients import kafka_admin, kafka_consumer
 
 
 class KafkaUsers:
@@ -26,7 +26,7 @@ class KafkaUsers:
         assert node.security is not None
         self.node = node
         self.security = node.security
-        self.admin = AdminClient(node.client_config())
+        self.admin = kafka_admin(node.client_config())
         self._created: set[str] = set()
 
     @staticmethod
@@ -82,7 +82,7 @@ class KafkaUsers:
         """Every message of partition 0 of ``topic``, read to its end as ``user`` (the
         admin when None); error events other than the end of the partition included."""
         config = self.node.client_config() if user is None else self.librdkafka(user)
-        consumer = Consumer(
+        consumer = kafka_consumer(
             {
                 **config,
                 "group.id": f"probe-{time.monotonic_ns()}",

@@ -9,6 +9,7 @@ from typing import Any
 
 from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from schemas.errors import CacheWriterError
+from schemas.kafka_clients import kafka_producer
 
 
 class Recorder(CacheListener):
@@ -105,12 +106,11 @@ def settle(cache: Any, idle_s: float = 0.4) -> None:
 
 def send_raw_operation(kafka_bootstrap_servers: str, namespace: str, op: Any, bucket: int) -> None:
     """Produce an operation to ``{ns}.ops`` directly, as a server-side application would."""
-    from confluent_kafka import Producer
 
     from schemas.codec import encode
     from schemas.naming import Topics
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(Topics(namespace).ops, encode(op), partition=bucket)
     assert producer.flush(10) == 0
 
@@ -119,12 +119,11 @@ def send_raw_batch(
     kafka_bootstrap_servers: str, namespace: str, ops: list[Any], bucket: int
 ) -> None:
     """Produce operations to ``{ns}.ops`` as one batch message (one poll on the server)."""
-    from confluent_kafka import Producer
 
     from schemas.codec import encode, encode_batches
     from schemas.naming import Topics
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     for value in encode_batches([encode(op) for op in ops]):
         producer.produce(Topics(namespace).ops, value, partition=bucket)
     assert producer.flush(10) == 0

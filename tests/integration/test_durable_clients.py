@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient
 from support import (
     Recorder,
     entry_operation,
@@ -32,6 +31,7 @@ from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients.server_proxy import ServerRegionProxy
 from schemas.errors import ConfigurationError, DuplicateDurableClientError, UnconnectedError
+from schemas.kafka_clients import kafka_admin
 from schemas.messages import OperationKind
 from schemas.naming import RedisKeys, Topics
 
@@ -266,7 +266,7 @@ def test_close_without_keep_alive_removes_the_queue_and_interest_at_once(
     client.create_region("r").register_interest(["a"], durable=True)
     client.ready_for_events()
     queue = Topics(namespace).queue("desk")
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
     assert queue in admin.list_topics(timeout=10).topics
     client.close(keep_alive=False)
     assert queue not in admin.list_topics(timeout=10).topics
@@ -303,7 +303,7 @@ def test_a_client_away_past_its_timeout_is_unregistered_with_an_alert_and_reconn
         what="the reaper to unregister the client",
     )
     assert not redis_client.exists(keys.interest("desk"))
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
     assert Topics(namespace).queue("desk") not in admin.list_topics(timeout=10).topics
     alerts = [r for r in caplog.records if "ALERT" in r.getMessage() and "desk" in r.getMessage()]
     assert len(alerts) == 1
@@ -409,8 +409,10 @@ def test_a_client_whose_queue_is_gone_refetches_its_interest_without_listener_ev
         # The drop reaches the buckets as DISCONNECT operations: wait for it to be applied,
         # not only for the client record to go.
         wait_until(
-            lambda: redis_client.hget(keys.clients, client.client_id) is None
-            and not redis_client.exists(keys.interest(client.client_id)),
+            lambda: (
+                redis_client.hget(keys.clients, client.client_id) is None
+                and not redis_client.exists(keys.interest(client.client_id))
+            ),
             what="the server to drop the silent client",
         )
         writer.put("a", 1)

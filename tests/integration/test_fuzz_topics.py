@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
 from support import Recorder, wait_until
 
@@ -40,6 +40,7 @@ from gateways.protocol import (
 from schemas.codec import decode, decode_as, encode, encode_batches, split_batch
 from schemas.errors import MessageDecodeError
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import (
     Control,
     ControlKind,
@@ -239,7 +240,7 @@ def _whole(decoder: Callable[[bytes | None], Any]) -> Callable[[bytes | None], l
 
 def _dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[str, bytes]]]:
     """Every record of ``{ns}.dead-letter`` so far, with its headers."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": kafka,
             "group.id": f"fuzz-check-{time.monotonic_ns()}",
@@ -333,7 +334,7 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         cache.pool.topics.queue(cache.client_id): "event",
         cache.pool.topics.reply(cache.client_id): "reply",
     }
-    producer = Producer({"bootstrap.servers": a.kafka})
+    producer = kafka_producer({"bootstrap.servers": a.kafka})
     expected_dead: dict[str, Counter[bytes | None]] = {}
     client_broken: dict[str, int] = {}
     every_value: list[bytes | None] = []

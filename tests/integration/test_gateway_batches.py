@@ -11,6 +11,7 @@ from gateway_sites import Site, running_sites
 from support import Recorder, Vetoing, entry_operation, send_raw_operation, wait_until
 
 from clients import ALL_KEYS
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import OperationKind
 
 
@@ -114,7 +115,7 @@ def test_an_ack_with_an_exception_drops_and_logs_the_failed_event_and_the_rest_i
 def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_going(
     sites: list[Site],
 ) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from schemas.naming import Topics
 
@@ -123,7 +124,7 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
     receiver = b.start_receiver()
     a.start_server(senders={"to-b": 2})
     a.start_sender("to-b", b)
-    producer = Producer({"bootstrap.servers": a.kafka})
+    producer = kafka_producer({"bootstrap.servers": a.kafka})
     producer.produce(f"{a.namespace}.gw.to-b", b"not an event", partition=0)
     producer.produce(Topics(b.namespace).gateway_inbound("receiver"), b"not a batch", partition=0)
     assert producer.flush(10) == 0
@@ -132,7 +133,9 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
 
     assert receiver.stats.dead_letters == 1
     for site, bad in ((a, b"not an event"), (b, b"not a batch")):
-        consumer = Consumer({"bootstrap.servers": site.kafka, "group.id": "dead-letter-check"})
+        consumer = kafka_consumer(
+            {"bootstrap.servers": site.kafka, "group.id": "dead-letter-check"}
+        )
         consumer.assign([TopicPartition(f"{site.namespace}.dead-letter", 0, 0)])
         message = consumer.poll(15)
         consumer.close()

@@ -128,7 +128,7 @@ def cluster(
             "REGIONBUS_REDIS_URL": redis_url,
             "REGIONBUS_SUBSCRIPTION_REDUNDANCY": str(redundancy),
             "REGIONBUS_LEASE_TTL_MS": str(_LEASE_TTL_MS),
-            "REGIONBUS_FETCH_WAIT_MAX_MS": "20",
+            "REGIONBUS_FETCH_WAIT_MAX_MS": "100",
             "REGIONBUS_POLL_TIMEOUT_MS": "20",
             "REGIONBUS_MESSAGE_SYNC_INTERVAL_S": "0.5",
         }

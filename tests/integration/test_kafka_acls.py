@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError
 from kafka_users import KafkaUsers
 from support import Recorder, wait_until
 
@@ -28,6 +28,7 @@ from clients.subscription import SubscriptionQueue
 from devstack import KafkaNode
 from devstack.jvm import java_program, jvm_lib_dir
 from schemas.errors import KafkaAuthorizationError
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.naming import Topics
 from schemas.transport import kafka_error
 
@@ -227,7 +228,7 @@ def _subscribe_error(
 ) -> int | None:
     """The error code a consumer of ``group`` subscribed to ``topic`` gets first; None when
     it reads a message instead, or nothing comes within ``timeout_s``."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {**config, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
     )
     consumer.subscribe([topic])
@@ -245,7 +246,7 @@ def _subscribe_error(
 
 def _produce_error(config: dict[str, str], topic: str, value: bytes) -> KafkaError | None:
     reports: list[KafkaError | None] = []
-    producer = Producer({**config, "message.timeout.ms": 20_000})
+    producer = kafka_producer({**config, "message.timeout.ms": 20_000})
     producer.produce(
         topic, value, partition=0, on_delivery=lambda error, _message: reports.append(error)
     )

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka.admin import AdminClient
 from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess, _check_delivery
 
@@ -31,6 +30,7 @@ from clients import ALL_KEYS, ClientCache, ClientSettings
 from clients.cache import CLIENT_RECONNECTED
 from devstack import KafkaCluster
 from schemas.callbacks import RegionEvent
+from schemas.kafka_clients import kafka_admin
 from schemas.naming import RedisKeys, Topics
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class ReplayTap(Tap):
 
 def _leaders(cluster: KafkaCluster, topic: str) -> dict[int, int]:
     """``{partition: leader broker id}`` of ``topic``."""
-    admin = AdminClient({**cluster.client_config(), "log_level": 3})
+    admin = kafka_admin({**cluster.client_config(), "log_level": 3})
     metadata = admin.list_topics(topic=topic, timeout=10).topics[topic]
     return {p: meta.leader for p, meta in metadata.partitions.items()}
 

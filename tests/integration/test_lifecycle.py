@@ -9,18 +9,19 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from support import Recorder, Sentinel, wait_until
 
 from broker.config import ServerSettings
 from broker.server import CacheServer
 from clients import ALL_KEYS, ClientCache, ClientSettings
 from schemas.codec import split_batch
+from schemas.kafka_clients import kafka_consumer
 from schemas.naming import Topics
 
 
 def _committed(kafka: str, group: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    consumer = kafka_consumer({"bootstrap.servers": kafka, "group.id": group})
     try:
         return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
     finally:
@@ -46,7 +47,7 @@ def test_the_client_acks_processed_events_by_committing_its_queue_offset(
 def _offset_after_events(kafka: str, topic: str, events: int) -> int:
     """The queue offset just after the message that completes ``events`` events (the server
     batches a poll's events for one queue into one Kafka message)."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "probe"})
+    consumer = kafka_consumer({"bootstrap.servers": kafka, "group.id": "probe"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     seen, deadline = 0, time.monotonic() + 15
     try:
@@ -75,7 +76,7 @@ def test_closing_a_client_drops_its_interest_and_its_topics(
         ),
         what="interest removed from Redis",
     )
-    topics = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"})
+    topics = kafka_consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"})
     names = topics.list_topics(timeout=10).topics
     topics.close()
     assert Topics(namespace).queue(leaving.client_id) not in names

@@ -97,7 +97,7 @@ def _settings(
         "redis_username": USER,
         "redis_password": PASSWORD,
         "regions": ["r"],
-        "fetch_wait_max_ms": 20,
+        "fetch_wait_max_ms": 100,
         "poll_timeout_ms": 20,
         "message_sync_interval_s": 0.2,
     }
@@ -233,7 +233,7 @@ def test_a_secret_printed_by_user_add_lets_a_client_write_and_nothing_else(
         **server_login,
         redis_url=redis_url,
         regions=["r"],
-        fetch_wait_max_ms=20,
+        fetch_wait_max_ms=100,
         poll_timeout_ms=20,
         security_enabled=True,
     )

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 from kafka_users import KafkaUsers
 from support import Recorder, settle, wait_until
 
@@ -32,13 +31,14 @@ from devstack import KafkaNode
 from schemas.codec import decode, encode, split_batch
 from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of
 from schemas.signing import Signer
 from schemas.topics import TopicSpec, ensure_topics
 
 ClientFactory = Callable[..., Any]
-TEST_FETCH_WAIT_MAX_MS = 20
+TEST_FETCH_WAIT_MAX_MS = 100
 
 SECRETS = {"writer": "writer-secret", "reader": "reader-secret", "nosy": "nosy-secret"}
 SERVER_USER = "regionbus-server"
@@ -312,9 +312,9 @@ class _RawSender:
         self.namespace = namespace
         if reader_config is None:
             reader_config = sender_config
-            ensure_topics(AdminClient(sender_config), [TopicSpec(self.topics.reply(client_id))])
-        self.producer = Producer(sender_config)
-        self.consumer = Consumer(
+            ensure_topics(kafka_admin(sender_config), [TopicSpec(self.topics.reply(client_id))])
+        self.producer = kafka_producer(sender_config)
+        self.consumer = kafka_consumer(
             {
                 **reader_config,
                 "group.id": self.topics.client_group(client_id),

@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 from click.testing import CliRunner
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 from support import settle, wait_until
 
 from broker.cli import main
@@ -19,6 +19,7 @@ from demo.flights import run_replay
 from demo.flights_data import count_operations, load_flights
 from schemas.codec import encode, encode_batches
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import RedisKeys, Topics
 from spark.analytics import queue_analytics
@@ -104,7 +105,7 @@ def test_delays_job_output_equals_the_same_aggregation_with_pandas(
 def _gateway_queue(bootstrap: str, namespace: str) -> str:
     """A gateway queue of 7 events in 3 records (one a batch of 5), acked up to record 1."""
     topic = Topics(namespace).gateway("site2")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(timeout=15)
     now_ms = int(time.time() * 1000)
@@ -116,11 +117,11 @@ def _gateway_queue(bootstrap: str, namespace: str) -> str:
         )
         for i in range(7)
     ]
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = kafka_producer({"bootstrap.servers": bootstrap})
     for value in [events[0], events[1], *encode_batches(events[2:])]:
         producer.produce(topic, value, partition=0)
     assert producer.flush(10) == 0
-    acker = Consumer({"bootstrap.servers": bootstrap, "group.id": topic})
+    acker = kafka_consumer({"bootstrap.servers": bootstrap, "group.id": topic})
     acker.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
     acker.close()
     return topic

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from support import wait_until
 
 from broker.server import CacheServer
+from schemas.kafka_clients import kafka_admin, kafka_producer
 from schemas.naming import Topics
 from spark.decode import decode_messages, decode_values
 from spark.format import jvm_connector_present, kafka_format
+from spark.kafka import earliest_offsets, latest_offsets, offsets_for_timestamps
 from spark.source import SOURCE_NAME
 
 _PARTITIONS = 3
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(timeout=15)
 
@@ -29,7 +31,7 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def _produce(bootstrap: str, topic: str, count: int, linger_ms: int) -> dict[tuple[int, int], Any]:
     """Produce ``count`` records spread over the partitions, every third with headers;
     return what Kafka acknowledged, by ``(partition, offset)``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    producer = kafka_producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
     acked: dict[tuple[int, int], Any] = {}
     sent: dict[bytes, tuple[bytes | None, list[tuple[str, bytes]] | None]] = {}
 
@@ -63,11 +65,18 @@ def test_batch_read_equals_what_was_produced_across_partitions_with_headers(
 ) -> None:
     topic = Topics(namespace).events
     _create_topic(kafka_bootstrap_servers, topic, _PARTITIONS)
-    # Linger makes multi-record batches: Tansu's watermark then stops at the last batch's
-    # base offset + 1, which a watermark-trusting reader would take as the end.
+    # Linger makes multi-record batches: the end of a partition is still its last record's
+    # offset + 1, the high watermark the source reads up to.
     produced = _produce(kafka_bootstrap_servers, topic, 3_000, linger_ms=50)
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    partitions = [(topic, p) for p in range(_PARTITIONS)]
 
     rows = _read(spark_session, kafka_bootstrap_servers, subscribe=topic, includeHeaders="true")
+
+    assert earliest_offsets(config, partitions) == {tp: 0 for tp in partitions}
+    assert latest_offsets(config, partitions) == {
+        (topic, p): sum(1 for q, _ in produced if q == p) for p in range(_PARTITIONS)
+    }
 
     read = {
         (r.partition, r.offset): (
@@ -111,6 +120,52 @@ def test_batch_read_honours_offset_json_pattern_and_assign(
         k for k in produced if k[0] == 1
     )
     assert "headers" not in assigned[0].asDict()
+
+
+def test_timestamp_options_start_and_end_at_the_first_record_that_recent(
+    spark_session: Any, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = f"{namespace}.aeq.by-time"
+    _create_topic(kafka_bootstrap_servers, topic, _PARTITIONS)
+    base_ms = int(time.time() * 1000) - 600_000
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
+    for partition in range(_PARTITIONS):
+        for i in range(10):
+            producer.produce(
+                topic,
+                f"{partition}-{i}".encode(),
+                partition=partition,
+                timestamp=base_ms + i * 1000,
+            )
+    assert producer.flush(30) == 0
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+
+    def read(**options: str) -> list[tuple[int, int]]:
+        rows = _read(spark_session, kafka_bootstrap_servers, subscribe=topic, **options)
+        return sorted((r.partition, r.offset) for r in rows)
+
+    def by_partition(*timestamps_ms: int) -> str:
+        return json.dumps({topic: {str(p): t for p, t in enumerate(timestamps_ms)}})
+
+    # Offsets 0-9 of every partition carry base + 0 s ... base + 9 s.
+    assert offsets_for_timestamps(
+        config, [(topic, 0), (topic, 1)], base_ms + 2500, when_none="latest"
+    ) == {(topic, 0): 3, (topic, 1): 3}
+    windowed = read(
+        startingTimestamp=str(base_ms + 3000),
+        endingOffsetsByTimestamp=by_partition(base_ms + 5000, base_ms + 99_000, base_ms + 3000),
+    )
+    to_the_end = read(
+        startingOffsetsByTimestamp=by_partition(base_ms + 9000, base_ms + 20_000, base_ms),
+        startingOffsetsByTimestampStrategy="latest",
+    )
+
+    assert windowed == [(0, 3), (0, 4), *((1, o) for o in range(3, 10))]
+    assert to_the_end == [(0, 9), *((2, o) for o in range(10))]
+    with pytest.raises(Exception, match="no record at or after the starting timestamp"):
+        read(startingOffsetsByTimestamp=by_partition(base_ms, base_ms + 20_000, base_ms))
+    with pytest.raises(Exception, match="must name every partition"):
+        read(startingOffsetsByTimestamp=json.dumps({topic: {"0": base_ms}}))
 
 
 def test_events_topic_decodes_into_typed_columns(
@@ -171,7 +226,7 @@ def test_undecodable_records_become_rows_with_the_error(
 ) -> None:
     topic = Topics(namespace).events
     _create_topic(kafka_bootstrap_servers, topic, 1)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topic, b"not a regionbus message", partition=0)
     producer.produce(topic, bytes((0xB1, 2, 0xFF)), partition=0)
     assert producer.flush(10) == 0

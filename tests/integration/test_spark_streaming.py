@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from schemas.kafka_clients import kafka_admin, kafka_producer
 from schemas.naming import Topics
 from spark.format import kafka_format
 
@@ -22,13 +22,13 @@ _PARTITIONS = 2
 
 
 def _topic_with(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, _PARTITIONS, 1)]).values():
         future.result(timeout=15)
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int) -> set[tuple[int, int]]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer = kafka_producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     acked: set[tuple[int, int]] = set()
 
     def on_delivery(error: Any, message: Any) -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 import devstack.process
 from devstack import (
@@ -23,6 +22,7 @@ from devstack import (
     free_port,
 )
 from schemas.errors import RegionBusError, StackError
+from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.topics import TopicSpec, ensure_topics
 
 _CONSUME_DEADLINE_S = 15.0
@@ -52,14 +52,14 @@ def _assert_port_free(port: int) -> None:
 
 def _create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
     ensure_topics(
-        AdminClient({"bootstrap.servers": bootstrap_servers}), [TopicSpec(topic, partitions)]
+        kafka_admin({"bootstrap.servers": bootstrap_servers}), [TopicSpec(topic, partitions)]
     )
 
 
 def _consume_all(bootstrap_servers: str, group: str, topic: str) -> list[bytes | None]:
     """Values of ``topic`` partition 0 from the group's committed offset (else the start)
     until the end, committing what was read."""
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": bootstrap_servers,
             "group.id": group,
@@ -99,7 +99,7 @@ def test_embedded_kafka_start_returns_bootstrap_that_answers_metadata() -> None:
         bootstrap = kafka.start()
         assert bootstrap == f"127.0.0.1:{kafka.port}"
         assert kafka.bootstrap_servers == bootstrap
-        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+        metadata = kafka_admin({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
         assert metadata.brokers
         assert kafka.log_path.is_file()
 
@@ -110,7 +110,7 @@ def test_topic_with_16_partitions_can_be_created(
     topic = f"{namespace}.ops"
     _create_topic(kafka_bootstrap_servers, topic, partitions=16)
 
-    metadata = AdminClient({"bootstrap.servers": kafka_bootstrap_servers}).list_topics(
+    metadata = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}).list_topics(
         topic, timeout=5
     )
     assert len(metadata.topics[topic].partitions) == 16
@@ -122,13 +122,13 @@ def test_produce_then_assign_consume_round_trips_key_value_and_headers(
     topic = f"{namespace}.ops"
     _create_topic(kafka_bootstrap_servers, topic, partitions=16)
     headers: list[tuple[str, str | bytes | None]] = [("event-id", b"m1:t1:7:3"), ("kind", b"put")]
-    producer = Producer(
+    producer = kafka_producer(
         {"bootstrap.servers": kafka_bootstrap_servers, "acks": "all", "linger.ms": 5}
     )
     producer.produce(topic, key=b"k1", value=b"v1", partition=7, headers=headers)
     assert producer.flush(10) == 0
 
-    consumer = Consumer(
+    consumer = kafka_consumer(
         {
             "bootstrap.servers": kafka_bootstrap_servers,
             "group.id": namespace,
@@ -187,7 +187,7 @@ def test_embedded_kafka_restarted_on_its_work_dir_keeps_topics_messages_and_offs
     first = EmbeddedKafka(work_dir=work_dir)
     bootstrap = first.start()
     _create_topic(bootstrap, "kept", partitions=1)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer = kafka_producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(10):
         producer.produce("kept", f"m{i}".encode(), partition=0)
     assert producer.flush(10) == 0

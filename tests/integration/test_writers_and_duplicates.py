@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from support import (
     Recorder,
     Sentinel,
@@ -21,6 +21,7 @@ from clients import ALL_KEYS
 from schemas.codec import decode, encode, encode_batches, split_batch
 from schemas.errors import CacheWriterError, ValueTooLargeError
 from schemas.eventid import EventID
+from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind, OperationKind
 from schemas.naming import Topics, bucket_of
 
@@ -111,14 +112,14 @@ def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(
     # read back the event the server queued for the reader and resend it, as a new primary
     # would after a failover
     topic = Topics(namespace).queue(reader_cache.client_id)
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "probe"})
+    consumer = kafka_consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "probe"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     first = consumer.consume(1, 10)[0]
     consumer.close()
     event = decode(split_batch(first.value())[0])
     assert isinstance(event, Event) and event.key == "k"
     resent = event._replace(possible_duplicate=True)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topic, encode(resent))
     producer.flush(10)
     assert Sentinel(writer, recorder, key="sentinel-2").fence() == []
@@ -130,14 +131,16 @@ def test_garbage_on_the_ops_topic_is_dead_lettered_and_the_server_keeps_going(
     cache_server, client_factory, kafka_bootstrap_servers, namespace
 ) -> None:  # type: ignore[no-untyped-def]
     topics = Topics(namespace)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(topics.ops, b"\x00not a regionbus message", partition=3)
     producer.produce(topics.ops, b"\xb1\x01\xff\xff\xff", partition=3)
     producer.flush(10)
     region = client_factory().create_region("r")
     region.put("after", 1)  # the server is still processing
     assert region.get("after") == 1
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "dlq-probe"})
+    consumer = kafka_consumer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "group.id": "dlq-probe"}
+    )
     consumer.assign([TopicPartition(topics.dead_letter, 0, 0)])
     letters = []
     deadline = time.monotonic() + 15
@@ -173,7 +176,9 @@ def test_event_kinds_carried_by_the_events_log(
     region.put("e", 2)
     region.destroy("e")
     bucket = bucket_of("r", "e", 16)
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "events-probe"})
+    consumer = kafka_consumer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "group.id": "events-probe"}
+    )
     consumer.assign([TopicPartition(Topics(namespace).events, bucket, 0)])
     events: list[Event] = []
     deadline = time.monotonic() + 15
@@ -193,13 +198,13 @@ def test_a_broken_message_inside_a_batch_is_dead_lettered_and_the_rest_applied(
     broken = b"\xb1\x01garbage"
     later = good._replace(request_id=2, event_id=EventID("app-2", 1, 1, bucket), value=b"2")
     [batch] = encode_batches([encode(good), broken, encode(later)])
-    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(Topics(namespace).ops, batch, partition=bucket)
     producer.flush(10)
     wait_until(lambda: cache_server.stats.dead_letters == 1, what="the dead letter")
     wait_until(lambda: "good" in cache_server.store.entries("r"), what="the batch applied")
     assert cache_server.store.entries("r")["good"].value == b"2"
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "dlq"})
+    consumer = kafka_consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "dlq"})
     consumer.assign([TopicPartition(Topics(namespace).dead_letter, 0, 0)])
     letters: list = []
     deadline = time.monotonic() + 15

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -23,6 +23,7 @@ from clients.settings import ClientSettings
 from gateways.receiver import GatewayReceiverSettings
 from gateways.sender import GatewaySenderSettings
 from schemas.errors import ConfigurationError
+from schemas.kafka_clients import kafka_producer
 from schemas.settings import (
     CONFIG_FILE_ENV,
     MASK,
@@ -52,7 +53,7 @@ def test_code_beats_environment_beats_file_beats_default(
         monkeypatch,
         tmp_path / "site.toml",
         '[server]\nnamespace = "from-file"\nlease_ttl_ms = 7000\nlinger_ms = 9\n'
-        '[client]\nread_timeout_ms = 1234\n',
+        "[client]\nread_timeout_ms = 1234\n",
     )
     monkeypatch.setenv("REGIONBUS_LEASE_TTL_MS", "8000")
     settings = ServerSettings.load(linger_ms=3)
@@ -173,9 +174,9 @@ def test_typed_kafka_security_maps_to_librdkafka_keys_librdkafka_accepts(
         "ssl.ca.location": str(ca),
     }
     # librdkafka itself validates the keys and loads the CA file
-    Producer(config).flush(0)
+    kafka_producer(config).flush(0)
     with pytest.raises(KafkaException):
-        Producer({**config, "ssl.ca.location": str(tmp_path / "garbage.pem")})
+        kafka_producer({**config, "ssl.ca.location": str(tmp_path / "garbage.pem")})
 
 
 def test_inconsistent_kafka_security_is_refused_at_start(tmp_path: Path) -> None:
@@ -195,13 +196,23 @@ def test_inconsistent_kafka_security_is_refused_at_start(tmp_path: Path) -> None
     )
 
 
+def test_kafka_config_asking_for_topic_auto_creation_is_refused_at_start() -> None:
+    with pytest.raises(ConfigurationError, match=r"allow\.auto\.create\.topics"):
+        ClientSettings.load(kafka_config={"allow.auto.create.topics": "true"})
+    with pytest.raises(ConfigurationError, match=r"allow\.auto\.create\.topics"):
+        ServerSettings.load().librdkafka(**{"allow.auto.create.topics": True})
+
+
 def test_redis_tls_needs_a_rediss_url() -> None:
     with pytest.raises(ConfigurationError, match="is not rediss://"):
         ServerSettings.load(redis_ssl_ca_certs="/tmp/ca.pem")
     with pytest.raises(ConfigurationError, match="is not a redis://"):
         GatewaySenderSettings.load(
-            sender_id="s", distributed_system_id=1, remote_distributed_system_id=2,
-            remote_namespace="b", remote_kafka_bootstrap_servers="b:9092",
+            sender_id="s",
+            distributed_system_id=1,
+            remote_distributed_system_id=2,
+            remote_namespace="b",
+            remote_kafka_bootstrap_servers="b:9092",
             redis_url="http://redis:6379",
         )
 
@@ -241,7 +252,9 @@ def test_config_show_masks_every_secret(tmp_path: Path, monkeypatch: pytest.Monk
     document = json.loads(runner.invoke(main, ["config", "show", "--json"]).output)
     settings = document["settings"]
     assert settings["redis_password"] == {
-        "value": MASK, "source": "env", "env": "REGIONBUS_REDIS_PASSWORD"
+        "value": MASK,
+        "source": "env",
+        "env": "REGIONBUS_REDIS_PASSWORD",
     }
     assert settings["redis_url"]["value"] == f"redis://:{MASK}@redis:6379/0"
     assert settings["kafka_config"]["value"]["sasl.jaas.config"] == MASK

@@ -90,3 +90,46 @@ def test_read_limit_shares_the_batch_by_backlog_and_always_progresses() -> None:
     assert cut == {("t", 0): 150, ("t", 1): 150, ("t", 2): 0}
     assert sum(tiny[tp] - start.get(tp, 0) for tp in tiny) == 1
     assert split_limit(start, end, 10_000) == end
+
+
+def test_timestamp_options_parse_with_sparks_precedence_and_strategy() -> None:
+    per_partition = '{"a": {"0": 1700000000000, "1": 5}}'
+    options = parse_source_options(
+        {
+            **_BASE,
+            "subscribe": "a",
+            "startingOffsets": '{"a": {"0": 3}}',
+            "startingOffsetsByTimestamp": per_partition,
+            "startingTimestamp": "1000",
+            "endingOffsetsByTimestamp": per_partition,
+            "startingOffsetsByTimestampStrategy": "LATEST",
+        },
+        streaming=False,
+    )
+    plain = parse_source_options({**_BASE, "subscribe": "a"}, streaming=False)
+
+    assert options.starting_timestamps == 1000
+    assert options.ending_timestamps == {("a", 0): 1_700_000_000_000, ("a", 1): 5}
+    assert options.starting_timestamp_strategy == "latest"
+    assert options.starting_offsets == {("a", 0): 3}
+    assert plain.starting_timestamps is None and plain.ending_timestamps is None
+    assert plain.starting_timestamp_strategy == "error"
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"startingTimestamp": "yesterday"}, False, "milliseconds since the epoch"),
+        ({"startingTimestamp": "-5"}, False, "negative"),
+        ({"endingOffsetsByTimestamp": '{"t": [1]}'}, False, "must be an object"),
+        ({"endingOffsetsByTimestamp": '{"t": {"x": 1}}'}, False, "bad partition"),
+        ({"startingOffsetsByTimestamp": '{"t": {"0": 1.5}}'}, False, "milliseconds"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, False, "error or latest"),
+        ({"endingTimestamp": "1000"}, True, "batch reads"),
+    ],
+)
+def test_bad_timestamp_options_raise_configuration_errors(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_source_options({**_BASE, "subscribe": "t", **options}, streaming=streaming)

@@ -1,0 +1,86 @@
+"""The one place a Kafka producer, consumer or admin client of regionbus is made.
+
+Every process (cache servers, clients, gateway workers, the Spark source and sink, the
+benchmarks, the tests) builds its confluent-kafka clients with these functions, so every
+one has ``allow.auto.create.topics=false``: regionbus creates each topic itself, with its
+partition count and retention (`schemas.topics.ensure_topics`). A client that named a
+missing topic must never make a broker create it with the broker's defaults (one
+partition, seven days), which would later read as a wrong partition count or lost events.
+``tests/unit/test_kafka_clients.py`` fails when a client is constructed anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from schemas.errors import ConfigurationError
+
+AUTO_CREATE_KEY: Final = "allow.auto.create.topics"
+"""The librdkafka key this module always sets to false (librdkafka CONFIGURATION.md)."""
+
+_FALSE_SPELLINGS: Final = frozenset({"false", "0"})
+
+
+def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with ``allow.auto.create.topics=false``.
+
+    Args:
+        config: librdkafka settings (``bootstrap.servers`` at least).
+
+    Returns:
+        A new dict: the settings, with auto-creation off.
+
+    Raises:
+        ConfigurationError: ``config`` asks for auto-creation (the key set to anything but
+            false): regionbus never relies on it, so the setting is a mistake.
+    """
+    asked = config.get(AUTO_CREATE_KEY, False)
+    if str(asked).strip().lower() not in _FALSE_SPELLINGS:
+        raise ConfigurationError(
+            f"{AUTO_CREATE_KEY}={asked!r}: regionbus creates its topics itself and never "
+            "lets a client auto-create one"
+        )
+    return {**config, AUTO_CREATE_KEY: False}
+
+
+def kafka_consumer(config: Mapping[str, Any]) -> Consumer:
+    """A consumer with :func:`client_config` applied.
+
+    Args:
+        config: librdkafka settings; ``group.id`` is required by librdkafka even for
+            consumers that only ``assign()``.
+
+    Raises:
+        ConfigurationError: as :func:`client_config`.
+        confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
+    """
+    return Consumer(client_config(config))
+
+
+def kafka_producer(config: Mapping[str, Any]) -> Producer:
+    """A producer with :func:`client_config` applied (librdkafka's producer default is
+    ``allow.auto.create.topics=true``, unlike its consumer's).
+
+    Raises:
+        ConfigurationError: as :func:`client_config`.
+        confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
+    """
+    return Producer(client_config(config))
+
+
+def kafka_admin(config: Mapping[str, Any]) -> AdminClient:
+    """An admin client with :func:`client_config` applied (its metadata requests then
+    never create a topic they name either).
+
+    Raises:
+        ConfigurationError: as :func:`client_config`.
+        confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
+    """
+    return AdminClient(client_config(config))
+
+
+__all__ = ["AUTO_CREATE_KEY", "client_config", "kafka_admin", "kafka_consumer", "kafka_producer"]

@@ -1,0 +1,85 @@
+"""Every Kafka client of the project is made by `schemas.kafka_clients`, with topic
+auto-creation off."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from schemas.errors import ConfigurationError
+from schemas.kafka_clients import AUTO_CREATE_KEY, client_config
+
+_ROOT = Path(__file__).resolve().parents[2]
+_FACTORY = _ROOT / "schemas" / "kafka_clients.py"
+_CLIENT_CLASSES = frozenset(
+    {"Consumer", "Producer", "AdminClient", "DeserializingConsumer", "SerializingProducer"}
+)
+_SKIPPED_DIRS = frozenset({".venv", "jvm", "build", "dist", ".git", "node_modules"})
+
+
+def _project_sources() -> list[Path]:
+    return [
+        path
+        for path in sorted(_ROOT.rglob("*.py"))
+        if not _SKIPPED_DIRS & set(path.relative_to(_ROOT).parts)
+        and not any(part.endswith(".egg-info") for part in path.parts)
+    ]
+
+
+def _client_constructions(path: Path, root: Path = _ROOT) -> list[str]:
+    """``file:line name`` of every call to a confluent-kafka client class in one file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in _CLIENT_CLASSES:
+            found.append(f"{path.relative_to(root)}:{node.lineno} {name}(...)")
+    return found
+
+
+def test_no_kafka_client_is_constructed_outside_the_factory() -> None:
+    sources = _project_sources()
+    assert _FACTORY in sources and len(sources) > 100, "the scan must see the whole project"
+
+    outside = [site for path in sources if path != _FACTORY for site in _client_constructions(path)]
+
+    assert outside == [], (
+        "construct Kafka clients with schemas.kafka_clients (kafka_consumer, kafka_producer, "
+        "kafka_admin) so allow.auto.create.topics=false holds everywhere:\n" + "\n".join(outside)
+    )
+
+
+def test_the_scan_finds_a_raw_construction(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import confluent_kafka\n"
+        "from confluent_kafka import Consumer\n"
+        "a = Consumer({'group.id': 'g'})\n"
+        "b = confluent_kafka.Producer({})\n",
+        encoding="utf-8",
+    )
+    assert _client_constructions(sample, tmp_path) == [
+        "sample.py:3 Consumer(...)",
+        "sample.py:4 Producer(...)",
+    ]
+
+
+def test_the_factory_turns_auto_creation_off_and_keeps_every_other_setting() -> None:
+    given = {"bootstrap.servers": "k:9092", "linger.ms": 5}
+
+    config = client_config(given)
+
+    assert config == {"bootstrap.servers": "k:9092", "linger.ms": 5, AUTO_CREATE_KEY: False}
+    assert given == {"bootstrap.servers": "k:9092", "linger.ms": 5}
+    assert client_config({AUTO_CREATE_KEY: "false"})[AUTO_CREATE_KEY] is False
+
+
+@pytest.mark.parametrize("asked", [True, "true", "TRUE", 1])
+def test_asking_for_auto_creation_is_a_configuration_error(asked: object) -> None:
+    with pytest.raises(ConfigurationError, match=AUTO_CREATE_KEY):
+        client_config({"bootstrap.servers": "k:9092", AUTO_CREATE_KEY: asked})
