@@ -33,7 +33,7 @@ from bench.server import BenchError, ServerProcess
 from bench.services import REGION, BenchOptions, Services
 from bench.workers import Child, run_tracking_subscriber
 from broker.status import ClusterStatus, cluster_status
-from clients import BytesSerializer, ClientCache, ClientSettings
+from clients import BytesSerializer, ClientCache, ClientSettings, Region
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
@@ -89,8 +89,31 @@ class FailoverOptions:
         )
 
 
-def _writer_cache(services: Services, options: FailoverOptions) -> ClientCache:
-    return ClientCache(
+def _start_cluster(
+    stack: ExitStack,
+    services: Services,
+    options: FailoverOptions,
+    servers: int,
+    redis_client: redis.Redis,
+    work_dir: Path,
+) -> dict[str, ServerProcess]:
+    """``bench.cluster.start_cluster`` with the run's server settings."""
+    return start_cluster(
+        stack,
+        services=services,
+        servers=servers,
+        redundancy=options.redundancy,
+        lease_ttl_ms=options.lease_ttl_ms,
+        fetch_wait_max_ms=options.fetch_wait_max_ms,
+        linger_ms=options.linger_ms,
+        redis_client=redis_client,
+        work_dir=work_dir,
+    )
+
+
+def _writer_region(stack: ExitStack, services: Services, options: FailoverOptions) -> Region:
+    """The writer's region, in a cache without a subscription that ``stack`` closes."""
+    cache = ClientCache(
         ClientSettings(
             **services.client_settings(
                 options.core(),
@@ -99,6 +122,8 @@ def _writer_cache(services: Services, options: FailoverOptions) -> ClientCache:
             )
         )
     )
+    stack.callback(cache.close)
+    return cache.create_region(REGION, serializer=BytesSerializer())
 
 
 # --- the failover phase ----------------------------------------------------------------
@@ -253,17 +278,7 @@ def failover_phase(
     answers: list[bool | None] = [None] * max(1, int(options.rate * options.seconds))
     kill = _Kill()
     with ExitStack() as stack:
-        servers = start_cluster(
-            stack,
-            services=services,
-            servers=options.servers,
-            redundancy=options.redundancy,
-            lease_ttl_ms=options.lease_ttl_ms,
-            fetch_wait_max_ms=options.fetch_wait_max_ms,
-            linger_ms=options.linger_ms,
-            redis_client=redis_client,
-            work_dir=work_dir,
-        )
+        servers = _start_cluster(stack, services, options, options.servers, redis_client, work_dir)
         subscriber = stack.enter_context(
             Child(
                 run_tracking_subscriber,
@@ -274,9 +289,7 @@ def failover_phase(
             )
         )
         subscriber.wait_ready()
-        cache = _writer_cache(services, options)
-        stack.callback(cache.close)
-        writer = cache.create_region(REGION, serializer=BytesSerializer())
+        writer = _writer_region(stack, services, options)
         lock = threading.Lock()
         answered = threading.Semaphore(0)
 
@@ -346,20 +359,8 @@ def cluster_throughput(
         BenchError: a server failed to start or the buckets did not settle.
     """
     with ExitStack() as stack:
-        start_cluster(
-            stack,
-            services=services,
-            servers=servers,
-            redundancy=options.redundancy,
-            lease_ttl_ms=options.lease_ttl_ms,
-            fetch_wait_max_ms=options.fetch_wait_max_ms,
-            linger_ms=options.linger_ms,
-            redis_client=redis_client,
-            work_dir=work_dir,
-        )
-        cache = _writer_cache(services, options)
-        stack.callback(cache.close)
-        writer = cache.create_region(REGION, serializer=BytesSerializer())
+        _start_cluster(stack, services, options, servers, redis_client, work_dir)
+        writer = _writer_region(stack, services, options)
         start_ns, acks = write_async(
             writer,
             ops=options.ops,
