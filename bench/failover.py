@@ -14,9 +14,9 @@
    subscriber's message tracking, and recognised by EventID on the servers); duplicates
    that reached the listener and acknowledged puts never delivered (both must be 0);
 2. **baseline** (same run): the put → listener latency before the kill, beside a raw
-   two-hop relay at the same rate (``bench.core.raw_relay_latency``);
+   two-hop relay at the same rate (``bench.raw.raw_relay_latency``);
 3. **throughput**: ``--ops`` pipelined puts through 1 server, then through ``--servers``
-   (fresh namespaces), beside raw produce → consume (``bench.core.raw_throughput``).
+   (fresh namespaces), beside raw produce → consume (``bench.raw.raw_throughput``).
 
 Machines are noisy: compare the ratios, not the absolute figures (``bench/README.md``).
 The phases are ``bench.failover_phases``, their cluster ``bench.cluster``, the figures and
