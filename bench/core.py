@@ -12,6 +12,9 @@
 
 then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``).
 Machines are noisy: compare the ratios, not the absolute figures.
+
+The raw baselines are ``bench.raw``, the writers ``bench.load``, what every phase is given
+``bench.services``; this module runs the regionbus phases and the whole run.
 """
 
 from __future__ import annotations
@@ -23,222 +26,34 @@ import secrets
 import signal
 import sys
 import tempfile
-import threading
-import time
-import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka.admin import NewTopic
 from rich.console import Console
 
 from bench.cpu import CpuMeter
-from bench.report import NS_PER_S, Figures, Latency, Targets, Throughput, latency, throughput
+from bench.load import Acks, paced, write_async, write_put_all
+from bench.raw import raw_relay_latency, raw_throughput
+from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
 from bench.server import BenchError, ServerProcess
+from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import SummaryRow, emit
-from bench.workers import (
-    Child,
-    produce,
-    raw_producer,
-    run_raw_consumers,
-    run_relay,
-    run_subscribers,
-    stamped_value,
-)
+from bench.workers import Child, run_subscribers
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
 from devstack import LocalStack
-from schemas.errors import BulkOperationError
-from schemas.kafka_clients import kafka_admin
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
 
-REGION = "bench"
-_ACK_TIMEOUT_S = 120.0
-_RESULT_TIMEOUT_S = 180.0
-# Brokers close idle connections and librdkafka reports each at level 6. Errors still show.
-_QUIET = {"log_level": 3}
 _TABLE_WIDTH = 120
 _Figures = TypeVar("_Figures")
 _POSITIVE = click.IntRange(min=1)
 _AT_LEAST_8 = click.IntRange(min=8)  # the send time takes 8 bytes
-
-
-@dataclass(frozen=True, slots=True)
-class BenchOptions:
-    """The options of one run (see ``python -m bench.core --help``)."""
-
-    ops: int
-    subscribers: int
-    rate: int
-    latency_seconds: float
-    value_bytes: int
-    fetch_wait_max_ms: int
-    linger_ms: int
-    writer: str
-    window: int
-    chunk: int
-    key_space: int
-    warmup_seconds: float
-    idle_timeout_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """Where the run's Kafka and Redis are, its namespace, and the pids of its services
-    (``server``, and ``kafka`` / ``redis`` when this run started them)."""
-
-    namespace: str
-    kafka_bootstrap_servers: str
-    redis_url: str
-    pids: dict[str, int | None]
-
-    @property
-    def kafka_config(self) -> dict[str, Any]:
-        """librdkafka settings every raw client starts from."""
-        return {"bootstrap.servers": self.kafka_bootstrap_servers, **_QUIET}
-
-    def client_settings(self, options: BenchOptions, **overrides: Any) -> dict[str, Any]:
-        """``ClientSettings`` fields for the regionbus clients of the run."""
-        return {
-            "namespace": self.namespace,
-            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
-            "fetch_wait_max_ms": options.fetch_wait_max_ms,
-            "linger_ms": options.linger_ms,
-            "kafka_config": dict(_QUIET),
-            **overrides,
-        }
-
-
-# --- writers ---------------------------------------------------------------------------
-
-
-@dataclass
-class Acks:
-    """Completion of pipelined puts, counted on the pool's reply thread.
-
-    Attributes:
-        expected: Puts whose answers are awaited.
-        acked: Answered with success.
-        errors: Answered with an error (or timed out).
-        last_ns: Wall-clock time of the latest answer (``time.time_ns()``).
-    """
-
-    expected: int
-    acked: int = 0
-    errors: int = 0
-    last_ns: int = 0
-
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        self._all_done = threading.Event()
-        if self.expected == 0:
-            self._all_done.set()
-
-    def done(self, future: Future[None]) -> None:
-        """Count one answer (a done callback of ``put_async``'s future)."""
-        now_ns = time.time_ns()
-        with self._lock:
-            if future.exception() is None:
-                self.acked += 1
-            else:
-                self.errors += 1
-            self.last_ns = now_ns
-            if self.acked + self.errors >= self.expected:
-                self._all_done.set()
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` seconds for every answer; True when all came."""
-        return self._all_done.wait(timeout_s)
-
-
-def write_async(
-    region: Region, *, ops: int, window: int, key_space: int, value_bytes: int
-) -> tuple[int, Acks]:
-    """``put_async`` of ``ops`` stamped values with at most ``window`` puts in flight.
-
-    Args:
-        region: The region written (values are raw bytes).
-        ops: Puts to send, to keys ``tp-<i mod key_space>``.
-        window: Most puts unanswered at a time.
-        key_space: Distinct keys.
-        value_bytes: Bytes of every value (the first 8 are the send time).
-
-    Returns:
-        ``(start_ns, acks)``: wall-clock time of the first put, and the answers once all
-        came (or after 120 s, with a warning).
-    """
-    acks = Acks(ops)
-    in_flight = threading.BoundedSemaphore(window)
-
-    def release(future: Future[None]) -> None:
-        acks.done(future)
-        in_flight.release()
-
-    start_ns = time.time_ns()
-    for i in range(ops):
-        in_flight.acquire()
-        key = f"tp-{i % key_space}"
-        region.put_async(key, stamped_value(value_bytes)).add_done_callback(release)
-    if not acks.wait(_ACK_TIMEOUT_S):
-        log.warning("%d of %d puts unanswered", ops - acks.acked - acks.errors, ops)
-    return start_ns, acks
-
-
-def _write_async(region: Region, options: BenchOptions) -> tuple[int, Acks]:
-    return write_async(
-        region,
-        ops=options.ops,
-        window=options.window,
-        key_space=options.key_space,
-        value_bytes=options.value_bytes,
-    )
-
-
-def _write_put_all(region: Region, options: BenchOptions) -> tuple[int, Acks]:
-    """``put_all`` in chunks of ``chunk`` entries, one chunk after the other."""
-    acks = Acks(options.ops)
-    start_ns = time.time_ns()
-    for first in range(0, options.ops, options.chunk):
-        indexes = range(first, min(first + options.chunk, options.ops))
-        chunk = {f"tp-{i % options.key_space}": stamped_value(options.value_bytes) for i in indexes}
-        failed = 0
-        try:
-            region.put_all(chunk)
-        except BulkOperationError as exc:
-            failed = len(exc.failures)
-        acks.acked += len(chunk) - failed
-        acks.errors += len(indexes) - (len(chunk) - failed)
-        acks.last_ns = time.time_ns()
-    return start_ns, acks
-
-
-def paced(
-    send: Callable[[int, bytes], None], rate: int, seconds: float, value_bytes: int
-) -> tuple[int, int, int]:
-    """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds.
-
-    Returns:
-        ``(sent, first_send_ns, last_send_ns)`` (wall clock).
-    """
-    total = max(1, int(rate * seconds))
-    interval_ns = NS_PER_S // rate
-    start = time.perf_counter_ns()
-    first_ns = time.time_ns()
-    last_ns = first_ns
-    for i in range(total):
-        wait_ns = start + i * interval_ns - time.perf_counter_ns()
-        if wait_ns > 0:
-            time.sleep(wait_ns / NS_PER_S)
-        send(i, stamped_value(value_bytes))
-        last_ns = time.time_ns()
-    return total, first_ns, last_ns
 
 
 # --- phases ----------------------------------------------------------------------------
@@ -268,7 +83,7 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         if errors:
             log.warning("%d latency puts failed", errors)
         subscriber.expect(sent - errors)
-        result = subscriber.wait_result(_RESULT_TIMEOUT_S)
+        result = subscriber.wait_result(RESULT_TIMEOUT_S)
     return latency(
         sent=sent,
         start_ns=first_ns,
@@ -280,10 +95,29 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
 
 def _failed(future: Future[None]) -> bool:
     try:
-        future.result(_ACK_TIMEOUT_S)
+        future.result(ACK_TIMEOUT_S)
     except Exception:
         return True
     return False
+
+
+def _write(region: Region, options: BenchOptions) -> tuple[int, Acks]:
+    """The throughput phase's puts, as ``--writer`` says."""
+    if options.writer == "async":
+        return write_async(
+            region,
+            ops=options.ops,
+            window=options.window,
+            key_space=options.key_space,
+            value_bytes=options.value_bytes,
+        )
+    return write_put_all(
+        region,
+        ops=options.ops,
+        chunk=options.chunk,
+        key_space=options.key_space,
+        value_bytes=options.value_bytes,
+    )
 
 
 def regionbus_throughput(services: Services, options: BenchOptions, writer: Region) -> Throughput:
@@ -298,12 +132,11 @@ def regionbus_throughput(services: Services, options: BenchOptions, writer: Regi
         idle_timeout_s=options.idle_timeout_s,
     ) as subscribers:
         subscribers.wait_ready(timeout_s=60.0 + 10.0 * options.subscribers)
-        write = _write_async if options.writer == "async" else _write_put_all
         cpu = CpuMeter({"writer": os.getpid(), **services.pids})
         cpu.start()
-        start_ns, acks = write(writer, options)
+        start_ns, acks = _write(writer, options)
         subscribers.expect(acks.acked)
-        result = subscribers.wait_result(_RESULT_TIMEOUT_S)
+        result = subscribers.wait_result(RESULT_TIMEOUT_S)
         cpu.stop()
     return throughput(
         sent=options.ops,
@@ -314,120 +147,6 @@ def regionbus_throughput(services: Services, options: BenchOptions, writer: Regi
         readers=result,
         cpu_s=cpu.used_s,
     )
-
-
-def _create_topics(services: Services, topics: dict[str, int]) -> None:
-    admin = kafka_admin(services.kafka_config)
-    for name, future in admin.create_topics(
-        [NewTopic(t, partitions, 1) for t, partitions in topics.items()], operation_timeout=15
-    ).items():
-        try:
-            future.result(timeout=20)
-        except Exception as exc:
-            raise BenchError(f"cannot create topic {name}: {exc}") from exc
-
-
-def raw_throughput(
-    services: Services, options: BenchOptions, readers: int, label: str
-) -> Throughput:
-    """Phase (c1): produce ``ops`` messages to a fresh topic read by ``readers`` consumers."""
-    topic = f"{services.namespace}.raw.{label}"
-    _create_topics(services, {topic: DEFAULT_TOTAL_BUCKETS})
-    with Child(
-        run_raw_consumers,
-        f"raw-consumers-{label}",
-        kafka_config=services.kafka_config,
-        topic=topic,
-        partitions=DEFAULT_TOTAL_BUCKETS,
-        consumers=readers,
-        fetch_wait_max_ms=options.fetch_wait_max_ms,
-        record_latency=False,
-        idle_timeout_s=options.idle_timeout_s,
-    ) as consumers:
-        consumers.wait_ready()
-        producer = raw_producer(services.kafka_config, options.linger_ms)
-        services_pids = {k: v for k, v in services.pids.items() if k != "server"}
-        cpu = CpuMeter({"writer": os.getpid(), **services_pids})
-        cpu.start()
-        start_ns = time.time_ns()
-        for i in range(options.ops):
-            key = f"tp-{i % options.key_space}"
-            value = stamped_value(options.value_bytes)
-            produce(producer, topic, value, key.encode(), _partition(key))
-        remaining = producer.flush(_ACK_TIMEOUT_S)
-        acked_ns = time.time_ns()
-        consumers.expect(options.ops - remaining)
-        result = consumers.wait_result(_RESULT_TIMEOUT_S)
-        cpu.stop()
-    return throughput(
-        sent=options.ops,
-        acked=options.ops - remaining,
-        errors=remaining,
-        start_ns=start_ns,
-        last_ack_ns=acked_ns,
-        readers=result,
-        cpu_s=cpu.used_s,
-    )
-
-
-def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
-    """Phase (c2): paced producer → topic → relay process → topic → consumer process."""
-    topic_in = f"{services.namespace}.raw.relay-in"
-    topic_out = f"{services.namespace}.raw.relay-out"
-    _create_topics(services, {topic_in: DEFAULT_TOTAL_BUCKETS, topic_out: 1})
-    with ExitStack() as stack:
-        relay = stack.enter_context(
-            Child(
-                run_relay,
-                "raw-relay",
-                kafka_config=services.kafka_config,
-                topic_in=topic_in,
-                partitions_in=DEFAULT_TOTAL_BUCKETS,
-                topic_out=topic_out,
-                fetch_wait_max_ms=options.fetch_wait_max_ms,
-                linger_ms=options.linger_ms,
-            )
-        )
-        sink = stack.enter_context(
-            Child(
-                run_raw_consumers,
-                "raw-relay-sink",
-                kafka_config=services.kafka_config,
-                topic=topic_out,
-                partitions=1,
-                consumers=1,
-                fetch_wait_max_ms=options.fetch_wait_max_ms,
-                record_latency=True,
-                idle_timeout_s=options.idle_timeout_s,
-            )
-        )
-        relay.wait_ready()
-        sink.wait_ready()
-        producer = raw_producer(services.kafka_config, options.linger_ms)
-
-        def send(i: int, value: bytes) -> None:
-            key = f"lat-{i}"
-            produce(producer, topic_in, value, key.encode(), _partition(key))
-
-        sent, first_ns, last_ns = paced(
-            send, options.rate, options.latency_seconds, options.value_bytes
-        )
-        remaining = producer.flush(_ACK_TIMEOUT_S)
-        sink.expect(sent - remaining)
-        result = sink.wait_result(_RESULT_TIMEOUT_S)
-        relay.result(_RESULT_TIMEOUT_S)
-    return latency(
-        sent=sent,
-        start_ns=first_ns,
-        end_ns=last_ns,
-        warmup_s=options.warmup_seconds,
-        readers=result,
-    )
-
-
-def _partition(key: str) -> int:
-    """The partition regionbus would use: the key's bucket (CRC-32, as ``bucket_of``)."""
-    return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
 
 
 # --- the run ---------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def latency(
 
 @dataclass(frozen=True, slots=True)
 class Targets:
-    """The issue's targets on the embedded stack.
+    """The performance targets the core benchmark checks, on the embedded stack.
 
     Attributes:
         min_ops_per_s: Operations applied per second with the subscribers attached.

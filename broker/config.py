@@ -147,7 +147,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     async_event_queues: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
     region_gateway_senders: dict[str, list[str]] = Field(default_factory=dict)
     region_async_event_queues: dict[str, list[str]] = Field(default_factory=dict)
-    # --- security (issue 8) ---
+    # --- security: authentication, authorization, signed requests ---
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)

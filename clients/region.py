@@ -7,9 +7,11 @@ Order of a change made here (SPEC §1): client ``CacheWriter`` (may abort) -> se
 (server writer may abort -> apply -> server listeners -> distribution) -> only then this
 client's cache and listeners. An abort anywhere raises and changes nothing.
 
-A region wires three parts: the local copy and its version rules
+A region wires its parts: the local copy and its version rules
 (`clients.local_store.LocalStore`), the requests to the servers
-(`clients.server_proxy.ServerRegionProxy`), and the application's listeners and writer
+(`clients.server_proxy.ServerRegionProxy`), its interest registrations
+(`clients.interest.RegionInterest`), how a pushed event changes it
+(`clients.server_events`), and the application's listeners and writer
 (`schemas.callbacks`).
 """
 
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
-import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
 from clients.local_store import LocalStore
+from clients.server_events import apply_server_event
 from clients.server_proxy import CacheConnection, ServerRegionProxy, raise_first_error
 from schemas.callbacks import (
     CacheListener,
@@ -36,9 +38,6 @@ from schemas.callbacks import (
 )
 from schemas.errors import (
     BulkOperationError,
-    EntryNotFoundError,
-    InvalidInterestError,
-    RegionBusError,
     RegionNotFoundError,
 )
 from schemas.eventid import EventID
@@ -62,16 +61,6 @@ class RegionShortcut(enum.Enum):
 
     PROXY = "PROXY"
     CACHING_PROXY = "CACHING_PROXY"
-
-
-class _AllKeys:
-    def __repr__(self) -> str:
-        return "ALL_KEYS"
-
-
-ALL_KEYS: Any = _AllKeys()
-"""Pass to ``register_interest`` for every key of the region (Geode ``"ALL_KEYS"``; that
-string is accepted too)."""
 
 
 class Region:
@@ -99,8 +88,7 @@ class Region:
         self._store = LocalStore(name, self._caching)
         self._server = ServerRegionProxy(cache, name, serializer.name)
         self._destroyed = False
-        self._interest: list[InterestSpec] = []
-        self._interest_lock = threading.Lock()
+        self._interest = RegionInterest(cache, self._server, self._store)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -227,7 +215,7 @@ class Region:
             ServerTimeoutError: not every reply came within ``read_timeout_ms``.
         """
         prepared = [self._prepare_put(k, v, callback_argument) for k, v in entries.items()]
-        failures = self._bulk(prepared, self._finish_put, skip_missing=False)
+        failures = self._server.bulk(prepared, self._finish_put, skip_missing=False)
         if failures:
             raise BulkOperationError(f"{len(failures)} of {len(prepared)} puts failed", failures)
 
@@ -261,32 +249,11 @@ class Region:
             BulkOperationError: some entries failed for another reason than being absent.
         """
         prepared = [self._prepare_destroy(k, callback_argument) for k in keys]
-        failures = self._bulk(prepared, self._finish_destroy, skip_missing=True)
+        failures = self._server.bulk(prepared, self._finish_destroy, skip_missing=True)
         if failures:
             raise BulkOperationError(
                 f"{len(failures)} of {len(prepared)} destroys failed", failures
             )
-
-    def _bulk(
-        self,
-        prepared: list[tuple[Operation, int]],
-        finish: Any,
-        *,
-        skip_missing: bool,
-    ) -> dict[str, RegionBusError]:
-        """Send prepared operations pipelined and finish each in order; the failures by
-        key (entries missing on the server left out when ``skip_missing``)."""
-        failures: dict[str, RegionBusError] = {}
-        for (op, _), future in zip(prepared, self._server.each(prepared), strict=True):
-            assert op.key is not None
-            try:
-                finish(op, self._server.wait(future, op.request_id)[0])
-            except EntryNotFoundError as exc:
-                if not skip_missing:
-                    failures[op.key] = exc
-            except RegionBusError as exc:
-                failures[op.key] = exc
-        return failures
 
     def invalidate(self, key: str, callback_argument: bytes | None = None) -> None:
         """Drop the local value of a key, keeping the key. Local only: not sent to the server
@@ -385,12 +352,8 @@ class Region:
             ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
             UnconnectedError: the cache is closed or has no subscription queue.
         """
-        if keys is ALL_KEYS or keys == "ALL_KEYS":
-            spec = InterestSpec(InterestKind.ALL_KEYS, (), None, policy, durable, receive_values)
-        else:
-            key_list = (keys,) if isinstance(keys, str) else tuple(keys)
-            spec = InterestSpec(InterestKind.KEYS, key_list, None, policy, durable, receive_values)
-        self._register(spec)
+        self._check_alive()
+        self._interest.register(keys_interest(keys, policy, durable, receive_values))
 
     def register_interest_regex(
         self,
@@ -409,11 +372,9 @@ class Region:
             RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
                 :meth:`register_interest`.
         """
-        try:
-            re.compile(regex)
-        except (re.error, TypeError) as exc:
-            raise InvalidInterestError(f"invalid interest regex {regex!r}: {exc}") from exc
-        self._register(InterestSpec(InterestKind.REGEX, (), regex, policy, durable, receive_values))
+        spec = regex_interest(regex, policy, durable, receive_values)
+        self._check_alive()
+        self._interest.register(spec)
 
     def unregister_interest(self, keys: str | Iterable[str] | Any) -> None:
         """Remove interest in keys (or the ``ALL_KEYS`` registration). Local entries stay.
@@ -421,13 +382,8 @@ class Region:
         Raises:
             ServerTimeoutError, UnconnectedError: as :meth:`register_interest`.
         """
-        if keys is ALL_KEYS or keys == "ALL_KEYS":
-            spec = InterestSpec(InterestKind.ALL_KEYS)
-        else:
-            spec = InterestSpec(
-                InterestKind.KEYS, (keys,) if isinstance(keys, str) else tuple(keys)
-            )
-        self._unregister(spec)
+        self._check_alive()
+        self._interest.unregister(keys_interest(keys))
 
     def unregister_interest_regex(self, regex: str) -> None:
         """Remove a regex registration. Local entries stay.
@@ -435,33 +391,13 @@ class Region:
         Raises:
             ServerTimeoutError, UnconnectedError: as :meth:`register_interest`.
         """
-        self._unregister(InterestSpec(InterestKind.REGEX, (), regex))
+        self._check_alive()
+        self._interest.unregister(InterestSpec(InterestKind.REGEX, (), regex))
 
     @property
     def interest(self) -> list[InterestSpec]:
         """This client's registrations on the region, in order."""
-        with self._interest_lock:
-            return list(self._interest)
-
-    def _register(self, spec: InterestSpec) -> None:
-        self._check_alive()
-        self._cache.require_subscription()
-        self._store.begin_registration(spec.keys if spec.kind is InterestKind.KEYS else None)
-        try:
-            replies = self._server.interest(OperationKind.REGISTER_INTEREST, spec)
-            if not replies:
-                return
-            with self._interest_lock:
-                self._interest.append(spec)
-            for reply in replies:
-                if reply.version is not None:
-                    self._store.registered(reply.bucket, reply.version)
-            if spec.policy is not InterestResultPolicy.NONE and self._caching:
-                for reply in replies:
-                    for entry in reply.entries:
-                        self._store.load(entry)
-        finally:
-            self._store.end_registration()
+        return self._interest.specs
 
     def reinitialize(self) -> None:
         """Clear the local cache and register this region's interest again, loading the
@@ -472,17 +408,7 @@ class Region:
             RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
                 :meth:`register_interest`.
         """
-        with self._interest_lock:
-            specs, self._interest = self._interest, []
-        self._store.reset()
-        for spec in specs:
-            self._register(spec)
-
-    def _unregister(self, spec: InterestSpec) -> None:
-        self._check_alive()
-        self._server.interest(OperationKind.UNREGISTER_INTEREST, spec)
-        with self._interest_lock:
-            self._interest = [s for s in self._interest if not _covers(spec, s)]
+        self._interest.reinitialize()
 
     # --- events from the subscription queue --------------------------------------------
 
@@ -498,53 +424,13 @@ class Region:
                 updated or destroyed for listeners afterwards even though the cache never
                 held it.
         """
-        replay = not apply
-        if replay:
-            registered_at = self._store.registered_at(event.event_id.bucket)
-            apply = registered_at is not None and event.version > registered_at
-        kind = event.kind
-        if kind.is_region_event:
-            self._on_region_event(event, apply)
-            return
-        assert event.key is not None
-        if kind is EventKind.CREATE or kind is EventKind.UPDATE:
-            local_kind, old = self._store.apply_value(
-                event.key,
-                event.value,
-                event.serializer,
-                event.version,
-                apply=apply,
-                server_kind=kind,
-            )
-            self._notify(
-                EntryEvent.of(
-                    event, kind=local_kind, old_value_bytes=old, decoder=self._decode_value
-                )
-            )
-            return
-        removal = self._store.apply_removal(
-            kind, event.key, event.version, event.serializer, apply=apply, replay=replay
+        applied = apply_server_event(
+            self._store, event, replay=not apply, decoder=self._decode_value
         )
-        if removal.held or not self._caching:
-            self._notify(
-                EntryEvent.of(
-                    event._replace(value=None, serializer=removal.serializer),
-                    old_value_bytes=removal.old_value,
-                    decoder=self._decode_value,
-                )
-            )
-
-    def _on_region_event(self, event: Event, apply: bool) -> None:
-        if apply:
-            self._store.cleared(event.version)
-        else:
-            self._store.forget_replayed()
-        if event.kind is EventKind.REGION_DESTROY and apply:
-            self._destroyed = True
-            self._cache.forget_region(self.name)
-        self._notify(
-            RegionEvent(self.name, event.kind, event.event_id, True, event.callback_argument)
-        )
+        if applied.region_destroyed:
+            self._forget_destroyed()
+        if applied.listener_event is not None:
+            self._notify(applied.listener_event)
 
     def fire_region_live(self) -> None:
         """Call ``after_region_live`` on every listener (the durable marker was reached)."""
@@ -603,6 +489,11 @@ class Region:
     def _check_alive(self) -> None:
         if self._destroyed:
             raise RegionNotFoundError(f"region {self.name!r} was destroyed")
+
+    def _forget_destroyed(self) -> None:
+        """The region was destroyed on the server: every later call here raises."""
+        self._destroyed = True
+        self._cache.forget_region(self.name)
 
     def _prepare_put(
         self, key: str, value: Any, callback_argument: bytes | None
@@ -704,17 +595,8 @@ class Region:
         reply = self._server.one(op, bucket)
         self._store.cleared(reply.version)
         if kind is OperationKind.DESTROY_REGION:
-            self._destroyed = True
-            self._cache.forget_region(self.name)
+            self._forget_destroyed()
         self._notify(RegionEvent(self.name, event_kind, op.event_id, False, callback_argument))
-
-
-def _covers(removed: InterestSpec, spec: InterestSpec) -> bool:
-    if removed.kind is not spec.kind:
-        return False
-    if removed.kind is InterestKind.KEYS:
-        return set(spec.keys) <= set(removed.keys)
-    return removed.regex == spec.regex
 
 
 __all__ = ["ALL_KEYS", "Region", "RegionShortcut"]

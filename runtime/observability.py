@@ -1,4 +1,4 @@
-"""How a regionbus process exposes its metrics and writes its logs (issue 7).
+"""How a regionbus process exposes its metrics and writes its logs.
 
 **Metrics.** Every worker (cache server, gateway sender, gateway receiver, async event
 queue dispatcher) owns one :class:`MetricsEndpoint`: a ``prometheus_client``
@@ -42,7 +42,7 @@ LogFormat = Literal["text", "json"]
 """``"text"``: ``time level logger: message`` lines; ``"json"``: one JSON object a line."""
 
 TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-"""The text line format (the default, unchanged from before issue 7)."""
+"""The text line format (the default, the same lines as before JSON logs existed)."""
 
 _JSON_LOG_FIELDS = ("asctime", "levelname", "name", "message")
 

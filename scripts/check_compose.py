@@ -16,7 +16,8 @@ What it checks:
   Dockerfile's final stage runs as a non-root user with an exec-form ENTRYPOINT, and its
   build copies every package ``pyproject.toml`` names.
 
-Run by hand: ``.venv/bin/python scripts/check_compose.py [COMPOSE_FILE] [--accept-field NAME]``
+The Dockerfile part is ``scripts/check_dockerfile.py``. Run by hand:
+``.venv/bin/python scripts/check_compose.py [COMPOSE_FILE] [--accept-field NAME]``
 (exit status 1 and one line per problem when something is wrong).
 """
 
@@ -40,12 +41,15 @@ from unittest import mock
 
 import click
 import jsonschema
-import pathspec
 import yaml
-from dockerfile_parse import DockerfileParser
 from dotenv import dotenv_values
 from pydantic import AliasChoices, ValidationError
 from pydantic_settings import BaseSettings
+
+# Run by its path (by hand, or loaded from its file by the tests): its sibling module is
+# found next to it, not in an installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_dockerfile import Image, check_dockerfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -370,78 +374,6 @@ def _environment(
     return result
 
 
-@dataclass(frozen=True)
-class _Image:
-    entrypoint: list[str]
-    cmd: list[str]
-
-
-def _exec_form(value: str) -> list[str] | None:
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return None
-    if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
-        return parsed
-    return None
-
-
-def check_dockerfile(project: Project, scripts: Mapping[str, str], found: _Found) -> _Image:
-    """Check the Dockerfile; return its final stage's ENTRYPOINT and CMD."""
-    where = f"Dockerfile {project.dockerfile.name}"
-    parser = DockerfileParser(path=str(project.dockerfile))
-    final: list[dict[str, Any]] = []
-    copies: list[str] = []
-    for instruction in parser.structure:
-        if instruction["instruction"] == "FROM":
-            final = []
-        final.append(instruction)
-        if instruction["instruction"] in ("COPY", "ADD"):
-            words = shlex.split(instruction["value"])
-            if not any(w.startswith("--from") for w in words):
-                copies += [w for w in words[:-1] if not w.startswith("--")]
-    image = _Image([], [])
-    user = None
-    for instruction in final:
-        kind, value = instruction["instruction"], instruction["value"]
-        if kind in ("ENTRYPOINT", "CMD"):
-            argv = _exec_form(value)
-            if argv is None:
-                found.add(None, f"{where}: {kind} {value} is not in exec (JSON array) form")
-                argv = []
-            image = (
-                _Image(argv, image.cmd) if kind == "ENTRYPOINT" else _Image(image.entrypoint, argv)
-            )
-        elif kind == "USER":
-            user = value.split(":")[0]
-    if not image.entrypoint or image.entrypoint[0] not in scripts:
-        found.add(
-            None,
-            f"{where}: ENTRYPOINT {image.entrypoint} is not one of the package's entry points "
-            f"{sorted(scripts)}",
-        )
-    if user in (None, "root", "0"):
-        found.add(None, f"{where}: the final stage runs as root (add a USER)")
-    ignore_file = project.project_dir / ".dockerignore"
-    ignored = pathspec.GitIgnoreSpec.from_lines(
-        ignore_file.read_text().splitlines() if ignore_file.is_file() else []
-    )
-    for source in copies:
-        path = project.project_dir / source
-        if not path.exists():
-            found.add(None, f"{where}: COPY source {source} does not exist")
-        elif ignored.match_file(source) or ignored.match_file(f"{source}/"):
-            found.add(None, f"{where}: COPY source {source} is excluded by .dockerignore")
-    copied = {Path(s).parts[0] for s in copies if Path(s).parts}
-    pyproject = tomllib.loads(project.pyproject.read_text())
-    find = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {})
-    for pattern in find.get("include", []):
-        package = pattern.rstrip("*").rstrip(".")
-        if package and package not in copied:
-            found.add(None, f"{where}: package {package} (pyproject.toml) is not copied")
-    return image
-
-
 def _regionbus_services(services: Mapping[str, Any], project_dir: Path) -> set[str]:
     """Services built from the project directory, or running an image such a service
     builds."""
@@ -488,7 +420,7 @@ def _close_match(name: str, accepted: set[str]) -> str | None:
 def _check_service(
     name: str,
     service: Mapping[str, Any],
-    image: _Image,
+    image: Image,
     scripts: Mapping[str, str],
     project: Project,
     extra_fields: Iterable[str],
@@ -590,7 +522,11 @@ def check(project: Project, *, extra_fields: Iterable[str] = ()) -> list[Problem
     if not isinstance(services, dict):
         return found.problems
     scripts = entry_points(project.pyproject)
-    image = check_dockerfile(project, scripts, found)
+    image, dockerfile_problems = check_dockerfile(
+        project.dockerfile, project.project_dir, project.pyproject, scripts
+    )
+    for message in dockerfile_problems:
+        found.add(None, message)
     ours = _regionbus_services(services, project.project_dir)
     for name, service in services.items():
         if not isinstance(service, dict):

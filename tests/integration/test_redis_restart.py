@@ -1,4 +1,4 @@
-"""Redis restarts under a steady put stream (issue 7): two cache server processes, writer
+"""Redis restarts under a steady put stream: two cache server processes, writer
 processes and an interested listener keep going while the test restarts a Redis with the
 append-only file on the same port, once gracefully and briefly, once with SIGKILL for
 longer than the bucket leases live. Nothing acknowledged may be lost or applied twice, and

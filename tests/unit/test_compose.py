@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine (issue 7): the
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine: the
 compose file is valid against the Compose Specification schema, every regionbus service
 runs a command and options the CLI has and sets only environment variables its settings
 read, and a deliberately broken copy of either file is caught, naming the service."""

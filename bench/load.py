@@ -1,0 +1,152 @@
+"""How the benchmarks send load: paced at a rate, or pipelined as fast as answers come.
+
+``paced`` calls a send function at a steady rate (latency phases); ``write_async`` keeps
+at most a window of ``put_async`` in flight and ``write_put_all`` sends ``put_all`` chunks
+(throughput phases); ``Acks`` counts their answers on the pool's reply thread. Every value
+is stamped with its send time (``bench.workers.stamped_value``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from bench.report import NS_PER_S
+from bench.services import ACK_TIMEOUT_S
+from bench.workers import stamped_value
+from clients import Region
+from schemas.errors import BulkOperationError
+
+log = logging.getLogger("regionbus.bench")
+
+
+@dataclass
+class Acks:
+    """Completion of pipelined puts, counted on the pool's reply thread.
+
+    Attributes:
+        expected: Puts whose answers are awaited.
+        acked: Answered with success.
+        errors: Answered with an error (or timed out).
+        last_ns: Wall-clock time of the latest answer (``time.time_ns()``).
+    """
+
+    expected: int
+    acked: int = 0
+    errors: int = 0
+    last_ns: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._all_done = threading.Event()
+        if self.expected == 0:
+            self._all_done.set()
+
+    def done(self, future: Future[None]) -> None:
+        """Count one answer (a done callback of ``put_async``'s future)."""
+        now_ns = time.time_ns()
+        with self._lock:
+            if future.exception() is None:
+                self.acked += 1
+            else:
+                self.errors += 1
+            self.last_ns = now_ns
+            if self.acked + self.errors >= self.expected:
+                self._all_done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for every answer; True when all came."""
+        return self._all_done.wait(timeout_s)
+
+
+def write_async(
+    region: Region, *, ops: int, window: int, key_space: int, value_bytes: int
+) -> tuple[int, Acks]:
+    """``put_async`` of ``ops`` stamped values with at most ``window`` puts in flight.
+
+    Args:
+        region: The region written (values are raw bytes).
+        ops: Puts to send, to keys ``tp-<i mod key_space>``.
+        window: Most puts unanswered at a time.
+        key_space: Distinct keys.
+        value_bytes: Bytes of every value (the first 8 are the send time).
+
+    Returns:
+        ``(start_ns, acks)``: wall-clock time of the first put, and the answers once all
+        came (or after 120 s, with a warning).
+    """
+    acks = Acks(ops)
+    in_flight = threading.BoundedSemaphore(window)
+
+    def release(future: Future[None]) -> None:
+        acks.done(future)
+        in_flight.release()
+
+    start_ns = time.time_ns()
+    for i in range(ops):
+        in_flight.acquire()
+        key = f"tp-{i % key_space}"
+        region.put_async(key, stamped_value(value_bytes)).add_done_callback(release)
+    if not acks.wait(ACK_TIMEOUT_S):
+        log.warning("%d of %d puts unanswered", ops - acks.acked - acks.errors, ops)
+    return start_ns, acks
+
+
+def write_put_all(
+    region: Region, *, ops: int, chunk: int, key_space: int, value_bytes: int
+) -> tuple[int, Acks]:
+    """``put_all`` in chunks of ``chunk`` entries, one chunk after the other.
+
+    Args:
+        region: The region written (values are raw bytes).
+        ops: Entries to put, to keys ``tp-<i mod key_space>``.
+        chunk: Entries per ``put_all``.
+        key_space: Distinct keys.
+        value_bytes: Bytes of every value (the first 8 are the send time).
+
+    Returns:
+        ``(start_ns, acks)``, as :func:`write_async`.
+    """
+    acks = Acks(ops)
+    start_ns = time.time_ns()
+    for first in range(0, ops, chunk):
+        indexes = range(first, min(first + chunk, ops))
+        entries = {f"tp-{i % key_space}": stamped_value(value_bytes) for i in indexes}
+        failed = 0
+        try:
+            region.put_all(entries)
+        except BulkOperationError as exc:
+            failed = len(exc.failures)
+        acks.acked += len(entries) - failed
+        acks.errors += len(indexes) - (len(entries) - failed)
+        acks.last_ns = time.time_ns()
+    return start_ns, acks
+
+
+def paced(
+    send: Callable[[int, bytes], None], rate: int, seconds: float, value_bytes: int
+) -> tuple[int, int, int]:
+    """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds.
+
+    Returns:
+        ``(sent, first_send_ns, last_send_ns)`` (wall clock).
+    """
+    total = max(1, int(rate * seconds))
+    interval_ns = NS_PER_S // rate
+    start = time.perf_counter_ns()
+    first_ns = time.time_ns()
+    last_ns = first_ns
+    for i in range(total):
+        wait_ns = start + i * interval_ns - time.perf_counter_ns()
+        if wait_ns > 0:
+            time.sleep(wait_ns / NS_PER_S)
+        send(i, stamped_value(value_bytes))
+        last_ns = time.time_ns()
+    return total, first_ns, last_ns
+
+
+__all__ = ["Acks", "paced", "write_async", "write_put_all"]

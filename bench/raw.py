@@ -1,0 +1,142 @@
+"""The raw confluent-kafka baselines: what Kafka alone does with the same messages.
+
+``raw_throughput`` produces to a fresh topic read by a number of consumer processes
+(phase (c1) of ``bench.core``); ``raw_relay_latency`` sends paced messages through a
+two-hop relay, producer → topic → relay process → topic → consumer (phase (c2)), the
+shape of a put that a server turns into a subscriber's event.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from contextlib import ExitStack
+
+from confluent_kafka.admin import NewTopic
+
+from bench.cpu import CpuMeter
+from bench.load import paced
+from bench.report import Latency, Throughput, latency, throughput
+from bench.server import BenchError
+from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.workers import Child, produce, raw_producer, run_raw_consumers, run_relay, stamped_value
+from schemas.kafka_clients import kafka_admin
+from schemas.naming import DEFAULT_TOTAL_BUCKETS
+
+
+def _create_topics(services: Services, topics: dict[str, int]) -> None:
+    admin = kafka_admin(services.kafka_config)
+    for name, future in admin.create_topics(
+        [NewTopic(t, partitions, 1) for t, partitions in topics.items()], operation_timeout=15
+    ).items():
+        try:
+            future.result(timeout=20)
+        except Exception as exc:
+            raise BenchError(f"cannot create topic {name}: {exc}") from exc
+
+
+def raw_throughput(
+    services: Services, options: BenchOptions, readers: int, label: str
+) -> Throughput:
+    """Phase (c1): produce ``ops`` messages to a fresh topic read by ``readers`` consumers."""
+    topic = f"{services.namespace}.raw.{label}"
+    _create_topics(services, {topic: DEFAULT_TOTAL_BUCKETS})
+    with Child(
+        run_raw_consumers,
+        f"raw-consumers-{label}",
+        kafka_config=services.kafka_config,
+        topic=topic,
+        partitions=DEFAULT_TOTAL_BUCKETS,
+        consumers=readers,
+        fetch_wait_max_ms=options.fetch_wait_max_ms,
+        record_latency=False,
+        idle_timeout_s=options.idle_timeout_s,
+    ) as consumers:
+        consumers.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+        services_pids = {k: v for k, v in services.pids.items() if k != "server"}
+        cpu = CpuMeter({"writer": os.getpid(), **services_pids})
+        cpu.start()
+        start_ns = time.time_ns()
+        for i in range(options.ops):
+            key = f"tp-{i % options.key_space}"
+            value = stamped_value(options.value_bytes)
+            produce(producer, topic, value, key.encode(), _partition(key))
+        remaining = producer.flush(ACK_TIMEOUT_S)
+        acked_ns = time.time_ns()
+        consumers.expect(options.ops - remaining)
+        result = consumers.wait_result(RESULT_TIMEOUT_S)
+        cpu.stop()
+    return throughput(
+        sent=options.ops,
+        acked=options.ops - remaining,
+        errors=remaining,
+        start_ns=start_ns,
+        last_ack_ns=acked_ns,
+        readers=result,
+        cpu_s=cpu.used_s,
+    )
+
+
+def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
+    """Phase (c2): paced producer → topic → relay process → topic → consumer process."""
+    topic_in = f"{services.namespace}.raw.relay-in"
+    topic_out = f"{services.namespace}.raw.relay-out"
+    _create_topics(services, {topic_in: DEFAULT_TOTAL_BUCKETS, topic_out: 1})
+    with ExitStack() as stack:
+        relay = stack.enter_context(
+            Child(
+                run_relay,
+                "raw-relay",
+                kafka_config=services.kafka_config,
+                topic_in=topic_in,
+                partitions_in=DEFAULT_TOTAL_BUCKETS,
+                topic_out=topic_out,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                linger_ms=options.linger_ms,
+            )
+        )
+        sink = stack.enter_context(
+            Child(
+                run_raw_consumers,
+                "raw-relay-sink",
+                kafka_config=services.kafka_config,
+                topic=topic_out,
+                partitions=1,
+                consumers=1,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                record_latency=True,
+                idle_timeout_s=options.idle_timeout_s,
+            )
+        )
+        relay.wait_ready()
+        sink.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+
+        def send(i: int, value: bytes) -> None:
+            key = f"lat-{i}"
+            produce(producer, topic_in, value, key.encode(), _partition(key))
+
+        sent, first_ns, last_ns = paced(
+            send, options.rate, options.latency_seconds, options.value_bytes
+        )
+        remaining = producer.flush(ACK_TIMEOUT_S)
+        sink.expect(sent - remaining)
+        result = sink.wait_result(RESULT_TIMEOUT_S)
+        relay.result(RESULT_TIMEOUT_S)
+    return latency(
+        sent=sent,
+        start_ns=first_ns,
+        end_ns=last_ns,
+        warmup_s=options.warmup_seconds,
+        readers=result,
+    )
+
+
+def _partition(key: str) -> int:
+    """The partition regionbus would use: the key's bucket (CRC-32, as ``bucket_of``)."""
+    return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
+
+
+__all__ = ["raw_relay_latency", "raw_throughput"]

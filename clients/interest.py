@@ -1,0 +1,149 @@
+"""A client region's interest registrations: what the application asked for, how a
+registration reaches the server and the local copy, and how it is made again.
+
+The region keeps its registrations in order, so that after a non-HA failover (the
+client's subscription queue is gone, SPEC §3) it can clear its local copy and register
+each again. Registering drops the local entries it may affect, adds the registration on
+the server, then bulk-loads the matching entries per its ``InterestResultPolicy`` without
+firing a listener (seed 000); `clients.local_store.LocalStore` keeps keys destroyed
+meanwhile from being revived (seed 001).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from clients.local_store import LocalStore
+from clients.server_proxy import CacheConnection, ServerRegionProxy
+from schemas.errors import InvalidInterestError
+from schemas.messages import InterestKind, InterestResultPolicy, InterestSpec, OperationKind
+
+
+class _AllKeys:
+    def __repr__(self) -> str:
+        return "ALL_KEYS"
+
+
+ALL_KEYS: Any = _AllKeys()
+"""Pass to ``register_interest`` for every key of the region (Geode ``"ALL_KEYS"``; that
+string is accepted too)."""
+
+
+def keys_interest(
+    keys: str | Iterable[str] | Any,
+    policy: InterestResultPolicy = InterestResultPolicy.KEYS_VALUES,
+    durable: bool = False,
+    receive_values: bool = True,
+) -> InterestSpec:
+    """The registration of one key, an iterable of keys, or every key (:data:`ALL_KEYS`
+    or the string ``"ALL_KEYS"``)."""
+    if keys is ALL_KEYS or keys == "ALL_KEYS":
+        return InterestSpec(InterestKind.ALL_KEYS, (), None, policy, durable, receive_values)
+    key_list = (keys,) if isinstance(keys, str) else tuple(keys)
+    return InterestSpec(InterestKind.KEYS, key_list, None, policy, durable, receive_values)
+
+
+def regex_interest(
+    regex: str,
+    policy: InterestResultPolicy = InterestResultPolicy.KEYS_VALUES,
+    durable: bool = False,
+    receive_values: bool = True,
+) -> InterestSpec:
+    """The registration of every key ``regex`` matches in full.
+
+    Raises:
+        InvalidInterestError: the regex does not compile (Python ``re`` syntax).
+    """
+    try:
+        re.compile(regex)
+    except (re.error, TypeError) as exc:
+        raise InvalidInterestError(f"invalid interest regex {regex!r}: {exc}") from exc
+    return InterestSpec(InterestKind.REGEX, (), regex, policy, durable, receive_values)
+
+
+class RegionInterest:
+    """The interest registrations of one client region, in the order they were made.
+
+    Args:
+        cache: The cache the region belongs to (it must have a subscription queue).
+        server: The region's requests to the servers.
+        store: The region's local copy, which registrations drop entries from and load.
+    """
+
+    def __init__(
+        self, cache: CacheConnection, server: ServerRegionProxy, store: LocalStore
+    ) -> None:
+        self._cache = cache
+        self._server = server
+        self._store = store
+        self._specs: list[InterestSpec] = []
+        self._lock = threading.Lock()
+
+    @property
+    def specs(self) -> list[InterestSpec]:
+        """The registrations, in order (a copy)."""
+        with self._lock:
+            return list(self._specs)
+
+    def register(self, spec: InterestSpec) -> None:
+        """Drop the local entries ``spec`` may affect, add it on the server, and load what
+        its policy asks for (no listener fires).
+
+        Raises:
+            RegionNotFoundError: the region is not defined on the server.
+            ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
+            UnconnectedError: the cache is closed or has no subscription queue.
+        """
+        self._cache.require_subscription()
+        self._store.begin_registration(spec.keys if spec.kind is InterestKind.KEYS else None)
+        try:
+            replies = self._server.interest(OperationKind.REGISTER_INTEREST, spec)
+            if not replies:
+                return
+            with self._lock:
+                self._specs.append(spec)
+            for reply in replies:
+                if reply.version is not None:
+                    self._store.registered(reply.bucket, reply.version)
+            if spec.policy is not InterestResultPolicy.NONE and self._store.caching:
+                for reply in replies:
+                    for entry in reply.entries:
+                        self._store.load(entry)
+        finally:
+            self._store.end_registration()
+
+    def unregister(self, spec: InterestSpec) -> None:
+        """Remove ``spec`` on the server, and every registration here it covers.
+
+        Raises:
+            ServerTimeoutError, UnconnectedError: as :meth:`register`.
+        """
+        self._server.interest(OperationKind.UNREGISTER_INTEREST, spec)
+        with self._lock:
+            self._specs = [s for s in self._specs if not _covers(spec, s)]
+
+    def reinitialize(self) -> None:
+        """Clear the local copy and make every registration again, in order.
+
+        Raises:
+            RegionNotFoundError, ServerTimeoutError, UnconnectedError: as :meth:`register`.
+        """
+        with self._lock:
+            specs, self._specs = self._specs, []
+        self._store.reset()
+        for spec in specs:
+            self.register(spec)
+
+
+def _covers(removed: InterestSpec, spec: InterestSpec) -> bool:
+    if removed.kind is not spec.kind:
+        return False
+    if removed.kind is InterestKind.KEYS:
+        return set(spec.keys) <= set(removed.keys)
+    return removed.regex == spec.regex
+
+
+__all__ = ["ALL_KEYS", "RegionInterest", "keys_interest", "regex_interest"]
