@@ -31,6 +31,7 @@ from broker.store import RegionStore
 from devstack import LocalStack
 from runtime.observability import configure_logging
 from runtime.redis_connect import connect_redis
+from schemas.entry_checks import check_region_name
 from schemas.errors import RegionBusError
 from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
 
@@ -136,9 +137,8 @@ def serve(verbose: bool, **options: Any) -> None:
     if server.metrics_url is not None:
         click.echo(f"metrics at {server.metrics_url}")
         log.info("metrics of %s at %s", settings.member_id, server.metrics_url)
-    while not stop.wait(1.0):
-        if not server.alive:
-            raise click.ClickException(f"cache server stopped: {server.failure}")
+    if not server.wait_while_alive(stop):
+        raise click.ClickException(f"cache server stopped: {server.failure}")
     server.stop()
     # The counters live in this process only: one line a supervisor or benchmark can read.
     click.echo(f"cache server {settings.member_id} stopped: {json.dumps(asdict(server.stats))}")
@@ -185,7 +185,7 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
             redis_url=local.redis_url,
             regions=regions,
         )
-        with CacheServer(settings):
+        with CacheServer(settings) as server:
             click.echo(f"export REGIONBUS_NAMESPACE={namespace}")
             click.echo(f"export REGIONBUS_KAFKA_BOOTSTRAP_SERVERS={local.kafka_bootstrap_servers}")
             click.echo(f"export REGIONBUS_REDIS_URL={local.redis_url}")
@@ -193,7 +193,9 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
                 f"stack running (up in {time.monotonic() - began:.1f} s); Ctrl-C stops it",
                 err=True,
             )
-            stop.wait()
+            # Exit non-zero when the server dies, so whatever runs the stack sees it.
+            if not server.wait_while_alive(stop):
+                raise click.ClickException(f"cache server stopped: {server.failure}")
     finally:
         local.stop()
 
@@ -209,6 +211,11 @@ def region() -> None:
 def region_create(names: tuple[str, ...], **options: Any) -> None:
     """Define regions on the servers of a namespace (idempotent)."""
     settings = _settings(**options)
+    try:
+        for name in names:
+            check_region_name(name)
+    except RegionBusError as exc:
+        raise click.UsageError(str(exc)) from exc
     store = RegionStore(connect_redis(settings), settings.namespace, settings.total_buckets)
     for name in names:
         created = store.create_region(name)

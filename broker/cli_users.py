@@ -81,7 +81,7 @@ def require_cluster_manage(settings: ServerSettings, store: PrincipalStore) -> s
 def _settings(options: dict[str, Any]) -> ServerSettings:
     given = {k: v for k, v in options.items() if v is not None}
     try:
-        return ServerSettings(**given)
+        return ServerSettings.load(**given)
     except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
 

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from schemas.entry_checks import check_region_name
+from schemas.errors import ConfigurationError, RegionBusError
 from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
 from schemas.settings import KafkaConnectionSettings
 
@@ -156,6 +158,16 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     @classmethod
     def _namespace_is_topic_legal(cls, value: str) -> str:
         return check_name("namespace", value, max_len=120)
+
+    @field_validator("regions")
+    @classmethod
+    def _region_names_ok(cls, value: list[str]) -> list[str]:
+        for name in value:
+            try:
+                check_region_name(name)
+            except RegionBusError as exc:
+                raise ConfigurationError(f"regions: {exc}") from None
+        return value
 
     @field_validator("member_id")
     @classmethod

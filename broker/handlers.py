@@ -14,7 +14,7 @@ from collections.abc import Callable
 from broker.client_lifecycle import ClientLifecycle
 from broker.config import ServerSettings
 from broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
-from broker.interest import InterestRegistry, compile_interest_regex
+from broker.interest import InterestRegistry
 from broker.notifier import CacheClientNotifier
 from broker.outbox import Outbox
 from broker.ownership import BucketOwnership
@@ -23,6 +23,7 @@ from broker.stats import ServerStats
 from broker.store import RegionStore
 from runtime.leases import now_ms
 from schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
+from schemas.interest_regex import compile_interest_regex
 from schemas.messages import (
     Entry,
     EventKind,

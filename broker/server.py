@@ -5,7 +5,8 @@ Where an operation goes (README "How an operation travels"):
 1. It enters from partition ``bucket`` of ``{ns}.ops`` (client lifecycle messages from
    ``{ns}.control``), read by the bucket's primary (:mod:`broker.ownership`), checked at
    the front door when security is on (:mod:`broker.admission`), decoded and validated
-   (:mod:`broker.validation`); what cannot be processed is dead-lettered (invariant 6).
+   (:mod:`broker.validation`); what cannot be processed is dead-lettered (invariant 6),
+   and so is a message whose handling raised anything else (:mod:`broker.poison`).
 2. The handler of its kind runs (:mod:`broker.handlers`, one table): entry operations are
    applied in batches (:mod:`broker.entry_ops`) through the region store's Lua scripts,
    with server writers before and listeners after (:mod:`broker.plugins`).
@@ -48,6 +49,7 @@ from broker.notifier import CacheClientNotifier
 from broker.outbox import TOPIC_GONE, Outbox
 from broker.ownership import BucketOwnership
 from broker.plugins import ServerPlugins
+from broker.poison import is_infrastructure_error, set_aside
 from broker.principals import Principal
 from broker.queue_depth import QueueDepths
 from broker.security import SecurityGuard
@@ -466,20 +468,34 @@ class CacheServer(BackgroundWorker):
             if not parts.ownership.consumed(topic, partition, offset):
                 continue
             source = Source(topic, partition, offset)
-            principal = None
-            if parts.admission is not None:
-                principal = parts.admission.authenticate(message, source)
-                if principal is None:
-                    continue
             try:
-                items = split_batch(message.value())
-            except MessageDecodeError as exc:
-                parts.outbox.dead_letter(message.value(), source, str(exc), category="undecodable")
-                continue
-            for raw in items:
-                self._process_one(parts, raw, source, principal)
+                self._process_message(parts, message, source)
+            except Exception as exc:
+                if is_infrastructure_error(exc):
+                    raise
+                set_aside(parts.outbox, message.value(), source, exc)
         parts.entries.apply()
         parts.outbox.send()
+
+    def _process_message(self, parts: _Parts, message: KafkaMessage, source: Source) -> None:
+        principal = None
+        if parts.admission is not None:
+            principal = parts.admission.authenticate(message, source)
+            if principal is None:
+                return
+        try:
+            items = split_batch(message.value())
+        except MessageDecodeError as exc:
+            parts.outbox.dead_letter(message.value(), source, str(exc), category="undecodable")
+            return
+        for raw in items:
+            try:
+                self._process_one(parts, raw, source, principal)
+            except Exception as exc:
+                # One bad item of a batch must not take the items after it along.
+                if is_infrastructure_error(exc):
+                    raise
+                set_aside(parts.outbox, raw, source, exc)
 
     def _process_one(
         self, parts: _Parts, raw: bytes, source: Source, principal: Principal | None

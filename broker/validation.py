@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from broker.config import ServerSettings
-from broker.interest import compile_interest_regex
+from schemas.entry_checks import check_key, check_region_name, check_value_size
 from schemas.errors import InvalidOperationError, ValueTooLargeError
+from schemas.interest_regex import compile_interest_regex
 from schemas.messages import InterestKind, Operation, OperationKind
 from schemas.naming import bucket_of
+
+_CLIENT_WIDE: Final = (OperationKind.READY_FOR_EVENTS, OperationKind.DISCONNECT)
+"""Operations about a client, not a region: their region is empty."""
 
 
 def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
@@ -21,13 +27,23 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
         InvalidOperationError: an entry operation without a key or in another key's
             bucket, a change without an EventID, a PUT without a value, a registration
             without a spec.
-        ValueTooLargeError: a PUT's value is over ``max_value_size_bytes``.
-        InvalidInterestError: a REGEX registration whose pattern does not compile.
+        InvalidRegionNameError: the region name breaks the clients' rule
+            (`schemas.entry_checks.check_region_name`).
+        InvalidKeyError: a key (of the operation or of a KEYS registration) the clients
+            would refuse (`schemas.entry_checks.check_key`).
+        ValueTooLargeError: a PUT's value is over ``max_value_size_bytes``, or its callback
+            argument over the clients' limit.
+        InvalidInterestError: a REGEX registration whose pattern the clients would refuse
+            (`schemas.interest_regex.compile_interest_regex`).
     """
     kind = op.kind
+    if kind not in _CLIENT_WIDE:
+        check_region_name(op.region)
+    check_value_size(None, op.callback_argument)
     if kind.is_entry_operation:
         if op.key is None:
             raise InvalidOperationError(f"{kind.value} needs a key")
+        check_key(op.key)
         expected = bucket_of(op.region, op.key, settings.total_buckets)
         if expected != bucket:
             raise InvalidOperationError(
@@ -48,6 +64,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             raise InvalidOperationError(f"{kind.value} needs an interest spec")
         if op.interest.kind is InterestKind.REGEX:
             compile_interest_regex(op.interest.regex)
+        for key in op.interest.keys:
+            check_key(key)
 
 
 __all__ = ["validate"]

@@ -16,6 +16,7 @@ from clients.settings import ClientSettings
 from clients.subscription import SubscriptionQueue, SubscriptionStats
 from clients.tracking import MessageTracker
 from schemas.callbacks import CacheListener, CacheWriter
+from schemas.entry_checks import check_region_name
 from schemas.errors import (
     ConfigurationError,
     RegionBusError,
@@ -231,9 +232,12 @@ class ClientCache:
             The region.
 
         Raises:
+            InvalidRegionNameError: the name breaks Geode's rule (1-120 characters of
+                ``[A-Za-z0-9._-]``, no leading ``__``; `schemas.entry_checks`).
             ConfigurationError: a region of that name already exists in this cache.
             UnconnectedError: the cache is closed.
         """
+        check_region_name(name)
         self._check_open()
         with self._regions_lock:
             if name in self._regions:

@@ -11,14 +11,13 @@ meanwhile from being revived (seed 001).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 
+from clients.arguments import check_interest
 from clients.local_store import LocalStore
 from clients.server_proxy import CacheConnection, ServerRegionProxy
-from schemas.errors import InvalidInterestError
 from schemas.messages import InterestKind, InterestResultPolicy, InterestSpec, OperationKind
 
 
@@ -55,13 +54,12 @@ def regex_interest(
     """The registration of every key ``regex`` matches in full.
 
     Raises:
-        InvalidInterestError: the regex does not compile (Python ``re`` syntax).
+        InvalidInterestError: the regex is refused, with the reason (RE2 syntax and the
+            limits of :func:`schemas.interest_regex.compile_interest_regex`).
     """
-    try:
-        re.compile(regex)
-    except (re.error, TypeError) as exc:
-        raise InvalidInterestError(f"invalid interest regex {regex!r}: {exc}") from exc
-    return InterestSpec(InterestKind.REGEX, (), regex, policy, durable, receive_values)
+    return check_interest(
+        InterestSpec(InterestKind.REGEX, (), regex, policy, durable, receive_values)
+    )
 
 
 class RegionInterest:
@@ -96,7 +94,9 @@ class RegionInterest:
             RegionNotFoundError: the region is not defined on the server.
             ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
             UnconnectedError: the cache is closed or has no subscription queue.
+            InvalidInterestError, InvalidKeyError: ``spec`` is refused (nothing is sent).
         """
+        check_interest(spec)
         self._cache.require_subscription()
         self._store.begin_registration(spec.keys if spec.kind is InterestKind.KEYS else None)
         try:

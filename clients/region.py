@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from clients.arguments import check_entry
 from clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
 from clients.local_store import LocalStore
 from clients.server_events import apply_server_event
@@ -107,11 +108,13 @@ class Region:
             server too.
 
         Raises:
+            InvalidKeyError: the key is refused, as for :meth:`put` (nothing is sent).
             RegionNotFoundError: the region was destroyed, here or on the server.
             ServerTimeoutError: no reply within ``read_timeout_ms``.
             UnconnectedError: the cache is closed and the key is not valid locally.
         """
         self._check_alive()
+        check_entry(key)
         if self._caching:
             local = self._store.valid(key)
             if local is not None:
@@ -179,7 +182,10 @@ class Region:
 
         Raises:
             CacheWriterError: a client or server writer aborted (nothing changed).
-            ValueTooLargeError: the encoded value exceeds the server's maximum.
+            InvalidKeyError: the key is not a str, not valid Unicode, or over
+                ``schemas.entry_checks.MAX_KEY_SIZE_BYTES`` (nothing is sent).
+            ValueTooLargeError: the encoded value exceeds the server's maximum, or the
+                most a message carries (then nothing is sent).
             RegionNotFoundError: the region is not defined on the server.
             SerializationError: the value cannot be encoded.
             ServerTimeoutError: no reply within ``read_timeout_ms``.
@@ -348,6 +354,7 @@ class Region:
                 and updates.
 
         Raises:
+            InvalidKeyError: a key is refused, as for :meth:`put` (nothing is sent).
             RegionNotFoundError: the region is not defined on the server.
             ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
             UnconnectedError: the cache is closed or has no subscription queue.
@@ -363,12 +370,17 @@ class Region:
         durable: bool = False,
         receive_values: bool = True,
     ) -> None:
-        """Register interest in every key the regex matches in full (Python ``re`` syntax;
-        Geode's ``registerInterestRegex`` uses ``Matcher.matches()``). Every local entry is
-        silently destroyed first.
+        """Register interest in every key the regex matches in full (Geode's
+        ``registerInterestRegex`` uses ``Matcher.matches()``). Every local entry is silently
+        destroyed first.
+
+        The syntax is RE2's (matching time linear in the key's length): what Python ``re``
+        and Java regexes share for keys, without backreferences, lookahead/lookbehind,
+        possessive quantifiers or atomic groups; at most 1,000 characters and a bounded
+        compiled size (see :mod:`schemas.interest_regex`).
 
         Raises:
-            InvalidInterestError: the regex does not compile (nothing is sent).
+            InvalidInterestError: the regex is refused, with the reason (nothing is sent).
             RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
                 :meth:`register_interest`.
         """
@@ -499,9 +511,9 @@ class Region:
         self, key: str, value: Any, callback_argument: bytes | None
     ) -> tuple[Operation, int]:
         self._check_alive()
-        if not isinstance(key, str):
-            raise TypeError(f"keys are str, got {type(key).__name__}")
+        check_entry(key, None, callback_argument)
         data = self.serializer.dumps(value)
+        check_entry(key, data, callback_argument)
         bucket = self._server.bucket(key)
         if self.writer is not None:
             local = self._store.entry(key)
@@ -551,6 +563,7 @@ class Region:
 
     def _prepare_destroy(self, key: str, callback_argument: bytes | None) -> tuple[Operation, int]:
         self._check_alive()
+        check_entry(key, None, callback_argument)
         bucket = self._server.bucket(key)
         if self.writer is not None:
             local = self._store.entry(key)

@@ -110,6 +110,25 @@ class BackgroundWorker(ServesMetrics):
         thread.start()
         return thread
 
+    def wait_while_alive(self, stop: threading.Event, check_interval_s: float = 1.0) -> bool:
+        """Block until ``stop`` is set or the worker's thread ends without being asked to.
+
+        A process that runs a worker calls this on its main thread and exits non-zero on
+        False, so a supervisor restarts it instead of keeping a process whose worker died.
+
+        Args:
+            stop: Set by the caller (e.g. a signal handler) to end the wait.
+            check_interval_s: How often the worker's thread is checked, in seconds.
+
+        Returns:
+            True once ``stop`` is set; False when the worker stopped by itself (its
+            :attr:`failure` says why).
+        """
+        while not stop.wait(check_interval_s):
+            if not self.alive:
+                return False
+        return True
+
     @property
     def alive(self) -> bool:
         """True while the worker's thread runs."""

@@ -146,6 +146,16 @@ class InvalidOperationError(RegionBusError):
     server dead-letters it and replies with this."""
 
 
+class InvalidKeyError(InvalidOperationError):
+    """An entry key is not a ``str``, is not valid Unicode (a lone surrogate), or is
+    longer than ``schemas.entry_checks.MAX_KEY_SIZE_BYTES``; nothing was sent or applied."""
+
+
+class InvalidRegionNameError(InvalidOperationError):
+    """A region name breaks Geode's rule (``[A-Za-z0-9._-]``, no leading ``__``) or is
+    longer than ``schemas.entry_checks.MAX_REGION_NAME_CHARS``."""
+
+
 class ServerOperationError(RegionBusError):
     """The server failed the operation for a reason with no more specific class."""
 
@@ -185,6 +195,8 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         InvalidInterestError,
         ValueTooLargeError,
         InvalidOperationError,
+        InvalidKeyError,
+        InvalidRegionNameError,
         DuplicateDurableClientError,
         AuthenticationError,
         NotAuthorizedError,

@@ -23,7 +23,8 @@ BULK_LOAD_ID_PREFIX: Final = "spark-load-"
 """How the client ids of Spark bulk loads begin when the caller names none (a fresh one per
 load: a load id is the member of its EventIDs), and so what their Kafka ACLs are granted on."""
 
-_TOPIC_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline.
+_TOPIC_PART = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def check_name(kind: str, value: str, max_len: int = 180) -> str:
@@ -41,7 +42,7 @@ def check_name(kind: str, value: str, max_len: int = 180) -> str:
         ConfigurationError: empty, too long, or holding characters other than
             ``[A-Za-z0-9._-]``.
     """
-    if not value or len(value) > max_len or not _TOPIC_PART.match(value):
+    if not value or len(value) > max_len or not _TOPIC_PART.fullmatch(value):
         raise ConfigurationError(
             f"{kind} {value!r} must be 1-{max_len} characters of [A-Za-z0-9._-]"
         )

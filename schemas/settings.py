@@ -41,6 +41,7 @@ from pydantic_settings import (
     DotEnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from schemas.errors import ConfigurationError
@@ -165,6 +166,10 @@ class RegionBusSettings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             raise ConfigurationError(describe_validation_error(cls, exc)) from None
+        except SettingsError as exc:
+            # A source could not parse a value, e.g. a list or dict variable that is not
+            # JSON (REGIONBUS_REGIONS=r1,r2): pydantic-settings raises before validating.
+            raise ConfigurationError(describe_settings_error(cls, exc)) from None
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration as plain JSON-able values, secrets masked.
@@ -231,6 +236,31 @@ def describe_validation_error(settings_class: type[RegionBusSettings], exc: Vali
             detail = f" [got {shown!r}]"
         lines.append(f"  {source}: {message}{detail}")
     return "\n".join(lines)
+
+
+_SETTINGS_ERROR_FIELD = re.compile(r'field "([^"]+)"')
+
+
+def describe_settings_error(settings_class: type[RegionBusSettings], exc: SettingsError) -> str:
+    """A readable account of a value a settings source could not parse.
+
+    Args:
+        settings_class: The class being loaded.
+        exc: pydantic-settings' error (its message names the field).
+
+    Returns:
+        ``"invalid <section> configuration:"`` then the field, its environment variable and
+        what the value must be.
+    """
+    section = settings_class.config_section or settings_class.__name__
+    found = _SETTINGS_ERROR_FIELD.search(str(exc))
+    field = found.group(1) if found else ""
+    if field in settings_class.model_fields:
+        where = f"{field} (env {settings_class.env_name(field)})"
+        message = 'not valid JSON; list and dict settings are JSON, e.g. ["r1", "r2"]'
+    else:
+        where, message = "(settings)", str(exc)
+    return f"invalid {section} configuration:\n  {where}: {message}"
 
 
 class _FileSource(PydanticBaseSettingsSource):

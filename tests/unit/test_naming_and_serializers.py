@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from broker.config import ServerSettings
-from broker.interest import compile_interest_regex
 from clients.settings import ClientSettings
 from schemas.errors import (
     CacheWriterError,
@@ -16,6 +15,7 @@ from schemas.errors import (
     ServerOperationError,
     error_from_wire,
 )
+from schemas.interest_regex import compile_interest_regex
 from schemas.naming import Topics, bucket_of, check_name, region_bucket
 from schemas.serializers import (
     AvroSerializer,
