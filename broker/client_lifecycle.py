@@ -3,9 +3,9 @@
 ``{ns}.control`` is read by bucket 0's primary for the whole namespace. A second live
 connection of a client id, durable or not, is refused (the id names the client's topics).
 A ping of a connection that lost its id to another live one is answered ``TAKEN``, so that
-connection neither reconnects nor deletes the topics when it closes. A client silent for ``maximum_time_between_pings_ms``
-is treated as gone: a non-durable one is forgotten; a durable one keeps its queue and
-durable interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after
+connection neither reconnects nor deletes the topics when it closes. A client silent for
+``maximum_time_between_pings_ms`` is treated as gone: a non-durable one is forgotten; a
+durable one keeps its queue and durable interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after
 which the reaper (one server at a time, by lease) unregisters it: every bucket's primary
 drops its interest first, then its topics and committed offsets are deleted (SPEC §5).
 """
@@ -27,7 +27,15 @@ from broker.stats import ServerStats
 from runtime.leases import Lease, now_ms
 from schemas.codec import encode
 from schemas.errors import DuplicateClientError, DuplicateDurableClientError
-from schemas.messages import CLIENT_TAKEN, CLIENT_UNKNOWN, Control, ControlKind, Operation, OperationKind, Reply
+from schemas.messages import (
+    CLIENT_TAKEN,
+    CLIENT_UNKNOWN,
+    Control,
+    ControlKind,
+    Operation,
+    OperationKind,
+    Reply,
+)
 from schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
