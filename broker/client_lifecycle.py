@@ -5,9 +5,10 @@ connection of a client id, durable or not, is refused (the id names the client's
 A ping of a connection that lost its id to another live one is answered ``TAKEN``, so that
 connection neither reconnects nor deletes the topics when it closes. A client silent for
 ``maximum_time_between_pings_ms`` is treated as gone: a non-durable one is forgotten; a
-durable one keeps its queue and durable interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after
-which the reaper (one server at a time, by lease) unregisters it: every bucket's primary
-drops its interest first, then its topics and committed offsets are deleted (SPEC §5).
+durable one keeps its queue and durable interest (seed 001, abnormal disconnect) for
+``durable_client_timeout_s``, after which the reaper (one server at a time, by lease)
+unregisters it: every bucket's primary drops its interest first, then its topics and
+committed offsets are deleted (SPEC §5).
 """
 
 from __future__ import annotations
