@@ -1,8 +1,11 @@
 """Bucket primaries and secondaries: which server processes which bucket (SPEC §4, seed 004).
 
-Every server runs :meth:`BucketElection.tick` from its loop. A tick heartbeats the member
-list, renews the leases this server holds (a lease it cannot renew is lost at once), and
-then, from one pipelined read of every bucket's lease, handoff note and secondaries:
+The leases this server holds are renewed, and its member entry heartbeated, by
+:meth:`BucketElection.renew_held` on a thread of their own (:meth:`keep_leases`), so a loop
+busy with work cannot let them lapse; a lease it cannot renew is lost at once, and the
+loop learns it from :meth:`take_lost` before it processes anything more. Every server runs
+:meth:`BucketElection.tick` from its loop: from one pipelined read of every bucket's lease,
+handoff note and secondaries:
 
 - **failover**: a bucket whose lease lapsed is taken by the longest-lived live secondary
   of that bucket (seed 004); with no live secondary (redundancy 0, or none left), by the
@@ -22,6 +25,8 @@ Each lease carries a fencing epoch (:mod:`runtime.leases`) that the region scrip
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -195,11 +200,68 @@ class BucketElection:
         self._add_secondary = client.register_script(_ADD_SECONDARY)
         self.members: list[Member] = []
         self.views: list[BucketView] = []
+        # The renewing thread and the loop both change leases' epochs.
+        self._lock = threading.Lock()
+        self._lost: set[int] = set()
+        self._valid_until_s: dict[int, float] = {}
+        """``{bucket: monotonic s}`` until which a held lease is surely still ours: the start
+        of its last successful renewal (or acquisition) plus the TTL."""
 
     @property
     def owned(self) -> dict[int, int]:
         """Buckets this server is primary of, with its fencing epoch of each."""
-        return {b: lease.epoch for b, lease in self._leases.items() if lease.epoch is not None}
+        with self._lock:
+            return {b: lease.epoch for b, lease in self._leases.items() if lease.epoch is not None}
+
+    def renew_held(self) -> None:
+        """Heartbeat this member and renew every lease it holds; a lease not renewed (lapsed,
+        taken over, or Redis failed) is no longer held and is reported by :meth:`take_lost`.
+
+        Raises:
+            TransportError: the heartbeat failed (the leases were still tried).
+        """
+        for bucket, lease in self._leases.items():
+            with self._lock:
+                if not lease.held:
+                    continue
+                started = time.monotonic()
+                try:
+                    renewed = lease.renew()
+                except TransportError as exc:
+                    log.warning("%s: %s", self.member_id, exc)
+                    renewed = False
+                if renewed:
+                    self._valid_until_s[bucket] = started + self.lease_ttl_ms / 1000
+                else:
+                    log.warning("%s lost the lease of bucket %d", self.member_id, bucket)
+                    self._lost.add(bucket)
+        self.membership.heartbeat()
+
+    def keep_leases(self, stopping: threading.Event) -> None:
+        """Run :meth:`renew_held` every quarter of the lease TTL until ``stopping`` is set
+        (a thread of the server's own: the loop's work cannot delay it)."""
+        interval_s = self.lease_ttl_ms / 4000
+        while not stopping.wait(interval_s):
+            try:
+                self.renew_held()
+            except TransportError as exc:
+                log.warning("%s: member heartbeat failed: %s", self.member_id, exc)
+
+    def take_lost(self) -> set[int]:
+        """The buckets whose lease was lost since the last call: not renewed, or not renewed
+        within its TTL (the renewing thread is stuck), which then counts as lost too. The
+        caller must stop processing them at once."""
+        now = time.monotonic()
+        with self._lock:
+            for bucket, lease in self._leases.items():
+                if lease.held and self._valid_until_s.get(bucket, now) < now:
+                    log.warning(
+                        "%s: the lease of bucket %d was not renewed in time", self.member_id, bucket
+                    )
+                    lease.epoch = None
+                    self._lost.add(bucket)
+            lost, self._lost = self._lost, set()
+        return lost
 
     def join(self) -> None:
         """Register this server in the member list.
@@ -211,16 +273,19 @@ class BucketElection:
 
     def leave(self) -> None:
         """Release every lease and leave the member list (a clean stop)."""
-        for lease in self._leases.values():
-            lease.release()
+        with self._lock:
+            for lease in self._leases.values():
+                lease.release()
         self.membership.leave()
 
     def release(self, bucket: int) -> None:
         """Give up one bucket without a handoff note (e.g. after being fenced)."""
-        self._leases[bucket].release()
+        with self._lock:
+            self._leases[bucket].release()
 
     def tick(self) -> TickResult:
-        """Heartbeat, renew, then take part in failover, redundancy and balance.
+        """Take part in failover, redundancy and balance (the leases held are renewed by
+        :meth:`keep_leases`; those lost since the last call are in the result).
 
         Returns:
             What changed for this server.
@@ -230,10 +295,7 @@ class BucketElection:
         """
         result = TickResult()
         self.membership.heartbeat()
-        for bucket, lease in self._leases.items():
-            if lease.held and not lease.renew():
-                log.warning("%s lost the lease of bucket %d", self.member_id, bucket)
-                result.lost.add(bucket)
+        result.lost = self.take_lost()
         self.members = self.membership.live_members()
         live = {m.member_id for m in self.members}
         rank = {m.member_id: i for i, m in enumerate(self.members)}
@@ -258,7 +320,7 @@ class BucketElection:
             if holder is None:
                 taker = choose_taker(handoffs[bucket], live_secondaries, live, primaries_of, rank)
                 if taker == self.member_id:
-                    epoch = self._leases[bucket].try_acquire()
+                    epoch = self._acquire(bucket)
                     if epoch is not None:
                         log.info(
                             "%s is now primary of bucket %d (epoch %d)",
@@ -299,10 +361,19 @@ class BucketElection:
             self._redis.set(self._keys.handoff(bucket), receiver, px=self.lease_ttl_ms)
         except redis.RedisError as exc:
             raise TransportError(f"handoff of bucket {bucket}: {exc}") from exc
-        self._leases[bucket].release()
+        self.release(bucket)
         log.info("%s handed bucket %d over to %s", self.member_id, bucket, receiver)
 
     # --- internals ---------------------------------------------------------------------
+
+    def _acquire(self, bucket: int) -> int | None:
+        with self._lock:
+            started = time.monotonic()
+            epoch = self._leases[bucket].try_acquire()
+            if epoch is not None:
+                self._valid_until_s[bucket] = started + self.lease_ttl_ms / 1000
+                self._lost.discard(bucket)
+            return epoch
 
     def _read_state(
         self,

@@ -1,11 +1,14 @@
 """Clients' lives as the servers see them: connect, ping, close, silence, and the reaper.
 
 ``{ns}.control`` is read by bucket 0's primary for the whole namespace. A second live
-connection of a durable id is refused. A client silent for ``maximum_time_between_pings_ms``
-is treated as gone: a non-durable one is forgotten; a durable one keeps its queue and
-durable interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after
-which the reaper (one server at a time, by lease) unregisters it: every bucket's primary
-drops its interest first, then its topics and committed offsets are deleted (SPEC §5).
+connection of a client id, durable or not, is refused (the id names the client's topics).
+A ping of a connection that lost its id to another live one is answered ``TAKEN``, so that
+connection neither reconnects nor deletes the topics when it closes. A client silent for
+``maximum_time_between_pings_ms`` is treated as gone: a non-durable one is forgotten; a
+durable one keeps its queue and durable interest (seed 001, abnormal disconnect) for
+``durable_client_timeout_s``, after which the reaper (one server at a time, by lease)
+unregisters it: every bucket's primary drops its interest first, then its topics and
+committed offsets are deleted (SPEC §5).
 """
 
 from __future__ import annotations
@@ -24,8 +27,16 @@ from broker.security import SecurityGuard
 from broker.stats import ServerStats
 from runtime.leases import Lease, now_ms
 from schemas.codec import encode
-from schemas.errors import DuplicateDurableClientError
-from schemas.messages import CLIENT_UNKNOWN, Control, ControlKind, Operation, OperationKind, Reply
+from schemas.errors import DuplicateClientError, DuplicateDurableClientError
+from schemas.messages import (
+    CLIENT_TAKEN,
+    CLIENT_UNKNOWN,
+    Control,
+    ControlKind,
+    Operation,
+    OperationKind,
+    Reply,
+)
 from schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
@@ -110,7 +121,7 @@ class ClientLifecycle:
             self._close(control)
 
     def _connect(self, control: Control) -> None:
-        """Record a (re)connection, or refuse a second live connection of a durable id."""
+        """Record a (re)connection, or refuse a second live connection of the client id."""
         client_id = control.client_id
         durable = control.durable_client_id is not None
         connection_id = control.connection_id or client_id
@@ -123,9 +134,10 @@ class ClientLifecycle:
             now_ms=now,
         )
         if result.state == "REFUSED":
-            error = DuplicateDurableClientError(
-                f"durable client {client_id!r} is already connected (connection "
-                f"{result.live_connection_id}, last heard from "
+            kind = DuplicateDurableClientError if durable else DuplicateClientError
+            error = kind(
+                f"{'durable ' if durable else ''}client {client_id!r} is already connected "
+                f"(connection {result.live_connection_id}, last heard from "
                 f"{now - (result.live_last_seen_ms or now)} ms ago)"
             )
             log.warning("refused a second connection %s: %s", connection_id, error)
@@ -167,15 +179,17 @@ class ClientLifecycle:
             record.last_seen_ms = now_ms()
             self.clients.save(control.client_id, record)
         if control.request_id:
+            state = None
+            if not current:
+                taken = record is not None and record.connected and self._live(record)
+                state = CLIENT_TAKEN if taken else CLIENT_UNKNOWN
             self._outbox.reply(
-                Reply(
-                    request_id=control.request_id,
-                    bucket=-1,
-                    ok=True,
-                    client_state=None if current else CLIENT_UNKNOWN,
-                ),
+                Reply(request_id=control.request_id, bucket=-1, ok=True, client_state=state),
                 control.client_id,
             )
+
+    def _live(self, record: ClientRecord) -> bool:
+        return now_ms() - record.last_seen_ms <= self._settings.maximum_time_between_pings_ms
 
     def _close(self, control: Control) -> None:
         client_id = control.client_id

@@ -3,8 +3,9 @@
 One JSON record per client in the Redis hash ``rb:{ns}:clients`` (field = client id):
 ``durable``, ``connection_id`` (one process of the client), ``connected``,
 ``last_seen_ms``, ``durable_client_timeout_s`` and ``disconnected_at_ms``. Connecting is one
-Lua script, so two processes racing for one durable id cannot both win (SPEC §5: a second
-live client with the same durable id is refused).
+Lua script, so two processes racing for one client id cannot both win (SPEC §5: a second
+live client with the same durable id is refused; regionbus refuses a second live connection
+of a non-durable id the same way).
 
 A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
 disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
@@ -23,7 +24,8 @@ import redis
 from broker.store import redis_errors
 from schemas.naming import RedisKeys
 
-# Connect atomically: refuse a second live connection of a durable id; otherwise record the
+# Connect atomically: refuse a second live connection of any client id (its topics are
+# shared: the first to close would delete them under the other); otherwise record the
 # connection and say whether a durable registration (queue, durable interest) was kept.
 # KEYS: 1 clients hash. ARGV: 1 client id, 2 connection id, 3 durable "1"/"0",
 # 4 timeout s, 5 now ms, 6 liveness window ms.
@@ -33,7 +35,7 @@ local state = 'NEW'
 if raw then
   local r = cjson.decode(raw)
   local live = r.connected and (tonumber(ARGV[5]) - (r.last_seen_ms or 0)) <= tonumber(ARGV[6])
-  if ARGV[3] == '1' and live and r.connection_id ~= ARGV[2] then
+  if live and r.connection_id ~= ARGV[2] then
     return {'REFUSED', tostring(r.connection_id), tostring(r.last_seen_ms)}
   end
   if r.durable and ARGV[3] == '1' and not r.reaping then state = 'RECONNECTED' end
@@ -89,7 +91,7 @@ class ConnectResult:
 
     Attributes:
         state: ``NEW``, ``RECONNECTED`` (a durable registration was kept) or ``REFUSED``.
-        live_connection_id: For ``REFUSED``, the connection that holds the durable id.
+        live_connection_id: For ``REFUSED``, the connection that holds the client id.
         live_last_seen_ms: For ``REFUSED``, when that connection was last heard from.
     """
 
@@ -124,7 +126,7 @@ class ClientRegistry:
         durable_client_timeout_s: int,
         now_ms: int,
     ) -> ConnectResult:
-        """Record a connection, or refuse a second live connection of a durable id.
+        """Record a connection, or refuse a second live connection of the same client id.
 
         Raises:
             TransportError: Redis failed.

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 
 from broker.buckets import BucketElection
 from broker.outbox import Outbox
@@ -114,6 +115,30 @@ class BucketOwnership:
         for bucket, receiver in result.to_hand_over.items():
             self.hand_over(bucket, receiver)
         return gained
+
+    def drop_lost(self) -> None:
+        """Stop processing, at once, the buckets whose lease the renewing thread lost."""
+        for bucket in self.election.take_lost():
+            self.drop(bucket)
+
+    def read_again(self, messages: Iterable[KafkaMessage]) -> None:
+        """Have the consumer deliver these messages (polled, not processed) again: the loop
+        stopped its tick early to do its other work. Messages of buckets no longer held
+        are left to the bucket's new primary.
+
+        Raises:
+            KafkaException: a seek failed (the caller rewinds to the committed offsets).
+        """
+        first: dict[tuple[str, int], int] = {}
+        for message in messages:
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            if topic is None or partition is None or offset is None or message.error():
+                continue
+            if self.bucket_of(topic, partition) in self.owned:
+                where = (topic, partition)
+                first[where] = min(offset, first.get(where, offset))
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
 
     def stop_every_bucket(self) -> None:
         """Drop and release every bucket (the election itself failed)."""

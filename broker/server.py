@@ -231,6 +231,7 @@ class CacheServer(BackgroundWorker):
         consumer.assign([])
         self.election.join()
         self._elect()
+        self.spawn(lambda: self.election.keep_leases(self.stopping), "leases")
         log.info(
             "cache server %s serving %s: primary of %d of %d buckets, %d clients, %d registrations",
             s.member_id,
@@ -362,6 +363,7 @@ class CacheServer(BackgroundWorker):
                 hold, unresponsive = parts.notifier.hold(time.monotonic())
                 for client_id in unresponsive:
                     parts.lifecycle.disconnect_unresponsive(client_id)
+                parts.ownership.drop_lost()
                 if not hold:
                     messages = poll_batch(
                         parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000
@@ -453,9 +455,17 @@ class CacheServer(BackgroundWorker):
     # --- intake ------------------------------------------------------------------------
 
     def _process(self, messages: Sequence[KafkaMessage]) -> None:
+        """Process polled messages for at most a quarter of the lease TTL: the rest are read
+        again at the next tick, so the loop's other duties (the election, commits, clients'
+        liveness) keep their pace however slow the work is."""
         parts = self._parts
         assert parts is not None
-        for message in messages:
+        deadline = time.monotonic() + self.settings.lease_ttl_ms / 4000
+        for index, message in enumerate(messages):
+            parts.ownership.drop_lost()
+            if time.monotonic() >= deadline:
+                self._read_again(parts, messages[index:])
+                break
             error = message.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
@@ -496,6 +506,14 @@ class CacheServer(BackgroundWorker):
                 if is_infrastructure_error(exc):
                     raise
                 set_aside(parts.outbox, raw, source, exc)
+    def _read_again(self, parts: _Parts, messages: Sequence[KafkaMessage]) -> None:
+        try:
+            parts.ownership.read_again(messages)
+        except KafkaException as exc:
+            log.warning("cannot seek back, processing again from the committed offsets: %s", exc)
+            parts.entries.apply()
+            parts.outbox.send()
+            parts.ownership.rewind_to_committed()
 
     def _process_one(
         self, parts: _Parts, raw: bytes, source: Source, principal: Principal | None

@@ -27,6 +27,7 @@ from schemas.errors import (
 from schemas.messages import (
     CLIENT_NEW,
     CLIENT_RECONNECTED,
+    CLIENT_TAKEN,
     CLIENT_UNKNOWN,
     Control,
     ControlKind,
@@ -38,6 +39,9 @@ from schemas.naming import generated_member_id
 from schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
+
+_CLOSE_CHECK_MS = 2_000
+"""Longest wait at close for the servers to confirm this connection still holds its id."""
 
 
 class ClientCache:
@@ -61,7 +65,8 @@ class ClientCache:
 
     Raises:
         ConfigurationError: settings are invalid.
-        DuplicateDurableClientError: another live process uses this durable client id.
+        DuplicateClientError: another live process uses this client id (durable or not;
+            :class:`DuplicateDurableClientError` for a durable one).
         ServerTimeoutError: no server answered the connection within ``read_timeout_ms``.
         TransportError: Kafka cannot be reached, or no server of the namespace created its
             topics within ``metadata_timeout_s``.
@@ -80,13 +85,15 @@ class ClientCache:
             self.settings = ClientSettings.model_validate(self.settings.model_dump())
         durable_id = self.settings.durable_client_id
         self.client_id = durable_id or self.settings.client_id or generated_member_id("c")
-        self.member_id = (
-            f"{self.client_id}.{uuid.uuid4().hex[:6]}" if durable_id else self.client_id
-        )
+        # One id per connection, so the servers can tell two processes of one client id
+        # apart (the second is refused) and EventIDs of a restarted process are new.
+        self.member_id = f"{self.client_id}.{uuid.uuid4().hex[:6]}"
+
         self.durable = durable_id is not None
         self._regions: dict[str, Region] = {}
         self._regions_lock = threading.Lock()
         self._closed = False
+        self._id_taken = False
         self._ready = False
         self._conflate = False
         self.client_state = CLIENT_NEW
@@ -335,7 +342,9 @@ class ClientCache:
                     raise ServerTimeoutError(
                         f"no server answered a ping within {self.settings.read_timeout_ms} ms"
                     ) from None
-                if reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
+                if reply.client_state == CLIENT_TAKEN:
+                    self._lost_id()
+                elif reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
                     self._reinitialize()
             except RegionBusError as exc:
                 if self._closed:
@@ -343,6 +352,33 @@ class ClientCache:
                 # A Kafka outage was logged once as such; its failed pings add nothing.
                 outage = self.pool.kafka_outage.ongoing
                 log.log(logging.DEBUG if outage else logging.WARNING, "ping failed: %s", exc)
+
+    def _lost_id(self) -> None:
+        """Another live process connected with this client id while this one was silent:
+        the topics are its now. This connection neither reconnects nor, when closed,
+        disconnects or deletes anything."""
+        if not self._id_taken:
+            log.error(
+                "client id %s was taken by another live connection while this one was "
+                "silent: this client cache no longer receives events; close it",
+                self.client_id,
+            )
+        self._id_taken = True
+
+    def _holds_id(self) -> bool | None:
+        """Ask the servers whether this connection still holds the client id: True, False
+        (another live connection took it), or None when no server answered in time."""
+        control = self._control(ControlKind.PING, request_id=self.pool.next_request_id())
+        try:
+            future = self.pool.request_control(control)
+            reply = future.result(min(self.settings.read_timeout_ms, _CLOSE_CHECK_MS) / 1000)[0]
+        except (FutureTimeout, RegionBusError):
+            self.pool.forget(control.request_id)
+            return None
+        if reply.client_state == CLIENT_TAKEN:
+            self._lost_id()
+            return False
+        return True
 
     def _reinitialize(self) -> None:
         """The servers no longer know this client (it was silent past the ping limit, or
@@ -379,19 +415,28 @@ class ClientCache:
         self._closed = True
         self._stop_ping.set()
         keep = self.durable and keep_alive
+        holds_id = False if self._id_taken else self._holds_id()
+        if holds_id is False:
+            # Disconnecting would drop the interest of the live connection that has this
+            # client id now, and deleting would pull its topics from under it.
+            if self.subscription is not None:
+                self.subscription.close()
+            self.pool.close(delete_topics=False)
+            return
         if self.subscription is not None:
             self.subscription.close()
-            self._disconnect_buckets(keep)
+            self._disconnect_buckets(keep, wait=holds_id is True)
         try:
             self.pool.send_control(self._control(ControlKind.CLOSE, keep_alive=keep_alive))
         except RegionBusError as exc:
             log.warning("close message not delivered: %s", exc)
         self.pool.close(delete_topics=not keep)
 
-    def _disconnect_buckets(self, keep_alive: bool) -> None:
+    def _disconnect_buckets(self, keep_alive: bool, *, wait: bool = True) -> None:
         """Have every bucket's primary drop this client's interest (all but the durable
         registrations when ``keep_alive``) and wait for all, so no event is routed to the
-        queue once this returns (and the topics can go)."""
+        queue once this returns (and the topics can go). Without ``wait`` (no server
+        answered just now) they are sent for a later primary to process."""
         request_id = self.pool.next_request_id()
         ops = [
             (
@@ -408,8 +453,12 @@ class ClientCache:
             for bucket in range(self.total_buckets)
         ]
         try:
+            future = self.pool.request(ops)
+            if not wait:
+                self.pool.forget(request_id)
+                return
             # Bounded: closing must stay quick when no server answers any more.
-            self.pool.request(ops).result(min(self.settings.read_timeout_ms, 5_000) / 1000)
+            future.result(min(self.settings.read_timeout_ms, 5_000) / 1000)
         except (FutureTimeout, RegionBusError) as exc:
             self.pool.forget(request_id)
             log.warning("not every bucket confirmed the disconnect: %r", exc)

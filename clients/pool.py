@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from clients.auth import signer_for
+from clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
 from clients.settings import ClientSettings
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
@@ -61,7 +62,17 @@ ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
 
 
 class _Pending:
-    __slots__ = ("callback", "done", "expected", "expires_at", "ops", "replies", "sent_at")
+    __slots__ = (
+        "attempts",
+        "callback",
+        "done",
+        "expected",
+        "expires_at",
+        "ops",
+        "replies",
+        "resend_at",
+        "sent_at",
+    )
 
     def __init__(
         self,
@@ -69,6 +80,7 @@ class _Pending:
         callback: ReplyCallback,
         ops: Sequence[tuple[Operation, int]],
         timeout_s: float,
+        retry_interval_s: float,
     ) -> None:
         self.expected = expected
         self.done = 0
@@ -77,7 +89,11 @@ class _Pending:
         # Changes (with EventIDs) are sent again when unanswered; reads are not.
         self.ops = [(op, b) for op, b in ops if op.event_id is not None]
         self.sent_at = time.monotonic()
+        """When the operations were last sent (monotonic s)."""
         self.expires_at = self.sent_at + timeout_s
+        self.attempts = 0
+        """Resends so far."""
+        self.resend_at = self.sent_at + retry_interval_s
 
 
 def _future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
@@ -142,6 +158,7 @@ class Pool:
         )
         self.retries = 0
         """Operations sent again because their reply did not come in time."""
+        self._last_reply = LastReply()
         self.reply_refusal: RegionBusError | None = None
         """Kafka's refusal to let this client read its reply topic, once it came: every
         request then fails with it (a new client cache is needed once the ACL is back)."""
@@ -314,10 +331,11 @@ class Pool:
         if self.reply_refusal is not None:
             raise self.reply_refusal
         timeout_s = self.settings.read_timeout_ms / 1000
+        interval_s = self.settings.retry_interval_ms / 1000
         with self._lock:
             for i, (request_id, expected, callback) in enumerate(requests):
                 self._pending[request_id] = _Pending(
-                    expected, callback, ops[i] if i < len(ops) else (), timeout_s
+                    expected, callback, ops[i] if i < len(ops) else (), timeout_s, interval_s
                 )
 
     def _expire_unanswered(self) -> None:
@@ -336,32 +354,39 @@ class Pool:
             )
 
     def _retry_unanswered(self) -> None:
-        """Send changes unanswered for ``retry_interval_ms`` again, with the same EventIDs
-        and ``possible_duplicate`` (their server may have died before replying; the new
-        primary applies each EventID once and answers the retry from the stored result)."""
-        limit_s = self.settings.retry_interval_ms / 1000
+        """Send unanswered changes again, with the same EventIDs and ``possible_duplicate``
+        (their server may have died before replying; the new primary applies each EventID
+        once and answers the retry from the stored result), as :mod:`clients.resend` says:
+        backing off, only to buckets gone quiet, never during a Kafka outage, and a bounded
+        number at a time."""
+        if self.kafka_outage.ongoing:
+            return
+        interval_s = self.settings.retry_interval_ms / 1000
         now = time.monotonic()
         again: list[tuple[Operation, int]] = []
         with self._lock:
+            in_flight = sum(len(p.ops) for p in self._pending.values() if p.attempts)
             for pending in self._pending.values():
-                if pending.ops and now - pending.sent_at >= limit_s:
-                    pending.sent_at = now
-                    again.extend((op._replace(possible_duplicate=True), b) for op, b in pending.ops)
+                if not pending.ops or now < pending.resend_at:
+                    continue
+                if not self._last_reply.quiet_since(pending.sent_at):
+                    continue
+                if not pending.attempts:
+                    if in_flight + len(pending.ops) > MAX_RESENDS_IN_FLIGHT:
+                        continue
+                    in_flight += len(pending.ops)
+                pending.attempts += 1
+                pending.sent_at = now
+                pending.resend_at = now + resend_delay_s(pending.attempts, interval_s)
+                again.extend((op._replace(possible_duplicate=True), b) for op, b in pending.ops)
         if not again:
             return
-        # During a Kafka outage the resends wait in the producer until a broker is back, and
-        # the outage itself was logged once: no line per pass.
-        outage = self.kafka_outage.ongoing
-        log.log(
-            logging.DEBUG if outage else logging.INFO,
-            "resending %d unanswered operations with their EventIDs",
-            len(again),
-        )
+        log.info("resending %d unanswered operations with their EventIDs", len(again))
         self.retries += len(again)
         try:
             self._send(again)
         except RegionBusError as exc:
-            log.log(logging.DEBUG if outage else logging.WARNING, "resend failed: %s", exc)
+            log.warning("resend failed: %s", exc)
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
         if len(ops) == 1:
@@ -529,6 +554,7 @@ class Pool:
                         self.undecodable_replies += 1
                         log.warning("undecodable reply dropped: %s", exc)
                         continue
+                    self._last_reply.answered(time.monotonic())
                     self._complete(reply)
 
     def _reply_topic_refused(self, error: KafkaError) -> None:

@@ -78,12 +78,23 @@ class UnconnectedError(RegionBusError):
     """
 
 
-class DuplicateDurableClientError(RegionBusError):
-    """Another live client already uses this durable client id (SPEC §5).
+class DuplicateClientError(RegionBusError):
+    """Another live connection already uses this client id; this one was refused.
 
-    Geode refuses the second connection the same way. A connection counts as live until it
-    has been silent for the servers' ``maximum_time_between_pings_ms``, so a process
-    restarted right after a crash of the previous one may be refused for that long.
+    A client id names the client's queue and reply topics, so two live processes sharing
+    one would read each other's replies and events, and the first to close would delete
+    the topics under the other. Geode refuses a second durable client id while the first
+    is connected (``DuplicateDurableClient``); regionbus applies the same rule to every
+    client id, durable or not. A connection counts as live until it has been silent for
+    the servers' ``maximum_time_between_pings_ms``, so a process restarted right after a
+    crash of the previous one may be refused for that long.
+    """
+
+
+class DuplicateDurableClientError(DuplicateClientError):
+    """Another live client already uses this durable client id (SPEC §5; Geode
+    ``DuplicateDurableClient``). See :class:`DuplicateClientError` for when a connection
+    counts as live.
     """
 
 
@@ -197,6 +208,7 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         InvalidOperationError,
         InvalidKeyError,
         InvalidRegionNameError,
+        DuplicateClientError,
         DuplicateDurableClientError,
         AuthenticationError,
         NotAuthorizedError,

@@ -176,6 +176,9 @@ CLIENT_RECONNECTED = "RECONNECTED"
 kept while it was away."""
 CLIENT_UNKNOWN = "UNKNOWN"
 """``Reply.client_state`` of a PING: the servers no longer know this connection."""
+CLIENT_TAKEN = "TAKEN"
+"""``Reply.client_state`` of a PING: another live connection holds this client id now (this
+one was silent too long and was dropped); the topics are that connection's."""
 
 
 class Reply(NamedTuple):

@@ -1,0 +1,72 @@
+"""When a client sends an unanswered change again.
+
+A resend is rarely needed: a change on ``{ns}.ops`` whose primary dies unanswered is
+processed again by the bucket's new primary, from the committed offset, which answers it
+(from the stored result of its EventID). It helps when the change itself is gone (the
+topic was recreated) or the servers are stalled. While the servers are alive but behind,
+a resend is one more operation in their backlog, and resending a whole backlog at a short
+``retry_interval_ms`` multiplied the load of servers already too slow (a burst of
+1,500 puts to a slow server at 300 ms: 2,700 resends). So a change is resent:
+
+- after ``retry_interval_ms``, then after twice as long each time, up to
+  :data:`RESEND_BACKOFF_CAP_S` (:func:`resend_delay_s`);
+- only when no server has answered this client anything since the change was last sent
+  (replies that still come show servers alive and working through their backlog; a
+  primary that died is replaced and its backlog answered without a resend);
+- never during a Kafka outage (the producer would only queue it);
+- with at most :data:`MAX_RESENDS_IN_FLIGHT` resent changes unanswered at a time.
+
+The caller still fails every request at ``read_timeout_ms``, resent or not.
+"""
+
+from __future__ import annotations
+
+RESEND_BACKOFF_CAP_S = 30.0
+"""Longest wait between two resends of one change."""
+
+MAX_RESENDS_IN_FLIGHT = 256
+"""Most resent changes awaiting their reply at once; others wait for their turn."""
+
+
+def resend_delay_s(
+    attempt: int, retry_interval_s: float, cap_s: float = RESEND_BACKOFF_CAP_S
+) -> float:
+    """How long after its last send a change is sent again.
+
+    Args:
+        attempt: Resends so far (0 before the first).
+        retry_interval_s: The client's ``retry_interval_ms`` in seconds: the first wait.
+        cap_s: The longest wait (at least ``retry_interval_s``).
+
+    Returns:
+        ``retry_interval_s * 2**attempt`` seconds, at most ``max(cap_s, retry_interval_s)``.
+    """
+    ceiling = max(cap_s, retry_interval_s)
+    # Past 2**32 the product only overflows the ceiling anyway.
+    return min(retry_interval_s * 2.0 ** min(attempt, 32), ceiling)
+
+
+class LastReply:
+    """When a server last answered this client (monotonic seconds).
+
+    Written and read by the pool's reply thread alone: no lock of its own.
+    """
+
+    def __init__(self) -> None:
+        self._last_s: float | None = None
+
+    def answered(self, at_s: float) -> None:
+        """A reply arrived at ``at_s``."""
+        self._last_s = at_s
+
+    def quiet_since(self, since_s: float) -> bool:
+        """True when nothing was answered after ``since_s`` (monotonic s)."""
+        return self._last_s is None or self._last_s < since_s
+
+
+__all__ = [
+    "MAX_RESENDS_IN_FLIGHT",
+    "RESEND_BACKOFF_CAP_S",
+    "LastReply",
+    "resend_delay_s",
+]
