@@ -149,24 +149,27 @@ class BucketOwnership:
     def _take(self, gained: dict[int, int]) -> list[int]:
         """Consume each gained bucket from its committed offset (the re-processing window
         is bounded by ``message_sync_interval_s``; re-applied EventIDs are recognised).
-        While Kafka cannot say where that is (its group coordinator moving for longer than
-        the loop may wait), the buckets are given back, to be taken again later."""
+        The loop waits for Kafka's answer (up to ``_COMMITTED_TIMEOUT_S``: a group
+        coordinator still loading answers within seconds), as leases are renewed on their
+        own thread; while Kafka cannot say, the buckets are given back, to be taken again
+        later."""
         wanted = [tp for bucket in gained for tp in self.partitions(bucket)]
         try:
-            committed = committed_offsets(self._consumer, wanted, self._loop_wait_s)
+            committed = committed_offsets(self._consumer, wanted, _COMMITTED_TIMEOUT_S)
+            assignment = [
+                TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)) for tp in committed
+            ]
+            assign_from(self._consumer, assignment, _COMMITTED_TIMEOUT_S, incremental=True)
         except KafkaException as exc:
             log.warning("cannot read the committed offsets, giving buckets back: %s", exc)
             for bucket in gained:
                 self.election.release(bucket)
             return []
         self._stats.buckets_gained += len(gained)
-        assignment = []
         for tp in committed:
-            assignment.append(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
             if tp.offset >= 0:
                 self._committed[(tp.topic, tp.partition)] = tp.offset
         self.owned.update(gained)
-        assign_from(self._consumer, assignment, self._loop_wait_s, incremental=True)
         return list(gained)
 
     def drop(self, bucket: int) -> None:
