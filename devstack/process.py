@@ -30,7 +30,7 @@ LOOPBACK_HOST = "127.0.0.1"
 
 _READY_POLL_INTERVAL_S = 0.1
 _PORT_ATTEMPTS = 3
-_LOG_TAIL_CHARS = 2000
+_LOG_SCAN_CHARS = 1_000_000
 
 
 class ServiceNotReadyError(Exception):
@@ -224,7 +224,9 @@ class ChildService:
             return
         self._process = None
         tail = self.log_tail(since=self._log_offset)
-        if "in use" in tail.lower():
+        # The whole log of this start: a JVM's stack traces after the bind error can push
+        # it out of the tail.
+        if "in use" in self.log_tail(since=self._log_offset, chars=_LOG_SCAN_CHARS).lower():
             raise PortInUseError(
                 f"{self._name}: port {LOOPBACK_HOST}:{port} is taken; log {self.log_path}:\n{tail}"
             )
@@ -233,12 +235,13 @@ class ChildService:
             f"{LOOPBACK_HOST}:{port}; log {self.log_path}:\n{tail}"
         )
 
-    def log_tail(self, since: int = 0) -> str:
-        """The last characters of the child's log from byte ``since``, for error messages."""
+    def log_tail(self, since: int = 0, chars: int = 2000) -> str:
+        """The last ``chars`` characters of the child's log from byte ``since``, for error
+        messages."""
         try:
             with self.log_path.open("rb") as log_file:
                 log_file.seek(since)
-                return log_file.read().decode(errors="replace")[-_LOG_TAIL_CHARS:]
+                return log_file.read().decode(errors="replace")[-chars:]
         except OSError:
             return "(no log)"
 
