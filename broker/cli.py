@@ -29,6 +29,7 @@ from broker.server import CacheServer
 from broker.status import cluster_status
 from broker.store import RegionStore
 from devstack import LocalStack
+from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT
 from runtime.observability import configure_logging
 from runtime.redis_connect import connect_redis
 from schemas.errors import RegionBusError
@@ -160,8 +161,10 @@ def serve(verbose: bool, **options: Any) -> None:
 def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
     """Start Apache Kafka (KRaft), redis-server and one cache server; stop on Ctrl-C.
 
-    Needs Java 17 and the jars of scripts/bootstrap.sh, unless KAFKA_BOOTSTRAP_SERVERS
-    names a running Kafka (and REDIS_URL a running Redis).
+    Kafka listens on 127.0.0.1:9092 and Redis on 6379 when those ports are free (the
+    defaults every client reads), else on free ports, and says so. Needs Java 17 and the
+    jars of scripts/bootstrap.sh, unless REGIONBUS_KAFKA_BOOTSTRAP_SERVERS names a running
+    Kafka (and REGIONBUS_REDIS_URL a running Redis).
     """
     _logging(False)
     stop = threading.Event()
@@ -169,7 +172,11 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     began = time.monotonic()
     try:
-        local = LocalStack(data_dir=data_dir).start()
+        local = LocalStack(
+            data_dir=data_dir,
+            kafka_port=CONVENTIONAL_KAFKA_PORT,
+            redis_port=CONVENTIONAL_REDIS_PORT,
+        ).start()
     except RegionBusError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -177,6 +184,12 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
             click.echo(
                 f"Apache Kafka {local.kafka.version} started in "
                 f"{local.kafka.started_in_s:.1f} s; data in {data_dir.resolve()}",
+                err=True,
+            )
+        for taken in local.ports_not_taken:
+            click.echo(
+                f"port {taken.split()[1]} is taken, so {taken.split()[0]} runs on another "
+                "port: export the variables below (clients read them) or pass the address",
                 err=True,
             )
         settings = _settings(

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from schemas.errors import ConfigurationError
+from schemas.kafka_outage import quiet_config
 
 AUTO_CREATE_KEY: Final = "allow.auto.create.topics"
 """The librdkafka key this module always sets to false (librdkafka CONFIGURATION.md)."""
@@ -26,7 +27,10 @@ _FALSE_SPELLINGS: Final = frozenset({"false", "0"})
 
 
 def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with ``allow.auto.create.topics=false``.
+    """``config`` with ``allow.auto.create.topics=false`` and, unless it names its own,
+    librdkafka's log going to Python ``logging`` (:func:`schemas.kafka_outage.quiet_config`:
+    one WARNING per unreachable broker, each reconnect attempt at DEBUG), so no client of
+    the project writes librdkafka's lines to stderr.
 
     Args:
         config: librdkafka settings (``bootstrap.servers`` at least).
@@ -44,7 +48,7 @@ def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
             f"{AUTO_CREATE_KEY}={asked!r}: regionbus creates its topics itself and never "
             "lets a client auto-create one"
         )
-    return {**config, AUTO_CREATE_KEY: False}
+    return {**quiet_config(), **config, AUTO_CREATE_KEY: False}
 
 
 def kafka_consumer(config: Mapping[str, Any]) -> Consumer:

@@ -10,6 +10,7 @@ import pytest
 
 from schemas.errors import ConfigurationError
 from schemas.kafka_clients import AUTO_CREATE_KEY, client_config
+from schemas.kafka_outage import LIBRDKAFKA_LOGGER
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FACTORY = _ROOT / "schemas" / "kafka_clients.py"
@@ -74,7 +75,12 @@ def test_the_factory_turns_auto_creation_off_and_keeps_every_other_setting() -> 
 
     config = client_config(given)
 
-    assert config == {"bootstrap.servers": "k:9092", "linger.ms": 5, AUTO_CREATE_KEY: False}
+    assert config == {
+        "bootstrap.servers": "k:9092",
+        "linger.ms": 5,
+        AUTO_CREATE_KEY: False,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
     assert given == {"bootstrap.servers": "k:9092", "linger.ms": 5}
     assert client_config({AUTO_CREATE_KEY: "false"})[AUTO_CREATE_KEY] is False
 
