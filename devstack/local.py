@@ -2,8 +2,9 @@
 
 `LocalStack` picks, in order: the addresses in ``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS`` /
 ``REGIONBUS_REDIS_URL`` (the names every regionbus process reads; the older
-``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` still work, with a warning), testcontainers when a Docker engine answers, else an embedded Apache Kafka (`KafkaNode`)
-and an embedded ``redis-server`` (`EmbeddedRedis`), each a child process on loopback.
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` still work, with a warning), testcontainers
+when a Docker engine answers, else an embedded Apache Kafka (`KafkaNode`) and an embedded
+``redis-server`` (`EmbeddedRedis`), each a child process on loopback.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ class LocalStack:
 
     Each service is taken, in order, from its environment variable
     (``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS``, ``REGIONBUS_REDIS_URL``; the older
-    ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` with a warning), from testcontainers when a Docker engine
-    answers, else from an embedded `KafkaNode` / `EmbeddedRedis`. Use it as a context
-    manager, or call `start` and `stop`.
+    ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` with a warning), from testcontainers when a
+    Docker engine answers, else from an embedded `KafkaNode` / `EmbeddedRedis`. Use it as a
+    context manager, or call `start` and `stop`.
 
     Args:
         environ: Where to read the override variables; None reads ``os.environ``.
