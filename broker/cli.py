@@ -34,6 +34,7 @@ from runtime.observability import configure_logging
 from runtime.redis_connect import connect_redis
 from schemas.errors import RegionBusError
 from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
+from schemas.settings_docs import setting_descriptions, settings_table
 
 
 def _settings(**overrides: Any) -> ServerSettings:
@@ -86,6 +87,7 @@ def common_options(func: Any) -> Any:
 
 
 @click.group()
+@click.version_option(package_name="regionbus", message="regionbus %(version)s")
 @click.option(
     "--config",
     "config_path",
@@ -335,27 +337,27 @@ def config_show(kind: str, as_json: bool) -> None:
     except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
     values, sources = settings.masked(), settings.sources()
+    descriptions = setting_descriptions(cls)
     unknown = unknown_environment()
     if as_json:
         document = {
             "process": kind,
             "config_file": os.environ.get(CONFIG_FILE_ENV),
             "settings": {
-                name: {"value": values[name], "source": sources[name], "env": cls.env_name(name)}
+                name: {
+                    "value": values[name],
+                    "source": sources[name],
+                    "env": cls.env_name(name),
+                    "description": descriptions.get(name, ""),
+                }
                 for name in values
             },
             "unknown_environment": unknown,
         }
         click.echo(json.dumps(document, indent=2, default=str))
         return
-    table = Table(title=f"{kind} configuration")
-    for column in ("setting", "value", "source", "environment variable"):
-        table.add_column(column)
-    for name, value in values.items():
-        shown = json.dumps(value, default=str) if not isinstance(value, str) else value
-        table.add_row(name, shown, sources[name], cls.env_name(name))
     console = Console()
-    console.print(table)
+    console.print(settings_table(kind, cls, values, sources, console.width))
     for line in unknown:
         console.print(f"warning: {line} is not a regionbus setting", style="yellow")
 

@@ -27,11 +27,28 @@ def test_the_demo_redirected_to_a_file_prints_progress_and_keeps_its_logs(
     env["REGIONBUS_REDIS_URL"] = redis_url
     with output.open("w") as out:
         ran = subprocess.run(
-            [sys.executable, "-m", "broker", "demo", "flights", "--days", "3",
-             "--namespace", namespace, "--progress-interval-s", "1",
-             "--log-dir", str(tmp_path / "logs")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            cwd=tmp_path, timeout=_DEMO_TIMEOUT_S, check=False,
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "demo",
+                "flights",
+                "--days",
+                "3",
+                "--namespace",
+                namespace,
+                "--progress-interval-s",
+                "1",
+                "--log-dir",
+                str(tmp_path / "logs"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            timeout=_DEMO_TIMEOUT_S,
+            check=False,
         )
     text = output.read_text()
 
