@@ -188,6 +188,9 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
                 f"{local.kafka.started_in_s:.1f} s; data in {data_dir.resolve()}",
                 err=True,
             )
+        logs = [str(service.log_path) for service in (local.kafka, local.redis) if service]
+        if logs:
+            click.echo(f"logs: {', '.join(logs)}", err=True)
         for taken in local.ports_not_taken:
             click.echo(
                 f"port {taken.split()[1]} is taken, so {taken.split()[0]} runs on another "

@@ -341,7 +341,7 @@ def run_replay(
                 setup_s = time.monotonic() - setup_started
                 started = time.monotonic()
                 with progress_bar(console, progress) as bar:
-                    status.phase("replay", bar)
+                    status.replay(bar)
                     replay(
                         schedule(flights), replayer, publish, speed, bar, count_operations(flights)
                     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Final
@@ -23,6 +22,7 @@ from typing import Final
 from rich.progress import Progress
 
 from devstack import LocalStack
+from runtime.heartbeat import PhaseStatus
 
 DEFAULT_LOG_DIR: Final = Path(".regionbus") / "demo" / "logs"
 
@@ -58,38 +58,29 @@ def durable_timeout_s(operations: int, days: int, speed: float) -> int:
     return max(MIN_DURABLE_TIMEOUT_S, math.ceil(SLOW_MACHINE_FACTOR * replay_s))
 
 
-class DemoStatus:
+class DemoStatus(PhaseStatus):
     """What the demo is doing now, for the heartbeat line. Thread-safe.
 
     The replay phase reads the replay's progress (a rich ``Progress`` keeps its counts
     even when it draws nothing).
     """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._phase = "starting"
-        self._progress: Progress | None = None
-        self._since = time.monotonic()
+    def replay(self, progress: Progress) -> None:
+        """Enter the replay phase, whose line shows ``progress``'s first task."""
+        self.phase("replay", lambda: _progress_line(progress))
 
-    def phase(self, text: str, progress: Progress | None = None) -> None:
-        """Enter a phase, e.g. ``"starting Kafka and Redis"``; ``progress`` for the replay."""
-        with self._lock:
-            self._phase, self._progress, self._since = text, progress, time.monotonic()
 
-    def __call__(self) -> str:
-        with self._lock:
-            phase, progress, since = self._phase, self._progress, self._since
-        line = f"{phase} ({time.monotonic() - since:,.0f} s)"
-        if progress is None or not progress.tasks:
-            return line
-        task = progress.tasks[0]
-        total = task.total or 0
-        share = f" ({100 * task.completed / total:.1f} %)" if total else ""
-        rate = task.fields.get("rate", "")
-        return (
-            f"{line}: {task.description}, {task.completed:,.0f} of {total:,.0f} operations"
-            f"{share}{', ' + rate if rate else ''}"
-        )
+def _progress_line(progress: Progress) -> str:
+    if not progress.tasks:
+        return ""
+    task = progress.tasks[0]
+    total = task.total or 0
+    share = f" ({100 * task.completed / total:.1f} %)" if total else ""
+    rate = task.fields.get("rate", "")
+    return (
+        f"{task.description}, {task.completed:,.0f} of {total:,.0f} operations{share}"
+        f"{', ' + rate if rate else ''}"
+    )
 
 
 class RunLogs:

@@ -93,4 +93,38 @@ class Heartbeat:
         self.stop()
 
 
-__all__ = ["DEFAULT_INTERVAL_S", "Heartbeat"]
+class PhaseStatus:
+    """What a long command is doing now, as a :class:`Heartbeat`'s status. Thread-safe.
+
+    Call :meth:`phase` at each step; the line is the phase, how long it has lasted, and
+    what ``detail`` returns (e.g. a counter) when one was given.
+    """
+
+    def __init__(self, first_phase: str = "starting") -> None:
+        self._lock = threading.Lock()
+        self._phase = first_phase
+        self._detail: Callable[[], str] | None = None
+        self._since = time.monotonic()
+
+    def phase(self, text: str, detail: Callable[[], str] | None = None) -> None:
+        """Enter a phase, e.g. ``"writing 1,000,000 entries"``.
+
+        Args:
+            text: What the command does now.
+            detail: Called for each line while the phase lasts (must not block); None
+                for none.
+        """
+        with self._lock:
+            self._phase, self._detail, self._since = text, detail, time.monotonic()
+
+    def __call__(self) -> str:
+        with self._lock:
+            phase, detail, since = self._phase, self._detail, self._since
+        line = f"{phase} ({time.monotonic() - since:,.0f} s)"
+        if detail is None:
+            return line
+        shown = detail()
+        return f"{line}: {shown}" if shown else line
+
+
+__all__ = ["DEFAULT_INTERVAL_S", "Heartbeat", "PhaseStatus"]

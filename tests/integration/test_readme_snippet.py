@@ -1,12 +1,20 @@
 """The README's client snippet, copied verbatim from README.md, runs against a stack started
 the way the README says (``regionbus stack --region flights``), configured only by the
-variables the stack prints."""
+variables the stack prints.
+
+The conventional ports are held during the test, so it runs the same way whether or not
+9092 is free on the machine: the stack must say it moved, and the printed variables must
+be enough. That the stack takes a free preferred port is
+``test_stack.py::test_a_service_takes_its_preferred_port_when_free_and_another_when_taken``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.local import DEPRECATED_ENV_VARS
+from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT, DEPRECATED_ENV_VARS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _STACK_START_TIMEOUT_S = 180.0
@@ -45,9 +53,24 @@ def _without_regionbus_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def stack_exports(tmp_path: Path) -> Iterator[dict[str, str]]:
+def conventional_ports_taken() -> Iterator[None]:
+    """Keep Kafka's and Redis' conventional ports taken (bound, not listening) for the
+    test, so the stack must move to others whatever else runs on the machine. A port
+    something else already holds is taken as it is."""
+    with contextlib.ExitStack() as held:
+        for port in (CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT):
+            holder = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            with contextlib.suppress(OSError):
+                holder.bind(("127.0.0.1", port))
+        yield
+
+
+@pytest.fixture
+def stack_exports(
+    tmp_path: Path, conventional_ports_taken: None
+) -> Iterator[tuple[dict[str, str], list[str]]]:
     """Run ``regionbus stack --region flights`` on a fresh data dir; yield the variables it
-    printed to export, once it says it is running; stop it with Ctrl-C (SIGINT)."""
+    printed to export and its stderr, once it says it is running; stop it with Ctrl-C."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -93,7 +116,7 @@ def stack_exports(tmp_path: Path) -> Iterator[dict[str, str]]:
         while not (running.wait(0.5) and len(exports) == len(_EXPECTED_EXPORTS)):
             assert process.poll() is None, "stack exited:\n" + "".join(stderr_lines[-40:])
             assert time.monotonic() < deadline, "stack not running:\n" + "".join(stderr_lines[-40:])
-        yield exports
+        yield exports, stderr_lines
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -105,9 +128,15 @@ def stack_exports(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 @pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
 def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
-    stack_exports: dict[str, str], tmp_path: Path
+    stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
 ) -> None:
-    assert set(stack_exports) == _EXPECTED_EXPORTS
+    exports, stderr_lines = stack_exports
+    assert set(exports) == _EXPECTED_EXPORTS
+    # 9092 and 6379 are taken: the stack says so, and the exports carry the other ports.
+    said = "".join(stderr_lines)
+    assert "port 9092 is taken, so kafka runs on another port" in said
+    assert "port 6379 is taken, so redis runs on another port" in said
+    assert not exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"].endswith(":9092")
     snippet = readme_snippet()
     assert "ClientCache(" in snippet
 
@@ -116,7 +145,7 @@ def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        env={**_without_regionbus_env(), **stack_exports},
+        env={**_without_regionbus_env(), **exports},
         cwd=tmp_path,
         timeout=_SNIPPET_TIMEOUT_S,
         check=False,

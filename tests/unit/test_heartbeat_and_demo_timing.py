@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
 
 import pytest
@@ -13,7 +14,7 @@ from demo.flights_run import (
     SLOW_MACHINE_FACTOR,
     durable_timeout_s,
 )
-from runtime.heartbeat import Heartbeat
+from runtime.heartbeat import Heartbeat, PhaseStatus
 
 
 class _Lines(io.StringIO):
@@ -68,3 +69,12 @@ def test_the_durable_desk_outlasts_a_replay_three_times_slower_than_a_quiet_one(
     assert durable_timeout_s(18_000, 7, speed=0) == MIN_DURABLE_TIMEOUT_S
     paced = durable_timeout_s(18_000, 7, speed=3_600)
     assert paced >= SLOW_MACHINE_FACTOR * 7 * 86_400 / 3_600
+
+
+def test_a_phase_status_says_the_phase_its_length_and_its_detail() -> None:
+    status = PhaseStatus("starting Spark")
+    assert re.fullmatch(r"starting Spark \(\d+ s\)", status())
+    answered = [0]
+    status.phase("waiting for replies", lambda: f"{answered[0]:,} of 2,000 answered")
+    answered[0] = 1_500
+    assert re.fullmatch(r"waiting for replies \(\d+ s\): 1,500 of 2,000 answered", status())
