@@ -25,7 +25,6 @@ from gateways.receiver import GatewayReceiverSettings
 from gateways.sender import GatewaySenderSettings
 from schemas.errors import ConfigurationError
 from schemas.kafka_clients import kafka_producer
-from schemas.kafka_outage import LIBRDKAFKA_LOGGER
 from schemas.settings import (
     CONFIG_FILE_ENV,
     MASK,
@@ -169,7 +168,6 @@ def test_typed_kafka_security_maps_to_librdkafka_keys_librdkafka_accepts(
     settings = ClientSettings.load(kafka_bootstrap_servers="127.0.0.1:1")
     config = settings.librdkafka()
     assert config == {
-        "logger": LIBRDKAFKA_LOGGER,
         "allow.auto.create.topics": False,
         "bootstrap.servers": "127.0.0.1:1",
         "security.protocol": "SASL_SSL",
