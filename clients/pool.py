@@ -105,8 +105,8 @@ class Pool:
             not create or read this client's queue and reply topics (they are another
             client's, or its ACLs are missing).
         TransportError: Kafka cannot be reached or the servers' ``{ns}.ops`` topic does not
-            appear within ``metadata_timeout_s`` (default ``read_timeout_ms``); the message
-            names the address or namespace and how to fix it.
+            appear within ``read_timeout_ms`` (``metadata_timeout_s`` if shorter); the
+            message names the address or namespace and how to fix it.
     """
 
     def __init__(self, settings: ClientSettings, client_id: str, member_id: str) -> None:
@@ -173,7 +173,7 @@ class Pool:
         reply_partition = TopicPartition(self.topics.reply(client_id), 0)
         try:
             _, high = watermarks(
-                self._reply_consumer, reply_partition, self.settings.metadata_wait_s
+                self._reply_consumer, reply_partition, self.settings.metadata_timeout_s
             )
         except KafkaException as exc:
             reply_topic = self.topics.reply(client_id)
@@ -192,10 +192,10 @@ class Pool:
 
         Raises:
             TransportError: Kafka did not answer, or the topic did not appear, within
-                ``metadata_wait_s``; the message names the address and the namespace and
+                ``first_contact_timeout_s``; the message names the address and the namespace and
                 says how to fix them.
         """
-        timeout_s = self.settings.metadata_wait_s
+        timeout_s = self.settings.first_contact_timeout_s
         deadline = time.monotonic() + timeout_s
         servers = self.settings.kafka_bootstrap_servers
         while True:
@@ -251,7 +251,7 @@ class Pool:
             self.topics, self.client_id, self.settings.durable_client_timeout_s
         )
         try:
-            ensure_topics(self._admin, specs, timeout_s=self.settings.metadata_wait_s)
+            ensure_topics(self._admin, specs, timeout_s=self.settings.metadata_timeout_s)
         except ConfigurationError as exc:
             raise TransportError(str(exc)) from exc
 

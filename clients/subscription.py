@@ -139,9 +139,9 @@ class SubscriptionQueue:
         try:
             # The topic is asked by name first: Kafka refuses that with an authorization
             # error, where librdkafka reports an offset fetch it may not make as a timeout.
-            topic_partitions(self._consumer, self._topic, settings.metadata_wait_s)
+            topic_partitions(self._consumer, self._topic, settings.metadata_timeout_s)
             partition = TopicPartition(self._topic, 0)
-            committed = committed_offsets(self._consumer, [partition], settings.metadata_wait_s)[
+            committed = committed_offsets(self._consumer, [partition], settings.metadata_timeout_s)[
                 0
             ]
         except KafkaException as exc:
@@ -152,7 +152,7 @@ class SubscriptionQueue:
             raise
         start = max(committed.offset, 0)
         assign_from(
-            self._consumer, [TopicPartition(self._topic, 0, start)], settings.metadata_wait_s
+            self._consumer, [TopicPartition(self._topic, 0, start)], settings.metadata_timeout_s
         )
         self._acked = committed.offset
         self._position = committed.offset
