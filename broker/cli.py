@@ -29,11 +29,13 @@ from broker.server import CacheServer
 from broker.status import cluster_status
 from broker.store import RegionStore
 from devstack import LocalStack
+from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT
 from runtime.observability import configure_logging
 from runtime.redis_connect import connect_redis
 from schemas.entry_checks import check_region_name
 from schemas.errors import RegionBusError
 from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
+from schemas.settings_docs import setting_descriptions, settings_table
 
 
 def _settings(**overrides: Any) -> ServerSettings:
@@ -86,6 +88,7 @@ def common_options(func: Any) -> Any:
 
 
 @click.group()
+@click.version_option(package_name="regionbus", message="regionbus %(version)s")
 @click.option(
     "--config",
     "config_path",
@@ -160,8 +163,10 @@ def serve(verbose: bool, **options: Any) -> None:
 def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
     """Start Apache Kafka (KRaft), redis-server and one cache server; stop on Ctrl-C.
 
-    Needs Java 17 and the jars of scripts/bootstrap.sh, unless KAFKA_BOOTSTRAP_SERVERS
-    names a running Kafka (and REDIS_URL a running Redis).
+    Kafka listens on 127.0.0.1:9092 and Redis on 6379 when those ports are free (the
+    defaults every client reads), else on free ports, and says so. Needs Java 17 and the
+    jars of scripts/bootstrap.sh, unless REGIONBUS_KAFKA_BOOTSTRAP_SERVERS names a running
+    Kafka (and REGIONBUS_REDIS_URL a running Redis).
     """
     _logging(False)
     stop = threading.Event()
@@ -169,7 +174,11 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     began = time.monotonic()
     try:
-        local = LocalStack(data_dir=data_dir).start()
+        local = LocalStack(
+            data_dir=data_dir,
+            kafka_port=CONVENTIONAL_KAFKA_PORT,
+            redis_port=CONVENTIONAL_REDIS_PORT,
+        ).start()
     except RegionBusError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -177,6 +186,15 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
             click.echo(
                 f"Apache Kafka {local.kafka.version} started in "
                 f"{local.kafka.started_in_s:.1f} s; data in {data_dir.resolve()}",
+                err=True,
+            )
+        logs = [str(service.log_path) for service in (local.kafka, local.redis) if service]
+        if logs:
+            click.echo(f"logs: {', '.join(logs)}", err=True)
+        for taken in local.ports_not_taken:
+            click.echo(
+                f"port {taken.split()[1]} is taken, so {taken.split()[0]} runs on another "
+                "port: export the variables below (clients read them) or pass the address",
                 err=True,
             )
         settings = _settings(
@@ -329,27 +347,27 @@ def config_show(kind: str, as_json: bool) -> None:
     except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
     values, sources = settings.masked(), settings.sources()
+    descriptions = setting_descriptions(cls)
     unknown = unknown_environment()
     if as_json:
         document = {
             "process": kind,
             "config_file": os.environ.get(CONFIG_FILE_ENV),
             "settings": {
-                name: {"value": values[name], "source": sources[name], "env": cls.env_name(name)}
+                name: {
+                    "value": values[name],
+                    "source": sources[name],
+                    "env": cls.env_name(name),
+                    "description": descriptions.get(name, ""),
+                }
                 for name in values
             },
             "unknown_environment": unknown,
         }
         click.echo(json.dumps(document, indent=2, default=str))
         return
-    table = Table(title=f"{kind} configuration")
-    for column in ("setting", "value", "source", "environment variable"):
-        table.add_column(column)
-    for name, value in values.items():
-        shown = json.dumps(value, default=str) if not isinstance(value, str) else value
-        table.add_row(name, shown, sources[name], cls.env_name(name))
     console = Console()
-    console.print(table)
+    console.print(settings_table(kind, cls, values, sources, console.width))
     for line in unknown:
         console.print(f"warning: {line} is not a regionbus setting", style="yellow")
 

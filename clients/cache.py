@@ -69,7 +69,8 @@ class ClientCache:
             :class:`DuplicateDurableClientError` for a durable one).
         ServerTimeoutError: no server answered the connection within ``read_timeout_ms``.
         TransportError: Kafka cannot be reached, or no server of the namespace created its
-            topics within ``metadata_timeout_s``.
+            topics within ``read_timeout_ms`` (``metadata_timeout_s`` if shorter); the
+            message names the address or namespace and how to fix it.
 
     Example:
         >>> cache = ClientCache(namespace="demo", kafka_bootstrap_servers="127.0.0.1:9092")

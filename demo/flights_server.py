@@ -55,8 +55,9 @@ class ServerMode(enum.Enum):
 class ServerProcess:
     """A cache server child process: ``python -m broker serve ... --region <region>``.
 
-    Output goes to ``server.log`` in a temporary directory, removed at :meth:`stop` unless
-    the server failed (then its path is in the error).
+    Output goes to ``server.log`` in ``log_dir``, kept; without one, in a temporary
+    directory removed at :meth:`stop` unless the server failed (then its path is in the
+    error).
 
     Args:
         namespace: Site namespace.
@@ -65,6 +66,7 @@ class ServerProcess:
         regions: Regions the server defines at start.
         settings: Further :class:`broker.config.ServerSettings` fields, passed to the child
             as ``REGIONBUS_<FIELD>`` environment variables.
+        log_dir: Where ``server.log`` goes and stays; None for a temporary directory.
 
     Raises:
         ServerProcessError: the interpreter could not be started.
@@ -77,8 +79,10 @@ class ServerProcess:
         redis_url: str,
         regions: tuple[str, ...],
         settings: Mapping[str, Any] | None = None,
+        log_dir: Path | None = None,
     ) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="regionbus-server-"))
+        self._keep = log_dir is not None
+        self._dir = log_dir or Path(tempfile.mkdtemp(prefix="regionbus-server-"))
         self.log_path = self._dir / "server.log"
         self._failed = False
         command = [
@@ -141,7 +145,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        if not self._failed:
+        if not self._failed and not self._keep:
             shutil.rmtree(self._dir, ignore_errors=True)
 
 
@@ -153,6 +157,7 @@ def running_server(
     redis_url: str,
     regions: tuple[str, ...],
     settings: Mapping[str, Any] | None = None,
+    log_dir: Path | None = None,
 ) -> Iterator[Callable[[], None]]:
     """Run a cache server for the duration of the ``with`` block.
 
@@ -163,6 +168,8 @@ def running_server(
         redis_url: Redis URL.
         regions: Regions the server defines at start.
         settings: Further :class:`broker.config.ServerSettings` fields.
+        log_dir: Where a child server's ``server.log`` goes and stays; None for a
+            temporary directory.
 
     Yields:
         A liveness check: raises :class:`ServerProcessError` once a child server exited
@@ -196,7 +203,9 @@ def running_server(
         finally:
             server.stop()
         return
-    process = ServerProcess(namespace, kafka_bootstrap_servers, redis_url, regions, settings)
+    process = ServerProcess(
+        namespace, kafka_bootstrap_servers, redis_url, regions, settings, log_dir
+    )
     try:
         process.wait_ready()
         yield process.check_alive

@@ -1,8 +1,10 @@
 """The one Kafka and one Redis that tests, the demo and ``regionbus stack`` run against.
 
-`LocalStack` picks, in order: the addresses in ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL``,
-testcontainers when a Docker engine answers, else an embedded Apache Kafka (`KafkaNode`)
-and an embedded ``redis-server`` (`EmbeddedRedis`), each a child process on loopback.
+`LocalStack` picks, in order: the addresses in ``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS`` /
+``REGIONBUS_REDIS_URL`` (the names every regionbus process reads; the older
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` still work, with a warning), testcontainers
+when a Docker engine answers, else an embedded Apache Kafka (`KafkaNode`) and an embedded
+``redis-server`` (`EmbeddedRedis`), each a child process on loopback.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from devstack.redis_server import EmbeddedRedis
 
 _log = logging.getLogger(__name__)
 
-KAFKA_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
-REDIS_ENV_VAR = "REDIS_URL"
+KAFKA_ENV_VAR = "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"
+REDIS_ENV_VAR = "REGIONBUS_REDIS_URL"
+DEPRECATED_ENV_VARS = {KAFKA_ENV_VAR: "KAFKA_BOOTSTRAP_SERVERS", REDIS_ENV_VAR: "REDIS_URL"}
+"""Each variable's older name, read when the new one is unset, with a warning."""
+CONVENTIONAL_KAFKA_PORT = 9092
+CONVENTIONAL_REDIS_PORT = 6379
 _DOCKER_INFO_TIMEOUT_S = 3.0
 
 
@@ -79,9 +85,10 @@ class LocalStack:
     """One Kafka and one Redis for a test session or the demo, however they can be had.
 
     Each service is taken, in order, from its environment variable
-    (``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``), from testcontainers when a Docker engine
-    answers, else from an embedded `KafkaNode` / `EmbeddedRedis`. Use it as a context
-    manager, or call `start` and `stop`.
+    (``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS``, ``REGIONBUS_REDIS_URL``; the older
+    ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` with a warning), from testcontainers when a
+    Docker engine answers, else from an embedded `KafkaNode` / `EmbeddedRedis`. Use it as a
+    context manager, or call `start` and `stop`.
 
     Args:
         environ: Where to read the override variables; None reads ``os.environ``.
@@ -93,6 +100,10 @@ class LocalStack:
             Redis append-only file on), so a later stack on the same folder comes back on
             the same ports with every topic, offset and entry; None uses temporary
             folders deleted at `stop`.
+        kafka_port: Port the embedded Kafka takes when it is free and ``data_dir`` keeps
+            none (``regionbus stack`` passes 9092, so code written for a default Kafka
+            finds it); None, or a taken port, picks a free one.
+        redis_port: The same for the embedded Redis (``regionbus stack``: 6379).
 
     Attributes:
         kafka_bootstrap_servers: ``host:port[,host:port]`` once started.
@@ -101,6 +112,8 @@ class LocalStack:
         redis_source: Same, for Redis.
         kafka: The embedded `KafkaNode` if one was started, else None.
         redis: The `EmbeddedRedis` if one was started, else None.
+        ports_not_taken: ``"kafka 9092"``-like notes of each asked port that was taken
+            (the service then runs on another), for the caller to tell its user.
     """
 
     def __init__(
@@ -111,7 +124,12 @@ class LocalStack:
         start_timeout_s: float = 60.0,
         redis_appendonly: bool = False,
         data_dir: Path | None = None,
+        kafka_port: int | None = None,
+        redis_port: int | None = None,
     ) -> None:
+        self._kafka_port = kafka_port
+        self._redis_port = redis_port
+        self.ports_not_taken: list[str] = []
         self._environ = os.environ if environ is None else environ
         self._use_docker = use_docker
         self.start_timeout_s = start_timeout_s
@@ -172,8 +190,22 @@ class LocalStack:
     def _service_dir(self, name: str) -> Path | None:
         return None if self.data_dir is None else self.data_dir / name
 
+    def _from_env(self, name: str) -> str:
+        value = self._environ.get(name, "").strip()
+        if value:
+            return value
+        old = DEPRECATED_ENV_VARS[name]
+        value = self._environ.get(old, "").strip()
+        if value:
+            _log.warning("environment variable %s is deprecated: set %s instead", old, name)
+        return value
+
+    def _prefer(self, service: KafkaNode | EmbeddedRedis, port: int | None) -> None:
+        if port is not None and not service.prefer_port(port):
+            self.ports_not_taken.append(f"{service.name} {port}")
+
     def _start_kafka(self) -> None:
-        from_env = self._environ.get(KAFKA_ENV_VAR, "").strip()
+        from_env = self._from_env(KAFKA_ENV_VAR)
         if from_env:
             self.kafka_bootstrap_servers, self.kafka_source = from_env, "env"
             return
@@ -185,10 +217,11 @@ class LocalStack:
         self.kafka = KafkaNode(
             work_dir=self._service_dir("kafka"), start_timeout_s=self.start_timeout_s
         )
+        self._prefer(self.kafka, self._kafka_port)
         self.kafka_bootstrap_servers, self.kafka_source = self.kafka.start(), "embedded"
 
     def _start_redis(self) -> None:
-        from_env = self._environ.get(REDIS_ENV_VAR, "").strip()
+        from_env = self._from_env(REDIS_ENV_VAR)
         if from_env:
             self.redis_url, self.redis_source = from_env, "env"
             return
@@ -202,6 +235,7 @@ class LocalStack:
             work_dir=self._service_dir("redis"),
             start_timeout_s=self.start_timeout_s,
         )
+        self._prefer(self.redis, self._redis_port)
         self.redis_url, self.redis_source = self.redis.start(), "embedded"
 
     def _kafka_container(self) -> str | None:

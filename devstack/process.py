@@ -41,6 +41,20 @@ class PortInUseError(Exception):
     """The child exited at start because its port was taken meanwhile."""
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing is bound to TCP ``port`` on 127.0.0.1 (or the wildcard address) now.
+
+    Args:
+        port: The TCP port.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOOPBACK_HOST, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on at the time of the call.
 
@@ -96,6 +110,19 @@ class ChildService:
             # A work dir used before: come back on its port, so clients' addresses hold;
             # a port taken meanwhile is replaced like a picked one.
             self._port = kept["port"]
+
+    def prefer_port(self, port: int) -> bool:
+        """Take ``port`` for the next start when no port was given or kept and it is free.
+
+        Not a reservation: a process binding it before the child does makes `start` move
+        to a free port, as for a picked one.
+
+        Returns:
+            True when this service will use ``port`` (or already does).
+        """
+        if self._port is None and port_free(port):
+            self._port = port
+        return self._port == port
 
     @property
     def name(self) -> str:

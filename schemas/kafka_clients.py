@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from schemas.errors import ConfigurationError
+from schemas.kafka_outage import quiet_config
 
 AUTO_CREATE_KEY: Final = "allow.auto.create.topics"
 """The librdkafka key this module always sets to false (librdkafka CONFIGURATION.md)."""
@@ -47,8 +48,24 @@ def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**config, AUTO_CREATE_KEY: False}
 
 
+def factory_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What the factories below hand to librdkafka: :func:`client_config`, with
+    librdkafka's log going to Python ``logging`` unless ``config`` names its own logger
+    (:func:`schemas.kafka_outage.quiet_config`: one WARNING per unreachable broker, each
+    reconnect attempt at DEBUG), so no client of the project writes librdkafka's lines
+    to stderr.
+
+    Kept apart from :func:`client_config`, whose result also feeds Spark's string-only
+    ``kafka.*`` options, where a logger object has no place.
+
+    Raises:
+        ConfigurationError: as :func:`client_config`.
+    """
+    return {**quiet_config(), **client_config(config)}
+
+
 def kafka_consumer(config: Mapping[str, Any]) -> Consumer:
-    """A consumer with :func:`client_config` applied.
+    """A consumer with :func:`factory_config` applied.
 
     Args:
         config: librdkafka settings; ``group.id`` is required by librdkafka even for
@@ -58,29 +75,36 @@ def kafka_consumer(config: Mapping[str, Any]) -> Consumer:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return Consumer(client_config(config))
+    return Consumer(factory_config(config))
 
 
 def kafka_producer(config: Mapping[str, Any]) -> Producer:
-    """A producer with :func:`client_config` applied (librdkafka's producer default is
+    """A producer with :func:`factory_config` applied (librdkafka's producer default is
     ``allow.auto.create.topics=true``, unlike its consumer's).
 
     Raises:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return Producer(client_config(config))
+    return Producer(factory_config(config))
 
 
 def kafka_admin(config: Mapping[str, Any]) -> AdminClient:
-    """An admin client with :func:`client_config` applied (its metadata requests then
+    """An admin client with :func:`factory_config` applied (its metadata requests then
     never create a topic they name either).
 
     Raises:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return AdminClient(client_config(config))
+    return AdminClient(factory_config(config))
 
 
-__all__ = ["AUTO_CREATE_KEY", "client_config", "kafka_admin", "kafka_consumer", "kafka_producer"]
+__all__ = [
+    "AUTO_CREATE_KEY",
+    "client_config",
+    "factory_config",
+    "kafka_admin",
+    "kafka_consumer",
+    "kafka_producer",
+]

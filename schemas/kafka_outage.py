@@ -9,6 +9,8 @@ must not do is flood its log. Left alone, every librdkafka client of a process p
   librdkafka retries by itself (a broker connection failing, a producer id not granted
   yet while a restarted broker loads) are demoted to DEBUG, on
   ``regionbus.kafka.connections``;
+- the first failed connection to a broker address is one WARNING naming the address
+  (:class:`UnreachableBrokers`), the next ones stay at DEBUG until the failures pause;
 - the clients a process polls report to one :class:`KafkaOutage` of that process: its
   ``error_cb`` hears librdkafka's ``_ALL_BROKERS_DOWN`` and its ``stats_cb`` the state of
   each broker connection every second. librdkafka says "all brokers are down" as soon as
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -56,12 +59,76 @@ _NOT_BROKERS: Final = frozenset({"logical", "internal"})
 is not a connection of their own."""
 
 
+UNREACHABLE_QUIET_S: Final = 60.0
+"""A broker whose connection attempts have failed without a pause this long is still the
+same outage: its next failure stays at DEBUG. librdkafka retries at most
+``reconnect.backoff.max.ms`` (10 s by default) apart, so a longer silence means the broker
+was reached meanwhile, or no client tried it."""
+
+_CONNECT_FAILED: Final = re.compile(
+    r"(?:\w+://)?(?P<address>[^\s/\]]+:\d+)/(?:bootstrap|\d+): "
+    r"(?P<what>(?:Connect to|Failed to resolve)[^\n]*)"
+)
+"""A librdkafka FAIL line of a connection attempt: ``127.0.0.1:9092/bootstrap: Connect to
+ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)``."""
+
+
+class UnreachableBrokers:
+    """One WARNING per unreachable broker address in a process, then quiet.
+
+    Every librdkafka client of the process logs one line per failed connection attempt
+    (about 20 a second for a few clients); the first failure of an address is logged as a
+    WARNING naming it, later ones only at DEBUG, until the address has gone
+    :data:`UNREACHABLE_QUIET_S` without a failure or :meth:`clear` says Kafka is back.
+
+    Args:
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last_failure: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, address: str, what: str) -> bool:
+        """Note a failed connection attempt; returns True (and logs the WARNING) when it
+        starts a new stretch of failures of ``address``."""
+        now = self._clock()
+        with self._lock:
+            last = self._last_failure.get(address)
+            self._last_failure[address] = now
+        if last is not None and now - last < UNREACHABLE_QUIET_S:
+            return False
+        log.warning(
+            "Kafka broker %s unreachable (%s); its clients keep retrying quietly (each "
+            "attempt at DEBUG on %s). Is Kafka running there? Check "
+            "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS, or start one with `regionbus stack`",
+            address,
+            what,
+            _CONNECTIONS_LOGGER.name,
+        )
+        return True
+
+    def clear(self) -> None:
+        """Forget every failure: a broker reached again warns anew when it fails."""
+        with self._lock:
+            self._last_failure.clear()
+
+
+UNREACHABLE_BROKERS: Final = UnreachableBrokers()
+"""The process's record of unreachable brokers, fed by every client's librdkafka log."""
+
+
 class _RetriedLines(logging.Filter):
-    """Moves librdkafka's lines of what it retries to DEBUG on another logger."""
+    """Moves librdkafka's lines of what it retries to DEBUG on another logger, after one
+    WARNING per unreachable broker (:class:`UnreachableBrokers`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and args and args[0] in _RETRIED_FACILITIES:
+            found = _CONNECT_FAILED.search(str(args[-1]))
+            if found is not None:
+                UNREACHABLE_BROKERS.failed(found["address"], found["what"])
             _CONNECTIONS_LOGGER.debug(record.msg, *args)
             return False
         return True
@@ -218,13 +285,17 @@ class KafkaOutage:
                 return
             down_s = time.monotonic() - self._began
             self._began = None
+        UNREACHABLE_BROKERS.clear()
         log.info("Kafka available again for %s after %.1f s", self.who, down_s)
 
 
 __all__ = [
     "LIBRDKAFKA_LOGGER",
     "STATISTICS_INTERVAL_MS",
+    "UNREACHABLE_BROKERS",
+    "UNREACHABLE_QUIET_S",
     "KafkaOutage",
+    "UnreachableBrokers",
     "brokers_up",
     "quiet_config",
 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (first run only) and replay the 2013 New York flights through regionbus on the
-# embedded stack (Tansu Kafka + redis-server + a cache server). Arguments go to
+# embedded stack (Apache Kafka + redis-server + a cache server). Arguments go to
 # `regionbus demo flights` (e.g. --days 7, --speed 3600, --carrier DL).
 set -euo pipefail
 

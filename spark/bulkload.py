@@ -32,6 +32,7 @@ from confluent_kafka.admin import AclOperation
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
+from runtime.heartbeat import PhaseStatus
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
     ConfigurationError,
@@ -225,6 +226,7 @@ def bulk_load(
     load_id: str | None = None,
     wait_applied_timeout_s: float | None = 600.0,
     kafka_format_name: str | None = None,
+    status: PhaseStatus | None = None,
 ) -> BulkLoadReport:
     """Load a DataFrame of entries into a region through the cache servers.
 
@@ -248,6 +250,8 @@ def bulk_load(
         wait_applied_timeout_s: Longest wait for every entry's reply after the write, in
             seconds; None returns right after the write (``answered`` stays False).
         kafka_format_name: The Kafka format to write with; :func:`kafka_format` when None.
+        status: Kept current with the load's phase and reply count, for a
+            :class:`runtime.heartbeat.Heartbeat`; None for none.
 
     Returns:
         The report.
@@ -261,6 +265,8 @@ def bulk_load(
         ConfigurationError, SerializationError: bad columns or values (see
             :func:`entries_to_operations`).
     """
+    status = status or PhaseStatus()
+    status.phase(f"checking {namespace}.ops and the load's topics")
     config: dict[str, Any] = {
         "bootstrap.servers": kafka_bootstrap_servers,
         **(kafka_config or {}),
@@ -275,6 +281,7 @@ def bulk_load(
     require_topic_operations(admin, reply_topic, [AclOperation.READ], 10)
     # Replies of an earlier load with the same id are not this load's.
     replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
+    status.phase("counting the entries")
     entries = df.count()
     report = BulkLoadReport(load_id=load, entries=entries)
     operations = entries_to_operations(
@@ -293,9 +300,17 @@ def bulk_load(
     writer = operations.write.format(fmt).mode("append")
     for key, value in config.items():
         writer = writer.option(f"kafka.{key}", value)
+    status.phase(f"writing {entries:,} entries to {Topics(namespace).ops} (Spark)")
     writer.save()
     report.write_s = time.monotonic() - started
     if wait_applied_timeout_s is not None:
+        status.phase(
+            "waiting for the servers to apply them",
+            lambda: (
+                f"{report.applied + report.duplicates + report.failed:,} of "
+                f"{report.entries:,} answered"
+            ),
+        )
         _await_replies(config, reply_topic, replies_from, report, wait_applied_timeout_s)
         report.apply_s = time.monotonic() - started - report.write_s
     return report

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clients.settings import ClientSettings
+from runtime.heartbeat import Heartbeat, PhaseStatus
 from schemas.errors import RegionBusError
 
 _console = Console()
@@ -213,7 +214,10 @@ def bulk_load_command(
     load_id: str | None,
     wait_timeout_s: float,
 ) -> None:
-    """Load a region from a Parquet, CSV or JSON file, through the cache servers."""
+    """Load a region from a Parquet, CSV or JSON file, through the cache servers.
+
+    When stdout is not a terminal, a progress line comes every 10 s.
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
     from spark.bulkload import bulk_load
@@ -222,31 +226,37 @@ def bulk_load_command(
     fmt = input_format or Path(input_path).suffix.lstrip(".").lower()
     if fmt not in ("parquet", "csv", "json"):
         raise click.UsageError("cannot tell the input format: give --input-format")
-    spark = _session(master, "regionbus-bulk-load")
+    status = PhaseStatus("starting Spark")
+    # Spark's own progress bar is drawn on a terminal only; elsewhere, a line every 10 s.
+    heartbeat = Heartbeat(status, sys.stdout, enabled=not sys.stdout.isatty())
     try:
-        reader = spark.read.format(fmt)
-        if fmt == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        df = reader.load(input_path)
-        if key_column not in df.columns:
-            raise click.UsageError(f"the input has no column {key_column!r}")
-        if value_column is None:
-            others = [c for c in df.columns if c != key_column]
-            df = df.select(F.col(key_column).cast("string"), F.struct(*others).alias("value"))
-            value_column = "value"
-        report = bulk_load(
-            spark,
-            df,
-            region,
-            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
-            namespace=settings.namespace,
-            kafka_config=_extra_kafka_config(settings),
-            key_column=key_column,
-            value_column=value_column,
-            serializer=serializer,
-            load_id=load_id,
-            wait_applied_timeout_s=wait_timeout_s or None,
-        )
+        with heartbeat:
+            spark = _session(master, "regionbus-bulk-load")
+            status.phase(f"reading {input_path}")
+            reader = spark.read.format(fmt)
+            if fmt == "csv":
+                reader = reader.option("header", "true").option("inferSchema", "true")
+            df = reader.load(input_path)
+            if key_column not in df.columns:
+                raise click.UsageError(f"the input has no column {key_column!r}")
+            if value_column is None:
+                others = [c for c in df.columns if c != key_column]
+                df = df.select(F.col(key_column).cast("string"), F.struct(*others).alias("value"))
+                value_column = "value"
+            report = bulk_load(
+                spark,
+                df,
+                region,
+                kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+                namespace=settings.namespace,
+                kafka_config=_extra_kafka_config(settings),
+                key_column=key_column,
+                value_column=value_column,
+                serializer=serializer,
+                load_id=load_id,
+                wait_applied_timeout_s=wait_timeout_s or None,
+                status=status,
+            )
     except RegionBusError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(

@@ -1,6 +1,7 @@
 """Session-wide Kafka and Redis for the integration tests, and per-test namespaces.
 
-The stack comes from ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` when set, else from
+The stack comes from ``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS`` / ``REGIONBUS_REDIS_URL`` when
+set (the older unprefixed names too, with a warning), else from
 testcontainers when a Docker engine answers, else from an embedded Apache Kafka (KRaft)
 and ``redis-server`` (see `devstack.LocalStack`). It starts only when a test asks for it,
 so ``tests/unit`` runs without it. Each test's topics are deleted after it, so one broker

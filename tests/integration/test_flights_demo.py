@@ -42,8 +42,8 @@ def test_short_replay_leaves_redis_and_every_desk_right(
 def test_cli_replays_and_verifies(
     kafka_bootstrap_servers: str, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
-    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("REGIONBUS_KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
+    monkeypatch.setenv("REGIONBUS_REDIS_URL", redis_url)
 
     result = CliRunner().invoke(
         flights_command, ["--days", "1", "--namespace", namespace, "--no-progress"]

@@ -123,8 +123,9 @@ def test_a_restarted_server_keeps_routing_by_the_registrations_in_redis(
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    env.pop("REDIS_URL", None)
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"):
+        env.pop(name, None)
+        env.pop(f"REGIONBUS_{name}", None)
     return env
 
 

@@ -3,6 +3,7 @@ their data across a restart, and yield to env vars."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ from devstack import (
     LocalStack,
     free_port,
 )
+from devstack.local import DEPRECATED_ENV_VARS
 from schemas.errors import RegionBusError, StackError
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.topics import TopicSpec, ensure_topics
@@ -295,11 +297,44 @@ def test_env_vars_override_the_stack_and_start_no_process(
         assert _child_pids() <= children_before
 
 
-def test_local_stack_without_env_or_docker_starts_embedded_processes(
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_older_variable_names_still_work_with_a_warning(
+    local_stack: LocalStack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv(KAFKA_ENV_VAR, raising=False)
     monkeypatch.delenv(REDIS_ENV_VAR, raising=False)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", local_stack.kafka_bootstrap_servers)
+    monkeypatch.setenv("REDIS_URL", local_stack.redis_url)
+
+    with caplog.at_level(logging.WARNING, logger="devstack.local"), LocalStack() as stack:
+        assert (stack.kafka_source, stack.redis_source) == ("env", "env")
+        assert stack.kafka_bootstrap_servers == local_stack.kafka_bootstrap_servers
+        assert stack.redis_url == local_stack.redis_url
+
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "environment variable KAFKA_BOOTSTRAP_SERVERS is deprecated: set "
+        "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS instead",
+        "environment variable REDIS_URL is deprecated: set REGIONBUS_REDIS_URL instead",
+    ]
+
+
+def test_a_service_takes_its_preferred_port_when_free_and_another_when_taken() -> None:
+    wanted = free_port()
+    first, second = EmbeddedRedis(), EmbeddedRedis()
+    try:
+        assert first.prefer_port(wanted)
+        assert first.start() == f"redis://127.0.0.1:{wanted}/0"
+        assert not second.prefer_port(wanted), "took a port a running Redis holds"
+        assert second.start() != first.start()
+    finally:
+        second.close()
+        first.close()
+
+
+def test_local_stack_without_env_or_docker_starts_embedded_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in (KAFKA_ENV_VAR, REDIS_ENV_VAR, *DEPRECATED_ENV_VARS.values()):
+        monkeypatch.delenv(name, raising=False)
     with LocalStack(use_docker=False) as stack:
         assert stack.source == "embedded"
         assert stack.kafka is not None and stack.redis is not None

@@ -152,9 +152,9 @@ def test_two_sites_profile_has_site_b_and_gateways_both_ways(compose: dict[str, 
         ),
         pytest.param(
             # the demo reads devstack.local's variables, not the server's
-            lambda s: s["flights-demo"]["environment"].update(REGIONBUS_REDIS_URL="redis://r"),
+            lambda s: s["flights-demo"]["environment"].update(REGIONBUS_LEASE_TTL_MS="8000"),
             "flights-demo",
-            "REGIONBUS_REDIS_URL is not read by 'regionbus demo flights'",
+            "REGIONBUS_LEASE_TTL_MS is not read by 'regionbus demo flights'",
             id="variable-of-another-command",
         ),
         pytest.param(
@@ -240,12 +240,13 @@ def test_the_demo_accepts_the_variable_names_devstack_defines(
     the variable there makes the compose file's old name a problem."""
     import devstack.local
 
-    monkeypatch.setattr(devstack.local, "KAFKA_ENV_VAR", "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS")
+    monkeypatch.setattr(devstack.local, "KAFKA_ENV_VAR", "RENAMED_KAFKA_BOOTSTRAP_SERVERS")
     problems = _problems(tmp_path, compose)
     assert [(p.service, p.message.split(" (")[0]) for p in problems] == [
         (
             "flights-demo",
-            "environment variable KAFKA_BOOTSTRAP_SERVERS is not read by 'regionbus demo flights'",
+            "environment variable REGIONBUS_KAFKA_BOOTSTRAP_SERVERS is not read by "
+            "'regionbus demo flights'",
         )
     ]
 

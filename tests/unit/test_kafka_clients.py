@@ -4,12 +4,14 @@ auto-creation off."""
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
 
 from schemas.errors import ConfigurationError
-from schemas.kafka_clients import AUTO_CREATE_KEY, client_config
+from schemas.kafka_clients import AUTO_CREATE_KEY, client_config, factory_config
+from schemas.kafka_outage import LIBRDKAFKA_LOGGER
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FACTORY = _ROOT / "schemas" / "kafka_clients.py"
@@ -77,6 +79,17 @@ def test_the_factory_turns_auto_creation_off_and_keeps_every_other_setting() -> 
     assert config == {"bootstrap.servers": "k:9092", "linger.ms": 5, AUTO_CREATE_KEY: False}
     assert given == {"bootstrap.servers": "k:9092", "linger.ms": 5}
     assert client_config({AUTO_CREATE_KEY: "false"})[AUTO_CREATE_KEY] is False
+
+
+def test_every_client_logs_through_python_logging_unless_given_a_logger() -> None:
+    own = logging.getLogger("mine")
+
+    assert factory_config({"bootstrap.servers": "k:9092"}) == {
+        "bootstrap.servers": "k:9092",
+        AUTO_CREATE_KEY: False,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
+    assert factory_config({"logger": own})["logger"] is own
 
 
 @pytest.mark.parametrize("asked", [True, "true", "TRUE", 1])

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from schemas.kafka_outage import LIBRDKAFKA_LOGGER, KafkaOutage, brokers_up
+from schemas.kafka_outage import (
+    LIBRDKAFKA_LOGGER,
+    UNREACHABLE_QUIET_S,
+    KafkaOutage,
+    UnreachableBrokers,
+    brokers_up,
+)
 
 _ALL_DOWN = KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
 _REFUSED = KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9092 failed")
@@ -113,3 +119,40 @@ def test_librdkafka_lines_of_retried_connections_go_to_debug(
     levels = {r.getMessage().split()[0]: (r.name, r.levelno) for r in caplog.records}
     assert levels["FAIL"] == ("regionbus.kafka.connections", logging.DEBUG)
     assert levels["CONFWARN"] == ("regionbus.kafka.librdkafka", logging.WARNING)
+
+
+def test_an_unreachable_broker_is_one_warning_naming_it_until_its_failures_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    brokers = UnreachableBrokers(clock=lambda: now[0])
+    with caplog.at_level(logging.DEBUG, logger="regionbus.kafka"):
+        assert brokers.failed("127.0.0.1:1", "Connect to ipv4#127.0.0.1:1 failed")
+        for _ in range(50):
+            now[0] += 0.05
+            assert not brokers.failed("127.0.0.1:1", "Connect to ipv4#127.0.0.1:1 failed")
+        assert brokers.failed("10.0.0.9:9092", "Connect to ipv4#10.0.0.9:9092 failed")
+        now[0] += UNREACHABLE_QUIET_S
+        assert brokers.failed("127.0.0.1:1", "Connect to ipv4#127.0.0.1:1 failed")
+        brokers.clear()
+        assert brokers.failed("10.0.0.9:9092", "Connect to ipv4#10.0.0.9:9092 failed")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 4
+    assert "Kafka broker 127.0.0.1:1 unreachable" in warnings[0]
+    assert "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS" in warnings[0]
+
+
+def test_librdkafka_connect_failures_are_one_warning_per_broker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    line = (
+        "[thrd:127.0.0.1:47/bootstrap]: 127.0.0.1:47/bootstrap: Connect to ipv4#127.0.0.1:47 "
+        "failed: Connection refused (after 0ms in state CONNECT)"
+    )
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(20):
+            LIBRDKAFKA_LOGGER.error("%s [%s] %s", "FAIL", "rdkafka#producer-1", line)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.name for r in warnings] == ["regionbus.kafka"]
+    assert "Kafka broker 127.0.0.1:47 unreachable" in warnings[0].getMessage()
+    assert sum(r.name == "regionbus.kafka.connections" for r in caplog.records) == 20

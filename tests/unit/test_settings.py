@@ -5,6 +5,7 @@ config show``)."""
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 from pathlib import Path
@@ -29,8 +30,10 @@ from schemas.settings import (
     MASK,
     SECTIONS,
     all_settings_classes,
+    settings_class,
     unknown_environment,
 )
+from schemas.settings_docs import setting_descriptions
 
 
 @pytest.fixture(autouse=True)
@@ -255,10 +258,48 @@ def test_config_show_masks_every_secret(tmp_path: Path, monkeypatch: pytest.Monk
         "value": MASK,
         "source": "env",
         "env": "REGIONBUS_REDIS_PASSWORD",
+        "description": "Optional Redis password (overrides the URL's), kept secret.",
     }
     assert settings["redis_url"]["value"] == f"redis://:{MASK}@redis:6379/0"
     assert settings["kafka_config"]["value"]["sasl.jaas.config"] == MASK
     assert settings["kafka_sasl_username"]["value"] == "app"
+
+
+@pytest.mark.parametrize("kind", sorted(SECTIONS))
+def test_config_show_describes_every_setting_and_wraps_at_80_columns(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    required = {
+        "SENDER_ID": "x",
+        "RECEIVER_ID": "x",
+        "QUEUE_ID": "x",
+        "REMOTE_KAFKA_BOOTSTRAP_SERVERS": "x:1",
+        "REMOTE_NAMESPACE": "x",
+        "DISTRIBUTED_SYSTEM_ID": "1",
+        "REMOTE_DISTRIBUTED_SYSTEM_ID": "2",
+    }
+    for name, value in required.items():
+        for prefix in ("GATEWAY_SENDER_", "GATEWAY_RECEIVER_", "ASYNC_EVENT_QUEUE_"):
+            monkeypatch.setenv(f"REGIONBUS_{prefix}{name}", value)
+    monkeypatch.setenv("REGIONBUS_ASYNC_EVENT_QUEUE_LISTENER", "json:loads")
+    cls = settings_class(kind)
+    result = CliRunner().invoke(main, ["config", "show", "--for", kind], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.output, "a cell was cut"
+    cells = "\n".join(line.split("│")[1].strip() for line in lines if line.count("│") == 4)
+    descriptions = setting_descriptions(cls)
+    for name in cls.model_fields:
+        assert f"\n{name}\n" in f"\n{cells}\n", f"{name} not shown whole"
+        first_words = " ".join(descriptions[name].replace("``", "").split()[:2])
+        assert first_words in " ".join(cells.split()), f"{name}: no description"
+
+
+def test_regionbus_version() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"regionbus {importlib.metadata.version('regionbus')}\n"
 
 
 def test_config_show_exits_2_with_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:

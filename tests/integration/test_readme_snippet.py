@@ -1,0 +1,158 @@
+"""The README's client snippet, copied verbatim from README.md, runs against a stack started
+the way the README says (``regionbus stack --region flights``), configured only by the
+variables the stack prints.
+
+The conventional ports are held during the test, so it runs the same way whether or not
+9092 is free on the machine: the stack must say it moved, and the printed variables must
+be enough. That the stack takes a free preferred port is
+``test_stack.py::test_a_service_takes_its_preferred_port_when_free_and_another_when_taken``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT, DEPRECATED_ENV_VARS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+_STACK_START_TIMEOUT_S = 180.0
+"""Kafka's JVM takes 3 s on a quiet machine and about 30 s on a loaded one."""
+_SNIPPET_TIMEOUT_S = 120.0
+_EXPECTED_EXPORTS = frozenset(
+    {"REGIONBUS_NAMESPACE", "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS", "REGIONBUS_REDIS_URL"}
+)
+_EXPORT = re.compile(r"^export (REGIONBUS_[A-Z_]+)=(.*)$")
+
+
+def readme_snippet(section: str = "## A client in a few lines") -> str:
+    """The first fenced ``python`` block after the heading ``section`` in README.md."""
+    text = README.read_text()
+    start = text.index(f"\n{section}\n")
+    found = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL).search(text, start)
+    assert found is not None, f"no python block after {section!r}"
+    return found.group(1)
+
+
+def _without_regionbus_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGIONBUS_")}
+    for old in DEPRECATED_ENV_VARS.values():
+        env.pop(old, None)
+    return env
+
+
+@pytest.fixture
+def conventional_ports_taken() -> Iterator[None]:
+    """Keep Kafka's and Redis' conventional ports taken (bound, not listening) for the
+    test, so the stack must move to others whatever else runs on the machine. A port
+    something else already holds is taken as it is."""
+    with contextlib.ExitStack() as held:
+        for port in (CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT):
+            holder = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            with contextlib.suppress(OSError):
+                holder.bind(("127.0.0.1", port))
+        yield
+
+
+@pytest.fixture
+def stack_exports(
+    tmp_path: Path, conventional_ports_taken: None
+) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """Run ``regionbus stack --region flights`` on a fresh data dir; yield the variables it
+    printed to export and its stderr, once it says it is running; stop it with Ctrl-C."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "stack",
+            "--region",
+            "flights",
+            "--data-dir",
+            str(tmp_path / "stack"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_without_regionbus_env(),
+        cwd=tmp_path,
+    )
+    exports: dict[str, str] = {}
+    stderr_lines: list[str] = []
+    running = threading.Event()
+
+    def read_stdout() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            found = _EXPORT.match(line.strip())
+            if found:
+                exports[found[1]] = found[2]
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            stderr_lines.append(line)
+            if line.startswith("stack running"):
+                running.set()
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_stdout, read_stderr)]
+    for reader in readers:
+        reader.start()
+    try:
+        deadline = time.monotonic() + _STACK_START_TIMEOUT_S
+        # stdout and stderr are read on two threads: "running" may come before the exports.
+        while not (running.wait(0.5) and len(exports) == len(_EXPECTED_EXPORTS)):
+            assert process.poll() is None, "stack exited:\n" + "".join(stderr_lines[-40:])
+            assert time.monotonic() < deadline, "stack not running:\n" + "".join(stderr_lines[-40:])
+        yield exports, stderr_lines
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
+def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
+    stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    exports, stderr_lines = stack_exports
+    assert set(exports) == _EXPECTED_EXPORTS
+    # 9092 and 6379 are taken: the stack says so, and the exports carry the other ports.
+    said = "".join(stderr_lines)
+    assert "port 9092 is taken, so kafka runs on another port" in said
+    assert "port 6379 is taken, so redis runs on another port" in said
+    assert not exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"].endswith(":9092")
+    snippet = readme_snippet()
+    assert "ClientCache(" in snippet
+
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**_without_regionbus_env(), **exports},
+        cwd=tmp_path,
+        timeout=_SNIPPET_TIMEOUT_S,
+        check=False,
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "created UA-1545-EWR-2013-01-01 {'dep_delay': 2}",
+        "{'dep_delay': 2}",
+    ], ran.stderr
