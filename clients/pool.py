@@ -25,6 +25,7 @@ from contextlib import suppress
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from clients.auth import signer_for
 from clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
@@ -133,7 +134,7 @@ class Pool:
         self._signer = signer_for(settings)
         self.kafka_outage = KafkaOutage(f"client {client_id}")
         """This client's view of Kafka outages; its subscription queue reports to it too."""
-        self._admin = kafka_admin(settings.librdkafka(**quiet_config()))
+        self._admin_handle: AdminClient | None = kafka_admin(settings.librdkafka(**quiet_config()))
         self.total_buckets = self._wait_for_ops_topic()
         self.create_client_topics()
         self._producer = kafka_producer(
@@ -644,6 +645,21 @@ class Pool:
             with suppress(Exception):
                 close_producer()
         self.kafka_outage.forget("producer")
+        # An admin client has no close: dropping it destroys the handle now, where a
+        # Region <-> ClientCache cycle would keep it, reconnecting to a broker that may be
+        # gone, until garbage collection.
+        self._admin_handle = None
+
+    @property
+    def _admin(self) -> AdminClient:
+        """The admin client, until :meth:`close`.
+
+        Raises:
+            UnconnectedError: the client cache was closed.
+        """
+        if self._admin_handle is None:
+            raise UnconnectedError("the client cache was closed")
+        return self._admin_handle
 
     @property
     def closed(self) -> bool:
