@@ -25,14 +25,13 @@ from contextlib import suppress
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from clients.auth import signer_for
+from clients.client_topics import ClientTopicAdmin
 from clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
 from clients.settings import ClientSettings
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
-    ConfigurationError,
     MessageDecodeError,
     RegionBusError,
     ServerTimeoutError,
@@ -40,15 +39,13 @@ from schemas.errors import (
     UnconnectedError,
 )
 from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.kafka_outage import KafkaOutage, quiet_config
+from schemas.kafka_clients import kafka_consumer, kafka_producer
+from schemas.kafka_outage import KafkaOutage
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
-from schemas.topics import client_topic_specs, ensure_topics
 from schemas.transport import (
     kafka_error,
     poll_batch,
-    topic_partitions,
     watermarks,
 )
 
@@ -134,9 +131,10 @@ class Pool:
         self._signer = signer_for(settings)
         self.kafka_outage = KafkaOutage(f"client {client_id}")
         """This client's view of Kafka outages; its subscription queue reports to it too."""
-        self._admin_handle: AdminClient | None = kafka_admin(settings.librdkafka(**quiet_config()))
-        self.total_buckets = self._wait_for_ops_topic()
-        self.create_client_topics()
+        self.client_topics = ClientTopicAdmin(settings, self.topics, client_id)
+        """The admin of this client's own topics, and its first contact with Kafka."""
+        self.total_buckets = self.client_topics.wait_for_ops_topic()
+        self.client_topics.create()
         self._producer = kafka_producer(
             settings.librdkafka(
                 **{
@@ -205,90 +203,14 @@ class Pool:
 
     # --- topics ------------------------------------------------------------------------
 
-    def _wait_for_ops_topic(self) -> int:
-        """The partition count of ``{ns}.ops`` once it exists.
-
-        Raises:
-            TransportError: Kafka did not answer, or the topic did not appear, within
-                ``first_contact_timeout_s``; the message names the address and the namespace and
-                says how to fix them.
-        """
-        timeout_s = self.settings.first_contact_timeout_s
-        deadline = time.monotonic() + timeout_s
-        servers = self.settings.kafka_bootstrap_servers
-        while True:
-            remaining_s = deadline - time.monotonic()
-            try:
-                partitions = topic_partitions(
-                    self._admin, self.topics.ops, min(5.0, max(remaining_s, 0.1))
-                )
-            except TransportError as exc:
-                # Serves the admin client's librdkafka log lines, so the WARNING naming
-                # the unreachable broker is logged before the error.
-                self._admin.poll(0)
-                if time.monotonic() >= deadline:
-                    raise TransportError(
-                        f"Kafka at {servers} did not answer within {timeout_s * 1000:.0f} ms "
-                        f"({exc}): is Kafka running there? Set kafka_bootstrap_servers (env "
-                        "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS) to its address, or start a local "
-                        "one with `regionbus stack`"
-                    ) from exc
-                continue
-            if partitions:
-                return partitions
-            if time.monotonic() >= deadline:
-                raise TransportError(self._no_servers_message(timeout_s))
-            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
-
-    def _no_servers_message(self, timeout_s: float) -> str:
-        namespace = self.settings.namespace
-        message = (
-            f"no cache server of namespace {namespace!r} on Kafka at "
-            f"{self.settings.kafka_bootstrap_servers}: topic {self.topics.ops} did not appear "
-            f"within {timeout_s * 1000:.0f} ms. Start one (`regionbus serve --namespace "
-            f"{namespace}` or `regionbus stack --namespace {namespace}`), or set namespace "
-            "(env REGIONBUS_NAMESPACE) to that of running servers"
-        )
-        try:
-            names = self._admin.list_topics(timeout=2.0).topics
-        except KafkaException:
-            return message
-        found = sorted(t.removesuffix(".ops") for t in names if t.endswith(".ops"))
-        return f"{message}; namespaces with servers there: {', '.join(found)}" if found else message
-
     def create_client_topics(self) -> None:
-        """Create this client's queue and reply topics (1 partition each) if missing, and
-        wait until both have a leader.
+        """Create this client's queue and reply topics if missing (see
+        :meth:`ClientTopicAdmin.create`).
 
         Raises:
-            KafkaAuthorizationError: the Kafka principal may not create or describe them.
-            TransportError: the broker refused, or the topics had no leader within
-                ``metadata_timeout_s``.
+            KafkaAuthorizationError, TransportError: as :meth:`ClientTopicAdmin.create`.
         """
-        specs = client_topic_specs(
-            self.topics, self.client_id, self.settings.durable_client_timeout_s
-        )
-        try:
-            ensure_topics(self._admin, specs, timeout_s=self.settings.metadata_timeout_s)
-        except ConfigurationError as exc:
-            raise TransportError(str(exc)) from exc
-
-    def delete_client_topics(self) -> None:
-        """Delete this client's queue and reply topics and its committed offsets on them
-        (best effort, at a non-durable close)."""
-        topics = [self.topics.queue(self.client_id), self.topics.reply(self.client_id)]
-        group = self.topics.client_group(self.client_id)
-        with suppress(Exception):
-            for future in self._admin.delete_topics(topics, operation_timeout=5).values():
-                with suppress(Exception):
-                    future.result(timeout=5)
-        with suppress(Exception):
-            deleted = self._admin.delete_consumer_groups(
-                [group, self.topics.client_reply_group(self.client_id)]
-            )
-            for future in deleted.values():
-                with suppress(Exception):
-                    future.result(timeout=5)
+        self.client_topics.create()
 
     # --- identities --------------------------------------------------------------------
 
@@ -637,7 +559,7 @@ class Pool:
         for p in pending.values():
             p.callback(None, UnconnectedError("the client cache was closed"))
         if delete_topics:
-            self.delete_client_topics()
+            self.client_topics.delete()
         # librdkafka clients otherwise live until garbage collection, reconnecting to a
         # broker that may be gone.
         close_producer = getattr(self._producer, "close", None)
@@ -645,21 +567,7 @@ class Pool:
             with suppress(Exception):
                 close_producer()
         self.kafka_outage.forget("producer")
-        # An admin client has no close: dropping it destroys the handle now, where a
-        # Region <-> ClientCache cycle would keep it, reconnecting to a broker that may be
-        # gone, until garbage collection.
-        self._admin_handle = None
-
-    @property
-    def _admin(self) -> AdminClient:
-        """The admin client, until :meth:`close`.
-
-        Raises:
-            UnconnectedError: the client cache was closed.
-        """
-        if self._admin_handle is None:
-            raise UnconnectedError("the client cache was closed")
-        return self._admin_handle
+        self.client_topics.close()
 
     @property
     def closed(self) -> bool:
