@@ -1,1 +1,2 @@
-"""The regionbus cache server: region store, interest registry, routing, CLI, local stack."""
+"""The regionbus cache server: region store, interest registry, routing to subscription
+queues, bucket ownership, security, status and the CLI."""

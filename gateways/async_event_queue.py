@@ -19,9 +19,8 @@ from typing import Any, ClassVar, NamedTuple
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gateways.metrics import async_event_queue_metric_families
 from gateways.processor import QueueProcessor, conflate
-from runtime.observability import Metric
+from runtime.observability import Metric, MetricFamilies
 from runtime.redis_connect import connect_redis
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.errors import ConfigurationError
@@ -235,9 +234,59 @@ class AsyncEventQueue(QueueProcessor):
         return False
 
 
+def async_event_queue_metric_families(queue: AsyncEventQueue) -> list[Metric]:
+    """The metric families of one scrape of an async event queue dispatcher (see the
+    module's list).
+
+    Args:
+        queue: The dispatcher; only read.
+    """
+    s = queue.settings
+    stats = queue.stats
+    families = MetricFamilies(
+        {"namespace": s.namespace, "member": s.member_id, "queue": s.queue_id}
+    )
+    prefix = "async_event_queue_"
+    metrics: list[Metric] = [
+        families.counter(
+            prefix + "batches_dispatched",
+            "Batches the AsyncEventListener accepted (returned True).",
+            stats.batches_dispatched,
+        ),
+        families.counter(
+            prefix + "events_dispatched",
+            "Events in accepted batches.",
+            stats.events_dispatched,
+        ),
+        families.counter(
+            prefix + "retries",
+            "Batches delivered again, flagged possible duplicate, after the listener "
+            "returned False or raised.",
+            stats.batches_redispatched,
+        ),
+        families.gauge(
+            prefix + "primary", "1 while this worker is the queue's dispatcher.", queue.is_primary
+        ),
+        families.gauge(
+            prefix + "paused", "1 while dispatching is paused.", queue.is_dispatching_paused
+        ),
+    ]
+    backlog = stats.backlog_events
+    if backlog is not None:
+        metrics.append(
+            families.gauge(
+                prefix + "backlog_events",
+                "Queued events the listener has not accepted yet (primary only).",
+                backlog,
+            )
+        )
+    return metrics
+
+
 __all__ = [
     "AsyncEvent",
     "AsyncEventListener",
     "AsyncEventQueue",
     "AsyncEventQueueSettings",
+    "async_event_queue_metric_families",
 ]

@@ -39,7 +39,6 @@ from gateways.filters import (
     GatewayConflictResolver,
     TimestampedEntryEvent,
 )
-from gateways.metrics import receiver_metric_families
 from gateways.protocol import (
     BatchEventException,
     GatewayAck,
@@ -47,7 +46,7 @@ from gateways.protocol import (
     decode_batch,
     encode_ack,
 )
-from runtime.observability import Metric, MetricsEndpoint
+from runtime.observability import Metric, MetricFamilies, MetricsEndpoint
 from runtime.redis_connect import connect_redis
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
@@ -470,8 +469,85 @@ class GatewayReceiver(BackgroundWorker):
         self._producer.flush(10)
 
 
+def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
+    """The metric families of one scrape of a gateway receiver, read from its stats.
+
+    Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
+    ``sender``, ``receiver`` or ``queue``. Counters end in ``_total``.
+
+    Gateway receiver (``{ns}.gwr.<receiver>``):
+
+    - ``regionbus_gateway_receiver_batches_acked_total``: batches applied and acked.
+    - ``regionbus_gateway_receiver_possible_duplicate_batches_total``: batches received
+      flagged possible duplicate (resends).
+    - ``regionbus_gateway_receiver_events_applied_total``, ``..._duplicate_events_total``
+      (already applied, by EventID), ``..._conflicts_refused_total`` (older than the entry),
+      ``..._conflicts_disallowed_total`` (by the resolver), ``..._events_failed_total``,
+      ``..._loops_dropped_total``, ``..._dead_letters_total``, ``..._acks_not_sent_total``.
+
+    Args:
+        receiver: The receiver; only read.
+    """
+    s = receiver.settings
+    stats = receiver.stats
+    families = MetricFamilies(
+        {"namespace": s.namespace, "member": s.member_id, "receiver": s.receiver_id}
+    )
+    prefix = "gateway_receiver_"
+    return [
+        families.counter(
+            prefix + "batches_acked",
+            "Batches applied to this site and acked (resent copies included).",
+            stats.batches_acked,
+        ),
+        families.counter(
+            prefix + "possible_duplicate_batches",
+            "Batches received flagged possible duplicate (resends).",
+            stats.possible_duplicate_batches,
+        ),
+        families.counter(
+            prefix + "events_applied", "Events applied to this site.", stats.events_applied
+        ),
+        families.counter(
+            prefix + "duplicate_events",
+            "Events this site had already applied (recognised by EventID).",
+            stats.duplicates,
+        ),
+        families.counter(
+            prefix + "conflicts_refused",
+            "Events refused as older than the entry's last change (timestamp, site id).",
+            stats.conflicts_refused,
+        ),
+        families.counter(
+            prefix + "conflicts_disallowed",
+            "Events a GatewayConflictResolver disallowed.",
+            stats.conflicts_disallowed,
+        ),
+        families.counter(
+            prefix + "events_failed", "Events reported failed in an ack.", stats.events_failed
+        ),
+        families.counter(
+            prefix + "loops_dropped",
+            "Events that had already reached this site (loop prevention).",
+            stats.loops_dropped,
+        ),
+        families.counter(
+            prefix + "dead_letters",
+            "Undecodable batches sent to the dead-letter topic.",
+            stats.dead_letters,
+        ),
+        families.counter(
+            prefix + "acks_not_sent",
+            "Batches applied whose ack could not be written (not this site's ack topic, "
+            "or no such topic).",
+            stats.acks_not_sent,
+        ),
+    ]
+
+
 __all__ = [
     "GatewayReceiver",
     "GatewayReceiverSettings",
     "ReceiverStats",
+    "receiver_metric_families",
 ]
