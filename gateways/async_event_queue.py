@@ -235,8 +235,18 @@ class AsyncEventQueue(QueueProcessor):
 
 
 def async_event_queue_metric_families(queue: AsyncEventQueue) -> list[Metric]:
-    """The metric families of one scrape of an async event queue dispatcher (see the
-    module's list).
+    """The metric families of one scrape of an async event queue dispatcher, read from its
+    stats. Every sample carries ``namespace``, ``member`` (the worker's) and ``queue``;
+    counters end in ``_total``:
+
+    - ``regionbus_async_event_queue_batches_dispatched_total``: batches the listener
+      accepted; ``..._events_dispatched_total``: events in them.
+    - ``regionbus_async_event_queue_retries_total``: deliveries repeated (flagged possible
+      duplicate) after the listener returned False or raised.
+    - ``regionbus_async_event_queue_backlog_events`` (gauge): queued events not yet accepted
+      (only while primary).
+    - ``regionbus_async_event_queue_primary``, ``regionbus_async_event_queue_paused``
+      (gauges).
 
     Args:
         queue: The dispatcher; only read.
