@@ -183,7 +183,11 @@ def test_sigkill_of_the_leader_of_ops_and_queue_partitions_under_load_loses_and_
         server_log = server.log.read_text()
         assert server.proc.poll() is None, f"server died:\n{server_log[-3000:]}"
         assert "lost the lease" not in server_log, "the broker's death cost the server buckets"
-        assert "Connection refused" not in server_log, "librdkafka logged its reconnects"
+        # One WARNING names the dead broker; librdkafka's reconnect attempts stay at DEBUG.
+        refused = [line for line in server_log.splitlines() if "Connection refused" in line]
+        assert len(refused) <= 1 and all("unreachable" in line for line in refused), (
+            "librdkafka logged its reconnects:\n" + "\n".join(refused[:10])
+        )
         outages = [r.getMessage() for r in caplog.records if "Kafka unavailable" in r.getMessage()]
         assert "Kafka unavailable" not in server_log and not outages, "a failover is no outage"
         failed = [a for a in acks if not a["ok"]]
