@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
+from schemas.masking import mask_url
 from schemas.settings import RegionBusSettings
 
 
@@ -46,12 +47,11 @@ class RedisConnectionSettings(RegionBusSettings):
         tls = [self.redis_ssl_ca_certs, self.redis_ssl_certfile, self.redis_ssl_keyfile]
         if any(tls) and not self.redis_url.startswith("rediss://"):
             raise ValueError(
-                f"Redis TLS files are set but redis_url {self.redis_url!r} is not rediss://"
+                f"Redis TLS files are set but redis_url {mask_url(self.redis_url)!r} is not rediss://"
             )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(
-                f"redis_url {self.redis_url!r} is not a redis://, rediss:// or unix:// URL"
-            )
+            shown = mask_url(self.redis_url)
+            raise ValueError(f"redis_url {shown!r} is not a redis://, rediss:// or unix:// URL")
         return self
 
 
