@@ -175,7 +175,9 @@ class GatewayReceiver(BackgroundWorker):
         self._consumer: Consumer | None = None
         super().__init__(
             f"gw-receiver-{settings.receiver_id}",
-            MetricsEndpoint(settings.metrics_port, self._metric_families),
+            MetricsEndpoint(
+                settings.metrics_port, self._metric_families, address=settings.metrics_host
+            ),
         )
 
     # --- lifecycle ---------------------------------------------------------------------

@@ -60,15 +60,20 @@ class ObservabilitySettings(RegionBusSettings):
     operators.
 
     Attributes:
-        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`runtime.observability`.
+        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics`` only,
+            other paths get 404); None (the default) = no endpoint, 0 = any free port
+            (the bound one is the worker's ``metrics_port``). See
+            :mod:`runtime.observability`.
+        metrics_host: Address the endpoint listens on: ``127.0.0.1`` (the default, this
+            host only); ``0.0.0.0`` (every interface) where Prometheus scrapes from
+            elsewhere, as in a container.
         log_format: ``"text"`` (default: ``time level logger: message`` lines) or
             ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
             by ``regionbus serve`` and the ``regionbus gateway`` commands.
     """
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     log_format: Literal["text", "json"] = "text"
 
 
