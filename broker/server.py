@@ -264,6 +264,8 @@ class CacheServer(BackgroundWorker):
             depths,
             topic_gone=topic_keeper.suspect,
         )
+        if self.security is not None:
+            outbox.seal = self.security.client_headers
         ownership = BucketOwnership(
             consumer,
             self.election,
