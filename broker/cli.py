@@ -114,6 +114,10 @@ def main(config_path: str | None) -> None:
     help="Serve Prometheus metrics on this port, 0 = any free one [env REGIONBUS_METRICS_PORT].",
 )
 @click.option(
+    "--metrics-host",
+    help="Address of the metrics endpoint [env REGIONBUS_METRICS_HOST, default 127.0.0.1].",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     help="Log lines as text or JSON [env REGIONBUS_LOG_FORMAT, default text].",
@@ -319,6 +323,8 @@ def status(as_json: bool, **options: Any) -> None:
         receivers.add_row(r.receiver_id, r.topic, pending)
     for table in (members, buckets, queues, durable, senders, receivers, aeqs):
         console.print(table)
+    for note in current.unreadable:
+        console.print(f"not read (shown as ?): {note}", style="yellow")
 
 
 @main.group("config")

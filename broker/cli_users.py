@@ -1,11 +1,13 @@
 """``regionbus user add/remove/list``: principals, their secrets and permissions.
 
 The commands change Redis directly, so in the secured profile the Redis ACL user is what
-lets an operator in. On top of that, once a principal with ``CLUSTER:MANAGE`` exists and
-``REGIONBUS_SECURITY_ENABLED`` is true, these commands (and ``regionbus status``) also ask
-for such a principal's credentials (``REGIONBUS_SECURITY_PRINCIPAL`` /
-``REGIONBUS_SECURITY_SECRET``), checked against its derived key: Geode's ``CLUSTER:MANAGE``
-for user management. The first administrator is added with Redis access alone.
+lets an operator in. On top of that, once a principal with ``CLUSTER:MANAGE`` exists, these
+commands (and ``regionbus status``) ask for such a principal's credentials
+(``REGIONBUS_SECURITY_PRINCIPAL`` / ``REGIONBUS_SECURITY_SECRET``), checked against its
+derived key: Geode's ``CLUSTER:MANAGE`` for user management. The check is the caller's own
+principal and secret, whatever the caller's settings say: ``REGIONBUS_SECURITY_ENABLED``
+is the servers' switch, and a caller who leaves it off must not skip the check. The first
+administrator is added with Redis access alone.
 """
 
 from __future__ import annotations
@@ -41,23 +43,21 @@ def principal_store(settings: ServerSettings) -> PrincipalStore:
 
 
 def require_cluster_manage(settings: ServerSettings, store: PrincipalStore) -> str | None:
-    """Check the caller's credentials for ``CLUSTER:MANAGE`` when security is on.
+    """Check the caller's credentials for ``CLUSTER:MANAGE`` once an administrator exists.
 
     Args:
-        settings: The CLI's settings (``security_enabled``).
+        settings: The CLI's settings (``namespace``; ``security_enabled`` is not looked at).
         store: The principal store.
 
     Returns:
-        The caller's principal, or None when no check applies (security off, or no
-        principal holds ``CLUSTER:MANAGE`` yet).
+        The caller's principal, or None when no check applies (no principal holds
+        ``CLUSTER:MANAGE`` yet: the first administrator is being added).
 
     Raises:
         click.ClickException: credentials missing or wrong, or the principal lacks
             ``CLUSTER:MANAGE``.
         TransportError: Redis failed.
     """
-    if not settings.security_enabled:
-        return None
     admins = [p for p in map(store.get, store.names()) if p is not None]
     if not any(is_granted(p.permissions, CLUSTER_MANAGE) for p in admins):
         return None

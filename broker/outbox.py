@@ -6,6 +6,10 @@ Kafka messages as possible, in order (:func:`schemas.codec.encode_batches`); eve
 ``{ns}.events`` and gateway queues, and dead letters, go at once. Delivery failures are
 counted, so the server commits no offset past an operation whose effects were lost (the
 offsets part rewinds instead).
+
+With security on, every message to a client's queue or reply topic is signed for that
+client (:attr:`Outbox.seal`, `broker.security.SecurityGuard.client_headers`), so the client
+can tell a server's message from a forged one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ log = logging.getLogger("regionbus.server")
 
 DeliveryReport = Callable[[KafkaError | None, KafkaMessage], None]
 """A librdkafka delivery callback: ``(error or None, message)``."""
+
+Seal = Callable[[str, str, int, bytes], HeaderList | None]
+"""Signing headers of a message to a client: ``(client id, topic, partition, value)``."""
 
 TOPIC_GONE: Final = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
@@ -76,6 +83,9 @@ class Outbox:
         self._pending: dict[str, list[bytes]] = {}
         self._queue_topics: dict[str, str] = {}
         self._queue_clients: dict[str, str] = {}
+        self._reply_clients: dict[str, str] = {}
+        self.seal: Seal | None = None
+        """Signs what goes to client topics (set when security is on), else None."""
 
     # --- sending now -------------------------------------------------------------------
 
@@ -158,6 +168,7 @@ class Outbox:
         if not self.reply_topics.exists(topic):
             self.stats.replies_dropped += 1
             return
+        self._reply_clients[topic] = client_id
         self._pending.setdefault(topic, []).append(encode(reply))
         self.stats.replies += 1
 
@@ -192,13 +203,25 @@ class Outbox:
         pending, self._pending = self._pending, {}
         for topic, framed in pending.items():
             client_id = self._queue_clients.get(topic)
+            reply_to = self._reply_clients.get(topic)
             values = list(encode_batches(framed))
             for value in values:
+                # Client topics have one partition; a signature covers it, so it is explicit.
+                headers = None
+                if self.seal is not None and (client_id or reply_to):
+                    headers = self.seal(client_id or reply_to or "", topic, 0, value)
                 if client_id is None:
-                    self.produce(topic, value, None)
+                    self.produce(topic, value, None, partition=0, headers=headers)
                     continue
                 count = len(framed) if len(values) == 1 else len(split_batch(value))
-                self.produce(topic, value, None, on_delivery=self._queue_delivery(client_id, count))
+                self.produce(
+                    topic,
+                    value,
+                    None,
+                    partition=0,
+                    on_delivery=self._queue_delivery(client_id, count),
+                    headers=headers,
+                )
 
     def _queue_delivery(self, client_id: str, events: int) -> DeliveryReport:
         def delivered(error: KafkaError | None, message: KafkaMessage) -> None:
@@ -214,6 +237,7 @@ class Outbox:
         topic = self._queue_topics.pop(client_id, None)
         if topic is not None:
             self._queue_clients.pop(topic, None)
+        self._reply_clients.pop(self.topics.reply(client_id), None)
         self.reply_topics.forget(self.topics.reply(client_id))
 
     def flush(self, timeout_s: float) -> int:

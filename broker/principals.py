@@ -25,7 +25,7 @@ import json
 import secrets
 import threading
 import time
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 import redis
 
@@ -33,10 +33,7 @@ from broker.permissions import ResourcePermission
 from broker.store import redis_errors
 from schemas.errors import ConfigurationError
 from schemas.naming import RedisKeys, check_name
-from schemas.signing import KDF_ITERATIONS, KDF_NAME, derive_key
-
-SERVER_PRINCIPAL: Final = "@server"
-"""The principal cache servers sign their own operations with (not a legal user name)."""
+from schemas.signing import KDF_ITERATIONS, KDF_NAME, SERVER_PRINCIPAL, derive_key
 
 
 class Principal(NamedTuple):

@@ -36,7 +36,7 @@ from broker.permissions import (
 from broker.principals import SERVER_PRINCIPAL, Principal, PrincipalStore
 from schemas.errors import AuthenticationError, NotAuthorizedError
 from schemas.messages import Control, Operation
-from schemas.signing import HeaderList, Headers, Signer, parse_headers
+from schemas.signing import HeaderList, Headers, Signer, parse_headers, signed_headers
 
 audit = logging.getLogger("regionbus.audit")
 
@@ -252,6 +252,26 @@ class SecurityGuard:
         self.principals.unbind_client(client_id)
 
     # --- the server's own messages -------------------------------------------------
+
+    def client_headers(
+        self, client_id: str, topic: str, partition: int, value: bytes
+    ) -> HeaderList | None:
+        """Signing headers for a reply, event or marker to a client: signed as the servers
+        with the key of the client's principal, which the client verifies
+        (`schemas.signing.Signer.check_from_server`).
+
+        Returns:
+            The headers, or None when the client id has no known principal (it never sent
+            an authenticated request: there is no key it could verify with).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        name = self._principal_of(client_id)
+        principal = None if name is None else self.principals.get(name)
+        if principal is None:
+            return None
+        return signed_headers(principal.key, SERVER_PRINCIPAL, topic, partition, value)
 
     def server_headers(self, topic: str, partition: int, value: bytes) -> HeaderList:
         """Signing headers for an operation the server itself produces (DISCONNECT).

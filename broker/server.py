@@ -137,7 +137,11 @@ class CacheServer(BackgroundWorker):
         self._parts: _Parts | None = None
         super().__init__(
             settings.member_id,
-            MetricsEndpoint(settings.metrics_port, lambda: server_metric_families(self)),
+            MetricsEndpoint(
+                settings.metrics_port,
+                lambda: server_metric_families(self),
+                address=settings.metrics_host,
+            ),
         )
         self._redis_outage = RedisOutage(self._redis, settings.member_id, self.stopping)
         self._kafka_outage = KafkaOutage(f"cache server {settings.member_id}")
@@ -260,6 +264,8 @@ class CacheServer(BackgroundWorker):
             depths,
             topic_gone=topic_keeper.suspect,
         )
+        if self.security is not None:
+            outbox.seal = self.security.client_headers
         ownership = BucketOwnership(
             consumer,
             self.election,
@@ -506,6 +512,7 @@ class CacheServer(BackgroundWorker):
                 if is_infrastructure_error(exc):
                     raise
                 set_aside(parts.outbox, raw, source, exc)
+
     def _read_again(self, parts: _Parts, messages: Sequence[KafkaMessage]) -> None:
         try:
             parts.ownership.read_again(messages)

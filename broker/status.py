@@ -9,6 +9,12 @@ Gateways are found by their queue topics (``{ns}.gw.<sender>``, ``{ns}.aeq.<queu
 ``{ns}.gwr.<receiver>``) and by their workers' leases, so a queue shows up as soon as a
 cache server created it, and a worker as soon as it holds the lease. Backlogs are the
 high watermarks after the committed offsets of the queue's consumer group.
+
+It is an operator's first command, so it answers within about a second whatever Kafka
+does (:data:`STATUS_TIMEOUT_S`): every committed-offset and watermark question goes out
+at once through one admin client (:class:`KafkaFigures`), all of them share one deadline,
+and a figure not answered by then is shown as unknown and named in
+:attr:`ClusterStatus.unreadable`, rather than waited for.
 """
 
 from __future__ import annotations
@@ -18,12 +24,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
-from confluent_kafka import KafkaException, TopicPartition
 
 from broker.client_registry import ClientRegistry
+from broker.kafka_figures import KafkaFigures
 from broker.store import redis_errors
 from runtime.leases import Membership
-from schemas.kafka_clients import kafka_consumer
 from schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
 from schemas.naming import sender_role as sender_role_of
 
@@ -143,10 +148,16 @@ class ClusterStatus:
     gateway_senders: tuple[GatewayQueueStatus, ...] = ()
     gateway_receivers: tuple[GatewayReceiverStatus, ...] = ()
     async_event_queues: tuple[GatewayQueueStatus, ...] = ()
+    unreadable: tuple[str, ...] = ()
+    """What could not be read in time, one line each (its figure shows as unknown)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The status as plain JSON-able data."""
         return asdict(self)
+
+
+STATUS_TIMEOUT_S = 1.0
+"""Longest wait for Kafka's figures (topics, committed offsets, watermarks), seconds."""
 
 
 def cluster_status(
@@ -154,6 +165,7 @@ def cluster_status(
     namespace: str,
     total_buckets: int,
     kafka_config: dict[str, Any] | None = None,
+    kafka_timeout_s: float = STATUS_TIMEOUT_S,
 ) -> ClusterStatus:
     """Read the cluster's state.
 
@@ -163,6 +175,9 @@ def cluster_status(
         total_buckets: Number of buckets.
         kafka_config: librdkafka settings to read queue depths, backlogs and the gateway
             topics with; None skips them (gateways are then found by their leases only).
+        kafka_timeout_s: Longest wait for all of Kafka's figures together, seconds
+            (default :data:`STATUS_TIMEOUT_S`); those not read by then are None and
+            named in :attr:`ClusterStatus.unreadable`.
 
     Raises:
         TransportError: Redis failed.
@@ -198,7 +213,23 @@ def cluster_status(
         for m in members
     )
     records = ClientRegistry(client, namespace, 0).all()
-    depths = _queue_depths(namespace, list(records), kafka_config) if kafka_config else {}
+    topics = Topics(namespace)
+    figures = KafkaFigures(namespace, kafka_config, kafka_timeout_s) if kafka_config else None
+    partitions = figures.topic_partitions() if figures is not None else {}
+    leases = _gateway_leases(client, namespace)
+    queue_ids = _gateway_ids(namespace, partitions, leases)
+    if figures is not None:
+        for client_id in records:
+            figures.ask_backlog(
+                ("queue", client_id), topics.queue(client_id), 1, topics.client_group(client_id)
+            )
+        for kind, topic, count, group in _gateway_topics(namespace, partitions, queue_ids):
+            figures.ask_backlog((kind, topic), topic, count, group)
+        figures.wait()
+    depths = {
+        client_id: figures.backlog(("queue", client_id)) if figures is not None else None
+        for client_id in records
+    }
     queues = tuple(
         QueueStatus(
             client_id,
@@ -223,22 +254,28 @@ def cluster_status(
         for q in queues
         if q.durable
     )
-    senders, receivers, aeqs = _gateways(client, namespace, kafka_config)
+    senders, receivers, aeqs = _gateways(namespace, leases, partitions, queue_ids, figures)
+    unreadable = tuple(figures.unreadable) if figures is not None else ()
     return ClusterStatus(
-        namespace, member_rows, tuple(buckets), queues, durable, senders, receivers, aeqs
+        namespace,
+        member_rows,
+        tuple(buckets),
+        queues,
+        durable,
+        senders,
+        receivers,
+        aeqs,
+        unreadable,
     )
 
 
-def _gateways(
-    client: redis.Redis, namespace: str, kafka_config: dict[str, Any] | None
-) -> tuple[
-    tuple[GatewayQueueStatus, ...],
-    tuple[GatewayReceiverStatus, ...],
-    tuple[GatewayQueueStatus, ...],
-]:
-    """Find the namespace's gateway queues and receivers by topic and by lease."""
+def _gateway_leases(client: redis.Redis, namespace: str) -> dict[str, tuple[str, int]]:
+    """``{role: (holder, epoch)}`` of the gateway senders' and dispatchers' leases.
+
+    Raises:
+        TransportError: Redis failed.
+    """
     lease_prefix = RedisKeys(namespace).lease("")
-    topics = Topics(namespace)
     sender_role, aeq_role = sender_role_of(""), dispatcher_role("")
     with redis_errors():
         names = [k.decode() for k in client.scan_iter(match=f"{lease_prefix}*", count=500)]
@@ -249,105 +286,85 @@ def _gateways(
         if value is not None:
             holder, _, epoch = value.decode().rpartition("|")
             leases[name[len(lease_prefix) :]] = (holder, int(epoch))
-    partitions = _topic_partitions(namespace, kafka_config) if kafka_config else {}
-    senders = _queues(
-        topics.gateway_prefix, sender_role, leases, partitions, kafka_config, topics.sender_group
-    )
-    aeqs = _queues(
-        topics.async_event_queue_prefix,
-        aeq_role,
-        leases,
-        partitions,
-        kafka_config,
-        topics.dispatcher_group,
-    )
-    inbound = topics.gateway_inbound_prefix
-    receivers = []
-    for topic, count in sorted(partitions.items()):
-        if not topic.startswith(inbound):
-            continue
-        receiver_id = topic[len(inbound) :]
-        group = topics.receiver_group(receiver_id)
-        pending = _backlog(kafka_config, topic, count, group) if kafka_config else None
-        receivers.append(GatewayReceiverStatus(receiver_id, topic, pending))
-    return senders, tuple(receivers), aeqs
+    return leases
 
 
-def _topic_partitions(namespace: str, kafka_config: dict[str, Any]) -> dict[str, int]:
-    """``{topic: partitions}`` of the namespace's topics; empty when Kafka does not answer."""
-    consumer = kafka_consumer({**kafka_config, "group.id": Topics(namespace).status_group})
-    try:
-        topics = consumer.list_topics(timeout=10).topics
-    except KafkaException:
-        return {}
-    finally:
-        consumer.close()
+def _gateway_ids(
+    namespace: str, partitions: dict[str, int], leases: dict[str, tuple[str, int]]
+) -> dict[str, list[str]]:
+    """Sender, async event queue and receiver ids, found by topic and by lease."""
+    topics = Topics(namespace)
+    sender_role, aeq_role = sender_role_of(""), dispatcher_role("")
+
+    def ids(topic_prefix: str, role_prefix: str | None) -> list[str]:
+        found = {t[len(topic_prefix) :] for t in partitions if t.startswith(topic_prefix)}
+        if role_prefix is not None:
+            found |= {r[len(role_prefix) :] for r in leases if r.startswith(role_prefix)}
+        return sorted(found)
+
     return {
-        name: len(meta.partitions)
-        for name, meta in topics.items()
-        if name.startswith(f"{namespace}.") and meta.error is None
+        "sender": ids(topics.gateway_prefix, sender_role),
+        "aeq": ids(topics.async_event_queue_prefix, aeq_role),
+        "receiver": ids(topics.gateway_inbound_prefix, None),
     }
 
 
-def _queues(
-    topic_prefix: str,
-    role_prefix: str,
+def _gateway_topics(
+    namespace: str, partitions: dict[str, int], ids: dict[str, list[str]]
+) -> list[tuple[str, str, int, str]]:
+    """``(kind, topic, partitions, consumer group)`` of each gateway topic that exists."""
+    topics = Topics(namespace)
+    shapes: list[tuple[str, str, Callable[[str], str]]] = [
+        ("sender", topics.gateway_prefix, topics.sender_group),
+        ("aeq", topics.async_event_queue_prefix, topics.dispatcher_group),
+        ("receiver", topics.gateway_inbound_prefix, topics.receiver_group),
+    ]
+    found = []
+    for kind, prefix, group_of in shapes:
+        for queue_id in ids[kind]:
+            count = partitions.get(prefix + queue_id)
+            if count is not None:
+                found.append((kind, prefix + queue_id, count, group_of(queue_id)))
+    return found
+
+
+def _gateways(
+    namespace: str,
     leases: dict[str, tuple[str, int]],
     partitions: dict[str, int],
-    kafka_config: dict[str, Any] | None,
-    group_of: Callable[[str], str],
-) -> tuple[GatewayQueueStatus, ...]:
-    ids = {t[len(topic_prefix) :] for t in partitions if t.startswith(topic_prefix)}
-    ids |= {role[len(role_prefix) :] for role in leases if role.startswith(role_prefix)}
-    rows = []
-    for queue_id in sorted(ids):
-        topic = topic_prefix + queue_id
-        holder, epoch = leases.get(role_prefix + queue_id, (None, 0))
-        count = partitions.get(topic)
-        backlog = None
-        if kafka_config and count is not None:
-            backlog = _backlog(kafka_config, topic, count, group_of(queue_id))
-        rows.append(GatewayQueueStatus(queue_id, topic, count, holder, epoch, backlog))
-    return tuple(rows)
-
-
-def _backlog(kafka_config: dict[str, Any], topic: str, partitions: int, group: str) -> int | None:
-    """Messages of a topic after a group's committed offsets (high watermark minus
-    committed, summed over the partitions); None when Kafka does not answer."""
-    consumer = kafka_consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
-    try:
-        wanted = [TopicPartition(topic, p) for p in range(partitions)]
-        total = 0
-        for tp in consumer.committed(wanted, timeout=5):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=5)
-            total += max(0, high - max(tp.offset, 0))
-        return total
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
-
-
-def _queue_depths(
-    namespace: str, client_ids: list[str], kafka_config: dict[str, Any]
-) -> dict[str, int]:
+    ids: dict[str, list[str]],
+    figures: KafkaFigures | None,
+) -> tuple[
+    tuple[GatewayQueueStatus, ...],
+    tuple[GatewayReceiverStatus, ...],
+    tuple[GatewayQueueStatus, ...],
+]:
+    """The gateway rows, from the leases, the topics and the backlogs read."""
     topics = Topics(namespace)
-    depths: dict[str, int] = {}
-    for client_id in client_ids:
-        consumer = kafka_consumer(
-            {
-                **kafka_config,
-                "group.id": topics.client_group(client_id),
-                "enable.auto.commit": False,
-            }
+
+    def queues(
+        kind: str, topic_prefix: str, role_of: Callable[[str], str]
+    ) -> tuple[GatewayQueueStatus, ...]:
+        rows = []
+        for queue_id in ids[kind]:
+            topic = topic_prefix + queue_id
+            holder, epoch = leases.get(role_of(queue_id), (None, 0))
+            backlog = figures.backlog((kind, topic)) if figures is not None else None
+            rows.append(
+                GatewayQueueStatus(queue_id, topic, partitions.get(topic), holder, epoch, backlog)
+            )
+        return tuple(rows)
+
+    senders = queues("sender", topics.gateway_prefix, sender_role_of)
+    aeqs = queues("aeq", topics.async_event_queue_prefix, dispatcher_role)
+    receivers = tuple(
+        GatewayReceiverStatus(
+            receiver_id,
+            topics.gateway_inbound_prefix + receiver_id,
+            figures.backlog(("receiver", topics.gateway_inbound_prefix + receiver_id))
+            if figures is not None
+            else None,
         )
-        try:
-            partition = TopicPartition(topics.queue(client_id), 0)
-            committed = consumer.committed([partition], timeout=5)[0].offset
-            _, high = consumer.get_watermark_offsets(partition, timeout=5)
-            depths[client_id] = max(0, high - max(committed, 0))
-        except KafkaException:
-            continue
-        finally:
-            consumer.close()
-    return depths
+        for receiver_id in ids["receiver"]
+    )
+    return senders, receivers, aeqs

@@ -163,6 +163,7 @@ class ClientCache:
             tracker=tracker,
             conflate=self._conflate,
             kafka_outage=self.pool.kafka_outage,
+            signer=self.pool.signer,
         )
 
     def ready_for_events(self) -> None:

@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from clients.auth import signer_for
 from clients.client_topics import ClientTopicAdmin
 from clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
+from clients.server_trust import ServerMessages
 from clients.settings import ClientSettings
 from schemas.codec import decode_as, encode, encode_batches, split_batch
 from schemas.errors import (
@@ -43,6 +44,7 @@ from schemas.kafka_clients import kafka_consumer, kafka_producer
 from schemas.kafka_outage import KafkaOutage
 from schemas.messages import Control, Operation, Reply
 from schemas.naming import Topics
+from schemas.signing import Signer
 from schemas.transport import (
     kafka_error,
     poll_batch,
@@ -129,6 +131,8 @@ class Pool:
         self.client_id = client_id
         self.member_id = member_id
         self._signer = signer_for(settings)
+        self.server_replies = ServerMessages(self._signer)
+        """The check that replies come from a cache server (with a principal)."""
         self.kafka_outage = KafkaOutage(f"client {client_id}")
         """This client's view of Kafka outages; its subscription queue reports to it too."""
         self.client_topics = ClientTopicAdmin(settings, self.topics, client_id)
@@ -499,6 +503,7 @@ class Pool:
                     if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                         self._reply_topic_refused(error)
                     continue
+                unsigned = self.server_replies.problem(message)
                 try:
                     items = split_batch(message.value())
                 except MessageDecodeError as exc:
@@ -512,8 +517,18 @@ class Pool:
                         self.undecodable_replies += 1
                         log.warning("undecodable reply dropped: %s", exc)
                         continue
+                    # A server refusing a request it could not authenticate cannot sign for
+                    # a key it does not trust; such a refusal only fails the request.
+                    if unsigned is not None and reply.error_type != "AuthenticationError":
+                        self.server_replies.drop(message, unsigned)
+                        continue
                     self._last_reply.answered(time.monotonic())
                     self._complete(reply)
+
+    @property
+    def signer(self) -> Signer | None:
+        """This client's signer (its principal), None without security."""
+        return self._signer
 
     def _reply_topic_refused(self, error: KafkaError) -> None:
         """Kafka no longer lets this principal read the reply topic (an ACL was removed): no

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from clients.server_trust import ServerMessages
 from clients.settings import ClientSettings
 from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
@@ -30,6 +31,7 @@ from schemas.kafka_clients import kafka_consumer
 from schemas.kafka_outage import KafkaOutage, quiet_config
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
+from schemas.signing import Signer
 from schemas.transport import (
     assign_from,
     committed_offsets,
@@ -54,6 +56,8 @@ class SubscriptionStats:
         replayed: Events delivered as replay (before their bucket's marker).
         conflated: Updates not delivered because a newer update of the same key was read
             with them (subscription conflation).
+        forged: Messages dropped because a cache server did not sign them (security on:
+            unsigned or forged events and markers, never applied).
     """
 
     events_received: int = 0
@@ -63,6 +67,7 @@ class SubscriptionStats:
     markers: int = 0
     replayed: int = 0
     conflated: int = 0
+    forged: int = 0
 
 
 class SubscriptionQueue:
@@ -85,6 +90,8 @@ class SubscriptionQueue:
             events and markers never are dropped.
         kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
             to; None gives the queue one of its own.
+        signer: The client's signer: with one, only messages a cache server signed for its
+            principal are taken (`clients.server_trust`); None takes every message.
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is
@@ -105,6 +112,7 @@ class SubscriptionQueue:
         tracker: MessageTracker | None = None,
         conflate: bool = False,
         kafka_outage: KafkaOutage | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -119,6 +127,7 @@ class SubscriptionQueue:
         self.conflate = conflate
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
         self.stats = SubscriptionStats()
+        self._server_messages = ServerMessages(signer)
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
         self._consumer = kafka_consumer(
             settings.librdkafka(
@@ -236,6 +245,10 @@ class SubscriptionQueue:
             for message in messages:
                 if message.error() is not None:
                     continue
+                position = (message.offset() or 0) + 1
+                if not self._server_messages.accepts(message):
+                    self.stats.forged += 1
+                    continue
                 try:
                     items = split_batch(message.value())
                 except MessageDecodeError as exc:
@@ -243,7 +256,6 @@ class SubscriptionQueue:
                     log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
                     items = []
                 decoded.extend(m for m in map(self._decode, items) if m is not None)
-                position = (message.offset() or 0) + 1
             superseded = superseded_updates(decoded) if self.conflate else set()
             for index, item in enumerate(decoded):
                 self._handle(item, conflated=index in superseded)

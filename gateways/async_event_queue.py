@@ -179,6 +179,7 @@ class AsyncEventQueue(QueueProcessor):
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
             metrics_port=settings.metrics_port,
+            metrics_host=settings.metrics_host,
         )
         if listener is None:
             if not settings.listener:

@@ -299,6 +299,8 @@ class QueueProcessor(BackgroundWorker):
         lease_ttl_ms: Lease time to live; renewed every third of it.
         metrics_port: Port of the worker's Prometheus endpoint: None = none, 0 = any free
             port (then read :attr:`metrics_port`). Source: the worker's settings.
+        metrics_host: Address of that endpoint (the ``metrics_host`` setting, loopback
+            by default).
     """
 
     def __init__(
@@ -316,6 +318,7 @@ class QueueProcessor(BackgroundWorker):
         batch_time_interval_ms: int,
         lease_ttl_ms: int,
         metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         self.role = role
         self.member_id = member_id
@@ -333,7 +336,9 @@ class QueueProcessor(BackgroundWorker):
         self._local_producer: Producer | None = None
         self._primary = threading.Event()
         self._reading = threading.Event()
-        super().__init__(role, MetricsEndpoint(metrics_port, self._metric_families))
+        super().__init__(
+            role, MetricsEndpoint(metrics_port, self._metric_families, address=metrics_host)
+        )
 
     # --- lifecycle ---------------------------------------------------------------------
 

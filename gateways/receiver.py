@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.gateway_queues import DISTRIBUTABLE_KINDS
@@ -86,6 +86,10 @@ class GatewayReceiverSettings(
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the inbound and reply
             consumers (100 ms, as the servers').
         member_id: This worker's member id.
+        security_principal: Principal the receiver signs the operations it applies as
+            (`schemas.signing`); needed where the servers have ``security_enabled``, which
+            refuse unsigned operations. None sends them unsigned.
+        security_secret: That principal's secret (``regionbus user add``).
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -98,6 +102,8 @@ class GatewayReceiverSettings(
     apply_timeout_ms: int = Field(default=30_000, ge=100)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: generated_member_id("gw-receiver"))
+    security_principal: str | None = None
+    security_secret: SecretStr | None = None
 
     @field_validator("receiver_id", "namespace")
     @classmethod
@@ -174,7 +180,9 @@ class GatewayReceiver(BackgroundWorker):
         self._consumer: Consumer | None = None
         super().__init__(
             f"gw-receiver-{settings.receiver_id}",
-            MetricsEndpoint(settings.metrics_port, self._metric_families),
+            MetricsEndpoint(
+                settings.metrics_port, self._metric_families, address=settings.metrics_host
+            ),
         )
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -190,6 +198,8 @@ class GatewayReceiver(BackgroundWorker):
             **s.kafka_connection(),
             fetch_wait_max_ms=s.fetch_wait_max_ms,
             read_timeout_ms=s.apply_timeout_ms,
+            security_principal=s.security_principal,
+            security_secret=s.security_secret,
         )
         self._pool = Pool(client_settings, self.client_id, s.member_id)
         if self.resolver is not None:

@@ -157,6 +157,7 @@ class GatewaySender(QueueProcessor):
             batch_time_interval_ms=settings.batch_time_interval_ms,
             lease_ttl_ms=settings.lease_ttl_ms,
             metrics_port=settings.metrics_port,
+            metrics_host=settings.metrics_host,
         )
         self.settings = settings
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]

@@ -22,14 +22,17 @@ Names follow the Prometheus conventions: prefix ``regionbus_``, counters end in
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Literal
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from pythonjsonlogger.json import JsonFormatter
 
@@ -127,8 +130,9 @@ class MetricsEndpoint:
             Source: the worker's ``metrics_port`` setting.
         collect: Called at every scrape (on the endpoint's thread); returns the metric
             families, built from the worker's counters. It must only read.
-        address: Address to listen on; all interfaces by default, so Prometheus can
-            scrape a server in a container.
+        address: Address to listen on; loopback by default (the ``metrics_host``
+            setting's default), so the figures are not offered to the whole network
+            unless an operator asks (``0.0.0.0`` in a container).
     """
 
     def __init__(
@@ -136,7 +140,7 @@ class MetricsEndpoint:
         port: int | None,
         collect: Callable[[], Iterable[Metric]],
         *,
-        address: str = "0.0.0.0",
+        address: str = "127.0.0.1",
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_CallbackCollector(collect))
@@ -154,8 +158,8 @@ class MetricsEndpoint:
         if self._wanted_port is None or self._server is not None:
             return
         try:
-            self._server, self._thread = start_http_server(
-                self._wanted_port, addr=self._address, registry=self.registry
+            self._server, self._thread = _serve_metrics_only(
+                self._address, self._wanted_port, make_wsgi_app(self.registry)
             )
         except OSError as exc:
             raise ConfigurationError(
@@ -180,6 +184,14 @@ class MetricsEndpoint:
         return int(self._server.server_address[1])
 
     @property
+    def address(self) -> str | None:
+        """The address the endpoint listens on while serving (``127.0.0.1`` unless the
+        ``metrics_host`` setting says otherwise), else None."""
+        if self._server is None:
+            return None
+        return str(self._server.server_address[0])
+
+    @property
     def url(self) -> str | None:
         """``http://<host>:<port>/metrics`` while serving (the loopback address when
         listening on every interface), else None."""
@@ -198,6 +210,46 @@ class MetricsEndpoint:
         return generate_latest(self.registry)
 
 
+METRICS_PATH = "/metrics"
+"""The one path the endpoint answers; every other gets 404."""
+
+
+def _metrics_only(app: WSGIApplication) -> WSGIApplication:
+    """``app`` at :data:`METRICS_PATH` only: prometheus_client's app answers every path,
+    which turns any URL of the host into a metrics page."""
+
+    def only_metrics(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") != METRICS_PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Not Found: metrics are at /metrics\n"]
+        return app(environ, start_response)
+
+    return only_metrics
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access-log line per scrape on standard error."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def _serve_metrics_only(
+    address: str, port: int, app: WSGIApplication
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``app`` at ``/metrics`` on ``address:port`` from a daemon thread, with the
+    threading server of ``prometheus_client.start_http_server``."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(address, port, _metrics_only(app), Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread
+
+
 class ServesMetrics:
     """Mixin of a worker (cache server, gateway worker) that owns a :class:`MetricsEndpoint`
     in ``self._metrics``: the read-only view of it operators and tests use."""
@@ -209,6 +261,11 @@ class ServesMetrics:
         """TCP port of the running metrics endpoint (the setting's, or the one bound for
         0), None when there is none or the worker is not running."""
         return self._metrics.port
+
+    @property
+    def metrics_address(self) -> str | None:
+        """The address the metrics endpoint listens on while it runs, else None."""
+        return self._metrics.address
 
     @property
     def metrics_url(self) -> str | None:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
+from schemas.masking import mask_url
 from schemas.settings import RegionBusSettings
 
 
@@ -46,12 +47,11 @@ class RedisConnectionSettings(RegionBusSettings):
         tls = [self.redis_ssl_ca_certs, self.redis_ssl_certfile, self.redis_ssl_keyfile]
         if any(tls) and not self.redis_url.startswith("rediss://"):
             raise ValueError(
-                f"Redis TLS files are set but redis_url {self.redis_url!r} is not rediss://"
+                f"Redis TLS files are set but redis_url {mask_url(self.redis_url)!r} is not rediss://"
             )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(
-                f"redis_url {self.redis_url!r} is not a redis://, rediss:// or unix:// URL"
-            )
+            shown = mask_url(self.redis_url)
+            raise ValueError(f"redis_url {shown!r} is not a redis://, rediss:// or unix:// URL")
         return self
 
 
@@ -60,15 +60,20 @@ class ObservabilitySettings(RegionBusSettings):
     operators.
 
     Attributes:
-        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics``, all
-            interfaces); None (the default) = no endpoint, 0 = any free port (the bound
-            one is the worker's ``metrics_port``). See :mod:`runtime.observability`.
+        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics`` only,
+            other paths get 404); None (the default) = no endpoint, 0 = any free port
+            (the bound one is the worker's ``metrics_port``). See
+            :mod:`runtime.observability`.
+        metrics_host: Address the endpoint listens on: ``127.0.0.1`` (the default, this
+            host only); ``0.0.0.0`` (every interface) where Prometheus scrapes from
+            elsewhere, as in a container.
         log_format: ``"text"`` (default: ``time level logger: message`` lines) or
             ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
             by ``regionbus serve`` and the ``regionbus gateway`` commands.
     """
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     log_format: Literal["text", "json"] = "text"
 
 

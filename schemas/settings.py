@@ -32,7 +32,6 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, model_validator
@@ -46,14 +45,10 @@ from pydantic_settings import (
 
 from schemas.errors import ConfigurationError
 from schemas.kafka_clients import client_config
+from schemas.masking import MASK, is_secret_name, mask_text, mask_url, mask_value
 
 CONFIG_FILE_ENV = "REGIONBUS_CONFIG_FILE"
 """Environment variable naming the configuration file (TOML, YAML or dotenv)."""
-
-MASK = "********"
-"""What :meth:`RegionBusSettings.masked` shows instead of a secret."""
-
-_SECRET_KEY = re.compile(r"password|secret|jaas|token|credential", re.IGNORECASE)
 
 LIBRDKAFKA_KEYS: dict[str, str] = {
     "kafka_bootstrap_servers": "bootstrap.servers",
@@ -74,36 +69,6 @@ def config_file() -> Path | None:
     """The configuration file named by ``REGIONBUS_CONFIG_FILE``, or None when unset."""
     value = os.environ.get(CONFIG_FILE_ENV, "").strip()
     return Path(value) if value else None
-
-
-def mask_url(url: str) -> str:
-    """``url`` with the password of its user-info part replaced by :data:`MASK`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
-
-
-def _mask_value(key: str, value: Any) -> Any:
-    if isinstance(value, SecretStr):
-        return MASK
-    if isinstance(value, Mapping):
-        return {
-            k: MASK if _SECRET_KEY.search(str(k)) else _mask_value(k, v) for k, v in value.items()
-        }
-    if isinstance(value, str) and "://" in value and "@" in value:
-        return mask_url(value)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return [_mask_value(key, v) for v in value]
-    if hasattr(value, "model_dump"):
-        return _mask_value(key, value.model_dump(mode="json"))
-    return value
 
 
 class RegionBusSettings(BaseSettings):
@@ -174,11 +139,12 @@ class RegionBusSettings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """The effective configuration as plain JSON-able values, secrets masked.
 
-        ``SecretStr`` fields, values under secret-looking keys of dict fields (e.g.
-        ``sasl.password`` in ``kafka_config``) and passwords inside URLs become
-        :data:`MASK`; an unset secret stays None.
+        ``SecretStr`` fields, fields and dict keys that name a secret (e.g.
+        ``sasl.password`` or ``ssl.key.pem`` in ``kafka_config``), PEM private keys and
+        passwords inside URLs become :data:`MASK` (`schemas.masking`); an unset secret
+        stays None.
         """
-        return {name: _mask_value(name, getattr(self, name)) for name in type(self).model_fields}
+        return {name: mask_value(name, getattr(self, name)) for name in type(self).model_fields}
 
     def sources(self) -> dict[str, str]:
         """Where each field's value came from: ``"env"``, ``"file"``, ``"code"`` or
@@ -213,7 +179,8 @@ def describe_validation_error(settings_class: type[RegionBusSettings], exc: Vali
         location = [str(part) for part in error.get("loc", ())]
         field = location[0] if location else ""
         where = ".".join(location) or "(settings)"
-        message = error.get("msg", "invalid")
+        # Messages of model-level checks may quote values (a Redis URL with its password).
+        message = mask_text(str(error.get("msg", "invalid")))
         if field in settings_class.model_fields:
             source = f"{where} (env {settings_class.env_name(field)})"
         elif error.get("type") == "extra_forbidden":
@@ -231,11 +198,16 @@ def describe_validation_error(settings_class: type[RegionBusSettings], exc: Vali
             and error.get("type") not in ("missing", "extra_forbidden")
         ):
             shown = error["input"]
-            if field and _SECRET_KEY.search(field):
-                shown = MASK
+            shown = MASK if _secret_field(settings_class, field) else mask_value(field, shown)
             detail = f" [got {shown!r}]"
         lines.append(f"  {source}: {message}{detail}")
     return "\n".join(lines)
+
+
+def _secret_field(settings_class: type[RegionBusSettings], field: str) -> bool:
+    """Whether a field holds a secret by its type (``SecretStr``) or its name."""
+    info = settings_class.model_fields.get(field)
+    return is_secret_name(field) or (info is not None and "SecretStr" in repr(info.annotation))
 
 
 _SETTINGS_ERROR_FIELD = re.compile(r'field "([^"]+)"')
@@ -259,7 +231,7 @@ def describe_settings_error(settings_class: type[RegionBusSettings], exc: Settin
         where = f"{field} (env {settings_class.env_name(field)})"
         message = 'not valid JSON; list and dict settings are JSON, e.g. ["r1", "r2"]'
     else:
-        where, message = "(settings)", str(exc)
+        where, message = "(settings)", mask_text(str(exc))
     return f"invalid {section} configuration:\n  {where}: {message}"
 
 

@@ -12,6 +12,13 @@ client produces (to ``{ns}.ops`` and ``{ns}.control``) carries three Kafka heade
     principal, the timestamp, the topic, the partition and the exact message value bytes
     (which hold the operations and their EventIDs).
 
+The other direction uses the same headers: what a cache server produces for one client
+(replies to ``{ns}.reply.<client>``, events and markers to ``{ns}.queue.<client>``) is
+signed as :data:`SERVER_PRINCIPAL` with the MAC key of the *client's* principal, which the
+servers hold and the client derives from its secret. A client with a principal accepts
+only messages that verify so (:meth:`Signer.check_from_server`): whoever can produce to
+its topics but does not hold its key cannot put an event into its cache.
+
 The frame format of the value is unchanged, so tools that do not know about signing
 (Spark decoding, dead-letter readers) still read every message.
 
@@ -36,6 +43,8 @@ from typing import Final, NamedTuple
 
 from schemas.errors import AuthenticationError
 
+SERVER_PRINCIPAL: Final = "@server"
+"""The principal cache servers sign their own messages as (not a legal user name)."""
 HEADER_PRINCIPAL: Final = "rb.principal"
 HEADER_TIMESTAMP: Final = "rb.ts"
 HEADER_MAC: Final = "rb.mac"
@@ -217,13 +226,60 @@ class Signer:
         Returns:
             ``[(rb.principal, ...), (rb.ts, ...), (rb.mac, ...)]``.
         """
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        mac = compute_mac(self._key, self.principal, ts, topic, partition, value)
-        return [
-            (HEADER_PRINCIPAL, self.principal.encode()),
-            (HEADER_TIMESTAMP, str(ts).encode()),
-            (HEADER_MAC, mac.hex().encode()),
-        ]
+        return signed_headers(self._key, self.principal, topic, partition, value, timestamp_ms)
+
+    def check_from_server(
+        self, headers: Headers | None, topic: str, partition: int, value: bytes | None
+    ) -> None:
+        """Check that a message on this principal's client topic comes from a cache server:
+        signed as :data:`SERVER_PRINCIPAL` with this principal's key, and unchanged.
+
+        Args:
+            headers: The message's headers.
+            topic: Topic it was read from (the client's queue or reply topic).
+            partition: Its partition.
+            value: Its value.
+
+        Raises:
+            AuthenticationError: unsigned, signed by another principal, or the MAC does not
+                match (forged, or changed after signing).
+        """
+        signed = parse_headers(headers)
+        if signed.principal != SERVER_PRINCIPAL:
+            raise AuthenticationError(f"signed by {signed.principal!r}, not by a cache server")
+        if not signed.verify(self._key, topic, partition, value or b""):
+            raise AuthenticationError("bad server signature")
+
+
+def signed_headers(
+    key: bytes,
+    principal: str,
+    topic: str,
+    partition: int,
+    value: bytes,
+    timestamp_ms: int | None = None,
+) -> HeaderList:
+    """The signing headers of a message signed as ``principal`` with ``key``.
+
+    Args:
+        key: The MAC key (:func:`derive_key`; for a server's message to a client, the
+            client principal's key).
+        principal: The signing principal's name (:data:`SERVER_PRINCIPAL` for servers).
+        topic: Destination topic.
+        partition: Destination partition (explicit: the MAC covers it).
+        value: The exact value to produce.
+        timestamp_ms: Signing time, milliseconds since the Unix epoch UTC; now when None.
+
+    Returns:
+        ``[(rb.principal, ...), (rb.ts, ...), (rb.mac, ...)]``.
+    """
+    ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+    mac = compute_mac(key, principal, ts, topic, partition, value)
+    return [
+        (HEADER_PRINCIPAL, principal.encode()),
+        (HEADER_TIMESTAMP, str(ts).encode()),
+        (HEADER_MAC, mac.hex().encode()),
+    ]
 
 
 __all__ = [
@@ -233,6 +289,7 @@ __all__ = [
     "KDF_ITERATIONS",
     "KDF_NAME",
     "MAC_ALGORITHM",
+    "SERVER_PRINCIPAL",
     "HeaderList",
     "Headers",
     "SignedHeaders",
@@ -241,5 +298,6 @@ __all__ = [
     "derive_key",
     "parse_headers",
     "principal_salt",
+    "signed_headers",
     "signing_input",
 ]

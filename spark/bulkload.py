@@ -45,18 +45,26 @@ from schemas.kafka_clients import kafka_admin, kafka_consumer
 from schemas.messages import Operation, OperationKind, Reply
 from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
 from schemas.serializers import AvroSerializer, Serializer, serializer_named
+from schemas.signing import derive_key, signed_headers
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
 from schemas.transport import assign_from, kafka_error, require_topic_operations, topic_partitions
 from spark.format import kafka_format
 from spark.kafka import latest_offsets
 
-OPERATIONS_SCHEMA: Final = "topic string, partition int, key binary, value binary"
-"""Columns of :func:`entries_to_operations` (the Kafka sink's)."""
+OPERATIONS_SCHEMA: Final = (
+    "topic string, partition int, key binary, value binary, "
+    "headers array<struct<key: string, value: binary>>"
+)
+"""Columns of :func:`entries_to_operations` (the Kafka sink's); ``headers`` carries the
+signing headers of a signed load (`schemas.signing`), null otherwise."""
 
 BULK_LOAD_THREAD: Final = 1
 """Thread id of every bulk-load member (one member per Spark task)."""
 
 _FAILURES_KEPT: Final = 5
+_HEADERS_TYPE: Final = pa.list_(
+    pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+)
 
 
 def _serializer(name: str, avro_schema: dict[str, Any] | None) -> Serializer:
@@ -76,6 +84,7 @@ def entries_to_operations(
     value_column: str = "value",
     serializer: str = "json",
     avro_schema: dict[str, Any] | None = None,
+    signing_key: tuple[str, bytes] | None = None,
 ) -> DataFrame:
     """The PUT operations of a bulk load, as Kafka records for ``{ns}.ops``.
 
@@ -92,6 +101,8 @@ def entries_to_operations(
         value_column: Column of entry values.
         serializer: ``json``, ``str`` or ``bytes`` (ignored when ``avro_schema`` is given).
         avro_schema: The Avro record schema of a typed region (serializer ``avro:<name>``).
+        signing_key: ``(principal, MAC key)`` to sign each record with, as servers with
+            ``security_enabled`` require (`schemas.signing.derive_key`); None: unsigned.
 
     Returns:
         A DataFrame of :data:`OPERATIONS_SCHEMA`, one row per Kafka message. Request ids are
@@ -145,20 +156,32 @@ def entries_to_operations(
             partitions: list[int] = []
             record_keys: list[bytes | None] = []
             record_values: list[bytes] = []
+            record_headers: list[list[dict[str, Any]] | None] = []
             for bucket, framed in per_bucket.items():
                 for message in encode_batches(framed):
                     topics.append(ops_topic)
                     partitions.append(bucket)
                     record_keys.append(None)
                     record_values.append(message)
+                    record_headers.append(
+                        None
+                        if signing_key is None
+                        else [
+                            {"key": name, "value": value}
+                            for name, value in signed_headers(
+                                signing_key[1], signing_key[0], ops_topic, bucket, message
+                            )
+                        ]
+                    )
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array(topics, pa.string()),
                     pa.array(partitions, pa.int32()),
                     pa.array(record_keys, pa.binary()),
                     pa.array(record_values, pa.binary()),
+                    pa.array(record_headers, _HEADERS_TYPE),
                 ],
-                names=["topic", "partition", "key", "value"],
+                names=["topic", "partition", "key", "value", "headers"],
             )
 
     return df.select(key_column, value_column).mapInArrow(to_operations, OPERATIONS_SCHEMA)
@@ -227,6 +250,8 @@ def bulk_load(
     wait_applied_timeout_s: float | None = 600.0,
     kafka_format_name: str | None = None,
     status: PhaseStatus | None = None,
+    security_principal: str | None = None,
+    security_secret: str | None = None,
 ) -> BulkLoadReport:
     """Load a DataFrame of entries into a region through the cache servers.
 
@@ -252,6 +277,10 @@ def bulk_load(
         kafka_format_name: The Kafka format to write with; :func:`kafka_format` when None.
         status: Kept current with the load's phase and reply count, for a
             :class:`runtime.heartbeat.Heartbeat`; None for none.
+        security_principal: Principal to sign the load's operations as (servers with
+            ``security_enabled`` refuse unsigned ones); None writes them unsigned.
+        security_secret: That principal's secret; its MAC key is derived once, on the
+            driver, and shipped to the tasks (never the secret).
 
     Returns:
         The report.
@@ -271,6 +300,13 @@ def bulk_load(
         "bootstrap.servers": kafka_bootstrap_servers,
         **(kafka_config or {}),
     }
+    if (security_principal is None) != (security_secret is None):
+        raise ConfigurationError("security_principal and security_secret go together")
+    signing_key = (
+        None
+        if security_principal is None or security_secret is None
+        else (security_principal, derive_key(security_secret, namespace, security_principal))
+    )
     load = load_id or f"{BULK_LOAD_ID_PREFIX}{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
     reply_topic = Topics(namespace).reply(load)
@@ -294,6 +330,7 @@ def bulk_load(
         value_column=value_column,
         serializer=serializer,
         avro_schema=avro_schema,
+        signing_key=signing_key,
     )
     fmt = kafka_format_name or kafka_format(spark)
     started = time.monotonic()

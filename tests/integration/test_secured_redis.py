@@ -216,6 +216,45 @@ def test_user_management_needs_cluster_manage_once_an_administrator_exists(
     assert listed.exit_code == 0 and "admin\tCLUSTER:MANAGE" in listed.output
 
 
+@pytest.mark.parametrize("security_enabled", [None, "false"])
+def test_user_management_needs_cluster_manage_whatever_the_callers_security_setting(
+    cli_env: dict[str, str], security_enabled: str | None
+) -> None:
+    """The check is the caller's own principal and secret: a caller who leaves
+    ``REGIONBUS_SECURITY_ENABLED`` unset or false cannot grant itself anything."""
+    runner = CliRunner()
+    admin_env = {**cli_env, "ADMIN_SECRET": "admin-secret"}
+    first = runner.invoke(
+        main,
+        ["user", "add", "admin", "--permission", "CLUSTER:MANAGE", "--secret-env", "ADMIN_SECRET"],
+        env=admin_env,
+    )
+    assert first.exit_code == 0, first.output
+    # None unsets a variable for the command (click's CliRunner).
+    caller: dict[str, str | None] = {
+        **cli_env,
+        "REGIONBUS_SECURITY_ENABLED": security_enabled,
+        "REGIONBUS_SECURITY_PRINCIPAL": None,
+        "REGIONBUS_SECURITY_SECRET": None,
+    }
+    for command in (
+        ["user", "add", "mallory", "--permission", "DATA:WRITE", "--permission", "DATA:READ"],
+        ["user", "remove", "admin"],
+        ["user", "list"],
+    ):
+        refused = runner.invoke(main, command, env=caller)
+        assert refused.exit_code != 0, (command, refused.output)
+        assert "CLUSTER:MANAGE needed" in refused.output
+    wrong = {**caller, "REGIONBUS_SECURITY_PRINCIPAL": "admin", "REGIONBUS_SECURITY_SECRET": "x"}
+    refused = runner.invoke(main, ["user", "add", "mallory", "--permission", "*:*"], env=wrong)
+    assert refused.exit_code != 0 and "bad credentials" in refused.output
+    listed = runner.invoke(
+        main, ["user", "list"], env={**wrong, "REGIONBUS_SECURITY_SECRET": "admin-secret"}
+    )
+    assert listed.exit_code == 0, listed.output
+    assert listed.output == "admin\tCLUSTER:MANAGE\n", "mallory was never added"
+
+
 def test_a_secret_printed_by_user_add_lets_a_client_write_and_nothing_else(
     redis_url: str,
     namespace: str,

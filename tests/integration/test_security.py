@@ -9,6 +9,7 @@ of its client ids (`broker.kafka_acls`), as in the ``secured`` compose profile.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -32,9 +33,9 @@ from schemas.codec import decode, encode, split_batch
 from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
 from schemas.eventid import EventID
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, Operation, OperationKind, Reply
+from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from schemas.naming import Topics, bucket_of
-from schemas.signing import Signer
+from schemas.signing import SERVER_PRINCIPAL, Signer
 from schemas.topics import TopicSpec, ensure_topics
 
 ClientFactory = Callable[..., Any]
@@ -503,3 +504,97 @@ def test_a_principal_cannot_act_as_another_principals_client_id(
         sender.close()
     assert reply.error_type == "NotAuthorizedError"
     assert "belongs to another principal" in (reply.error_message or "")
+
+
+# --- what servers produce is signed; clients take nothing else -------------------------
+
+
+def _forge_event(namespace: str, key: str, value: str, sequence: int) -> bytes:
+    """An event that looks like a server's: new thread, new sequence, valid JSON value."""
+    return encode(
+        Event(
+            event_id=EventID("forger-member", 7, sequence, bucket_of("r", key, 16)),
+            kind=EventKind.CREATE,
+            region="r",
+            version=1,
+            timestamp_ms=int(time.time() * 1000),
+            originator="forger",
+            key=key,
+            value=json.dumps(value).encode(),
+            serializer="json",
+        )
+    )
+
+
+def test_a_forged_event_in_a_clients_queue_is_dropped_counted_and_never_applied(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    kafka_users: KafkaUsers,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="regionbus.client")
+    reader_cache = _client(client_factory, "reader")
+    recorder = Recorder()
+    reader = reader_cache.create_region("r", listeners=[recorder])
+    reader.register_interest("ALL_KEYS")
+    writer = _client(client_factory, "writer").create_region("r")
+    queue = Topics(namespace).queue(reader_cache.client_id)
+
+    # Whoever may produce to the queue topic (here Kafka's superuser) forges events:
+    # unsigned, signed as the servers with a guessed key, and signed by another principal.
+    forger = kafka_producer(kafka_users.node.client_config())
+    forged = {
+        "unsigned": None,
+        "guessed-key": lambda value: Signer(SERVER_PRINCIPAL, b"\x00" * 32).headers(
+            queue, 0, value
+        ),
+        "other-principal": lambda value: _signed(
+            "nosy", SECRETS["nosy"], namespace, queue, 0, value
+        ),
+    }
+    for sequence, (key, sign) in enumerate(forged.items()):
+        value = _forge_event(namespace, key, "forged", sequence)
+        forger.produce(queue, value, partition=0, headers=None if sign is None else sign(value))
+    assert forger.flush(10) == 0
+    # Then a genuine change: once it is applied, the forged events before it were read.
+    writer.put("genuine", "from the server")
+    wait_until(lambda: reader.local_entries().get("genuine") == "from the server", 30)
+
+    assert not set(forged) & set(reader.local_entries())
+    assert not set(forged) & {name for _, name, _ in recorder.calls}
+    assert reader_cache.subscription_stats.forged == len(forged)
+    dropped = [
+        r.getMessage() for r in caplog.records if "not signed by a cache server" in r.getMessage()
+    ]
+    assert len(dropped) == len(forged)
+
+
+def test_replies_events_and_markers_to_a_client_are_signed_by_the_servers_for_its_principal(
+    secured_server: CacheServer,
+    client_factory: ClientFactory,
+    kafka_users: KafkaUsers,
+    namespace: str,
+) -> None:
+    durable_cache = client_factory(
+        "reader",
+        client_id="signed-desk",
+        durable_client_id="signed-desk",
+        security_principal="reader",
+        security_secret=SECRETS["reader"],
+    )
+    region = durable_cache.create_region("r")
+    region.register_interest("ALL_KEYS", durable=True)
+    durable_cache.ready_for_events()
+    _client(client_factory, "writer").create_region("r").put("k", "v")
+    wait_until(lambda: region.local_entries().get("k") == "v", 30)
+    reader_key = Signer.from_secret(namespace, "reader", SECRETS["reader"])
+    topics = Topics(namespace)
+    kinds: set[str] = set()
+    for topic in (topics.queue("signed-desk"), topics.reply("signed-desk")):
+        messages = [m for m in kafka_users.read(topic) if m.error() is None]
+        assert messages, topic
+        for message in messages:
+            reader_key.check_from_server(message.headers(), topic, 0, message.value())
+            kinds |= {type(decode(raw)).__name__ for raw in split_batch(message.value())}
+    assert {"Event", "Marker", "Reply"} <= kinds

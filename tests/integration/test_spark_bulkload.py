@@ -9,6 +9,9 @@ from typing import Any
 import redis
 from support import wait_until
 
+from broker.config import ServerSettings
+from broker.permissions import ResourcePermission
+from broker.principals import PrincipalStore
 from broker.server import CacheServer
 from clients import ALL_KEYS
 from schemas.callbacks import CacheListener, EntryEvent
@@ -129,3 +132,39 @@ def test_bulk_load_into_a_missing_region_reports_every_refusal(
     assert not report.ok
     assert (report.applied, report.failed) == (0, 50)
     assert report.failures[0].startswith("RegionNotFoundError")
+
+
+def test_a_signed_bulk_load_is_applied_by_secured_servers_and_an_unsigned_one_refused(
+    spark_session: Any,
+    server_settings: ServerSettings,
+    redis_client: redis.Redis,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    PrincipalStore(redis_client, namespace).add(
+        "loader", "loader-secret", [ResourcePermission.parse("DATA:WRITE:r")]
+    )
+    server = CacheServer(server_settings.model_copy(update={"security_enabled": True}))
+    server.start()
+    try:
+        options: dict[str, Any] = {
+            "kafka_bootstrap_servers": kafka_bootstrap_servers,
+            "namespace": namespace,
+        }
+        unsigned = bulk_load(spark_session, _entries(spark_session, 40), "r", **options)
+        signed = bulk_load(
+            spark_session,
+            _entries(spark_session, 40),
+            "r",
+            security_principal="loader",
+            security_secret="loader-secret",
+            **options,
+        )
+    finally:
+        server.stop()
+
+    assert (unsigned.applied, unsigned.failed) == (0, 40)
+    assert unsigned.failures[0].startswith("AuthenticationError")
+    assert signed.ok, signed
+    assert (signed.applied, signed.failed) == (40, 0)
+    assert _redis_entries(redis_client, namespace) == 40
