@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.naming import Topics
 from spark.decode import decode_messages, decode_values
-from spark.format import kafka_format
+from spark.format import kafka_reader
 
 FLIGHTS_REGION: Final = "flights"
 FLIGHT_VALUE_SCHEMA: Final = (
@@ -102,7 +102,8 @@ def start_delays_job(
         namespace: Site namespace of the replay.
         output: Directory of the Parquet table.
         checkpoint: Directory of the query's checkpoint (offsets and state).
-        kafka_config: More librdkafka settings (without the ``kafka.`` prefix).
+        kafka_config: More librdkafka settings (without the ``kafka.`` prefix), translated
+            for the JVM connector (:mod:`spark.jvm_config`).
         available_now: Process what ``{ns}.events`` holds now, then stop.
         trigger_interval_s: Seconds between micro-batches when not ``available_now``.
         max_offsets_per_trigger: Most records per micro-batch (None: no limit).
@@ -112,13 +113,10 @@ def start_delays_job(
         The running query (``awaitTermination()`` to wait for an ``available_now`` run).
     """
     reader = (
-        spark.readStream.format(kafka_format(spark))
-        .option("kafka.bootstrap.servers", kafka_bootstrap_servers)
+        kafka_reader(spark, kafka_bootstrap_servers, kafka_config, streaming=True)
         .option("subscribe", Topics(namespace).events)
         .option("startingOffsets", "earliest")
     )
-    for key, value in (kafka_config or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
 
