@@ -238,21 +238,44 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
         decoded columns are then null). The same rows as :func:`decode_record_values`.
     """
     kept = [f.name for f in df.schema.fields if f.name not in (*_DROPPED, value_column)]
+    # Each from_avro is computed in a projection of its own: a later projection reading
+    # many fields of its struct then reuses it (Spark does not merge a projection into the
+    # next when that would repeat an expensive expression), where one projection would
+    # decode the record again for each field, being inside conditional expressions.
     raw = F.col(value_column)
-    batch = _from_avro(F.expr(f"substring(`{value_column}`, 3)"), "Batch")
     is_batch = _framed(raw) & (_type_of(raw) == _BATCH_TYPE)
-    record_error = F.when(is_batch & batch["messages"].isNull(), "undecodable Batch")
-    items = F.when(is_batch & record_error.isNull(), batch["messages"]).otherwise(F.array(raw))
-    exploded = df.select(
-        *kept, record_error.alias("_record_error"), F.posexplode(items).alias("index", "_item")
+    records = df.select(
+        *kept,
+        raw.alias("_raw"),
+        is_batch.alias("_is_batch"),
+        F.when(is_batch, _from_avro(F.expr(f"substring(`{value_column}`, 3)"), "Batch"))[
+            "messages"
+        ].alias("_messages"),
+    )
+    record_error = F.when(F.col("_is_batch") & F.col("_messages").isNull(), "undecodable Batch")
+    items = F.when(F.col("_is_batch") & F.col("_messages").isNotNull(), F.col("_messages"))
+    exploded = records.select(
+        *kept,
+        record_error.alias("_record_error"),
+        F.posexplode(F.coalesce(items, F.array("_raw"))).alias("index", "_item"),
     )
     item = F.col("_item")
-    kind = _type_of(item)
     body = F.expr("substring(_item, 3)")
-    decoded = {
-        name: F.when(_framed(item) & (kind == byte), _from_avro(body, name))
-        for byte, name in _TYPES.items()
-    }
+    structs = exploded.select(
+        *kept,
+        "index",
+        "_record_error",
+        "_item",
+        _type_of(item).alias("_kind"),
+        *[
+            F.when(_framed(item) & (_type_of(item) == byte), _from_avro(body, name)).alias(
+                f"_{name}"
+            )
+            for byte, name in _TYPES.items()
+        ],
+    )
+    kind = F.col("_kind")
+    decoded = {name: F.col(f"_{name}") for name in _TYPES.values()}
     undecodable = F.coalesce(
         *[
             F.when((kind == byte) & decoded[name][_REQUIRED[name]].isNull(), f"undecodable {name}")
@@ -296,7 +319,7 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
         "origin_site_id": F.coalesce(ev["origin_site_id"], op["origin_site_id"]),
     }
     ok = F.col("decode_error").isNull()
-    with_error = exploded.withColumn("decode_error", error)
+    with_error = structs.withColumn("decode_error", error)
     return with_error.select(
         *kept,
         F.col("index").cast("int").alias("index"),
