@@ -221,7 +221,7 @@ def _bulk_load(spark: Any, bootstrap: str, entries: int) -> tuple[float, float, 
 @click.command()
 @click.option("--events", default=1_000_000, show_default=True, help="Events in the topic.")
 @click.option("--value-bytes", default=200, show_default=True, help="Approximate record size.")
-@click.option("--entries", default=200_000, show_default=True, help="Entries bulk loaded.")
+@click.option("--entries", default=300_000, show_default=True, help="Entries bulk loaded.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 def main(events: int, value_bytes: int, entries: int, master: str) -> None:
     """Spark's Kafka connector vs plain confluent-kafka: reads and a bulk load, in one run."""
