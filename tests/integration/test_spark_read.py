@@ -176,7 +176,7 @@ def test_timestamp_options_start_and_end_at_the_first_record_that_recent(
     assert to_the_end == [(0, 9), *((2, o) for o in range(10))]
     with pytest.raises(Exception, match="No offset matched from request of topic-partition"):
         read(startingOffsetsByTimestamp=by_partition(base_ms, base_ms + 20_000, base_ms))
-    with pytest.raises(Exception, match="you didn.t specify all the partitions"):
+    with pytest.raises(Exception, match=r"you didn.t specify all the partitions"):
         read(startingOffsetsByTimestamp=json.dumps({topic: {"0": base_ms}}))
 
 
