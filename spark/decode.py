@@ -384,7 +384,8 @@ def decode_values(
     values of a typed region (serializer ``avro:<name>``) by Spark's ``from_avro`` with
     ``avro_schema``; both in the JVM.
     Values of another serializer, absent values (destroy, invalidate) and values that do not
-    parse give null.
+    parse give null (an Avro value counts as unparsed when a field its schema declares
+    non-null comes out null).
 
     Args:
         df: A DataFrame from :func:`decode_messages` (or any with the two columns).
@@ -420,6 +421,15 @@ def decode_values(
         ]
     )
     decodable = (F.col(serializer_column) == serializer.name) & F.col(value_column).isNotNull()
+    # PERMISSIVE from_avro gives a struct of nulls for bytes that do not parse: a field the
+    # schema makes non-null tells such a value from a real one.
+    required = [
+        f["name"]
+        for f in avro_schema.get("fields", [])
+        if not (isinstance(f["type"], list) and "null" in f["type"])
+    ]
+    if required:
+        decodable = decodable & record[required[0]].isNotNull()
     return df.withColumn(output_column, F.when(decodable, value))
 
 

@@ -39,7 +39,7 @@ records at a time (not 500) read a range in far fewer round trips (measured with
 ``bench.spark_read``: a 500,000-event read went from 6.3 s to 4.8 s)."""
 
 _registered: set[int] = set()
-_present: dict[int, bool] = {}
+_present: dict[str, bool] = {}
 
 
 def jvm_connector_present(spark: SparkSession) -> bool:
@@ -47,12 +47,12 @@ def jvm_connector_present(spark: SparkSession) -> bool:
 
     Probes by analysing a Kafka read (the connector builds its relation without contacting
     any broker); a missing connector fails analysis with ``DATA_SOURCE_NOT_FOUND``. The
-    answer is kept per session (a session's classpath does not change).
+    answer is kept per Spark application (its classpath does not change while it runs).
 
     Args:
         spark: The session.
     """
-    key = id(spark)
+    key = spark.sparkContext.applicationId
     if key in _present:
         return _present[key]
     try:

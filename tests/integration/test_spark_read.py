@@ -26,6 +26,7 @@ from schemas.messages import (
     Reply,
 )
 from schemas.naming import Topics
+from schemas.serializers import AvroSerializer
 from spark.decode import DECODED_SCHEMA, decode_messages, decode_record_values, decode_values
 from spark.format import JVM_FORMAT, jvm_connector_present, kafka_format
 from spark.kafka import earliest_offsets, latest_offsets, offsets_for_timestamps
@@ -336,3 +337,67 @@ def test_jvm_decoding_gives_the_rows_of_the_python_reference_decoder(
     by_offset = {r.offset: r for r in decoded if r.decode_error}
     assert "magic 0x6e" in by_offset[len(values) - 6].decode_error
     assert by_offset[len(values) - 5].decode_error == "undecodable Event"
+
+
+def test_avro_values_of_a_typed_region_decode_in_the_jvm(spark_session: Any) -> None:
+    schema = {
+        "type": "record",
+        "name": "Flight",
+        "namespace": "demo",
+        "fields": [
+            {"name": "carrier", "type": "string"},
+            {"name": "dep_delay", "type": ["null", "double"], "default": None},
+            {"name": "legs", "type": {"type": "array", "items": "int"}},
+        ],
+    }
+    avro = AvroSerializer(schema)
+    eid = EventID("m", 1, 0, 0)
+    flights = {"f1": {"carrier": "UA", "dep_delay": 12.5, "legs": [1, 2]}}
+    flights["f2"] = {"carrier": "AA", "dep_delay": None, "legs": []}
+    values = [
+        encode(Event(eid, EventKind.CREATE, "r", 1, 0, "c", k, avro.dumps(v), avro.name))
+        for k, v in flights.items()
+    ]
+    values.append(encode(Event(eid, EventKind.CREATE, "r", 1, 0, "c", "j", b"{}", "json")))
+    broken = b"\x7f\xff"  # a string length running past the end
+    values.append(encode(Event(eid, EventKind.CREATE, "r", 1, 0, "c", "bad", broken, avro.name)))
+    records = spark_session.createDataFrame([(v,) for v in values], "value binary")
+
+    rows = decode_values(
+        decode_messages(records),
+        "carrier string, dep_delay double, legs array<int>, missing string",
+        avro_schema=schema,
+        output_column="flight",
+    ).collect()
+
+    got = {r.key: r.flight.asDict() if r.flight is not None else None for r in rows}
+    assert got == {
+        "f1": {**flights["f1"], "missing": None},
+        "f2": {**flights["f2"], "missing": None},
+        "j": None,
+        "bad": None,
+    }
+
+
+def test_the_python_source_reads_what_the_connector_reads(
+    spark_session: Any, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    topic = Topics(namespace).events
+    _create_topic(kafka_bootstrap_servers, topic, _PARTITIONS)
+    _produce(kafka_bootstrap_servers, topic, 300, linger_ms=20)
+
+    def read(fmt: str) -> list[tuple[Any, ...]]:
+        rows = (
+            spark_session.read.format(fmt)
+            .option("kafka.bootstrap.servers", kafka_bootstrap_servers)
+            .option("subscribe", topic)
+            .load()
+            .collect()
+        )
+        return sorted((r.partition, r.offset, r.key, r.value, r.timestamp) for r in rows)
+
+    native = read(kafka_format(spark_session))
+    python = read(kafka_format(spark_session, prefer_jvm=False))
+
+    assert len(native) == 300
+    assert python == native
