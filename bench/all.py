@@ -42,7 +42,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("durable_replay", ("--events", "20000")),
     Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
     Benchmark("gateway", ("--events", "5000", "--seconds", "8")),
-    Benchmark("spark_read", ("--events", "200000")),
+    Benchmark("spark_read", ("--events", "200000", "--entries", "50000")),
 )
 """Every benchmark, in the order they run."""
 

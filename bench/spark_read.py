@@ -1,23 +1,34 @@
-"""Spark batch read of ``{ns}.events`` against a plain confluent-kafka consume, same run.
+"""Spark's JVM Kafka connector on regionbus topics against plain confluent-kafka, same run.
 
 ``python -m bench.spark_read --events 1000000`` fills a fresh ``{ns}.events`` (16
 partitions, one encoded ``Event`` of about ``--value-bytes`` per record), then reads it
 whole:
 
 - **raw**: one confluent-kafka consumer, ``assign()`` on the 16 partitions from offset 0,
-  counting records until every partition's end (its high watermark, as the Spark source
-  takes it, :func:`spark.kafka.latest_offsets`); no decoding;
-- **spark**: ``spark.read.format(kafka_format(spark))`` over the topic (``local[2]``),
+  counting records until every partition's end (its high watermark); no decoding;
+- **spark raw bytes**: ``spark.read.format("kafka")`` over the topic (``local[2]``),
   aggregated in the JVM (``count(*)``, ``sum(length(value))``) so every row is built and
-  none is collected; run twice, the second run with warm Python workers;
-- **spark + decode**: the same read through :func:`spark.decode.decode_messages`.
+  none is collected; each Spark read runs twice and the figure is the second (warm) run;
+- **spark typed columns**: the same read through :func:`spark.decode.decode_messages`
+  (``from_avro`` in the JVM), aggregating decoded columns so every record is decoded.
 
-It prints rows/s of each and spark ÷ raw. Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else
-the embedded Kafka. See ``bench/README.md``.
+Then a bulk load of ``--entries`` entries into a fresh ``{ns}.ops`` (16 partitions):
+
+- **confluent-kafka produce**: the very records the Spark job writes (collected first),
+  produced by one confluent-kafka producer (``acks=all``, idempotent, ``linger.ms=5``) and
+  flushed: the cost of the write alone;
+- **python encode + produce**: one Python process encoding the same PUTs as ``put_all``
+  does (JSON value, framed Avro operation, one batch per bucket) and producing them;
+- **spark bulk load**: :func:`spark.bulkload.entries_to_operations` (operations encoded in
+  the Python workers, as a signing client must) written with ``df.write.format("kafka")``.
+
+It prints rows/s of each and the ratios, and the load average before and after. Uses the
+embedded Kafka of :class:`devstack.LocalStack`. See ``bench/README.md``.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from contextlib import ExitStack
@@ -31,11 +42,12 @@ from rich.table import Table
 
 from bench.summary import SummaryRow, emit
 from devstack import LocalStack
-from schemas.codec import encode
+from schemas.codec import encode, encode_batches
 from schemas.eventid import EventID
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind
-from schemas.naming import Topics
+from schemas.messages import Event, EventKind, Operation, OperationKind
+from schemas.naming import Topics, bucket_of
+from schemas.serializers import serializer_named
 from schemas.transport import assign_from
 
 _PARTITIONS = 16
@@ -101,28 +113,120 @@ def _spark_read(spark: Any, bootstrap: str, topic: str, decoded: bool) -> tuple[
     from pyspark.sql import functions as F  # noqa: N812
 
     from spark.decode import decode_messages
-    from spark.format import kafka_format
+    from spark.format import kafka_reader
 
     started = time.monotonic()
-    df = (
-        spark.read.format(kafka_format(spark))
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
+    df = kafka_reader(spark, bootstrap).option("subscribe", topic).load()
     if decoded:
-        df = decode_messages(df).withColumn("value", F.col("key"))
-    row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).first()
+        # Decoded columns of several types, so every record goes through from_avro.
+        row = (
+            decode_messages(df)
+            .agg(
+                F.count(F.lit(1)).alias("n"),
+                F.sum(F.length("key")).alias("key_bytes"),
+                F.sum(F.col("sequence") + F.col("version")).alias("sum"),
+                F.sum(F.length("value")).alias("value_bytes"),
+            )
+            .first()
+        )
+    else:
+        row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).first()
+    assert row is not None
     return int(row["n"]), time.monotonic() - started
+
+
+def _operations(spark: Any, namespace: str, entries: int) -> Any:
+    from spark.bulkload import entries_to_operations
+
+    df = spark.range(entries, numPartitions=2).selectExpr(
+        "concat('flight-', id) AS key",
+        "named_struct('carrier', 'UA', 'flight', id, 'dep_delay', id % 60) AS value",
+    )
+    return entries_to_operations(
+        df, "flights", namespace=namespace, total_buckets=_PARTITIONS, load_id="spark-load-bench"
+    )
+
+
+def _raw_produce(bootstrap: str, records: list[tuple[str, int, bytes]]) -> float:
+    producer = kafka_producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True}
+    )
+    started = time.monotonic()
+    for topic, partition, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    return time.monotonic() - started
+
+
+def _encode_and_produce(bootstrap: str, namespace: str, entries: int) -> float:
+    """What one Python process does for the same load: encode each PUT as ``put_all`` does
+    (JSON value, framed Avro operation, one batch per bucket) and produce."""
+    serializer = serializer_named("json")
+    started = time.monotonic()
+    now_ms = int(time.time() * 1000)
+    per_bucket: dict[int, list[bytes]] = {}
+    for i in range(entries):
+        key = f"flight-{i}"
+        bucket = bucket_of("flights", key, _PARTITIONS)
+        sequence = len(per_bucket.setdefault(bucket, []))
+        operation = Operation(
+            request_id=i,
+            client_id="spark-load-baseline",
+            kind=OperationKind.PUT,
+            region="flights",
+            timestamp_ms=now_ms,
+            event_id=EventID("spark-load-baseline-p0", 1, sequence, bucket),
+            key=key,
+            value=serializer.dumps({"carrier": "UA", "flight": i, "dep_delay": i % 60}),
+            serializer=serializer.name,
+        )
+        per_bucket[bucket].append(encode(operation))
+    ops = Topics(namespace).ops
+    records = [
+        (ops, bucket, message)
+        for bucket, framed in per_bucket.items()
+        for message in encode_batches(framed)
+    ]
+    _raw_produce(bootstrap, records)
+    return time.monotonic() - started
+
+
+def _bulk_load(spark: Any, bootstrap: str, entries: int) -> tuple[float, float, float, int]:
+    """Seconds of one load of ``entries`` PUTs: (produce of the encoded records, encode and
+    produce in one Python process, Spark bulk load) and the number of Kafka records."""
+    from spark.format import kafka_writer
+
+    namespace = f"bench.{secrets.token_hex(3)}"
+    ops = Topics(namespace).ops
+    admin = kafka_admin({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(ops, _PARTITIONS, 1)]).values():
+        future.result(timeout=30)
+    records = [
+        (r["topic"], r["partition"], r["value"])
+        for r in _operations(spark, namespace, entries).collect()
+    ]
+    raw_s = _raw_produce(bootstrap, records)
+    encode_s = _encode_and_produce(bootstrap, namespace, entries)
+    started = time.monotonic()
+    kafka_writer(_operations(spark, namespace, entries), bootstrap).save()
+    spark_s = time.monotonic() - started
+    return raw_s, encode_s, spark_s, len(records)
 
 
 @click.command()
 @click.option("--events", default=1_000_000, show_default=True, help="Events in the topic.")
 @click.option("--value-bytes", default=200, show_default=True, help="Approximate record size.")
+@click.option("--entries", default=300_000, show_default=True, help="Entries bulk loaded.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
-def main(events: int, value_bytes: int, master: str) -> None:
-    """Spark batch read of {ns}.events vs a plain confluent-kafka consume, in one run."""
+def main(events: int, value_bytes: int, entries: int, master: str) -> None:
+    """Spark's Kafka connector vs plain confluent-kafka: reads and a bulk load, in one run."""
     console = Console()
+    load_before = os.getloadavg()
     with ExitStack() as stack:
         local = stack.enter_context(LocalStack(use_docker=False))
         bootstrap = local.kafka_bootstrap_servers
@@ -134,12 +238,17 @@ def main(events: int, value_bytes: int, master: str) -> None:
         from spark.session import local_session
 
         spark = local_session("regionbus-bench", master=master)
-        runs = [
-            ("spark (first run)", *_spark_read(spark, bootstrap, topic, decoded=False)),
-            ("spark (warm)", *_spark_read(spark, bootstrap, topic, decoded=False)),
-            ("spark + decode_messages", *_spark_read(spark, bootstrap, topic, decoded=True)),
-        ]
+        # Each read runs twice and the second (warm: the JVM's JIT has compiled the
+        # connector's and spark-avro's code) is the figure; first runs are printed too.
+        runs = []
+        for name, decoded in (("spark raw bytes", False), ("spark typed columns", True)):
+            _, first_s = _spark_read(spark, bootstrap, topic, decoded=decoded)
+            console.print(f"{name}: first run {first_s:.2f} s")
+            runs.append((name, *_spark_read(spark, bootstrap, topic, decoded=decoded)))
+        _bulk_load(spark, bootstrap, min(entries, 20_000))  # warms the Python workers
+        produce_s, encode_s, load_s, records = _bulk_load(spark, bootstrap, entries)
         spark.stop()
+    load_after = os.getloadavg()
     raw_rate = raw_n / raw_s
     table = Table(
         title=f"batch read of {events:,} events ({value_bytes} B), {_PARTITIONS} partitions"
@@ -151,16 +260,46 @@ def main(events: int, value_bytes: int, master: str) -> None:
         rate = n / seconds
         table.add_row(name, f"{n:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / raw_rate:.2f}")
     console.print(table)
+    loads = Table(title=f"bulk load of {entries:,} PUT operations ({records:,} batch records)")
+    for column in ("writer", "seconds", "operations/s", "÷ produce"):
+        loads.add_column(column, justify="right")
+    produce_rate, load_rate = entries / produce_s, entries / load_s
+    for name, seconds in (
+        ("confluent-kafka produce (encoded records)", produce_s),
+        ("python encode + confluent-kafka produce", encode_s),
+        ("spark bulk load", load_s),
+    ):
+        rate = entries / seconds
+        loads.add_row(name, f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / produce_rate:.2f}")
+    console.print(loads)
+    console.print(
+        "load average (1, 5, 15 min): before "
+        + ", ".join(f"{x:.2f}" for x in load_before)
+        + "; after "
+        + ", ".join(f"{x:.2f}" for x in load_after)
+    )
     emit(
         [
+            *(
+                SummaryRow(
+                    "spark_read", f"{name} rows/s", n / seconds, raw_rate, "confluent-kafka consume"
+                )
+                for name, n, seconds in runs
+            ),
             SummaryRow(
                 "spark_read",
-                f"{name} rows/s",
-                n / seconds,
-                raw_rate,
-                "confluent-kafka consume rows/s",
-            )
-            for name, n, seconds in runs[1:]
+                "bulk load operations/s",
+                load_rate,
+                produce_rate,
+                "confluent-kafka produce of the encoded records",
+            ),
+            SummaryRow(
+                "spark_read",
+                "bulk load operations/s",
+                load_rate,
+                entries / encode_s,
+                "python encode + confluent-kafka produce",
+            ),
         ]
     )
     if raw_n != events or any(n != events for _, n, _ in runs):

@@ -29,7 +29,7 @@ from schemas.errors import TransportError
 from schemas.kafka_clients import kafka_consumer
 from schemas.naming import Topics
 from spark.decode import decode_messages
-from spark.format import kafka_format
+from spark.format import kafka_reader
 from spark.kafka import METADATA_TIMEOUT_S, list_partitions
 from spark.options import EARLIEST, Subscription, TopicPartitionKey, offsets_to_json
 
@@ -157,9 +157,8 @@ def _unacked_events(
     columns = "topic string, region string, operation string, timestamp_ms bigint"
     if not starts:
         return spark.createDataFrame([], columns)
-    reader = spark.read.format(kafka_format(spark))
-    for key, value in config.items():
-        reader = reader.option(f"kafka.{key}", value)
+    settings = dict(config)
+    reader = kafka_reader(spark, settings.pop("bootstrap.servers"), settings)
     assignment: dict[str, list[int]] = {}
     for topic, partition in sorted(starts):
         assignment.setdefault(topic, []).append(partition)

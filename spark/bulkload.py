@@ -48,7 +48,7 @@ from schemas.serializers import AvroSerializer, Serializer, serializer_named
 from schemas.signing import derive_key, signed_headers
 from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
 from schemas.transport import assign_from, kafka_error, require_topic_operations, topic_partitions
-from spark.format import kafka_format
+from spark.format import kafka_options, kafka_writer
 from spark.kafka import latest_offsets
 
 OPERATIONS_SCHEMA: Final = (
@@ -332,13 +332,14 @@ def bulk_load(
         avro_schema=avro_schema,
         signing_key=signing_key,
     )
-    fmt = kafka_format_name or kafka_format(spark)
     started = time.monotonic()
-    writer = operations.write.format(fmt).mode("append")
-    for key, value in config.items():
-        writer = writer.option(f"kafka.{key}", value)
     status.phase(f"writing {entries:,} entries to {Topics(namespace).ops} (Spark)")
-    writer.save()
+    if kafka_format_name is None:
+        kafka_writer(operations, kafka_bootstrap_servers, kafka_config).save()
+    else:
+        operations.write.format(kafka_format_name).mode("append").options(
+            **kafka_options(kafka_format_name, kafka_bootstrap_servers, kafka_config)
+        ).save()
     report.write_s = time.monotonic() - started
     if wait_applied_timeout_s is not None:
         status.phase(

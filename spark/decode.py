@@ -1,21 +1,33 @@
-"""Decoding regionbus topic records into typed columns.
+"""Decoding regionbus topic records into typed columns, in the JVM.
 
-A record's value is a framed Avro message (:mod:`schemas.codec`) or a ``Batch`` of them:
-the server writes one poll's events for a queue as one batch, and ``put_all`` sends one per
-bucket. :func:`decode_messages` explodes batches (one row per message) and spreads each
-message over typed columns; :func:`decode_values` turns entry value bytes into a struct of
-the region's value type. A record that cannot be decoded becomes one row with
+A record's value is a framed Avro message (:mod:`schemas.codec`: magic byte ``0xB1``, a type
+byte, the Avro body) or a ``Batch`` of them: the server writes one poll's events for a queue
+as one batch, and ``put_all`` sends one per bucket. :func:`decode_messages` explodes batches
+(one row per message) and spreads each message over typed columns with Spark's own
+``from_avro`` on the bytes after the frame header, the reader schema of each type taken
+from this repository's ``schemas/*.avsc`` (the one source of truth); no row goes through
+Python. :func:`read_messages` is the one call from a topic to those columns.
+:func:`decode_values` turns entry value bytes into a struct of the region's value type
+(``from_json`` or ``from_avro``). A record that cannot be decoded becomes one row with
 ``decode_error`` set, so one bad record never fails a job (invariant 6).
+
+:func:`decode_record_values` is the same decoding in Python (fastavro), kept as the
+reference the JVM decoding is tested against and for tools that hold bytes without Spark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from fastavro.schema import load_schema, to_parsing_canonical_form
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     BinaryType,
@@ -28,10 +40,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from schemas.codec import decode, split_batch
+import schemas
+from schemas.codec import MAGIC, decode, split_batch
 from schemas.errors import MessageDecodeError, SerializationError
 from schemas.messages import Control, Event, Marker, Operation, Reply
 from schemas.serializers import AvroSerializer
+from spark.format import kafka_reader
 
 DECODED_SCHEMA: Final = StructType(
     [
@@ -144,8 +158,65 @@ def decode_record_values(values: list[bytes | None]) -> tuple[list[int], list[pa
     return source_rows, arrays
 
 
+_TYPES: Final = {1: "Operation", 2: "Event", 3: "Reply", 4: "Control", 5: "Marker"}
+"""Type byte -> record name (as :data:`schemas.codec.TYPE_BYTES`)."""
+_BATCH_TYPE: Final = 6
+_SCHEMA_DIR: Final = Path(schemas.__file__).parent
+_PERMISSIVE: Final = {"mode": "PERMISSIVE"}
+_REQUIRED: Final = {
+    "Operation": "request_id",
+    "Event": "event_id",
+    "Reply": "request_id",
+    "Control": "kind",
+    "Marker": "client_id",
+    "Batch": "messages",
+}
+"""A field each record always has: null after ``from_avro`` means the bytes did not decode
+(PERMISSIVE mode gives a struct of nulls rather than failing the job)."""
+
+
+@cache
+def avro_reader_schema(name: str) -> str:
+    """The Avro schema of one regionbus record as JSON for ``from_avro``: the parsing
+    canonical form of ``schemas/regionbus.<name>.avsc``, named references inlined.
+
+    Args:
+        name: Record name, e.g. ``"Event"`` or ``"Batch"``.
+    """
+    canonical: str = to_parsing_canonical_form(
+        load_schema(str(_SCHEMA_DIR / f"regionbus.{name}.avsc"))
+    )
+    return canonical
+
+
+def _framed(data: Column) -> Column:
+    return (F.length(data) >= 2) & (F.substring(data, 1, 1) == F.lit(bytes([MAGIC])))
+
+
+def _type_of(data: Column) -> Column:
+    return F.conv(F.hex(F.substring(data, 2, 1)), 16, 10).cast("int")
+
+
+def _from_avro(body: Column, name: str) -> Column:
+    return from_avro(body, avro_reader_schema(name), _PERMISSIVE)
+
+
+def _frame_error(data: Column) -> Column:
+    return F.when(F.coalesce(F.length(data), F.lit(0)) < 2, "empty or truncated message").when(
+        F.substring(data, 1, 1) != F.lit(bytes([MAGIC])),
+        F.concat(
+            F.lit("not a regionbus message (magic 0x"),
+            F.lower(F.hex(F.substring(data, 1, 1))),
+            F.lit(")"),
+        ),
+    )
+
+
 def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
-    """One row per regionbus message in the records of a Kafka DataFrame.
+    """One row per regionbus message in the records of a Kafka DataFrame, decoded in the JVM.
+
+    Works on batch and streaming DataFrames alike (only column expressions: ``from_avro``
+    with the schemas of ``schemas/*.avsc``, ``posexplode`` for batches).
 
     Args:
         df: Rows of the Kafka source schema (or any DataFrame with a binary
@@ -154,34 +225,148 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
 
     Returns:
         ``df``'s other columns except ``key``, ``value`` and ``headers`` (so ``topic``,
-        ``partition``, ``offset``, ``timestamp`` stay), repeated for each message of a
-        batch, followed by :data:`DECODED_SCHEMA`: ``index`` (position in the batch),
-        ``message_type`` (``Event``, ``Operation``, ``Marker``, ``Reply``, ``Control``),
-        ``region``, ``key``, ``operation`` (event kind such as ``CREATE``, or operation kind
-        such as ``PUT``; ``MARKER`` for a marker), the EventID (``member``, ``thread``,
-        ``sequence``, ``bucket``), ``version``, ``timestamp_ms`` (milliseconds since the
-        Unix epoch, UTC), ``originator`` (the client that made the change), ``value`` (entry
-        value bytes; see :func:`decode_values`), ``serializer``, ``possible_duplicate``,
-        ``callback_argument``, ``origin_site_id`` and ``decode_error`` (null unless the
-        record or message could not be decoded; the other decoded columns are then null).
+        ``partition``, ``offset``, ``timestamp``, ``timestampType`` stay), repeated for each
+        message of a batch, followed by :data:`DECODED_SCHEMA`: ``index`` (position in the
+        batch), ``message_type`` (``Event``, ``Operation``, ``Marker``, ``Reply``,
+        ``Control``), ``region``, ``key``, ``operation`` (event kind such as ``CREATE``, or
+        operation kind such as ``PUT``; ``MARKER`` for a marker), the EventID (``member``,
+        ``thread``, ``sequence``, ``bucket``), ``version``, ``timestamp_ms`` (milliseconds
+        since the Unix epoch, UTC), ``originator`` (the client that made the change),
+        ``value`` (entry value bytes; see :func:`decode_values`), ``serializer``,
+        ``possible_duplicate``, ``callback_argument``, ``origin_site_id`` and
+        ``decode_error`` (null unless the record or message could not be decoded; the other
+        decoded columns are then null). The same rows as :func:`decode_record_values`.
     """
-    kept = [f for f in df.schema.fields if f.name not in (*_DROPPED, value_column)]
-    out_schema = StructType([*kept, *DECODED_SCHEMA.fields])
-    kept_names = [f.name for f in kept]
-    decoded_arrow = pa.schema(
-        [pa.field(f.name, to_arrow_type(f.dataType)) for f in out_schema.fields[len(kept) :]]
+    kept = [f.name for f in df.schema.fields if f.name not in (*_DROPPED, value_column)]
+    # Each from_avro is computed in a projection of its own: a later projection reading
+    # many fields of its struct then reuses it (Spark does not merge a projection into the
+    # next when that would repeat an expensive expression), where one projection would
+    # decode the record again for each field, being inside conditional expressions.
+    raw = F.col(value_column)
+    is_batch = _framed(raw) & (_type_of(raw) == _BATCH_TYPE)
+    records = df.select(
+        *kept,
+        raw.alias("_raw"),
+        is_batch.alias("_is_batch"),
+        F.when(is_batch, _from_avro(F.expr(f"substring(`{value_column}`, 3)"), "Batch"))[
+            "messages"
+        ].alias("_messages"),
+    )
+    record_error = F.when(F.col("_is_batch") & F.col("_messages").isNull(), "undecodable Batch")
+    items = F.when(F.col("_is_batch") & F.col("_messages").isNotNull(), F.col("_messages"))
+    exploded = records.select(
+        *kept,
+        record_error.alias("_record_error"),
+        F.posexplode(F.coalesce(items, F.array("_raw"))).alias("index", "_item"),
+    )
+    item = F.col("_item")
+    body = F.expr("substring(_item, 3)")
+    structs = exploded.select(
+        *kept,
+        "index",
+        "_record_error",
+        "_item",
+        _type_of(item).alias("_kind"),
+        *[
+            F.when(_framed(item) & (_type_of(item) == byte), _from_avro(body, name)).alias(
+                f"_{name}"
+            )
+            for byte, name in _TYPES.items()
+        ],
+    )
+    kind = F.col("_kind")
+    decoded = {name: F.col(f"_{name}") for name in _TYPES.values()}
+    undecodable = F.coalesce(
+        *[
+            F.when((kind == byte) & decoded[name][_REQUIRED[name]].isNull(), f"undecodable {name}")
+            for byte, name in _TYPES.items()
+        ]
+    )
+    error = F.coalesce(
+        F.col("_record_error"),
+        _frame_error(item),
+        F.when(
+            ~kind.between(1, len(_TYPES)),
+            F.concat(F.lit("unknown message type "), kind.cast("string")),
+        ),
+        undecodable,
+    )
+    ev, op, rp, ct, mk = (decoded[n] for n in ("Event", "Operation", "Reply", "Control", "Marker"))
+    columns = {
+        "message_type": F.element_at(
+            F.create_map(*[x for b, n in _TYPES.items() for x in (F.lit(b), F.lit(n))]), kind
+        ),
+        "region": F.coalesce(ev["region"], op["region"]),
+        "key": F.coalesce(ev["key"], op["key"]),
+        "operation": F.coalesce(
+            ev["kind"], op["kind"], F.when(kind == 5, "MARKER"), ct["kind"], rp["event_kind"]
+        ),
+        "member": F.coalesce(ev["event_id"]["member"], op["event_id"]["member"]),
+        "thread": F.coalesce(ev["event_id"]["thread"], op["event_id"]["thread"]),
+        "sequence": F.coalesce(ev["event_id"]["sequence"], op["event_id"]["sequence"]),
+        "bucket": F.coalesce(ev["event_id"]["bucket"], op["event_id"]["bucket"], rp["bucket"]),
+        "version": F.coalesce(ev["version"], rp["version"]),
+        "timestamp_ms": F.coalesce(
+            ev["timestamp_ms"], op["timestamp_ms"], mk["timestamp_ms"], ct["timestamp_ms"]
+        ),
+        "originator": F.coalesce(
+            ev["originator"], op["client_id"], mk["client_id"], ct["client_id"]
+        ),
+        "value": F.coalesce(ev["value"], op["value"], rp["value"]),
+        "serializer": F.coalesce(ev["serializer"], op["serializer"], rp["serializer"]),
+        "possible_duplicate": F.coalesce(ev["possible_duplicate"], op["possible_duplicate"]),
+        "callback_argument": F.coalesce(ev["callback_argument"], op["callback_argument"]),
+        "origin_site_id": F.coalesce(ev["origin_site_id"], op["origin_site_id"]),
+    }
+    ok = F.col("decode_error").isNull()
+    with_error = structs.withColumn("decode_error", error)
+    return with_error.select(
+        *kept,
+        F.col("index").cast("int").alias("index"),
+        *[
+            F.when(ok, expr).cast(DECODED_SCHEMA[name].dataType).alias(name)
+            for name, expr in columns.items()
+        ],
+        "decode_error",
     )
 
-    def explode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            source_rows, decoded = decode_record_values(batch.column(value_column).to_pylist())
-            repeated = batch.select(kept_names).take(pa.array(source_rows, pa.int64()))
-            yield pa.RecordBatch.from_arrays(
-                [*repeated.columns, *decoded],
-                schema=pa.schema([*repeated.schema, *decoded_arrow]),
-            )
 
-    return df.select(*kept_names, value_column).mapInArrow(explode, out_schema)
+def read_messages(
+    spark: SparkSession,
+    *,
+    kafka_bootstrap_servers: str,
+    subscribe: str,
+    kafka_config: Mapping[str, str] | None = None,
+    streaming: bool = False,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Read regionbus topics with Spark's Kafka connector and decode them: the one call from
+    ``{ns}.events``, a subscription queue or a gateway queue to typed columns.
+
+    Args:
+        spark: A session with the connector on its classpath (:func:`spark.session.local_session`).
+        kafka_bootstrap_servers: Kafka.
+        subscribe: Topic name(s), comma separated (``{ns}.events``, ``{ns}.queue.<client>``,
+            ``{ns}.gw.<sender>``, ...).
+        kafka_config: librdkafka settings (without the ``kafka.`` prefix), translated for the
+            JVM client by :func:`spark.format.jvm_kafka_options`.
+        streaming: A Structured Streaming DataFrame (``readStream``) instead of a batch one.
+        options: More options of Spark's Kafka source (``startingOffsets``,
+            ``endingOffsets``, ``maxOffsetsPerTrigger``, ...).
+
+    Returns:
+        The rows of :func:`decode_messages`: the record's ``topic, partition, offset,
+        timestamp, timestampType`` and the decoded columns.
+
+    Raises:
+        ConfigurationError: a librdkafka setting that cannot be translated.
+    """
+    reader = kafka_reader(spark, kafka_bootstrap_servers, kafka_config, streaming=streaming).option(
+        "subscribe", subscribe
+    )
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return decode_messages(reader.load())
 
 
 def decode_values(
@@ -196,9 +381,11 @@ def decode_values(
     """Add a struct column holding each entry value decoded into the region's value type.
 
     JSON values (serializer ``json``, the default) are parsed by Spark's ``from_json``; Avro
-    values of a typed region (serializer ``avro:<name>``) by fastavro with ``avro_schema``.
+    values of a typed region (serializer ``avro:<name>``) by Spark's ``from_avro`` with
+    ``avro_schema``; both in the JVM.
     Values of another serializer, absent values (destroy, invalidate) and values that do not
-    parse give null.
+    parse give null (an Avro value counts as unparsed when a field its schema declares
+    non-null comes out null).
 
     Args:
         df: A DataFrame from :func:`decode_messages` (or any with the two columns).
@@ -225,29 +412,32 @@ def decode_values(
         serializer = AvroSerializer(avro_schema)
     except Exception as exc:  # fastavro raises many types on a bad schema
         raise SerializationError(f"invalid Avro schema: {exc}") from exc
-    name = serializer.name
-    out_schema = StructType([*df.schema.fields, StructField(output_column, struct)])
-    arrow_type = to_arrow_type(struct)
-
-    def add_values(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            values = []
-            serializers = batch.column(serializer_column).to_pylist()
-            for raw, used in zip(batch.column(value_column).to_pylist(), serializers, strict=True):
-                value = None
-                if raw is not None and used == name:
-                    try:
-                        value = serializer.loads(raw)
-                    except SerializationError:
-                        value = None
-                values.append(value)
-            column = pa.array(values, arrow_type)
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, column],
-                schema=pa.schema([*batch.schema, pa.field(output_column, arrow_type)]),
-            )
-
-    return df.mapInArrow(add_values, out_schema)
+    fields = {f["name"] for f in avro_schema.get("fields", [])}
+    record = from_avro(F.col(value_column), json.dumps(avro_schema), _PERMISSIVE)
+    value = F.struct(
+        *[
+            (record[f.name] if f.name in fields else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in struct.fields
+        ]
+    )
+    decodable = (F.col(serializer_column) == serializer.name) & F.col(value_column).isNotNull()
+    # PERMISSIVE from_avro gives a struct of nulls for bytes that do not parse: a field the
+    # schema makes non-null tells such a value from a real one.
+    required = [
+        f["name"]
+        for f in avro_schema.get("fields", [])
+        if not (isinstance(f["type"], list) and "null" in f["type"])
+    ]
+    if required:
+        decodable = decodable & record[required[0]].isNotNull()
+    return df.withColumn(output_column, F.when(decodable, value))
 
 
-__all__ = ["DECODED_SCHEMA", "decode_messages", "decode_record_values", "decode_values"]
+__all__ = [
+    "DECODED_SCHEMA",
+    "avro_reader_schema",
+    "decode_messages",
+    "decode_record_values",
+    "decode_values",
+    "read_messages",
+]

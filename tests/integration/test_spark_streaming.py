@@ -1,4 +1,5 @@
-"""Structured Streaming over a regionbus topic: restarts lose and repeat nothing."""
+"""Structured Streaming over a regionbus topic with Spark's JVM Kafka connector: restarts
+lose and repeat nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from confluent_kafka.admin import NewTopic
 
 from schemas.kafka_clients import kafka_admin, kafka_producer
 from schemas.naming import Topics
-from spark.format import kafka_format
+from spark.format import JVM_FORMAT, kafka_format
 
 _DRIVER = Path(__file__).with_name("spark_stream_driver.py")
 _DRIVER_TIMEOUT_S = 240
@@ -59,6 +60,8 @@ def test_stream_stopped_and_restarted_from_its_checkpoint_loses_and_repeats_noth
     _topic_with(kafka_bootstrap_servers, topic)
     produced = _produce(kafka_bootstrap_servers, topic, 0, 500)
     output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    assert kafka_format(spark_session) == JVM_FORMAT
 
     def run_until_caught_up(expected: int) -> Any:
         stream = (
@@ -133,6 +136,7 @@ def test_kill_9_of_the_driver_mid_batch_then_restart_loses_nothing(
     )
 
     assert restarted.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    assert (tmp_path / "driver.log").read_text().count(f"reading with format {JVM_FORMAT}") == 2
     rows = _table(spark_session, output)
     assert len(rows) == len(set(rows)), "a record was written twice"
     assert set(rows) == produced
