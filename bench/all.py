@@ -26,6 +26,7 @@ import click
 from rich.console import Console
 
 from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read
+from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,52 @@ def _load_average() -> str:
         return "?"
 
 
+def _last_line(log_path: Path, chars: int = 120) -> str:
+    """The last non-empty line of a benchmark's log so far, cut to ``chars``."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(max(log_path.stat().st_size - 4096, 0))
+            lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
+    except OSError:
+        return "(no log yet)"
+    return lines[-1].strip()[:chars] if lines else "(no output yet)"
+
+
+def run_logged(
+    command: list[str],
+    environment: dict[str, str],
+    log_path: Path,
+    timeout_s: float,
+    name: str,
+    interval_s: float = DEFAULT_INTERVAL_S,
+) -> int:
+    """Run ``command`` with its output to ``log_path``. Without a terminal, print a line
+    every ``interval_s`` seconds naming it and the last line of its log, so a redirected
+    run shows it is alive and where it is.
+
+    Returns:
+        Its exit code, 124 when it ran longer than ``timeout_s`` seconds (then it is killed).
+    """
+    heartbeat = Heartbeat(
+        lambda: f"{name} running; its log ends: {_last_line(log_path)}",
+        sys.stdout,
+        interval_s=interval_s,
+        enabled=not sys.stdout.isatty(),
+    )
+    with log_path.open("wb") as log, heartbeat:
+        try:
+            return subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                timeout=timeout_s,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
 def run_benchmark(
     benchmark: Benchmark, profile: str, summary_file: Path, log_dir: Path, timeout_s: float
 ) -> Outcome:
@@ -87,14 +134,7 @@ def run_benchmark(
     log_path = log_dir / f"{benchmark.name}.log"
     load_before = _load_average()
     started = time.monotonic()
-    with log_path.open("wb") as log:
-        try:
-            code = subprocess.run(
-                command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                timeout=timeout_s, check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = 124
+    code = run_logged(command, environment, log_path, timeout_s, f"bench.{benchmark.name}")
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
     return Outcome(benchmark.name, code, time.monotonic() - started, load_before, tail)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,21 @@ def test_the_report_lists_failed_benchmarks_with_their_output(tmp_path: Path) ->
     assert "| core | 0 | 61 | 1.0 1.0 1.0 |" in text
     assert "| core | ops applied/s | 1.00 | 2.00 | raw | 0.50x |" in text
     assert "## gateway failed (exit 1)" in text and "BenchError: boom" in text
+
+
+def test_a_benchmark_run_without_a_terminal_prints_a_progress_line_with_its_log_tail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.all import run_logged
+
+    child = "import time; print('phase one', flush=True); time.sleep(1.5)"
+    log = tmp_path / "child.log"
+    code = run_logged(
+        [sys.executable, "-c", child], dict(os.environ), log, 30.0, "bench.x", interval_s=0.2
+    )
+
+    assert code == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "bench.x running" in line]
+    assert lines, "no progress line"
+    assert any(line.endswith("its log ends: phase one") for line in lines)
+    assert log.read_text() == "phase one\n"
