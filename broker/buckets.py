@@ -256,7 +256,9 @@ class BucketElection:
             for bucket, lease in self._leases.items():
                 if lease.held and self._valid_until_s.get(bucket, now) < now:
                     log.warning(
-                        "%s: the lease of bucket %d was not renewed in time", self.member_id, bucket
+                        "%s lost the lease of bucket %d: not renewed within its TTL",
+                        self.member_id,
+                        bucket,
                     )
                     lease.epoch = None
                     self._lost.add(bucket)
