@@ -25,23 +25,15 @@ from pathlib import Path
 from typing import Final
 
 from schemas.errors import ConfigurationError
+from spark.options import SPARK_OWNED_KAFKA_KEYS
 
 _LOGIN_MODULES: Final = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
 }
-_DROPPED: Final = frozenset(
+_DROPPED: Final = SPARK_OWNED_KAFKA_KEYS | frozenset(
     {
-        # Spark's Kafka source and sink set these and fail on a user's value.
-        "group.id",
-        "key.deserializer",
-        "value.deserializer",
-        "key.serializer",
-        "value.serializer",
-        "auto.offset.reset",
-        "enable.auto.commit",
-        "interceptor.classes",
         # librdkafka-only: the Java client would warn that they are unknown.
         "enable.partition.eof",
         "enable.auto.offset.store",

@@ -43,9 +43,7 @@ DEFAULT_POLL_TIMEOUT_MS: Final = 120_000
 """Spark's ``kafkaConsumer.pollTimeoutMs`` default."""
 
 _KAFKA_PREFIX: Final = "kafka."
-# Java consumer settings Spark users pass that have no librdkafka equivalent (or that the
-# source sets itself): dropped instead of failing the consumer's construction.
-_IGNORED_KAFKA_KEYS: Final = frozenset(
+SPARK_OWNED_KAFKA_KEYS: Final = frozenset(
     {
         "group.id",
         "key.deserializer",
@@ -57,6 +55,9 @@ _IGNORED_KAFKA_KEYS: Final = frozenset(
         "interceptor.classes",
     }
 )
+"""Java client settings Spark's Kafka source and sink set themselves and refuse from a
+user, which also have no librdkafka equivalent: dropped on either side instead of failing
+the client's construction."""
 
 TopicPartitionKey = tuple[str, int]
 """``(topic, partition)``."""
@@ -147,7 +148,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         k[len(_KAFKA_PREFIX) :]: v
         for k, v in options.items()
         if k.lower().startswith(_KAFKA_PREFIX)
-        and k[len(_KAFKA_PREFIX) :] not in _IGNORED_KAFKA_KEYS
+        and k[len(_KAFKA_PREFIX) :] not in SPARK_OWNED_KAFKA_KEYS
     }
     if "bootstrap.servers" not in kafka_config:
         raise ConfigurationError("option kafka.bootstrap.servers is required")
