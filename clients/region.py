@@ -26,6 +26,7 @@ from typing import Any
 from clients.arguments import check_entry
 from clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
 from clients.local_store import LocalStore
+from clients.region_values import RegionValues
 from clients.server_events import apply_server_event
 from clients.server_proxy import CacheConnection, ServerRegionProxy, raise_first_error
 from schemas.callbacks import (
@@ -41,7 +42,6 @@ from schemas.errors import (
     BulkOperationError,
     RegionNotFoundError,
 )
-from schemas.eventid import EventID
 from schemas.messages import (
     Event,
     EventKind,
@@ -52,7 +52,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.serializers import Serializer, serializer_named
+from schemas.serializers import Serializer
 
 log = logging.getLogger("regionbus.client")
 
@@ -90,6 +90,7 @@ class Region:
         self._server = ServerRegionProxy(cache, name, serializer.name)
         self._destroyed = False
         self._interest = RegionInterest(cache, self._server, self._store)
+        self._values = RegionValues(name, lambda: self.serializer)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -119,7 +120,7 @@ class Region:
             local = self._store.valid(key)
             if local is not None:
                 assert local.value is not None
-                return self._decode(local.value, local.serializer)
+                return self._values.decode(local.value, local.serializer)
         op = self._server.operation(OperationKind.GET, key=key, with_event_id=False)
         reply = self._server.one(op, self._server.bucket(key))
         if not reply.found or reply.value is None:
@@ -127,7 +128,7 @@ class Region:
         if self._caching and reply.version is not None:
             kind, old = self._store.apply_value(key, reply.value, reply.serializer, reply.version)
             self._notify(
-                self._entry_event(
+                self._values.entry_event(
                     kind,
                     key,
                     reply.version,
@@ -137,7 +138,7 @@ class Region:
                     is_load=True,
                 )
             )
-        return self._decode(reply.value, reply.serializer)
+        return self._values.decode(reply.value, reply.serializer)
 
     def keys(self) -> list[str]:
         """Keys held in the local cache (valid or invalid). Geode ``keySet()``."""
@@ -154,7 +155,7 @@ class Region:
     def local_entries(self) -> dict[str, Any]:
         """A snapshot of the local cache: ``{key: decoded value or None if invalid}``."""
         items = [(k, e.value, e.serializer) for k, e in self._store.items()]
-        return {k: self._decode(v, s) if v is not None else None for k, v, s in items}
+        return {k: self._values.decode(v, s) if v is not None else None for k, v, s in items}
 
     def __len__(self) -> int:
         return len(self._store)
@@ -271,7 +272,7 @@ class Region:
         self._check_alive()
         before = self._store.invalidate_local(key)
         self._notify(
-            self._entry_event(
+            self._values.entry_event(
                 EventKind.INVALIDATE,
                 key,
                 before.version,
@@ -291,7 +292,7 @@ class Region:
         self._check_alive()
         removed = self._store.destroy_local(key)
         self._notify(
-            self._entry_event(
+            self._values.entry_event(
                 EventKind.DESTROY,
                 key,
                 removed.version,
@@ -437,7 +438,7 @@ class Region:
                 held it.
         """
         applied = apply_server_event(
-            self._store, event, replay=not apply, decoder=self._decode_value
+            self._store, event, replay=not apply, decoder=self._values.decode_value
         )
         if applied.region_destroyed:
             self._forget_destroyed()
@@ -449,44 +450,6 @@ class Region:
         self._notify(RegionEvent(self.name, None, None, False))
 
     # --- internals: callbacks ----------------------------------------------------------
-
-    def _decode(self, data: bytes, serializer: str | None) -> Any:
-        if serializer == self.serializer.name:
-            return self.serializer.loads(data)
-        return serializer_named(serializer, {self.serializer.name: self.serializer}).loads(data)
-
-    def _decode_value(self, data: bytes | None, serializer: str | None) -> Any:
-        return None if data is None else self._decode(data, serializer)
-
-    def _entry_event(
-        self,
-        kind: EventKind,
-        key: str,
-        version: int,
-        *,
-        new: bytes | None = None,
-        old: bytes | None = None,
-        serializer: str | None = None,
-        event_id: EventID | None = None,
-        callback_argument: bytes | None = None,
-        is_load: bool = False,
-    ) -> EntryEvent:
-        """A change made by this client (``origin_remote=False``), for its writer or
-        listeners."""
-        return EntryEvent(
-            region=self.name,
-            key=key,
-            kind=kind,
-            event_id=event_id,
-            version=version,
-            origin_remote=False,
-            new_value_bytes=new,
-            old_value_bytes=old,
-            serializer=serializer,
-            callback_argument=callback_argument,
-            is_load=is_load,
-            decoder=self._decode_value,
-        )
 
     def _notify(self, event: EntryEvent | RegionEvent) -> None:
         if self.listeners:
@@ -518,7 +481,7 @@ class Region:
         if self.writer is not None:
             local = self._store.entry(key)
             self._veto(
-                self._entry_event(
+                self._values.entry_event(
                     EventKind.UPDATE if local is not None else EventKind.CREATE,
                     key,
                     -1,
@@ -549,7 +512,7 @@ class Region:
             server_kind=reply.event_kind or EventKind.UPDATE,
         )
         self._notify(
-            self._entry_event(
+            self._values.entry_event(
                 kind,
                 op.key,
                 version,
@@ -568,7 +531,7 @@ class Region:
         if self.writer is not None:
             local = self._store.entry(key)
             self._veto(
-                self._entry_event(
+                self._values.entry_event(
                     EventKind.DESTROY,
                     key,
                     -1,
@@ -588,7 +551,7 @@ class Region:
         version = reply.version if reply.version is not None else -1
         before = self._store.destroyed(op.key, version)
         self._notify(
-            self._entry_event(
+            self._values.entry_event(
                 EventKind.DESTROY,
                 op.key,
                 version,
