@@ -269,6 +269,15 @@ class LocalStore:
             if version is not None:
                 self._cleared_version = max(self._cleared_version, version)
 
+    def invalidated_all(self, version: int | None) -> None:
+        """Take this client's own region invalidate at ``version``: every entry held keeps
+        its key and loses its value."""
+        with self._lock:
+            for local in self._entries.values():
+                local.value = None
+                if version is not None:
+                    local.version = max(local.version, version)
+
     def forget_replayed(self) -> None:
         """Forget the keys seen in replay (a replayed region clear or destroy)."""
         with self._lock:

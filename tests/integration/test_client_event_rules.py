@@ -66,3 +66,44 @@ def test_a_replayed_create_reaches_listeners_as_a_create_without_old_value_altho
     ]
     assert [getattr(e, "old_value", None) for e in recorder.events[:2]] == [None, None]
     assert region.local_entries() == {"a": 2}
+
+
+class _RegionRecorder(Recorder):
+    def after_region_invalidate(self, event: Any) -> None:
+        self._add("region_invalidate", event.region, None, event)
+
+
+def test_a_region_invalidate_drops_every_value_on_the_server_and_pushes_no_client_event(
+    server_settings: Any, client_factory: Callable[..., Any]
+) -> None:
+    """SPEC §3; Geode documentation, *How Client/Server Distribution Works*: "Region
+    invalidation in the server is not forwarded to the client"."""
+    server_listener = _RegionRecorder()
+    with CacheServer(server_settings, listeners={"r": [server_listener]}) as server:
+        writer_listener = _RegionRecorder()
+        writer = client_factory().create_region("r", listeners=[writer_listener])
+        recorder = _RegionRecorder()
+        reader = client_factory().create_region("r", listeners=[recorder])
+        reader.register_interest(ALL_KEYS)
+        fence = Sentinel(writer, recorder)
+        writer.put_all({"a": 1, "b": 2})
+        assert fence.fence() == [("create", "a", 1), ("create", "b", 2)]
+        writer_listener.clear()
+
+        writer.invalidate_region()
+        entries = server.store.entries("r")
+        assert {k: e.value for k, e in entries.items() if k != "sentinel"} == {
+            "a": None,
+            "b": None,
+        }
+        assert writer_listener.snapshot() == [("region_invalidate", "r", None)]
+        assert writer.local_entries()["a"] is None and writer.contains_key("b")
+        wait_until(
+            lambda: ("region_invalidate", "r", None) in server_listener.snapshot(),
+            what="the server listener",
+        )
+        assert fence.fence() == [], "a client got an event for the region invalidate"
+        assert reader.local_entries()["a"] == 1  # not forwarded: the client keeps its copy
+        assert client_factory().create_region("r").get("a") is None
+        writer.put("a", 3)  # a later put revives the entry as an update
+        assert fence.fence() == [("update", "a", 3)]
