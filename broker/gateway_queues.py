@@ -36,6 +36,15 @@ class _Target(NamedTuple):
     order_policy: OrderPolicy
 
 
+def dispatcher_event(event: Event, dispatcher: int) -> Event:
+    """The event with its thread id widened by the serial dispatcher it goes to (Geode
+    ``ConcurrentSerialGatewaySenderEventProcessor`` with
+    ``ThreadIdentifier.createFakeThreadIDForParallelGateway``: the index in bits 32-47 and a
+    WAN type in bits 48-55, the thread in bits 0-31)."""
+    thread = (event.event_id.thread & 0xFFFF_FFFF) | (dispatcher << 32) | (1 << 48)
+    return event._replace(event_id=event.event_id._replace(thread=thread))
+
+
 def queue_partition(
     event: Event, bucket: int, *, parallel: bool, partitions: int, order_policy: OrderPolicy
 ) -> int:
@@ -148,8 +157,6 @@ class GatewayEnqueuer:
                 continue
             if t.filters and not all(f.before_enqueue(stamped) for f in t.filters):
                 continue
-            if payload is None:
-                payload = encode(stamped)
             key = stamped.key.encode() if stamped.key is not None else None
             partition = queue_partition(
                 stamped,
@@ -158,9 +165,23 @@ class GatewayEnqueuer:
                 partitions=t.partitions,
                 order_policy=t.order_policy,
             )
-            produce(t.topic, payload, key, partition)
+            if not t.parallel and t.partitions > 1:
+                # The dispatchers of one queue reorder a thread's events between them, so
+                # the receiving site must track each dispatcher's share apart, or a later
+                # sequence id applied first would drop an earlier one as a duplicate.
+                produce(t.topic, encode(dispatcher_event(stamped, partition)), key, partition)
+            else:
+                if payload is None:
+                    payload = encode(stamped)
+                produce(t.topic, payload, key, partition)
             queued += 1
         return queued
 
 
-__all__ = ["DISTRIBUTABLE_KINDS", "GatewayEnqueuer", "queue_partition", "stamp_origin"]
+__all__ = [
+    "DISTRIBUTABLE_KINDS",
+    "GatewayEnqueuer",
+    "dispatcher_event",
+    "queue_partition",
+    "stamp_origin",
+]

@@ -229,9 +229,12 @@ class LocalStore:
             if (
                 kind is EventKind.INVALIDATE
                 and local is not None
-                and local.value is None
                 and self.caching
+                and (local.value is None or (apply and not self.is_newer(key, version)))
             ):
+                # Already invalid, or older than what is held (e.g. the invalidate standing
+                # for the create that a get had already loaded): Geode invalidates nothing
+                # then (a concurrency conflict), so no listener hears it.
                 held = False
             if kind is EventKind.DESTROY:
                 self._replayed_keys.discard(key)

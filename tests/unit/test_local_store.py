@@ -187,3 +187,10 @@ def test_a_local_invalidate_keeps_the_version_and_reports_what_was_there() -> No
     store.apply_value("k", b"v", "json", 3)
     assert store.invalidate_local("k") == LocalEntry(b"v", "json", 3)
     assert store.entry("k") == LocalEntry(None, "json", 3)
+
+
+def test_an_invalidate_older_than_the_value_held_is_not_heard() -> None:
+    store = _store()
+    store.apply_value("k", b"loaded", "json", 2)
+    assert not store.apply_removal(EventKind.INVALIDATE, "k", 2, "json").held
+    assert store.valid("k") == LocalEntry(b"loaded", "json", 2)
