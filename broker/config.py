@@ -6,6 +6,7 @@ file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`schemas.
 
 from __future__ import annotations
 
+import enum
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -47,6 +48,49 @@ class GatewayQueueSpec(BaseModel):
     remote_distributed_system_id: int | None = Field(default=None, ge=1, le=255)
     event_filters: list[str] = Field(default_factory=list)
     forward_expiration_destroy: bool = False
+
+
+class OrderPolicy(enum.Enum):
+    """How a serial gateway sender's queue is split across its dispatchers (Geode
+    ``GatewaySender.OrderPolicy``): events that must stay in order go to the same one."""
+
+    KEY = "KEY"
+    """By the event's region and key: order kept per key (Geode's default,
+    ``GatewaySender.DEFAULT_ORDER_POLICY``)."""
+    THREAD = "THREAD"
+    """By the event's originating member and thread: order kept per application thread."""
+    PARTITION = "PARTITION"
+    """By the event's bucket: order kept per bucket (Geode: per partition, through the
+    ``PartitionResolver``)."""
+
+
+class GatewaySenderSpec(GatewayQueueSpec):
+    """How a cache server queues events for one gateway sender: a
+    :class:`GatewayQueueSpec` with Geode's ordering attributes.
+
+    Attributes:
+        order_policy: Which dispatcher an event of a serial sender goes to (Geode
+            ``order-policy``, default ``KEY``: ``GatewaySender.DEFAULT_ORDER_POLICY``).
+            A parallel sender already keeps order per bucket; one with ``THREAD`` is
+            refused, as Geode's ``GatewaySenderFactoryImpl.create`` refuses it.
+        dispatcher_threads: A serial sender's queue is split into this many partitions,
+            chosen by ``order_policy`` (Geode ``dispatcher-threads``, default 5:
+            ``GatewaySender.DEFAULT_DISPATCHER_THREADS``; at least 1, as Geode refuses
+            fewer). Order then holds per key, thread or bucket, not across the whole queue;
+            1 keeps one total order. A parallel sender has one partition per bucket.
+    """
+
+    order_policy: OrderPolicy = OrderPolicy.KEY
+    dispatcher_threads: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _parallel_refuses_thread_order(self) -> GatewaySenderSpec:
+        if self.parallel and self.order_policy is OrderPolicy.THREAD:
+            raise ValueError(
+                "a parallel gateway sender can not be created with order_policy THREAD "
+                "(Geode GatewaySenderFactoryImpl)"
+            )
+        return self
 
 
 class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings):
@@ -104,7 +148,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             ``CacheWriter`` classes to instantiate at start.
         distributed_system_id: This site's id in a multi-site system, 1-255 (Geode
             ``distributed-system-id``); 0 = not multi-site (no gateway versions stored).
-        gateway_senders: ``{sender id: GatewayQueueSpec}`` queues ``{ns}.gw.<sender id>``.
+        gateway_senders: ``{sender id: GatewaySenderSpec}`` queues ``{ns}.gw.<sender id>``.
         async_event_queues: ``{queue id: GatewayQueueSpec}`` queues ``{ns}.aeq.<queue id>``.
         region_gateway_senders: ``{region: [sender id, ...]}`` senders attached to a region.
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
@@ -145,7 +189,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)
-    gateway_senders: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
+    gateway_senders: dict[str, GatewaySenderSpec] = Field(default_factory=dict)
     async_event_queues: dict[str, GatewayQueueSpec] = Field(default_factory=dict)
     region_gateway_senders: dict[str, list[str]] = Field(default_factory=dict)
     region_async_event_queues: dict[str, list[str]] = Field(default_factory=dict)
@@ -153,6 +197,16 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
+
+    @field_validator("gateway_senders", mode="before")
+    @classmethod
+    def _plain_queue_specs_are_sender_specs(cls, value: object) -> object:
+        # A plain GatewayQueueSpec names a sender with Geode's default ordering.
+        if isinstance(value, dict):
+            return {
+                k: v.model_dump() if type(v) is GatewayQueueSpec else v for k, v in value.items()
+            }
+        return value
 
     @field_validator("namespace")
     @classmethod

@@ -9,14 +9,15 @@ write-behind listener recognise), through the server's own producer, before it c
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from broker.config import GatewayQueueSpec, ServerSettings
+from broker.config import GatewayQueueSpec, GatewaySenderSpec, OrderPolicy, ServerSettings
 from schemas.codec import encode
 from schemas.hooks import GatewayEventFilter, load_hook
 from schemas.messages import Event, EventKind
-from schemas.naming import Topics
+from schemas.naming import Topics, bucket_of
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
 """Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
@@ -31,6 +32,39 @@ class _Target(NamedTuple):
     parallel: bool
     remote_site_id: int | None
     filters: tuple[GatewayEventFilter, ...]
+    partitions: int
+    order_policy: OrderPolicy
+
+
+def dispatcher_event(event: Event, dispatcher: int) -> Event:
+    """The event with its thread id widened by the serial dispatcher it goes to (Geode
+    ``ConcurrentSerialGatewaySenderEventProcessor`` with
+    ``ThreadIdentifier.createFakeThreadIDForParallelGateway``: the index in bits 32-47 and a
+    WAN type in bits 48-55, the thread in bits 0-31)."""
+    thread = (event.event_id.thread & 0xFFFF_FFFF) | (dispatcher << 32) | (1 << 48)
+    return event._replace(event_id=event.event_id._replace(thread=thread))
+
+
+def queue_partition(
+    event: Event, bucket: int, *, parallel: bool, partitions: int, order_policy: OrderPolicy
+) -> int:
+    """The partition of a queue topic an event goes to.
+
+    A parallel queue: the event's bucket. A serial one: the dispatcher its order policy picks
+    among ``partitions`` (Geode ``ConcurrentSerialGatewaySenderEventProcessor``): by region
+    and key (``KEY``), by originating member and thread (``THREAD``), or by bucket
+    (``PARTITION``), each with CRC-32 so every server agrees.
+    """
+    if parallel:
+        return bucket
+    if partitions == 1:
+        return 0
+    if order_policy is OrderPolicy.THREAD:
+        origin = f"{event.event_id.member}\0{event.event_id.thread}".encode()
+        return zlib.crc32(origin) % partitions
+    if order_policy is OrderPolicy.PARTITION:
+        return bucket % partitions
+    return bucket_of(event.region, event.key or "", partitions)
 
 
 def stamp_origin(event: Event, site_id: int) -> Event:
@@ -65,10 +99,19 @@ class GatewayEnqueuer:
         def target(topic: str, spec: GatewayQueueSpec) -> _Target:
             if topic not in built:
                 filters = tuple(load_hook(n, GatewayEventFilter) for n in spec.event_filters)
+                serial_partitions, policy = 1, OrderPolicy.KEY
+                if isinstance(spec, GatewaySenderSpec):
+                    serial_partitions, policy = spec.dispatcher_threads, spec.order_policy
+                partitions = self.total_buckets if spec.parallel else serial_partitions
                 built[topic] = _Target(
-                    topic, spec.parallel, spec.remote_distributed_system_id, filters
+                    topic,
+                    spec.parallel,
+                    spec.remote_distributed_system_id,
+                    filters,
+                    partitions,
+                    policy,
                 )
-                self._partitions[topic] = self.total_buckets if spec.parallel else 1
+                self._partitions[topic] = partitions
             return built[topic]
 
         for region, sender_ids in settings.region_gateway_senders.items():
@@ -79,9 +122,9 @@ class GatewayEnqueuer:
                 )
         for region, queue_ids in settings.region_async_event_queues.items():
             for queue_id in queue_ids:
-                spec = settings.async_event_queues[queue_id]
+                queue_spec = settings.async_event_queues[queue_id]
                 self._by_region.setdefault(region, []).append(
-                    target(topics.async_event_queue(queue_id), spec)
+                    target(topics.async_event_queue(queue_id), queue_spec)
                 )
 
     @property
@@ -114,12 +157,31 @@ class GatewayEnqueuer:
                 continue
             if t.filters and not all(f.before_enqueue(stamped) for f in t.filters):
                 continue
-            if payload is None:
-                payload = encode(stamped)
             key = stamped.key.encode() if stamped.key is not None else None
-            produce(t.topic, payload, key, bucket if t.parallel else 0)
+            partition = queue_partition(
+                stamped,
+                bucket,
+                parallel=t.parallel,
+                partitions=t.partitions,
+                order_policy=t.order_policy,
+            )
+            if not t.parallel and t.partitions > 1:
+                # The dispatchers of one queue reorder a thread's events between them, so
+                # the receiving site must track each dispatcher's share apart, or a later
+                # sequence id applied first would drop an earlier one as a duplicate.
+                produce(t.topic, encode(dispatcher_event(stamped, partition)), key, partition)
+            else:
+                if payload is None:
+                    payload = encode(stamped)
+                produce(t.topic, payload, key, partition)
             queued += 1
         return queued
 
 
-__all__ = ["DISTRIBUTABLE_KINDS", "GatewayEnqueuer", "stamp_origin"]
+__all__ = [
+    "DISTRIBUTABLE_KINDS",
+    "GatewayEnqueuer",
+    "dispatcher_event",
+    "queue_partition",
+    "stamp_origin",
+]

@@ -86,6 +86,7 @@ class OperationHandlers:
             OperationKind.GET: entries.add,
             OperationKind.CLEAR: self.region_change,
             OperationKind.DESTROY_REGION: self.region_change,
+            OperationKind.INVALIDATE_REGION: self.region_change,
             OperationKind.REGISTER_INTEREST: self.register_interest,
             OperationKind.UNREGISTER_INTEREST: self.unregister_interest,
             OperationKind.DISCONNECT: self.disconnect,
@@ -108,8 +109,10 @@ class OperationHandlers:
     # --- regions -----------------------------------------------------------------------
 
     def region_change(self, op: Operation, bucket: int, offset: int) -> None:
-        """Clear or destroy a region: writers, apply in the region's bucket, listeners,
-        distribution to every client with interest in the region."""
+        """Clear, destroy or invalidate a region: writers (none for an invalidate, as Geode's
+        ``CacheWriter`` has no ``beforeRegionInvalidate``), apply in the region's bucket,
+        listeners, distribution to every client with interest in the region (not for an
+        invalidate: SPEC §3, see `CacheClientNotifier.region_event`)."""
         assert op.event_id is not None
         expected = region_bucket(op.region, self._settings.total_buckets)
         if bucket != expected:

@@ -96,9 +96,13 @@ class CacheClientNotifier:
 
     def region_event(self, event: Event, bucket: int) -> None:
         """Distribute an applied region clear or destroy to every client with any interest
-        in the region, except the originator."""
+        in the region, except the originator. A region invalidate goes to the applied-event
+        log only: "Region invalidation in the server is not forwarded to the client" (Geode
+        documentation, *How Client/Server Distribution Works*; SPEC §3)."""
         payload = encode(event)
         self._outbox.produce(self._topics.events, payload, None, partition=bucket)
+        if event.kind is EventKind.REGION_INVALIDATE:
+            return
         recipients = self._registry.clients_of_region(event.region) - {event.originator}
         if self._security is not None:
             recipients = self._security.region_readers(recipients, event.region)

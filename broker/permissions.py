@@ -12,7 +12,7 @@ What each request needs, as in Geode's client/server security:
 request                                      permission
 ============================================ ===============================
 put, destroy, invalidate (key K of R)        ``DATA:WRITE:R:K``
-clear (region R)                             ``DATA:WRITE:R``
+clear, invalidate region (region R)          ``DATA:WRITE:R``
 destroy region R                             ``DATA:MANAGE:R``
 get (key K of R)                             ``DATA:READ:R:K``
 register interest in keys of R               ``DATA:READ:R:K`` for each key
@@ -152,7 +152,7 @@ def required_permissions(op: Operation) -> tuple[ResourcePermission, ...]:
     region = op.region
     if op.kind.is_entry_change:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region, op.key or WILDCARD),)
-    if op.kind is OperationKind.CLEAR:
+    if op.kind in (OperationKind.CLEAR, OperationKind.INVALIDATE_REGION):
         return (ResourcePermission(Resource.DATA, Action.WRITE, region),)
     if op.kind is OperationKind.DESTROY_REGION:
         return (ResourcePermission(Resource.DATA, Action.MANAGE, region),)

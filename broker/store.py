@@ -279,8 +279,10 @@ class RegionStore:
         offset: int,
         epoch: int | None = None,
     ) -> ApplyResult:
-        """Clear or destroy a region over all its buckets, atomically (status ``FENCED``
-        and nothing done when ``epoch`` is not the bucket's current fencing epoch).
+        """Clear, destroy or invalidate a region over all its buckets, atomically (status
+        ``FENCED`` and nothing done when ``epoch`` is not the bucket's current fencing
+        epoch). An invalidate keeps every key, drops every value, and gives every entry
+        the operation's new region version.
 
         Raises:
             TransportError: Redis failed.

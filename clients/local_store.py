@@ -164,18 +164,26 @@ class LocalStore:
             server_kind: The kind the server reported; a ``PROXY`` region reports it as is.
 
         Returns:
-            ``(kind, old value)``: for a caching region, UPDATE when the key was held (or
-            seen in replay) and CREATE otherwise; the value it replaced, if any.
+            ``(kind, old value)``. Applied to a caching region: UPDATE when the key was held
+            (or seen in replay) and CREATE otherwise, with the value it replaced, if any.
+            Not applied (durable replay): ``server_kind`` and no old value, as Geode's
+            ``LocalRegion.basicBridgeClientUpdate`` only invokes the put callbacks there
+            (``isCreate ? AFTER_CREATE : AFTER_UPDATE``, the region map untouched).
         """
         with self._lock:
             local = self._entries.get(key)
             old = local.value if local is not None else None
             if not self.caching:
                 return server_kind, old
-            seen = local is not None or key in self._replayed_keys
             if not apply:
                 self._replayed_keys.add(key)
-            elif self.is_newer(key, version):
+                return server_kind, None
+            seen = local is not None or key in self._replayed_keys
+            # An invalid entry takes a valid value of its own version too (as `load`): a
+            # receive_values=False invalidate carries the version of the update it stands
+            # for, and the get that follows it fetches that very version.
+            refill = local is not None and local.value is None and version >= local.version
+            if self.is_newer(key, version) or (refill and value is not None):
                 if local is None:
                     self._entries[key] = LocalEntry(value, serializer, version)
                     self._tombstones.pop(key, None)
@@ -201,10 +209,33 @@ class LocalStore:
             serializer: The event's serializer, reported when nothing is held.
             apply: Change the cache (False in durable replay before the registration).
             replay: The event is replayed (listeners hear it whatever the cache holds).
+
+        Returns:
+            Whether listeners hear it, and the old value. An invalidate applied to a
+            caching region is heard only when the local entry exists and holds a valid
+            value (Geode ``AbstractRegionMap.invalidate``: an entry already invalid is not
+            invalidated again, so ``afterInvalidate`` does not fire). A replayed event not
+            applied is always heard, without an old value (Geode
+            ``LocalRegion.basicBridgeClientInvalidate`` / ``basicBridgeClientDestroy``
+            only invoke the callbacks before the marker).
         """
         with self._lock:
             local = self._entries.get(key)
+            if not apply and replay:
+                if kind is EventKind.DESTROY:
+                    self._replayed_keys.discard(key)
+                return Removal(True, None, serializer)
             held = local is not None or replay or key in self._replayed_keys
+            if (
+                kind is EventKind.INVALIDATE
+                and local is not None
+                and self.caching
+                and (local.value is None or (apply and not self.is_newer(key, version)))
+            ):
+                # Already invalid, or older than what is held (e.g. the invalidate standing
+                # for the create that a get had already loaded): Geode invalidates nothing
+                # then (a concurrency conflict), so no listener hears it.
+                held = False
             if kind is EventKind.DESTROY:
                 self._replayed_keys.discard(key)
             old = local.value if local is not None else None
@@ -240,6 +271,15 @@ class LocalStore:
             self._replayed_keys.clear()
             if version is not None:
                 self._cleared_version = max(self._cleared_version, version)
+
+    def invalidated_all(self, version: int | None) -> None:
+        """Take this client's own region invalidate at ``version``: every entry held keeps
+        its key and loses its value."""
+        with self._lock:
+            for local in self._entries.values():
+                local.value = None
+                if version is not None:
+                    local.version = max(local.version, version)
 
     def forget_replayed(self) -> None:
         """Forget the keys seen in replay (a replayed region clear or destroy)."""

@@ -320,6 +320,19 @@ class Region:
         """
         self._region_change(OperationKind.CLEAR, callback_argument)
 
+    def invalidate_region(self, callback_argument: bytes | None = None) -> None:
+        """Invalidate every entry of the region on the server (keys stay, values go), then
+        every entry held here; ``after_region_invalidate`` fires here and in server
+        listeners. Other clients get no event and keep what they cache: "Region
+        invalidation in the server is not forwarded to the client" (Geode documentation,
+        *How Client/Server Distribution Works*; SPEC §3). Their next ``get`` of a key
+        they do not hold returns None.
+
+        Raises:
+            RegionNotFoundError, ServerTimeoutError, UnconnectedError: as :meth:`put`.
+        """
+        self._region_change(OperationKind.INVALIDATE_REGION, callback_argument)
+
     def destroy_region(self, callback_argument: bytes | None = None) -> None:
         """Destroy the region on the server and here; afterwards every call on it raises
         ``RegionNotFoundError``.
@@ -569,7 +582,10 @@ class Region:
         bucket = self._server.region_bucket()
         op = self._server.operation(kind, callback_argument=callback_argument, bucket=bucket)
         reply = self._server.one(op, bucket)
-        self._store.cleared(reply.version)
+        if kind is OperationKind.INVALIDATE_REGION:
+            self._store.invalidated_all(reply.version)
+        else:
+            self._store.cleared(reply.version)
         if kind is OperationKind.DESTROY_REGION:
             self._forget_destroyed()
         self._notify(RegionEvent(self.name, event_kind, op.event_id, False, callback_argument))

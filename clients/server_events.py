@@ -53,6 +53,9 @@ def apply_server_event(
         registered_at = store.registered_at(event.event_id.bucket)
         apply = registered_at is not None and event.version > registered_at
     kind = event.kind
+    if kind is EventKind.REGION_INVALIDATE:
+        # Never pushed (SPEC §3); an event of it in a queue changes nothing here.
+        return Applied(None, False)
     if kind.is_region_event:
         if apply:
             store.cleared(event.version)

@@ -15,4 +15,9 @@ class BatchApplyTimeoutError(RetriableError):
     batch is not acked, so the sender resends it."""
 
 
-__all__ = ["BatchApplyTimeoutError", "RemoteSiteUnreachableError"]
+class RegionNotYetDefinedError(RetriableError):
+    """A batch names a region this site does not define, and the receiver keeps such a
+    batch (unacked) until the region exists."""
+
+
+__all__ = ["BatchApplyTimeoutError", "RegionNotYetDefinedError", "RemoteSiteUnreachableError"]

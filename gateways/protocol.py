@@ -38,6 +38,7 @@ _BATCH_SCHEMA: Final = parse_schema(
             {"name": "ack_topic", "type": "string"},
             {"name": "possible_duplicate", "type": "boolean"},
             {"name": "events", "type": {"type": "array", "items": "bytes"}},
+            {"name": "parallel", "type": "boolean", "default": False},
         ],
     }
 )
@@ -82,6 +83,10 @@ class GatewayBatch(NamedTuple):
         ack_topic: Where the receiver must put the ack (on its own Kafka).
         possible_duplicate: True for a resend after no ack.
         events: Framed :class:`schemas.messages.Event` records, in queue order.
+        parallel: The sender's queue is parallel (one partition per bucket): the receiver
+            keeps order per bucket only. False (serial): it applies the events one after
+            the other in queue order (Geode ``GatewayReceiverCommand`` applies a batch's
+            events in order).
     """
 
     batch_id: str
@@ -90,6 +95,7 @@ class GatewayBatch(NamedTuple):
     ack_topic: str
     possible_duplicate: bool
     events: tuple[bytes, ...]
+    parallel: bool = False
 
 
 class BatchEventException(NamedTuple):

@@ -8,6 +8,20 @@ produces each event as an :class:`Operation` to ``{ns}.ops`` keeping the event's
 reached (this one added, for loop prevention), waits until the servers answered every
 operation, and then acks the batch, listing the events that failed.
 
+Order: a serial sender's batch is applied in queue order, as Geode's
+``GatewayReceiverCommand`` applies a batch's events one after the other, so this site's
+clients see the sender's order across keys: consecutive events of one bucket go together
+(one partition of ``{ns}.ops`` keeps their order), and the next bucket's events are sent
+once those were answered. A parallel sender's batch (``GatewayBatch.parallel``) needs order
+per bucket only, which the bucket's partition keeps, so all of it is sent at once.
+
+A region this site does not define: its events fail and are listed in the ack, so the
+sender drops them (SPEC §6; Geode's default ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION``
+true). With ``keep_batch_until_region_exists`` the receiver instead keeps the batch unacked
+and applies it again every ``missing_region_retry_interval_ms`` until the region exists
+(Geode's ``gemfire.GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION=false``, which keeps
+resending a batch that failed); the events applied before are recognised by EventID then.
+
 Conflict resolution: the servers refuse, atomically at apply, an event from another site
 that is older than the entry's last change (timestamp, then site id). A pluggable
 :class:`GatewayConflictResolver` runs here first, for events whose entry was last changed
@@ -33,7 +47,7 @@ from broker.gateway_queues import DISTRIBUTABLE_KINDS
 from broker.store import RegionStore
 from clients.pool import Pool
 from clients.settings import ClientSettings
-from gateways.errors import BatchApplyTimeoutError
+from gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
 from gateways.filters import (
     GatewayConflictHelper,
     GatewayConflictResolver,
@@ -90,6 +104,11 @@ class GatewayReceiverSettings(
             (`schemas.signing`); needed where the servers have ``security_enabled``, which
             refuse unsigned operations. None sends them unsigned.
         security_secret: That principal's secret (``regionbus user add``).
+        keep_batch_until_region_exists: Keep a batch naming a region this site does not
+            define, unacked, until the region exists (default False: its events are
+            reported failed and dropped, SPEC §6).
+        missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
+            missing region.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -104,6 +123,8 @@ class GatewayReceiverSettings(
     member_id: str = Field(default_factory=lambda: generated_member_id("gw-receiver"))
     security_principal: str | None = None
     security_secret: SecretStr | None = None
+    keep_batch_until_region_exists: bool = False
+    missing_region_retry_interval_ms: int = Field(default=1000, ge=10)
 
     @field_validator("receiver_id", "namespace")
     @classmethod
@@ -127,6 +148,8 @@ class ReceiverStats:
         dead_letters: Undecodable batches sent to the dead-letter topic.
         acks_not_sent: Batches applied whose ack could not be written (its ack topic is
             not this site's, or does not exist).
+        batches_kept_for_region: Tries of a batch kept unacked because a region it names
+            is not defined here (``keep_batch_until_region_exists``).
         batch_sizes: Sizes of the batches acked, in order (the last 10,000).
     """
 
@@ -140,6 +163,7 @@ class ReceiverStats:
     possible_duplicate_batches: int = 0
     dead_letters: int = 0
     acks_not_sent: int = 0
+    batches_kept_for_region: int = 0
 
     def __post_init__(self) -> None:
         self.batch_sizes: list[int] = []
@@ -275,6 +299,12 @@ class GatewayReceiver(BackgroundWorker):
                         log.warning("batch %s not acked: %s", batch.batch_id, exc)
                         self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
                         continue
+                    except RegionNotYetDefinedError as exc:
+                        self.stats.batches_kept_for_region += 1
+                        log.info("batch %s kept: %s", batch.batch_id, exc)
+                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+                        self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
+                        continue
                     except TransportError as exc:
                         # The conflict resolver reads Redis before any event is sent, so
                         # the whole batch is applied again (and acked) once Redis is back.
@@ -307,6 +337,8 @@ class GatewayReceiver(BackgroundWorker):
 
         Raises:
             BatchApplyTimeoutError: the servers did not answer within ``apply_timeout_ms``.
+            RegionNotYetDefinedError: an event names a region this site does not define
+                and ``keep_batch_until_region_exists`` is set (the batch is not acked).
         """
         assert self._pool is not None
         pool = self._pool
@@ -360,10 +392,8 @@ class GatewayReceiver(BackgroundWorker):
             )
             sent.append((index, event, op))
             ops.append((op, bucket))
-        futures = pool.request_each(ops) if ops else []
-        deadline = time.monotonic() + self.settings.apply_timeout_ms / 1000
-        for (index, event, op), future in zip(sent, futures, strict=True):
-            reply = self._wait(future, op, deadline)
+        replies = self._apply_in_order(ops, parallel=batch.parallel)
+        for (index, event, op), reply in zip(sent, replies, strict=True):
             if reply.ok:
                 if reply.duplicate:
                     self.stats.duplicates += 1
@@ -386,6 +416,34 @@ class GatewayReceiver(BackgroundWorker):
         return GatewayAck(
             batch.batch_id, self.settings.receiver_id, len(batch.events), tuple(exceptions)
         )
+
+    def _apply_in_order(self, ops: list[tuple[Operation, int]], *, parallel: bool) -> list[Reply]:
+        """Send a batch's operations and wait for their replies: all at once for a parallel
+        sender (each bucket's partition keeps its order), else one run of consecutive
+        same-bucket operations at a time, the next run sent after the previous one was
+        answered (the sender's order across buckets)."""
+        assert self._pool is not None
+        deadline = time.monotonic() + self.settings.apply_timeout_ms / 1000
+        runs: list[list[tuple[Operation, int]]] = []
+        for op, bucket in ops:
+            if parallel and runs:
+                runs[0].append((op, bucket))
+            elif runs and runs[-1][-1][1] == bucket:
+                runs[-1].append((op, bucket))
+            else:
+                runs.append([(op, bucket)])
+        replies: list[Reply] = []
+        for run in runs:
+            futures = self._pool.request_each(run)
+            answered = [
+                self._wait(f, op, deadline) for (op, _), f in zip(run, futures, strict=True)
+            ]
+            if self.settings.keep_batch_until_region_exists:
+                missing = next((r for r in answered if r.error_type == "RegionNotFoundError"), None)
+                if missing is not None:
+                    raise RegionNotYetDefinedError(missing.error_message or "region not found")
+            replies.extend(answered)
+        return replies
 
     def _wait(self, future: Future[list[Reply]], op: Operation, deadline: float) -> Reply:
         assert self._pool is not None

@@ -73,6 +73,10 @@ class GatewaySenderSettings(
         remote_kafka_bootstrap_servers: The remote site's Kafka.
         remote_kafka_config: Extra librdkafka settings for the remote Kafka (security).
         remote_receiver_id: The remote gateway receiver's id (its inbound topic).
+        parallel: The queue is parallel (the servers' ``GatewayQueueSpec.parallel`` for this
+            sender; Geode's ``parallel`` sender attribute, default False): told to the
+            receiver, which then keeps order per bucket instead of applying each batch
+            one event after the other.
         batch_size: Events per batch (Geode ``batch-size``, default 100).
         batch_time_interval_ms: Longest wait for a batch to fill, after its first event
             (Geode ``batch-time-interval``, default 1000 ms).
@@ -102,6 +106,7 @@ class GatewaySenderSettings(
     remote_kafka_bootstrap_servers: str
     remote_kafka_config: dict[str, Any] = Field(default_factory=dict)
     remote_receiver_id: str = "receiver"
+    parallel: bool = False
     batch_size: int = Field(default=100, ge=1)
     batch_time_interval_ms: int = Field(default=1000, ge=1)
     batch_conflation_enabled: bool = False
@@ -359,6 +364,7 @@ class GatewaySender(QueueProcessor):
                 self.ack_topic,
                 sent,
                 payload,
+                self.settings.parallel,
             )
             try:
                 for attempt in retrying:

@@ -151,6 +151,10 @@ class CacheListener:
     def after_region_destroy(self, event: RegionEvent) -> None:
         """The region was destroyed."""
 
+    def after_region_invalidate(self, event: RegionEvent) -> None:
+        """Every entry of the region lost its value (Geode ``afterRegionInvalidate``): heard
+        by server listeners and the invalidating client, never pushed to other clients."""
+
     def after_region_live(self, event: RegionEvent) -> None:
         """A durable client's replayed events are done (the marker was reached)."""
 
@@ -188,6 +192,7 @@ AFTER_ENTRY: Final[Mapping[EventKind, str]] = {
 AFTER_REGION: Final[Mapping[EventKind, str]] = {
     EventKind.REGION_CLEAR: "after_region_clear",
     EventKind.REGION_DESTROY: "after_region_destroy",
+    EventKind.REGION_INVALIDATE: "after_region_invalidate",
 }
 """The ``CacheListener`` method of each region event kind (``None``: ``after_region_live``)."""
 
@@ -204,7 +209,9 @@ BEFORE: Final[Mapping[EventKind, str]] = {
 
 def region_event_kind(kind: OperationKind) -> EventKind:
     """The region event a region operation causes (CLEAR -> REGION_CLEAR, DESTROY_REGION ->
-    REGION_DESTROY)."""
+    REGION_DESTROY, INVALIDATE_REGION -> REGION_INVALIDATE)."""
+    if kind is OperationKind.INVALIDATE_REGION:
+        return EventKind.REGION_INVALIDATE
     return EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
 
 

@@ -29,6 +29,7 @@ class OperationKind(enum.Enum):
     KEYS = "KEYS"
     READY_FOR_EVENTS = "READY_FOR_EVENTS"
     DISCONNECT = "DISCONNECT"
+    INVALIDATE_REGION = "INVALIDATE_REGION"
 
     @property
     def is_entry_change(self) -> bool:
@@ -54,7 +55,9 @@ class OperationKind(enum.Enum):
 
 
 _ENTRY_CHANGES = frozenset({OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE})
-_REGION_CHANGES = frozenset({OperationKind.CLEAR, OperationKind.DESTROY_REGION})
+_REGION_CHANGES = frozenset(
+    {OperationKind.CLEAR, OperationKind.DESTROY_REGION, OperationKind.INVALIDATE_REGION}
+)
 _INTEREST_CHANGES = frozenset(
     {
         OperationKind.REGISTER_INTEREST,
@@ -73,11 +76,18 @@ class EventKind(enum.Enum):
     DESTROY = "DESTROY"
     REGION_CLEAR = "REGION_CLEAR"
     REGION_DESTROY = "REGION_DESTROY"
+    REGION_INVALIDATE = "REGION_INVALIDATE"
+    """Every entry of the region lost its value; server listeners hear it, clients never
+    (SPEC §3)."""
 
     @property
     def is_region_event(self) -> bool:
-        """True for events about the whole region (clear, destroy)."""
-        return self in (EventKind.REGION_CLEAR, EventKind.REGION_DESTROY)
+        """True for events about the whole region (clear, destroy, invalidate)."""
+        return self in (
+            EventKind.REGION_CLEAR,
+            EventKind.REGION_DESTROY,
+            EventKind.REGION_INVALIDATE,
+        )
 
 
 class InterestKind(enum.Enum):

@@ -1,4 +1,6 @@
--- Apply a region operation (CLEAR, DESTROY_REGION) atomically over every bucket.
+-- Apply a region operation (CLEAR, DESTROY_REGION, INVALIDATE_REGION) atomically over every
+-- bucket. INVALIDATE_REGION keeps every key and drops its value, at one new region version
+-- (as an entry invalidate does per key).
 --
 -- KEYS: 1 regions set, 2 region version counter, 3 tracking hash, 4 results hash,
 --       5 results index, 6 the fencing epoch counter of the region's bucket, then for each
@@ -17,15 +19,27 @@ local last = redis.call('HGET', KEYS[3], ARGV[3])
 if last and tonumber(last) >= seq then
   return {'DUP', redis.call('HGET', KEYS[4], ARGV[5])}
 end
-for i = 7, #KEYS do
-  redis.call('DEL', KEYS[i])
-end
 local version = redis.call('INCR', KEYS[2])
 local result
+if ARGV[1] == 'INVALIDATE_REGION' then
+  for i = 7, #KEYS, 3 do
+    local meta = redis.call('HGETALL', KEYS[i + 1])
+    for j = 1, #meta, 2 do
+      local serializer = string.match(meta[j + 1], '|(.*)$') or ''
+      redis.call('HSET', KEYS[i + 1], meta[j], version .. '|' .. serializer)
+    end
+    redis.call('DEL', KEYS[i])
+  end
+  result = 'REGION_INVALIDATE|' .. version
+else
+  for i = 7, #KEYS do
+    redis.call('DEL', KEYS[i])
+  end
+end
 if ARGV[1] == 'DESTROY_REGION' then
   redis.call('SREM', KEYS[1], ARGV[2])
   result = 'REGION_DESTROY|' .. version
-else
+elseif ARGV[1] == 'CLEAR' then
   result = 'REGION_CLEAR|' .. version
 end
 redis.call('HSET', KEYS[3], ARGV[3], seq)

@@ -10,7 +10,7 @@ from typing import Any
 
 from support import wait_until
 
-from broker.config import GatewayQueueSpec, ServerSettings
+from broker.config import GatewayQueueSpec, GatewaySenderSpec, ServerSettings
 from broker.server import CacheServer
 from clients import ClientCache, ClientSettings
 from gateways.filters import GatewayConflictResolver
@@ -52,12 +52,14 @@ class Site:
         parallel: bool = False,
         async_event_queues: tuple[str, ...] = (),
         sender_filters: list[str] | None = None,
+        sender_options: dict[str, Any] | None = None,
         settings_overrides: dict[str, Any] | None = None,
         **server_kwargs: Any,
     ) -> CacheServer:
         """Start the site's cache server; ``senders`` maps sender id -> remote site id, each
-        attached to every region, as are the async event queues. ``settings_overrides``
-        are more ``ServerSettings`` fields (e.g. a Kafka login)."""
+        attached to every region, as are the async event queues. ``sender_options`` are
+        more ``GatewaySenderSpec`` fields (e.g. ``dispatcher_threads``);
+        ``settings_overrides`` more ``ServerSettings`` fields (e.g. a Kafka login)."""
         senders = senders or {}
         settings = ServerSettings(
             namespace=self.namespace,
@@ -69,10 +71,11 @@ class Site:
             message_sync_interval_s=0.2,
             distributed_system_id=self.site_id,
             gateway_senders={
-                s: GatewayQueueSpec(
+                s: GatewaySenderSpec(
                     parallel=parallel,
                     remote_distributed_system_id=remote,
                     event_filters=sender_filters or [],
+                    **(sender_options or {}),
                 )
                 for s, remote in senders.items()
             },

@@ -104,13 +104,39 @@ def test_a_local_destroy_during_a_registration_is_not_revived_either() -> None:
 
 def test_replay_changes_nothing_but_remembers_created_keys_for_later_events() -> None:
     store = _store()
-    assert store.apply_value("k", b"replayed", "json", 3, apply=False) == (EventKind.CREATE, None)
+    replayed = store.apply_value(
+        "k", b"replayed", "json", 3, apply=False, server_kind=EventKind.CREATE
+    )
+    assert replayed == (EventKind.CREATE, None)
     assert "k" not in store
     # seen in replay: the next change of the key is an update for listeners
     assert store.apply_value("k", b"live", "json", 4) == (EventKind.UPDATE, None)
     assert store.entry("k") == LocalEntry(b"live", "json", 4)
     # a replayed invalidate of a key the cache does not hold still reaches listeners
     assert store.apply_removal(EventKind.INVALIDATE, "z", 5, "json", apply=False, replay=True).held
+
+
+def test_a_replayed_event_has_the_servers_kind_and_no_old_value_whatever_the_cache_holds() -> None:
+    store = _store()
+    store.apply_value("k", b"loaded", "json", 5)
+    assert store.apply_value("k", b"old", "json", 3, apply=False, server_kind=EventKind.CREATE) == (
+        EventKind.CREATE,
+        None,
+    )
+    replayed = store.apply_removal(EventKind.INVALIDATE, "k", 4, "json", apply=False, replay=True)
+    assert replayed == Removal(True, None, "json")
+    assert store.entry("k") == LocalEntry(b"loaded", "json", 5)
+
+
+def test_an_invalidate_of_an_entry_already_invalid_is_not_heard() -> None:
+    store = _store()
+    store.apply_value("k", b"v", "json", 1)
+    assert store.apply_removal(EventKind.INVALIDATE, "k", 2, "json").held
+    assert not store.apply_removal(EventKind.INVALIDATE, "k", 3, "json").held
+    # a get of the invalidation's own version makes it valid again
+    store.apply_value("k", b"w", "json", 3)
+    assert store.valid("k") == LocalEntry(b"w", "json", 3)
+    assert store.apply_removal(EventKind.INVALIDATE, "k", 4, "json").held
 
 
 def test_a_destroy_forgets_a_key_seen_in_replay() -> None:
@@ -161,3 +187,10 @@ def test_a_local_invalidate_keeps_the_version_and_reports_what_was_there() -> No
     store.apply_value("k", b"v", "json", 3)
     assert store.invalidate_local("k") == LocalEntry(b"v", "json", 3)
     assert store.entry("k") == LocalEntry(None, "json", 3)
+
+
+def test_an_invalidate_older_than_the_value_held_is_not_heard() -> None:
+    store = _store()
+    store.apply_value("k", b"loaded", "json", 2)
+    assert not store.apply_removal(EventKind.INVALIDATE, "k", 2, "json").held
+    assert store.valid("k") == LocalEntry(b"loaded", "json", 2)
