@@ -20,7 +20,11 @@ from schemas.naming import Topics
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
 """Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
-gets or local operations (these never reach the queues)."""
+gets or local operations (these never reach the queues).
+
+Expiration events (``Event.expiration``) never go to a gateway sender, and an expiration
+destroy goes to an async event queue only when its ``forward_expiration_destroy`` is set
+(Geode ``AbstractGatewaySender.checkForDistribution``)."""
 
 Produce = Callable[[str, bytes, bytes | None, int], None]
 """``produce(topic, value, key, partition)`` of the server's producer."""
@@ -31,6 +35,7 @@ class _Target(NamedTuple):
     parallel: bool
     remote_site_id: int | None
     filters: tuple[GatewayEventFilter, ...]
+    takes_expiration: bool
 
 
 def stamp_origin(event: Event, site_id: int) -> Event:
@@ -62,11 +67,15 @@ class GatewayEnqueuer:
         self._by_region: dict[str, list[_Target]] = {}
         built: dict[str, _Target] = {}
 
-        def target(topic: str, spec: GatewayQueueSpec) -> _Target:
+        def target(topic: str, spec: GatewayQueueSpec, async_queue: bool) -> _Target:
             if topic not in built:
                 filters = tuple(load_hook(n, GatewayEventFilter) for n in spec.event_filters)
                 built[topic] = _Target(
-                    topic, spec.parallel, spec.remote_distributed_system_id, filters
+                    topic,
+                    spec.parallel,
+                    spec.remote_distributed_system_id,
+                    filters,
+                    async_queue and spec.forward_expiration_destroy,
                 )
                 self._partitions[topic] = self.total_buckets if spec.parallel else 1
             return built[topic]
@@ -75,13 +84,13 @@ class GatewayEnqueuer:
             for sender_id in sender_ids:
                 spec = settings.gateway_senders[sender_id]
                 self._by_region.setdefault(region, []).append(
-                    target(topics.gateway(sender_id), spec)
+                    target(topics.gateway(sender_id), spec, async_queue=False)
                 )
         for region, queue_ids in settings.region_async_event_queues.items():
             for queue_id in queue_ids:
                 spec = settings.async_event_queues[queue_id]
                 self._by_region.setdefault(region, []).append(
-                    target(topics.async_event_queue(queue_id), spec)
+                    target(topics.async_event_queue(queue_id), spec, async_queue=True)
                 )
 
     @property
@@ -110,6 +119,8 @@ class GatewayEnqueuer:
         payload: bytes | None = None
         queued = 0
         for t in targets:
+            if event.expiration and not t.takes_expiration:
+                continue
             if t.remote_site_id is not None and t.remote_site_id in stamped.sites_reached:
                 continue
             if t.filters and not all(f.before_enqueue(stamped) for f in t.filters):
