@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from broker.expiration_attributes import RegionExpiration
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.entry_checks import check_region_name
 from schemas.errors import ConfigurationError, RegionBusError
@@ -37,9 +38,10 @@ class GatewayQueueSpec(BaseModel):
             async event queue.
         event_filters: ``"module:Class"`` names of ``schemas.hooks.GatewayEventFilter``s whose
             ``before_enqueue`` runs here (False = never queued).
-        forward_expiration_destroy: Async event queues: also queue expiration destroys
-            (Geode default False). regionbus has no expiration yet, so every queued destroy
-            is a distributed one.
+        forward_expiration_destroy: Async event queues: also queue the destroys made by entry
+            expiration (Geode ``forward-expiration-destroy``, default False; Geode's
+            ``AbstractGatewaySender.checkForDistribution``). Gateway senders never queue an
+            expiration event, whatever this says (SPEC §6).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -106,6 +108,14 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         total_buckets: Buckets = partitions of ``{ns}.ops`` and ``{ns}.events``.
             Default 16 (Geode's ``total-num-buckets`` is 113; ours are Kafka partitions).
         regions: Regions this server defines at start (created in Redis if missing).
+        region_expiration: ``{region: RegionExpiration}`` entry time-to-live and idle timeout
+            with their actions (Geode ``ExpirationAttributes``; default none: entries never
+            expire). Every server of a site must carry the same; see
+            :mod:`broker.expiration_attributes` for the rules.
+        expiration_interval_ms: How often a bucket primary looks for entries due to expire
+            (an entry expires at most about this long after its time).
+        expiration_batch_size: Most entries a server expires per look, over all its buckets;
+            the rest wait for the next look, so the loop's other duties keep their pace.
         max_value_size_bytes: Largest accepted value; larger puts are refused with
             ``ValueTooLargeError``. Default 512 KiB, below Kafka's default 1 MiB message.
         message_sync_interval_s: How often the server flushes its producer and commits its
@@ -172,6 +182,9 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     member_id: str = Field(default_factory=lambda: generated_member_id("server"))
     total_buckets: int = Field(default=DEFAULT_TOTAL_BUCKETS, ge=1, le=1024)
     regions: list[str] = Field(default_factory=list)
+    region_expiration: dict[str, RegionExpiration] = Field(default_factory=dict)
+    expiration_interval_ms: int = Field(default=250, ge=10)
+    expiration_batch_size: int = Field(default=500, ge=1)
     max_value_size_bytes: int = Field(default=512 * 1024, ge=1)
     message_sync_interval_s: float = Field(default=1.0, gt=0)
     maximum_time_between_pings_ms: int = Field(default=60_000, ge=100)
@@ -221,6 +234,14 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
                 check_region_name(name)
             except RegionBusError as exc:
                 raise ConfigurationError(f"regions: {exc}") from None
+        return value
+
+    @field_validator("region_expiration")
+    @classmethod
+    def _expiring_region_names_ok(
+        cls, value: dict[str, RegionExpiration]
+    ) -> dict[str, RegionExpiration]:
+        cls._region_names_ok(list(value))
         return value
 
     @field_validator("member_id")

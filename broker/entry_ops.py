@@ -19,7 +19,8 @@ from broker.outbox import Outbox
 from broker.ownership import BucketOwnership
 from broker.plugins import ServerPlugins
 from broker.stats import ServerStats
-from broker.store import ApplyResult, GatewayVersion, RegionStore
+from broker.store import Access, ApplyResult, GatewayVersion, RegionStore
+from runtime.leases import now_ms
 from schemas.errors import CacheWriterError, RegionNotFoundError
 from schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
 
@@ -56,6 +57,7 @@ class EntryOperations:
         stats: ServerStats,
     ) -> None:
         self._site_id = settings.distributed_system_id
+        self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
         self._store = store
         self._ownership = ownership
         self._plugins = plugins
@@ -88,10 +90,17 @@ class EntryOperations:
         pending = [p for p in self._pending if p.bucket in owned]
         self._pending = []
         batch: list[Any] = []
+        now = now_ms()
         for op, bucket, offset in pending:
             assert op.key is not None
+            expiration = self._expiration.get(op.region)
             if op.kind is OperationKind.GET:
-                batch.append((op.region, op.key, bucket))
+                # A server get is an access: it pushes an idle timeout back (Geode
+                # LocalRegion.updateStatsForGet).
+                access = None
+                if expiration is not None and expiration.entry_idle_timeout.timeout_s:
+                    access = Access(expiration, now)
+                batch.append((op.region, op.key, bucket, access))
                 continue
             assert op.event_id is not None
             batch.append(
@@ -112,6 +121,8 @@ class EntryOperations:
                     if self._site_id
                     else None,
                     from_gateway=op.origin_site_id not in (0, self._site_id),
+                    expiration=expiration,
+                    now_ms=now,
                 )
             )
         results = self._store.run_batch(batch)

@@ -21,7 +21,11 @@ from schemas.naming import Topics, bucket_of
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
 """Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
-gets or local operations (these never reach the queues)."""
+gets or local operations (these never reach the queues).
+
+Expiration events (``Event.expiration``) never go to a gateway sender, and an expiration
+destroy goes to an async event queue only when its ``forward_expiration_destroy`` is set
+(Geode ``AbstractGatewaySender.checkForDistribution``)."""
 
 Produce = Callable[[str, bytes, bytes | None, int], None]
 """``produce(topic, value, key, partition)`` of the server's producer."""
@@ -34,6 +38,7 @@ class _Target(NamedTuple):
     filters: tuple[GatewayEventFilter, ...]
     partitions: int
     order_policy: OrderPolicy
+    takes_expiration: bool
 
 
 def dispatcher_event(event: Event, dispatcher: int) -> Event:
@@ -96,7 +101,7 @@ class GatewayEnqueuer:
         self._by_region: dict[str, list[_Target]] = {}
         built: dict[str, _Target] = {}
 
-        def target(topic: str, spec: GatewayQueueSpec) -> _Target:
+        def target(topic: str, spec: GatewayQueueSpec, async_queue: bool) -> _Target:
             if topic not in built:
                 filters = tuple(load_hook(n, GatewayEventFilter) for n in spec.event_filters)
                 serial_partitions, policy = 1, OrderPolicy.KEY
@@ -110,6 +115,7 @@ class GatewayEnqueuer:
                     filters,
                     partitions,
                     policy,
+                    async_queue and spec.forward_expiration_destroy,
                 )
                 self._partitions[topic] = partitions
             return built[topic]
@@ -118,13 +124,13 @@ class GatewayEnqueuer:
             for sender_id in sender_ids:
                 spec = settings.gateway_senders[sender_id]
                 self._by_region.setdefault(region, []).append(
-                    target(topics.gateway(sender_id), spec)
+                    target(topics.gateway(sender_id), spec, async_queue=False)
                 )
         for region, queue_ids in settings.region_async_event_queues.items():
             for queue_id in queue_ids:
                 queue_spec = settings.async_event_queues[queue_id]
                 self._by_region.setdefault(region, []).append(
-                    target(topics.async_event_queue(queue_id), queue_spec)
+                    target(topics.async_event_queue(queue_id), queue_spec, async_queue=True)
                 )
 
     @property
@@ -153,6 +159,8 @@ class GatewayEnqueuer:
         payload: bytes | None = None
         queued = 0
         for t in targets:
+            if event.expiration and not t.takes_expiration:
+                continue
             if t.remote_site_id is not None and t.remote_site_id in stamped.sites_reached:
                 continue
             if t.filters and not all(f.before_enqueue(stamped) for f in t.filters):

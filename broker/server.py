@@ -18,7 +18,8 @@ Where an operation goes (README "How an operation travels"):
    committed (ARCHITECTURE.md), so a new primary re-processes a bounded window whose
    EventIDs Redis recognises.
 
-The loop also takes part in the bucket election, expires silent clients and reaps durable
+The loop also expires the entries of its buckets that are due (:mod:`broker.expiration`),
+takes part in the bucket election, expires silent clients and reaps durable
 clients away too long (:mod:`broker.client_lifecycle`), holds operations back while a
 client's queue is full, and rides out Redis outages.
 """
@@ -42,6 +43,7 @@ from broker.client_registry import ClientRegistry
 from broker.client_topics import ClientTopicPresence
 from broker.config import ServerSettings
 from broker.entry_ops import EntryOperations
+from broker.expiration import EntryExpiration
 from broker.gateway_queues import GatewayEnqueuer
 from broker.handlers import OperationHandlers
 from broker.interest import InterestRegistry
@@ -90,6 +92,7 @@ class _Parts:
     notifier: CacheClientNotifier
     lifecycle: ClientLifecycle
     entries: EntryOperations
+    expiration: EntryExpiration
     handlers: OperationHandlers
     admission: Admission | None
 
@@ -300,6 +303,9 @@ class CacheServer(BackgroundWorker):
         entries = EntryOperations(
             s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
         )
+        expiration = EntryExpiration(
+            s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
+        )
         handlers = OperationHandlers(
             s,
             self.store,
@@ -323,6 +329,7 @@ class CacheServer(BackgroundWorker):
             notifier,
             lifecycle,
             entries,
+            expiration,
             handlers,
             admission,
         )
@@ -376,6 +383,7 @@ class CacheServer(BackgroundWorker):
                     )
                     if messages:
                         self._process(messages)
+                    parts.expiration.tick(time.monotonic())
                 parts.producer.poll(0)
                 now = time.monotonic()
                 if now >= next_elect:

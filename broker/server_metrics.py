@@ -29,6 +29,7 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_durable_clients_expired_total``: durable clients unregistered as reaper.
 - ``regionbus_queue_full_waits_total``: holds of operations for a full queue.
 - ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
+- ``regionbus_entries_expired_total``: entries this server expired as a bucket primary.
 - ``regionbus_redis_outages_total``: Redis outages this server waited out (it stops
   applying, then resumes from the first unapplied operation; :mod:`runtime.redis_outage`).
 - ``regionbus_kafka_outages_total``: Kafka outages (no broker reachable) this server
@@ -171,6 +172,11 @@ def server_metric_families(server: ServerView) -> list[Metric]:
             "clients_disconnected",
             "Clients disconnected as unresponsive (queue full for the whole wait).",
             stats.clients_disconnected,
+        ),
+        families.counter(
+            "entries_expired",
+            "Entries this server expired as a bucket primary (time-to-live or idle timeout).",
+            stats.entries_expired,
         ),
         families.counter(
             "redis_outages",

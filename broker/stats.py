@@ -25,6 +25,8 @@ class ServerStats:
         buckets_lost: Buckets whose lease this server lost or was fenced out of.
         queue_full_waits: Times operations were held because a client's queue was full.
         clients_disconnected: Clients disconnected as unresponsive (queue full too long).
+        entries_expired: Entries this server expired as a bucket primary (entry
+            time-to-live or idle timeout, :mod:`broker.expiration`).
         buckets_fenced: Of ``buckets_lost``, those another server had taken over (a write
             refused for a stale fencing epoch).
         operations_applied_by_region: ``{region: {kind: count}}`` of
@@ -50,6 +52,7 @@ class ServerStats:
     queue_full_waits: int = 0
     clients_disconnected: int = 0
     buckets_fenced: int = 0
+    entries_expired: int = 0
     operations_applied_by_region: dict[str, dict[str, int]] = field(default_factory=dict)
     events_routed_by_client: dict[str, int] = field(default_factory=dict)
     dead_letters_by_category: dict[str, int] = field(default_factory=dict)

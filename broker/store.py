@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from broker.expiration_attributes import RegionExpiration
 from schemas.errors import TransportError
 from schemas.eventid import EventID
 from schemas.messages import Entry, EventKind, OperationKind
@@ -63,6 +64,20 @@ class ApplyResult:
     version: int | None = None
     error_type: str | None = None
     old_value: bytes | None = None
+
+
+class Access(NamedTuple):
+    """What a ``get`` of an entry of a region with an entry idle timeout records: the read
+    counts as an access and pushes the entry's expiry back (Geode
+    ``LocalRegion.updateStatsForGet``).
+
+    Attributes:
+        expiration: The region's expiration attributes.
+        now_ms: Time of the read, ms since the Unix epoch.
+    """
+
+    expiration: RegionExpiration
+    now_ms: int
 
 
 class Snapshot(NamedTuple):
@@ -126,6 +141,7 @@ class RegionStore:
         self._apply_entry = client.register_script(_load_lua("apply_entry.lua"))
         self._apply_region = client.register_script(_load_lua("apply_region.lua"))
         self._prune = client.register_script(_load_lua("prune_results.lua"))
+        self._touch = client.register_script(_load_lua("touch_entry.lua"))
 
     # --- regions -----------------------------------------------------------------------
 
@@ -191,6 +207,8 @@ class RegionStore:
         gateway_version: GatewayVersion | None = None,
         from_gateway: bool = False,
         epoch: int | None = None,
+        expiration: RegionExpiration | None = None,
+        now_ms: int = 0,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script).
 
@@ -199,7 +217,9 @@ class RegionStore:
         stored version is from another site and newer (SPEC §6 conflict resolution).
         ``epoch`` is the caller's fencing epoch of the bucket (:mod:`runtime.leases`); the
         script refuses the change (status ``"FENCED"``) when it is no longer current. None
-        applies unfenced (tools, tests).
+        applies unfenced (tools, tests). ``expiration`` (regions with entry expiration) makes
+        a create or update schedule the entry's expiry from ``now_ms`` (ms since the Unix
+        epoch), and a destroy or invalidate unschedule it (:mod:`broker.expiration`).
         """
         k = self.keys
         keys = [
@@ -212,6 +232,8 @@ class RegionStore:
             k.results_index(bucket),
             k.epoch(bucket_role(bucket)),
             k.region_gateway_versions(region, bucket),
+            k.region_expiry(region, bucket),
+            k.region_entry_times(region, bucket),
         ]
         args: list[Any] = [
             kind.value,
@@ -228,17 +250,24 @@ class RegionStore:
             gateway_version.timestamp_ms if gateway_version is not None else "",
             gateway_version.site_id if gateway_version is not None else 0,
             "1" if from_gateway else "0",
+            expiration.entry_time_to_live.timeout_ms if expiration else 0,
+            expiration.entry_idle_timeout.timeout_ms if expiration else 0,
+            now_ms,
+            "1" if expiration and expiration.action.is_destroy else "0",
         ]
         return keys, args
 
     def run_batch(
-        self, batch: Sequence[tuple[list[str], list[Any]] | tuple[str, str, int]]
+        self,
+        batch: Sequence[tuple[list[str], list[Any]] | tuple[str, str, int, Access | None]],
     ) -> list[ApplyResult | tuple[bool, Entry | None]]:
         """Apply entry operations and read entries in order, in one pipelined round trip.
 
         Args:
             batch: Items in processing order: ``(keys, args)`` from :meth:`entry_args` for a
-                change, or ``(region, key, bucket)`` for a read.
+                change, or ``(region, key, bucket, access)`` for a read; an
+                :class:`Access` (regions with an entry idle timeout) records the read as an
+                access of the entry.
 
         Returns:
             Per item, in order: an :class:`ApplyResult` for a change; ``(region_exists,
@@ -254,10 +283,12 @@ class RegionStore:
                 if isinstance(item[0], list):
                     self._apply_entry(keys=item[0], args=item[1], client=pipe)
                 else:
-                    region, key, bucket = item
+                    region, key, bucket, access = item
                     pipe.sismember(self.keys.regions, region)
                     pipe.hget(self.keys.region_meta(region, bucket), key)
                     pipe.hget(self.keys.region_values(region, bucket), key)
+                    if access is not None:
+                        self._touch_args(region, key, bucket, access, pipe)
             replies = pipe.execute()
         out: list[ApplyResult | tuple[bool, Entry | None]] = []
         i = 0
@@ -267,8 +298,30 @@ class RegionStore:
                 i += 1
             else:
                 out.append(_to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
-                i += 3
+                i += 3 if item[3] is None else 4
         return out
+
+    def _touch_args(
+        self, region: str, key: str, bucket: int, access: Access, pipe: redis.client.Pipeline
+    ) -> None:
+        k = self.keys
+        expiration = access.expiration
+        self._touch(
+            keys=[
+                k.region_meta(region, bucket),
+                k.region_values(region, bucket),
+                k.region_expiry(region, bucket),
+                k.region_entry_times(region, bucket),
+            ],
+            args=[
+                key,
+                expiration.entry_time_to_live.timeout_ms,
+                expiration.entry_idle_timeout.timeout_ms,
+                access.now_ms,
+                "1" if expiration.action.is_destroy else "0",
+            ],
+            client=pipe,
+        )
 
     def apply_region(
         self,
@@ -292,7 +345,8 @@ class RegionStore:
         keys += [k.results_index(bucket), k.epoch(bucket_role(bucket))]
         for b in range(self.total_buckets):
             keys += [k.region_values(region, b), k.region_meta(region, b)]
-            keys.append(k.region_gateway_versions(region, b))
+            keys += [k.region_gateway_versions(region, b), k.region_expiry(region, b)]
+            keys.append(k.region_entry_times(region, b))
         args = [
             kind.value,
             region,

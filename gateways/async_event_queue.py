@@ -48,6 +48,8 @@ class AsyncEvent(NamedTuple):
         timestamp_ms: The change's timestamp, ms since the Unix epoch.
         possible_duplicate: The event may have been delivered before.
         callback_argument: Opaque bytes the originator attached.
+        is_expiration: A destroy made by entry expiration (Geode
+            ``Operation.isExpiration()``); queued only with ``forward_expiration_destroy``.
     """
 
     region: str
@@ -60,6 +62,7 @@ class AsyncEvent(NamedTuple):
     timestamp_ms: int
     possible_duplicate: bool = False
     callback_argument: bytes | None = None
+    is_expiration: bool = False
 
     @property
     def value(self) -> Any:
@@ -83,6 +86,7 @@ class AsyncEvent(NamedTuple):
             event.timestamp_ms,
             event.possible_duplicate,
             event.callback_argument,
+            event.expiration,
         )
 
 

@@ -36,6 +36,8 @@ class EntryEvent(NamedTuple):
         callback_argument: Opaque bytes the originator attached, or None.
         is_load: True when the change is a value fetched by a ``get`` (Geode ``LOCAL_LOAD_*``).
         serializer: Name of the serializer of the values.
+        is_expiration: True when the server's entry expiration made the change (Geode
+            ``Operation.isExpiration()``: ``EXPIRE_DESTROY`` / ``EXPIRE_INVALIDATE``).
     """
 
     region: str
@@ -51,6 +53,7 @@ class EntryEvent(NamedTuple):
     callback_argument: bytes | None = None
     is_load: bool = False
     decoder: ValueDecoder | None = None
+    is_expiration: bool = False
 
     @classmethod
     def of(
@@ -89,6 +92,7 @@ class EntryEvent(NamedTuple):
             callback_argument=event.callback_argument,
             is_load=is_load,
             decoder=decoder,
+            is_expiration=event.expiration,
         )
 
     @property

@@ -177,6 +177,7 @@ def _event_to(e: Event) -> dict[str, Any]:
         "callback_argument": e.callback_argument,
         "origin_site_id": _int32(e.origin_site_id, "origin_site_id"),
         "sites_reached": [_int32(s, "sites_reached") for s in e.sites_reached],
+        "expiration": e.expiration,
     }
 
 
@@ -195,6 +196,7 @@ def _event_from(d: dict[str, Any]) -> Event:
         callback_argument=d["callback_argument"],
         origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
         sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
+        expiration=d["expiration"],
     )
 
 

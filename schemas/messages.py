@@ -177,6 +177,7 @@ class Event(NamedTuple):
     callback_argument: bytes | None = None
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
+    expiration: bool = False
 
 
 CLIENT_NEW = "NEW"

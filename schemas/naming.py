@@ -229,6 +229,17 @@ class RedisKeys:
         bucket, kept on multi-site members for gateway conflict resolution (SPEC §6)."""
         return f"{self.prefix}r:{region}:{bucket}:gwv"
 
+    def region_expiry(self, region: str, bucket: int) -> str:
+        """Sorted set key -> time it expires (ms since the Unix epoch) of the entries of one
+        bucket of a region with entry expiration: what the bucket's primary reads with
+        ``ZRANGEBYSCORE`` instead of scanning the region."""
+        return f"{self.prefix}r:{region}:{bucket}:exp"
+
+    def region_entry_times(self, region: str, bucket: int) -> str:
+        """Hash key -> ``"<last modified ms>|<last accessed ms>"`` of the entries of one
+        bucket of a region with entry expiration (Geode ``RegionEntry`` statistics)."""
+        return f"{self.prefix}r:{region}:{bucket}:times"
+
     def region_version(self, region: str) -> str:
         """Counter giving each change of the region its version (monotonic per region)."""
         return f"{self.prefix}rv:{region}"

@@ -5,12 +5,15 @@
 -- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
 --       5 tracking hash, 6 results hash, 7 results index (zset by ops offset),
 --       8 the bucket's fencing epoch counter,
---       9 gateway versions hash (key -> "<timestamp_ms>|<site id>", multi-site only)
+--       9 gateway versions hash (key -> "<timestamp_ms>|<site id>", multi-site only),
+--       10 expiry sorted set (key -> expiry ms), 11 entry times hash (key -> "<modified>|<accessed>")
 -- ARGV: 1 kind, 2 region, 3 key, 4 value, 5 serializer, 6 tracking field (member:thread),
 --       7 sequence id, 8 EventID string, 9 ops offset, 10 want_old ("1"/"0"),
 --       11 the caller's epoch of the bucket ("" = unfenced, for tools),
 --       12 timestamp_ms ("" = this site keeps no gateway versions), 13 origin site id,
---       14 "1" when the operation came through a gateway receiver (conflict-checked)
+--       14 "1" when the operation came through a gateway receiver (conflict-checked),
+--       15 entry time-to-live ms, 16 entry idle timeout ms (0 = never; both 0: no expiration),
+--       17 now ms, 18 "1" when the region's expiration action destroys (else it invalidates)
 -- Returns: {status, result, old_value}
 --   status "OK":     result = "<EVENT_KIND>|<version>"
 --   status "DUP":    result = stored result of that EventID or false (pruned)
@@ -72,6 +75,25 @@ elseif kind == 'INVALIDATE' then
   result = 'INVALIDATE|' .. version
 else
   return {'ERR', 'ServerOperationError', false}
+end
+-- Entry expiration (broker/expiration.py): a create or update sets both times and schedules
+-- the entry at the earlier deadline (Geode LocalRegion.updateStatsForPut); a destroy
+-- unschedules it; an invalidate unschedules it when the action only invalidates, as there is
+-- nothing left to invalidate (Geode EntryExpiryTask.isPending).
+local ttl, idle = tonumber(ARGV[15]) or 0, tonumber(ARGV[16]) or 0
+if kind == 'DESTROY' then
+  redis.call('ZREM', KEYS[10], key)
+  redis.call('HDEL', KEYS[11], key)
+elseif ttl > 0 or idle > 0 then
+  if kind == 'PUT' then
+    local now = tonumber(ARGV[17])
+    local at = now + ttl
+    if ttl == 0 or (idle > 0 and idle < ttl) then at = now + idle end
+    redis.call('HSET', KEYS[11], key, now .. '|' .. now)
+    redis.call('ZADD', KEYS[10], at, key)
+  elseif ARGV[18] ~= '1' then
+    redis.call('ZREM', KEYS[10], key)
+  end
 end
 -- Gateway version of the entry (kept after a destroy as a tombstone for the check above).
 if ARGV[12] ~= '' then

@@ -4,7 +4,7 @@
 --
 -- KEYS: 1 regions set, 2 region version counter, 3 tracking hash, 4 results hash,
 --       5 results index, 6 the fencing epoch counter of the region's bucket, then for each
---       bucket its values, meta and gateway versions hashes
+--       bucket its values, meta and gateway versions hashes, expiry set and entry times hash
 -- ARGV: 1 kind, 2 region, 3 tracking field, 4 sequence id, 5 EventID string, 6 ops offset,
 --       7 the caller's epoch ("" = unfenced)
 -- Returns: {status, result}; status as in apply_entry.lua, result "<EVENT_KIND>|<version>"

@@ -1,0 +1,237 @@
+"""SPEC §1, §6, §7: entry expiration (Geode ``ExpirationAttributes``) on real time with
+short timeouts, run by the bucket primary; its events reach interested clients as ordinary
+destroys or invalidates, never a gateway sender's queue, and an async event queue only with
+``forward_expiration_destroy``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from gateway_sites import Site, start_async_event_queue
+from support import wait_until
+
+from broker.config import GatewayQueueSpec, ServerSettings
+from broker.expiration_attributes import ExpirationAction, ExpirationAttributes, RegionExpiration
+from broker.server import CacheServer
+from clients import ALL_KEYS, RegionShortcut
+from gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from schemas.callbacks import CacheListener, EntryEvent
+from schemas.codec import decode, split_batch
+from schemas.kafka_clients import kafka_consumer
+from schemas.messages import Event, EventKind
+from schemas.naming import Topics
+
+
+def _expiring(
+    ttl_s: int = 0,
+    ttl_action: ExpirationAction = ExpirationAction.INVALIDATE,
+    idle_s: int = 0,
+    idle_action: ExpirationAction = ExpirationAction.INVALIDATE,
+) -> dict[str, Any]:
+    """``ServerSettings`` fields giving region ``r`` these expiration attributes."""
+    return {
+        "region_expiration": {
+            "r": RegionExpiration(
+                entry_time_to_live=ExpirationAttributes(timeout_s=ttl_s, action=ttl_action),
+                entry_idle_timeout=ExpirationAttributes(timeout_s=idle_s, action=idle_action),
+            )
+        },
+        "expiration_interval_ms": 50,
+    }
+
+
+class _Events(CacheListener):
+    """Records every entry event a client's listener hears."""
+
+    def __init__(self) -> None:
+        self.events: list[EntryEvent] = []
+        self.lock = threading.Lock()
+
+    def _add(self, event: EntryEvent) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    after_create = after_update = after_invalidate = after_destroy = _add
+
+    def of(self, key: str) -> list[tuple[EventKind, bool]]:
+        with self.lock:
+            return [(e.kind, e.is_expiration) for e in self.events if e.key == key]
+
+
+def _server(server_settings: ServerSettings, **fields: Any) -> Iterator[CacheServer]:
+    server = CacheServer(ServerSettings(**{**server_settings.model_dump(), **fields}))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def ttl_destroy_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    yield from _server(server_settings, **_expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY))
+
+
+@pytest.fixture
+def ttl_invalidate_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    yield from _server(server_settings, **_expiring(ttl_s=1))
+
+
+@pytest.fixture
+def idle_destroy_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    yield from _server(server_settings, **_expiring(idle_s=2, idle_action=ExpirationAction.DESTROY))
+
+
+def test_an_entry_past_its_time_to_live_is_destroyed_and_an_interested_client_hears_a_destroy(
+    ttl_destroy_server: CacheServer, client_factory: Any
+) -> None:
+    writer = client_factory().create_region("r")
+    heard = _Events()
+    reader = client_factory().create_region("r", listeners=[heard])
+    reader.register_interest(ALL_KEYS)
+    writer.put("k", "v")
+    wait_until(lambda: (EventKind.DESTROY, True) in heard.of("k"), 15, "the expiration destroy")
+
+    assert heard.of("k") == [(EventKind.CREATE, False), (EventKind.DESTROY, True)]
+    assert not reader.contains_key("k")
+    assert "k" not in ttl_destroy_server.store.entries("r")
+    assert ttl_destroy_server.stats.entries_expired == 1
+
+
+def test_invalidate_expiration_keeps_the_key_without_its_value_and_is_heard_once(
+    ttl_invalidate_server: CacheServer, client_factory: Any
+) -> None:
+    writer = client_factory().create_region("r", RegionShortcut.PROXY)
+    heard = _Events()
+    reader = client_factory().create_region("r", listeners=[heard])
+    reader.register_interest(ALL_KEYS)
+    writer.put("k", "v")
+    wait_until(lambda: (EventKind.INVALIDATE, True) in heard.of("k"), 15, "the expiration")
+
+    entry = ttl_invalidate_server.store.entries("r")["k"]
+    assert entry.value is None  # the key stays, invalid
+    assert reader.contains_key("k") and not reader.contains_value_for_key("k")
+    assert writer.get("k") is None
+    # An invalid entry has nothing left to expire: a later write schedules it again.
+    writer.put("sentinel", 1)
+    wait_until(lambda: (EventKind.INVALIDATE, True) in heard.of("sentinel"), 15, "sentinel")
+    assert heard.of("k") == [(EventKind.CREATE, False), (EventKind.INVALIDATE, True)]
+
+
+def test_gets_push_an_idle_timeout_back_and_the_entry_expires_once_they_stop(
+    idle_destroy_server: CacheServer, client_factory: Any
+) -> None:
+    # PROXY: every get goes to the server (a CACHING_PROXY would answer from its own copy).
+    region = client_factory().create_region("r", RegionShortcut.PROXY)
+    region.put("read", "v")
+    region.put("unread", "v")
+    store = idle_destroy_server.store
+
+    def unread_gone_while_read_is_read() -> bool:
+        assert region.get("read") == "v", "a read entry expired"
+        return "unread" not in store.entries("r")
+
+    wait_until(unread_gone_while_read_is_read, 20, "the unread entry to expire")
+    assert "read" in store.entries("r")
+    wait_until(lambda: "read" not in store.entries("r"), 15, "the read entry to expire")
+
+
+@pytest.fixture
+def site(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[Site]:
+    with ExitStack() as stack:
+        yield Site(stack, namespace, kafka_bootstrap_servers, redis_url, 1)
+
+
+def _queued(site: Site, topic: str, until_key: str) -> list[Event]:
+    """The events of a one-partition queue topic, read from its start up to ``until_key``."""
+    consumer = kafka_consumer(
+        {"bootstrap.servers": site.kafka, "group.id": f"{topic}.test", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    events: list[Event] = []
+    try:
+
+        def read_to_the_sentinel() -> bool:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                for raw in split_batch(message.value()):
+                    decoded = decode(raw)
+                    assert isinstance(decoded, Event)
+                    events.append(decoded)
+            return any(e.key == until_key for e in events)
+
+        wait_until(read_to_the_sentinel, 30, f"{until_key} in {topic}")
+    finally:
+        consumer.close()
+    return events
+
+
+def test_a_gateway_sender_queue_gets_no_expiration_event(site: Site) -> None:
+    server = site.start_server(
+        {"to-site-2": 2},
+        settings_overrides=_expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY),
+    )
+    region = site.client().create_region("r")
+    region.put("k", "v")
+    wait_until(lambda: server.stats.entries_expired == 1, 15, "the expiration")
+    region.put("sentinel", "s")
+
+    events = _queued(site, Topics(site.namespace).gateway("to-site-2"), "sentinel")
+    assert [(e.kind, e.key) for e in events] == [
+        (EventKind.CREATE, "k"),
+        (EventKind.CREATE, "sentinel"),
+    ]
+
+
+class _Recording(AsyncEventListener):
+    def __init__(self) -> None:
+        self.events: list[AsyncEvent] = []
+        self.lock = threading.Lock()
+
+    def process_events(self, events: list[AsyncEvent]) -> bool:
+        with self.lock:
+            self.events.extend(events)
+        return True
+
+    def seen(self) -> list[tuple[EventKind, str, bool]]:
+        with self.lock:
+            return [(e.kind, e.key, e.is_expiration) for e in self.events]
+
+
+def test_an_async_event_queue_gets_expiration_destroys_only_with_forward_expiration_destroy(
+    site: Site,
+) -> None:
+    queues = {
+        "plain": GatewayQueueSpec(),
+        "forwarding": GatewayQueueSpec(forward_expiration_destroy=True),
+    }
+    server = site.start_server(
+        async_event_queues=tuple(queues),
+        settings_overrides={
+            **_expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY),
+            "async_event_queues": queues,
+        },
+    )
+    plain, forwarding = _Recording(), _Recording()
+    start_async_event_queue(site, "plain", plain)
+    start_async_event_queue(site, "forwarding", forwarding)
+    region = site.client().create_region("r")
+    region.put("k", "v")
+    wait_until(lambda: server.stats.entries_expired == 1, 15, "the expiration")
+    region.put("sentinel", "s")
+    for listener in (plain, forwarding):
+        wait_until(
+            lambda r=listener: (EventKind.CREATE, "sentinel", False) in r.seen(), 30, "sentinel"
+        )
+
+    assert plain.seen() == [(EventKind.CREATE, "k", False), (EventKind.CREATE, "sentinel", False)]
+    assert forwarding.seen() == [
+        (EventKind.CREATE, "k", False),
+        (EventKind.DESTROY, "k", True),
+        (EventKind.CREATE, "sentinel", False),
+    ]
