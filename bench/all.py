@@ -2,7 +2,8 @@
 each beside the raw Kafka / Redis baseline measured in the same run, with the ratio.
 
 ``python -m bench.all`` runs ``bench.core``, ``bench.durable_replay``, ``bench.failover``,
-``bench.gateway`` and ``bench.spark_read``, one child process each (each starts its own
+``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read`` and the
+Apache Geode peer ``bench.peers.geode``, one child process each (each starts its own
 embedded stack unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name one), collects the rows
 they emit (:mod:`bench.summary`) and writes ``--output`` (default ``bench/RESULTS.md``):
 the machine, the load average before each benchmark, the table, and any benchmark that
@@ -25,7 +26,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read
+from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read, with_peers
 from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 
 
@@ -43,6 +44,22 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("durable_replay", ("--events", "20000")),
     Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
     Benchmark("gateway", ("--events", "5000", "--seconds", "8")),
+    # core's quick sizes, so its rows pair with core's; the failover phase as bench.failover.
+    Benchmark(
+        "peers.geode",
+        (
+            "--ops",
+            "10000",
+            "--subscribers",
+            "4",
+            "--latency-seconds",
+            "5",
+            "--failover-rate",
+            "1000",
+            "--failover-seconds",
+            "15",
+        ),
+    ),
     Benchmark("spark_read", ("--events", "200000", "--entries", "50000")),
 )
 """Every benchmark, in the order they run."""
@@ -139,9 +156,7 @@ def run_benchmark(
     return Outcome(benchmark.name, code, time.monotonic() - started, load_before, tail)
 
 
-def write_report(
-    path: Path, rows: list[SummaryRow], outcomes: list[Outcome], profile: str
-) -> None:
+def write_report(path: Path, rows: list[SummaryRow], outcomes: list[Outcome], profile: str) -> None:
     """Write the Markdown report: machine, per-benchmark outcome, the table, failures."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -149,7 +164,8 @@ def write_report(
         "",
         f"Run {now} on {platform.node()} ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}), profile `{profile}`, by `python -m bench.all`.",
-        "Each figure is beside the raw Kafka / Redis baseline measured in the same run;",
+        "Each figure is beside its baseline measured in the same run: raw Kafka / Redis, or",
+        "a peer system (rows `... vs Apache Geode`, `... vs MirrorMaker 2`);",
         "machines are noisy, so compare the ratios, not the absolute figures.",
         "",
         "| benchmark | exit | seconds | load average before (1, 5, 15 min) |",
@@ -160,20 +176,41 @@ def write_report(
     ]
     for outcome in outcomes:
         if outcome.exit_code != 0:
-            lines += [f"## {outcome.name} failed (exit {outcome.exit_code})", "", "```",
-                      outcome.output_tail, "```", ""]
+            lines += [
+                f"## {outcome.name} failed (exit {outcome.exit_code})",
+                "",
+                "```",
+                outcome.output_tail,
+                "```",
+                "",
+            ]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
 @click.command()
-@click.option("--profile", type=click.Choice(["quick", "full"]), default="quick",
-              show_default=True, help="quick: smaller sizes; full: each benchmark's defaults.")
-@click.option("--only", multiple=True, type=click.Choice([b.name for b in BENCHMARKS]),
-              help="Run only these benchmarks (repeatable).")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("bench/RESULTS.md"), show_default=True, help="Markdown report.")
-@click.option("--timeout-s", default=1800.0, show_default=True,
-              help="Longest run of one benchmark, seconds.")
+@click.option(
+    "--profile",
+    type=click.Choice(["quick", "full"]),
+    default="quick",
+    show_default=True,
+    help="quick: smaller sizes; full: each benchmark's defaults.",
+)
+@click.option(
+    "--only",
+    multiple=True,
+    type=click.Choice([b.name for b in BENCHMARKS]),
+    help="Run only these benchmarks (repeatable).",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("bench/RESULTS.md"),
+    show_default=True,
+    help="Markdown report.",
+)
+@click.option(
+    "--timeout-s", default=1800.0, show_default=True, help="Longest run of one benchmark, seconds."
+)
 def main(profile: str, only: tuple[str, ...], output: Path, timeout_s: float) -> None:
     """Run every benchmark in turn and write one Markdown table of figures and ratios.
 
@@ -185,13 +222,15 @@ def main(profile: str, only: tuple[str, ...], output: Path, timeout_s: float) ->
     summary_file = log_dir / "summary.jsonl"
     outcomes = []
     for benchmark in chosen:
-        console.print(f"running bench.{benchmark.name} ({profile}); log {log_dir}/"
-                      f"{benchmark.name}.log", highlight=False)
+        console.print(
+            f"running bench.{benchmark.name} ({profile}); log {log_dir}/{benchmark.name}.log",
+            highlight=False,
+        )
         outcome = run_benchmark(benchmark, profile, summary_file, log_dir, timeout_s)
         outcomes.append(outcome)
         verdict = "ok" if outcome.exit_code == 0 else f"FAILED (exit {outcome.exit_code})"
         console.print(f"  {verdict} in {outcome.seconds:.0f} s", highlight=False)
-    rows = read(summary_file)
+    rows = with_peers(read(summary_file))
     write_report(output, rows, outcomes, profile)
     console.print(markdown_table(rows), highlight=False, markup=False)
     console.print(f"report written to {output}", highlight=False)

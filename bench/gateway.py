@@ -519,9 +519,13 @@ def _ratio(a: float, b: float) -> str:
 
 
 def report(
-    rb: PhaseResult, raw: PhaseResult, options: GatewayBenchOptions, console: Console
+    rb: PhaseResult,
+    raw: PhaseResult,
+    options: GatewayBenchOptions,
+    console: Console,
+    mm2: PhaseResult | None = None,
 ) -> None:
-    """Print the figures side by side, with regionbus ÷ raw."""
+    """Print the figures side by side, with regionbus ÷ raw (and ÷ MirrorMaker 2)."""
     table = Table(
         title=(
             f"gateway: one serial sender (batch {options.batch_size} / "
@@ -529,18 +533,37 @@ def report(
             "vs raw consume→produce mirror, two brokers"
         )
     )
-    for column in ("figure", "regionbus", "raw mirror", "regionbus ÷ raw"):
+    peer = mm2 if mm2 is not None else PhaseResult()
+    for column in (
+        "figure",
+        "regionbus",
+        "raw mirror",
+        "regionbus ÷ raw",
+        "MirrorMaker 2",
+        "regionbus ÷ MM2",
+    ):
         table.add_column(column, justify="right" if column != "figure" else "left")
     table.add_row(
         "events/s",
         f"{rb.events_per_s:,.0f}",
         f"{raw.events_per_s:,.0f}",
         _ratio(rb.events_per_s, raw.events_per_s),
+        f"{peer.events_per_s:,.0f}",
+        _ratio(rb.events_per_s, peer.events_per_s),
     )
     for name in ("p50", "p99", "max"):
-        a, b = getattr(rb, f"lag_{name}_ms"), getattr(raw, f"lag_{name}_ms")
-        table.add_row(f"lag {name} at {options.rate}/s (ms)", f"{a:.1f}", f"{b:.1f}", _ratio(a, b))
-    table.add_row("lag samples", str(rb.lag_samples), str(raw.lag_samples), "")
+        a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb, raw, peer))
+        table.add_row(
+            f"lag {name} at {options.rate}/s (ms)",
+            f"{a:.1f}",
+            f"{b:.1f}",
+            _ratio(a, b),
+            f"{c:.1f}",
+            _ratio(a, c),
+        )
+    table.add_row(
+        "lag samples", str(rb.lag_samples), str(raw.lag_samples), "", str(peer.lag_samples), ""
+    )
     console.print(table)
 
 
@@ -557,9 +580,18 @@ def report(
     show_default=True,
 )
 @click.option("--fetch-wait-ms", default=GatewayBenchOptions.fetch_wait_ms, show_default=True)
+@click.option(
+    "--mm2/--no-mm2",
+    default=True,
+    show_default=True,
+    help="Also run MirrorMaker 2 between the same brokers (bench.peers.mirror_maker).",
+)
 @click.option("-v", "--verbose", is_flag=True)
-def main(verbose: bool, **values: Any) -> None:
-    """Benchmark one serial gateway sender against a raw mirror between two brokers."""
+def main(verbose: bool, mm2: bool, **values: Any) -> None:
+    """Benchmark one serial gateway sender against a raw mirror and MirrorMaker 2."""
+    # bench.peers.mirror_maker measures with this module's helpers: imported here, not above.
+    from bench.peers.mirror_maker import mirror_maker_2, mirror_maker_rows
+
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     options = GatewayBenchOptions(**values)
     console = Console()
@@ -570,7 +602,8 @@ def main(verbose: bool, **values: Any) -> None:
         console.print(f"site A Kafka {a_kafka}, site B Kafka {b_kafka}, Redis {stack.redis_url}")
         raw = raw_mirror(a_kafka, b_kafka, options)
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
-    report(rb, raw, options, console)
+        peer = mirror_maker_2(a_kafka, b_kafka, options, log_dir) if mm2 else None
+    report(rb, raw, options, console, peer)
     emit(
         [
             SummaryRow(
@@ -588,6 +621,7 @@ def main(verbose: bool, **values: Any) -> None:
                 "raw mirror lag p99",
                 higher_is_better=False,
             ),
+            *mirror_maker_rows(rb, peer, options),
         ]
     )
 

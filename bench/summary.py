@@ -1,5 +1,6 @@
 """The figures every benchmark hands to ``python -m bench.all``: one row per figure, with
-the raw Kafka / Redis baseline measured in the same run and the ratio.
+the baseline measured in the same run (raw Kafka / Redis, or a peer system such as Apache
+Geode or MirrorMaker 2) and the ratio.
 
 A benchmark calls :func:`emit` at its end; when ``bench.all`` runs it, the environment
 variable :data:`SUMMARY_FILE_ENV` names a JSON-lines file the rows are appended to.
@@ -11,8 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 SUMMARY_FILE_ENV = "BENCH_SUMMARY_FILE"
@@ -30,6 +31,9 @@ class SummaryRow:
         baseline: The raw Kafka / Redis figure measured in the same run (NaN if none).
         baseline_name: What the baseline is, e.g. ``"produce→consume"``.
         higher_is_better: True for rates, False for latencies (how to read the ratio).
+        regionbus_of: For a row whose baseline is a peer system (Apache Geode), the
+            ``(benchmark, figure)`` of the row of the same run whose regionbus figure it
+            compares; :func:`with_peers` fills ``regionbus`` from it. None otherwise.
     """
 
     benchmark: str
@@ -38,6 +42,7 @@ class SummaryRow:
     baseline: float
     baseline_name: str
     higher_is_better: bool = True
+    regionbus_of: tuple[str, str] | None = None
 
     @property
     def ratio(self) -> float:
@@ -69,11 +74,30 @@ def read(path: Path) -> list[SummaryRow]:
     """
     if not path.exists():
         return []
-    return [
-        SummaryRow(**json.loads(line))
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            fields = json.loads(line)
+            if fields.get("regionbus_of") is not None:
+                fields["regionbus_of"] = tuple(fields["regionbus_of"])
+            rows.append(SummaryRow(**fields))
+    return rows
+
+
+def with_peers(rows: Sequence[SummaryRow]) -> list[SummaryRow]:
+    """``rows`` with every peer row's regionbus figure taken from the row it names.
+
+    A peer benchmark (``bench.peers.geode``) measures only the peer; the regionbus figure
+    it is compared with comes from another benchmark of the same ``bench.all`` run
+    (``regionbus_of``). A peer row whose source row is missing (that benchmark did not
+    run, or with other sizes) keeps NaN, printed ``n/a``.
+    """
+    by_name = {(row.benchmark, row.figure): row for row in rows}
+    filled = []
+    for row in rows:
+        source = by_name.get(row.regionbus_of) if row.regionbus_of else None
+        filled.append(replace(row, regionbus=source.regionbus) if source else row)
+    return filled
 
 
 def _number(value: float) -> str:
@@ -85,9 +109,10 @@ def _number(value: float) -> str:
 
 
 def markdown_table(rows: Iterable[SummaryRow]) -> str:
-    """One Markdown table of every row: benchmark, figure, regionbus, baseline, ratio."""
+    """One Markdown table of every row: benchmark, figure, regionbus, baseline (raw Kafka /
+    Redis, or a peer system), ratio."""
     lines = [
-        "| benchmark | figure | regionbus | raw baseline | baseline | regionbus ÷ raw |",
+        "| benchmark | figure | regionbus | baseline | baseline is | regionbus ÷ baseline |",
         "|---|---|---:|---:|---|---:|",
     ]
     for row in rows:
@@ -101,4 +126,4 @@ def markdown_table(rows: Iterable[SummaryRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["SUMMARY_FILE_ENV", "SummaryRow", "emit", "markdown_table", "read"]
+__all__ = ["SUMMARY_FILE_ENV", "SummaryRow", "emit", "markdown_table", "read", "with_peers"]

@@ -3,7 +3,17 @@
 # and the JVM jars pinned in jvm/pom.xml (Apache Kafka, Spark's Kafka connector), resolved
 # by Maven from Maven Central into jvm/lib/. Needs Java 17 and Maven 3.8 on PATH.
 # Run as root, or as a user with sudo; from any directory.
+# --peers also builds the Apache Geode peer of the benchmarks (bench/peers/geode/pom.xml ->
+# jvm/lib/geode/), which only people who benchmark need; bench/peers/geode.py asks for it.
 set -euo pipefail
+
+peers=false
+for argument in "$@"; do
+  case "$argument" in
+    --peers) peers=true ;;
+    *) echo "bootstrap: unknown argument $argument (known: --peers)" >&2; exit 2 ;;
+  esac
+done
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -58,5 +68,16 @@ if [ ! -f "$jvm_stamp" ] || [ "$(cat "$jvm_stamp")" != "$jvm_wanted" ]; then
   rm -rf jvm/lib
   mvn -q -B -f jvm/pom.xml package
   echo "$jvm_wanted" >"$jvm_stamp"
+fi
+if [ "$peers" = true ]; then
+  geode_stamp=jvm/lib/geode/.resolved
+  geode_wanted="$(find bench/peers/geode/pom.xml bench/peers/geode/src -type f | sort |
+    xargs cat | sha256sum | cut -d' ' -f1)"
+  if [ ! -f "$geode_stamp" ] || [ "$(cat "$geode_stamp")" != "$geode_wanted" ]; then
+    echo "bootstrap: mvn package (bench/peers/geode/pom.xml -> jvm/lib/geode/)"
+    rm -rf jvm/lib/geode
+    mvn -q -B -f bench/peers/geode/pom.xml package
+    echo "$geode_wanted" >"$geode_stamp"
+  fi
 fi
 echo "bootstrap: ready"

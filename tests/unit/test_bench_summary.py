@@ -41,7 +41,7 @@ def test_the_table_has_one_line_per_figure_with_its_ratio() -> None:
         ]
     )
     lines = table.splitlines()
-    assert lines[0].startswith("| benchmark | figure | regionbus | raw baseline")
+    assert lines[0].startswith("| benchmark | figure | regionbus | baseline | baseline is")
     assert lines[2] == (
         "| core | ops applied/s | 12,000 | 48,000 | produce→consume | 0.25x |"
     )
