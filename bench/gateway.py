@@ -22,107 +22,43 @@ It prints every figure and regionbus ÷ raw. Machines are noisy: compare the rat
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import secrets
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench.report import percentile
+from bench.gateway_raw import (
+    LINGER_MS,
+    Arrivals,
+    GatewayBenchOptions,
+    PhaseResult,
+    lag_result,
+    pace,
+    raw_mirror,
+    wait_count,
+)
 from bench.summary import SummaryRow, emit
-from bench.workers import TIMESTAMP_BYTES, stamped_value
-from broker.config import ServerSettings
+from bench.workers import stamped_value
 from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
 from devstack import EmbeddedKafka, LocalStack
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.topics import TopicSpec, ensure_topics
-from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench.gateway")
 
 REGION = "bench"
-LINGER_MS = ServerSettings.model_fields["linger_ms"].default
-
-
-@dataclass(frozen=True)
-class GatewayBenchOptions:
-    """What one run measures.
-
-    Attributes:
-        events: Events for the throughput phase.
-        rate: Puts (messages) per second in the lag phase.
-        seconds: Length of the lag phase, in seconds.
-        warmup_seconds: First seconds of the lag phase not counted.
-        value_bytes: Value size in bytes (the first 8 are the send time).
-        batch_size: The sender's ``batch_size`` (Geode default 100).
-        batch_time_interval_ms: The sender's ``batch_time_interval_ms`` (Geode default 1000).
-        fetch_wait_ms: ``fetch.wait.max.ms`` of every consumer (servers, sender, receiver,
-            clients, mirror, readers).
-    """
-
-    events: int = 20_000
-    rate: int = 500
-    seconds: float = 20.0
-    warmup_seconds: float = 3.0
-    value_bytes: int = 200
-    batch_size: int = 100
-    batch_time_interval_ms: int = 1000
-    fetch_wait_ms: int = ServerSettings.model_fields["fetch_wait_max_ms"].default
-
-
-@dataclass
-class PhaseResult:
-    """Events per second of a throughput phase and lag percentiles (ms) of a lag phase."""
-
-    events_per_s: float = 0.0
-    lag_p50_ms: float = float("nan")
-    lag_p99_ms: float = float("nan")
-    lag_max_ms: float = float("nan")
-    lag_samples: int = 0
-
-
-class _Arrivals:
-    """Counts arrivals and records lag (now - stamped send time) after a start time."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last_ns = 0
-        self.lags_ms: list[float] = []
-        self.count_from_ns = 0
-        self._lock = threading.Lock()
-
-    def hit(self, value: bytes | None) -> None:
-        now = time.time_ns()
-        with self._lock:
-            self.count += 1
-            self.last_ns = now
-            if value is not None and len(value) >= TIMESTAMP_BYTES:
-                sent = int.from_bytes(value[:TIMESTAMP_BYTES], "big")
-                if sent >= self.count_from_ns:
-                    self.lags_ms.append((now - sent) / 1e6)
-
-    def reset(self, count_from_ns: int) -> None:
-        with self._lock:
-            self.count = 0
-            self.lags_ms = []
-            self.count_from_ns = count_from_ns
 
 
 class _ArrivalListener(CacheListener):
-    def __init__(self, arrivals: _Arrivals) -> None:
+    def __init__(self, arrivals: Arrivals) -> None:
         self.arrivals = arrivals
 
     def after_create(self, event: EntryEvent) -> None:
@@ -170,177 +106,6 @@ class _Child:
 def _stop_all(children: list[_Child]) -> None:
     for child in reversed(children):
         child.stop()
-
-
-def _pace(rate: int, seconds: float) -> Iterator[int]:
-    """Yield indexes at ``rate`` per second for ``seconds`` (catching up when late)."""
-    total = int(rate * seconds)
-    start = time.monotonic()
-    for index in range(total):
-        due = start + index / rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        yield index
-
-
-def _wait_count(arrivals: _Arrivals, expected: int, idle_timeout_s: float = 60.0) -> None:
-    last, last_change = -1, time.monotonic()
-    while arrivals.count < expected:
-        if arrivals.count != last:
-            last, last_change = arrivals.count, time.monotonic()
-        elif time.monotonic() - last_change > idle_timeout_s:
-            raise click.ClickException(f"only {arrivals.count} of {expected} arrived")
-        time.sleep(0.02)
-
-
-def _lag_result(arrivals: _Arrivals) -> PhaseResult:
-    lags = sorted(arrivals.lags_ms)
-    return PhaseResult(
-        lag_p50_ms=percentile(lags, 0.5),
-        lag_p99_ms=percentile(lags, 0.99),
-        lag_max_ms=lags[-1] if lags else float("nan"),
-        lag_samples=len(lags),
-    )
-
-
-# --- the raw mirror ------------------------------------------------------------------
-
-
-def mirror_main(
-    source: str, source_topic: str, target: str, target_topic: str, fetch_wait_ms: int, stop: Any
-) -> None:
-    """The raw baseline (child process): consume ``source_topic`` on ``source`` with
-    ``assign()`` and produce each message as is to ``target_topic`` on ``target``."""
-    consumer = kafka_consumer(
-        {
-            "bootstrap.servers": source,
-            "group.id": f"mirror-{secrets.token_hex(3)}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": fetch_wait_ms,
-        }
-    )
-    assign_from(consumer, [TopicPartition(source_topic, 0, 0)], 10)
-    producer = kafka_producer(
-        {
-            "bootstrap.servers": target,
-            "linger.ms": LINGER_MS,
-            "acks": "all",
-            "enable.idempotence": True,
-        }
-    )
-    while not stop.is_set():
-        first = consumer.poll(0.1)
-        if first is None:
-            continue
-        for message in [first, *consumer.consume(500, 0)]:
-            if message.error() is None:
-                while True:
-                    try:
-                        producer.produce(target_topic, message.value(), partition=0)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(10)
-    consumer.close()
-
-
-class _RawReader:
-    """Reads a topic on site B in a thread, recording arrivals."""
-
-    def __init__(self, bootstrap: str, topic: str, arrivals: _Arrivals, fetch_wait_ms: int) -> None:
-        self._consumer = kafka_consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"reader-{secrets.token_hex(3)}",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": fetch_wait_ms,
-            }
-        )
-        assign_from(self._consumer, [TopicPartition(topic, 0, 0)], 10)
-        self._arrivals = arrivals
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            first = self._consumer.poll(0.1)
-            if first is None:
-                continue
-            for message in [first, *self._consumer.consume(500, 0)]:
-                if message.error() is None:
-                    self._arrivals.hit(message.value())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._consumer.close()
-
-
-def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> PhaseResult:
-    """Lag and throughput of the raw consume → produce mirror from A to B."""
-    tag = secrets.token_hex(3)
-    result = PhaseResult()
-    for phase in ("lag", "throughput"):
-        source, target = f"mirror.{tag}.{phase}.a", f"mirror.{tag}.{phase}.b"
-        ensure_topics(kafka_admin({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
-        ensure_topics(kafka_admin({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
-        arrivals = _Arrivals()
-        reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
-        context = multiprocessing.get_context("spawn")
-        stop = context.Event()
-        mirror = context.Process(
-            target=mirror_main,
-            args=(a_kafka, source, b_kafka, target, options.fetch_wait_ms, stop),
-            daemon=True,
-        )
-        mirror.start()
-        producer = kafka_producer(
-            {
-                "bootstrap.servers": a_kafka,
-                "linger.ms": LINGER_MS,
-                "acks": "all",
-                "enable.idempotence": True,
-            }
-        )
-        try:
-            producer.produce(source, stamped_value(options.value_bytes), partition=0)
-            producer.flush(10)
-            _wait_count(arrivals, 1)  # the mirror runs
-            if phase == "lag":
-                arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
-                count = 0
-                for _ in _pace(options.rate, options.seconds):
-                    producer.produce(source, stamped_value(options.value_bytes), partition=0)
-                    producer.poll(0)
-                    count += 1
-                producer.flush(10)
-                _wait_count(arrivals, count)
-                lag = _lag_result(arrivals)
-                result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
-                result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
-            else:
-                arrivals.reset(0)
-                start_ns = time.time_ns()
-                for _ in range(options.events):
-                    while True:
-                        try:
-                            producer.produce(
-                                source, stamped_value(options.value_bytes), partition=0
-                            )
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
-                producer.flush(30)
-                _wait_count(arrivals, options.events)
-                result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
-        finally:
-            stop.set()
-            mirror.join(20)
-            reader.close()
-    return result
 
 
 # --- regionbus -----------------------------------------------------------------------
@@ -452,7 +217,7 @@ def regionbus_gateway(
         children.append(sender)
         receiver.wait_ready("running")
         sender.wait_ready("running")
-        arrivals = _Arrivals()
+        arrivals = Arrivals()
         reader = stack.enter_context(
             ClientCache(
                 ClientSettings(
@@ -477,18 +242,18 @@ def regionbus_gateway(
         )
         region_a = writer.create_region(REGION, serializer=BytesSerializer())
         region_a.put("warmup", stamped_value(options.value_bytes))
-        _wait_count(arrivals, 1, idle_timeout_s=120)
+        wait_count(arrivals, 1, idle_timeout_s=120)
 
         arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
         futures = []
-        for index in _pace(options.rate, options.seconds):
+        for index in pace(options.rate, options.seconds):
             futures.append(
                 region_a.put_async(f"lag-{index % 1000}", stamped_value(options.value_bytes))
             )
         for future in futures:
             future.result(60)
-        _wait_count(arrivals, len(futures))
-        lag = _lag_result(arrivals)
+        wait_count(arrivals, len(futures))
+        lag = lag_result(arrivals)
         result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
         result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
 
@@ -503,7 +268,7 @@ def regionbus_gateway(
                 window.clear()
         for future in window:
             future.result(60)
-        _wait_count(arrivals, options.events)
+        wait_count(arrivals, options.events)
         result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
     return result, str(log_dir)
 

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import click
 
-from bench.gateway import (
+from bench.gateway_raw import (
     LINGER_MS,
+    Arrivals,
     GatewayBenchOptions,
     PhaseResult,
-    _Arrivals,
-    _lag_result,
-    _pace,
-    _RawReader,
-    _wait_count,
+    RawReader,
+    lag_result,
+    pace,
+    wait_count,
 )
 from bench.peers.jvm import KAFKA_LIB, java
 from bench.summary import SummaryRow
@@ -123,8 +123,8 @@ def mirror_maker_2(
     target = f"a.{source}"
     ensure_topics(kafka_admin({"bootstrap.servers": a_kafka}), [TopicSpec(source)])
     ensure_topics(kafka_admin({"bootstrap.servers": b_kafka}), [TopicSpec(target)])
-    arrivals = _Arrivals()
-    reader = _RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
+    arrivals = Arrivals()
+    reader = RawReader(b_kafka, target, arrivals, options.fetch_wait_ms)
     producer = kafka_producer(
         {
             "bootstrap.servers": a_kafka,
@@ -147,13 +147,13 @@ def mirror_maker_2(
                 time.sleep(0.1)
             arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
             count = 0
-            for _ in _pace(options.rate, options.seconds):
+            for _ in pace(options.rate, options.seconds):
                 producer.produce(source, stamped_value(options.value_bytes), partition=0)
                 producer.poll(0)
                 count += 1
             producer.flush(10)
-            _wait_count(arrivals, count)
-            lag = _lag_result(arrivals)
+            wait_count(arrivals, count)
+            lag = lag_result(arrivals)
             result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
             result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
 
@@ -167,7 +167,7 @@ def mirror_maker_2(
                     except BufferError:
                         producer.poll(0.05)
             producer.flush(30)
-            _wait_count(arrivals, options.events)
+            wait_count(arrivals, options.events)
             result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
     finally:
         reader.close()

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from bench.core import summary_rows as core_rows
-from bench.gateway import GatewayBenchOptions, PhaseResult
+from bench.gateway_raw import GatewayBenchOptions, PhaseResult
 from bench.peers.geode_figures import CORE_VS_GEODE, FAILOVER_VS_GEODE, parse, summary_rows
 from bench.peers.mirror_maker import mirror_maker_rows, mm2_properties
 from bench.report import Figures, Latency, Targets, Throughput
