@@ -22,7 +22,7 @@ end
 local version = redis.call('INCR', KEYS[2])
 local result
 if ARGV[1] == 'INVALIDATE_REGION' then
-  for i = 7, #KEYS, 3 do
+  for i = 7, #KEYS, 5 do
     local meta = redis.call('HGETALL', KEYS[i + 1])
     for j = 1, #meta, 2 do
       local serializer = string.match(meta[j + 1], '|(.*)$') or ''
