@@ -89,7 +89,7 @@ def heartbeat(
             positive number.
     """
     global _status, _run_logs
-    console = stream or Console(soft_wrap=True)
+    console = stream or Console()
     if interval_s is None:
         interval_s = progress_interval_s()
     status = BenchStatus("starting Kafka, Redis and the servers")
@@ -103,7 +103,9 @@ def heartbeat(
         with _lock:
             kept, _status, _run_logs = _run_logs, None, None
         if kept is not None:
-            console.print(f"logs kept in {kept.path}", highlight=False, markup=False)
+            console.print(
+                f"logs kept in {kept.path}", highlight=False, markup=False, soft_wrap=True
+            )
 
 
 def log_dir(benchmark: str, console: Console | None = None) -> Path:
@@ -124,7 +126,9 @@ def log_dir(benchmark: str, console: Console | None = None) -> Path:
     logs = RunLogs(Path(os.environ.get(LOG_DIR_ENV) or DEFAULT_LOG_DIR) / benchmark)
     with _lock:
         _run_logs = logs
-    (console or Console(soft_wrap=True)).print(f"logs: {logs.path}", highlight=False, markup=False)
+    (console or Console()).print(
+        f"logs: {logs.path}", highlight=False, markup=False, soft_wrap=True
+    )
     return logs.path
 
 

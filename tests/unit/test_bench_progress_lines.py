@@ -33,7 +33,8 @@ def test_progress_lines_name_the_phase_and_its_counts_and_the_kept_logs(
 ) -> None:
     monkeypatch.setenv(progress.LOG_DIR_ENV, str(tmp_path))
     stream = _Lines(r"^\[\d:\d\d:\d\d\] \(a\) puts \(\d+ s\): 7 of 10 answered$")
-    console = Console(file=stream, width=200)
+    # Narrower than the paths: each must still come whole on one line.
+    console = Console(file=stream, width=20)
     answered = 0
 
     with progress.heartbeat(console, interval_s=0.01):
