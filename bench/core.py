@@ -25,18 +25,17 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
-from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
+from bench import progress
 from bench.cpu import CpuMeter
 from bench.load import Acks, paced, write_async, write_put_all
 from bench.raw import raw_relay_latency, raw_throughput
@@ -156,7 +155,7 @@ def run_or_exit(run: Callable[[], _Figures], console: Console) -> _Figures:
     """Run a benchmark and return its figures; on Ctrl-C or SIGTERM (exit 130) or a
     :class:`BenchError` (exit 1) say why and exit, everything started having stopped."""
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), progress.heartbeat(console):
             return run()
     except KeyboardInterrupt:
         console.print("interrupted: everything stopped", style="red")
@@ -189,11 +188,17 @@ def _latency_and_regionbus_phases(
     )
     try:
         writer = writer_cache.create_region(REGION, serializer=BytesSerializer())
-        console.print(f"(b) regionbus: {options.rate} puts/s for {options.latency_seconds} s ...")
+        progress.phase(
+            console, f"(b) regionbus: {options.rate} puts/s for {options.latency_seconds} s ..."
+        )
         rb_latency = regionbus_latency(services, options, writer)
-        console.print(f"(c2) raw relay: {options.rate} msgs/s for {options.latency_seconds} s ...")
+        progress.phase(
+            console, f"(c2) raw relay: {options.rate} msgs/s for {options.latency_seconds} s ..."
+        )
         relay_latency = raw_relay_latency(services, options)
-        console.print(f"(a) regionbus: {options.ops:,} puts, {options.subscribers} subscribers ...")
+        progress.phase(
+            console, f"(a) regionbus: {options.ops:,} puts, {options.subscribers} subscribers ..."
+        )
         rb_throughput = regionbus_throughput(services, options, writer)
     finally:
         writer_cache.close()
@@ -212,8 +217,9 @@ def run(options: BenchOptions, console: Console) -> Figures:
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
+        work_dir = progress.log_dir("core", console)
         local = stack.enter_context(LocalStack(use_docker=False))
-        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-"))
+        stack.enter_context(progress.keep_stack_logs(local))
         server = stack.enter_context(
             ServerProcess(
                 namespace=namespace,
@@ -247,8 +253,9 @@ def run(options: BenchOptions, console: Console) -> Figures:
         # The closed writer's librdkafka handles go only when collected; before the stack
         # stops, or they log failed reconnects.
         gc.collect()
-        console.print(
-            f"(c1) raw: {options.ops:,} messages, 1 and {options.subscribers} consumers ..."
+        progress.phase(
+            console,
+            f"(c1) raw: {options.ops:,} messages, 1 and {options.subscribers} consumers ...",
         )
         raw_one = raw_throughput(services, options, 1, "tp1")
         raw_fan = raw_throughput(services, options, options.subscribers, "fanout")

@@ -28,12 +28,10 @@ import json
 import logging
 import secrets
 import sys
-import tempfile
 import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -41,6 +39,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from bench import progress
 from bench.core import run_or_exit
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
@@ -196,6 +195,8 @@ def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     started = time.monotonic()
     try:
         region = writer.create_region(REGION, serializer=BytesSerializer())
+        first = 0
+        progress.counts(lambda: f"{first:,} of {options.events:,} puts sent")
         for first in range(0, options.events, options.chunk):
             last = min(first + options.chunk, options.events)
             try:
@@ -217,6 +218,7 @@ def _replay(
         BenchError: the listener did not get every event and the marker in time.
     """
     counter = _ReplayCounter(options.events)
+    progress.counts(lambda: f"{counter.count:,} of {options.events:,} events delivered")
     started = time.monotonic()
     cache = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
     connected = time.monotonic()
@@ -294,8 +296,9 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
+        work_dir = progress.log_dir("durable_replay", console)
         local = stack.enter_context(LocalStack(use_docker=False))
-        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-"))
+        stack.enter_context(progress.keep_stack_logs(local))
         server = stack.enter_context(
             ServerProcess(
                 namespace=namespace,
@@ -314,12 +317,12 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
             f"logs in {work_dir}",
             style="dim",
         )
-        console.print(f"set-up: durable client away, {options.events:,} puts ...")
+        progress.phase(console, f"set-up: durable client away, {options.events:,} puts ...")
         fill_s = _prepare_queue(options, namespace, kafka)
-        console.print("durable replay: reconnect, ready_for_events, every event ...")
+        progress.phase(console, "durable replay: reconnect, ready_for_events, every event ...")
         cache, replay = _replay(options, namespace, kafka)
         try:
-            console.print("raw: assign() consumer over the same queue topic ...")
+            progress.phase(console, "raw: assign() consumer over the same queue topic ...")
             topic = Topics(namespace).queue(DURABLE_ID)
             raw_messages, raw_events, raw_s = _raw_consume(kafka, topic, options.events)
         finally:

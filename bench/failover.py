@@ -29,7 +29,6 @@ import gc
 import logging
 import math
 import sys
-import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
@@ -39,6 +38,7 @@ import click
 import redis
 from rich.console import Console
 
+from bench import progress
 from bench.cluster import fresh_services
 from bench.core import run_or_exit
 from bench.failover_figures import Figures, summary_rows
@@ -73,8 +73,9 @@ def run(options: FailoverOptions, console: Console) -> Figures:
     """
     load_start = _load_average()
     with ExitStack() as stack:
+        work_dir = progress.log_dir("failover", console)
         local = stack.enter_context(LocalStack(use_docker=False))
-        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-failover-"))
+        stack.enter_context(progress.keep_stack_logs(local))
         redis_client = redis.Redis.from_url(local.redis_url)
         stack.callback(redis_client.close)
         console.print(
@@ -83,20 +84,24 @@ def run(options: FailoverOptions, console: Console) -> Figures:
             f"load {load_start}",
             style="dim",
         )
-        console.print(
+        progress.phase(
+            console,
             f"(1) failover: {options.servers} servers, {options.rate} puts/s for "
-            f"{options.seconds} s, kill after {options.kill_after_s} s ..."
+            f"{options.seconds} s, kill after {options.kill_after_s} s ...",
         )
         failover = failover_phase(fresh_services(local), options, redis_client, work_dir)
         gc.collect()  # closed clients' librdkafka handles go before the next phase
-        console.print(f"(2) raw relay: {options.rate} msgs/s for {options.relay_seconds} s ...")
+        progress.phase(
+            console, f"(2) raw relay: {options.rate} msgs/s for {options.relay_seconds} s ..."
+        )
         relay = raw_relay_latency(fresh_services(local), options.core())
         one = cluster = None
         raw_per_s = math.nan
         if not options.skip_throughput:
-            console.print(
+            progress.phase(
+                console,
                 f"(3) throughput: {options.ops:,} puts, 1 then {options.servers} "
-                "servers, then raw ..."
+                "servers, then raw ...",
             )
             one = cluster_throughput(fresh_services(local), options, 1, redis_client, work_dir)
             gc.collect()

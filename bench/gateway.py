@@ -26,7 +26,6 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -37,6 +36,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench import progress
 from bench.gateway_raw import (
     LINGER_MS,
     Arrivals,
@@ -360,13 +360,22 @@ def main(verbose: bool, mm2: bool, **values: Any) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     options = GatewayBenchOptions(**values)
     console = Console()
-    log_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-gateway-"))
-    console.print(f"logs: {log_dir}")
-    with LocalStack() as stack, _remote_kafka() as b_kafka:
+    log_dir = progress.log_dir("gateway", console)
+    with (
+        progress.heartbeat(console),
+        LocalStack() as stack,
+        progress.keep_stack_logs(stack),
+        _remote_kafka() as b_kafka,
+    ):
         a_kafka = stack.kafka_bootstrap_servers
         console.print(f"site A Kafka {a_kafka}, site B Kafka {b_kafka}, Redis {stack.redis_url}")
+        sizes = f"{options.rate}/s for {options.seconds} s, then {options.events:,} events"
+        progress.phase(console, f"raw mirror: {sizes} ...")
         raw = raw_mirror(a_kafka, b_kafka, options)
+        progress.phase(console, f"regionbus gateway sender: {sizes} ...")
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
+        if mm2:
+            progress.phase(console, f"MirrorMaker 2: {sizes} ...")
         peer = mirror_maker_2(a_kafka, b_kafka, options, log_dir) if mm2 else None
     report(rb, raw, options, console, peer)
     emit(

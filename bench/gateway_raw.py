@@ -16,6 +16,7 @@ from typing import Any
 import click
 from confluent_kafka import TopicPartition
 
+from bench import progress
 from bench.report import percentile
 from bench.workers import TIMESTAMP_BYTES, stamped_value
 from broker.config import ServerSettings
@@ -94,6 +95,8 @@ def pace(rate: int, seconds: float) -> Iterator[int]:
     """Yield indexes at ``rate`` per second for ``seconds`` (catching up when late)."""
     total = int(rate * seconds)
     start = time.monotonic()
+    index = 0
+    progress.counts(lambda: f"{index:,} of {total:,} sent")
     for index in range(total):
         due = start + index / rate
         delay = due - time.monotonic()
@@ -104,6 +107,7 @@ def pace(rate: int, seconds: float) -> Iterator[int]:
 
 def wait_count(arrivals: Arrivals, expected: int, idle_timeout_s: float = 60.0) -> None:
     last, last_change = -1, time.monotonic()
+    progress.counts(lambda: f"{arrivals.count:,} of {expected:,} arrived")
     while arrivals.count < expected:
         if arrivals.count != last:
             last, last_change = arrivals.count, time.monotonic()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from bench import progress
 from bench.report import NS_PER_S
 from bench.services import ACK_TIMEOUT_S
 from bench.workers import stamped_value
@@ -80,6 +81,7 @@ def write_async(
         came (or after 120 s, with a warning).
     """
     acks = Acks(ops)
+    progress.counts(lambda: f"{acks.acked + acks.errors:,} of {ops:,} puts answered")
     in_flight = threading.BoundedSemaphore(window)
 
     def release(future: Future[None]) -> None:
@@ -112,6 +114,7 @@ def write_put_all(
         ``(start_ns, acks)``, as :func:`write_async`.
     """
     acks = Acks(ops)
+    progress.counts(lambda: f"{acks.acked + acks.errors:,} of {ops:,} entries answered")
     start_ns = time.time_ns()
     for first in range(0, ops, chunk):
         indexes = range(first, min(first + chunk, ops))
@@ -140,12 +143,15 @@ def paced(
     start = time.perf_counter_ns()
     first_ns = time.time_ns()
     last_ns = first_ns
+    sent = 0
+    progress.counts(lambda: f"{sent:,} of {total:,} sent")
     for i in range(total):
         wait_ns = start + i * interval_ns - time.perf_counter_ns()
         if wait_ns > 0:
             time.sleep(wait_ns / NS_PER_S)
         send(i, stamped_value(value_bytes))
         last_ns = time.time_ns()
+        sent += 1
     return total, first_ns, last_ns
 
 

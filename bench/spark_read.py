@@ -40,6 +40,7 @@ from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from bench import progress
 from bench.summary import SummaryRow, emit
 from devstack import LocalStack
 from schemas.codec import encode, encode_batches
@@ -62,6 +63,8 @@ def _fill(bootstrap: str, topic: str, events: int, value_bytes: int) -> float:
     )
     payload = b"x" * max(0, value_bytes - 120)
     started = time.monotonic()
+    i = 0
+    progress.counts(lambda: f"{i:,} of {events:,} events produced")
     for i in range(events):
         bucket = i % _PARTITIONS
         event = Event(
@@ -227,13 +230,18 @@ def main(events: int, value_bytes: int, entries: int, master: str) -> None:
     """Spark's Kafka connector vs plain confluent-kafka: reads and a bulk load, in one run."""
     console = Console()
     load_before = os.getloadavg()
-    with ExitStack() as stack:
+    with progress.heartbeat(console), ExitStack() as stack:
+        progress.log_dir("spark_read", console)
         local = stack.enter_context(LocalStack(use_docker=False))
+        stack.enter_context(progress.keep_stack_logs(local))
         bootstrap = local.kafka_bootstrap_servers
         topic = Topics(f"bench.{secrets.token_hex(3)}").events
+        progress.phase(console, f"filling {topic}: {events:,} events ...")
         fill_s = _fill(bootstrap, topic, events, value_bytes)
         console.print(f"filled {topic}: {events:,} events in {fill_s:.1f} s")
+        progress.phase(console, "confluent-kafka: reading the topic ...")
         raw_n, raw_s = _raw_consume(bootstrap, topic)
+        progress.phase(console, f"spark: starting ({master}), then reading the topic twice ...")
 
         from spark.session import local_session
 
@@ -245,6 +253,7 @@ def main(events: int, value_bytes: int, entries: int, master: str) -> None:
             _, first_s = _spark_read(spark, bootstrap, topic, decoded=decoded)
             console.print(f"{name}: first run {first_s:.2f} s")
             runs.append((name, *_spark_read(spark, bootstrap, topic, decoded=decoded)))
+        progress.phase(console, f"bulk load: {entries:,} entries, raw and through spark ...")
         _bulk_load(spark, bootstrap, min(entries, 20_000))  # warms the Python workers
         produce_s, encode_s, load_s, records = _bulk_load(spark, bootstrap, entries)
         spark.stop()

@@ -303,6 +303,11 @@ def run_replay(
     expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
     if durable_client_timeout_s is None:
         durable_client_timeout_s = durable_timeout_s(count_operations(flights), day_count, speed)
+    # Printed, so a run on a slow machine shows how long the away ops desk may stay away.
+    console.print(
+        f"servers keep the durable ops desk {durable_client_timeout_s:,} s while it is away",
+        highlight=False,
+    )
     settings = ClientSettings(
         namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
         read_timeout_ms=_READ_TIMEOUT_MS, durable_client_timeout_s=durable_client_timeout_s,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench import progress
 from bench.peers.geode_figures import GeodeFigures, parse, summary_rows
 from bench.peers.jvm import GEODE_JAVA_17_FLAGS, GEODE_MAIN, ensure_geode_jars, java
 from bench.summary import emit
@@ -192,12 +192,14 @@ def main(as_json: bool, verbose: bool, timeout_s: float, failover: bool, **value
     """Measure Apache Geode with bench.core's workload, and a failover with redundancy 1."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     console = Console()
-    work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-geode-"))
-    console.print(f"logs: {work_dir}", highlight=False)
+    work_dir = progress.log_dir("peers.geode", console)
     try:
-        figures = run_harness(
-            {**values, "failover": "true" if failover else "false"}, work_dir, timeout_s
-        )
+        with progress.heartbeat(console):
+            stderr_path = work_dir / "harness.stderr"
+            progress.phase(console, "Geode harness ...", lambda: progress.last_line(stderr_path))
+            figures = run_harness(
+                {**values, "failover": "true" if failover else "false"}, work_dir, timeout_s
+            )
     except RuntimeError as exc:
         console.print(f"benchmark failed: {exc}", style="red", highlight=False, markup=False)
         sys.exit(1)
