@@ -87,7 +87,11 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
             "stats",
         )
     }
-    handlers = OperationHandlers(settings=SETTINGS, entries=entries, **parts)
+    expiration = SimpleNamespace(apply=lambda *_: None)
+    handlers = OperationHandlers(settings=SETTINGS, entries=entries, expiration=expiration, **parts)
     assert set(handlers.table) == set(OperationKind)
     for kind in OperationKind:
-        assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
+        if kind.is_expiration:
+            assert handlers.table[kind] == expiration.apply
+        else:
+            assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
