@@ -342,6 +342,8 @@ class EntryExpiration:
         if status == "OK":
             self._stats.entries_expired += 1
             self._plugins.after_entry(event, reply[2] or None)
+        else:
+            self._stats.duplicates += 1
         self._notifier.entry_event(event, bucket)
         if self._gateways:
             self._gateways.enqueue(event, bucket, self._outbox.produce)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from schemas.callbacks import CacheListener, EntryEvent
 
-MARKER_ENV = "REGIONBUS_TEST_KILL_MARKER"
+MARKER_ENV = "EXPIRY_KILL_MARKER"
 """The file whose creation elects the one server to kill (the test sets it)."""
 
 

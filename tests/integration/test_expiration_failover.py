@@ -29,15 +29,19 @@ _KEYS = [f"k{i}" for i in range(12)]
 
 
 class _Heard(CacheListener):
-    """Every entry event of the client: (key, kind, is_expiration)."""
+    """Every entry event of the client: (key, kind, is_expiration), and the keys whose
+    expiration came flagged ``possible_duplicate`` (delivered from a stored result)."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, EventKind, bool]] = []
+        self.redelivered: list[str] = []
         self.lock = threading.Lock()
 
     def _add(self, event: EntryEvent) -> None:
         with self.lock:
             self.events.append((event.key, event.kind, event.is_expiration))
+            if event.is_expiration and event.possible_duplicate:
+                self.redelivered.append(event.key)
 
     after_create = after_update = after_invalidate = after_destroy = _add
 
@@ -116,4 +120,7 @@ def test_a_primary_killed_between_an_expiration_and_its_events_loses_none_of_the
     settle(reader, idle_s=0.5)
     for key in _KEYS:
         assert heard.of(key) == [(EventKind.CREATE, False), (EventKind.DESTROY, True)], key
+    # The one expiration the killed server applied reached the client from its successor,
+    # which read it again from the committed offset and found its EventID applied.
+    assert len(heard.redelivered) == 1, heard.redelivered
     assert not redis_client.keys(f"{RedisKeys(namespace).prefix}r:r:*:expc"), "claims left"
