@@ -81,18 +81,11 @@ from broker.stats import ServerStats
 from broker.store import RegionStore, redis_errors
 from runtime.leases import now_ms
 from schemas.codec import encode, encode_batches
-from schemas.dead_letter import Source
-from schemas.eventid import EventID
+from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
 from schemas.messages import Event, EventKind, Operation, OperationKind
 from schemas.naming import bucket_role
 
 log = logging.getLogger("regionbus.server.expiration")
-
-EXPIRY_MEMBER: Final = "(expiry)"
-"""The member of every expiration's EventID: not a legal client or member id, so no other
-operation's EventID shares its tracking."""
-EXPIRY_THREAD: Final = 1
-"""The thread of every expiration's EventID; with the bucket, one sequence per bucket."""
 
 _PRODUCE_AGAIN_AFTER_S: Final = 10.0
 """An expiration produced this long ago and not applied yet is produced again (with the
@@ -301,11 +294,7 @@ class EntryExpiration:
                 offset; its EventID is recognised if it was applied).
         """
         if op.event_id is None or op.key is None:
-            # The key is checked by validation (an entry operation); the EventID is not.
-            reason = f"{op.kind.value} needs an EventID"
-            source = Source(self._outbox.topics.ops, bucket, offset)
-            self._outbox.dead_letter(encode(op), source, reason, category="invalid_operation")
-            return
+            return  # refused by validation (an expiration is an entry change)
         epoch = self._ownership.owned.get(bucket)
         if epoch is None:
             return
