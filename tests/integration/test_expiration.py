@@ -287,6 +287,8 @@ def _queued(site: Site, topic: str, until_key: str) -> list[Event]:
 def test_a_gateway_sender_queue_gets_no_expiration_event(site: Site) -> None:
     server = site.start_server(
         {"to-site-2": 2},
+        # One dispatcher: one queue partition, which _queued reads whole.
+        sender_options={"dispatcher_threads": 1},
         settings_overrides=_expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY),
     )
     region = site.client().create_region("r")
