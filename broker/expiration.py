@@ -294,11 +294,13 @@ class EntryExpiration:
                 offset; its EventID is recognised if it was applied).
         """
         if op.event_id is None or op.key is None:
-            return  # refused by validation (an expiration is an entry change)
+            return  # validation refuses it before it gets here
         epoch = self._ownership.owned.get(bucket)
         if epoch is None:
             return
-        self._in_flight.pop((bucket, op.region, op.key), None)
+        if op.client_id == self._member:
+            # Another server's copy of a claim this server took over leaves its own pending.
+            self._in_flight.pop((bucket, op.region, op.key), None)
         reply = self._run_expire(op, bucket, offset, epoch)
         status = _text(reply[0])
         if status == "FENCED":
