@@ -50,7 +50,10 @@ sequence id.
 Who may expire: only a bucket's primary claims, and an ``EXPIRE_*`` operation takes effect
 only when it is the expiration claimed in Redis by the member that produced it. With
 security on, an ``EXPIRE_*`` operation from any principal but the servers' is refused and
-dead-lettered at the front door (:mod:`broker.security`); the servers sign theirs.
+dead-lettered at the front door (:mod:`broker.security`); the servers sign theirs. Validation
+dead-letters an expiration whose EventID is not in the expirations' thread, and any other
+operation whose EventID is (:mod:`broker.validation`): one with a high sequence id there
+would make every later expiration of its bucket look like a duplicate.
 
 Limits, said plainly: with security off, the server cannot tell who produced an operation,
 so a client that guesses a pending claim (its sequence id, expiry time and producing
@@ -59,7 +62,8 @@ more; a claim whose operation was never applied and whose entry was destroyed me
 stays in Redis (a few bytes); entries written before their
 region got expiration attributes are scheduled at their next create, update or get; a
 client's hit in its own local cache is not a server access (as in Geode); an expiration's
-event is timestamped with its expiry time, not with when it was applied.
+event is timestamped with its expiry time, not with when it was applied; each expiration
+is applied with a Redis round trip of its own (not pipelined with its neighbours).
 """
 
 from __future__ import annotations
