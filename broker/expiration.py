@@ -1,4 +1,5 @@
-"""Entry expiration, run by each bucket's primary (SPEC §1; Geode ``EntryExpiryTask``).
+"""Entry expiration: each bucket's primary finds the due entries, and expires them through
+``{ns}.ops`` like any change (SPEC §1; Geode ``EntryExpiryTask``).
 
 How it works:
 
@@ -8,37 +9,69 @@ How it works:
   (``apply_entry.lua``); a server ``get`` moves the idle deadline (``touch_entry.lua``:
   Geode's ``LocalRegion.updateStatsForGet`` counts a get, hit or miss of an existing entry,
   as an access). A destroy drops the schedule. Nothing ever scans a region.
-- Who expires. Every ``expiration_interval_ms`` the server reads, for the buckets it is
-  primary of, the entries due now (``ZRANGEBYSCORE``), and expires at most
-  ``expiration_batch_size`` of them, earliest first; the rest wait for the next look.
-  Each expiry is one Lua script (``expire_entry.lua``), fenced by the bucket's epoch, that
-  reads the schedule again, so a change or get since the look wins. The loop runs it between
-  poll batches, so an expiration takes its place in the bucket's order of changes.
-- What it tells. An expiration is a server-originated change: its event has an EventID of
-  this server (member id, a thread id unique to this run of the server, a sequence per
-  bucket from 0) and ``expiration=True`` (Geode ``Operation.EXPIRE_DESTROY`` /
-  ``EXPIRE_INVALIDATE``, whose ``isExpiration()`` listeners can read as
-  ``EntryEvent.is_expiration``). It reaches server listeners, ``{ns}.events`` and the
-  subscription queues of interested clients as an ordinary destroy or invalidate; gateway
-  senders never get it and async event queues get an expiration destroy only with
-  ``forward_expiration_destroy`` (:mod:`broker.gateway_queues`, Geode
-  ``AbstractGatewaySender.checkForDistribution``).
+- Who finds them. Every ``expiration_interval_ms`` the server reads, for the buckets it is
+  primary of, the entries due now (``ZRANGEBYSCORE``), at most ``expiration_batch_size``,
+  earliest first; the rest wait for the next look. It claims them (``claim_expiry.lua``,
+  fenced by the bucket's epoch, so only the primary does): each gets the sequence id of its
+  EventID from a counter of the bucket, and the claim is kept in Redis until it is applied.
+- How they travel. For each claimed entry the primary produces an ``EXPIRE_DESTROY`` or
+  ``EXPIRE_INVALIDATE`` operation (Geode ``Operation.EXPIRE_DESTROY`` /
+  ``EXPIRE_INVALIDATE``) to the bucket's partition of ``{ns}.ops``, in sequence order, with
+  the EventID ``((expiry), 1, sequence id, bucket)``: one EventID thread per bucket,
+  whichever server is primary, and a primary that takes over an entry claimed but not yet
+  expired keeps its sequence id, so the operation it produces again has the same EventID.
+  The operation's ``timestamp_ms`` is the expiry time it claims.
+- How they apply. Read in the bucket's order like any operation, an expiration is applied
+  by ``expire_entry.lua``, fenced by the epoch: only the claimed expiration takes effect
+  (same sequence id, expiry time and producing member), only while the entry's schedule is
+  still that expiry time (a create, update or get since wins and nothing happens), and its
+  result is stored under its EventID as an entry change's is. Then it is distributed as a
+  change is, and the offset is committed only after its events were delivered
+  (:mod:`broker.ownership`).
+- What it tells. An expiration is a server-originated change: its event has that EventID,
+  the producing server as originator and ``expiration=True``, which listeners read as
+  ``EntryEvent.is_expiration`` (Geode ``Operation.isExpiration()``). It reaches server
+  listeners, ``{ns}.events`` and the subscription queues of interested clients as an
+  ordinary destroy or invalidate; gateway senders never get it and async event queues get
+  an expiration destroy only with ``forward_expiration_destroy``
+  (:mod:`broker.gateway_queues`, Geode ``AbstractGatewaySender.checkForDistribution``).
 
-Limits, said plainly: an expiration is not an operation of ``{ns}.ops``, so a primary that
-dies between the Redis change and the delivery of its events loses those events (clients
-then keep the expired entry until their next change of it or a re-registration); entries
-written before their region got expiration attributes are scheduled at their next create,
-update or get; a client's hit in its own local cache is not a server access (as in Geode).
+High availability: a primary that dies after producing an expiration, or after applying
+it but before delivering its events, loses nothing. Its successor reads the bucket again
+from the committed offset: an expiration not applied yet is applied then; one applied
+already is recognised by its EventID (status ``DUP``) and its events are delivered again,
+flagged ``possible_duplicate``, which clients' message tracking drops if they had them.
+An expiration the successor claims and produces again carries the same EventID: whichever
+copy comes first applies, the other is a duplicate or changes nothing. An expiration that
+reaches the bucket after a later one of the same bucket was applied (its event would look
+like a duplicate to clients) changes nothing and its entry is claimed again with a new
+sequence id.
+
+Who may expire: only a bucket's primary claims, and an ``EXPIRE_*`` operation takes effect
+only when it is the expiration claimed in Redis by the member that produced it. With
+security on, an ``EXPIRE_*`` operation from any principal but the servers' is refused and
+dead-lettered at the front door (:mod:`broker.security`); the servers sign theirs. Validation
+dead-letters an expiration whose EventID is not in the expirations' thread, and any other
+operation whose EventID is (:mod:`broker.validation`): one with a high sequence id there
+would make every later expiration of its bucket look like a duplicate.
+
+Limits, said plainly: with security off, the server cannot tell who produced an operation,
+so a client that guesses a pending claim (its sequence id, expiry time and producing
+member) can make that claimed, already due expiration happen a moment early, and nothing
+more; a claim whose operation was never applied and whose entry was destroyed meanwhile
+stays in Redis (a few bytes); entries written before their
+region got expiration attributes are scheduled at their next create, update or get; a
+client's hit in its own local cache is not a server access (as in Geode); an expiration's
+event is timestamped with its expiry time, not with when it was applied; each expiration
+is applied with a Redis round trip of its own (not pipelined with its neighbours).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-from collections.abc import Iterator
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from broker.config import ServerSettings
 from broker.expiration_attributes import RegionExpiration
@@ -47,14 +80,20 @@ from broker.notifier import CacheClientNotifier
 from broker.outbox import Outbox
 from broker.ownership import BucketOwnership
 from broker.plugins import ServerPlugins
+from broker.security import SecurityGuard
 from broker.stats import ServerStats
 from broker.store import RegionStore, redis_errors
 from runtime.leases import now_ms
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind
+from schemas.codec import encode, encode_batches
+from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
+from schemas.messages import Event, EventKind, Operation, OperationKind
 from schemas.naming import bucket_role
 
 log = logging.getLogger("regionbus.server.expiration")
+
+_PRODUCE_AGAIN_AFTER_S: Final = 10.0
+"""An expiration produced this long ago and not applied yet is produced again (with the
+same EventID): Kafka may not have taken it."""
 
 
 class _Due(NamedTuple):
@@ -65,7 +104,8 @@ class _Due(NamedTuple):
 
 
 class EntryExpiration:
-    """Expires the due entries of the buckets this server is primary of.
+    """Finds and claims the due entries of the buckets this server is primary of, produces
+    their expirations to ``{ns}.ops``, and applies the expirations read there.
 
     Args:
         settings: The server's settings (``region_expiration``, ``expiration_interval_ms``,
@@ -77,6 +117,7 @@ class EntryExpiration:
         gateways: Queues for gateway senders and async event queues.
         outbox: The server's producer.
         stats: The server's counters (``entries_expired``).
+        security: Signs the expirations produced when security is on (None when off).
     """
 
     def __init__(
@@ -89,6 +130,7 @@ class EntryExpiration:
         gateways: GatewayEnqueuer,
         outbox: Outbox,
         stats: ServerStats,
+        security: SecurityGuard | None = None,
     ) -> None:
         self._regions: dict[str, RegionExpiration] = {
             r: e for r, e in settings.region_expiration.items() if e.enabled
@@ -96,10 +138,6 @@ class EntryExpiration:
         self._interval_s = settings.expiration_interval_ms / 1000
         self._batch_size = settings.expiration_batch_size
         self._member = settings.member_id
-        # A thread id of this run of the server: its sequence ids restart at 0, and a server
-        # restarted with the same member id must not look like a duplicate of its last run.
-        self._thread = now_ms()
-        self._sequences: dict[int, Iterator[int]] = {}
         self._store = store
         self._ownership = ownership
         self._plugins = plugins
@@ -107,38 +145,58 @@ class EntryExpiration:
         self._gateways = gateways
         self._outbox = outbox
         self._stats = stats
-        self._expire = store.redis.register_script(
-            resources.files("broker").joinpath("lua", "expire_entry.lua").read_text()
-        )
+        self._security = security
+        lua = resources.files("broker").joinpath("lua")
+        self._claim = store.redis.register_script(lua.joinpath("claim_expiry.lua").read_text())
+        self._expire = store.redis.register_script(lua.joinpath("expire_entry.lua").read_text())
         self._next_look = time.monotonic()
+        self._in_flight: dict[tuple[int, str, str], tuple[int, float]] = {}
+        """``{(bucket, region, key): (expiry ms, monotonic time produced)}`` of the
+        expirations produced here and not applied yet: not produced again at every look."""
 
     def __bool__(self) -> bool:
         return bool(self._regions)
 
+    # --- finding, claiming, producing --------------------------------------------------
+
     def tick(self, now_monotonic: float) -> int:
-        """Expire what is due, when ``expiration_interval_ms`` has passed since the last look.
+        """Produce the expirations of what is due, when ``expiration_interval_ms`` has
+        passed since the last look.
 
         Args:
             now_monotonic: ``time.monotonic()`` of the loop.
 
         Returns:
-            How many entries expired.
+            How many expirations were produced.
 
         Raises:
-            TransportError: Redis failed (nothing of a failed round trip is told; its entries
-                are looked at again).
+            TransportError: Redis failed (nothing was produced for what the failed round
+                trip claimed; the claims are taken again at the next look).
         """
         if not self._regions or now_monotonic < self._next_look:
             return 0
         self._next_look = now_monotonic + self._interval_s
         owned = dict(self._ownership.owned)
+        self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] in owned}
         if not owned:
             return 0
-        now = now_ms()
-        due = self._due(owned, now)
+        due = [d for d in self._due(owned, now_ms()) if not self._produced(d, now_monotonic)]
         if not due:
             return 0
-        return self._expire_all(due, owned, now)
+        claimed = self._claim_all(due, owned)
+        for item, _ in claimed:
+            self._in_flight[(item.bucket, item.region, item.key)] = (item.at_ms, now_monotonic)
+        self._produce(claimed)
+        return len(claimed)
+
+    def _produced(self, item: _Due, now_monotonic: float) -> bool:
+        """Whether this expiry was produced here lately and is still to be applied."""
+        known = self._in_flight.get((item.bucket, item.region, item.key))
+        return (
+            known is not None
+            and known[0] == item.at_ms
+            and now_monotonic - known[1] < _PRODUCE_AGAIN_AFTER_S
+        )
 
     def _due(self, owned: dict[int, int], now: int) -> list[_Due]:
         """The earliest ``expiration_batch_size`` entries due by ``now``, over every region
@@ -165,74 +223,165 @@ class EntryExpiration:
         due.sort()
         return due[: self._batch_size]
 
-    def _expire_all(self, due: list[_Due], owned: dict[int, int], now: int) -> int:
+    def _claim_all(self, due: list[_Due], owned: dict[int, int]) -> list[tuple[_Due, int]]:
+        """Claim the due entries, one script per bucket and region, in one round trip.
+
+        Returns:
+            ``(entry, sequence id)`` of each entry claimed, by bucket and sequence id (the
+            order they must be applied in).
+        """
         keys = self._store.keys
+        groups: dict[tuple[int, str], list[_Due]] = {}
+        for item in due:
+            groups.setdefault((item.bucket, item.region), []).append(item)
         with redis_errors():
             pipe = self._store.redis.pipeline(transaction=False)
-            for item in due:
-                region, bucket, key = item.region, item.bucket, item.key
-                action = "DESTROY" if self._regions[region].action.is_destroy else "INVALIDATE"
-                self._expire(
+            for (bucket, region), items in groups.items():
+                args: list[Any] = [owned[bucket], self._member]
+                for item in items:
+                    args += [item.key, item.at_ms]
+                self._claim(
                     keys=[
-                        keys.regions,
-                        keys.region_values(region, bucket),
-                        keys.region_meta(region, bucket),
-                        keys.region_version(region),
                         keys.epoch(bucket_role(bucket)),
+                        keys.expiry_sequence(bucket),
+                        keys.region_expiry_claims(region, bucket),
                         keys.region_expiry(region, bucket),
-                        keys.region_entry_times(region, bucket),
                     ],
-                    args=[
-                        region,
-                        key,
-                        now,
-                        action,
-                        owned[bucket],
-                        "1" if self._plugins.has_listeners(region) else "0",
-                    ],
+                    args=args,
                     client=pipe,
                 )
             replies = pipe.execute()
-        expired = 0
-        fenced: set[int] = set()
-        for item, reply in zip(due, replies, strict=True):
-            status = _text(reply[0])
-            if status == "FENCED":
-                fenced.add(item.bucket)
-            elif status == "OK":
-                kind, _, version = _text(reply[1]).partition("|")
-                self._tell(item, EventKind(kind), int(version), reply[2] or None, now)
-                expired += 1
-        for bucket in fenced:
-            self._ownership.fenced(bucket)
-        if expired:
-            self._stats.entries_expired += expired
-            self._outbox.send()
-        return expired
+        claimed: list[tuple[_Due, int]] = []
+        for ((bucket, _), items), reply in zip(groups.items(), replies, strict=True):
+            if not isinstance(reply, list):  # FENCED: another server is primary
+                self._ownership.fenced(bucket)
+                continue
+            claimed += [(item, int(seq)) for item, seq in zip(items, reply, strict=True) if seq]
+        claimed.sort(key=lambda c: (c[0].bucket, c[1]))
+        return claimed
 
-    def _tell(
-        self, item: _Due, kind: EventKind, version: int, old_value: bytes | None, now: int
-    ) -> None:
-        """Distribute one expiration as the server's own destroy or invalidate."""
-        sequence = self._sequences.setdefault(item.bucket, itertools.count())
+    def _produce(self, claimed: list[tuple[_Due, int]]) -> None:
+        """Produce the claimed expirations to their buckets' partitions of ``{ns}.ops``, in
+        order, as few Kafka messages as possible (signed as the servers' when security is
+        on)."""
+        ops_topic = self._outbox.topics.ops
+        framed: dict[int, list[bytes]] = {}
+        for item, sequence in claimed:
+            destroys = self._regions[item.region].action.is_destroy
+            op = Operation(
+                request_id=0,
+                client_id=self._member,
+                kind=OperationKind.EXPIRE_DESTROY if destroys else OperationKind.EXPIRE_INVALIDATE,
+                region=item.region,
+                timestamp_ms=item.at_ms,
+                event_id=EventID(EXPIRY_MEMBER, EXPIRY_THREAD, sequence, item.bucket),
+                key=item.key,
+            )
+            framed.setdefault(item.bucket, []).append(encode(op))
+        for bucket, items in framed.items():
+            for value in encode_batches(items):
+                headers = None
+                if self._security is not None:
+                    headers = self._security.server_headers(ops_topic, bucket, value)
+                self._outbox.produce(ops_topic, value, None, partition=bucket, headers=headers)
+
+    # --- applying ----------------------------------------------------------------------
+
+    def apply(self, op: Operation, bucket: int, offset: int) -> None:
+        """The handler of ``EXPIRE_DESTROY`` and ``EXPIRE_INVALIDATE`` (read at ``offset`` of
+        partition ``bucket``): apply the expiration if it is still due and claimed, then
+        distribute its event as a change's (again, flagged ``possible_duplicate``, when its
+        EventID was applied before). There is no reply: a server asked.
+
+        Raises:
+            TransportError: Redis failed (the operation is read again from the committed
+                offset; its EventID is recognised if it was applied).
+        """
+        if op.event_id is None or op.key is None:
+            return  # validation refuses it before it gets here
+        epoch = self._ownership.owned.get(bucket)
+        if epoch is None:
+            return
+        if op.client_id == self._member:
+            # Another server's copy of a claim this server took over leaves its own pending.
+            self._in_flight.pop((bucket, op.region, op.key), None)
+        reply = self._run_expire(op, bucket, offset, epoch)
+        status = _text(reply[0])
+        if status == "FENCED":
+            self._ownership.fenced(bucket)
+            return
+        if status not in ("OK", "DUP"):
+            if status in ("UNCLAIMED", "STALE"):
+                log.info(
+                    "%s of %r in %r (%s, from %s) changed nothing: %s",
+                    op.kind.value,
+                    op.key,
+                    op.region,
+                    op.event_id,
+                    op.client_id,
+                    status,
+                )
+            return
+        kind, _, version = _text(reply[1]).partition("|")
         event = Event(
-            event_id=EventID(self._member, self._thread, next(sequence), item.bucket),
-            kind=kind,
-            region=item.region,
-            version=version,
-            timestamp_ms=now,
-            originator=self._member,
-            key=item.key,
+            event_id=op.event_id._replace(bucket=bucket),
+            kind=EventKind(kind),
+            region=op.region,
+            version=int(version),
+            timestamp_ms=op.timestamp_ms,
+            originator=op.client_id,
+            key=op.key,
+            possible_duplicate=status == "DUP",
             expiration=True,
         )
-        self._plugins.after_entry(event, old_value)
-        self._notifier.entry_event(event, item.bucket)
+        if status == "OK":
+            self._stats.entries_expired += 1
+            self._plugins.after_entry(event, reply[2] or None)
+        else:
+            self._stats.duplicates += 1
+        self._notifier.entry_event(event, bucket)
         if self._gateways:
-            self._gateways.enqueue(event, item.bucket, self._outbox.produce)
+            self._gateways.enqueue(event, bucket, self._outbox.produce)
+
+    def _run_expire(self, op: Operation, bucket: int, offset: int, epoch: int) -> list[Any]:
+        """Run ``expire_entry.lua`` for one expiration (see the script)."""
+        assert op.event_id is not None and op.key is not None
+        keys = self._store.keys
+        region, event_id = op.region, op.event_id._replace(bucket=bucket)
+        with redis_errors():
+            reply: list[Any] = self._expire(
+                keys=[
+                    keys.regions,
+                    keys.region_values(region, bucket),
+                    keys.region_meta(region, bucket),
+                    keys.region_version(region),
+                    keys.epoch(bucket_role(bucket)),
+                    keys.region_expiry(region, bucket),
+                    keys.region_entry_times(region, bucket),
+                    keys.region_expiry_claims(region, bucket),
+                    keys.tracking(bucket),
+                    keys.results(bucket),
+                    keys.results_index(bucket),
+                ],
+                args=[
+                    region,
+                    op.key,
+                    op.timestamp_ms,
+                    "DESTROY" if op.kind is OperationKind.EXPIRE_DESTROY else "INVALIDATE",
+                    epoch,
+                    "1" if self._plugins.has_listeners(region) else "0",
+                    op.client_id,
+                    f"{event_id.member}:{event_id.thread}",
+                    event_id.sequence,
+                    str(event_id),
+                    offset,
+                ],
+            )
+        return reply
 
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-__all__ = ["EntryExpiration"]
+__all__ = ["EXPIRY_MEMBER", "EXPIRY_THREAD", "EntryExpiration"]

@@ -2,7 +2,8 @@
 
 An operation that decoded and passed validation is handed to the handler of its kind. The
 entry operations join the batch of :mod:`broker.entry_ops`; every other kind first applies
-that batch (operations of a bucket take effect in their order) and then runs on its own.
+that batch (operations of a bucket take effect in their order) and then runs on its own;
+so do the expirations a bucket's primary produces (:mod:`broker.expiration`).
 Adding an operation kind is one handler here and one row in :meth:`OperationHandlers.table`
 (plus a Lua script if it changes region state).
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from broker.client_lifecycle import ClientLifecycle
 from broker.config import ServerSettings
 from broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
+from broker.expiration import EntryExpiration
 from broker.interest import InterestRegistry
 from broker.notifier import CacheClientNotifier
 from broker.outbox import Outbox
@@ -54,6 +56,7 @@ class OperationHandlers:
         lifecycle: Clients' lives (DISCONNECT).
         outbox: Replies.
         stats: The server's counters.
+        expiration: Applies the ``EXPIRE_*`` operations.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class OperationHandlers:
         lifecycle: ClientLifecycle,
         outbox: Outbox,
         stats: ServerStats,
+        expiration: EntryExpiration,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -92,17 +96,19 @@ class OperationHandlers:
             OperationKind.DISCONNECT: self.disconnect,
             OperationKind.KEYS: self.keys,
             OperationKind.READY_FOR_EVENTS: self.ready_for_events,
+            OperationKind.EXPIRE_DESTROY: expiration.apply,
+            OperationKind.EXPIRE_INVALIDATE: expiration.apply,
         }
         """The handler of each operation kind."""
 
     def handle(self, op: Operation, bucket: int, offset: int) -> None:
-        """Run the operation's handler; anything but an entry operation first applies the
-        entry operations batched before it.
+        """Run the operation's handler; anything but an entry operation (an expiration
+        included) first applies the entry operations batched before it.
 
         Raises:
             RegionBusError: the handler refused the operation (the caller replies it).
         """
-        if not op.kind.is_entry_operation:
+        if op.kind.is_expiration or not op.kind.is_entry_operation:
             self._entries.apply()
         self.table[op.kind](op, bucket, offset)
 

@@ -149,12 +149,18 @@ class SecurityGuard:
         """Check that a principal may make an operation as its client id.
 
         Raises:
-            NotAuthorizedError: the client id belongs to another principal, or a needed
-                permission is missing (the message names it).
+            NotAuthorizedError: an expiration (``EXPIRE_*``) from anyone but the servers,
+                the client id belongs to another principal, or a needed permission is
+                missing (the message names it).
             TransportError: Redis failed.
         """
         if principal.name == SERVER_PRINCIPAL:
             return
+        if op.kind.is_expiration:
+            raise NotAuthorizedError(
+                f"{op.kind.value} is produced by bucket primaries only, not by principal "
+                f"{principal.name!r}"
+            )
         self._check_client(principal, op.client_id)
         for needed in required_permissions(op):
             if not is_granted(principal.permissions, needed):

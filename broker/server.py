@@ -304,7 +304,15 @@ class CacheServer(BackgroundWorker):
             s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
         )
         expiration = EntryExpiration(
-            s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
+            s,
+            self.store,
+            ownership,
+            self.plugins,
+            notifier,
+            self._gateways,
+            outbox,
+            self.stats,
+            self.security,
         )
         handlers = OperationHandlers(
             s,
@@ -317,6 +325,7 @@ class CacheServer(BackgroundWorker):
             lifecycle,
             outbox,
             self.stats,
+            expiration,
         )
         admission = None if self.security is None else Admission(self.security, outbox, self.stats)
         return _Parts(

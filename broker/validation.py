@@ -7,6 +7,7 @@ from typing import Final
 from broker.config import ServerSettings
 from schemas.entry_checks import check_key, check_region_name, check_value_size
 from schemas.errors import InvalidOperationError, ValueTooLargeError
+from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
 from schemas.interest_regex import compile_interest_regex
 from schemas.messages import InterestKind, Operation, OperationKind
 from schemas.naming import bucket_of
@@ -25,8 +26,9 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
 
     Raises:
         InvalidOperationError: an entry operation without a key or in another key's
-            bucket, a change without an EventID, a PUT without a value, a registration
-            without a spec.
+            bucket, a change or expiration without an EventID, an EventID in the
+            expirations' thread on anything but an expiration (or the reverse), a PUT
+            without a value, a registration without a spec.
         InvalidRegionNameError: the region name breaks the clients' rule
             (`schemas.entry_checks.check_region_name`).
         InvalidKeyError: a key (of the operation or of a KEYS registration) the clients
@@ -49,8 +51,19 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             raise InvalidOperationError(
                 f"key {op.key!r} of region {op.region!r} belongs to bucket {expected}, not {bucket}"
             )
-    if (kind.is_entry_change or kind.is_region_change) and op.event_id is None:
+    if (kind.is_entry_change or kind.is_region_change or kind.is_expiration) and (
+        op.event_id is None
+    ):
         raise InvalidOperationError(f"{kind.value} needs an EventID")
+    if op.event_id is not None and kind.is_expiration != (
+        op.event_id.member == EXPIRY_MEMBER and op.event_id.thread == EXPIRY_THREAD
+    ):
+        # The expirations' EventID thread is theirs alone: another operation in it would
+        # make their events look like duplicates to clients and to the servers.
+        raise InvalidOperationError(
+            f"{kind.value} with EventID {op.event_id}: only an expiration, and every "
+            f"expiration, has member {EXPIRY_MEMBER!r} and thread {EXPIRY_THREAD}"
+        )
     if kind is OperationKind.PUT:
         if op.value is None:
             raise InvalidOperationError("PUT needs a value")

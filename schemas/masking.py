@@ -15,6 +15,7 @@ errors go through :func:`mask_value` / :func:`mask_text`.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,7 +119,8 @@ def mask_value(name: str, value: Any) -> Any:
 
     Args:
         name: The field or key it is the value of (decides secrecy by name).
-        value: Any settings value: str, number, Path, SecretStr, list, dict, pydantic model.
+        value: Any settings value: str, number, Path, SecretStr, enum, list, dict, pydantic
+            model.
 
     Returns:
         :data:`MASK` for a secret (by type or name, when set); otherwise the value with
@@ -138,6 +140,9 @@ def mask_value(name: str, value: Any) -> Any:
         return [mask_value(name, v) for v in value]
     if hasattr(value, "model_dump"):
         return mask_value(name, value.model_dump(mode="python"))
+    if isinstance(value, enum.Enum):
+        # e.g. an ExpirationAction inside region_expiration: JSON takes its value only.
+        return mask_value(name, value.value)
     return value
 
 

@@ -16,7 +16,8 @@ from schemas.eventid import EventID
 
 
 class OperationKind(enum.Enum):
-    """What a client asks of the server (SPEC §1, §3)."""
+    """What a client asks of the server (SPEC §1, §3); the ``EXPIRE_*`` kinds are what a
+    bucket's primary asks of itself."""
 
     PUT = "PUT"
     DESTROY = "DESTROY"
@@ -30,6 +31,11 @@ class OperationKind(enum.Enum):
     READY_FOR_EVENTS = "READY_FOR_EVENTS"
     DISCONNECT = "DISCONNECT"
     INVALIDATE_REGION = "INVALIDATE_REGION"
+    EXPIRE_DESTROY = "EXPIRE_DESTROY"
+    """An entry expiration (Geode ``Operation.EXPIRE_DESTROY``): produced by a bucket's
+    primary to its own partition, never by a client (:mod:`broker.expiration`)."""
+    EXPIRE_INVALIDATE = "EXPIRE_INVALIDATE"
+    """An entry expiration that invalidates (Geode ``Operation.EXPIRE_INVALIDATE``)."""
 
     @property
     def is_entry_change(self) -> bool:
@@ -38,9 +44,15 @@ class OperationKind(enum.Enum):
 
     @property
     def is_entry_operation(self) -> bool:
-        """True for what names one key and lives in that key's bucket: the entry changes
-        and ``GET``."""
-        return self in _ENTRY_CHANGES or self is OperationKind.GET
+        """True for what names one key and lives in that key's bucket: the entry changes,
+        ``GET`` and the expirations."""
+        return self in _ENTRY_CHANGES or self is OperationKind.GET or self in _EXPIRATIONS
+
+    @property
+    def is_expiration(self) -> bool:
+        """True for the expirations a bucket's primary produces (``EXPIRE_*``), which no
+        client may send."""
+        return self in _EXPIRATIONS
 
     @property
     def is_region_change(self) -> bool:
@@ -55,6 +67,7 @@ class OperationKind(enum.Enum):
 
 
 _ENTRY_CHANGES = frozenset({OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE})
+_EXPIRATIONS = frozenset({OperationKind.EXPIRE_DESTROY, OperationKind.EXPIRE_INVALIDATE})
 _REGION_CHANGES = frozenset(
     {OperationKind.CLEAR, OperationKind.DESTROY_REGION, OperationKind.INVALIDATE_REGION}
 )

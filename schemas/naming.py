@@ -240,6 +240,17 @@ class RedisKeys:
         bucket of a region with entry expiration (Geode ``RegionEntry`` statistics)."""
         return f"{self.prefix}r:{region}:{bucket}:times"
 
+    def region_expiry_claims(self, region: str, bucket: int) -> str:
+        """Hash key -> ``"<sequence id>|<expiry ms>|<member id>"``: the expirations of one
+        bucket of a region that its primary produced to ``{ns}.ops`` and that are not
+        applied yet, so a primary that takes over produces the same EventID again."""
+        return f"{self.prefix}r:{region}:{bucket}:expc"
+
+    def expiry_sequence(self, bucket: int) -> str:
+        """Counter of the sequence ids of a bucket's expirations (one EventID thread per
+        bucket, whichever server is its primary)."""
+        return f"{self.prefix}expseq:{bucket}"
+
     def region_version(self, region: str) -> str:
         """Counter giving each change of the region its version (monotonic per region)."""
         return f"{self.prefix}rv:{region}"

@@ -6,25 +6,29 @@ destroys or invalidates, never a gateway sender's queue, and an async event queu
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from importlib import resources
 from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
 from gateway_sites import Site, start_async_event_queue
-from support import wait_until
+from support import send_raw_batch, wait_until
 
 from broker.config import GatewayQueueSpec, ServerSettings
+from broker.expiration import EXPIRY_MEMBER, EXPIRY_THREAD
 from broker.expiration_attributes import ExpirationAction, ExpirationAttributes, RegionExpiration
 from broker.server import CacheServer
 from clients import ALL_KEYS, RegionShortcut
 from gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from schemas.callbacks import CacheListener, EntryEvent
 from schemas.codec import decode, split_batch
+from schemas.eventid import EventID
 from schemas.kafka_clients import kafka_consumer
-from schemas.messages import Event, EventKind
-from schemas.naming import Topics
+from schemas.messages import Event, EventKind, Operation, OperationKind
+from schemas.naming import Topics, bucket_of, bucket_role
 
 
 def _expiring(
@@ -141,6 +145,115 @@ def test_gets_push_an_idle_timeout_back_and_the_entry_expires_once_they_stop(
     wait_until(lambda: "read" not in store.entries("r"), 15, "the read entry to expire")
 
 
+def _same_bucket_key(server: CacheServer, key: str) -> str:
+    """Another key of region ``r`` in ``key``'s bucket: its change is applied after anything
+    produced to the bucket before it."""
+    total = server.settings.total_buckets
+    bucket = bucket_of("r", key, total)
+    return next(f"s{i}" for i in range(10_000) if bucket_of("r", f"s{i}", total) == bucket)
+
+
+def _expire_op(server: CacheServer, key: str, at_ms: int, sequence: int) -> Operation:
+    bucket = bucket_of("r", key, server.settings.total_buckets)
+    return Operation(
+        request_id=0,
+        client_id=server.settings.member_id,
+        kind=OperationKind.EXPIRE_DESTROY,
+        region="r",
+        timestamp_ms=at_ms,
+        event_id=EventID(EXPIRY_MEMBER, EXPIRY_THREAD, sequence, bucket),
+        key=key,
+    )
+
+
+@pytest.fixture
+def long_ttl_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    yield from _server(server_settings, **_expiring(ttl_s=60, ttl_action=ExpirationAction.DESTROY))
+
+
+def test_an_expiration_no_primary_claimed_changes_nothing(
+    long_ttl_server: CacheServer, client_factory: Any, kafka_bootstrap_servers: str
+) -> None:
+    # Security is off: the op names the server as its producer and the entry's true expiry
+    # time; only the claim a primary keeps in Redis is missing. The one without an EventID
+    # is dead-lettered.
+    server = long_ttl_server
+    writer = client_factory().create_region("r")
+    heard = _Events()
+    reader = client_factory().create_region("r", listeners=[heard])
+    reader.register_interest(ALL_KEYS)
+    writer.put("k", "v")
+    bucket = bucket_of("r", "k", server.settings.total_buckets)
+    at_ms = server.store.redis.zscore(server.store.keys.region_expiry("r", bucket), "k")
+    assert at_ms is not None
+    forged = _expire_op(server, "k", int(at_ms), 1)
+    send_raw_batch(
+        kafka_bootstrap_servers,
+        server.settings.namespace,
+        [forged, forged._replace(event_id=None)],
+        bucket,
+    )
+    sentinel = _same_bucket_key(server, "k")
+    writer.put(sentinel, "s")
+    wait_until(lambda: heard.of(sentinel), 15, "the sentinel")
+
+    assert heard.of("k") == [(EventKind.CREATE, False)]
+    assert server.store.entries("r")["k"].value is not None
+    assert server.stats.entries_expired == 0
+    assert server.stats.dead_letters == 1
+
+
+@pytest.fixture
+def rarely_looking_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    fields = _expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY)
+    yield from _server(server_settings, **{**fields, "expiration_interval_ms": 600_000})
+
+
+def test_a_claimed_expiration_of_an_entry_updated_since_changes_nothing(
+    rarely_looking_server: CacheServer, client_factory: Any, kafka_bootstrap_servers: str
+) -> None:
+    # The test plays the primary's first half (claim_expiry.lua, with the bucket's epoch)
+    # while the server, looking once in ten minutes, does not.
+    server = rarely_looking_server
+    store, keys = server.store, server.store.keys
+    writer = client_factory().create_region("r")
+    heard = _Events()
+    reader = client_factory().create_region("r", listeners=[heard])
+    reader.register_interest(ALL_KEYS)
+    writer.put("k", "v1")
+    bucket = bucket_of("r", "k", server.settings.total_buckets)
+    at_ms = int(store.redis.zscore(keys.region_expiry("r", bucket), "k") or 0)
+    wait_until(lambda: time.time() * 1000 > at_ms, 5, "the entry to be due")
+    claim = store.redis.register_script(
+        resources.files("broker").joinpath("lua", "claim_expiry.lua").read_text()
+    )
+    claimed = claim(
+        keys=[
+            keys.epoch(bucket_role(bucket)),
+            keys.expiry_sequence(bucket),
+            keys.region_expiry_claims("r", bucket),
+            keys.region_expiry("r", bucket),
+        ],
+        args=[store.epoch(bucket), server.settings.member_id, "k", at_ms],
+    )
+    assert claimed == [1]
+    writer.put("k", "v2")  # after the claim, before the expiration is applied
+    send_raw_batch(
+        kafka_bootstrap_servers,
+        server.settings.namespace,
+        [_expire_op(server, "k", at_ms, 1)],
+        bucket,
+    )
+    sentinel = _same_bucket_key(server, "k")
+    writer.put(sentinel, "s")
+    wait_until(lambda: heard.of(sentinel), 15, "the sentinel")
+
+    assert heard.of("k") == [(EventKind.CREATE, False), (EventKind.UPDATE, False)]
+    assert store.entries("r")["k"].value is not None
+    assert server.stats.entries_expired == 0
+    assert not store.redis.hlen(keys.region_expiry_claims("r", bucket))
+
+
 @pytest.fixture
 def site(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[Site]:
     with ExitStack() as stack:
@@ -174,7 +287,7 @@ def _queued(site: Site, topic: str, until_key: str) -> list[Event]:
 def test_a_gateway_sender_queue_gets_no_expiration_event(site: Site) -> None:
     server = site.start_server(
         {"to-site-2": 2},
-        # One dispatcher, so the queue holds one total order and the sentinel comes last.
+        # One dispatcher: one queue partition, which _queued reads whole.
         sender_options={"dispatcher_threads": 1},
         settings_overrides=_expiring(ttl_s=1, ttl_action=ExpirationAction.DESTROY),
     )

@@ -168,3 +168,15 @@ def test_secret_str_values_are_masked_even_under_an_innocent_name() -> None:
     from schemas.masking import mask_value
 
     assert mask_value("color", SecretStr(SECRET)) == MASK
+
+
+def test_region_expiration_attributes_are_plain_json_in_the_masked_configuration() -> None:
+    # `regionbus serve` logs json.dumps(settings.masked()): an enum inside must not stop it.
+    settings = ServerSettings(
+        region_expiration={"r": {"entry_time_to_live": {"timeout_s": 5, "action": "destroy"}}}
+    )
+    masked = json.loads(json.dumps(settings.masked()))
+    assert masked["region_expiration"]["r"]["entry_time_to_live"] == {
+        "timeout_s": 5,
+        "action": "destroy",
+    }

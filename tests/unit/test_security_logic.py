@@ -7,13 +7,17 @@ import hashlib
 import hmac
 
 import pytest
+import redis
 
+from broker.config import ServerSettings
 from broker.permissions import (
     CLUSTER_MANAGE,
     ResourcePermission,
     is_granted,
     required_permissions,
 )
+from broker.principals import SERVER_PRINCIPAL, Principal
+from broker.security import SecurityGuard
 from schemas.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -174,3 +178,14 @@ def test_cluster_manage_is_granted_only_by_cluster_or_wildcard_permissions() -> 
     assert is_granted((_parse("CLUSTER:MANAGE"),), CLUSTER_MANAGE)
     assert is_granted((_parse("DATA:READ:r"), _parse("*:*")), CLUSTER_MANAGE)
     assert not is_granted((_parse("DATA:*"), _parse("CLUSTER:READ")), CLUSTER_MANAGE)
+
+
+def test_an_expiration_is_refused_from_any_principal_but_the_servers() -> None:
+    # No Redis round trip happens for either answer (the client is never connected).
+    guard = SecurityGuard(redis.Redis(port=1), ServerSettings())
+    admin = Principal("admin", b"k" * 32, (_parse("*:*"),))
+    for kind in (OperationKind.EXPIRE_DESTROY, OperationKind.EXPIRE_INVALIDATE):
+        op = _op(kind, key="k", event_id=EventID("(expiry)", 1, 1, 0))
+        with pytest.raises(NotAuthorizedError, match="bucket primaries only"):
+            guard.authorize_operation(admin, op)
+        guard.authorize_operation(Principal(SERVER_PRINCIPAL, b"s" * 32, ()), op)

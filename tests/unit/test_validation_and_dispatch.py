@@ -12,7 +12,7 @@ from broker.config import ServerSettings
 from broker.handlers import OperationHandlers
 from broker.validation import validate
 from schemas.errors import InvalidInterestError, InvalidOperationError, ValueTooLargeError
-from schemas.eventid import EventID
+from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
 from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from schemas.naming import bucket_of
 
@@ -87,7 +87,35 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
             "stats",
         )
     }
-    handlers = OperationHandlers(settings=SETTINGS, entries=entries, **parts)
+    expiration = SimpleNamespace(apply=lambda *_: None)
+    handlers = OperationHandlers(settings=SETTINGS, entries=entries, expiration=expiration, **parts)
     assert set(handlers.table) == set(OperationKind)
     for kind in OperationKind:
-        assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
+        if kind.is_expiration:
+            assert handlers.table[kind] == expiration.apply
+        else:
+            assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
+
+
+EXPIRY_ID = EventID(EXPIRY_MEMBER, EXPIRY_THREAD, 7, BUCKET)
+
+
+def test_an_expiration_in_its_keys_bucket_with_the_expirations_eventid_passes() -> None:
+    validate(_op(OperationKind.EXPIRE_DESTROY, event_id=EXPIRY_ID), BUCKET, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        (_op(OperationKind.EXPIRE_DESTROY, event_id=None), "needs an EventID"),
+        (_op(OperationKind.EXPIRE_INVALIDATE, key=None, event_id=EXPIRY_ID), "needs a key"),
+        (_op(OperationKind.EXPIRE_DESTROY), "only an expiration, and every expiration"),
+        (_op(OperationKind.PUT, value=b"1", event_id=EXPIRY_ID), "only an expiration"),
+        (_op(OperationKind.DESTROY, event_id=EXPIRY_ID), "only an expiration"),
+    ],
+)
+def test_expirations_keep_their_eventid_thread_to_themselves(op: Operation, message: str) -> None:
+    # A change in the expirations' thread with a high sequence id would make every later
+    # expiration of the bucket look like a duplicate, to the servers and to the clients.
+    with pytest.raises(InvalidOperationError, match=message):
+        validate(op, BUCKET, SETTINGS)
