@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import redis
 
@@ -24,12 +24,17 @@ from broker.lua_scripts import (
     PipelinedScript,
     apply_entries_source,
     execute_with_scripts,
+    load_lua,
 )
-from broker.lua_scripts import load_lua as _load_lua
 from schemas.errors import TransportError
 from schemas.eventid import EventID
 from schemas.messages import Entry, EventKind, OperationKind
 from schemas.naming import RedisKeys, bucket_role
+
+APPLY_CALL_MAX_CHANGES: Final = 500
+"""Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
+runs (lease renewals of every server included), so a poll batch of many put_all chunks
+is cut into calls of a few milliseconds each, still in one round trip."""
 
 
 class GatewayVersion(NamedTuple):
@@ -140,9 +145,9 @@ class RegionStore:
         self.keys = RedisKeys(namespace)
         self.total_buckets = total_buckets
         self._apply_entries = PipelinedScript(apply_entries_source())
-        self._touch = PipelinedScript(_load_lua("touch_entry.lua"))
-        self._apply_region = client.register_script(_load_lua("apply_region.lua"))
-        self._prune = client.register_script(_load_lua("prune_results.lua"))
+        self._touch = PipelinedScript(load_lua("touch_entry.lua"))
+        self._apply_region = client.register_script(load_lua("apply_region.lua"))
+        self._prune = client.register_script(load_lua("prune_results.lua"))
 
     # --- regions -----------------------------------------------------------------------
 
@@ -266,8 +271,9 @@ class RegionStore:
         """Apply entry operations and read entries in order, in one pipelined round trip.
 
         Each run of consecutive changes is one call of ``apply_entries.lua`` (every change
-        as ``apply_entry.lua`` alone would apply it), so a batch of puts costs one Redis
-        command, not one per put; a read between changes sees the changes before it.
+        as ``apply_entry.lua`` alone would apply it) of at most
+        :data:`APPLY_CALL_MAX_CHANGES`, so a poll batch of puts costs one Redis command, not
+        one per put; a read between changes sees the changes before it.
 
         Args:
             batch: Items in processing order: ``(keys, args)`` from :meth:`entry_args` for a
@@ -286,7 +292,11 @@ class RegionStore:
         runs: list[list[tuple[list[str], list[Any]]] | tuple[str, str, int, Access | None]] = []
         for item in batch:
             if isinstance(item[0], list):
-                if not runs or not isinstance(runs[-1], list):
+                if (
+                    not runs
+                    or not isinstance(runs[-1], list)
+                    or len(runs[-1]) >= APPLY_CALL_MAX_CHANGES
+                ):
                     runs.append([])
                 changes = runs[-1]
                 assert isinstance(changes, list)

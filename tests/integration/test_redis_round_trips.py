@@ -13,7 +13,7 @@ import redis
 from support import wait_until
 
 from broker.server import CacheServer
-from broker.store import ApplyResult, RegionStore
+from broker.store import APPLY_CALL_MAX_CHANGES, ApplyResult, RegionStore
 from schemas.eventid import EventID
 from schemas.messages import EventKind, OperationKind
 from schemas.naming import RedisKeys, bucket_of
@@ -59,6 +59,22 @@ def test_a_batch_of_puts_is_one_redis_command_in_one_round_trip(
         PUTS - 1
     )
     assert len(store.entries("r")) == PUTS
+
+
+def test_a_huge_batch_is_cut_into_calls_that_block_redis_briefly(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    store = RegionStore(redis_client, namespace, 16)
+    store.create_region("r")
+    store.run_batch([_put(store, "first", 0)])
+    evalsha = _calls(redis_client, "evalsha")
+    count = 2 * APPLY_CALL_MAX_CHANGES + 1
+
+    results = store.run_batch([_put(store, f"k{i}", i + 1) for i in range(count)])
+
+    assert _calls(redis_client, "evalsha") - evalsha == 3
+    assert len(results) == count
+    assert all(isinstance(r, ApplyResult) and r.status == "OK" for r in results)
 
 
 def test_every_operation_of_a_batch_keeps_its_own_semantics(
