@@ -7,8 +7,11 @@
     server with ``--subscribers`` ``ALL_KEYS`` subscribers (in their own process);
 (b) put → remote listener latency at ``--rate`` puts per second;
 (c) raw confluent-kafka baselines with the same message sizes and client settings:
-    produce → consume throughput (one consumer, and as many as subscribers), and a
-    two-hop relay (producer → topic → relay process → topic → consumer) for latency;
+    produce → consume throughput (one consumer, and as many as subscribers), a
+    two-hop relay (producer → topic → relay process → topic → consumer) for latency,
+    and a bare fan-out relay (the 16-partition operations topic copied by one process
+    to one topic per subscriber, each read by its own consumer: the server's hot path
+    without decoding or Redis) for (a);
 
 then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``).
 Machines are noisy: compare the ratios, not the absolute figures.
@@ -20,7 +23,9 @@ The raw baselines are ``bench.raw``, the writers ``bench.load``, what every phas
 from __future__ import annotations
 
 import gc
+import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -34,11 +39,12 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from bench import progress
 from bench.cpu import CpuMeter
 from bench.load import Acks, paced, write_async, write_put_all
-from bench.raw import raw_relay_latency, raw_throughput
+from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
 from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
 from bench.server import BenchError, ServerProcess
 from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
@@ -205,11 +211,11 @@ def _latency_and_regionbus_phases(
     return rb_latency, relay_latency, rb_throughput
 
 
-def run(options: BenchOptions, console: Console) -> Figures:
+def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
     """Start the stack (unless given by env) and one cache server; run every phase.
 
     Returns:
-        The figures.
+        The figures, and the fan-out relay's (phase (c3)).
 
     Raises:
         BenchError: a child process failed or did not answer in time.
@@ -259,13 +265,17 @@ def run(options: BenchOptions, console: Console) -> Figures:
         )
         raw_one = raw_throughput(services, options, 1, "tp1")
         raw_fan = raw_throughput(services, options, options.subscribers, "fanout")
+        console.print(
+            f"(c3) raw fan-out relay: {options.ops:,} messages to {options.subscribers} topics ..."
+        )
+        fanout_relay = raw_fanout_relay(services, options, options.subscribers)
         settings = {
             **asdict(options),
             "kafka_source": local.kafka_source,
             "redis_source": local.redis_source,
             "namespace": namespace,
         }
-    return Figures(
+    figures = Figures(
         settings=settings,
         regionbus_throughput=rb_throughput,
         regionbus_latency=rb_latency,
@@ -274,13 +284,55 @@ def run(options: BenchOptions, console: Console) -> Figures:
         raw_relay_latency=relay_latency,
         targets=Targets(),
     )
+    return figures, fanout_relay
 
 
-def summary_rows(figures: Figures) -> list[SummaryRow]:
-    """The headline figures of a run for ``bench.all``'s table."""
+FANOUT_RELAY_TARGET = 0.5
+"""Ops applied per second with the subscribers attached, at least this fraction of the bare
+fan-out relay's messages relayed per second (phase (c3))."""
+
+
+def print_fanout_relay(figures: Figures, relay: Throughput, console: Console) -> None:
+    """Print phase (a) beside the bare fan-out relay (c3): rates, ratios, CPU per message."""
+    tp = figures.regionbus_throughput
+    ratio = tp.acked_per_s / relay.acked_per_s if relay.acked_per_s else math.nan
+    table = Table(title=f"(a) beside a bare fan-out relay to {relay.readers} topics (c3)")
+    for column in ("figure", "regionbus", "fan-out relay", "ratio", "target", "met"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    table.add_row(
+        "ops applied/s vs messages relayed/s",
+        f"{tp.acked_per_s:,.0f}",
+        f"{relay.acked_per_s:,.0f}",
+        f"{ratio:.2f}x",
+        f"≥ {FANOUT_RELAY_TARGET}x",
+        "yes" if ratio >= FANOUT_RELAY_TARGET else "NO",
+    )
+    table.add_row(
+        "events delivered/s (all readers)",
+        f"{tp.delivered_per_s:,.0f}",
+        f"{relay.delivered_per_s:,.0f}",
+        f"{tp.delivered_per_s / relay.delivered_per_s:.2f}x" if relay.delivered_per_s else "n/a",
+        "",
+        "",
+    )
+    table.add_row("delivered / expected", f"{tp.delivered:,}", f"{relay.delivered:,}", "", "", "")
+    for process in ("server", "relay", "kafka", "readers"):
+        ours, theirs = tp.cpu_us_per_op(process), relay.cpu_us_per_op(process)
+        if not (math.isnan(ours) and math.isnan(theirs)):
+            table.add_row(f"CPU µs per op: {process}", _us(ours), _us(theirs), "", "", "")
+    console.print(table)
+
+
+def _us(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> list[SummaryRow]:
+    """The headline figures of a run for ``bench.all``'s table (with the fan-out relay's
+    row when given)."""
     tp, raw, fan = figures.regionbus_throughput, figures.raw_throughput, figures.raw_fanout
     latency, relay = figures.regionbus_latency, figures.raw_relay_latency
-    return [
+    rows = [
         SummaryRow(
             "core", "ops applied/s", tp.acked_per_s, raw.delivered_per_s, "produce→consume msg/s"
         ),
@@ -308,6 +360,18 @@ def summary_rows(figures: Figures) -> list[SummaryRow]:
             higher_is_better=False,
         ),
     ]
+    if fanout_relay is not None:
+        rows.insert(
+            1,
+            SummaryRow(
+                "core",
+                f"ops applied/s ({tp.readers} subscribers)",
+                tp.acked_per_s,
+                fanout_relay.acked_per_s,
+                f"fan-out relay to {fanout_relay.readers} topics msg/s",
+            ),
+        )
+    return rows
 
 
 @click.command()
@@ -403,11 +467,13 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
             "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
         )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    figures = run_or_exit(lambda: run(options, console), console)
+    figures, fanout_relay = run_or_exit(lambda: run(options, console), console)
     figures.print_table(console)
-    emit(summary_rows(figures))
+    print_fanout_relay(figures, fanout_relay, console)
+    emit(summary_rows(figures, fanout_relay))
     if as_json:
-        print(figures.as_json(), flush=True)
+        data = {**json.loads(figures.as_json()), "raw_fanout_relay": asdict(fanout_relay)}
+        print(json.dumps(data), flush=True)
 
 
 if __name__ == "__main__":

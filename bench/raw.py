@@ -3,7 +3,10 @@
 ``raw_throughput`` produces to a fresh topic read by a number of consumer processes
 (phase (c1) of ``bench.core``); ``raw_relay_latency`` sends paced messages through a
 two-hop relay, producer → topic → relay process → topic → consumer (phase (c2)), the
-shape of a put that a server turns into a subscriber's event.
+shape of a put that a server turns into a subscriber's event; ``raw_fanout_relay`` reads
+the operations topic and copies each message to as many single-partition topics as there
+are subscribers, each read by its own consumer (phase (c3)): the shape of the server's hot
+path without decoding or Redis.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ from bench.load import paced
 from bench.report import Latency, Throughput, latency, throughput
 from bench.server import BenchError
 from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
-from bench.workers import Child, produce, raw_producer, run_raw_consumers, run_relay, stamped_value
+from bench.workers import (
+    Child,
+    fanout_topic,
+    produce,
+    raw_producer,
+    run_fanout_relay,
+    run_raw_consumers,
+    run_relay,
+    stamped_value,
+)
 from schemas.kafka_clients import kafka_admin
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 
@@ -134,9 +146,84 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
     )
 
 
+def raw_fanout_relay(services: Services, options: BenchOptions, fanout: int) -> Throughput:
+    """Phase (c3): ``ops`` messages to a fresh 16-partition topic, copied by a relay process
+    to ``fanout`` one-partition topics, each read by its own consumer.
+
+    Returns:
+        ``acked_per_s``: messages relayed per second, from the first send until the relay
+        has every copy of every message acknowledged by Kafka (the counterpart of a cache
+        server's operations applied per second); ``delivered_per_s``: copies the consumers
+        received per second.
+
+    Raises:
+        BenchError: a topic cannot be created, or a child failed or did not answer.
+    """
+    topic_in = f"{services.namespace}.raw.fanout-in"
+    topic_out = f"{services.namespace}.raw.fanout-out"
+    _create_topics(
+        services,
+        {topic_in: DEFAULT_TOTAL_BUCKETS, **{fanout_topic(topic_out, i): 1 for i in range(fanout)}},
+    )
+    with ExitStack() as stack:
+        relay = stack.enter_context(
+            Child(
+                run_fanout_relay,
+                "raw-fanout-relay",
+                kafka_config=services.kafka_config,
+                topic_in=topic_in,
+                partitions_in=DEFAULT_TOTAL_BUCKETS,
+                topic_out=topic_out,
+                fanout=fanout,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                linger_ms=options.linger_ms,
+            )
+        )
+        consumers = stack.enter_context(
+            Child(
+                run_raw_consumers,
+                "raw-fanout-consumers",
+                kafka_config=services.kafka_config,
+                topic=topic_out,
+                partitions=1,
+                consumers=fanout,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                record_latency=False,
+                idle_timeout_s=options.idle_timeout_s,
+                topic_each=True,
+            )
+        )
+        relay.wait_ready()
+        consumers.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+        services_pids = {k: v for k, v in services.pids.items() if k != "server"}
+        cpu = CpuMeter({"writer": os.getpid(), "relay": relay.pid, **services_pids})
+        cpu.start()
+        start_ns = time.time_ns()
+        for i in range(options.ops):
+            key = f"tp-{i % options.key_space}"
+            value = stamped_value(options.value_bytes)
+            produce(producer, topic_in, value, key.encode(), _partition(key))
+        remaining = producer.flush(ACK_TIMEOUT_S)
+        relay.expect(options.ops - remaining)
+        relayed = relay.wait_result(RESULT_TIMEOUT_S)
+        consumers.expect(relayed["relayed"])
+        result = consumers.wait_result(RESULT_TIMEOUT_S)
+        cpu.stop()
+    return throughput(
+        sent=options.ops,
+        acked=relayed["relayed"],
+        errors=options.ops - relayed["relayed"],
+        start_ns=start_ns,
+        last_ack_ns=relayed["done_ns"],
+        readers=result,
+        cpu_s=cpu.used_s,
+    )
+
+
 def _partition(key: str) -> int:
     """The partition regionbus would use: the key's bucket (CRC-32, as ``bucket_of``)."""
     return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
 
 
-__all__ = ["raw_relay_latency", "raw_throughput"]
+__all__ = ["raw_fanout_relay", "raw_relay_latency", "raw_throughput"]

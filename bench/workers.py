@@ -2,9 +2,9 @@
 
 Readers run in processes of their own (``spawn``: never fork a process that holds
 librdkafka threads), so the writer, the readers and the cache server use separate cores.
-Four kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), a
+Five kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), a
 tracking subscriber (which put arrived, in which bucket, and how often), raw Kafka
-consumers (``assign()``, no decoding) and the raw two-hop relay.
+consumers (``assign()``, no decoding), the raw two-hop relay and the raw fan-out relay.
 
 Protocol over a duplex pipe: the child sends ``("ready", None)`` once connected; the
 parent may send ``("expect", n)`` (stop when every reader has n messages, or when nothing
@@ -338,6 +338,7 @@ def run_raw_consumers(
     fetch_wait_max_ms: int,
     record_latency: bool,
     idle_timeout_s: float,
+    topic_each: bool = False,
 ) -> None:
     """Child: ``consumers`` threads, each an ``assign()`` consumer reading a whole topic.
 
@@ -352,14 +353,17 @@ def run_raw_consumers(
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``, as the regionbus clients use.
         record_latency: Keep send and receive times of every message.
         idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
+        topic_each: Reader ``i`` reads a topic of its own, :func:`fanout_topic` ``(topic,
+            i)``, as each subscriber reads its own queue (the fan-out relay's outputs).
     """
     _child_signals()
     tallies = [Tally(record_latency) for _ in range(consumers)]
     stop = threading.Event()
     ready = threading.Semaphore(0)
 
-    def read(tally: Tally) -> None:
-        consumer = _raw_consumer(kafka_config, topic, partitions, fetch_wait_max_ms)
+    def read(index: int, tally: Tally) -> None:
+        name = fanout_topic(topic, index) if topic_each else topic
+        consumer = _raw_consumer(kafka_config, name, partitions, fetch_wait_max_ms)
         try:
             first = True
             while not stop.is_set():
@@ -373,7 +377,9 @@ def run_raw_consumers(
         finally:
             consumer.close()
 
-    threads = [threading.Thread(target=read, args=(t,), daemon=True) for t in tallies]
+    threads = [
+        threading.Thread(target=read, args=(i, t), daemon=True) for i, t in enumerate(tallies)
+    ]
     try:
         for thread in threads:
             thread.start()
@@ -426,6 +432,68 @@ def run_relay(
             producer.poll(0)
         producer.flush(30)
         conn.send(("result", {"relayed": relayed}))
+    finally:
+        consumer.close()
+
+
+def fanout_topic(topic: str, index: int) -> str:
+    """The name of output ``index`` of the fan-out relay writing ``topic``'s copies."""
+    return f"{topic}.{index}"
+
+
+def run_fanout_relay(
+    conn: Connection,
+    *,
+    kafka_config: dict[str, Any],
+    topic_in: str,
+    partitions_in: int,
+    topic_out: str,
+    fanout: int,
+    fetch_wait_max_ms: int,
+    linger_ms: int,
+) -> None:
+    """Child: a bare fan-out relay, the raw shape of a cache server's hot path: reads
+    ``topic_in`` and produces each message, as is (no decoding, no Redis), to partition 0
+    of each of ``fanout`` topics (:func:`fanout_topic`), as a server routes each put to the
+    subscription queues of every subscriber.
+
+    After the parent's ``("expect", n)`` it answers ``("result", {"relayed", "done_ns"})``
+    once ``n`` messages are relayed and every copy is acknowledged by Kafka (``done_ns``:
+    ``time.time_ns()`` then); ``("stop", None)`` answers at once.
+
+    Args:
+        conn: The pipe to the parent.
+        kafka_config: ``bootstrap.servers`` and any security settings.
+        topic_in: Topic read with ``assign()`` from its beginning.
+        partitions_in: Its partition count.
+        topic_out: Prefix of the output topics (one partition each).
+        fanout: How many output topics every message goes to.
+        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the consumer.
+        linger_ms: ``linger.ms`` of the producer.
+    """
+    _child_signals()
+    consumer = _raw_consumer(kafka_config, topic_in, partitions_in, fetch_wait_max_ms)
+    producer = raw_producer(kafka_config, linger_ms)
+    outputs = [fanout_topic(topic_out, i) for i in range(fanout)]
+    relayed = 0
+    expected: int | None = None
+    try:
+        take(consumer)
+        conn.send(("ready", None))
+        while expected is None or relayed < expected:
+            if conn.poll(0):
+                kind, arg = conn.recv()
+                if kind == "stop":
+                    break
+                expected = int(arg)
+            for message in take(consumer):
+                if message.error() is None:
+                    for output in outputs:
+                        produce(producer, output, message.value(), message.key(), 0)
+                    relayed += 1
+            producer.poll(0)
+        producer.flush(30)
+        conn.send(("result", {"relayed": relayed, "done_ns": time.time_ns()}))
     finally:
         consumer.close()
 

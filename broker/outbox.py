@@ -5,7 +5,9 @@ and subscription-queue messages of one poll batch are gathered per topic and sen
 Kafka messages as possible, in order (:func:`schemas.codec.encode_batches`); events to
 ``{ns}.events`` and gateway queues, and dead letters, go at once. Delivery failures are
 counted, so the server commits no offset past an operation whose effects were lost (the
-offsets part rewinds instead).
+offsets part rewinds instead). Every message is numbered as it is handed to the producer,
+and :meth:`Outbox.settled` says when every message up to a :meth:`Outbox.mark` has its
+delivery report: the offsets part commits then, without stopping the loop for a flush.
 
 With security on, every message to a client's queue or reply topic is signed for that
 client (:attr:`Outbox.seal`, `broker.security.SecurityGuard.client_headers`), so the client
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -86,6 +89,9 @@ class Outbox:
         self._reply_clients: dict[str, str] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
+        self._numbered = 0
+        self._settled_below = 0
+        self._settled_above: set[int] = set()
 
     # --- sending now -------------------------------------------------------------------
 
@@ -100,7 +106,9 @@ class Outbox:
     ) -> None:
         """Hand one message to the producer, waiting (serving delivery reports) while its
         buffer is full; ``partition=-1`` lets the producer choose."""
-        callback = on_delivery or self.on_delivery
+        number = self._numbered
+        self._numbered += 1
+        callback = partial(self._settle, number, on_delivery or self.on_delivery)
         while True:
             try:
                 if partition >= 0:
@@ -120,7 +128,37 @@ class Outbox:
             except KafkaException as exc:
                 # The producer already knows the topic is gone (deleted): a failed delivery.
                 self._delivery_failed(topic, exc.args[0])
+                self._settled(number)
                 return
+
+    def mark(self) -> int:
+        """A mark after every message handed to the producer so far, for :meth:`settled`."""
+        return self._numbered
+
+    def settled(self, mark: int) -> bool:
+        """Whether every message handed to the producer before ``mark`` (:meth:`mark`) has
+        its delivery report: delivered, or counted in :attr:`delivery_failures`. Reports
+        are served by the producer's ``poll``."""
+        return self._settled_below >= mark
+
+    def _settle(
+        self, number: int, report: DeliveryReport, error: KafkaError | None, message: KafkaMessage
+    ) -> None:
+        try:
+            report(error, message)
+        finally:
+            self._settled(number)
+
+    def _settled(self, number: int) -> None:
+        # Reports of different partitions come in any order: keep those above the lowest
+        # number still unsettled until it is settled too.
+        if number != self._settled_below:
+            self._settled_above.add(number)
+            return
+        self._settled_below += 1
+        while self._settled_below in self._settled_above:
+            self._settled_above.remove(self._settled_below)
+            self._settled_below += 1
 
     def on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
         """Count a message Kafka did not take (see :meth:`_delivery_failed`)."""

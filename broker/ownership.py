@@ -5,16 +5,20 @@ election (:mod:`broker.buckets`) says which buckets this server is primary of; t
 assigns their partitions to the server's consumer from the committed offsets, drops them
 at once when a lease is lost or a write is fenced, hands them over cleanly, and commits.
 
-Commits (ARCHITECTURE.md): every ``message_sync_interval_s`` the outbox is flushed and only
-then are the positions of the operations processed committed, so after a failover the new
-primary re-processes a bounded window whose EventIDs Redis recognises. A message Kafka did
-not take makes the server go back to the committed offsets instead of committing past it.
+Commits (ARCHITECTURE.md): every ``message_sync_interval_s`` the positions of the
+operations processed so far are noted with the outbox's mark, and committed once every
+message produced before the mark is delivered, so after a failover the new primary
+re-processes a bounded window whose EventIDs Redis recognises. The loop goes on meanwhile
+(a flush would stop it for a produce round trip each time: the latency of whatever
+arrives then). A message Kafka did not take makes the server go back to the committed
+offsets instead of committing past it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
@@ -32,6 +36,14 @@ _COMMITTED_TIMEOUT_S = 10.0
 _FINAL_FLUSH_S = 30.0
 
 
+class _Checkpoint(NamedTuple):
+    """Positions to commit once every message produced before ``mark`` is delivered."""
+
+    mark: int
+    positions: dict[tuple[str, int], int]
+    epochs: dict[int, int]
+
+
 class BucketOwnership:
     """The buckets this server is primary of, its consumer's assignment and its commits.
 
@@ -44,8 +56,8 @@ class BucketOwnership:
         topics: The namespace's topic names.
         stats: The server's counters (buckets gained, lost, fenced).
         member_id: This server, for logs.
-        lease_ttl_ms: The bucket lease; a flush or an offsets request in the loop waits a
-            quarter of it at most, so the leases are renewed in time.
+        lease_ttl_ms: The bucket lease (the loop no longer waits on a flush bounded by it:
+            commits wait for delivery reports instead, see :meth:`commit_settled`).
     """
 
     def __init__(
@@ -66,13 +78,13 @@ class BucketOwnership:
         self._topics = topics
         self._stats = stats
         self._member_id = member_id
-        self._loop_wait_s = lease_ttl_ms / 4000
         self.owned: dict[int, int] = {}
         """``{bucket: fencing epoch}`` of the buckets this server processes."""
         self._positions: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._failures_handled = 0
         self._commit_in_flight = False
+        self._checkpoint: _Checkpoint | None = None
 
     # --- which partitions --------------------------------------------------------------
 
@@ -179,6 +191,7 @@ class BucketOwnership:
             return
         del self.owned[bucket]
         self._stats.buckets_lost += 1
+        self._checkpoint = None
         partitions = self.partitions(bucket)
         self._forget_positions(partitions)
         self._consumer.incremental_unassign(partitions)
@@ -243,6 +256,7 @@ class BucketOwnership:
         Raises:
             KafkaException: the committed offsets could not be read.
         """
+        self._checkpoint = None
         partitions = [tp for bucket in self.owned for tp in self.partitions(bucket)]
         if not partitions:
             return
@@ -270,6 +284,7 @@ class BucketOwnership:
         """Read the partitions held here of topics that were recreated from their start
         (what was committed on the lost topic means nothing on the new one)."""
         renewed = set(topics)
+        self._checkpoint = None
         held = [
             tp for bucket in self.owned for tp in self.partitions(bucket) if tp.topic in renewed
         ]
@@ -289,35 +304,75 @@ class BucketOwnership:
         )
 
     def sync(self, *, wait: bool = False) -> None:
-        """Flush what was produced, then commit the positions processed and prune the
-        stored apply results before them.
+        """Note the positions processed so far, to be committed once everything produced
+        until now is delivered (:meth:`commit_settled`), and prune the stored apply
+        results below the commit.
 
         Args:
             wait: Flush for up to 30 s and commit synchronously (stop, handoff); otherwise
-                the flush waits at most a quarter of the lease and the commit is
-                asynchronous, so a slow broker cannot starve the lease renewals.
+                the positions are committed, asynchronously, by this or a later call of
+                :meth:`commit_settled` once the outbox has settled them, so neither a slow
+                broker nor a produce round trip stops the loop.
         """
-        flush_s = _FINAL_FLUSH_S if wait else min(_FINAL_FLUSH_S, self._loop_wait_s)
-        remaining = self._outbox.flush(flush_s)
-        failures = self._outbox.delivery_failures
-        if failures != self._failures_handled:
-            log.warning(
-                "%d messages were not delivered: processing again from the committed offsets",
-                failures - self._failures_handled,
-            )
-            try:
-                self.rewind_to_committed()
-            except KafkaException as exc:
-                log.warning("rewinding to the committed offsets failed (will retry): %s", exc)
+        if wait:
+            self._checkpoint = None
+            remaining = self._outbox.flush(_FINAL_FLUSH_S)
+            if self._rewound_after_failures() or remaining:
+                if remaining:
+                    log.debug("not committing yet: %d messages undelivered", remaining)
                 return
-            self._failures_handled = failures
+            self._commit(dict(self._positions), wait=True)
             return
-        if remaining:
-            log.debug("not committing yet: %d messages undelivered", remaining)
+        if self._checkpoint is None:
+            self._checkpoint = _Checkpoint(
+                self._outbox.mark(), dict(self._positions), dict(self.owned)
+            )
+        self.commit_settled()
+
+    def commit_settled(self) -> None:
+        """Commit the positions :meth:`sync` noted once every message produced before them
+        is delivered (cheap when not: the loop calls it at every turn); go back to the
+        committed offsets instead when a delivery failed."""
+        checkpoint = self._checkpoint
+        if checkpoint is None or self._commit_in_flight:
             return
+        if self._rewound_after_failures():
+            return
+        if not self._outbox.settled(checkpoint.mark):
+            return
+        self._checkpoint = None
+        # Only buckets still held under the same epoch: another primary may have committed
+        # further since.
+        positions = {
+            where: position
+            for where, position in checkpoint.positions.items()
+            if self.owned.get(self.bucket_of(*where))
+            == checkpoint.epochs.get(self.bucket_of(*where))
+        }
+        self._commit(positions, wait=False)
+
+    def _rewound_after_failures(self) -> bool:
+        """When a delivery failed since the last look, go back to the committed offsets
+        (the operations are processed again) and say so."""
+        failures = self._outbox.delivery_failures
+        if failures == self._failures_handled:
+            return False
+        log.warning(
+            "%d messages were not delivered: processing again from the committed offsets",
+            failures - self._failures_handled,
+        )
+        try:
+            self.rewind_to_committed()
+        except KafkaException as exc:
+            log.warning("rewinding to the committed offsets failed (will retry): %s", exc)
+            return True
+        self._failures_handled = failures
+        return True
+
+    def _commit(self, positions: dict[tuple[str, int], int], *, wait: bool) -> None:
         offsets = [
             TopicPartition(topic, partition, position)
-            for (topic, partition), position in self._positions.items()
+            for (topic, partition), position in positions.items()
             if self._committed.get((topic, partition)) != position
         ]
         if not offsets or (self._commit_in_flight and not wait):

@@ -14,9 +14,9 @@ Where an operation goes (README "How an operation travels"):
    interested clients (:mod:`broker.notifier`) and queued for gateways
    (:mod:`broker.gateway_queues`); its originator gets a reply. All of it is produced by
    the outbox (:mod:`broker.outbox`).
-4. Every ``message_sync_interval_s`` the outbox is flushed and only then the offsets are
-   committed (ARCHITECTURE.md), so a new primary re-processes a bounded window whose
-   EventIDs Redis recognises.
+4. Every ``message_sync_interval_s`` the positions processed are noted, and committed
+   once everything produced before them is delivered (ARCHITECTURE.md), so a new primary
+   re-processes a bounded window whose EventIDs Redis recognises.
 
 The loop also expires the entries of its buckets that are due (:mod:`broker.expiration`),
 takes part in the bucket election, expires silent clients and reaps durable
@@ -394,6 +394,7 @@ class CacheServer(BackgroundWorker):
                         self._process(messages)
                     parts.expiration.tick(time.monotonic())
                 parts.producer.poll(0)
+                parts.ownership.commit_settled()
                 now = time.monotonic()
                 if now >= next_elect:
                     self._elect()

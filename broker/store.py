@@ -15,20 +15,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import redis
 
 from broker.expiration_attributes import RegionExpiration
+from broker.lua_scripts import (
+    PipelinedScript,
+    apply_entries_source,
+    execute_with_scripts,
+    load_lua,
+)
 from schemas.errors import TransportError
 from schemas.eventid import EventID
 from schemas.messages import Entry, EventKind, OperationKind
 from schemas.naming import RedisKeys, bucket_role
 
-
-def _load_lua(name: str) -> str:
-    return resources.files("broker").joinpath("lua", name).read_text()
+APPLY_CALL_MAX_CHANGES: Final = 500
+"""Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
+runs (lease renewals of every server included), so a poll batch of many put_all chunks
+is cut into calls of a few milliseconds each, still in one round trip."""
 
 
 class GatewayVersion(NamedTuple):
@@ -138,10 +144,10 @@ class RegionStore:
         self.redis = client
         self.keys = RedisKeys(namespace)
         self.total_buckets = total_buckets
-        self._apply_entry = client.register_script(_load_lua("apply_entry.lua"))
-        self._apply_region = client.register_script(_load_lua("apply_region.lua"))
-        self._prune = client.register_script(_load_lua("prune_results.lua"))
-        self._touch = client.register_script(_load_lua("touch_entry.lua"))
+        self._apply_entries = PipelinedScript(apply_entries_source())
+        self._touch = PipelinedScript(load_lua("touch_entry.lua"))
+        self._apply_region = client.register_script(load_lua("apply_region.lua"))
+        self._prune = client.register_script(load_lua("prune_results.lua"))
 
     # --- regions -----------------------------------------------------------------------
 
@@ -210,7 +216,8 @@ class RegionStore:
         expiration: RegionExpiration | None = None,
         now_ms: int = 0,
     ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script).
+        """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script), for
+        :meth:`run_batch`.
 
         ``gateway_version`` (multi-site members only) is stored with the entry;
         ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
@@ -263,6 +270,11 @@ class RegionStore:
     ) -> list[ApplyResult | tuple[bool, Entry | None]]:
         """Apply entry operations and read entries in order, in one pipelined round trip.
 
+        Each run of consecutive changes is one call of ``apply_entries.lua`` (every change
+        as ``apply_entry.lua`` alone would apply it) of at most
+        :data:`APPLY_CALL_MAX_CHANGES`, so a poll batch of puts costs one Redis command, not
+        one per put; a read between changes sees the changes before it.
+
         Args:
             batch: Items in processing order: ``(keys, args)`` from :meth:`entry_args` for a
                 change, or ``(region, key, bucket, access)`` for a read; an
@@ -277,28 +289,46 @@ class RegionStore:
             TransportError: Redis failed (some changes may have been applied; re-processing
                 the same operations is safe: their EventIDs are recognised).
         """
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            for item in batch:
-                if isinstance(item[0], list):
-                    self._apply_entry(keys=item[0], args=item[1], client=pipe)
-                else:
-                    region, key, bucket, access = item
-                    pipe.sismember(self.keys.regions, region)
-                    pipe.hget(self.keys.region_meta(region, bucket), key)
-                    pipe.hget(self.keys.region_values(region, bucket), key)
-                    if access is not None:
-                        self._touch_args(region, key, bucket, access, pipe)
-            replies = pipe.execute()
-        out: list[ApplyResult | tuple[bool, Entry | None]] = []
-        i = 0
+        runs: list[list[tuple[list[str], list[Any]]] | tuple[str, str, int, Access | None]] = []
         for item in batch:
             if isinstance(item[0], list):
-                out.append(_to_apply_result(replies[i]))
+                if (
+                    not runs
+                    or not isinstance(runs[-1], list)
+                    or len(runs[-1]) >= APPLY_CALL_MAX_CHANGES
+                ):
+                    runs.append([])
+                changes = runs[-1]
+                assert isinstance(changes, list)
+                changes.append(item)
+            else:
+                runs.append(item)
+
+        def build(pipe: redis.client.Pipeline) -> None:
+            for run in runs:
+                if isinstance(run, list):
+                    keys = [k for change_keys, _ in run for k in change_keys]
+                    args = [a for _, change_args in run for a in change_args]
+                    self._apply_entries.queue(pipe, keys, args)
+                    continue
+                region, key, bucket, access = run
+                pipe.sismember(self.keys.regions, region)
+                pipe.hget(self.keys.region_meta(region, bucket), key)
+                pipe.hget(self.keys.region_values(region, bucket), key)
+                if access is not None:
+                    self._touch_args(region, key, bucket, access, pipe)
+
+        with redis_errors():
+            replies = execute_with_scripts(self.redis, build, (self._apply_entries, self._touch))
+        out: list[ApplyResult | tuple[bool, Entry | None]] = []
+        i = 0
+        for run in runs:
+            if isinstance(run, list):
+                out.extend(_to_apply_result(reply) for reply in replies[i])
                 i += 1
             else:
-                out.append(_to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
-                i += 3 if item[3] is None else 4
+                out.append(_to_entry(str(run[1]), replies[i], replies[i + 1], replies[i + 2]))
+                i += 3 if run[3] is None else 4
         return out
 
     def _touch_args(
@@ -306,21 +336,21 @@ class RegionStore:
     ) -> None:
         k = self.keys
         expiration = access.expiration
-        self._touch(
-            keys=[
+        self._touch.queue(
+            pipe,
+            [
                 k.region_meta(region, bucket),
                 k.region_values(region, bucket),
                 k.region_expiry(region, bucket),
                 k.region_entry_times(region, bucket),
             ],
-            args=[
+            [
                 key,
                 expiration.entry_time_to_live.timeout_ms,
                 expiration.entry_idle_timeout.timeout_ms,
                 access.now_ms,
                 "1" if expiration.action.is_destroy else "0",
             ],
-            client=pipe,
         )
 
     def apply_region(
