@@ -61,6 +61,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark("spark_read", ("--events", "200000", "--entries", "50000")),
+    # 1, 10 and 100 subscribers; 1, 16 and 64 buckets (its defaults), smaller phases.
+    Benchmark("scaling", ("--ops", "2000", "--latency-seconds", "3")),
 )
 """Every benchmark, in the order they run."""
 

@@ -58,7 +58,7 @@ from schemas.errors import BulkOperationError, MessageDecodeError
 from schemas.kafka_clients import kafka_consumer
 from schemas.messages import Event
 from schemas.naming import Topics
-from schemas.transport import assign_from
+from schemas.transport import assign_from, poll_batch
 
 log = logging.getLogger("regionbus.bench")
 
@@ -270,7 +270,9 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
         while events < expected_events:
             if time.monotonic() > deadline:
                 raise BenchError(f"raw consumer: {events:,} of {expected_events:,} events")
-            for message in consumer.consume(_RAW_BATCH_MESSAGES, 0.5):
+            # poll_batch, not consume(n, timeout) alone: that waits for n messages or the
+            # whole timeout, which added 0.5 s to a queue of fewer than n messages.
+            for message in poll_batch(consumer, _RAW_BATCH_MESSAGES, 0.5):
                 if message.error() is not None:
                     continue
                 messages += 1

@@ -21,6 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 
 from clients.server_trust import ServerMessages
 from clients.settings import ClientSettings
@@ -28,7 +29,7 @@ from clients.tracking import MessageTracker
 from schemas.codec import TYPE_BYTES, decode, split_batch
 from schemas.errors import MessageDecodeError, RegionBusError
 from schemas.kafka_clients import kafka_consumer
-from schemas.kafka_outage import KafkaOutage, quiet_config
+from schemas.kafka_outage import KafkaOutage
 from schemas.messages import Event, EventKind, Marker
 from schemas.naming import Topics
 from schemas.signing import Signer
@@ -38,9 +39,17 @@ from schemas.transport import (
     kafka_error,
     poll_batch,
     topic_partitions,
+    watermarks,
 )
 
 log = logging.getLogger("regionbus.client")
+
+_QUEUED = (Event, Marker)
+"""What a subscription queue holds."""
+
+_PREFETCH_MAX_BYTES = 64 * 1024 * 1024
+"""Most bytes of queued messages a durable reconnection keeps from counting its pending
+events to deliver them (the rest is read again)."""
 
 
 @dataclass
@@ -165,6 +174,8 @@ class SubscriptionQueue:
         )
         self._acked = committed.offset
         self._position = committed.offset
+        # Messages count_pending read before the thread started, delivered first.
+        self._prefetched: list[KafkaMessage] = []
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"queue-{client_id}", daemon=True)
@@ -185,54 +196,74 @@ class SubscriptionQueue:
         return self._replaying
 
     def count_pending(self, timeout_s: float) -> int:
-        """Count the events in the queue after the last ack, without delivering them.
+        """Count the events in the queue after the last ack, before :meth:`start`.
 
-        Reads the queue from the acked offset to its end (the partition EOF) with a
-        separate consumer: a queue message may hold several events, so the offsets alone
-        do not count them. Only the frames' type bytes are looked at, not the Avro bodies.
+        Reads the queue from the acked offset up to its high watermark with the queue's
+        own consumer: a queue message may hold several events, so the offsets alone do not
+        count them. Only the frames' type bytes are looked at, not the Avro bodies. The
+        messages read are kept (up to ``_PREFETCH_MAX_BYTES``) and are the first the queue
+        thread delivers, so a durable reconnection reads its queue once; past that bound
+        the consumer goes back to the first message not kept.
+
+        The end is the high watermark asked first, not the partition EOF: librdkafka
+        reports EOF only after a fetch that found nothing, which the broker holds for
+        ``fetch_wait_max_ms`` (0.5 s of a 20,000-event reconnection).
 
         Args:
             timeout_s: Longest time to spend counting, in seconds.
 
         Returns:
             Events queued after the acked offset (duplicates included), as far as read
-            within ``timeout_s``.
+            within ``timeout_s``; 0 once the queue thread runs (it reads the queue then).
         """
-        counter = kafka_consumer(
-            self._settings.librdkafka(
-                **{
-                    "group.id": f"{self._topics.client_group(self._client_id)}.count",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    "fetch.wait.max.ms": self._settings.fetch_wait_max_ms,
-                    **quiet_config(),
-                }
-            )
-        )
+        if self.started:
+            return 0
         event_type = TYPE_BYTES[Event]
-        count = 0
+        deadline = time.monotonic() + timeout_s
         try:
-            assign_from(counter, [TopicPartition(self._topic, 0, max(self._acked, 0))], timeout_s)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                message = counter.poll(min(1.0, max(0.0, deadline - time.monotonic())))
-                if message is None:
-                    continue
+            low, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
+        except KafkaException as exc:
+            log.warning("subscription queue %s: no watermarks to count: %s", self._topic, exc)
+            return 0
+        count = kept_bytes = 0
+        resume_at: int | None = None
+        offset = max(self._acked, low)
+        while offset < high and time.monotonic() < deadline:
+            try:
+                messages = poll_batch(
+                    self._consumer, 500, min(1.0, max(0.0, deadline - time.monotonic()))
+                )
+            except KafkaException as exc:
+                log.warning("subscription queue %s: %s", self._topic, exc)
+                continue
+            for message in messages:
                 if message.error() is not None:
-                    break
+                    continue
+                offset = (message.offset() or 0) + 1
+                value = message.value()
+                size = len(value) if value else 0
+                if resume_at is None and kept_bytes + size <= _PREFETCH_MAX_BYTES:
+                    self._prefetched.append(message)
+                    kept_bytes += size
+                elif resume_at is None:
+                    resume_at = offset - 1
                 try:
-                    items = split_batch(message.value())
+                    items = split_batch(value)
                 except MessageDecodeError:
                     continue
                 count += sum(1 for raw in items if len(raw) > 1 and raw[1] == event_type)
-        finally:
-            counter.close()
+        if resume_at is not None:
+            # The consumer has read past what is kept: it reads the rest again.
+            with suppress(KafkaException):
+                self._consumer.seek(TopicPartition(self._topic, 0, resume_at))
         return count
 
     def _run(self) -> None:
         ack_every_s = self._settings.subscription_ack_interval_ms / 1000
         next_ack = time.monotonic() + ack_every_s
+        prefetched, self._prefetched = self._prefetched, []
+        if prefetched:
+            self._take(prefetched)
         while not self._stop.is_set():
             try:
                 messages = poll_batch(self._consumer, 500, 0.1)
@@ -240,26 +271,7 @@ class SubscriptionQueue:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
             self._idle.clear() if messages else self._idle.set()
-            decoded: list[Event | Marker] = []
-            position = self._position
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                position = (message.offset() or 0) + 1
-                if not self._server_messages.accepts(message):
-                    self.stats.forged += 1
-                    continue
-                try:
-                    items = split_batch(message.value())
-                except MessageDecodeError as exc:
-                    self.stats.undecodable += 1
-                    log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
-                    items = []
-                decoded.extend(m for m in map(self._decode, items) if m is not None)
-            superseded = superseded_updates(decoded) if self.conflate else set()
-            for index, item in enumerate(decoded):
-                self._handle(item, conflated=index in superseded)
-            self._position = position
+            self._take(messages)
             if time.monotonic() >= next_ack:
                 self.ack()
                 next_ack = time.monotonic() + ack_every_s
@@ -268,39 +280,70 @@ class SubscriptionQueue:
         if not self._kafka_outage.ongoing:
             self.ack(asynchronous=False)
 
-    def _decode(self, value: bytes | None) -> Event | Marker | None:
-        try:
-            message = decode(value)
-        except MessageDecodeError as exc:
-            self.stats.undecodable += 1
-            log.warning("undecodable message in %s skipped: %s", self._topic, exc)
-            return None
-        if isinstance(message, Event | Marker):
-            return message
-        self.stats.undecodable += 1
-        log.warning("unexpected %s in %s skipped", type(message).__name__, self._topic)
-        return None
+    def _take(self, messages: list[KafkaMessage]) -> None:
+        """Decode, track and deliver one poll's messages, then move the ack position.
 
-    def _handle(self, message: Event | Marker, *, conflated: bool = False) -> None:
-        if isinstance(message, Event):
-            self.stats.events_received += 1
-            if not self.tracker.is_new(message.event_id):
-                self.stats.duplicates_dropped += 1
-                return
-            if conflated:
-                self.stats.conflated += 1
-                return
-            self.stats.events_delivered += 1
-            replay = self._replaying and message.event_id.bucket not in self._live_buckets
-            if replay:
-                self.stats.replayed += 1
+        Every frame is decoded once, the whole poll before the first delivery (conflation
+        looks across it), in one loop: at tens of thousands of events a second the
+        per-event calls are the cost, so there are as few as can be.
+        """
+        decoded: list[Event | Marker] = []
+        keep = decoded.append
+        position = self._position
+        for message in messages:
+            if message.error() is not None:
+                continue
+            position = (message.offset() or 0) + 1
+            if not self._server_messages.accepts(message):
+                self.stats.forged += 1
+                continue
             try:
-                self._on_event(message, replay)
-            except Exception:
-                log.exception("handling event %s failed", message.event_id)
-        else:
-            self.stats.markers += 1
-            self._on_marker(message)
+                items = split_batch(message.value())
+            except MessageDecodeError as exc:
+                self.stats.undecodable += 1
+                log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
+                continue
+            for raw in items:
+                try:
+                    item = decode(raw)
+                except MessageDecodeError as exc:
+                    self.stats.undecodable += 1
+                    log.warning("undecodable message in %s skipped: %s", self._topic, exc)
+                    continue
+                if isinstance(item, _QUEUED):
+                    keep(item)
+                else:
+                    self.stats.undecodable += 1
+                    log.warning("unexpected %s in %s skipped", type(item).__name__, self._topic)
+        superseded = superseded_updates(decoded) if self.conflate else ()
+        now = time.monotonic()
+        handle = self._handle
+        for index, item in enumerate(decoded):
+            handle(item, now, index in superseded)
+        self._position = position
+
+    def _handle(self, message: Event | Marker, now: float, conflated: bool) -> None:
+        stats = self.stats
+        if type(message) is not Event:
+            stats.markers += 1
+            self._on_marker(message)  # type: ignore[arg-type]
+            return
+        stats.events_received += 1
+        event_id = message.event_id
+        if not self.tracker.is_new(event_id, now):
+            stats.duplicates_dropped += 1
+            return
+        if conflated:
+            stats.conflated += 1
+            return
+        stats.events_delivered += 1
+        replay = self._replaying and event_id.bucket not in self._live_buckets
+        if replay:
+            stats.replayed += 1
+        try:
+            self._on_event(message, replay)
+        except Exception:
+            log.exception("handling event %s failed", event_id)
 
     def _on_marker(self, marker: Marker) -> None:
         if not self._replaying or marker.connection_id != self._connection_id:

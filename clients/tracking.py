@@ -30,17 +30,20 @@ class MessageTracker:
         self._next_sweep = clock() + timeout_s
         self.duplicates = 0
 
-    def is_new(self, event_id: EventID) -> bool:
+    def is_new(self, event_id: EventID, now: float | None = None) -> bool:
         """Record an event; tell whether it is new.
 
         Args:
             event_id: The event's EventID.
+            now: The clock's time of the event's arrival, in seconds (one reading serves
+                a whole poll of events); None reads the clock.
 
         Returns:
             True the first time a sequence id above the highest seen arrives for its
             (member, thread, bucket); False for a duplicate (counted in ``duplicates``).
         """
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         if now >= self._next_sweep:
             self.expire(now)
         key = (event_id.member, event_id.thread, event_id.bucket)

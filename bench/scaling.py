@@ -1,0 +1,474 @@
+"""Scaling benchmark: how throughput and latency change with subscribers and buckets.
+
+``python -m bench.scaling`` measures, on one Kafka and Redis (the local stack unless
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others), at every point of two series:
+
+* subscribers: ``--subscribers`` counts (default 1, 10, 100) with the default 16 buckets;
+* buckets: ``--buckets`` counts (default 1, 16, 64) with ``--fixed-subscribers`` (10);
+
+(a) operations applied per second and events delivered per second: ``--ops`` pipelined
+    ``put_async`` (``bench.load``) with every subscriber holding ``ALL_KEYS`` interest;
+(b) put → listener latency p50 / p99 at ``--rate`` puts per second, every subscriber
+    recording (so at 100 subscribers the latency of 100 listeners, not of one).
+
+Subscribers are ``bench.workers.run_subscribers`` children of at most
+``--subscribers-per-process`` clients each (100 subscribers: 4 processes of 25). A bucket
+count is a cache server of its own (``REGIONBUS_TOTAL_BUCKETS``) in a namespace of its own;
+the subscriber series shares the 16-bucket server. The raw Kafka baselines of the same run
+(``bench.raw``, on topics of 16 partitions): produce → 1 consumer msg/s beside ops/s,
+produce → N consumers msg/s beside events/s (once per subscriber count), the two-hop relay
+beside the latency (once). Raw Kafka has no buckets, so a bucket point is compared with the
+same 16-partition baselines. The load average before each point is printed and kept.
+
+It prints a table, writes it as Markdown (``--markdown``, for ``bench/RESULTS.md``) and
+plots both series (``--plot``, default ``bench/scaling.png``); the figures, table and plot
+are ``bench.scaling_figures``. Machines are noisy: compare the shapes and ratios, not the
+absolute figures (``bench/README.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bench.core import run_or_exit
+from bench.load import paced, write_async
+from bench.raw import raw_relay_latency, raw_throughput
+from bench.report import Latency, Throughput, latency, throughput
+from bench.scaling_figures import (
+    COLUMNS,
+    PointFigures,
+    cells,
+    markdown_table,
+    merge_results,
+    plot,
+    process_sizes,
+    series,
+    summary_rows,
+)
+from bench.server import ServerProcess
+from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.summary import emit
+from bench.workers import Child, run_subscribers
+from clients import BytesSerializer, ClientCache, ClientSettings, Region
+from devstack import LocalStack
+from schemas.naming import DEFAULT_TOTAL_BUCKETS
+
+log = logging.getLogger("regionbus.bench")
+
+_TABLE_WIDTH = 140
+_POSITIVE = click.IntRange(min=1)
+_READY_S_PER_CLIENT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingOptions:
+    """The options of one run (see ``python -m bench.scaling --help``)."""
+
+    subscriber_counts: tuple[int, ...]
+    bucket_counts: tuple[int, ...]
+    fixed_subscribers: int
+    subscribers_per_process: int
+    ops: int
+    rate: int
+    latency_seconds: float
+    value_bytes: int
+    fetch_wait_max_ms: int
+    linger_ms: int
+    window: int
+    key_space: int
+    warmup_seconds: float
+    idle_timeout_s: float
+
+    def bench_options(self, subscribers: int) -> BenchOptions:
+        """The ``bench.core`` options of one point (what ``bench.raw`` and the writers take)."""
+        return BenchOptions(
+            ops=self.ops,
+            subscribers=subscribers,
+            rate=self.rate,
+            latency_seconds=self.latency_seconds,
+            value_bytes=self.value_bytes,
+            fetch_wait_max_ms=self.fetch_wait_max_ms,
+            linger_ms=self.linger_ms,
+            writer="async",
+            window=self.window,
+            chunk=self.window,
+            key_space=self.key_space,
+            warmup_seconds=self.warmup_seconds,
+            idle_timeout_s=self.idle_timeout_s,
+        )
+
+    def points(self) -> list[tuple[int, int]]:
+        """Every ``(subscribers, buckets)`` to measure, once each, by bucket count (one
+        server each) then subscriber count."""
+        wanted = {(n, DEFAULT_TOTAL_BUCKETS) for n in self.subscriber_counts}
+        wanted |= {(self.fixed_subscribers, b) for b in self.bucket_counts}
+        return sorted(wanted, key=lambda point: (point[1], point[0]))
+
+
+# --- the phases ------------------------------------------------------------------------
+
+
+@contextmanager
+def subscriber_group(
+    services: Services, options: ScalingOptions, clients: int, *, record_latency: bool
+) -> Iterator[list[Child]]:
+    """Start ``clients`` subscribers in ``bench.workers.run_subscribers`` children of at
+    most ``subscribers_per_process`` each; yields the children once every one is ready.
+
+    Raises:
+        BenchError: a child exited or was not ready in time.
+    """
+    settings = services.client_settings(options.bench_options(clients))
+    with ExitStack() as stack:
+        children = [
+            stack.enter_context(
+                Child(
+                    run_subscribers,
+                    f"scaling-subscribers-{index}",
+                    settings=settings,
+                    region=REGION,
+                    clients=size,
+                    record_latency=record_latency,
+                    idle_timeout_s=options.idle_timeout_s,
+                )
+            )
+            for index, size in enumerate(process_sizes(clients, options.subscribers_per_process))
+        ]
+        for child in children:
+            child.wait_ready(timeout_s=60.0 + _READY_S_PER_CLIENT * clients)
+        yield children
+
+
+def _results(children: Sequence[Child], expected: int) -> dict[str, Any]:
+    for child in children:
+        child.expect(expected)
+    return merge_results([child.wait_result(RESULT_TIMEOUT_S) for child in children])
+
+
+def _failed(future: Future[None]) -> bool:
+    try:
+        future.result(ACK_TIMEOUT_S)
+    except Exception:
+        return True
+    return False
+
+
+def point_latency(
+    services: Services, options: ScalingOptions, subscribers: int, writer: Region
+) -> Latency:
+    """Phase (b) of a point: paced ``put_async`` to ``subscribers`` recording listeners."""
+    with subscriber_group(services, options, subscribers, record_latency=True) as children:
+        futures: list[Future[None]] = []
+
+        def send(i: int, value: bytes) -> None:
+            futures.append(writer.put_async(f"lat-{i}", value))
+
+        sent, first_ns, last_ns = paced(
+            send, options.rate, options.latency_seconds, options.value_bytes
+        )
+        errors = sum(1 for f in futures if _failed(f))
+        if errors:
+            log.warning("%d latency puts failed", errors)
+        result = _results(children, sent - errors)
+    return latency(
+        sent=sent,
+        start_ns=first_ns,
+        end_ns=last_ns,
+        warmup_s=options.warmup_seconds,
+        readers=result,
+    )
+
+
+def point_throughput(
+    services: Services, options: ScalingOptions, subscribers: int, writer: Region
+) -> Throughput:
+    """Phase (a) of a point: pipelined puts, every subscriber receiving every event."""
+    with subscriber_group(services, options, subscribers, record_latency=False) as children:
+        start_ns, acks = write_async(
+            writer,
+            ops=options.ops,
+            window=options.window,
+            key_space=options.key_space,
+            value_bytes=options.value_bytes,
+        )
+        result = _results(children, acks.acked)
+    return throughput(
+        sent=options.ops,
+        acked=acks.acked,
+        errors=acks.errors,
+        start_ns=start_ns,
+        last_ack_ns=acks.last_ns,
+        readers=result,
+        cpu_s={},
+    )
+
+
+def measure_point(
+    services: Services, options: ScalingOptions, subscribers: int, buckets: int, writer: Region
+) -> PointFigures:
+    """Both regionbus phases of one point (no baselines: :func:`run` adds those)."""
+    load = os.getloadavg()
+    rb_latency = point_latency(services, options, subscribers, writer)
+    rb_throughput = point_throughput(services, options, subscribers, writer)
+    return PointFigures(
+        subscribers=subscribers,
+        buckets=buckets,
+        ops_per_s=rb_throughput.acked_per_s,
+        delivered_per_s=rb_throughput.delivered_per_s,
+        complete=rb_throughput.complete,
+        p50_ms=rb_latency.p50_ms,
+        p99_ms=rb_latency.p99_ms,
+        load_average=load,
+    )
+
+
+@contextmanager
+def bucket_server(
+    local: LocalStack, options: ScalingOptions, buckets: int, work_dir: Path
+) -> Iterator[tuple[Services, Region]]:
+    """A cache server of ``buckets`` buckets in a namespace of its own, and a writer."""
+    namespace = f"bench.{secrets.token_hex(3)}.b{buckets}"
+    with ExitStack() as stack:
+        server = stack.enter_context(
+            ServerProcess(
+                namespace=namespace,
+                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+                redis_url=local.redis_url,
+                regions=(REGION,),
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                linger_ms=options.linger_ms,
+                log_path=work_dir / f"server-{buckets}.log",
+                env={"REGIONBUS_TOTAL_BUCKETS": str(buckets)},
+            )
+        )
+        services = Services(
+            namespace, local.kafka_bootstrap_servers, local.redis_url, {"server": server.pid}
+        )
+        settings = services.client_settings(options.bench_options(1), subscription_enabled=False)
+        writer_cache = ClientCache(ClientSettings(**settings))
+        stack.callback(writer_cache.close)
+        yield services, writer_cache.create_region(REGION, serializer=BytesSerializer())
+
+
+def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
+    """Start the stack (unless given by env) and a server per bucket count; measure every
+    point, then the raw baselines.
+
+    Raises:
+        BenchError: a server or child process failed or did not answer in time.
+        StackError: Kafka or Redis could not be started.
+    """
+    points: list[PointFigures] = []
+    with ExitStack() as stack:
+        local = stack.enter_context(LocalStack(use_docker=False))
+        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-scaling-"))
+        console.print(
+            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
+            f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
+            style="dim",
+        )
+        last_services: Services | None = None
+        for buckets in sorted({b for _, b in options.points()}):
+            with bucket_server(local, options, buckets, work_dir) as (services, writer):
+                for subscribers, _ in (p for p in options.points() if p[1] == buckets):
+                    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+                    console.print(
+                        f"{subscribers} subscribers, {buckets} buckets (load {load}): "
+                        f"{options.rate} puts/s for {options.latency_seconds} s, "
+                        f"then {options.ops:,} puts ..."
+                    )
+                    points.append(measure_point(services, options, subscribers, buckets, writer))
+                last_services = services
+        assert last_services is not None
+        points = raw_baselines(last_services, options, points, console)
+    return points
+
+
+def raw_baselines(
+    services: Services, options: ScalingOptions, points: list[PointFigures], console: Console
+) -> list[PointFigures]:
+    """``points`` with the raw baselines of this run: the relay and produce → 1 consumer
+    once, produce → N consumers once per subscriber count (all on 16 partitions)."""
+    console.print(f"raw: relay at {options.rate} msgs/s, produce → 1 consumer ...")
+    relay = raw_relay_latency(services, options.bench_options(1))
+    one = raw_throughput(services, options.bench_options(1), 1, "scaling-tp1")
+    fanout: dict[int, float] = {1: one.delivered_per_s}
+    for subscribers in sorted({p.subscribers for p in points} - {1}):
+        console.print(f"raw: produce → {subscribers} consumers ...")
+        fanout[subscribers] = raw_throughput(
+            services, options.bench_options(subscribers), subscribers, f"scaling-fan{subscribers}"
+        ).delivered_per_s
+    return [
+        replace(
+            p,
+            raw_ops_per_s=one.delivered_per_s,
+            raw_delivered_per_s=fanout[p.subscribers],
+            raw_p50_ms=relay.p50_ms,
+            raw_p99_ms=relay.p99_ms,
+        )
+        for p in points
+    ]
+
+
+def print_table(points: Sequence[PointFigures], options: ScalingOptions, console: Console) -> None:
+    """Print both series, each rate with its ratio to the raw baseline."""
+    for name, members in series(points, options.fixed_subscribers).items():
+        table = Table(
+            title=f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s"
+        )
+        for column in COLUMNS:
+            table.add_column(column, justify="right")
+        for point in members:
+            table.add_row(*cells(point))
+        console.print(table)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError as exc:
+        raise click.BadParameter(f"comma-separated counts, not {text!r}") from exc
+    if not counts or min(counts) < 1:
+        raise click.BadParameter("every count must be at least 1")
+    return counts
+
+
+@click.command()
+@click.option(
+    "--subscribers",
+    "subscriber_counts",
+    default="1,10,100",
+    show_default=True,
+    callback=lambda _c, _p, v: _counts(v),
+    help="Subscriber counts of the subscriber series (16 buckets).",
+)
+@click.option(
+    "--buckets",
+    "bucket_counts",
+    default="1,16,64",
+    show_default=True,
+    callback=lambda _c, _p, v: _counts(v),
+    help="Bucket counts of the bucket series (--fixed-subscribers).",
+)
+@click.option(
+    "--fixed-subscribers",
+    default=10,
+    type=_POSITIVE,
+    show_default=True,
+    help="Subscribers at every point of the bucket series.",
+)
+@click.option(
+    "--subscribers-per-process",
+    default=25,
+    type=_POSITIVE,
+    show_default=True,
+    help="Most subscriber clients in one child process.",
+)
+@click.option(
+    "--ops",
+    default=5_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Puts in every throughput phase.",
+)
+@click.option(
+    "--rate",
+    default=100,
+    type=_POSITIVE,
+    show_default=True,
+    help="Puts per second in every latency phase.",
+)
+@click.option(
+    "--latency-seconds", default=5.0, show_default=True, help="Length of every latency phase."
+)
+@click.option(
+    "--value-bytes",
+    default=200,
+    type=click.IntRange(min=8),
+    show_default=True,
+    help="Bytes of every value.",
+)
+@click.option(
+    "--fetch-wait-ms",
+    "fetch_wait_max_ms",
+    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
+    show_default=True,
+    help="fetch.wait.max.ms of every consumer (the clients').",
+)
+@click.option(
+    "--linger-ms",
+    default=ClientSettings.model_fields["linger_ms"].default,
+    show_default=True,
+    help="linger.ms of every producer (the clients' default).",
+)
+@click.option(
+    "--window", default=2_000, type=_POSITIVE, show_default=True, help="Most put_async in flight."
+)
+@click.option(
+    "--key-space",
+    default=10_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Distinct keys in the throughput phases.",
+)
+@click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
+@click.option(
+    "--idle-timeout-s",
+    default=30.0,
+    show_default=True,
+    help="Readers give up after this long without a message once the writer is done.",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the tables as Markdown here (for bench/RESULTS.md).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("bench/scaling.png"),
+    show_default=True,
+    help="The PNG of both series.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+def main(
+    as_json: bool, markdown: Path | None, plot_path: Path, **values: Any
+) -> None:  # fmt: skip
+    """Measure throughput and latency at several subscriber and bucket counts, against raw
+    Kafka in the same run."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = ScalingOptions(**values)
+    console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
+    points = run_or_exit(lambda: run(options, console), console)
+    print_table(points, options, console)
+    table = markdown_table(points, options.fixed_subscribers)
+    if markdown is not None:
+        markdown.write_text(table, encoding="utf-8")
+        console.print(f"markdown written to {markdown}")
+    console.print(f"plot written to {plot(points, options.fixed_subscribers, plot_path)}")
+    emit(summary_rows(points))
+    if as_json:
+        print(json.dumps({**asdict(options), "points": [asdict(p) for p in points]}))
+
+
+if __name__ == "__main__":
+    main()
