@@ -15,6 +15,7 @@ errors go through :func:`mask_value` / :func:`mask_text`.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -138,6 +139,9 @@ def mask_value(name: str, value: Any) -> Any:
         return [mask_value(name, v) for v in value]
     if hasattr(value, "model_dump"):
         return mask_value(name, value.model_dump(mode="python"))
+    if isinstance(value, enum.Enum):
+        # e.g. a gateway sender's OrderPolicy: ``serve`` prints this as JSON.
+        return value.value
     return value
 
 
