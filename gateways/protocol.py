@@ -39,6 +39,8 @@ _BATCH_SCHEMA: Final = parse_schema(
             {"name": "possible_duplicate", "type": "boolean"},
             {"name": "events", "type": {"type": "array", "items": "bytes"}},
             {"name": "parallel", "type": "boolean", "default": False},
+            {"name": "sequence", "type": "long", "default": 0},
+            {"name": "acked_through", "type": "long", "default": 0},
         ],
     }
 )
@@ -83,10 +85,21 @@ class GatewayBatch(NamedTuple):
         ack_topic: Where the receiver must put the ack (on its own Kafka).
         possible_duplicate: True for a resend after no ack.
         events: Framed :class:`schemas.messages.Event` records, in queue order.
-        parallel: The sender's queue is parallel (one partition per bucket): the receiver
-            keeps order per bucket only. False (serial): it applies the events one after
-            the other in queue order (Geode ``GatewayReceiverCommand`` applies a batch's
+        parallel: Order per bucket is all the batch needs: the sender's queue is parallel
+            (one partition per bucket), or serial but split by key or bucket over several
+            dispatchers (``order_policy`` KEY or PARTITION, where Geode's dispatchers
+            deliver concurrently, so only a key's order holds across them). The receiver
+            then sends all of it at once. False: it applies the events one after the
+            other in queue order (Geode ``GatewayReceiverCommand`` applies a batch's
             events in order).
+        sequence: Position of the batch in its sender run (``"<run>-<n>"``: n, from 1);
+            0 for a sender that does not number its batches. With several batches in
+            flight, the receiver applies batch n only after batch n-1 (a batch lost on
+            the way makes it wait for the sender's resend, never apply a later one first).
+        acked_through: Sequence of the last batch of the run the sender had an ack for,
+            with every one before it, when it sent this one: the receiver may apply this
+            batch if it applied ``sequence - 1`` itself or the sender says it was acked
+            (after a receiver restart, a resend).
     """
 
     batch_id: str
@@ -96,6 +109,13 @@ class GatewayBatch(NamedTuple):
     possible_duplicate: bool
     events: tuple[bytes, ...]
     parallel: bool = False
+    sequence: int = 0
+    acked_through: int = 0
+
+    @property
+    def run_id(self) -> str:
+        """The sender run the batch belongs to (``batch_id`` up to its last ``-``)."""
+        return self.batch_id.rpartition("-")[0]
 
 
 class BatchEventException(NamedTuple):

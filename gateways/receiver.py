@@ -36,8 +36,7 @@ import logging
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pydantic import Field, SecretStr, field_validator
@@ -47,6 +46,7 @@ from broker.gateway_queues import DISTRIBUTABLE_KINDS
 from broker.store import RegionStore
 from clients.pool import Pool
 from clients.settings import ClientSettings
+from gateways.batch_sequence import BatchSequencer
 from gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
 from gateways.filters import (
     GatewayConflictHelper,
@@ -60,7 +60,8 @@ from gateways.protocol import (
     decode_batch,
     encode_ack,
 )
-from runtime.observability import Metric, MetricFamilies, MetricsEndpoint
+from gateways.receiver_stats import ReceiverStats, receiver_metric_families
+from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_connect import connect_redis
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
@@ -77,6 +78,9 @@ from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
+
+INBOUND_POLL_MESSAGES: Final = 16
+"""Most inbound batches taken per poll (each is applied and acked in turn)."""
 
 
 class GatewayReceiverSettings(
@@ -132,43 +136,6 @@ class GatewayReceiverSettings(
         return check_name("name", value, max_len=120)
 
 
-@dataclass
-class ReceiverStats:
-    """Counters of one receiver since it started.
-
-    Attributes:
-        batches_acked: Batches applied and acked (resent copies included).
-        events_applied: Events applied now.
-        duplicates: Events the servers recognised as already applied (by EventID).
-        conflicts_refused: Events refused by the timestamp / site-id rule at apply.
-        conflicts_disallowed: Events a conflict resolver disallowed.
-        events_failed: Events reported failed in an ack.
-        loops_dropped: Events that had already reached this site (not applied again).
-        possible_duplicate_batches: Batches received flagged possible duplicate.
-        dead_letters: Undecodable batches sent to the dead-letter topic.
-        acks_not_sent: Batches applied whose ack could not be written (its ack topic is
-            not this site's, or does not exist).
-        batches_kept_for_region: Tries of a batch kept unacked because a region it names
-            is not defined here (``keep_batch_until_region_exists``).
-        batch_sizes: Sizes of the batches acked, in order (the last 10,000).
-    """
-
-    batches_acked: int = 0
-    events_applied: int = 0
-    duplicates: int = 0
-    conflicts_refused: int = 0
-    conflicts_disallowed: int = 0
-    events_failed: int = 0
-    loops_dropped: int = 0
-    possible_duplicate_batches: int = 0
-    dead_letters: int = 0
-    acks_not_sent: int = 0
-    batches_kept_for_region: int = 0
-
-    def __post_init__(self) -> None:
-        self.batch_sizes: list[int] = []
-
-
 class GatewayReceiver(BackgroundWorker):
     """A gateway receiver worker: runs on a thread from :meth:`start` (which returns once it
     reads its inbound topic) until :meth:`stop` (after the batch in hand: an unacked batch
@@ -202,6 +169,8 @@ class GatewayReceiver(BackgroundWorker):
         self._store: RegionStore | None = None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._sequencer = BatchSequencer()
+        self._committed_offset = -1
         super().__init__(
             f"gw-receiver-{settings.receiver_id}",
             MetricsEndpoint(
@@ -249,6 +218,8 @@ class GatewayReceiver(BackgroundWorker):
             }
         )
         committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 10.0)
+        self._sequencer = BatchSequencer(committed[0].metadata)
+        self._committed_offset = committed[0].offset
         assign_from(
             consumer, [TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))], 10.0
         )
@@ -261,10 +232,16 @@ class GatewayReceiver(BackgroundWorker):
         )
 
     def _teardown(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
         if self._producer is not None:
             self._producer.flush(5)
+        if self._consumer is not None:
+            if self._committed_offset >= 0:
+                try:
+                    # The loop's commits are asynchronous: the last one is made sure of.
+                    self._commit(self._committed_offset, asynchronous=False)
+                except KafkaException as exc:
+                    log.warning("last inbound commit: %s", exc)
+            self._consumer.close()
         if self._pool is not None:
             self._pool.close()
         if self._store is not None:
@@ -273,10 +250,11 @@ class GatewayReceiver(BackgroundWorker):
     # --- batches -----------------------------------------------------------------------
 
     def _serve(self) -> None:
-        assert self._consumer is not None
+        assert self._consumer is not None and self._producer is not None
         while not self.stopping.is_set():
+            self._producer.poll(0)  # the acks' delivery reports
             try:
-                messages = poll_batch(self._consumer, 1, 0.1)
+                messages = poll_batch(self._consumer, INBOUND_POLL_MESSAGES, 0.1)
             except KafkaException as exc:
                 log.warning("inbound consumer: %s", exc)
                 continue
@@ -288,36 +266,60 @@ class GatewayReceiver(BackgroundWorker):
                     continue
                 offset = message.offset()
                 assert offset is not None
-                try:
-                    batch = decode_batch(message.value())
-                except MessageDecodeError as exc:
-                    self._dead_letter(message.value(), offset, str(exc))
-                else:
-                    try:
-                        ack = self.apply_batch(batch)
-                    except BatchApplyTimeoutError as exc:
-                        log.warning("batch %s not acked: %s", batch.batch_id, exc)
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        continue
-                    except RegionNotYetDefinedError as exc:
-                        self.stats.batches_kept_for_region += 1
-                        log.info("batch %s kept: %s", batch.batch_id, exc)
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
-                        continue
-                    except TransportError as exc:
-                        # The conflict resolver reads Redis before any event is sent, so
-                        # the whole batch is applied again (and acked) once Redis is back.
-                        if self._store is None or not is_redis_unavailable(exc):
-                            raise
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        self._wait_for_redis(exc)
-                        continue
-                    self._send_ack(batch, ack)
-                self._consumer.commit(
-                    offsets=[TopicPartition(self.inbound_topic, 0, offset + 1)],
-                    asynchronous=False,
-                )
+                if not self._handle(message.value(), offset):
+                    # Read again from this batch: what the poll returned after it is dropped.
+                    self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+                    break
+                self._commit(offset + 1, asynchronous=True)
+
+    def _handle(self, raw: bytes | None, offset: int) -> bool:
+        """Apply and ack one inbound message; False when it must be read again."""
+        try:
+            batch = decode_batch(raw)
+        except MessageDecodeError as exc:
+            self._dead_letter(raw, offset, str(exc))
+            return True
+        if not self._sequencer.admits(batch):
+            # The batch before it was lost on the way: the sender resends both, in order.
+            self.stats.batches_out_of_sequence += 1
+            log.info(
+                "batch %s of site %d not applied: the one before it was not received",
+                batch.batch_id,
+                batch.site_id,
+            )
+            return True
+        try:
+            ack = self.apply_batch(batch)
+        except BatchApplyTimeoutError as exc:
+            log.warning("batch %s not acked: %s", batch.batch_id, exc)
+            return False
+        except RegionNotYetDefinedError as exc:
+            self.stats.batches_kept_for_region += 1
+            log.info("batch %s kept: %s", batch.batch_id, exc)
+            self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
+            return False
+        except TransportError as exc:
+            # The conflict resolver reads Redis before any event is sent, so the whole
+            # batch is applied again (and acked) once Redis is back.
+            if self._store is None or not is_redis_unavailable(exc):
+                raise
+            self._wait_for_redis(exc)
+            return False
+        self._sequencer.applied(batch)
+        self._send_ack(batch, ack)
+        return True
+
+    def _commit(self, offset: int, *, asynchronous: bool) -> None:
+        """Commit the inbound offset with what was applied per sender (its metadata)."""
+        assert self._consumer is not None
+        position = TopicPartition(
+            self.inbound_topic, 0, offset, metadata=self._sequencer.to_metadata()
+        )
+        if asynchronous:
+            self._consumer.commit(offsets=[position], asynchronous=True)
+        else:
+            self._consumer.commit(offsets=[position], asynchronous=False)
+        self._committed_offset = offset
 
     def _wait_for_redis(self, cause: TransportError) -> None:
         assert self._store is not None
@@ -494,29 +496,25 @@ class GatewayReceiver(BackgroundWorker):
         if not batch.ack_topic.startswith(Topics(self.settings.namespace).gateway_ack_prefix):
             self._ack_not_sent(batch, "its ack topic is not one of this site's")
             return
-        failures: list[KafkaError] = []
+        topic = batch.ack_topic
 
         def on_delivery(error: KafkaError | None, _message: Any) -> None:
+            # Served by the loop's poll: the ack is not waited for, the next batch goes on.
             if error is not None:
-                failures.append(error)
+                failure = kafka_error(error, f"producing to {topic}", f"topic {topic}")
+                self._ack_not_sent(batch, str(failure))
+                return
+            self.stats.batches_acked += 1
+            self.stats.batch_sizes.append(len(batch.events))
+            del self.stats.batch_sizes[:-10_000]
 
         try:
-            self._producer.produce(
-                batch.ack_topic, encode_ack(ack), partition=0, on_delivery=on_delivery
-            )
+            self._producer.produce(topic, encode_ack(ack), partition=0, on_delivery=on_delivery)
+        except BufferError:
+            self._producer.flush(30)
+            self._producer.produce(topic, encode_ack(ack), partition=0, on_delivery=on_delivery)
         except KafkaException as exc:
             self._ack_not_sent(batch, str(exc))
-            return
-        self._producer.flush(30)
-        if failures:
-            topic = batch.ack_topic
-            self._ack_not_sent(
-                batch, str(kafka_error(failures[0], f"producing to {topic}", f"topic {topic}"))
-            )
-            return
-        self.stats.batches_acked += 1
-        self.stats.batch_sizes.append(len(batch.events))
-        del self.stats.batch_sizes[:-10_000]
 
     def _ack_not_sent(self, batch: GatewayBatch, reason: str) -> None:
         self.stats.acks_not_sent += 1
@@ -535,82 +533,6 @@ class GatewayReceiver(BackgroundWorker):
         headers = dead_letter_headers(reason, source, self.settings.member_id)
         self._producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._producer.flush(10)
-
-
-def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
-    """The metric families of one scrape of a gateway receiver, read from its stats.
-
-    Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
-    ``sender``, ``receiver`` or ``queue``. Counters end in ``_total``.
-
-    Gateway receiver (``{ns}.gwr.<receiver>``):
-
-    - ``regionbus_gateway_receiver_batches_acked_total``: batches applied and acked.
-    - ``regionbus_gateway_receiver_possible_duplicate_batches_total``: batches received
-      flagged possible duplicate (resends).
-    - ``regionbus_gateway_receiver_events_applied_total``, ``..._duplicate_events_total``
-      (already applied, by EventID), ``..._conflicts_refused_total`` (older than the entry),
-      ``..._conflicts_disallowed_total`` (by the resolver), ``..._events_failed_total``,
-      ``..._loops_dropped_total``, ``..._dead_letters_total``, ``..._acks_not_sent_total``.
-
-    Args:
-        receiver: The receiver; only read.
-    """
-    s = receiver.settings
-    stats = receiver.stats
-    families = MetricFamilies(
-        {"namespace": s.namespace, "member": s.member_id, "receiver": s.receiver_id}
-    )
-    prefix = "gateway_receiver_"
-    return [
-        families.counter(
-            prefix + "batches_acked",
-            "Batches applied to this site and acked (resent copies included).",
-            stats.batches_acked,
-        ),
-        families.counter(
-            prefix + "possible_duplicate_batches",
-            "Batches received flagged possible duplicate (resends).",
-            stats.possible_duplicate_batches,
-        ),
-        families.counter(
-            prefix + "events_applied", "Events applied to this site.", stats.events_applied
-        ),
-        families.counter(
-            prefix + "duplicate_events",
-            "Events this site had already applied (recognised by EventID).",
-            stats.duplicates,
-        ),
-        families.counter(
-            prefix + "conflicts_refused",
-            "Events refused as older than the entry's last change (timestamp, site id).",
-            stats.conflicts_refused,
-        ),
-        families.counter(
-            prefix + "conflicts_disallowed",
-            "Events a GatewayConflictResolver disallowed.",
-            stats.conflicts_disallowed,
-        ),
-        families.counter(
-            prefix + "events_failed", "Events reported failed in an ack.", stats.events_failed
-        ),
-        families.counter(
-            prefix + "loops_dropped",
-            "Events that had already reached this site (loop prevention).",
-            stats.loops_dropped,
-        ),
-        families.counter(
-            prefix + "dead_letters",
-            "Undecodable batches sent to the dead-letter topic.",
-            stats.dead_letters,
-        ),
-        families.counter(
-            prefix + "acks_not_sent",
-            "Batches applied whose ack could not be written (not this site's ack topic, "
-            "or no such topic).",
-            stats.acks_not_sent,
-        ),
-    ]
 
 
 __all__ = [
