@@ -24,6 +24,8 @@ BATCH_TYPE: Final = 0x20
 ACK_TYPE: Final = 0x21
 _INT_RANGE: Final = range(-(2**31), 2**31)
 _INT_FIELDS: Final = {BATCH_TYPE: ("site_id",), ACK_TYPE: ("events_received",)}
+_LONG_RANGE: Final = range(-(2**63), 2**63)
+_LONG_FIELDS: Final = {BATCH_TYPE: ("sequence", "acked_through"), ACK_TYPE: ()}
 
 _BATCH_SCHEMA: Final = parse_schema(
     {
@@ -185,6 +187,11 @@ def _read(data: bytes | None, type_byte: int, schema: Any, name: str) -> dict[st
         if value not in _INT_RANGE:
             raise MessageDecodeError(
                 f"{name}.{field}={value} does not fit an Avro int", message_ref=data
+            )
+    for field in _LONG_FIELDS[type_byte]:
+        if record[field] not in _LONG_RANGE:
+            raise MessageDecodeError(
+                f"{name}.{field}={record[field]} does not fit an Avro long", message_ref=data
             )
     return record
 
