@@ -8,12 +8,13 @@ produces each event as an :class:`Operation` to ``{ns}.ops`` keeping the event's
 reached (this one added, for loop prevention), waits until the servers answered every
 operation, and then acks the batch, listing the events that failed.
 
-Order: a serial sender's batch is applied in queue order, as Geode's
-``GatewayReceiverCommand`` applies a batch's events one after the other, so this site's
-clients see the sender's order across keys: consecutive events of one bucket go together
-(one partition of ``{ns}.ops`` keeps their order), and the next bucket's events are sent
-once those were answered. A parallel sender's batch (``GatewayBatch.parallel``) needs order
-per bucket only, which the bucket's partition keeps, so all of it is sent at once.
+Order: a batch that needs queue order (a serial sender's with one dispatcher, or order
+policy THREAD) is applied in that order, as Geode's ``GatewayReceiverCommand`` applies a
+batch's events one after the other: consecutive events of one bucket go together (one
+partition of ``{ns}.ops`` keeps their order), the next bucket's once those were answered.
+A batch that needs order per bucket only (``GatewayBatch.parallel``) is sent at once, behind
+the batches still applying (:mod:`gateways.receiver_pipeline`). A sender's batches are
+applied in their sequence (:mod:`gateways.batch_sequence`); acks are not waited for.
 
 A region this site does not define: its events fail and are listed in the ack, so the
 sender drops them (SPEC §6; Geode's default ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION``
@@ -48,11 +49,7 @@ from clients.pool import Pool
 from clients.settings import ClientSettings
 from gateways.batch_sequence import BatchSequencer
 from gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
-from gateways.filters import (
-    GatewayConflictHelper,
-    GatewayConflictResolver,
-    TimestampedEntryEvent,
-)
+from gateways.filters import GatewayConflictResolver, resolve_conflict
 from gateways.protocol import (
     BatchEventException,
     GatewayAck,
@@ -60,6 +57,7 @@ from gateways.protocol import (
     decode_batch,
     encode_ack,
 )
+from gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, PreparedBatch
 from gateways.receiver_stats import ReceiverStats, receiver_metric_families
 from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_connect import connect_redis
@@ -113,6 +111,11 @@ class GatewayReceiverSettings(
             reported failed and dropped, SPEC §6).
         missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
             missing region.
+        max_batches_applying: Most batches whose operations are sent to this site's
+            servers before the oldest of them is answered (default 8): batches that need
+            order per bucket only (:mod:`gateways.receiver_pipeline`). 1 applies one batch
+            at a time. Geode applies a batch in its connection's thread; a sender's
+            batches then wait for each other, which here would be a Kafka round trip each.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -129,6 +132,7 @@ class GatewayReceiverSettings(
     security_secret: SecretStr | None = None
     keep_batch_until_region_exists: bool = False
     missing_region_retry_interval_ms: int = Field(default=1000, ge=10)
+    max_batches_applying: int = Field(default=8, ge=1, le=1000)
 
     @field_validator("receiver_id", "namespace")
     @classmethod
@@ -170,6 +174,7 @@ class GatewayReceiver(BackgroundWorker):
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._sequencer = BatchSequencer()
+        self._pipeline = ApplyPipeline(settings.max_batches_applying)
         self._committed_offset = -1
         super().__init__(
             f"gw-receiver-{settings.receiver_id}",
@@ -253,8 +258,11 @@ class GatewayReceiver(BackgroundWorker):
         assert self._consumer is not None and self._producer is not None
         while not self.stopping.is_set():
             self._producer.poll(0)  # the acks' delivery reports
+            if not self._conclude(keep=self._pipeline.capacity):
+                continue
             try:
-                messages = poll_batch(self._consumer, INBOUND_POLL_MESSAGES, 0.1)
+                wait_s = 0.005 if len(self._pipeline) else 0.1
+                messages = poll_batch(self._consumer, INBOUND_POLL_MESSAGES, wait_s)
             except KafkaException as exc:
                 log.warning("inbound consumer: %s", exc)
                 continue
@@ -267,17 +275,17 @@ class GatewayReceiver(BackgroundWorker):
                 offset = message.offset()
                 assert offset is not None
                 if not self._handle(message.value(), offset):
-                    # Read again from this batch: what the poll returned after it is dropped.
-                    self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                    break
-                self._commit(offset + 1, asynchronous=True)
+                    break  # read again from a batch: the rest of the poll is dropped
+        self._conclude(keep=0)
 
     def _handle(self, raw: bytes | None, offset: int) -> bool:
-        """Apply and ack one inbound message; False when it must be read again."""
+        """Apply (or start applying) one inbound message; False when the receiver seeked
+        back to read again from a batch."""
         try:
             batch = decode_batch(raw)
         except MessageDecodeError as exc:
             self._dead_letter(raw, offset, str(exc))
+            self._pipeline.add(ApplyingBatch(offset))  # committed in turn
             return True
         if not self._sequencer.admits(batch):
             # The batch before it was lost on the way: the sender resends both, in order.
@@ -287,27 +295,90 @@ class GatewayReceiver(BackgroundWorker):
                 batch.batch_id,
                 batch.site_id,
             )
+            self._pipeline.add(ApplyingBatch(offset))
             return True
+        if batch.parallel and self.resolver is None:
+            # Order per bucket only: sent behind the batches still applying.
+            assert self._pool is not None
+            if batch.possible_duplicate:
+                self.stats.possible_duplicate_batches += 1
+            prepared = self._prepare(batch)
+            entry = ApplyingBatch(
+                offset,
+                batch,
+                prepared,
+                self._pool.request_each(prepared.ops) if prepared.ops else [],
+                ApplyPipeline.deadline(self.settings.apply_timeout_ms),
+            )
+            self._sequencer.applied(batch)  # the next batch of the run may follow it
+            self._pipeline.add(entry)
+            return self._conclude(keep=self._pipeline.capacity)
+        # Queue order (or a resolver reading entries): after every batch before it.
+        if not self._conclude(keep=0):
+            return False
         try:
             ack = self.apply_batch(batch)
-        except BatchApplyTimeoutError as exc:
-            log.warning("batch %s not acked: %s", batch.batch_id, exc)
-            return False
-        except RegionNotYetDefinedError as exc:
-            self.stats.batches_kept_for_region += 1
-            log.info("batch %s kept: %s", batch.batch_id, exc)
-            self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
-            return False
-        except TransportError as exc:
-            # The conflict resolver reads Redis before any event is sent, so the whole
-            # batch is applied again (and acked) once Redis is back.
-            if self._store is None or not is_redis_unavailable(exc):
-                raise
-            self._wait_for_redis(exc)
+        except (BatchApplyTimeoutError, RegionNotYetDefinedError, TransportError) as exc:
+            self._not_applied(batch, offset, exc)
             return False
         self._sequencer.applied(batch)
         self._send_ack(batch, ack)
+        self._commit(offset + 1, asynchronous=True)
         return True
+
+    def _conclude(self, keep: int) -> bool:
+        if self._pipeline.conclude(keep, self._finish):
+            return True
+        assert self._pool is not None
+        for entry in self._pipeline.dropped():
+            for op, _ in entry.prepared.ops:
+                self._pool.forget(op.request_id)
+        return False
+
+    def _finish(self, entry: ApplyingBatch) -> bool:
+        """Wait for a pipelined batch's replies, ack it and commit past it; False (after
+        a seek back to it) when it was not applied."""
+        batch = entry.batch
+        if batch is not None:
+            try:
+                replies = [
+                    self._wait(f, op, entry.deadline)
+                    for (op, _), f in zip(entry.prepared.ops, entry.futures, strict=True)
+                ]
+                self._check_regions(replies)
+            except (BatchApplyTimeoutError, RegionNotYetDefinedError) as exc:
+                assert self._pool is not None
+                for op, _ in entry.prepared.ops:
+                    self._pool.forget(op.request_id)
+                self._not_applied(batch, entry.offset, exc)
+                return False
+            self._send_ack(batch, self._conclude_batch(batch, entry.prepared, replies))
+        self._commit(entry.offset + 1, asynchronous=True)
+        return True
+
+    def _not_applied(self, batch: GatewayBatch, offset: int, exc: Exception) -> None:
+        """Read again from ``offset``: after a timeout at once, for a missing region after
+        ``missing_region_retry_interval_ms``, for Redis once it is back.
+
+        Raises:
+            TransportError: ``exc`` itself when it is not a Redis outage of the resolver.
+        """
+        assert self._consumer is not None
+        if isinstance(exc, TransportError) and (
+            self._store is None or not is_redis_unavailable(exc)
+        ):
+            raise exc
+        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+        if isinstance(exc, RegionNotYetDefinedError):
+            self.stats.batches_kept_for_region += 1
+            log.info("batch %s kept: %s", batch.batch_id, exc)
+            self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
+        elif isinstance(exc, TransportError):
+            # The conflict resolver reads Redis before any event is sent, so the whole
+            # batch is applied again (and acked) once Redis is back.
+            self._wait_for_redis(exc)
+        else:
+            log.warning("batch %s not acked: %s", batch.batch_id, exc)
 
     def _commit(self, offset: int, *, asynchronous: bool) -> None:
         """Commit the inbound offset with what was applied per sender (its metadata)."""
@@ -342,13 +413,18 @@ class GatewayReceiver(BackgroundWorker):
             RegionNotYetDefinedError: an event names a region this site does not define
                 and ``keep_batch_until_region_exists`` is set (the batch is not acked).
         """
-        assert self._pool is not None
-        pool = self._pool
         if batch.possible_duplicate:
             self.stats.possible_duplicate_batches += 1
-        exceptions: list[BatchEventException] = []
-        sent: list[tuple[int, Event, Operation]] = []
-        ops: list[tuple[Operation, int]] = []
+        prepared = self._prepare(batch)
+        replies = self._apply_in_order(prepared.ops, parallel=batch.parallel)
+        return self._conclude_batch(batch, prepared, replies)
+
+    def _prepare(self, batch: GatewayBatch) -> PreparedBatch:
+        """The batch's events as this site's operations (conflict resolver run)."""
+        assert self._pool is not None
+        pool = self._pool
+        prepared = PreparedBatch()
+        exceptions, sent, ops = prepared.exceptions, prepared.sent, prepared.ops
         for index, raw in enumerate(batch.events):
             try:
                 event = decode_as(raw, Event)
@@ -371,7 +447,8 @@ class GatewayReceiver(BackgroundWorker):
             bucket = bucket_of(event.region, event.key, pool.total_buckets)
             value = event.value
             if self.resolver is not None:
-                verdict = self._resolve(event, bucket)
+                assert self._store is not None
+                verdict = resolve_conflict(self._store, self.resolver, event, bucket)
                 if verdict is None:
                     self.stats.conflicts_disallowed += 1
                     continue
@@ -394,8 +471,14 @@ class GatewayReceiver(BackgroundWorker):
             )
             sent.append((index, event, op))
             ops.append((op, bucket))
-        replies = self._apply_in_order(ops, parallel=batch.parallel)
-        for (index, event, op), reply in zip(sent, replies, strict=True):
+        return prepared
+
+    def _conclude_batch(
+        self, batch: GatewayBatch, prepared: PreparedBatch, replies: list[Reply]
+    ) -> GatewayAck:
+        """The ack of an applied batch, from its operations' replies."""
+        exceptions = list(prepared.exceptions)
+        for (index, event, op), reply in zip(prepared.sent, replies, strict=True):
             if reply.ok:
                 if reply.duplicate:
                     self.stats.duplicates += 1
@@ -440,12 +523,17 @@ class GatewayReceiver(BackgroundWorker):
             answered = [
                 self._wait(f, op, deadline) for (op, _), f in zip(run, futures, strict=True)
             ]
-            if self.settings.keep_batch_until_region_exists:
-                missing = next((r for r in answered if r.error_type == "RegionNotFoundError"), None)
-                if missing is not None:
-                    raise RegionNotYetDefinedError(missing.error_message or "region not found")
+            self._check_regions(answered)
             replies.extend(answered)
         return replies
+
+    def _check_regions(self, replies: list[Reply]) -> None:
+        """Raises RegionNotYetDefinedError: a reply says a region is missing and
+        ``keep_batch_until_region_exists`` is set."""
+        if self.settings.keep_batch_until_region_exists:
+            missing = next((r for r in replies if r.error_type == "RegionNotFoundError"), None)
+            if missing is not None:
+                raise RegionNotYetDefinedError(missing.error_message or "region not found")
 
     def _wait(self, future: Future[list[Reply]], op: Operation, deadline: float) -> Reply:
         assert self._pool is not None
@@ -459,34 +547,6 @@ class GatewayReceiver(BackgroundWorker):
         except RegionBusError as exc:
             return Reply(op.request_id, -1, False, type(exc).__name__, str(exc))
         return replies[0]
-
-    def _resolve(self, event: Event, bucket: int) -> bytes | None:
-        """Run the conflict resolver; the value to apply, or None when disallowed."""
-        assert self._store is not None and self.resolver is not None and event.key is not None
-        version = self._store.gateway_version(event.region, event.key, bucket)
-        origin = event.origin_site_id
-        if version is None or version.site_id == origin:
-            return event.value
-        _, entry = self._store.get(event.region, event.key, bucket)
-        helper = GatewayConflictHelper()
-        self.resolver.on_event(
-            TimestampedEntryEvent(
-                region=event.region,
-                key=event.key,
-                kind=event.kind,
-                new_value=event.value,
-                old_value=entry.value if entry is not None else None,
-                serializer=event.serializer,
-                new_timestamp_ms=event.timestamp_ms,
-                old_timestamp_ms=version.timestamp_ms,
-                new_distributed_system_id=origin,
-                old_distributed_system_id=version.site_id,
-            ),
-            helper,
-        )
-        if helper.disallowed:
-            return None
-        return helper.new_value if helper.value_changed else event.value
 
     def _send_ack(self, batch: GatewayBatch, ack: GatewayAck) -> None:
         assert self._producer is not None

@@ -93,7 +93,12 @@ def test_a_slow_receiver_has_several_batches_in_flight_and_its_site_keeps_queue_
     b.client().create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
     a.start_server(senders={"to-b": 2}, sender_options={"dispatcher_threads": 1})
     sender = a.start_sender(
-        "to-b", b, batch_size=10, batch_time_interval_ms=50, max_batches_in_flight=8
+        "to-b",
+        b,
+        batch_size=10,
+        batch_time_interval_ms=50,
+        max_batches_in_flight=8,
+        ack_timeout_ms=60_000,  # no resend, even on a loaded machine
     )
     watch = _UnackedWatch(b, a, "to-b")
     region = a.client().create_region("r")
