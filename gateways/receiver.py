@@ -276,7 +276,8 @@ class GatewayReceiver(BackgroundWorker):
                 assert offset is not None
                 if not self._handle(message.value(), offset):
                     break  # read again from a batch: the rest of the poll is dropped
-        self._conclude(keep=0)
+        # Stopping: what is answered is acked; the rest is read again by the next start.
+        self._conclude(keep=len(self._pipeline))
 
     def _handle(self, raw: bytes | None, offset: int) -> bool:
         """Apply (or start applying) one inbound message; False when the receiver seeked
