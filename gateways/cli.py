@@ -84,6 +84,7 @@ def _with_local(func: Any) -> Any:
 @click.option("--remote-receiver-id")
 @click.option("--batch-size", type=int)
 @click.option("--batch-time-interval-ms", type=int)
+@click.option("--max-batches-in-flight", type=int, help="Unacked batches at once (default 10).")
 @_verbose
 def sender_command(verbose: bool, **options: Any) -> None:
     """Run a gateway sender: send its queue's batches to the remote site."""

@@ -9,9 +9,12 @@ the cache servers too, are :class:`schemas.hooks.GatewayEventFilter`.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from schemas.messages import EventKind
+from schemas.messages import Event, EventKind
+
+if TYPE_CHECKING:
+    from broker.store import RegionStore
 
 
 class TimestampedEntryEvent(NamedTuple):
@@ -74,8 +77,53 @@ class GatewayConflictResolver:
         ``helper.change_event_value(...)``, or nothing to allow it."""
 
 
+def resolve_conflict(
+    store: RegionStore, resolver: GatewayConflictResolver, event: Event, bucket: int
+) -> bytes | None:
+    """Run ``resolver`` on a gateway event whose entry another site changed last.
+
+    Args:
+        store: This site's region store (read: the entry and its gateway version).
+        resolver: The receiver's resolver.
+        event: The event from the remote site (a keyed entry event).
+        bucket: The entry's bucket here.
+
+    Returns:
+        The value to apply (the event's, or the resolver's), or None when disallowed.
+
+    Raises:
+        TransportError: Redis could not be read.
+    """
+    assert event.key is not None
+    version = store.gateway_version(event.region, event.key, bucket)
+    origin = event.origin_site_id
+    if version is None or version.site_id == origin:
+        return event.value
+    _, entry = store.get(event.region, event.key, bucket)
+    helper = GatewayConflictHelper()
+    resolver.on_event(
+        TimestampedEntryEvent(
+            region=event.region,
+            key=event.key,
+            kind=event.kind,
+            new_value=event.value,
+            old_value=entry.value if entry is not None else None,
+            serializer=event.serializer,
+            new_timestamp_ms=event.timestamp_ms,
+            old_timestamp_ms=version.timestamp_ms,
+            new_distributed_system_id=origin,
+            old_distributed_system_id=version.site_id,
+        ),
+        helper,
+    )
+    if helper.disallowed:
+        return None
+    return helper.new_value if helper.value_changed else event.value
+
+
 __all__ = [
     "GatewayConflictHelper",
     "GatewayConflictResolver",
     "TimestampedEntryEvent",
+    "resolve_conflict",
 ]

@@ -39,11 +39,13 @@ log = logging.getLogger("regionbus.gateways")
 
 
 class QueuedEvent(NamedTuple):
-    """An event peeked from a queue topic, with where it was read."""
+    """An event peeked from a queue topic, with where it was read and its bytes as queued
+    (a gateway sender forwards them as they are)."""
 
     partition: int
     offset: int
     event: Event
+    raw: bytes
 
 
 def conflate(events: Sequence[Event]) -> list[Event]:
@@ -98,6 +100,7 @@ class QueueReader:
         self.trimmer = QueueTrimmer(kafka_config, topic)
         self._consumer: Consumer | None = None
         self._positions: dict[int, int] = {}
+        self._marked: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self.partitions = 0
 
@@ -131,6 +134,7 @@ class QueueReader:
             [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
         )
         self._positions = {}
+        self._marked = {}
         self._committed = {tp.partition: max(tp.offset, 0) for tp in committed}
         self._consumer = consumer
 
@@ -185,12 +189,14 @@ class QueueReader:
                 partition, offset = message.partition(), message.offset()
                 assert partition is not None and offset is not None
                 self._positions[partition] = offset + 1
+                raw = message.value()
                 try:
-                    event = decode_as(message.value(), Event)
+                    event = decode_as(raw, Event)
                 except MessageDecodeError as exc:
-                    self._dead_letter(message.value(), self.topic, partition, offset, str(exc))
+                    self._dead_letter(raw, self.topic, partition, offset, str(exc))
                     continue
-                batch.append(QueuedEvent(partition, offset, event))
+                assert raw is not None  # decode_as refuses None
+                batch.append(QueuedEvent(partition, offset, event, raw))
             if batch and deadline is None:
                 deadline = time.monotonic() + batch_time_interval_ms / 1000
         return batch
@@ -219,6 +225,31 @@ class QueueReader:
         self._committed.update(self._positions)
         self.trimmer.acked(self._positions)
         self._positions = {}
+
+    def mark(self) -> dict[int, int] | None:
+        """The read positions (``{partition: offset past the last message read}``) when
+        they moved since the last mark, else None. A pipelining processor marks after each
+        peek and commits a batch's mark (:meth:`commit_at`) once it was acked."""
+        if self._positions == self._marked:
+            return None
+        self._marked = dict(self._positions)
+        return dict(self._marked)
+
+    def commit_at(self, positions: dict[int, int]) -> None:
+        """Remove from the queue what precedes ``positions`` (a :meth:`mark`): commit them,
+        then have the records before them deleted, as :meth:`commit`.
+
+        Raises:
+            TransportError: the commit failed (a later one covers it).
+        """
+        assert self._consumer is not None
+        offsets = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
+        self._committed.update(positions)
+        self.trimmer.acked(positions)
 
     def backlog_events(self) -> int | None:
         """Events of the queue not removed yet: those peeked and not committed past, plus
@@ -259,6 +290,10 @@ class ProcessorStats:
             :meth:`QueueReader.backlog_events`), measured by the primary after each peek and
             removal; None while not primary.
         batch_sizes: Sizes of the dispatched batches, in order (the last 10,000).
+        batches_in_flight: Gateway senders: batches sent and not acked yet, as of the
+            dispatching thread's last turn.
+        batches_in_flight_peak: Gateway senders: most batches in flight at once, measured
+            as acks come in.
     """
 
     def __init__(self) -> None:
@@ -271,6 +306,8 @@ class ProcessorStats:
         self.events_filtered = 0
         self.unreachable_retries = 0
         self.batch_sizes: list[int] = []
+        self.batches_in_flight = 0
+        self.batches_in_flight_peak = 0
 
     def dispatched(self, size: int) -> None:
         """Count one successfully dispatched batch of ``size`` events."""

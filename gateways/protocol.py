@@ -24,6 +24,8 @@ BATCH_TYPE: Final = 0x20
 ACK_TYPE: Final = 0x21
 _INT_RANGE: Final = range(-(2**31), 2**31)
 _INT_FIELDS: Final = {BATCH_TYPE: ("site_id",), ACK_TYPE: ("events_received",)}
+_LONG_RANGE: Final = range(-(2**63), 2**63)
+_LONG_FIELDS: Final = {BATCH_TYPE: ("sequence", "acked_through"), ACK_TYPE: ()}
 
 _BATCH_SCHEMA: Final = parse_schema(
     {
@@ -39,6 +41,8 @@ _BATCH_SCHEMA: Final = parse_schema(
             {"name": "possible_duplicate", "type": "boolean"},
             {"name": "events", "type": {"type": "array", "items": "bytes"}},
             {"name": "parallel", "type": "boolean", "default": False},
+            {"name": "sequence", "type": "long", "default": 0},
+            {"name": "acked_through", "type": "long", "default": 0},
         ],
     }
 )
@@ -83,10 +87,21 @@ class GatewayBatch(NamedTuple):
         ack_topic: Where the receiver must put the ack (on its own Kafka).
         possible_duplicate: True for a resend after no ack.
         events: Framed :class:`schemas.messages.Event` records, in queue order.
-        parallel: The sender's queue is parallel (one partition per bucket): the receiver
-            keeps order per bucket only. False (serial): it applies the events one after
-            the other in queue order (Geode ``GatewayReceiverCommand`` applies a batch's
+        parallel: Order per bucket is all the batch needs: the sender's queue is parallel
+            (one partition per bucket), or serial but split by key or bucket over several
+            dispatchers (``order_policy`` KEY or PARTITION, where Geode's dispatchers
+            deliver concurrently, so only a key's order holds across them). The receiver
+            then sends all of it at once. False: it applies the events one after the
+            other in queue order (Geode ``GatewayReceiverCommand`` applies a batch's
             events in order).
+        sequence: Position of the batch in its sender run (``"<run>-<n>"``: n, from 1);
+            0 for a sender that does not number its batches. With several batches in
+            flight, the receiver applies batch n only after batch n-1 (a batch lost on
+            the way makes it wait for the sender's resend, never apply a later one first).
+        acked_through: Sequence of the last batch of the run the sender had an ack for,
+            with every one before it, when it sent this one: the receiver may apply this
+            batch if it applied ``sequence - 1`` itself or the sender says it was acked
+            (after a receiver restart, a resend).
     """
 
     batch_id: str
@@ -96,6 +111,13 @@ class GatewayBatch(NamedTuple):
     possible_duplicate: bool
     events: tuple[bytes, ...]
     parallel: bool = False
+    sequence: int = 0
+    acked_through: int = 0
+
+    @property
+    def run_id(self) -> str:
+        """The sender run the batch belongs to (``batch_id`` up to its last ``-``)."""
+        return self.batch_id.rpartition("-")[0]
 
 
 class BatchEventException(NamedTuple):
@@ -165,6 +187,11 @@ def _read(data: bytes | None, type_byte: int, schema: Any, name: str) -> dict[st
         if value not in _INT_RANGE:
             raise MessageDecodeError(
                 f"{name}.{field}={value} does not fit an Avro int", message_ref=data
+            )
+    for field in _LONG_FIELDS[type_byte]:
+        if record[field] not in _LONG_RANGE:
+            raise MessageDecodeError(
+                f"{name}.{field}={record[field]} does not fit an Avro long", message_ref=data
             )
     return record
 

@@ -8,12 +8,13 @@ produces each event as an :class:`Operation` to ``{ns}.ops`` keeping the event's
 reached (this one added, for loop prevention), waits until the servers answered every
 operation, and then acks the batch, listing the events that failed.
 
-Order: a serial sender's batch is applied in queue order, as Geode's
-``GatewayReceiverCommand`` applies a batch's events one after the other, so this site's
-clients see the sender's order across keys: consecutive events of one bucket go together
-(one partition of ``{ns}.ops`` keeps their order), and the next bucket's events are sent
-once those were answered. A parallel sender's batch (``GatewayBatch.parallel``) needs order
-per bucket only, which the bucket's partition keeps, so all of it is sent at once.
+Order: a batch that needs queue order (a serial sender's with one dispatcher, or order
+policy THREAD) is applied in that order, as Geode's ``GatewayReceiverCommand`` applies a
+batch's events one after the other: consecutive events of one bucket go together (one
+partition of ``{ns}.ops`` keeps their order), the next bucket's once those were answered.
+A batch that needs order per bucket only (``GatewayBatch.parallel``) is sent at once, behind
+the batches still applying (:mod:`gateways.receiver_pipeline`). A sender's batches are
+applied in their sequence (:mod:`gateways.batch_sequence`); acks are not waited for.
 
 A region this site does not define: its events fail and are listed in the ack, so the
 sender drops them (SPEC §6; Geode's default ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION``
@@ -36,8 +37,7 @@ import logging
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pydantic import Field, SecretStr, field_validator
@@ -47,12 +47,9 @@ from broker.gateway_queues import DISTRIBUTABLE_KINDS
 from broker.store import RegionStore
 from clients.pool import Pool
 from clients.settings import ClientSettings
+from gateways.batch_sequence import BatchSequencer
 from gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
-from gateways.filters import (
-    GatewayConflictHelper,
-    GatewayConflictResolver,
-    TimestampedEntryEvent,
-)
+from gateways.filters import GatewayConflictResolver, resolve_conflict
 from gateways.protocol import (
     BatchEventException,
     GatewayAck,
@@ -60,7 +57,9 @@ from gateways.protocol import (
     decode_batch,
     encode_ack,
 )
-from runtime.observability import Metric, MetricFamilies, MetricsEndpoint
+from gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, PreparedBatch
+from gateways.receiver_stats import ReceiverStats, receiver_metric_families
+from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_connect import connect_redis
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
@@ -77,6 +76,9 @@ from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
+
+INBOUND_POLL_MESSAGES: Final = 16
+"""Most inbound batches taken per poll (each is applied and acked in turn)."""
 
 
 class GatewayReceiverSettings(
@@ -109,6 +111,11 @@ class GatewayReceiverSettings(
             reported failed and dropped, SPEC §6).
         missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
             missing region.
+        max_batches_applying: Most batches whose operations are sent to this site's
+            servers before the oldest of them is answered (default 8): batches that need
+            order per bucket only (:mod:`gateways.receiver_pipeline`). 1 applies one batch
+            at a time. Geode applies a batch in its connection's thread; a sender's
+            batches then wait for each other, which here would be a Kafka round trip each.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
@@ -125,48 +132,12 @@ class GatewayReceiverSettings(
     security_secret: SecretStr | None = None
     keep_batch_until_region_exists: bool = False
     missing_region_retry_interval_ms: int = Field(default=1000, ge=10)
+    max_batches_applying: int = Field(default=8, ge=1, le=1000)
 
     @field_validator("receiver_id", "namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
         return check_name("name", value, max_len=120)
-
-
-@dataclass
-class ReceiverStats:
-    """Counters of one receiver since it started.
-
-    Attributes:
-        batches_acked: Batches applied and acked (resent copies included).
-        events_applied: Events applied now.
-        duplicates: Events the servers recognised as already applied (by EventID).
-        conflicts_refused: Events refused by the timestamp / site-id rule at apply.
-        conflicts_disallowed: Events a conflict resolver disallowed.
-        events_failed: Events reported failed in an ack.
-        loops_dropped: Events that had already reached this site (not applied again).
-        possible_duplicate_batches: Batches received flagged possible duplicate.
-        dead_letters: Undecodable batches sent to the dead-letter topic.
-        acks_not_sent: Batches applied whose ack could not be written (its ack topic is
-            not this site's, or does not exist).
-        batches_kept_for_region: Tries of a batch kept unacked because a region it names
-            is not defined here (``keep_batch_until_region_exists``).
-        batch_sizes: Sizes of the batches acked, in order (the last 10,000).
-    """
-
-    batches_acked: int = 0
-    events_applied: int = 0
-    duplicates: int = 0
-    conflicts_refused: int = 0
-    conflicts_disallowed: int = 0
-    events_failed: int = 0
-    loops_dropped: int = 0
-    possible_duplicate_batches: int = 0
-    dead_letters: int = 0
-    acks_not_sent: int = 0
-    batches_kept_for_region: int = 0
-
-    def __post_init__(self) -> None:
-        self.batch_sizes: list[int] = []
 
 
 class GatewayReceiver(BackgroundWorker):
@@ -202,6 +173,9 @@ class GatewayReceiver(BackgroundWorker):
         self._store: RegionStore | None = None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._sequencer = BatchSequencer()
+        self._pipeline = ApplyPipeline(settings.max_batches_applying)
+        self._committed_offset = -1
         super().__init__(
             f"gw-receiver-{settings.receiver_id}",
             MetricsEndpoint(
@@ -249,6 +223,8 @@ class GatewayReceiver(BackgroundWorker):
             }
         )
         committed = committed_offsets(consumer, [TopicPartition(self.inbound_topic, 0)], 10.0)
+        self._sequencer = BatchSequencer(committed[0].metadata)
+        self._committed_offset = committed[0].offset
         assign_from(
             consumer, [TopicPartition(self.inbound_topic, 0, max(committed[0].offset, 0))], 10.0
         )
@@ -261,10 +237,16 @@ class GatewayReceiver(BackgroundWorker):
         )
 
     def _teardown(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
         if self._producer is not None:
             self._producer.flush(5)
+        if self._consumer is not None:
+            if self._committed_offset >= 0:
+                try:
+                    # The loop's commits are asynchronous: the last one is made sure of.
+                    self._commit(self._committed_offset, asynchronous=False)
+                except KafkaException as exc:
+                    log.warning("last inbound commit: %s", exc)
+            self._consumer.close()
         if self._pool is not None:
             self._pool.close()
         if self._store is not None:
@@ -273,10 +255,14 @@ class GatewayReceiver(BackgroundWorker):
     # --- batches -----------------------------------------------------------------------
 
     def _serve(self) -> None:
-        assert self._consumer is not None
+        assert self._consumer is not None and self._producer is not None
         while not self.stopping.is_set():
+            self._producer.poll(0)  # the acks' delivery reports
+            if not self._conclude(keep=self._pipeline.capacity):
+                continue
             try:
-                messages = poll_batch(self._consumer, 1, 0.1)
+                wait_s = 0.005 if len(self._pipeline) else 0.1
+                messages = poll_batch(self._consumer, INBOUND_POLL_MESSAGES, wait_s)
             except KafkaException as exc:
                 log.warning("inbound consumer: %s", exc)
                 continue
@@ -288,36 +274,124 @@ class GatewayReceiver(BackgroundWorker):
                     continue
                 offset = message.offset()
                 assert offset is not None
-                try:
-                    batch = decode_batch(message.value())
-                except MessageDecodeError as exc:
-                    self._dead_letter(message.value(), offset, str(exc))
-                else:
-                    try:
-                        ack = self.apply_batch(batch)
-                    except BatchApplyTimeoutError as exc:
-                        log.warning("batch %s not acked: %s", batch.batch_id, exc)
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        continue
-                    except RegionNotYetDefinedError as exc:
-                        self.stats.batches_kept_for_region += 1
-                        log.info("batch %s kept: %s", batch.batch_id, exc)
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
-                        continue
-                    except TransportError as exc:
-                        # The conflict resolver reads Redis before any event is sent, so
-                        # the whole batch is applied again (and acked) once Redis is back.
-                        if self._store is None or not is_redis_unavailable(exc):
-                            raise
-                        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
-                        self._wait_for_redis(exc)
-                        continue
-                    self._send_ack(batch, ack)
-                self._consumer.commit(
-                    offsets=[TopicPartition(self.inbound_topic, 0, offset + 1)],
-                    asynchronous=False,
-                )
+                if not self._handle(message.value(), offset):
+                    break  # read again from a batch: the rest of the poll is dropped
+        # Stopping: what is answered is acked; the rest is read again by the next start.
+        self._conclude(keep=len(self._pipeline))
+
+    def _handle(self, raw: bytes | None, offset: int) -> bool:
+        """Apply (or start applying) one inbound message; False when the receiver seeked
+        back to read again from a batch."""
+        try:
+            batch = decode_batch(raw)
+        except MessageDecodeError as exc:
+            self._dead_letter(raw, offset, str(exc))
+            self._pipeline.add(ApplyingBatch(offset))  # committed in turn
+            return True
+        if not self._sequencer.admits(batch):
+            # The batch before it was lost on the way: the sender resends both, in order.
+            self.stats.batches_out_of_sequence += 1
+            log.info(
+                "batch %s of site %d not applied: the one before it was not received",
+                batch.batch_id,
+                batch.site_id,
+            )
+            self._pipeline.add(ApplyingBatch(offset))
+            return True
+        if batch.parallel and self.resolver is None:
+            # Order per bucket only: sent behind the batches still applying.
+            assert self._pool is not None
+            if batch.possible_duplicate:
+                self.stats.possible_duplicate_batches += 1
+            prepared = self._prepare(batch)
+            entry = ApplyingBatch(
+                offset,
+                batch,
+                prepared,
+                self._pool.request_each(prepared.ops) if prepared.ops else [],
+                ApplyPipeline.deadline(self.settings.apply_timeout_ms),
+            )
+            self._sequencer.applied(batch)  # the next batch of the run may follow it
+            self._pipeline.add(entry)
+            return self._conclude(keep=self._pipeline.capacity)
+        # Queue order (or a resolver reading entries): after every batch before it.
+        if not self._conclude(keep=0):
+            return False
+        try:
+            ack = self.apply_batch(batch)
+        except (BatchApplyTimeoutError, RegionNotYetDefinedError, TransportError) as exc:
+            self._not_applied(batch, offset, exc)
+            return False
+        self._sequencer.applied(batch)
+        self._send_ack(batch, ack)
+        self._commit(offset + 1, asynchronous=True)
+        return True
+
+    def _conclude(self, keep: int) -> bool:
+        if self._pipeline.conclude(keep, self._finish):
+            return True
+        assert self._pool is not None
+        for entry in self._pipeline.dropped():
+            for op, _ in entry.prepared.ops:
+                self._pool.forget(op.request_id)
+        return False
+
+    def _finish(self, entry: ApplyingBatch) -> bool:
+        """Wait for a pipelined batch's replies, ack it and commit past it; False (after
+        a seek back to it) when it was not applied."""
+        batch = entry.batch
+        if batch is not None:
+            try:
+                replies = [
+                    self._wait(f, op, entry.deadline)
+                    for (op, _), f in zip(entry.prepared.ops, entry.futures, strict=True)
+                ]
+                self._check_regions(replies)
+            except (BatchApplyTimeoutError, RegionNotYetDefinedError) as exc:
+                assert self._pool is not None
+                for op, _ in entry.prepared.ops:
+                    self._pool.forget(op.request_id)
+                self._not_applied(batch, entry.offset, exc)
+                return False
+            self._send_ack(batch, self._conclude_batch(batch, entry.prepared, replies))
+        self._commit(entry.offset + 1, asynchronous=True)
+        return True
+
+    def _not_applied(self, batch: GatewayBatch, offset: int, exc: Exception) -> None:
+        """Read again from ``offset``: after a timeout at once, for a missing region after
+        ``missing_region_retry_interval_ms``, for Redis once it is back.
+
+        Raises:
+            TransportError: ``exc`` itself when it is not a Redis outage of the resolver.
+        """
+        assert self._consumer is not None
+        if isinstance(exc, TransportError) and (
+            self._store is None or not is_redis_unavailable(exc)
+        ):
+            raise exc
+        self._consumer.seek(TopicPartition(self.inbound_topic, 0, offset))
+        if isinstance(exc, RegionNotYetDefinedError):
+            self.stats.batches_kept_for_region += 1
+            log.info("batch %s kept: %s", batch.batch_id, exc)
+            self.stopping.wait(self.settings.missing_region_retry_interval_ms / 1000)
+        elif isinstance(exc, TransportError):
+            # The conflict resolver reads Redis before any event is sent, so the whole
+            # batch is applied again (and acked) once Redis is back.
+            self._wait_for_redis(exc)
+        else:
+            log.warning("batch %s not acked: %s", batch.batch_id, exc)
+
+    def _commit(self, offset: int, *, asynchronous: bool) -> None:
+        """Commit the inbound offset with what was applied per sender (its metadata)."""
+        assert self._consumer is not None
+        position = TopicPartition(
+            self.inbound_topic, 0, offset, metadata=self._sequencer.to_metadata()
+        )
+        if asynchronous:
+            self._consumer.commit(offsets=[position], asynchronous=True)
+        else:
+            self._consumer.commit(offsets=[position], asynchronous=False)
+        self._committed_offset = offset
 
     def _wait_for_redis(self, cause: TransportError) -> None:
         assert self._store is not None
@@ -340,13 +414,18 @@ class GatewayReceiver(BackgroundWorker):
             RegionNotYetDefinedError: an event names a region this site does not define
                 and ``keep_batch_until_region_exists`` is set (the batch is not acked).
         """
-        assert self._pool is not None
-        pool = self._pool
         if batch.possible_duplicate:
             self.stats.possible_duplicate_batches += 1
-        exceptions: list[BatchEventException] = []
-        sent: list[tuple[int, Event, Operation]] = []
-        ops: list[tuple[Operation, int]] = []
+        prepared = self._prepare(batch)
+        replies = self._apply_in_order(prepared.ops, parallel=batch.parallel)
+        return self._conclude_batch(batch, prepared, replies)
+
+    def _prepare(self, batch: GatewayBatch) -> PreparedBatch:
+        """The batch's events as this site's operations (conflict resolver run)."""
+        assert self._pool is not None
+        pool = self._pool
+        prepared = PreparedBatch()
+        exceptions, sent, ops = prepared.exceptions, prepared.sent, prepared.ops
         for index, raw in enumerate(batch.events):
             try:
                 event = decode_as(raw, Event)
@@ -369,7 +448,8 @@ class GatewayReceiver(BackgroundWorker):
             bucket = bucket_of(event.region, event.key, pool.total_buckets)
             value = event.value
             if self.resolver is not None:
-                verdict = self._resolve(event, bucket)
+                assert self._store is not None
+                verdict = resolve_conflict(self._store, self.resolver, event, bucket)
                 if verdict is None:
                     self.stats.conflicts_disallowed += 1
                     continue
@@ -392,8 +472,14 @@ class GatewayReceiver(BackgroundWorker):
             )
             sent.append((index, event, op))
             ops.append((op, bucket))
-        replies = self._apply_in_order(ops, parallel=batch.parallel)
-        for (index, event, op), reply in zip(sent, replies, strict=True):
+        return prepared
+
+    def _conclude_batch(
+        self, batch: GatewayBatch, prepared: PreparedBatch, replies: list[Reply]
+    ) -> GatewayAck:
+        """The ack of an applied batch, from its operations' replies."""
+        exceptions = list(prepared.exceptions)
+        for (index, event, op), reply in zip(prepared.sent, replies, strict=True):
             if reply.ok:
                 if reply.duplicate:
                     self.stats.duplicates += 1
@@ -438,12 +524,17 @@ class GatewayReceiver(BackgroundWorker):
             answered = [
                 self._wait(f, op, deadline) for (op, _), f in zip(run, futures, strict=True)
             ]
-            if self.settings.keep_batch_until_region_exists:
-                missing = next((r for r in answered if r.error_type == "RegionNotFoundError"), None)
-                if missing is not None:
-                    raise RegionNotYetDefinedError(missing.error_message or "region not found")
+            self._check_regions(answered)
             replies.extend(answered)
         return replies
+
+    def _check_regions(self, replies: list[Reply]) -> None:
+        """Raises RegionNotYetDefinedError: a reply says a region is missing and
+        ``keep_batch_until_region_exists`` is set."""
+        if self.settings.keep_batch_until_region_exists:
+            missing = next((r for r in replies if r.error_type == "RegionNotFoundError"), None)
+            if missing is not None:
+                raise RegionNotYetDefinedError(missing.error_message or "region not found")
 
     def _wait(self, future: Future[list[Reply]], op: Operation, deadline: float) -> Reply:
         assert self._pool is not None
@@ -458,34 +549,6 @@ class GatewayReceiver(BackgroundWorker):
             return Reply(op.request_id, -1, False, type(exc).__name__, str(exc))
         return replies[0]
 
-    def _resolve(self, event: Event, bucket: int) -> bytes | None:
-        """Run the conflict resolver; the value to apply, or None when disallowed."""
-        assert self._store is not None and self.resolver is not None and event.key is not None
-        version = self._store.gateway_version(event.region, event.key, bucket)
-        origin = event.origin_site_id
-        if version is None or version.site_id == origin:
-            return event.value
-        _, entry = self._store.get(event.region, event.key, bucket)
-        helper = GatewayConflictHelper()
-        self.resolver.on_event(
-            TimestampedEntryEvent(
-                region=event.region,
-                key=event.key,
-                kind=event.kind,
-                new_value=event.value,
-                old_value=entry.value if entry is not None else None,
-                serializer=event.serializer,
-                new_timestamp_ms=event.timestamp_ms,
-                old_timestamp_ms=version.timestamp_ms,
-                new_distributed_system_id=origin,
-                old_distributed_system_id=version.site_id,
-            ),
-            helper,
-        )
-        if helper.disallowed:
-            return None
-        return helper.new_value if helper.value_changed else event.value
-
     def _send_ack(self, batch: GatewayBatch, ack: GatewayAck) -> None:
         assert self._producer is not None
         # A batch names its ack topic, so anyone who can write the inbound topic could
@@ -494,29 +557,25 @@ class GatewayReceiver(BackgroundWorker):
         if not batch.ack_topic.startswith(Topics(self.settings.namespace).gateway_ack_prefix):
             self._ack_not_sent(batch, "its ack topic is not one of this site's")
             return
-        failures: list[KafkaError] = []
+        topic = batch.ack_topic
 
         def on_delivery(error: KafkaError | None, _message: Any) -> None:
+            # Served by the loop's poll: the ack is not waited for, the next batch goes on.
             if error is not None:
-                failures.append(error)
+                failure = kafka_error(error, f"producing to {topic}", f"topic {topic}")
+                self._ack_not_sent(batch, str(failure))
+                return
+            self.stats.batches_acked += 1
+            self.stats.batch_sizes.append(len(batch.events))
+            del self.stats.batch_sizes[:-10_000]
 
         try:
-            self._producer.produce(
-                batch.ack_topic, encode_ack(ack), partition=0, on_delivery=on_delivery
-            )
+            self._producer.produce(topic, encode_ack(ack), partition=0, on_delivery=on_delivery)
+        except BufferError:
+            self._producer.flush(30)
+            self._producer.produce(topic, encode_ack(ack), partition=0, on_delivery=on_delivery)
         except KafkaException as exc:
             self._ack_not_sent(batch, str(exc))
-            return
-        self._producer.flush(30)
-        if failures:
-            topic = batch.ack_topic
-            self._ack_not_sent(
-                batch, str(kafka_error(failures[0], f"producing to {topic}", f"topic {topic}"))
-            )
-            return
-        self.stats.batches_acked += 1
-        self.stats.batch_sizes.append(len(batch.events))
-        del self.stats.batch_sizes[:-10_000]
 
     def _ack_not_sent(self, batch: GatewayBatch, reason: str) -> None:
         self.stats.acks_not_sent += 1
@@ -535,82 +594,6 @@ class GatewayReceiver(BackgroundWorker):
         headers = dead_letter_headers(reason, source, self.settings.member_id)
         self._producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._producer.flush(10)
-
-
-def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
-    """The metric families of one scrape of a gateway receiver, read from its stats.
-
-    Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
-    ``sender``, ``receiver`` or ``queue``. Counters end in ``_total``.
-
-    Gateway receiver (``{ns}.gwr.<receiver>``):
-
-    - ``regionbus_gateway_receiver_batches_acked_total``: batches applied and acked.
-    - ``regionbus_gateway_receiver_possible_duplicate_batches_total``: batches received
-      flagged possible duplicate (resends).
-    - ``regionbus_gateway_receiver_events_applied_total``, ``..._duplicate_events_total``
-      (already applied, by EventID), ``..._conflicts_refused_total`` (older than the entry),
-      ``..._conflicts_disallowed_total`` (by the resolver), ``..._events_failed_total``,
-      ``..._loops_dropped_total``, ``..._dead_letters_total``, ``..._acks_not_sent_total``.
-
-    Args:
-        receiver: The receiver; only read.
-    """
-    s = receiver.settings
-    stats = receiver.stats
-    families = MetricFamilies(
-        {"namespace": s.namespace, "member": s.member_id, "receiver": s.receiver_id}
-    )
-    prefix = "gateway_receiver_"
-    return [
-        families.counter(
-            prefix + "batches_acked",
-            "Batches applied to this site and acked (resent copies included).",
-            stats.batches_acked,
-        ),
-        families.counter(
-            prefix + "possible_duplicate_batches",
-            "Batches received flagged possible duplicate (resends).",
-            stats.possible_duplicate_batches,
-        ),
-        families.counter(
-            prefix + "events_applied", "Events applied to this site.", stats.events_applied
-        ),
-        families.counter(
-            prefix + "duplicate_events",
-            "Events this site had already applied (recognised by EventID).",
-            stats.duplicates,
-        ),
-        families.counter(
-            prefix + "conflicts_refused",
-            "Events refused as older than the entry's last change (timestamp, site id).",
-            stats.conflicts_refused,
-        ),
-        families.counter(
-            prefix + "conflicts_disallowed",
-            "Events a GatewayConflictResolver disallowed.",
-            stats.conflicts_disallowed,
-        ),
-        families.counter(
-            prefix + "events_failed", "Events reported failed in an ack.", stats.events_failed
-        ),
-        families.counter(
-            prefix + "loops_dropped",
-            "Events that had already reached this site (loop prevention).",
-            stats.loops_dropped,
-        ),
-        families.counter(
-            prefix + "dead_letters",
-            "Undecodable batches sent to the dead-letter topic.",
-            stats.dead_letters,
-        ),
-        families.counter(
-            prefix + "acks_not_sent",
-            "Batches applied whose ack could not be written (not this site's ack topic, "
-            "or no such topic).",
-            stats.acks_not_sent,
-        ),
-    ]
 
 
 __all__ = [

@@ -3,22 +3,28 @@
 Seed 002 / Geode ``AbstractGatewaySenderEventProcessor`` with
 ``GatewaySenderEventRemoteDispatcher``: the primary sender reads its queue, builds a batch
 of ``batch_size`` events or what came within ``batch_time_interval_ms``, runs
-``before_transmit``, optionally conflates, sends the batch to the remote site's gateway
-receiver and waits for its ack; only then does the batch leave the queue, and
-``after_acknowledgement`` runs. Failures:
+``before_transmit``, optionally conflates and sends the batch to the remote site's gateway
+receiver. It does not wait for the ack before the next batch: up to
+``max_batches_in_flight`` batches are unacked at once (:mod:`gateways.sender_window`; Geode's
+dispatcher also sends on while its ``AckReaderThread`` reads the acks). Acks are read on
+their own thread; a batch leaves the queue, and ``after_acknowledgement`` runs, once it and
+every batch before it were acked. The receiver applies a run's batches strictly in their
+order (:mod:`gateways.batch_sequence`). Failures:
 
 - the ack lists exceptions: the processed and the failed events leave the queue, the
   failures are logged, processing continues;
-- no ack within ``ack_timeout_ms``: the whole batch is sent again, every event flagged
-  ``possible_duplicate`` (the receiving site drops duplicates by EventID);
-- the remote site's Kafka cannot be reached: the batch stays, and is retried every
-  ``retry_interval_ms`` (seed 002: five seconds) while the queue grows (Kafka keeps it).
+- no ack within ``ack_timeout_ms``: every unacked batch is sent again, from the first, in
+  order, every event flagged ``possible_duplicate`` (the receiving site drops duplicates
+  by EventID);
+- the remote site's Kafka does not take a batch: it and the unacked batches after it are
+  sent again, retried every ``retry_interval_ms`` (seed 002: five seconds) while the queue
+  grows (Kafka keeps it).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
+import threading
 import time
 import uuid
 from typing import Any, ClassVar
@@ -28,19 +34,22 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
+from broker.config import OrderPolicy
 from gateways.errors import RemoteSiteUnreachableError
-from gateways.processor import QueueProcessor, conflate
+from gateways.processor import QueuedEvent, QueueProcessor, conflate
 from gateways.protocol import (
     GatewayAck,
     GatewayBatch,
     decode_ack,
     encode_batch,
 )
-from runtime.observability import Metric, MetricFamilies
+from gateways.sender_metrics import sender_metric_families
+from gateways.sender_window import BatchWindow, InFlightBatch
+from runtime.observability import Metric
 from runtime.redis_connect import connect_redis
 from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from schemas.codec import encode
-from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError
+from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
 from schemas.hooks import GatewayEventFilter, load_hook
 from schemas.kafka_clients import client_config, kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event
@@ -84,6 +93,17 @@ class GatewaySenderSettings(
             key in the same batch (Geode ``enable-batch-conflation``, default False).
         ack_timeout_ms: Longest wait for a batch's ack before it is resent whole, flagged
             possible duplicate. Geode waits on its socket read timeout; 30 s here.
+        max_batches_in_flight: Most batches sent and not yet acked at once (default 10).
+            1 is the stop-and-wait sender of seed 002. Geode sets no number: its serial
+            dispatcher sends on while the ``AckReaderThread`` reads acks, bounded by the
+            socket; here a window keeps a slow receiver from growing the inbound topic
+            without end, and 10 batches of 100 events cover a WAN round trip at the
+            rates one receiver applies.
+        order_policy: The servers' ``GatewaySenderSpec.order_policy`` for this sender
+            (Geode default KEY): with KEY or PARTITION and a queue of several dispatcher
+            partitions only a key's (bucket's) order holds, as with Geode's concurrent
+            dispatchers, so the receiver applies a batch's buckets at once; with THREAD,
+            or one partition, it applies the batch one event after the other.
         retry_interval_ms: Wait before retrying when the remote site cannot be reached
             (seed 002: five seconds).
         event_filters: ``"module:Class"`` ``GatewayEventFilter``s (``before_transmit``,
@@ -111,6 +131,8 @@ class GatewaySenderSettings(
     batch_time_interval_ms: int = Field(default=1000, ge=1)
     batch_conflation_enabled: bool = False
     ack_timeout_ms: int = Field(default=30_000, ge=100)
+    max_batches_in_flight: int = Field(default=10, ge=1, le=1000)
+    order_policy: OrderPolicy = OrderPolicy.KEY
     retry_interval_ms: int = Field(default=5000, ge=10)
     event_filters: list[str] = Field(default_factory=list)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
@@ -177,10 +199,17 @@ class GatewaySender(QueueProcessor):
         self.ack_topic = Topics(settings.remote_namespace).gateway_ack(
             settings.distributed_system_id, settings.sender_id
         )
-        self._run_id = uuid.uuid4().hex[:12]
-        self._batch_ids = itertools.count(1)
         self._producer: Producer | None = None
         self._acks: Consumer | None = None
+        # Held to open or close the queue reader and to commit from the ack thread.
+        self._run_lock = threading.Lock()
+        self._window: BatchWindow | None = None
+        self._order_per_bucket = settings.parallel
+        self._last_send_error: KafkaError | None = None
+
+    def _setup(self) -> None:
+        super()._setup()
+        self.spawn(self._read_acks, "acks")
 
     # --- remote site -------------------------------------------------------------------
 
@@ -212,6 +241,9 @@ class GatewaySender(QueueProcessor):
                 # dead after the grant. A batch appended twice by a retry is applied once:
                 # the receiver recognises its EventIDs.
                 "message.timeout.ms": timeout_ms,
+                # One produce request at a time: a retried request never lands after a
+                # later batch (not idempotent, so librdkafka would not keep the order).
+                "max.in.flight.requests.per.connection": 1,
                 "client.id": self.member_id,
             }
         )
@@ -245,50 +277,191 @@ class GatewaySender(QueueProcessor):
             self._producer.flush(5)
             self._producer = None
 
-    def _send(self, batch: GatewayBatch) -> None:
-        self._ensure_remote()
-        assert self._producer is not None
-        failures: list[KafkaError] = []
+    # --- the run: peek, send, resend ---------------------------------------------------
 
-        def on_delivery(error: KafkaError | None, _message: Any) -> None:
-            if error is not None:
-                failures.append(error)
+    def _serve(self) -> None:
+        opened = False
+        while not self.stopping.is_set():
+            if not self._primary.is_set():
+                if opened:
+                    self._end_run()
+                    opened = False
+                self.stats.backlog_events = None
+                self._primary.wait(0.2)
+                continue
+            if not opened:
+                self._start_run()
+                opened = True
+            window = self._window
+            assert window is not None
+            self._reader.trimmer.trim()
+            self.stats.backlog_events = self._reader.backlog_events()
+            if not self._resend_due(window):
+                self._end_run()  # stopping, or no longer primary
+                opened = False
+                continue
+            self.stats.batches_in_flight = window.in_flight
+            if not window.wait_for_room(0.05):
+                continue
+            batch = self._reader.peek(
+                self.batch_size, self.batch_time_interval_ms, 0.2, self.stopping
+            )
+            positions = self._reader.mark()
+            if batch or positions is not None:
+                self._submit(window, batch, positions)
 
+    def _start_run(self) -> None:
+        """Read the queue from its committed offsets under a new run id (a new batch
+        sequence: the receiver takes its first batch as the start)."""
+        with self._run_lock:
+            self._reader.open()
+            partitions = self._reader.partitions
+            self._order_per_bucket = self.settings.parallel or (
+                partitions > 1 and self.settings.order_policy is not OrderPolicy.THREAD
+            )
+            self._window = BatchWindow(uuid.uuid4().hex[:12], self.settings.max_batches_in_flight)
+        self._reading.set()
+
+    def _end_run(self) -> None:
+        """Stop reading; the batches in flight are read again from the committed offsets
+        by the next run (resent, and recognised by EventID where applied)."""
+        with self._run_lock:
+            if self._window is not None:
+                self._window.close()
+            self._reader.close()
+        self._reading.clear()
+        self.stats.batches_in_flight = 0
+
+    def _submit(
+        self, window: BatchWindow, queued: list[QueuedEvent], positions: dict[int, int] | None
+    ) -> None:
+        transmit = [q for q in queued if all(f.before_transmit(q.event) for f in self.filters)]
+        self.stats.events_filtered += len(queued) - len(transmit)
+        if self.settings.batch_conflation_enabled:
+            kept = {id(e) for e in conflate([q.event for q in transmit])}
+            transmit = [q for q in transmit if id(q.event) in kept]
+        entry = window.new_batch([q.event for q in transmit], [q.raw for q in transmit], positions)
+        if entry.events:
+            self._transmit(window, entry)
+
+    def _batch_of(self, window: BatchWindow, entry: InFlightBatch) -> GatewayBatch:
+        resend = entry.delivered
+        payload = (
+            tuple(encode(e._replace(possible_duplicate=True)) for e in entry.events)
+            if resend
+            else tuple(entry.raw)
+        )
+        return GatewayBatch(
+            entry.batch_id,
+            self.settings.sender_id,
+            self.settings.distributed_system_id,
+            self.ack_topic,
+            resend,
+            payload,
+            self._order_per_bucket,
+            entry.sequence,
+            window.acked_through,
+        )
+
+    def _transmit(self, window: BatchWindow, entry: InFlightBatch) -> None:
+        """Hand a batch to the remote producer without waiting; a failure marks it for
+        :meth:`_resend_due`."""
+        entry.sends += 1
+        entry.sent_at = time.monotonic()
+        entry.failed = False
         try:
+            self._ensure_remote()
+            assert self._producer is not None
             self._producer.produce(
                 self.inbound_topic,
-                encode_batch(batch),
-                batch.batch_id.encode(),
+                encode_batch(self._batch_of(window, entry)),
+                entry.batch_id.encode(),
                 partition=0,
-                on_delivery=on_delivery,
+                on_delivery=lambda error, _message: self._delivered(entry, error),
             )
-        except (KafkaException, BufferError) as exc:
-            raise RemoteSiteUnreachableError(f"cannot send batch: {exc}") from exc
+            self._producer.poll(0)
+        except (RemoteSiteUnreachableError, KafkaException, BufferError) as exc:
+            log.debug("batch %s not handed to the remote producer: %s", entry.batch_id, exc)
+            entry.failed = True
+
+    def _delivered(self, entry: InFlightBatch, error: KafkaError | None) -> None:
+        # On the thread that polls or flushes the producer (the dispatching one).
+        if error is None:
+            entry.delivered = True
+            self.stats.batches_sent += 1
+        else:
+            entry.failed = True
+            self._last_send_error = error
+
+    def _resend_due(self, window: BatchWindow) -> bool:
+        """Send again what failed or whose ack is overdue, from the first such batch, in
+        order, until the remote Kafka takes it all; False when stopping or no longer
+        primary."""
+        if self._producer is not None:
+            self._producer.poll(0)
+        again, overdue = window.to_resend(time.monotonic(), self.settings.ack_timeout_ms / 1000)
+        if not again:
+            return True
+        if overdue:
+            self.stats.batches_redispatched += len(again)
+            log.warning(
+                "gateway sender %s: no ack for batch %s within %d ms: resending %d batches",
+                self.settings.sender_id,
+                again[0].batch_id,
+                self.settings.ack_timeout_ms,
+                len(again),
+            )
+        retrying = Retrying(
+            retry=retry_if_exception_type(RemoteSiteUnreachableError),
+            wait=wait_fixed(self.settings.retry_interval_ms / 1000),
+            stop=lambda _state: self.stopping.is_set() or not self._primary.is_set(),
+            sleep=self._sleep,
+            before_sleep=self._log_unreachable,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    self._send_all(window, again)
+        except RetryError:
+            return False
+        return True
+
+    def _send_all(self, window: BatchWindow, entries: list[InFlightBatch]) -> None:
+        self._ensure_remote()
+        assert self._producer is not None
+        for entry in entries:
+            self._transmit(window, entry)
         remaining = self._producer.flush(self.settings.ack_timeout_ms / 1000 + 5)
-        if remaining or failures:
+        failed = next((e for e in entries if e.failed), None)
+        if remaining or failed is not None:
             topic = self.inbound_topic
+            error = self._last_send_error
             reason = (
-                str(kafka_error(failures[0], f"producing to {topic}", f"topic {topic}"))
-                if failures
+                str(kafka_error(error, f"producing to {topic}", f"topic {topic}"))
+                if error is not None
                 else "timed out"
             )
+            name = failed.batch_id if failed is not None else entries[0].batch_id
             raise RemoteSiteUnreachableError(
-                f"batch {batch.batch_id} not delivered to the remote site: {reason}"
+                f"batch {name} not delivered to the remote site: {reason}"
             )
 
-    def _await_ack(self, batch_id: str) -> GatewayAck | None:
-        assert self._acks is not None
-        deadline = time.monotonic() + self.settings.ack_timeout_ms / 1000
-        while not self.stopping.is_set() and time.monotonic() < deadline:
+    # --- acks --------------------------------------------------------------------------
+
+    def _read_acks(self) -> None:
+        """The ack reader thread (Geode's ``AckReaderThread``): records acks in the run's
+        window and removes the acked prefix from the queue."""
+        while not self.stopping.is_set():
+            acks, window = self._acks, self._window
+            if acks is None or window is None or window.closed:
+                self.stopping.wait(0.05)
+                continue
             try:
-                messages = poll_batch(self._acks, 100, 0.1)
+                messages = poll_batch(acks, 500, 0.05)
             except KafkaException as exc:
                 log.warning("ack consumer: %s", exc)
                 continue
-            found: GatewayAck | None = None
             last_offset = -1
-            # Every message of the poll is looked at, also after the awaited ack: the
-            # consumer's position is already past them, so one skipped here is never seen.
             for message in messages:
                 if message.error() is not None:
                     continue
@@ -302,29 +475,36 @@ class GatewaySender(QueueProcessor):
                     # site's, where the sender's operators look (as for its queue).
                     self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc))
                     continue
-                if ack.batch_id == batch_id and found is None:
-                    found = ack
-            if found is not None:
-                self._acks.commit(
+                window.acked(ack)
+            self._complete(window)
+            if last_offset >= 0:
+                acks.commit(
                     offsets=[TopicPartition(self.ack_topic, 0, last_offset + 1)],
                     asynchronous=True,
                 )
-                return found
-        return None
 
-    # --- dispatch ----------------------------------------------------------------------
+    def _complete(self, window: BatchWindow) -> None:
+        """Remove the leading acked batches from the queue, then run their filters."""
+        with self._run_lock:
+            if window.closed:
+                return
+            done = window.pop_completed()
+            positions: dict[int, int] = {}
+            for entry in done:
+                positions.update(entry.positions or {})
+            if positions:
+                try:
+                    self._reader.commit_at(positions)
+                except TransportError as exc:
+                    log.warning("gateway sender %s: %s", self.settings.sender_id, exc)
+        self.stats.batches_in_flight_peak = max(
+            self.stats.batches_in_flight_peak, window.peak_in_flight
+        )
+        for entry in done:
+            if entry.events and entry.ack is not None:
+                self._acknowledged(entry.events, entry.ack)
 
-    def _dispatch(self, events: list[Event]) -> bool:
-        transmit = [e for e in events if all(f.before_transmit(e) for f in self.filters)]
-        self.stats.events_filtered += len(events) - len(transmit)
-        if self.settings.batch_conflation_enabled:
-            transmit = conflate(transmit)
-        if not transmit:
-            return True
-        batch_id = f"{self._run_id}-{next(self._batch_ids)}"
-        ack = self._deliver(batch_id, transmit)
-        if ack is None:
-            return False
+    def _acknowledged(self, transmit: list[Event], ack: GatewayAck) -> None:
         self.stats.dispatched(len(transmit))
         for failure in ack.exceptions:
             event = transmit[failure.event_index] if failure.event_index < len(transmit) else None
@@ -341,51 +521,6 @@ class GatewaySender(QueueProcessor):
         for event in transmit:
             for f in self.filters:
                 f.after_acknowledgement(event)
-        return True
-
-    def _deliver(self, batch_id: str, events: list[Event]) -> GatewayAck | None:
-        """Send until acked; None when stopping or no longer primary."""
-        sent = False
-        retrying = Retrying(
-            retry=retry_if_exception_type(RemoteSiteUnreachableError),
-            wait=wait_fixed(self.settings.retry_interval_ms / 1000),
-            stop=lambda _state: self.stopping.is_set() or not self._primary.is_set(),
-            sleep=self._sleep,
-            before_sleep=self._log_unreachable,
-        )
-        while not self.stopping.is_set() and self._primary.is_set():
-            payload = tuple(
-                encode(e._replace(possible_duplicate=True)) if sent else encode(e) for e in events
-            )
-            batch = GatewayBatch(
-                batch_id,
-                self.settings.sender_id,
-                self.settings.distributed_system_id,
-                self.ack_topic,
-                sent,
-                payload,
-                self.settings.parallel,
-            )
-            try:
-                for attempt in retrying:
-                    with attempt:
-                        self._send(batch)
-            except RetryError:
-                return None
-            sent = True
-            self.stats.batches_sent += 1
-            ack = self._await_ack(batch_id)
-            if ack is not None:
-                return ack
-            if not self.stopping.is_set():
-                self.stats.batches_redispatched += 1
-                log.warning(
-                    "gateway sender %s: no ack for batch %s within %d ms: resending it",
-                    self.settings.sender_id,
-                    batch_id,
-                    self.settings.ack_timeout_ms,
-                )
-        return None
 
     def _metric_families(self) -> list[Metric]:
         return sender_metric_families(self)
@@ -405,89 +540,7 @@ class GatewaySender(QueueProcessor):
         )
 
 
-def sender_metric_families(sender: GatewaySender) -> list[Metric]:
-    """The metric families of one scrape of a gateway sender, read from its stats.
-
-    Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
-    ``sender``, ``receiver`` or ``queue``. Counters end in ``_total``.
-
-    Gateway sender (``{ns}.gw.<sender>``):
-
-    - ``regionbus_gateway_sender_batches_sent_total``: batches the remote Kafka took (first
-      sends and resends).
-    - ``regionbus_gateway_sender_batches_acked_total``: batches the remote receiver acked
-      (then removed from the queue).
-    - ``regionbus_gateway_sender_batches_resent_total``: batches sent again, flagged possible
-      duplicate, after no ack within ``ack_timeout_ms``.
-    - ``regionbus_gateway_sender_events_acked_total``, ``..._events_failed_total`` (listed in
-      an ack as failed), ``..._events_filtered_total`` (``before_transmit`` said no).
-    - ``regionbus_gateway_sender_unreachable_retries_total``: waits of ``retry_interval_ms``
-      because the remote Kafka could not be reached.
-    - ``regionbus_gateway_sender_backlog_events`` (gauge): queued events not yet acked
-      (only while primary).
-    - ``regionbus_gateway_sender_primary`` (gauge): 1 while this worker is the primary.
-
-    Args:
-        sender: The sender; only read.
-    """
-    s = sender.settings
-    stats = sender.stats
-    families = MetricFamilies(
-        {"namespace": s.namespace, "member": s.member_id, "sender": s.sender_id}
-    )
-    prefix = "gateway_sender_"
-    metrics: list[Metric] = [
-        families.counter(
-            prefix + "batches_sent",
-            "Batches the remote site's Kafka took (first sends and resends).",
-            stats.batches_sent,
-        ),
-        families.counter(
-            prefix + "batches_acked",
-            "Batches the remote receiver acked (then removed from the queue).",
-            stats.batches_dispatched,
-        ),
-        families.counter(
-            prefix + "batches_resent",
-            "Batches sent again, flagged possible duplicate, after no ack in time.",
-            stats.batches_redispatched,
-        ),
-        families.counter(
-            prefix + "events_acked", "Events in acked batches.", stats.events_dispatched
-        ),
-        families.counter(
-            prefix + "events_failed",
-            "Events the remote site listed as failed in an ack (logged, dropped).",
-            stats.events_failed,
-        ),
-        families.counter(
-            prefix + "events_filtered",
-            "Events a before_transmit filter left out.",
-            stats.events_filtered,
-        ),
-        families.counter(
-            prefix + "unreachable_retries",
-            "Waits because the remote site's Kafka could not be reached.",
-            stats.unreachable_retries,
-        ),
-        families.gauge(
-            prefix + "primary", "1 while this worker is the primary sender.", sender.is_primary
-        ),
-    ]
-    backlog = stats.backlog_events
-    if backlog is not None:
-        metrics.append(
-            families.gauge(
-                prefix + "backlog_events",
-                "Queued events not yet acked by the remote site (primary only).",
-                backlog,
-            )
-        )
-    return metrics
-
-
 __all__ = [
     "GatewaySender",
     "GatewaySenderSettings",
-    "sender_metric_families",
 ]

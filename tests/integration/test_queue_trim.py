@@ -101,7 +101,8 @@ def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Itera
 def test_a_gateway_sender_trims_its_queue_only_after_the_remote_ack(sites: list[Site]) -> None:
     a, b = sites
     b.start_server()
-    a.start_server(senders={"to-b": 2})
+    # One dispatcher partition: the ten events all in the partition watched.
+    a.start_server(senders={"to-b": 2}, sender_options={"dispatcher_threads": 1})
     sender = a.start_sender("to-b", b, ack_timeout_ms=500, batch_time_interval_ms=50)
     marks = _Watermarks(a.kafka, f"{a.namespace}.gw.to-b")
     a.stack.callback(marks.close)

@@ -181,6 +181,8 @@ GATEWAY_BATCHES = st.builds(
     ack_topic=TEXT,
     possible_duplicate=st.booleans(),
     events=st.lists(EVENTS.map(encode), max_size=4).map(tuple),
+    sequence=LONGS,
+    acked_through=LONGS,
 )
 GATEWAY_ACKS = st.builds(
     GatewayAck,
