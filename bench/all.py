@@ -27,7 +27,7 @@ import click
 from rich.console import Console
 
 from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read, with_peers
-from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
+from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, last_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +86,6 @@ def _load_average() -> str:
         return "?"
 
 
-def _last_line(log_path: Path, chars: int = 120) -> str:
-    """The last non-empty line of a benchmark's log so far, cut to ``chars``."""
-    try:
-        with log_path.open("rb") as log:
-            log.seek(max(log_path.stat().st_size - 4096, 0))
-            lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
-    except OSError:
-        return "(no log yet)"
-    return lines[-1].strip()[:chars] if lines else "(no output yet)"
-
-
 def run_logged(
     command: list[str],
     environment: dict[str, str],
@@ -113,7 +102,7 @@ def run_logged(
         Its exit code, 124 when it ran longer than ``timeout_s`` seconds (then it is killed).
     """
     heartbeat = Heartbeat(
-        lambda: f"{name} running; its log ends: {_last_line(log_path)}",
+        lambda: f"{name} running; its log ends: {last_line(log_path)}",
         sys.stdout,
         interval_s=interval_s,
         enabled=not sys.stdout.isatty(),

@@ -44,6 +44,13 @@ from rich.table import Table
 from bench import progress
 from bench.cpu import CpuMeter
 from bench.load import Acks, paced, write_async, write_put_all
+from bench.options import (
+    fetch_wait_option,
+    idle_timeout_option,
+    json_option,
+    linger_option,
+    value_bytes_option,
+)
 from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
 from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
 from bench.server import BenchError, ServerProcess
@@ -397,26 +404,11 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
     help="Puts per second in phase (b).",
 )
 @click.option("--latency-seconds", default=20.0, show_default=True, help="Length of (b) and (c2).")
-@click.option(
-    "--value-bytes",
-    default=200,
-    type=_AT_LEAST_8,
-    show_default=True,
-    help="Bytes of every value.",
+@value_bytes_option
+@fetch_wait_option(
+    help_text="fetch.wait.max.ms of every consumer: clients, server and raw (the clients' default)."
 )
-@click.option(
-    "--fetch-wait-ms",
-    "fetch_wait_max_ms",
-    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
-    show_default=True,
-    help="fetch.wait.max.ms of every consumer: clients, server and raw (the clients' default).",
-)
-@click.option(
-    "--linger-ms",
-    default=ClientSettings.model_fields["linger_ms"].default,
-    show_default=True,
-    help="linger.ms of every producer (the clients' default).",
-)
+@linger_option()
 @click.option(
     "--writer",
     type=click.Choice(["async", "put-all"]),
@@ -446,13 +438,8 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
     help="Distinct keys in phase (a).",
 )
 @click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
-@click.option(
-    "--idle-timeout-s",
-    default=30.0,
-    show_default=True,
-    help="Readers give up after this long without a message once the writer is done.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+@idle_timeout_option
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
 def main(as_json: bool, verbose: bool, **values: Any) -> None:
     """Measure regionbus throughput and latency against raw Kafka, in one run."""

@@ -41,6 +41,7 @@ from rich.table import Table
 
 from bench import progress
 from bench.core import run_or_exit
+from bench.options import fetch_wait_option, json_option, linger_option
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
 from clients import (
@@ -396,20 +397,11 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
     show_default=True,
     help="Entries per put_all call.",
 )
-@click.option(
-    "--fetch-wait-ms",
-    "fetch_wait_max_ms",
-    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
-    show_default=True,
-    help="fetch.wait.max.ms of the clients and the server (the clients' default).",
+@fetch_wait_option(
+    help_text="fetch.wait.max.ms of the clients and the server (the clients' default)."
 )
-@click.option(
-    "--linger-ms",
-    default=ClientSettings.model_fields["linger_ms"].default,
-    show_default=True,
-    help="linger.ms of every producer (the clients' default).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+@linger_option()
+@json_option
 def main(as_json: bool, **values: Any) -> None:
     """Measure a durable client's replay of queued events against a raw Kafka consume."""
     logging.basicConfig(

@@ -43,6 +43,7 @@ from bench.cluster import fresh_services
 from bench.core import run_or_exit
 from bench.failover_figures import Figures, summary_rows
 from bench.failover_phases import FailoverOptions, cluster_throughput, failover_phase
+from bench.options import idle_timeout_option, json_option, value_bytes_option
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.summary import emit
 from broker.config import ServerSettings
@@ -177,13 +178,7 @@ def run(options: FailoverOptions, console: Console) -> Figures:
     show_default=True,
     help="Distinct keys in the throughput phases.",
 )
-@click.option(
-    "--value-bytes",
-    default=200,
-    type=click.IntRange(min=8),
-    show_default=True,
-    help="Bytes of every value.",
-)
+@value_bytes_option
 @click.option(
     "--fetch-wait-ms",
     "fetch_wait_max_ms",
@@ -210,14 +205,9 @@ def run(options: FailoverOptions, console: Console) -> Figures:
     show_default=True,
     help="Length of the raw relay baseline.",
 )
-@click.option(
-    "--idle-timeout-s",
-    default=30.0,
-    show_default=True,
-    help="Readers give up after this long without a message once the writer is done.",
-)
+@idle_timeout_option
 @click.option("--skip-throughput", is_flag=True, help="Only the failover phase and its baseline.")
-@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids.")
 def main(as_json: bool, verbose: bool, **values: Any) -> None:
     """Measure failover under steady load, and 3 servers vs 1, against raw Kafka."""

@@ -201,6 +201,53 @@ class RawReader:
         self._consumer.close()
 
 
+def measure_lag(
+    producer: Any, topic: str, arrivals: Arrivals, options: GatewayBenchOptions, result: PhaseResult
+) -> None:
+    """The lag phase of a mirror: stamped values produced to ``topic`` at ``options.rate``
+    for ``options.seconds``; fills ``result``'s lag percentiles from what ``arrivals`` saw
+    on the far side after the warm-up.
+
+    Raises:
+        click.ClickException: Not every value arrived (``wait_count``).
+    """
+    arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
+    count = 0
+    for _ in pace(options.rate, options.seconds):
+        producer.produce(topic, stamped_value(options.value_bytes), partition=0)
+        producer.poll(0)
+        count += 1
+    producer.flush(10)
+    wait_count(arrivals, count)
+    lag = lag_result(arrivals)
+    result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
+    result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
+
+
+def measure_throughput(
+    producer: Any, topic: str, arrivals: Arrivals, options: GatewayBenchOptions, result: PhaseResult
+) -> None:
+    """The throughput phase of a mirror: ``options.events`` values produced to ``topic`` as
+    fast as the producer takes them; sets ``result.events_per_s`` (first produce to last
+    arrival on the far side).
+
+    Raises:
+        click.ClickException: Not every value arrived (``wait_count``).
+    """
+    arrivals.reset(0)
+    start_ns = time.time_ns()
+    for _ in range(options.events):
+        while True:
+            try:
+                producer.produce(topic, stamped_value(options.value_bytes), partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(30)
+    wait_count(arrivals, options.events)
+    result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+
+
 def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> PhaseResult:
     """Lag and throughput of the raw consume → produce mirror from A to B."""
     tag = secrets.token_hex(3)
@@ -232,32 +279,9 @@ def raw_mirror(a_kafka: str, b_kafka: str, options: GatewayBenchOptions) -> Phas
             producer.flush(10)
             wait_count(arrivals, 1)  # the mirror runs
             if phase == "lag":
-                arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
-                count = 0
-                for _ in pace(options.rate, options.seconds):
-                    producer.produce(source, stamped_value(options.value_bytes), partition=0)
-                    producer.poll(0)
-                    count += 1
-                producer.flush(10)
-                wait_count(arrivals, count)
-                lag = lag_result(arrivals)
-                result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
-                result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
+                measure_lag(producer, source, arrivals, options, result)
             else:
-                arrivals.reset(0)
-                start_ns = time.time_ns()
-                for _ in range(options.events):
-                    while True:
-                        try:
-                            producer.produce(
-                                source, stamped_value(options.value_bytes), partition=0
-                            )
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
-                producer.flush(30)
-                wait_count(arrivals, options.events)
-                result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+                measure_throughput(producer, source, arrivals, options, result)
         finally:
             stop.set()
             mirror.join(20)

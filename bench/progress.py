@@ -33,7 +33,7 @@ from rich.console import Console
 
 from demo.flights_run import RunLogs
 from devstack import LocalStack
-from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, PhaseStatus
+from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, PhaseStatus, last_line
 
 LOG_DIR_ENV: Final = "REGIONBUS_BENCH_LOG_DIR"
 """Names the parent folder of every benchmark's run folders (default
@@ -168,18 +168,6 @@ def counts(detail: Callable[[], str]) -> None:
         status = _status
     if status is not None:
         status.counts(detail)
-
-
-def last_line(log_path: Path, chars: int = 120) -> str:
-    """The last non-empty line of a child's log so far, cut to ``chars`` (a counter for
-    :func:`phase` when the child reports its own progress)."""
-    try:
-        with log_path.open("rb") as log:
-            log.seek(max(log_path.stat().st_size - 4096, 0))
-            lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
-    except OSError:
-        return "(no log yet)"
-    return lines[-1].strip()[:chars] if lines else "(no output yet)"
 
 
 __all__ = [

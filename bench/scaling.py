@@ -47,6 +47,13 @@ from rich.table import Table
 
 from bench.core import run_or_exit
 from bench.load import paced, write_async
+from bench.options import (
+    fetch_wait_option,
+    idle_timeout_option,
+    json_option,
+    linger_option,
+    value_bytes_option,
+)
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.report import Latency, Throughput, latency, throughput
 from bench.scaling_figures import (
@@ -396,26 +403,9 @@ def _counts(text: str) -> tuple[int, ...]:
 @click.option(
     "--latency-seconds", default=5.0, show_default=True, help="Length of every latency phase."
 )
-@click.option(
-    "--value-bytes",
-    default=200,
-    type=click.IntRange(min=8),
-    show_default=True,
-    help="Bytes of every value.",
-)
-@click.option(
-    "--fetch-wait-ms",
-    "fetch_wait_max_ms",
-    default=ClientSettings.model_fields["fetch_wait_max_ms"].default,
-    show_default=True,
-    help="fetch.wait.max.ms of every consumer (the clients').",
-)
-@click.option(
-    "--linger-ms",
-    default=ClientSettings.model_fields["linger_ms"].default,
-    show_default=True,
-    help="linger.ms of every producer (the clients' default).",
-)
+@value_bytes_option
+@fetch_wait_option()
+@linger_option()
 @click.option(
     "--window", default=2_000, type=_POSITIVE, show_default=True, help="Most put_async in flight."
 )
@@ -427,12 +417,7 @@ def _counts(text: str) -> tuple[int, ...]:
     help="Distinct keys in the throughput phases.",
 )
 @click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
-@click.option(
-    "--idle-timeout-s",
-    default=30.0,
-    show_default=True,
-    help="Readers give up after this long without a message once the writer is done.",
-)
+@idle_timeout_option
 @click.option(
     "--markdown",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -447,7 +432,7 @@ def _counts(text: str) -> tuple[int, ...]:
     show_default=True,
     help="The PNG of both series.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Also print the figures as one JSON line.")
+@json_option
 def main(
     as_json: bool, markdown: Path | None, plot_path: Path, **values: Any
 ) -> None:  # fmt: skip

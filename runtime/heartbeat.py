@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Self
 
@@ -127,4 +128,24 @@ class PhaseStatus:
         return f"{line}: {shown}" if shown else line
 
 
-__all__ = ["DEFAULT_INTERVAL_S", "Heartbeat", "PhaseStatus"]
+def last_line(log_path: Path, chars: int = 120) -> str:
+    """The last non-empty line of a log file so far, cut to ``chars``: what a heartbeat
+    line shows of a child process that reports its own progress.
+
+    Args:
+        log_path: The log file (it may not exist yet).
+        chars: Longest result, in characters.
+
+    Returns:
+        The line, or ``"(no log yet)"`` / ``"(no output yet)"``; never raises.
+    """
+    try:
+        with log_path.open("rb") as log:
+            log.seek(max(log_path.stat().st_size - 4096, 0))
+            lines = [line for line in log.read().decode(errors="replace").splitlines() if line]
+    except OSError:
+        return "(no log yet)"
+    return lines[-1].strip()[:chars] if lines else "(no output yet)"
+
+
+__all__ = ["DEFAULT_INTERVAL_S", "Heartbeat", "PhaseStatus", "last_line"]

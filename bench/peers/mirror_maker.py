@@ -26,9 +26,8 @@ from bench.gateway_raw import (
     GatewayBenchOptions,
     PhaseResult,
     RawReader,
-    lag_result,
-    pace,
-    wait_count,
+    measure_lag,
+    measure_throughput,
 )
 from bench.peers.jvm import KAFKA_LIB, java
 from bench.summary import SummaryRow
@@ -145,30 +144,8 @@ def mirror_maker_2(
                         f"MirrorMaker 2 mirrored nothing; see {log_dir}/mirror-maker-2.log"
                     )
                 time.sleep(0.1)
-            arrivals.reset(time.time_ns() + int(options.warmup_seconds * 1e9))
-            count = 0
-            for _ in pace(options.rate, options.seconds):
-                producer.produce(source, stamped_value(options.value_bytes), partition=0)
-                producer.poll(0)
-                count += 1
-            producer.flush(10)
-            wait_count(arrivals, count)
-            lag = lag_result(arrivals)
-            result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
-            result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
-
-            arrivals.reset(0)
-            start_ns = time.time_ns()
-            for _ in range(options.events):
-                while True:
-                    try:
-                        producer.produce(source, stamped_value(options.value_bytes), partition=0)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-            producer.flush(30)
-            wait_count(arrivals, options.events)
-            result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+            measure_lag(producer, source, arrivals, options, result)
+            measure_throughput(producer, source, arrivals, options, result)
     finally:
         reader.close()
     return result
