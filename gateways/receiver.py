@@ -186,7 +186,9 @@ class GatewayReceiver(BackgroundWorker):
     # --- lifecycle ---------------------------------------------------------------------
 
     def _metric_families(self) -> list[Metric]:
-        return receiver_metric_families(self)
+        s = self.settings
+        labels = {"namespace": s.namespace, "member": s.member_id, "receiver": s.receiver_id}
+        return receiver_metric_families(labels, self.stats)
 
     def _setup(self) -> None:
         s = self.settings

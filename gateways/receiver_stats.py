@@ -4,12 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from runtime.observability import Metric, MetricFamilies
-
-if TYPE_CHECKING:
-    from gateways.receiver import GatewayReceiver
 
 
 @dataclass
@@ -53,7 +49,7 @@ class ReceiverStats:
         self.batch_sizes: list[int] = []
 
 
-def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
+def receiver_metric_families(labels: dict[str, str], stats: ReceiverStats) -> list[Metric]:
     """The metric families of one scrape of a gateway receiver, read from its stats.
 
     Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
@@ -71,13 +67,10 @@ def receiver_metric_families(receiver: GatewayReceiver) -> list[Metric]:
       ``..._batches_out_of_sequence_total``.
 
     Args:
-        receiver: The receiver; only read.
+        labels: ``{"namespace": ..., "member": ..., "receiver": ...}`` of the worker.
+        stats: Its counters; only read.
     """
-    s = receiver.settings
-    stats = receiver.stats
-    families = MetricFamilies(
-        {"namespace": s.namespace, "member": s.member_id, "receiver": s.receiver_id}
-    )
+    families = MetricFamilies(labels)
     prefix = "gateway_receiver_"
     return [
         families.counter(

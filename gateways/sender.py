@@ -523,7 +523,9 @@ class GatewaySender(QueueProcessor):
                 f.after_acknowledgement(event)
 
     def _metric_families(self) -> list[Metric]:
-        return sender_metric_families(self)
+        s = self.settings
+        labels = {"namespace": s.namespace, "member": s.member_id, "sender": s.sender_id}
+        return sender_metric_families(labels, self.stats, self.is_primary)
 
     def _sleep(self, seconds: float) -> None:
         self.stopping.wait(seconds)

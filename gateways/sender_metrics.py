@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from gateways.processor import ProcessorStats
 from runtime.observability import Metric, MetricFamilies
 
-if TYPE_CHECKING:
-    from gateways.sender import GatewaySender
 
-
-def sender_metric_families(sender: GatewaySender) -> list[Metric]:
+def sender_metric_families(
+    labels: dict[str, str], stats: ProcessorStats, is_primary: bool
+) -> list[Metric]:
     """The metric families of one scrape of a gateway sender, read from its stats.
 
     Every sample carries ``namespace`` and ``member`` (the worker's), and the worker's id:
@@ -35,13 +33,11 @@ def sender_metric_families(sender: GatewaySender) -> list[Metric]:
     - ``regionbus_gateway_sender_primary`` (gauge): 1 while this worker is the primary.
 
     Args:
-        sender: The sender; only read.
+        labels: ``{"namespace": ..., "member": ..., "sender": ...}`` of the worker.
+        stats: Its counters; only read.
+        is_primary: Whether it is the primary sender now.
     """
-    s = sender.settings
-    stats = sender.stats
-    families = MetricFamilies(
-        {"namespace": s.namespace, "member": s.member_id, "sender": s.sender_id}
-    )
+    families = MetricFamilies(labels)
     prefix = "gateway_sender_"
     metrics: list[Metric] = [
         families.counter(
@@ -83,7 +79,7 @@ def sender_metric_families(sender: GatewaySender) -> list[Metric]:
             stats.batches_in_flight,
         ),
         families.gauge(
-            prefix + "primary", "1 while this worker is the primary sender.", sender.is_primary
+            prefix + "primary", "1 while this worker is the primary sender.", is_primary
         ),
     ]
     backlog = stats.backlog_events
