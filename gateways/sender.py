@@ -201,8 +201,12 @@ class GatewaySender(QueueProcessor):
         )
         self._producer: Producer | None = None
         self._acks: Consumer | None = None
-        # Held to open or close the queue reader and to commit from the ack thread.
+        # Held to open or close the queue reader and to hand acked positions over.
         self._run_lock = threading.Lock()
+        # Queue positions whose batches were acked, committed by the dispatching thread:
+        # the queue consumer is polled there, and a synchronous commit from the ack thread
+        # while that poll runs could wait for seconds.
+        self._acked_positions: dict[int, int] = {}
         self._window: BatchWindow | None = None
         self._order_per_bucket = settings.parallel
         self._last_send_error: KafkaError | None = None
@@ -294,6 +298,7 @@ class GatewaySender(QueueProcessor):
                 opened = True
             window = self._window
             assert window is not None
+            self._commit_acked()
             self._reader.trimmer.trim()
             self.stats.backlog_events = self._reader.backlog_events()
             if not self._resend_due(window):
@@ -309,6 +314,8 @@ class GatewaySender(QueueProcessor):
             positions = self._reader.mark()
             if batch or positions is not None:
                 self._submit(window, batch, positions)
+        if opened:
+            self._end_run()  # what was acked leaves the queue before the reader closes
 
     def _start_run(self) -> None:
         """Read the queue from its committed offsets under a new run id (a new batch
@@ -325,9 +332,11 @@ class GatewaySender(QueueProcessor):
     def _end_run(self) -> None:
         """Stop reading; the batches in flight are read again from the committed offsets
         by the next run (resent, and recognised by EventID where applied)."""
+        self._commit_acked()
         with self._run_lock:
             if self._window is not None:
                 self._window.close()
+            self._acked_positions.clear()
             self._reader.close()
         self._reading.clear()
         self.stats.batches_in_flight = 0
@@ -483,6 +492,20 @@ class GatewaySender(QueueProcessor):
                     asynchronous=True,
                 )
 
+    def _commit_acked(self) -> None:
+        """Remove from the queue what the remote site acked (on the dispatching thread,
+        which polls the queue consumer); a failed commit is tried again next time."""
+        with self._run_lock:
+            positions, self._acked_positions = self._acked_positions, {}
+        if not positions:
+            return
+        try:
+            self._reader.commit_at(positions)
+        except TransportError as exc:
+            log.warning("gateway sender %s: %s", self.settings.sender_id, exc)
+            with self._run_lock:
+                self._acked_positions = {**positions, **self._acked_positions}
+
     def _complete(self, window: BatchWindow) -> None:
         """Remove the leading acked batches from the queue, then run their filters."""
         with self._run_lock:
@@ -492,11 +515,7 @@ class GatewaySender(QueueProcessor):
             positions: dict[int, int] = {}
             for entry in done:
                 positions.update(entry.positions or {})
-            if positions:
-                try:
-                    self._reader.commit_at(positions)
-                except TransportError as exc:
-                    log.warning("gateway sender %s: %s", self.settings.sender_id, exc)
+            self._acked_positions.update(positions)
         self.stats.batches_in_flight_peak = max(
             self.stats.batches_in_flight_peak, window.peak_in_flight
         )

@@ -84,12 +84,22 @@ class BatchWindow:
     def new_batch(
         self, events: list[Event], raw: list[bytes], positions: dict[int, int] | None
     ) -> InFlightBatch:
-        """Append the next batch of the run (not sent yet) and return it."""
+        """Append the next batch of the run (not sent yet) and return it.
+
+        Only a batch with events is numbered: one with nothing to send (every event
+        filtered, or only queue positions) is never sent, so a number of its own would be a
+        gap the receiver waits on (``BatchSequencer.admits``) until an ack timeout. It
+        carries the last number given, so completing it moves ``acked_through`` nowhere new.
+        """
         with self._changed:
-            entry = InFlightBatch(
-                self._next_sequence, f"{self.run_id}-{self._next_sequence}", events, raw, positions
-            )
-            self._next_sequence += 1
+            if events:
+                sequence = self._next_sequence
+                self._next_sequence += 1
+                batch_id = f"{self.run_id}-{sequence}"
+            else:
+                sequence = self._next_sequence - 1
+                batch_id = f"{self.run_id}-{sequence}-nothing-to-send"
+            entry = InFlightBatch(sequence, batch_id, events, raw, positions)
             self._entries.append(entry)
             self.peak_in_flight = max(self.peak_in_flight, self._in_flight())
             return entry

@@ -76,6 +76,18 @@ def test_a_failed_send_resends_from_it_not_from_the_batches_the_remote_took() ->
     assert not overdue and [e.sequence for e in again] == [2, 3]
 
 
+def test_a_batch_with_nothing_to_send_takes_no_sequence_number() -> None:
+    """The receiver admits a run's batch only after the one numbered before it: a number
+    given to a batch never sent would stall the next one until the ack timeout."""
+    window = _window(1)
+    empty = window.new_batch([], [], {0: 5})
+    after = window.new_batch([_event(5)], [b"raw"], {0: 6})
+    assert (empty.sequence, after.sequence) == (1, 2)
+    sequencer = BatchSequencer()
+    sequencer.applied(_batch("run", 1, 0))
+    assert sequencer.admits(_batch("run", after.sequence, window.acked_through))
+
+
 def test_the_window_has_room_below_its_capacity_only() -> None:
     window = _window(2, capacity=2)
     assert not window.wait_for_room(0.01)
