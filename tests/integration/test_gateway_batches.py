@@ -86,9 +86,11 @@ def test_receiver_down_during_1000_puts_then_started_gets_all_in_order_with_rese
     for _, key, value in b_recorder.snapshot():
         per_key.setdefault(key, []).append(value)
     assert per_key == {f"key{k}": list(range(k, 1000, 10)) for k in range(10)}
+    # Resends arrived flagged, and every event was applied exactly once: whether a copy
+    # was also answered as a duplicate depends on which copies the window had sent when
+    # the receiver started, so it is not asserted.
     assert receiver.stats.possible_duplicate_batches >= 1
     assert receiver.stats.events_applied == 1000
-    assert receiver.stats.duplicates >= 1
 
 
 def test_an_ack_with_an_exception_drops_and_logs_the_failed_event_and_the_rest_is_applied(
