@@ -270,6 +270,8 @@ class SubscriptionQueue:
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
+            except RuntimeError:
+                return  # close() gave up waiting for a listener and closed the consumer
             self._idle.clear() if messages else self._idle.set()
             self._take(messages)
             if time.monotonic() >= next_ack:
@@ -361,7 +363,9 @@ class SubscriptionQueue:
         if self._position <= self._acked:
             return
         offsets = [TopicPartition(self._topic, 0, self._position)]
-        with suppress(KafkaException):
+        # RuntimeError: the consumer was closed by close() while a slow listener held this
+        # thread; what was not acked is delivered again to the next connection.
+        with suppress(KafkaException, RuntimeError):
             if asynchronous:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             else:
