@@ -31,7 +31,6 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from types import FrameType
@@ -43,7 +42,7 @@ from rich.table import Table
 
 from bench import progress
 from bench.cpu import CpuMeter
-from bench.load import Acks, paced, write_async, write_put_all
+from bench.load import Acks, paced_puts, write_async, write_put_all
 from bench.options import (
     fetch_wait_option,
     idle_timeout_option,
@@ -54,7 +53,7 @@ from bench.options import (
 from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
 from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
 from bench.server import BenchError, ServerProcess
-from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_subscribers
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
@@ -83,18 +82,10 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         idle_timeout_s=options.idle_timeout_s,
     ) as subscriber:
         subscriber.wait_ready()
-        futures: list[Future[None]] = []
-
-        def send(i: int, value: bytes) -> None:
-            futures.append(writer.put_async(f"lat-{i}", value))
-
-        sent, first_ns, last_ns = paced(
-            send, options.rate, options.latency_seconds, options.value_bytes
+        sent, acknowledged, first_ns, last_ns = paced_puts(
+            writer, options.rate, options.latency_seconds, options.value_bytes
         )
-        errors = sum(1 for f in futures if _failed(f))
-        if errors:
-            log.warning("%d latency puts failed", errors)
-        subscriber.expect(sent - errors)
+        subscriber.expect(acknowledged)
         result = subscriber.wait_result(RESULT_TIMEOUT_S)
     return latency(
         sent=sent,
@@ -103,14 +94,6 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         warmup_s=options.warmup_seconds,
         readers=result,
     )
-
-
-def _failed(future: Future[None]) -> bool:
-    try:
-        future.result(ACK_TIMEOUT_S)
-    except Exception:
-        return True
-    return False
 
 
 def _write(region: Region, options: BenchOptions) -> tuple[int, Acks]:

@@ -155,4 +155,34 @@ def paced(
     return total, first_ns, last_ns
 
 
-__all__ = ["Acks", "paced", "write_async", "write_put_all"]
+def paced_puts(
+    region: Region, rate: int, seconds: float, value_bytes: int
+) -> tuple[int, int, int, int]:
+    """A latency phase's writer: ``put_async`` of keys ``lat-<i>`` at ``rate`` per second
+    for ``seconds`` seconds, each value stamped with its send time, then every answer
+    waited for (``ACK_TIMEOUT_S`` each; failures are logged, not raised).
+
+    Returns:
+        ``(sent, acknowledged, first_send_ns, last_send_ns)`` (wall clock).
+    """
+    futures: list[Future[None]] = []
+
+    def send(i: int, value: bytes) -> None:
+        futures.append(region.put_async(f"lat-{i}", value))
+
+    sent, first_ns, last_ns = paced(send, rate, seconds, value_bytes)
+    errors = sum(1 for f in futures if _failed(f))
+    if errors:
+        log.warning("%d latency puts failed", errors)
+    return sent, sent - errors, first_ns, last_ns
+
+
+def _failed(future: Future[None]) -> bool:
+    try:
+        future.result(ACK_TIMEOUT_S)
+    except Exception:
+        return True
+    return False
+
+
+__all__ = ["Acks", "paced", "paced_puts", "write_async", "write_put_all"]

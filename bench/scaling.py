@@ -35,7 +35,6 @@ import secrets
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -46,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.core import run_or_exit
-from bench.load import paced, write_async
+from bench.load import paced_puts, write_async
 from bench.options import (
     fetch_wait_option,
     idle_timeout_option,
@@ -68,7 +67,7 @@ from bench.scaling_figures import (
     summary_rows,
 )
 from bench.server import ServerProcess
-from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import emit
 from bench.workers import Child, run_subscribers
 from clients import BytesSerializer, ClientCache, ClientSettings, Region
@@ -167,31 +166,15 @@ def _results(children: Sequence[Child], expected: int) -> dict[str, Any]:
     return merge_results([child.wait_result(RESULT_TIMEOUT_S) for child in children])
 
 
-def _failed(future: Future[None]) -> bool:
-    try:
-        future.result(ACK_TIMEOUT_S)
-    except Exception:
-        return True
-    return False
-
-
 def point_latency(
     services: Services, options: ScalingOptions, subscribers: int, writer: Region
 ) -> Latency:
     """Phase (b) of a point: paced ``put_async`` to ``subscribers`` recording listeners."""
     with subscriber_group(services, options, subscribers, record_latency=True) as children:
-        futures: list[Future[None]] = []
-
-        def send(i: int, value: bytes) -> None:
-            futures.append(writer.put_async(f"lat-{i}", value))
-
-        sent, first_ns, last_ns = paced(
-            send, options.rate, options.latency_seconds, options.value_bytes
+        sent, acknowledged, first_ns, last_ns = paced_puts(
+            writer, options.rate, options.latency_seconds, options.value_bytes
         )
-        errors = sum(1 for f in futures if _failed(f))
-        if errors:
-            log.warning("%d latency puts failed", errors)
-        result = _results(children, sent - errors)
+        result = _results(children, acknowledged)
     return latency(
         sent=sent,
         start_ns=first_ns,
