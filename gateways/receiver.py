@@ -37,11 +37,9 @@ import logging
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
 
 from broker.gateway_queues import DISTRIBUTABLE_KINDS
 from broker.store import RegionStore
@@ -58,11 +56,11 @@ from gateways.protocol import (
     encode_ack,
 )
 from gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, PreparedBatch
+from gateways.receiver_settings import GatewayReceiverSettings
 from gateways.receiver_stats import ReceiverStats, receiver_metric_families
 from runtime.observability import Metric, MetricsEndpoint
 from runtime.redis_connect import connect_redis
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
-from runtime.settings import ObservabilitySettings, RedisConnectionSettings
 from runtime.worker import BackgroundWorker
 from schemas.codec import decode_as
 from schemas.dead_letter import Source, dead_letter_headers
@@ -70,8 +68,7 @@ from schemas.errors import MessageDecodeError, RegionBusError, TransportError
 from schemas.hooks import load_hook
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, check_name, generated_member_id, receiver_client_id
-from schemas.settings import KafkaConnectionSettings
+from schemas.naming import Topics, bucket_of, receiver_client_id
 from schemas.topics import ensure_topics, link_topic_spec
 from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
@@ -79,65 +76,6 @@ log = logging.getLogger("regionbus.gateways.receiver")
 
 INBOUND_POLL_MESSAGES: Final = 16
 """Most inbound batches taken per poll (each is applied and acked in turn)."""
-
-
-class GatewayReceiverSettings(
-    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings
-):
-    """Configuration of a gateway receiver worker (env prefix
-    ``REGIONBUS_GATEWAY_RECEIVER_``, file table ``[gateway_receiver]``).
-
-    ``kafka_*`` (this site's Kafka) are documented on
-    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis, read
-    only, by a conflict resolver) on :class:`runtime.settings.RedisConnectionSettings`;
-    ``metrics_port`` and ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
-
-    Attributes:
-        receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
-        namespace: This site's namespace.
-        distributed_system_id: This site's id (1-255).
-        conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver``, or None.
-        apply_timeout_ms: Longest wait for this site's servers to answer a batch's
-            operations; past it the batch is not acked (the sender resends it).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the inbound and reply
-            consumers (100 ms, as the servers').
-        member_id: This worker's member id.
-        security_principal: Principal the receiver signs the operations it applies as
-            (`schemas.signing`); needed where the servers have ``security_enabled``, which
-            refuse unsigned operations. None sends them unsigned.
-        security_secret: That principal's secret (``regionbus user add``).
-        keep_batch_until_region_exists: Keep a batch naming a region this site does not
-            define, unacked, until the region exists (default False: its events are
-            reported failed and dropped, SPEC §6).
-        missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
-            missing region.
-        max_batches_applying: Most batches whose operations are sent to this site's
-            servers before the oldest of them is answered (default 8): batches that need
-            order per bucket only (:mod:`gateways.receiver_pipeline`). 1 applies one batch
-            at a time. Geode applies a batch in its connection's thread; a sender's
-            batches then wait for each other, which here would be a Kafka round trip each.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
-    config_section: ClassVar[str] = "gateway_receiver"
-
-    receiver_id: str = "receiver"
-    namespace: str = "regionbus"
-    distributed_system_id: int = Field(ge=1, le=255)
-    conflict_resolver: str | None = None
-    apply_timeout_ms: int = Field(default=30_000, ge=100)
-    fetch_wait_max_ms: int = Field(default=100, ge=1)
-    member_id: str = Field(default_factory=lambda: generated_member_id("gw-receiver"))
-    security_principal: str | None = None
-    security_secret: SecretStr | None = None
-    keep_batch_until_region_exists: bool = False
-    missing_region_retry_interval_ms: int = Field(default=1000, ge=10)
-    max_batches_applying: int = Field(default=8, ge=1, le=1000)
-
-    @field_validator("receiver_id", "namespace")
-    @classmethod
-    def _topic_legal(cls, value: str) -> str:
-        return check_name("name", value, max_len=120)
 
 
 class GatewayReceiver(BackgroundWorker):
