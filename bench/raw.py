@@ -20,19 +20,18 @@ from confluent_kafka.admin import NewTopic
 
 from bench.cpu import CpuMeter
 from bench.load import paced
-from bench.report import Latency, Throughput, latency, throughput
-from bench.server import BenchError
-from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
-from bench.workers import (
-    Child,
+from bench.raw_workers import (
     fanout_topic,
     produce,
     raw_producer,
     run_fanout_relay,
     run_raw_consumers,
     run_relay,
-    stamped_value,
 )
+from bench.report import Latency, Throughput, latency, throughput
+from bench.server import BenchError
+from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.workers import Child, stamped_value
 from schemas.kafka_clients import kafka_admin
 from schemas.naming import DEFAULT_TOTAL_BUCKETS
 

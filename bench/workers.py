@@ -2,9 +2,9 @@
 
 Readers run in processes of their own (``spawn``: never fork a process that holds
 librdkafka threads), so the writer, the readers and the cache server use separate cores.
-Five kinds: regionbus subscribers (``ClientCache``s with an ``ALL_KEYS`` listener), a
-tracking subscriber (which put arrived, in which bucket, and how often), raw Kafka
-consumers (``assign()``, no decoding), the raw two-hop relay and the raw fan-out relay.
+Here the regionbus kinds: subscribers (``ClientCache``s with an ``ALL_KEYS`` listener) and
+a tracking subscriber (which put arrived, in which bucket, and how often); the raw Kafka
+kinds (consumers, the two-hop relay, the fan-out relay) are in ``bench.raw_workers``.
 
 Protocol over a duplex pipe: the child sends ``("ready", None)`` once connected; the
 parent may send ``("expect", n)`` (stop when every reader has n messages, or when nothing
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,9 +27,6 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType, TracebackType
 from typing import Any, Self
-
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka import Message as KafkaMessage
 
 from bench.server import BenchError
 from clients import (
@@ -42,8 +38,6 @@ from clients import (
     EntryEvent,
     InterestResultPolicy,
 )
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.transport import assign_from
 
 log = logging.getLogger("regionbus.bench")
 
@@ -51,8 +45,6 @@ TIMESTAMP_BYTES = 8
 """Every benchmark value starts with its send time: ``time.time_ns()``, 8 bytes big-endian."""
 
 _POLL_INTERVAL_S = 0.02
-_CONSUME_BATCH = 500
-_CONSUME_TIMEOUT_S = 0.1
 
 
 def stamped_value(value_bytes: int) -> bytes:
@@ -92,7 +84,7 @@ class Tally:
             self.received_ns.append(now_ns)
 
 
-def _tallies_result(tallies: list[Tally], status: str, cpu_start_s: float) -> dict[str, Any]:
+def tallies_result(tallies: list[Tally], status: str, cpu_start_s: float) -> dict[str, Any]:
     return {
         "status": status,
         "cpu_s": time.process_time() - cpu_start_s,
@@ -104,7 +96,7 @@ def _tallies_result(tallies: list[Tally], status: str, cpu_start_s: float) -> di
     }
 
 
-def _wait_until_done(conn: Connection, tallies: list[Tally], idle_timeout_s: float) -> str:
+def wait_until_done(conn: Connection, tallies: list[Tally], idle_timeout_s: float) -> str:
     """Serve the parent's messages until every reader has what it expects, or a stop."""
     expected: int | None = None
     last_total = -1
@@ -131,7 +123,7 @@ def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def _child_signals() -> None:
+def child_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
@@ -171,7 +163,7 @@ def run_subscribers(
         record_latency: Keep send and receive times of every event.
         idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
     """
-    _child_signals()
+    child_signals()
     caches: list[ClientCache] = []
     try:
         tallies = [Tally(record_latency) for _ in range(clients)]
@@ -184,8 +176,8 @@ def run_subscribers(
             ).register_interest(ALL_KEYS, InterestResultPolicy.NONE)
         cpu_start_s = time.process_time()
         conn.send(("ready", None))
-        status = _wait_until_done(conn, tallies, idle_timeout_s)
-        conn.send(("result", _tallies_result(tallies, status, cpu_start_s)))
+        status = wait_until_done(conn, tallies, idle_timeout_s)
+        conn.send(("result", tallies_result(tallies, status, cpu_start_s)))
     finally:
         for cache in caches:
             with suppress(Exception):
@@ -248,7 +240,7 @@ def run_tracking_subscriber(
         region: The region to subscribe to (keys ``<prefix>-<i>``, values stamped bytes).
         idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
     """
-    _child_signals()
+    child_signals()
     cache: ClientCache | None = None
     try:
         tally = TrackedTally(record_latency=True)
@@ -260,10 +252,10 @@ def run_tracking_subscriber(
         ).register_interest(ALL_KEYS, InterestResultPolicy.NONE)
         cpu_start_s = time.process_time()
         conn.send(("ready", None))
-        status = _wait_until_done(conn, [tally], idle_timeout_s)
+        status = wait_until_done(conn, [tally], idle_timeout_s)
         stats = cache.subscription_stats
         cache.close()  # no event may arrive while the lists are copied
-        result = _tallies_result([tally], status, cpu_start_s)
+        result = tallies_result([tally], status, cpu_start_s)
         result.update(
             indexes=list(tally.indexes),
             buckets=list(tally.buckets),
@@ -276,226 +268,6 @@ def run_tracking_subscriber(
         if cache is not None:
             with suppress(Exception):
                 cache.close()
-
-
-# --- raw Kafka -------------------------------------------------------------------------
-
-
-def raw_producer(kafka_config: dict[str, Any], linger_ms: int) -> Producer:
-    """A producer with the clients' settings: ``linger.ms``, ``acks=all``, idempotence."""
-    return kafka_producer(
-        {**kafka_config, "linger.ms": linger_ms, "acks": "all", "enable.idempotence": True}
-    )
-
-
-def produce(
-    producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int
-) -> None:
-    """Produce one message, serving delivery reports while the local queue is full."""
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=partition)
-            producer.poll(0)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
-def take(consumer: Consumer) -> list[KafkaMessage]:
-    """Wait up to 100 ms for one message, then take whatever else is already fetched.
-
-    ``Consumer.consume(n, timeout)`` alone would wait for ``n`` messages or the whole
-    timeout, adding up to the timeout to every hop: not a fair baseline.
-    """
-    first = consumer.poll(_CONSUME_TIMEOUT_S)
-    if first is None:
-        return []
-    return [first, *consumer.consume(_CONSUME_BATCH - 1, 0)]
-
-
-def _raw_consumer(
-    kafka_config: dict[str, Any], topic: str, partitions: int, fetch_wait_max_ms: int
-) -> Consumer:
-    consumer = kafka_consumer(
-        {
-            **kafka_config,
-            "group.id": f"bench-raw-{uuid.uuid4().hex[:10]}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": fetch_wait_max_ms,
-        }
-    )
-    assign_from(consumer, [TopicPartition(topic, p, 0) for p in range(partitions)], 10)
-    return consumer
-
-
-def run_raw_consumers(
-    conn: Connection,
-    *,
-    kafka_config: dict[str, Any],
-    topic: str,
-    partitions: int,
-    consumers: int,
-    fetch_wait_max_ms: int,
-    record_latency: bool,
-    idle_timeout_s: float,
-    topic_each: bool = False,
-) -> None:
-    """Child: ``consumers`` threads, each an ``assign()`` consumer reading a whole topic.
-
-    Messages are counted, not decoded (the raw baseline).
-
-    Args:
-        conn: The pipe to the parent.
-        kafka_config: ``bootstrap.servers`` and any security settings.
-        topic: Topic to read from its beginning.
-        partitions: Its partition count.
-        consumers: How many independent readers (each sees every message).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms``, as the regionbus clients use.
-        record_latency: Keep send and receive times of every message.
-        idle_timeout_s: After ``expect``, give up when nothing arrived for this long.
-        topic_each: Reader ``i`` reads a topic of its own, :func:`fanout_topic` ``(topic,
-            i)``, as each subscriber reads its own queue (the fan-out relay's outputs).
-    """
-    _child_signals()
-    tallies = [Tally(record_latency) for _ in range(consumers)]
-    stop = threading.Event()
-    ready = threading.Semaphore(0)
-
-    def read(index: int, tally: Tally) -> None:
-        name = fanout_topic(topic, index) if topic_each else topic
-        consumer = _raw_consumer(kafka_config, name, partitions, fetch_wait_max_ms)
-        try:
-            first = True
-            while not stop.is_set():
-                messages = take(consumer)
-                if first:
-                    ready.release()
-                    first = False
-                for message in messages:
-                    if message.error() is None:
-                        tally.hit(message.value())
-        finally:
-            consumer.close()
-
-    threads = [
-        threading.Thread(target=read, args=(i, t), daemon=True) for i, t in enumerate(tallies)
-    ]
-    try:
-        for thread in threads:
-            thread.start()
-        for _ in threads:
-            ready.acquire()
-        cpu_start_s = time.process_time()
-        conn.send(("ready", None))
-        status = _wait_until_done(conn, tallies, idle_timeout_s)
-        conn.send(("result", _tallies_result(tallies, status, cpu_start_s)))
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(5)
-
-
-def run_relay(
-    conn: Connection,
-    *,
-    kafka_config: dict[str, Any],
-    topic_in: str,
-    partitions_in: int,
-    topic_out: str,
-    fetch_wait_max_ms: int,
-    linger_ms: int,
-) -> None:
-    """Child: the raw hop in the middle; reads ``topic_in`` and produces each message, as
-    is, to partition 0 of ``topic_out`` until the parent says stop.
-
-    Args:
-        conn: The pipe to the parent.
-        kafka_config: ``bootstrap.servers`` and any security settings.
-        topic_in: Topic read with ``assign()`` from its beginning.
-        partitions_in: Its partition count.
-        topic_out: Topic written (one partition, like a subscription queue).
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the consumer.
-        linger_ms: ``linger.ms`` of the producer.
-    """
-    _child_signals()
-    consumer = _raw_consumer(kafka_config, topic_in, partitions_in, fetch_wait_max_ms)
-    producer = raw_producer(kafka_config, linger_ms)
-    relayed = 0
-    try:
-        take(consumer)
-        conn.send(("ready", None))
-        while not conn.poll(0):
-            for message in take(consumer):
-                if message.error() is None:
-                    produce(producer, topic_out, message.value(), message.key(), 0)
-                    relayed += 1
-            producer.poll(0)
-        producer.flush(30)
-        conn.send(("result", {"relayed": relayed}))
-    finally:
-        consumer.close()
-
-
-def fanout_topic(topic: str, index: int) -> str:
-    """The name of output ``index`` of the fan-out relay writing ``topic``'s copies."""
-    return f"{topic}.{index}"
-
-
-def run_fanout_relay(
-    conn: Connection,
-    *,
-    kafka_config: dict[str, Any],
-    topic_in: str,
-    partitions_in: int,
-    topic_out: str,
-    fanout: int,
-    fetch_wait_max_ms: int,
-    linger_ms: int,
-) -> None:
-    """Child: a bare fan-out relay, the raw shape of a cache server's hot path: reads
-    ``topic_in`` and produces each message, as is (no decoding, no Redis), to partition 0
-    of each of ``fanout`` topics (:func:`fanout_topic`), as a server routes each put to the
-    subscription queues of every subscriber.
-
-    After the parent's ``("expect", n)`` it answers ``("result", {"relayed", "done_ns"})``
-    once ``n`` messages are relayed and every copy is acknowledged by Kafka (``done_ns``:
-    ``time.time_ns()`` then); ``("stop", None)`` answers at once.
-
-    Args:
-        conn: The pipe to the parent.
-        kafka_config: ``bootstrap.servers`` and any security settings.
-        topic_in: Topic read with ``assign()`` from its beginning.
-        partitions_in: Its partition count.
-        topic_out: Prefix of the output topics (one partition each).
-        fanout: How many output topics every message goes to.
-        fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the consumer.
-        linger_ms: ``linger.ms`` of the producer.
-    """
-    _child_signals()
-    consumer = _raw_consumer(kafka_config, topic_in, partitions_in, fetch_wait_max_ms)
-    producer = raw_producer(kafka_config, linger_ms)
-    outputs = [fanout_topic(topic_out, i) for i in range(fanout)]
-    relayed = 0
-    expected: int | None = None
-    try:
-        take(consumer)
-        conn.send(("ready", None))
-        while expected is None or relayed < expected:
-            if conn.poll(0):
-                kind, arg = conn.recv()
-                if kind == "stop":
-                    break
-                expected = int(arg)
-            for message in take(consumer):
-                if message.error() is None:
-                    for output in outputs:
-                        produce(producer, output, message.value(), message.key(), 0)
-                    relayed += 1
-            producer.poll(0)
-        producer.flush(30)
-        conn.send(("result", {"relayed": relayed, "done_ns": time.time_ns()}))
-    finally:
-        consumer.close()
 
 
 # --- the parent's side -----------------------------------------------------------------
