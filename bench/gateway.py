@@ -290,7 +290,8 @@ def report(
     console: Console,
     mm2: PhaseResult | None = None,
 ) -> None:
-    """Print the figures side by side, with regionbus ÷ raw (and ÷ MirrorMaker 2)."""
+    """Print the figures side by side, with regionbus ÷ raw, and ÷ MirrorMaker 2 when it
+    ran (``mm2`` None: ``--no-mm2``, its columns are left out and a line says so)."""
     table = Table(
         title=(
             f"gateway: one serial sender (batch {options.batch_size} / "
@@ -298,38 +299,30 @@ def report(
             "vs raw consume→produce mirror, two brokers"
         )
     )
-    peer = mm2 if mm2 is not None else PhaseResult()
-    for column in (
-        "figure",
-        "regionbus",
-        "raw mirror",
-        "regionbus ÷ raw",
-        "MirrorMaker 2",
-        "regionbus ÷ MM2",
-    ):
+    columns = ["figure", "regionbus", "raw mirror", "regionbus ÷ raw"]
+    if mm2 is not None:
+        columns += ["MirrorMaker 2", "regionbus ÷ MM2"]
+    for column in columns:
         table.add_column(column, justify="right" if column != "figure" else "left")
-    table.add_row(
-        "events/s",
-        f"{rb.events_per_s:,.0f}",
-        f"{raw.events_per_s:,.0f}",
-        _ratio(rb.events_per_s, raw.events_per_s),
-        f"{peer.events_per_s:,.0f}",
-        _ratio(rb.events_per_s, peer.events_per_s),
-    )
+
+    def row(name: str, a: float, b: float, c: float, figure: str) -> None:
+        cells = [name, figure.format(a), figure.format(b), _ratio(a, b)]
+        if mm2 is not None:
+            cells += [figure.format(c), _ratio(a, c)]
+        table.add_row(*cells)
+
+    peer = mm2 if mm2 is not None else PhaseResult()
+    row("events/s", rb.events_per_s, raw.events_per_s, peer.events_per_s, "{:,.0f}")
     for name in ("p50", "p99", "max"):
         a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb, raw, peer))
-        table.add_row(
-            f"lag {name} at {options.rate}/s (ms)",
-            f"{a:.1f}",
-            f"{b:.1f}",
-            _ratio(a, b),
-            f"{c:.1f}",
-            _ratio(a, c),
-        )
-    table.add_row(
-        "lag samples", str(rb.lag_samples), str(raw.lag_samples), "", str(peer.lag_samples), ""
-    )
+        row(f"lag {name} at {options.rate}/s (ms)", a, b, c, "{:.1f}")
+    samples = ["lag samples", str(rb.lag_samples), str(raw.lag_samples), ""]
+    if mm2 is not None:
+        samples += [str(peer.lag_samples), ""]
+    table.add_row(*samples)
     console.print(table)
+    if mm2 is None:
+        console.print("MirrorMaker 2 was not run (--no-mm2).")
 
 
 @click.command()
