@@ -235,9 +235,16 @@ class QueueReader:
         self._marked = dict(self._positions)
         return dict(self._marked)
 
-    def commit_at(self, positions: dict[int, int]) -> None:
+    def commit_at(self, positions: dict[int, int], *, asynchronous: bool = False) -> None:
         """Remove from the queue what precedes ``positions`` (a :meth:`mark`): commit them,
         then have the records before them deleted, as :meth:`commit`.
+
+        Args:
+            positions: ``{partition: offset past the acked batch}``.
+            asynchronous: Send the commit without waiting for the group coordinator's
+                answer. A commit lost that way is covered by the next one (positions only
+                grow) or read again as possible duplicates by the next run; only
+                positions of acked batches are ever committed (invariant 5).
 
         Raises:
             TransportError: the commit failed (a later one covers it).
@@ -245,7 +252,7 @@ class QueueReader:
         assert self._consumer is not None
         offsets = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
         except KafkaException as exc:
             raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
         self._committed.update(positions)

@@ -150,6 +150,9 @@ class GatewayReceiver(BackgroundWorker):
                 "enable.idempotence": True,
                 # An unknown ack topic is one no sender made: fail at once, not in 30 s.
                 "topic.metadata.propagation.max.ms": 1000,
+                # An ack frees a place in the sender's window: sent at once, not after
+                # librdkafka's default 5 ms linger.
+                "linger.ms": 0,
             }
         )
         consumer = kafka_consumer(

@@ -245,6 +245,9 @@ class GatewaySender(QueueProcessor):
                 # dead after the grant. A batch appended twice by a retry is applied once:
                 # the receiver recognises its EventIDs.
                 "message.timeout.ms": timeout_ms,
+                # A batch is whole when produced (Geode writes it to the connection at
+                # once): lingering (librdkafka's default 5 ms) only delays it.
+                "linger.ms": 0,
                 # One produce request at a time: a retried request never lands after a
                 # later batch (not idempotent, so librdkafka would not keep the order).
                 "max.in.flight.requests.per.connection": 1,
@@ -332,7 +335,7 @@ class GatewaySender(QueueProcessor):
     def _end_run(self) -> None:
         """Stop reading; the batches in flight are read again from the committed offsets
         by the next run (resent, and recognised by EventID where applied)."""
-        self._commit_acked()
+        self._commit_acked(asynchronous=False)
         with self._run_lock:
             if self._window is not None:
                 self._window.close()
@@ -492,15 +495,19 @@ class GatewaySender(QueueProcessor):
                     asynchronous=True,
                 )
 
-    def _commit_acked(self) -> None:
+    def _commit_acked(self, *, asynchronous: bool = True) -> None:
         """Remove from the queue what the remote site acked (on the dispatching thread,
-        which polls the queue consumer); a failed commit is tried again next time."""
+        which polls the queue consumer); a failed commit is tried again next time.
+
+        Asynchronous while the run goes on: a synchronous commit made this thread wait a
+        group coordinator round trip per batch before it peeked the next one. The end of
+        a run commits synchronously, so a new primary starts after what was acked."""
         with self._run_lock:
             positions, self._acked_positions = self._acked_positions, {}
         if not positions:
             return
         try:
-            self._reader.commit_at(positions)
+            self._reader.commit_at(positions, asynchronous=asynchronous)
         except TransportError as exc:
             log.warning("gateway sender %s: %s", self.settings.sender_id, exc)
             with self._run_lock:
