@@ -10,7 +10,8 @@ gateway sender on A and a gateway receiver on B, each a child process. It measur
     stamped with the send time) → A's server → queue → sender → B's receiver → B's
     server → a subscriber on B (ALL_KEYS); p50 / p99 / max after ``--warmup-seconds``;
 (b) events per second through the sender: ``--events`` pipelined puts on A, from the
-    first put until the subscriber on B has seen the last one;
+    first put until the subscriber on B has seen the last one; beside it, the puts acked
+    per second by A's server (the pace events enter the queue, which bounds the rest);
 (c) the raw baseline: a child process consuming a topic on A (``assign()``) and producing
     every message as is to a topic on B, with the same producer / consumer settings;
     the same paced rate for lag (producer on A → mirror → consumer on B) and the same
@@ -268,6 +269,7 @@ def regionbus_gateway(
                 window.clear()
         for future in window:
             future.result(60)
+        result.source_events_per_s = options.events / ((time.time_ns() - start_ns) / 1e9)
         wait_count(arrivals, options.events)
         result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
     return result, str(log_dir)
@@ -316,6 +318,9 @@ def report(
     for name in ("p50", "p99", "max"):
         a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb, raw, peer))
         row(f"lag {name} at {options.rate}/s (ms)", a, b, c, "{:.1f}")
+    # What bounds events/s: site A's server applying the puts, before any gateway work.
+    source = ["puts acked/s on site A", f"{rb.source_events_per_s:,.0f}", "", ""]
+    table.add_row(*source, *(["", ""] if mm2 is not None else []))
     samples = ["lag samples", str(rb.lag_samples), str(raw.lag_samples), ""]
     if mm2 is not None:
         samples += [str(peer.lag_samples), ""]

@@ -55,13 +55,19 @@ class GatewayBenchOptions:
 
 @dataclass
 class PhaseResult:
-    """Events per second of a throughput phase and lag percentiles (ms) of a lag phase."""
+    """Events per second of a throughput phase and lag percentiles (ms) of a lag phase.
+
+    ``source_events_per_s`` is the regionbus run's only: puts acked per second by site A's
+    server in the throughput phase (first put to the last put's reply), the pace at which
+    events enter the sender's queue; ``events_per_s`` cannot exceed it.
+    """
 
     events_per_s: float = 0.0
     lag_p50_ms: float = float("nan")
     lag_p99_ms: float = float("nan")
     lag_max_ms: float = float("nan")
     lag_samples: int = 0
+    source_events_per_s: float = float("nan")
 
 
 class Arrivals:
