@@ -252,7 +252,10 @@ class QueueReader:
         assert self._consumer is not None
         offsets = [TopicPartition(self.topic, p, o) for p, o in positions.items()]
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             raise TransportError(f"queue {self.topic}: commit failed: {exc}") from exc
         self._committed.update(positions)
