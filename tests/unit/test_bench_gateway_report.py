@@ -1,0 +1,33 @@
+"""bench.gateway's printed table: MirrorMaker 2's columns only when it ran."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from bench.gateway import report
+from bench.gateway_raw import GatewayBenchOptions, PhaseResult
+
+REGIONBUS = PhaseResult(3000.0, 190.0, 590.0, 630.0, 2500, source_events_per_s=3100.0)
+RAW = PhaseResult(60000.0, 4.0, 227.0, 277.0, 2500)
+
+
+def _printed(mm2: PhaseResult | None) -> str:
+    console = Console(width=200, record=True)
+    report(REGIONBUS, RAW, GatewayBenchOptions(), console, mm2)
+    return console.export_text()
+
+
+def test_without_mirror_maker_2_its_columns_are_left_out_and_a_line_says_it_was_not_run() -> None:
+    text = _printed(None)
+    assert "MirrorMaker 2 was not run" in text
+    assert "nan" not in text
+    assert "÷ MM2" not in text
+    assert "0.05x" in text  # regionbus ÷ raw stays
+    assert "3,100" in text  # site A's puts acked/s
+
+
+def test_with_mirror_maker_2_its_figures_and_ratios_are_printed() -> None:
+    text = _printed(PhaseResult(49000.0, 5.0, 192.0, 200.0, 2500))
+    assert "was not run" not in text
+    assert "49,000" in text
+    assert "3.07x" in text  # lag p99 590 ÷ 192
