@@ -25,6 +25,7 @@ Each lease carries a fencing epoch (:mod:`runtime.leases`) that the region scrip
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -206,6 +207,10 @@ class BucketElection:
         self._valid_until_s: dict[int, float] = {}
         """``{bucket: monotonic s}`` until which a held lease is surely still ours: the start
         of its last successful renewal (or acquisition) plus the TTL."""
+        self._scan_after_s = 0.0
+        """Monotonic s before which no held lease can lapse (the earliest of
+        ``_valid_until_s`` at the last scan, lowered by an acquisition): until then
+        :meth:`take_lost`, called before every message, need not look at every lease."""
 
     @property
     def owned(self) -> dict[int, int]:
@@ -252,9 +257,16 @@ class BucketElection:
         within its TTL (the renewing thread is stuck), which then counts as lost too. The
         caller must stop processing them at once."""
         now = time.monotonic()
+        if not self._lost and now < self._scan_after_s:
+            return set()
         with self._lock:
+            earliest_s = math.inf
             for bucket, lease in self._leases.items():
-                if lease.held and self._valid_until_s.get(bucket, now) < now:
+                if not lease.held:
+                    continue
+                valid_until_s = self._valid_until_s.get(bucket, math.inf)
+                earliest_s = min(earliest_s, valid_until_s)
+                if valid_until_s < now:
                     log.warning(
                         "%s lost the lease of bucket %d: not renewed within its TTL",
                         self.member_id,
@@ -262,6 +274,7 @@ class BucketElection:
                     )
                     lease.epoch = None
                     self._lost.add(bucket)
+            self._scan_after_s = earliest_s
             lost, self._lost = self._lost, set()
         return lost
 
@@ -373,7 +386,9 @@ class BucketElection:
             started = time.monotonic()
             epoch = self._leases[bucket].try_acquire()
             if epoch is not None:
-                self._valid_until_s[bucket] = started + self.lease_ttl_ms / 1000
+                valid_until_s = started + self.lease_ttl_ms / 1000
+                self._valid_until_s[bucket] = valid_until_s
+                self._scan_after_s = min(self._scan_after_s, valid_until_s)
                 self._lost.discard(bucket)
             return epoch
 

@@ -67,6 +67,10 @@ class InterestTable:
 
     def __init__(self) -> None:
         self._regions: dict[str, _RegionInterest] = {}
+        self._all_keys_routes: dict[tuple[str, int], dict[str, bool]] = {}
+        """``{(region, bucket): route}`` of regions whose registrations are all ALL_KEYS,
+        where every key of a bucket has the same route: computed once per bucket instead
+        of once per event, and forgotten at every change of the table."""
 
     def add(
         self,
@@ -88,6 +92,7 @@ class InterestTable:
         Raises:
             InvalidInterestError: a REGEX spec whose pattern does not compile.
         """
+        self._all_keys_routes.clear()
         ri = self._regions.setdefault(region, _RegionInterest())
         if spec.kind is InterestKind.ALL_KEYS:
             _activate(ri.all_keys, client_id, spec, buckets)
@@ -108,6 +113,7 @@ class InterestTable:
     def remove(self, client_id: str, region: str, spec: InterestSpec) -> None:
         """Remove a registration in every bucket: the keys of a KEYS spec, the all-keys
         registration, or the spec's pattern."""
+        self._all_keys_routes.clear()
         ri = self._regions.get(region)
         if ri is None:
             return
@@ -124,6 +130,7 @@ class InterestTable:
 
     def drop_client(self, client_id: str, *, keep_durable: bool = False) -> None:
         """Forget a client's registrations (all, or all but the durable ones)."""
+        self._all_keys_routes.clear()
         for ri in self._regions.values():
             reg = ri.all_keys.get(client_id)
             if reg is not None and not (keep_durable and reg.durable):
@@ -153,6 +160,12 @@ class InterestTable:
         ri = self._regions.get(region)
         if ri is None:
             return {}
+        if not ri.keys and not ri.regexes:
+            route = self._all_keys_routes.get((region, bucket))
+            if route is None:
+                route = {c: r.receive_values for c, r in ri.all_keys.items() if bucket in r.buckets}
+                self._all_keys_routes[(region, bucket)] = route
+            return dict(route)
         out: dict[str, bool] = {}
         for client_id, reg in ri.all_keys.items():
             if bucket in reg.buckets:
@@ -176,10 +189,12 @@ class InterestTable:
 
     def forget_region(self, region: str) -> None:
         """Drop the routing of a destroyed region."""
+        self._all_keys_routes.clear()
         self._regions.pop(region, None)
 
     def clear(self) -> None:
         """Forget everything."""
+        self._all_keys_routes.clear()
         self._regions.clear()
 
 

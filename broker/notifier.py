@@ -84,15 +84,17 @@ class CacheClientNotifier:
         if self._security is not None:
             targets = self._security.readers(targets, event.region, event.key)
         invalidate: bytes | None = None
+        queue = self._outbox.queue
+        carries_value = event.kind in (EventKind.CREATE, EventKind.UPDATE)
         for client_id, receive_values in targets.items():
-            if receive_values or event.kind not in (EventKind.CREATE, EventKind.UPDATE):
+            if receive_values or not carries_value:
                 payload = full
             else:
                 if invalidate is None:
                     invalidate = encode(event._replace(kind=EventKind.INVALIDATE, value=None))
                 payload = invalidate
-            self._outbox.queue(client_id, payload)
-            self._stats.routed(client_id)
+            queue(client_id, payload)
+        self._stats.routed_to(targets)
 
     def region_event(self, event: Event, bucket: int) -> None:
         """Distribute an applied region clear or destroy to every client with any interest

@@ -87,6 +87,7 @@ class Outbox:
         self._queue_topics: dict[str, str] = {}
         self._queue_clients: dict[str, str] = {}
         self._reply_clients: dict[str, str] = {}
+        self._reply_topic_names: dict[str, str] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
         self._numbered = 0
@@ -202,7 +203,9 @@ class Outbox:
     def reply(self, reply: Reply, client_id: str) -> None:
         """Queue a reply to a client; dropped (and counted) when the client has no reply
         topic: a server-side application writing to ``{ns}.ops``, a client that closed."""
-        topic = self.topics.reply(client_id)
+        topic = self._reply_topic_names.get(client_id)
+        if topic is None:
+            topic = self._reply_topic_names[client_id] = self.topics.reply(client_id)
         if not self.reply_topics.exists(topic):
             self.stats.replies_dropped += 1
             return
@@ -275,6 +278,7 @@ class Outbox:
         topic = self._queue_topics.pop(client_id, None)
         if topic is not None:
             self._queue_clients.pop(topic, None)
+        self._reply_topic_names.pop(client_id, None)
         self._reply_clients.pop(self.topics.reply(client_id), None)
         self.reply_topics.forget(self.topics.reply(client_id))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schemas.messages import OperationKind
@@ -68,6 +69,13 @@ class ServerStats:
         """Count one event queued for a client's subscription queue."""
         self.events_routed += 1
         self.events_routed_by_client[client_id] = self.events_routed_by_client.get(client_id, 0) + 1
+
+    def routed_to(self, client_ids: Iterable[str]) -> None:
+        """Count one event queued for each of these clients' subscription queues."""
+        by_client = self.events_routed_by_client
+        for client_id in client_ids:
+            by_client[client_id] = by_client.get(client_id, 0) + 1
+            self.events_routed += 1
 
     def dead_lettered(self, category: str) -> None:
         """Count one message sent to the dead-letter topic, by reason category."""

@@ -37,6 +37,10 @@ runs (lease renewals of every server included), so a poll batch of many put_all 
 is cut into calls of a few milliseconds each, still in one round trip."""
 
 
+_ENTRY_KEYS_CACHED: Final = 4096
+"""Most (region, bucket) key lists :meth:`RegionStore.entry_args` keeps."""
+
+
 class GatewayVersion(NamedTuple):
     """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
 
@@ -144,6 +148,9 @@ class RegionStore:
         self.redis = client
         self.keys = RedisKeys(namespace)
         self.total_buckets = total_buckets
+        self._entry_keys: dict[tuple[str, int], list[str]] = {}
+        """The KEYS of ``apply_entry.lua`` per (region, bucket): the same for every change
+        of that bucket (callers only read them)."""
         self._apply_entries = PipelinedScript(apply_entries_source())
         self._touch = PipelinedScript(load_lua("touch_entry.lua"))
         self._apply_region = client.register_script(load_lua("apply_region.lua"))
@@ -217,7 +224,8 @@ class RegionStore:
         now_ms: int = 0,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script), for
-        :meth:`run_batch`.
+        :meth:`run_batch`. The KEYS list is shared by every change of the same region and
+        bucket: read it, never change it.
 
         ``gateway_version`` (multi-site members only) is stored with the entry;
         ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
@@ -228,20 +236,24 @@ class RegionStore:
         a create or update schedule the entry's expiry from ``now_ms`` (ms since the Unix
         epoch), and a destroy or invalidate unschedule it (:mod:`broker.expiration`).
         """
-        k = self.keys
-        keys = [
-            k.regions,
-            k.region_values(region, bucket),
-            k.region_meta(region, bucket),
-            k.region_version(region),
-            k.tracking(bucket),
-            k.results(bucket),
-            k.results_index(bucket),
-            k.epoch(bucket_role(bucket)),
-            k.region_gateway_versions(region, bucket),
-            k.region_expiry(region, bucket),
-            k.region_entry_times(region, bucket),
-        ]
+        keys = self._entry_keys.get((region, bucket))
+        if keys is None:
+            if len(self._entry_keys) >= _ENTRY_KEYS_CACHED:
+                self._entry_keys.clear()  # region names come from clients: keep it bounded
+            k = self.keys
+            keys = self._entry_keys[(region, bucket)] = [
+                k.regions,
+                k.region_values(region, bucket),
+                k.region_meta(region, bucket),
+                k.region_version(region),
+                k.tracking(bucket),
+                k.results(bucket),
+                k.results_index(bucket),
+                k.epoch(bucket_role(bucket)),
+                k.region_gateway_versions(region, bucket),
+                k.region_expiry(region, bucket),
+                k.region_entry_times(region, bucket),
+            ]
         args: list[Any] = [
             kind.value,
             region,

@@ -91,3 +91,35 @@ def test_region_events_go_to_every_client_with_any_interest_in_the_region() -> N
 def test_a_regex_that_does_not_compile_is_refused() -> None:
     with pytest.raises(InvalidInterestError):
         InterestTable().add("c", "r", _regex("("), [0])
+
+
+def test_routes_of_all_keys_regions_follow_every_change_of_the_table() -> None:
+    # Such routes are computed once per bucket: each change must be seen at once, and a
+    # caller changing the route it got must not change the next one.
+    table = InterestTable()
+    table.add("c1", "r", ALL, [0])
+    first = table.route("r", "a", 0)
+    assert first == {"c1": True}
+    first.pop("c1")
+    assert table.route("r", "b", 0) == {"c1": True}
+    table.add("c2", "r", NO_VALUES, [0])
+    assert table.route("r", "a", 0) == {"c1": True, "c2": False}
+    table.add("c2", "r", ALL, [0])
+    assert table.route("r", "a", 0) == {"c1": True, "c2": True}
+    table.remove("c2", "r", ALL)
+    assert table.route("r", "a", 0) == {"c1": True}
+    table.add("c3", "r", KEYS, [0], ["a"])
+    assert table.route("r", "a", 0) == {"c1": True, "c3": True}
+    assert table.route("r", "b", 0) == {"c1": True}
+    table.remove("c3", "r", InterestSpec(InterestKind.KEYS, keys=("a",)))
+    assert table.route("r", "a", 0) == {"c1": True}
+    table.drop_client("c1")
+    assert table.route("r", "a", 0) == {}
+    table.add("c4", "r", ALL, [0])
+    assert table.route("r", "a", 0) == {"c4": True}
+    table.forget_region("r")
+    assert table.route("r", "a", 0) == {}
+    table.add("c5", "r", ALL, [0])
+    assert table.route("r", "a", 0) == {"c5": True}
+    table.clear()
+    assert table.route("r", "a", 0) == {}
