@@ -13,7 +13,9 @@
     to one topic per subscriber, each read by its own consumer: the server's hot path
     without decoding or Redis) for (a);
 
-then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``).
+then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``). Before
+any timed phase the fan-out relay runs once untimed, so that every phase finds the broker's
+JVM already compiled (its JIT otherwise burns seconds of CPU in the first phase).
 Machines are noisy: compare the ratios, not the absolute figures.
 
 The raw baselines are ``bench.raw``, the writers ``bench.load``, what every phase is given
@@ -243,6 +245,14 @@ def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
             f"server pid {server.pid}, logs in {work_dir}",
             style="dim",
         )
+        # A fresh broker spends seconds of CPU compiling its own code (the JVM's JIT) in
+        # whichever phase comes first, which on 2 cores was most of the "kafka" CPU of
+        # phase (a) while the raw phases, run later, found it warm: every phase now starts
+        # on a warm broker.
+        progress.phase(
+            console, f"(w) warm-up, untimed: the raw fan-out relay of {options.ops:,} messages ..."
+        )
+        raw_fanout_relay(services, options, options.subscribers, label="warmup")
         rb_latency, relay_latency, rb_throughput = _latency_and_regionbus_phases(
             services, options, console
         )

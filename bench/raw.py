@@ -145,9 +145,14 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
     )
 
 
-def raw_fanout_relay(services: Services, options: BenchOptions, fanout: int) -> Throughput:
+def raw_fanout_relay(
+    services: Services, options: BenchOptions, fanout: int, label: str = "fanout"
+) -> Throughput:
     """Phase (c3): ``ops`` messages to a fresh 16-partition topic, copied by a relay process
     to ``fanout`` one-partition topics, each read by its own consumer.
+
+    ``label`` names the run's topics (``{namespace}.raw.{label}-in`` / ``-out.<i>``), so the
+    relay can run more than once on one broker (the untimed warm-up, then phase (c3)).
 
     Returns:
         ``acked_per_s``: messages relayed per second, from the first send until the relay
@@ -158,8 +163,8 @@ def raw_fanout_relay(services: Services, options: BenchOptions, fanout: int) -> 
     Raises:
         BenchError: a topic cannot be created, or a child failed or did not answer.
     """
-    topic_in = f"{services.namespace}.raw.fanout-in"
-    topic_out = f"{services.namespace}.raw.fanout-out"
+    topic_in = f"{services.namespace}.raw.{label}-in"
+    topic_out = f"{services.namespace}.raw.{label}-out"
     _create_topics(
         services,
         {topic_in: DEFAULT_TOTAL_BUCKETS, **{fanout_topic(topic_out, i): 1 for i in range(fanout)}},
