@@ -284,7 +284,9 @@ class ClientCache:
             raise UnconnectedError("subscription_enabled is False: this client has no queue")
 
     def _on_event(self, event: Event, replay: bool) -> None:
-        region = self.get_region(event.region)
+        # Once per event: a dict read is atomic under the GIL, so no lock (the lock keeps
+        # the check-and-insert of create_region whole).
+        region = self._regions.get(event.region)
         if region is not None:
             region.on_event(event, apply=not replay)
 

@@ -127,13 +127,18 @@ class LocalStore:
         """Whether a change of ``key`` at ``version`` is newer than what is known here: the
         local entry's version, else its tombstone's, else the last region clear's."""
         with self._lock:
-            local = self._entries.get(key)
-            if local is not None:
-                return version > local.version
-            tomb = self._tombstones.get(key)
-            if tomb is not None and version <= tomb:
-                return False
-            return version > self._cleared_version
+            return self._newer(key, version)
+
+    def _newer(self, key: str, version: int) -> bool:
+        """:meth:`is_newer` for a caller that holds the lock (once per event: no second
+        acquisition of the re-entrant lock)."""
+        local = self._entries.get(key)
+        if local is not None:
+            return version > local.version
+        tomb = self._tombstones.get(key)
+        if tomb is not None and version <= tomb:
+            return False
+        return version > self._cleared_version
 
     def _remember_tombstone(self, key: str, version: int) -> None:
         if self._registering:
@@ -183,7 +188,7 @@ class LocalStore:
             # receive_values=False invalidate carries the version of the update it stands
             # for, and the get that follows it fetches that very version.
             refill = local is not None and local.value is None and version >= local.version
-            if self.is_newer(key, version) or (refill and value is not None):
+            if self._newer(key, version) or (refill and value is not None):
                 if local is None:
                     self._entries[key] = LocalEntry(value, serializer, version)
                     self._tombstones.pop(key, None)
@@ -230,7 +235,7 @@ class LocalStore:
                 kind is EventKind.INVALIDATE
                 and local is not None
                 and self.caching
-                and (local.value is None or (apply and not self.is_newer(key, version)))
+                and (local.value is None or (apply and not self._newer(key, version)))
             ):
                 # Already invalid, or older than what is held (e.g. the invalidate standing
                 # for the create that a get had already loaded): Geode invalidates nothing
@@ -240,7 +245,7 @@ class LocalStore:
                 self._replayed_keys.discard(key)
             old = local.value if local is not None else None
             old_serializer = local.serializer if local is not None else serializer
-            if apply and self.caching and self.is_newer(key, version):
+            if apply and self.caching and self._newer(key, version):
                 if kind is EventKind.DESTROY:
                     self._entries.pop(key, None)
                     self._remember_tombstone(key, version)
@@ -257,7 +262,7 @@ class LocalStore:
         """
         with self._lock:
             local = self._entries.get(key)
-            if self.caching and self.is_newer(key, version):
+            if self.caching and self._newer(key, version):
                 self._entries.pop(key, None)
                 self._remember_tombstone(key, version)
             return local
@@ -373,7 +378,7 @@ class LocalStore:
             if local is not None and local.value is None:
                 take = entry.value is not None and entry.version >= local.version
             else:
-                take = self.is_newer(key, entry.version)
+                take = self._newer(key, entry.version)
             if take:
                 self._entries[key] = LocalEntry(entry.value, entry.serializer, entry.version)
                 self._tombstones.pop(key, None)

@@ -53,6 +53,30 @@ def apply_server_event(
         registered_at = store.registered_at(event.event_id.bucket)
         apply = registered_at is not None and event.version > registered_at
     kind = event.kind
+    if kind is EventKind.UPDATE or kind is EventKind.CREATE:  # nearly every event: first
+        key = event.key
+        assert key is not None
+        local_kind, old = store.apply_value(
+            key, event.value, event.serializer, event.version, apply=apply, server_kind=kind
+        )
+        # EntryEvent.of's fields, positionally (once per event)
+        entry_event = EntryEvent(
+            event.region,
+            key,
+            local_kind,
+            event.event_id,
+            event.version,
+            True,  # origin_remote
+            event.value,
+            old,
+            event.serializer,
+            event.possible_duplicate,
+            event.callback_argument,
+            False,  # is_load
+            decoder,
+            event.expiration,
+        )
+        return Applied(entry_event, False)
     if kind is EventKind.REGION_INVALIDATE:
         # Never pushed (SPEC §3); an event of it in a queue changes nothing here.
         return Applied(None, False)
@@ -66,17 +90,6 @@ def apply_server_event(
         )
         return Applied(region_event, kind is EventKind.REGION_DESTROY and apply)
     assert event.key is not None
-    if kind is EventKind.CREATE or kind is EventKind.UPDATE:
-        local_kind, old = store.apply_value(
-            event.key,
-            event.value,
-            event.serializer,
-            event.version,
-            apply=apply,
-            server_kind=kind,
-        )
-        entry_event = EntryEvent.of(event, kind=local_kind, old_value_bytes=old, decoder=decoder)
-        return Applied(entry_event, False)
     removal = store.apply_removal(
         kind, event.key, event.version, event.serializer, apply=apply, replay=replay
     )

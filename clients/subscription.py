@@ -319,33 +319,34 @@ class SubscriptionQueue:
                     log.warning("unexpected %s in %s skipped", type(item).__name__, self._topic)
         superseded = superseded_updates(decoded) if self.conflate else ()
         now = time.monotonic()
-        handle = self._handle
-        for index, item in enumerate(decoded):
-            handle(item, now, index in superseded)
-        self._position = position
-
-    def _handle(self, message: Event | Marker, now: float, conflated: bool) -> None:
         stats = self.stats
-        if type(message) is not Event:
-            stats.markers += 1
-            self._on_marker(message)  # type: ignore[arg-type]
-            return
-        stats.events_received += 1
-        event_id = message.event_id
-        if not self.tracker.is_new(event_id, now):
-            stats.duplicates_dropped += 1
-            return
-        if conflated:
-            stats.conflated += 1
-            return
-        stats.events_delivered += 1
-        replay = self._replaying and event_id.bucket not in self._live_buckets
-        if replay:
-            stats.replayed += 1
-        try:
-            self._on_event(message, replay)
-        except Exception:
-            log.exception("handling event %s failed", event_id)
+        is_new = self.tracker.is_new
+        on_event = self._on_event
+        live_buckets = self._live_buckets
+        # One loop for the whole poll (once per event: no call per event but the tracker's
+        # and the region's); a marker may end replay, so _replaying is read per event.
+        for index, message in enumerate(decoded):
+            if type(message) is not Event:
+                stats.markers += 1
+                self._on_marker(message)  # type: ignore[arg-type]
+                continue
+            stats.events_received += 1
+            event_id = message.event_id
+            if not is_new(event_id, now):
+                stats.duplicates_dropped += 1
+                continue
+            if index in superseded:
+                stats.conflated += 1
+                continue
+            stats.events_delivered += 1
+            replay = self._replaying and event_id.bucket not in live_buckets
+            if replay:
+                stats.replayed += 1
+            try:
+                on_event(message, replay)
+            except Exception:
+                log.exception("handling event %s failed", event_id)
+        self._position = position
 
     def _on_marker(self, marker: Marker) -> None:
         if not self._replaying or marker.connection_id != self._connection_id:

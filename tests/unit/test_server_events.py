@@ -94,3 +94,28 @@ def test_a_region_destroy_ends_the_region_unless_it_is_replayed_from_before_regi
     assert live.region_destroyed
     assert isinstance(live.listener_event, RegionEvent)
     assert len(store) == 0
+
+
+def test_a_create_or_update_is_heard_as_entry_event_of_builds_it() -> None:
+    store = LocalStore("r", caching=True)
+    store.apply_value("k", b"old", "json", 1)
+    event = Event(
+        EventID("server-1", 1, 2, bucket=3),
+        EventKind.UPDATE,
+        "r",
+        2,
+        0,
+        "c-other",
+        key="k",
+        value=b"new",
+        serializer="json",
+        possible_duplicate=True,
+        callback_argument=b"cb",
+        expiration=True,
+    )
+
+    applied = apply_server_event(store, event, replay=False, decoder=_decode)
+
+    assert applied.listener_event == EntryEvent.of(
+        event, kind=EventKind.UPDATE, old_value_bytes=b"old", decoder=_decode
+    )
