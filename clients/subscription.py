@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -285,13 +285,30 @@ class SubscriptionQueue:
     def _take(self, messages: list[KafkaMessage]) -> None:
         """Decode, track and deliver one poll's messages, then move the ack position.
 
-        Every frame is decoded once, the whole poll before the first delivery (conflation
-        looks across it), in one loop: at tens of thousands of events a second the
-        per-event calls are the cost, so there are as few as can be.
+        Every frame is decoded once. With conflation the whole poll is decoded before the
+        first delivery (conflation looks across it); without, each Kafka message's events
+        are delivered before the next message is decoded: nothing looks further, and a
+        poll of a durable client's queue holds ~100,000 events, which decoded at once
+        would all live long enough to reach the collector's oldest generation and make
+        it scan the whole heap again and again.
         """
+        position = self._position
+        if self.conflate:
+            decoded, position = self._decode(messages, position)
+            self._deliver(decoded, superseded_updates(decoded))
+        else:
+            for message in messages:
+                decoded, position = self._decode((message,), position)
+                if decoded:
+                    self._deliver(decoded, ())
+        self._position = position
+
+    def _decode(
+        self, messages: Iterable[KafkaMessage], position: int
+    ) -> tuple[list[Event | Marker], int]:
+        """The events and markers of ``messages``, and the offset after the last one."""
         decoded: list[Event | Marker] = []
         keep = decoded.append
-        position = self._position
         for message in messages:
             if message.error() is not None:
                 continue
@@ -317,14 +334,19 @@ class SubscriptionQueue:
                 else:
                     self.stats.undecodable += 1
                     log.warning("unexpected %s in %s skipped", type(item).__name__, self._topic)
-        superseded = superseded_updates(decoded) if self.conflate else ()
+        return decoded, position
+
+    def _deliver(self, decoded: list[Event | Marker], superseded: Container[int]) -> None:
+        """Track and hand over decoded events, in order; take markers.
+
+        One loop (once per event: no call per event but the tracker's and the region's);
+        a marker may end replay, so ``_replaying`` is read per event.
+        """
         now = time.monotonic()
         stats = self.stats
         is_new = self.tracker.is_new
         on_event = self._on_event
         live_buckets = self._live_buckets
-        # One loop for the whole poll (once per event: no call per event but the tracker's
-        # and the region's); a marker may end replay, so _replaying is read per event.
         for index, message in enumerate(decoded):
             if type(message) is not Event:
                 stats.markers += 1
@@ -346,7 +368,6 @@ class SubscriptionQueue:
                 on_event(message, replay)
             except Exception:
                 log.exception("handling event %s failed", event_id)
-        self._position = position
 
     def _on_marker(self, marker: Marker) -> None:
         if not self._replaying or marker.connection_id != self._connection_id:
