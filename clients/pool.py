@@ -87,7 +87,11 @@ class _Pending:
         self.replies: list[Reply] = []
         self.callback = callback
         # Changes (with EventIDs) are sent again when unanswered; reads are not.
-        self.ops = [(op, b) for op, b in ops if op.event_id is not None]
+        self.ops = (
+            ops
+            if all(op.event_id is not None for op, _ in ops)
+            else [(op, b) for op, b in ops if op.event_id is not None]
+        )
         self.sent_at = time.monotonic()
         """When the operations were last sent (monotonic s)."""
         self.expires_at = self.sent_at + timeout_s

@@ -74,6 +74,32 @@ def raise_first_error(replies: Sequence[Reply]) -> None:
             raise error_from_wire(reply.error_type, reply.error_message)
 
 
+class _Pipelined:
+    """The reply callback of one pipelined operation: ``finish(op, reply)``, then its future.
+
+    One slotted object (not a closure: a function and a cell per captured name) lives as
+    long as the operation is in flight; thousands are, and each object alive at a
+    collection is one more the collector scans.
+    """
+
+    __slots__ = ("finish", "future", "op")
+
+    def __init__(self, op: Operation, finish: Callable[[Operation, Reply], None]) -> None:
+        self.op = op
+        self.finish = finish
+        self.future: Future[None] = Future()
+
+    def __call__(self, replies: list[Reply] | None, error: BaseException | None) -> None:
+        try:
+            if error is not None:
+                raise error
+            assert replies
+            self.finish(self.op, replies[0])
+            self.future.set_result(None)
+        except BaseException as exc:
+            self.future.set_exception(exc)
+
+
 class ServerRegionProxy:
     """Sends one region's operations to the bucket primaries that own them.
 
@@ -220,20 +246,9 @@ class ServerRegionProxy:
     ) -> Future[None]:
         """Send one operation and return at once; ``finish(op, reply)`` runs on the pool's
         reply thread when the reply comes, and the future completes with what it does."""
-        outer: Future[None] = Future()
-
-        def done(replies: list[Reply] | None, error: BaseException | None) -> None:
-            try:
-                if error is not None:
-                    raise error
-                assert replies
-                finish(op, replies[0])
-                outer.set_result(None)
-            except BaseException as exc:
-                outer.set_exception(exc)
-
+        done = _Pipelined(op, finish)
         self._cache.pool.request_with_callback([(op, bucket)], done)
-        return outer
+        return done.future
 
     def interest(self, kind: OperationKind, spec: InterestSpec) -> list[Reply]:
         """Register or unregister interest on every bucket it concerns and wait for all.
