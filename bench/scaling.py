@@ -33,7 +33,6 @@ import logging
 import os
 import secrets
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -44,6 +43,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench import progress
 from bench.core import run_or_exit
 from bench.load import paced_puts, write_async
 from bench.options import (
@@ -265,8 +265,9 @@ def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
     """
     points: list[PointFigures] = []
     with ExitStack() as stack:
+        work_dir = progress.log_dir("scaling", console)
         local = stack.enter_context(LocalStack(use_docker=False))
-        work_dir = Path(tempfile.mkdtemp(prefix="regionbus-bench-scaling-"))
+        stack.enter_context(progress.keep_stack_logs(local))
         console.print(
             f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
             f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
@@ -277,10 +278,11 @@ def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
             with bucket_server(local, options, buckets, work_dir) as (services, writer):
                 for subscribers, _ in (p for p in options.points() if p[1] == buckets):
                     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-                    console.print(
+                    progress.phase(
+                        console,
                         f"{subscribers} subscribers, {buckets} buckets (load {load}): "
                         f"{options.rate} puts/s for {options.latency_seconds} s, "
-                        f"then {options.ops:,} puts ..."
+                        f"then {options.ops:,} puts ...",
                     )
                     points.append(measure_point(services, options, subscribers, buckets, writer))
                 last_services = services
@@ -294,12 +296,12 @@ def raw_baselines(
 ) -> list[PointFigures]:
     """``points`` with the raw baselines of this run: the relay and produce → 1 consumer
     once, produce → N consumers once per subscriber count (all on 16 partitions)."""
-    console.print(f"raw: relay at {options.rate} msgs/s, produce → 1 consumer ...")
+    progress.phase(console, f"raw: relay at {options.rate} msgs/s, produce → 1 consumer ...")
     relay = raw_relay_latency(services, options.bench_options(1))
     one = raw_throughput(services, options.bench_options(1), 1, "scaling-tp1")
     fanout: dict[int, float] = {1: one.delivered_per_s}
     for subscribers in sorted({p.subscribers for p in points} - {1}):
-        console.print(f"raw: produce → {subscribers} consumers ...")
+        progress.phase(console, f"raw: produce → {subscribers} consumers ...")
         fanout[subscribers] = raw_throughput(
             services, options.bench_options(subscribers), subscribers, f"scaling-fan{subscribers}"
         ).delivered_per_s
