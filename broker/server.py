@@ -5,8 +5,9 @@ Where an operation goes (README "How an operation travels"):
 1. It enters from partition ``bucket`` of ``{ns}.ops`` (client lifecycle messages from
    ``{ns}.control``), read by the bucket's primary (:mod:`broker.ownership`), checked at
    the front door when security is on (:mod:`broker.admission`), decoded and validated
-   (:mod:`broker.validation`); what cannot be processed is dead-lettered (invariant 6),
-   and so is a message whose handling raised anything else (:mod:`broker.poison`).
+   (:mod:`broker.intake`, :mod:`broker.validation`); what cannot be processed is
+   dead-lettered (invariant 6), and so is a message whose handling raised anything else
+   (:mod:`broker.poison`).
 2. The handler of its kind runs (:mod:`broker.handlers`, one table): entry operations are
    applied in batches (:mod:`broker.entry_ops`) through the region store's Lua scripts,
    with server writers before and listeners after (:mod:`broker.plugins`).
@@ -47,33 +48,30 @@ from broker.entry_ops import EntryOperations
 from broker.expiration import EntryExpiration
 from broker.gateway_queues import GatewayEnqueuer
 from broker.handlers import OperationHandlers
+from broker.intake import OperationIntake
 from broker.interest import InterestRegistry
 from broker.notifier import CacheClientNotifier
 from broker.outbox import TOPIC_GONE, Outbox
 from broker.ownership import BucketOwnership
 from broker.plugins import ServerPlugins
 from broker.poison import is_infrastructure_error, set_aside
-from broker.principals import Principal
 from broker.queue_depth import QueueDepths
 from broker.security import SecurityGuard
 from broker.server_metrics import server_metric_families
 from broker.stats import ServerStats
 from broker.store import RegionStore
 from broker.topic_keeper import TopicKeeper
-from broker.validation import validate
 from runtime.leases import Lease
 from runtime.observability import MetricsEndpoint
 from runtime.redis_connect import connect_redis
 from runtime.redis_outage import RedisOutage, is_redis_unavailable
 from runtime.worker import BackgroundWorker
 from schemas.callbacks import CacheListener, CacheWriter
-from schemas.codec import decode, split_batch
 from schemas.dead_letter import Source
-from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
+from schemas.errors import TransportError
 from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from schemas.kafka_outage import KafkaOutage, quiet_config
-from schemas.messages import Control, Operation
-from schemas.naming import REAPER_ROLE, Topics, check_name
+from schemas.naming import REAPER_ROLE, Topics
 from schemas.topics import acked_queue_spec, server_topic_specs
 from schemas.transport import poll_batch
 
@@ -100,6 +98,7 @@ class _Parts:
     expiration: EntryExpiration
     handlers: OperationHandlers
     admission: Admission | None
+    intake: OperationIntake
 
 
 class CacheServer(BackgroundWorker):
@@ -346,6 +345,7 @@ class CacheServer(BackgroundWorker):
             expiration,
             handlers,
             admission,
+            OperationIntake(s, self.topics, outbox, lifecycle, entries, handlers, admission),
         )
 
     def _teardown(self) -> None:
@@ -516,33 +516,13 @@ class CacheServer(BackgroundWorker):
                 continue
             source = Source(topic, partition, offset)
             try:
-                self._process_message(parts, message, source)
+                parts.intake.message(message, source)
             except Exception as exc:
                 if is_infrastructure_error(exc):
                     raise
                 set_aside(parts.outbox, message.value(), source, exc)
         parts.entries.apply()
         parts.outbox.send()
-
-    def _process_message(self, parts: _Parts, message: KafkaMessage, source: Source) -> None:
-        principal = None
-        if parts.admission is not None:
-            principal = parts.admission.authenticate(message, source)
-            if principal is None:
-                return
-        try:
-            items = split_batch(message.value())
-        except MessageDecodeError as exc:
-            parts.outbox.dead_letter(message.value(), source, str(exc), category="undecodable")
-            return
-        for raw in items:
-            try:
-                self._process_one(parts, raw, source, principal)
-            except Exception as exc:
-                # One bad item of a batch must not take the items after it along.
-                if is_infrastructure_error(exc):
-                    raise
-                set_aside(parts.outbox, raw, source, exc)
 
     def _read_again(self, parts: _Parts, messages: Sequence[KafkaMessage]) -> None:
         try:
@@ -552,51 +532,6 @@ class CacheServer(BackgroundWorker):
             parts.entries.apply()
             parts.outbox.send()
             parts.ownership.rewind_to_committed()
-
-    def _process_one(
-        self, parts: _Parts, raw: bytes, source: Source, principal: Principal | None
-    ) -> None:
-        outbox = parts.outbox
-        try:
-            decoded = decode(raw)
-            if isinstance(decoded, Operation | Control):
-                # Replies and queues are topics named after the client: a client id no topic
-                # name can hold would fail the reply after the apply, killing this thread.
-                check_name("client id", decoded.client_id)
-        except MessageDecodeError as exc:
-            outbox.dead_letter(raw, source, str(exc), category="undecodable")
-            return
-        except ConfigurationError as exc:
-            outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
-            return
-        admission = parts.admission
-        if admission and principal and not admission.authorize(decoded, raw, source, principal):
-            return
-        expected = Control if source.topic == self.topics.control else Operation
-        if not isinstance(decoded, expected):
-            reason = f"expected {expected.__name__}, got {type(decoded).__name__}"
-            outbox.dead_letter(raw, source, reason, category="unexpected_type")
-            return
-        if isinstance(decoded, Control):
-            parts.lifecycle.control(decoded)
-            return
-        op = decoded
-        assert isinstance(op, Operation)
-        bucket, offset = source.partition, source.offset
-        parts.lifecycle.seen(op.client_id)
-        try:
-            validate(op, bucket, self.settings)
-        except RegionBusError as exc:
-            parts.entries.apply()
-            outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
-            outbox.reply_error(op, bucket, exc)
-            return
-        try:
-            parts.handlers.handle(op, bucket, offset)
-        except TransportError:
-            raise
-        except RegionBusError as exc:
-            outbox.reply_error(op, bucket, exc)
 
 
 __all__ = ["CacheServer"]

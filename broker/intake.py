@@ -1,0 +1,138 @@
+"""The front door of a cache server's operations: one polled Kafka message to its handler.
+
+A message from ``{ns}.ops`` (or a lifecycle message from ``{ns}.control``) is checked at
+the front door when security is on (:mod:`broker.admission`), split into the items of its
+batch, each decoded, authorized, validated (:mod:`broker.validation`) and handed to the
+handler of its kind (:mod:`broker.handlers`) or to the client lifecycle. What cannot be
+processed is dead-lettered with its reason (invariant 6), and an item whose handling raised
+anything but an infrastructure error is set aside (:mod:`broker.poison`) so the items after
+it still run. The server's loop (:mod:`broker.server`) decides which messages come here.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import Message as KafkaMessage
+
+from broker.admission import Admission
+from broker.client_lifecycle import ClientLifecycle
+from broker.config import ServerSettings
+from broker.entry_ops import EntryOperations
+from broker.handlers import OperationHandlers
+from broker.outbox import Outbox
+from broker.poison import is_infrastructure_error, set_aside
+from broker.principals import Principal
+from broker.validation import validate
+from schemas.codec import decode, split_batch
+from schemas.dead_letter import Source
+from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
+from schemas.messages import Control, Operation
+from schemas.naming import Topics, check_name
+
+
+class OperationIntake:
+    """Takes one polled message at a time to where its items go.
+
+    Args:
+        settings: The server's settings (validation limits).
+        topics: The namespace's topic names (which topic carries lifecycle messages).
+        outbox: Where dead letters and error replies go.
+        lifecycle: Receives lifecycle (``Control``) messages and notes each client seen.
+        entries: The batch of entry changes; applied before an error reply, so replies
+            keep the order of the operations.
+        handlers: The handler table, by operation kind.
+        admission: The front-door checks when security is on, else None.
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        topics: Topics,
+        outbox: Outbox,
+        lifecycle: ClientLifecycle,
+        entries: EntryOperations,
+        handlers: OperationHandlers,
+        admission: Admission | None,
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._outbox = outbox
+        self._lifecycle = lifecycle
+        self._entries = entries
+        self._handlers = handlers
+        self._admission = admission
+
+    def message(self, message: KafkaMessage, source: Source) -> None:
+        """Process every item of one polled message, in order.
+
+        Args:
+            message: A message of ``{ns}.ops`` or ``{ns}.control`` (no error set).
+            source: Its topic, partition (the bucket) and offset.
+
+        Raises:
+            Exception: only infrastructure errors (Kafka, Redis): anything else an item
+                raises is set aside and the next item runs.
+        """
+        principal = None
+        if self._admission is not None:
+            principal = self._admission.authenticate(message, source)
+            if principal is None:
+                return
+        try:
+            items = split_batch(message.value())
+        except MessageDecodeError as exc:
+            self._outbox.dead_letter(message.value(), source, str(exc), category="undecodable")
+            return
+        for raw in items:
+            try:
+                self._one(raw, source, principal)
+            except Exception as exc:
+                # One bad item of a batch must not take the items after it along.
+                if is_infrastructure_error(exc):
+                    raise
+                set_aside(self._outbox, raw, source, exc)
+
+    def _one(self, raw: bytes, source: Source, principal: Principal | None) -> None:
+        outbox = self._outbox
+        try:
+            decoded = decode(raw)
+            if isinstance(decoded, Operation | Control):
+                # Replies and queues are topics named after the client: a client id no topic
+                # name can hold would fail the reply after the apply, killing the loop.
+                check_name("client id", decoded.client_id)
+        except MessageDecodeError as exc:
+            outbox.dead_letter(raw, source, str(exc), category="undecodable")
+            return
+        except ConfigurationError as exc:
+            outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
+            return
+        admission = self._admission
+        if admission and principal and not admission.authorize(decoded, raw, source, principal):
+            return
+        expected = Control if source.topic == self._topics.control else Operation
+        if not isinstance(decoded, expected):
+            reason = f"expected {expected.__name__}, got {type(decoded).__name__}"
+            outbox.dead_letter(raw, source, reason, category="unexpected_type")
+            return
+        if isinstance(decoded, Control):
+            self._lifecycle.control(decoded)
+            return
+        op = decoded
+        assert isinstance(op, Operation)
+        bucket, offset = source.partition, source.offset
+        self._lifecycle.seen(op.client_id)
+        try:
+            validate(op, bucket, self._settings)
+        except RegionBusError as exc:
+            self._entries.apply()
+            outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
+            outbox.reply_error(op, bucket, exc)
+            return
+        try:
+            self._handlers.handle(op, bucket, offset)
+        except TransportError:
+            raise
+        except RegionBusError as exc:
+            outbox.reply_error(op, bucket, exc)
+
+
+__all__ = ["OperationIntake"]
