@@ -58,7 +58,6 @@ from regionbus.schemas.codec import TYPE_BYTES, split_batch
 from regionbus.schemas.errors import BulkOperationError, MessageDecodeError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.messages import Event
-from regionbus.schemas.naming import Topics
 from regionbus.schemas.transport import assign_from, poll_batch
 
 log = logging.getLogger("regionbus.bench")
@@ -244,8 +243,12 @@ def _replay(
     }
 
 
-def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int, float]:
-    """Read ``topic`` from offset 0 with ``assign()`` until ``expected_events`` events.
+def _raw_consume(
+    kafka: str, queue: tuple[str, int], expected_events: int
+) -> tuple[int, int, float]:
+    """Read one partition (``(topic, partition)``: the durable client's, which no other
+    client of the run shares) from offset 0 with ``assign()`` until ``expected_events``
+    events.
 
     Returns:
         ``(messages, events, seconds)``.
@@ -266,7 +269,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
     messages = events = 0
     try:
         started = time.monotonic()
-        assign_from(consumer, [TopicPartition(topic, 0, 0)], 10)
+        assign_from(consumer, [TopicPartition(*queue, 0)], 10)
         deadline = started + _RAW_TIMEOUT_S
         while events < expected_events:
             if time.monotonic() > deadline:
@@ -326,8 +329,8 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
         cache, replay = _replay(options, namespace, kafka)
         try:
             progress.phase(console, "raw: assign() consumer over the same queue topic ...")
-            topic = Topics(namespace).queue(DURABLE_ID)
-            raw_messages, raw_events, raw_s = _raw_consume(kafka, topic, options.events)
+            queue = cache.pool.address.queue_topic, cache.pool.address.queue_partition
+            raw_messages, raw_events, raw_s = _raw_consume(kafka, queue, options.events)
         finally:
             cache.close()
     return ReplayFigures(

@@ -100,6 +100,7 @@ class Admission:
                             error_message=str(exc),
                         ),
                         item.client_id,
+                        item.kafka_principal,
                     )
         pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
         signing: HeaderList = [(k, v) for k, v in pairs if k.startswith("rb.")]

@@ -290,11 +290,12 @@ def status(as_json: bool, **options: Any) -> None:
     for b in current.buckets:
         buckets.add_row(str(b.bucket), b.primary or "-", str(b.epoch), ", ".join(b.secondaries))
     queues = Table(title="subscription queues")
-    for column in ("client", "durable", "state", "depth (messages)"):
+    for column in ("client", "durable", "state", "queue [partition]", "behind (records)"):
         queues.add_column(column)
     for q in current.queues:
         depth = "?" if q.depth_messages is None else str(q.depth_messages)
-        queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, depth)
+        where = f"{q.queue_topic} [{'?' if q.queue_partition is None else q.queue_partition}]"
+        queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, where, depth)
     durable = Table(title="durable clients")
     for column in ("client", "state", "away since", "timeout (s)", "expires"):
         durable.add_column(column)

@@ -47,8 +47,8 @@ _COMMON_OPTIONS = [
 
 
 def _acl_command(name: str, help_text: str) -> Callable[[Callable[..., list[KafkaAcl]]], Any]:
-    """Make ``regionbus kafka-acls <name>`` from a function of the namespace and its own
-    click options that returns the ACLs: the command prints them and, unless
+    """Make ``regionbus kafka-acls <name>`` from a function of the namespace, the user and
+    its own click options that returns the ACLs: the command prints them and, unless
     ``--dry-run``, grants them."""
 
     def decorate(make: Callable[..., list[KafkaAcl]]) -> Any:
@@ -62,7 +62,7 @@ def _acl_command(name: str, help_text: str) -> Callable[[Callable[..., list[Kafk
             given = {"namespace": namespace, "kafka_bootstrap_servers": kafka_bootstrap_servers}
             try:
                 settings = ServerSettings.load(**given)
-                acls = sorted(set(make(settings.namespace, **options)))
+                acls = sorted(set(make(settings.namespace, user=user, **options)))
             except RegionBusError as exc:
                 raise click.UsageError(str(exc)) from exc
             for acl in acls:
@@ -86,7 +86,7 @@ def _acl_command(name: str, help_text: str) -> Callable[[Callable[..., list[Kafk
 
 
 @_acl_command("server", "Cache servers: every topic and group of the namespace.")
-def _server(namespace: str) -> list[KafkaAcl]:
+def _server(namespace: str, user: str) -> list[KafkaAcl]:
     return server_acls(namespace)
 
 
@@ -98,13 +98,13 @@ def _server(namespace: str) -> list[KafkaAcl]:
     required=True,
     help="A client id (or durable client id) it connects with (repeatable).",
 )
-def _client(namespace: str, client_ids: tuple[str, ...]) -> list[KafkaAcl]:
-    return [acl for client_id in client_ids for acl in client_acls(namespace, client_id)]
+def _client(namespace: str, user: str, client_ids: tuple[str, ...]) -> list[KafkaAcl]:
+    return [acl for client_id in client_ids for acl in client_acls(namespace, client_id, user)]
 
 
 @_acl_command("gateway-sender", "A gateway sender, on its own site's Kafka.")
 @click.option("--sender-id", required=True, help="The sender's id.")
-def _gateway_sender(namespace: str, sender_id: str) -> list[KafkaAcl]:
+def _gateway_sender(namespace: str, user: str, sender_id: str) -> list[KafkaAcl]:
     return gateway_sender_acls(namespace, sender_id)
 
 
@@ -119,7 +119,12 @@ def _gateway_sender(namespace: str, sender_id: str) -> list[KafkaAcl]:
     "--remote-receiver-id", default="receiver", show_default=True, help="The remote receiver."
 )
 def _gateway_sender_remote(
-    namespace: str, sender_id: str, site_id: int, remote_namespace: str, remote_receiver_id: str
+    namespace: str,
+    user: str,
+    sender_id: str,
+    site_id: int,
+    remote_namespace: str,
+    remote_receiver_id: str,
 ) -> list[KafkaAcl]:
     return gateway_sender_remote_acls(
         namespace,
@@ -132,16 +137,16 @@ def _gateway_sender_remote(
 
 @_acl_command("gateway-receiver", "A gateway receiver, on its own site's Kafka.")
 @click.option("--receiver-id", default="receiver", show_default=True, help="The receiver's id.")
-def _gateway_receiver(namespace: str, receiver_id: str) -> list[KafkaAcl]:
-    return gateway_receiver_acls(namespace, receiver_id)
+def _gateway_receiver(namespace: str, user: str, receiver_id: str) -> list[KafkaAcl]:
+    return gateway_receiver_acls(namespace, receiver_id, user)
 
 
 @_acl_command("bulk-load", "Spark bulk loads whose load ids start with a prefix.")
 @click.option(
     "--load-id-prefix", default=BULK_LOAD_ID_PREFIX, show_default=True, help="Load id prefix."
 )
-def _bulk_load(namespace: str, load_id_prefix: str) -> list[KafkaAcl]:
-    return bulk_load_acls(namespace, load_id_prefix)
+def _bulk_load(namespace: str, user: str, load_id_prefix: str) -> list[KafkaAcl]:
+    return bulk_load_acls(namespace, user, load_id_prefix)
 
 
 __all__ = ["kafka_acls"]

@@ -1,28 +1,40 @@
 """Clients' lives as the servers see them: connect, ping, close, silence, and the reaper.
 
 ``{ns}.control`` is read by bucket 0's primary for the whole namespace. A second live
-connection of a client id, durable or not, is refused (the id names the client's topics).
-A ping of a connection that lost its id to another live one is answered ``TAKEN``, so that
-connection neither reconnects nor deletes the topics when it closes. A client silent for
-``maximum_time_between_pings_ms`` is treated as gone: a non-durable one is forgotten; a
-durable one keeps its queue and durable interest (seed 001, abnormal disconnect) for
-``durable_client_timeout_s``, after which the reaper (one server at a time, by lease)
-unregisters it: every bucket's primary drops its interest first, then its topics and
-committed offsets are deleted (SPEC §5).
+connection of a client id, durable or not, is refused (the id addresses the client's queue
+records and names the consumer group of its acks). A ping of a connection that lost its id
+to another live one is answered ``TAKEN``, so that connection neither reconnects nor
+deletes anything when it closes. A client silent for ``maximum_time_between_pings_ms`` is
+treated as gone: a non-durable one is forgotten; a durable one keeps its queue and durable
+interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after which the
+reaper (one server at a time, by lease) unregisters it (SPEC §5).
+
+Forgetting a client has two halves. Every server forgets what it keeps of the client (its
+interest in the routing table, its proxy: queue address, depth and counters, and its
+principal) when it processes the client's ``DISCONNECT`` in one of its buckets; bucket
+0's primary, which holds the client records, also forgets it for the namespace then (its
+record, its interest in Redis, its principal binding). What is left in Kafka, the consumer
+group holding its acks, the reaper deletes for every client that has no record
+(:meth:`ClientLifecycle.reap`). So everything a client owned is gone within its silence
+window (non-durable) or its ``durable_client_timeout_s`` (durable), plus at most two reaper
+intervals and a DISCONNECT's trip through the buckets' backlogs.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, Final
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.client_registry import ClientRecord, ClientRegistry
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
-from regionbus.broker.queue_depth import QueueDepths
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.runtime.leases import Lease, now_ms
@@ -38,10 +50,13 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.topics import DEFAULT_RETENTION_MS, ensure_retention, queue_retention_ms
 
 log = logging.getLogger("regionbus.server")
 
-_ADMIN_TIMEOUT_S = 15
+LIFECYCLE_BUCKET: Final = 0
+"""The bucket whose primary reads ``{ns}.control`` and keeps the client records."""
+_GROUP_DELETES_PER_REQUEST: Final = 500
 
 
 class ClientLifecycle:
@@ -52,11 +67,12 @@ class ClientLifecycle:
         topics: The namespace's topic names.
         clients: The client records in Redis.
         registry: The interest registry (a client's interest goes with it).
+        notifier: The client proxies (a client's queue address, depth and counters).
         outbox: Replies, and the DISCONNECT operations sent to every bucket.
-        depths: Queue depth bookkeeping (forgotten with the client).
         stats: The server's counters.
         security: Signs the DISCONNECT operations when security is on.
         reaper: The reaper role's lease.
+        admin: Kafka admin client (queue retention, consumer groups of forgotten clients).
     """
 
     def __init__(
@@ -65,31 +81,43 @@ class ClientLifecycle:
         topics: Topics,
         clients: ClientRegistry,
         registry: InterestRegistry,
+        notifier: CacheClientNotifier,
         outbox: Outbox,
-        depths: QueueDepths,
         stats: ServerStats,
         security: SecurityGuard | None,
         reaper: Lease,
+        admin: AdminClient,
     ) -> None:
         self._settings = settings
         self._topics = topics
         self.clients = clients
         self._registry = registry
+        self._notifier = notifier
         self._outbox = outbox
-        self._depths = depths
         self._stats = stats
         self._security = security
         self._reaper = reaper
+        self._admin = admin
         self.records: dict[str, ClientRecord] = {}
         """The client records as of the last `reload`, kept current by control messages."""
+        self._retention_ms: dict[str, int] = {}
+        self._listing: Future[Any] | None = None
+        self.groups_deleted = 0
+        """Consumer groups of forgotten clients this server deleted as the reaper."""
 
     def reload(self) -> dict[str, ClientRecord]:
-        """Read every client record from Redis (at start, and when taking buckets over).
+        """Read every client record from Redis (at start, and when taking buckets over);
+        each client's proxy here is made from its record, and the proxies of clients that
+        have none are forgotten.
 
         Raises:
             TransportError: Redis failed.
         """
         self.records = self.clients.all()
+        for client_id in self._notifier.proxies.retain(set(self.records)):
+            self._forget_here(client_id)
+        for client_id, record in self.records.items():
+            self._notifier.serve(client_id, record.kafka_principal)
         return self.records
 
     def seen(self, client_id: str) -> None:
@@ -132,6 +160,7 @@ class ClientLifecycle:
             durable=durable,
             durable_client_timeout_s=control.durable_client_timeout_s,
             now_ms=now,
+            kafka_principal=control.kafka_principal,
         )
         if result.state == "REFUSED":
             kind = DuplicateDurableClientError if durable else DuplicateClientError
@@ -150,11 +179,19 @@ class ClientLifecycle:
                     error_message=str(error),
                 ),
                 client_id,
+                control.kafka_principal,
             )
             return
         self.records[client_id] = ClientRecord(
-            durable, connection_id, True, now, control.durable_client_timeout_s
+            durable,
+            connection_id,
+            True,
+            now,
+            control.durable_client_timeout_s,
+            kafka_principal=control.kafka_principal,
         )
+        if durable:
+            self._keep_queue_for(control.kafka_principal, control.durable_client_timeout_s)
         log.info("client %s connected (%s, %s)", client_id, connection_id, result.state)
         self._outbox.reply(
             Reply(
@@ -165,7 +202,20 @@ class ClientLifecycle:
                 subscription_conflation=self._settings.enable_subscription_conflation,
             ),
             client_id,
+            control.kafka_principal,
         )
+
+    def _keep_queue_for(self, kafka_principal: str | None, timeout_s: int) -> None:
+        """Make the shared queue topic keep records at least the durable client's timeout
+        plus an hour (SPEC §5: it finds every event it missed)."""
+        wanted_ms = queue_retention_ms(timeout_s)
+        topic = self._topics.client_queues(kafka_principal)
+        if wanted_ms <= max(DEFAULT_RETENTION_MS, self._retention_ms.get(topic, 0)):
+            return
+        try:
+            self._retention_ms[topic] = ensure_retention(self._admin, topic, wanted_ms)
+        except KafkaException as exc:
+            log.warning("cannot raise the retention of %s to %d ms: %s", topic, wanted_ms, exc)
 
     def _ping(self, control: Control) -> None:
         record = self.records.get(control.client_id)
@@ -186,6 +236,7 @@ class ClientLifecycle:
             self._outbox.reply(
                 Reply(request_id=control.request_id, bucket=-1, ok=True, client_state=state),
                 control.client_id,
+                control.kafka_principal,
             )
 
     def _live(self, record: ClientRecord) -> bool:
@@ -208,30 +259,33 @@ class ClientLifecycle:
     # --- disconnecting -----------------------------------------------------------------
 
     def disconnect(self, op: Operation, bucket: int) -> None:
-        """A DISCONNECT operation in a bucket: drop the client's interest there (all of it,
-        or all but the durable registrations with ``keep_alive``), note that this bucket
-        did, and reply when the client asked.
+        """A DISCONNECT operation in a bucket: drop the client's interest (all of it, or
+        all but the durable registrations with ``keep_alive``); without ``keep_alive``
+        forget the client here, and in bucket 0 for the namespace; reply when asked.
 
         Raises:
             TransportError: Redis failed.
         """
         self._registry.drop_client(op.client_id, keep_durable=op.keep_alive)
         if not op.keep_alive:
-            self.clients.mark_dropped(op.client_id, bucket)
+            if bucket == LIFECYCLE_BUCKET:
+                self.forget(op.client_id)
+            else:
+                self._forget_here(op.client_id)
         if op.request_id:
             self._outbox.reply(
-                Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id
+                Reply(request_id=op.request_id, bucket=bucket, ok=True),
+                op.client_id,
+                op.kafka_principal,
             )
 
     def disconnect_unresponsive(self, client_id: str) -> None:
-        """Disconnect a client whose queue stayed full (the operator's choice), and stop
-        routing to it here at once: the DISCONNECTs wait behind every bucket's backlog, and
-        what is routed meanwhile would fill a new count to the limit."""
+        """Disconnect a client whose queue stayed full (the operator's choice): routing to
+        it stops here at once (the DISCONNECTs wait behind every bucket's backlog), and
+        every bucket's primary forgets it."""
         self._disconnect_everywhere(client_id, keep_alive=False)
-        self._registry.drop_client(client_id)
-        self._depths.forget(client_id)
-        self.clients.remove(client_id)
-        self.records.pop(client_id, None)
+        self._registry.table.drop_client(client_id)
+        self._forget_here(client_id)
 
     def _disconnect_everywhere(self, client_id: str, *, keep_alive: bool) -> None:
         """Have every bucket's primary drop a client's interest (all, or all but the durable
@@ -258,14 +312,24 @@ class ClientLifecycle:
         self.clients.save(client_id, record)
 
     def forget(self, client_id: str) -> None:
-        """Forget a client everywhere on this server and in Redis."""
-        self._depths.forget(client_id)
-        self._stats.events_routed_by_client.pop(client_id, None)
+        """Forget a client for the namespace (its record, its principal's binding) and
+        here; its consumer group goes at the reaper's next sweep.
+
+        Raises:
+            TransportError: Redis failed.
+        """
         self.records.pop(client_id, None)
-        self._outbox.forget_client(client_id)
         self.clients.remove(client_id)
+        self._forget_here(client_id)
         if self._security is not None:
             self._security.forget_client(client_id)
+
+    def _forget_here(self, client_id: str) -> None:
+        """Forget what this server keeps of a client: its proxy (queue address, depth,
+        counters) and its principal."""
+        self._notifier.proxies.forget(client_id)
+        if self._security is not None:
+            self._security.forget_client(client_id, unbind=False)
 
     # --- silence and the reaper --------------------------------------------------------
 
@@ -290,18 +354,81 @@ class ClientLifecycle:
             else:
                 self.forget(client_id)
 
-    def reap(self, admin: AdminClient) -> None:
-        """As the reaper (a singleton role), unregister durable clients away too long: first
-        every bucket's primary drops their interest (a DISCONNECT in each bucket), then,
-        once all have, their topics and offsets are deleted."""
+    def prune(self) -> None:
+        """Forget here the clients this server still serves that have no record any more
+        (forgotten while this server was primary of none of their buckets, so it saw none
+        of their DISCONNECTs): their routing, proxies and metric series.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        served = self._notifier.proxies.ids()
+        known = self.clients.known(served)
+        for client_id in served:
+            if client_id not in known:
+                self._registry.table.drop_client(client_id)
+                self._forget_here(client_id)
+
+    def reap(self) -> None:
+        """As the reaper (a singleton role): unregister the durable clients away longer
+        than their timeout (every bucket's primary drops their interest, bucket 0's then
+        forgets them), and delete the consumer groups of clients that have no record any
+        more (listed at one call, deleted at the next, without waiting on Kafka).
+
+        Raises:
+            TransportError: Redis failed.
+        """
         if self._reaper.try_acquire() is None:
+            self._listing = None
             return
         now = now_ms()
-        for client_id, record in self.clients.all().items():
+        listing, self._listing = self._listing, None
+        records = self.clients.all()
+        for client_id, record in records.items():
             if record.expired(now):
                 self._start_unregistering(client_id, record)
             elif record.reaping:
-                self._finish_unregistering(client_id, admin)
+                # Its DISCONNECTs are on their way (or were lost): send them again.
+                self._disconnect_everywhere(client_id, keep_alive=False)
+        if listing is not None and listing.done():
+            self._delete_orphan_groups(listing, set(records))
+        try:
+            self._listing = self._admin.list_consumer_groups(request_timeout=10)
+        except KafkaException as exc:
+            log.warning("cannot list the consumer groups: %s", exc)
+
+    def _delete_orphan_groups(self, listing: Future[Any], registered: set[str]) -> None:
+        """Delete the ``{ns}.client.<id>`` groups of ids without a record (listed before the
+        records were read, so a client connecting meanwhile keeps its group)."""
+        try:
+            valid = listing.result(timeout=0).valid
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("cannot list the consumer groups: %s", exc)
+            return
+        orphans = []
+        for listed in valid:
+            client_id = self._topics.client_of_group(listed.group_id)
+            if client_id is not None and client_id not in registered:
+                orphans.append(listed.group_id)
+        for start in range(0, len(orphans), _GROUP_DELETES_PER_REQUEST):
+            chunk = orphans[start : start + _GROUP_DELETES_PER_REQUEST]
+            try:
+                futures = self._admin.delete_consumer_groups(chunk, request_timeout=10)
+            except KafkaException as exc:
+                log.warning("cannot delete the consumer groups of forgotten clients: %s", exc)
+                return
+            for group, future in futures.items():
+                future.add_done_callback(partial(self._group_deleted, group))
+
+    def _group_deleted(self, group: str, future: Future[Any]) -> None:
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() not in (KafkaError.GROUP_ID_NOT_FOUND,):
+                log.info("deleting group %s: %s", group, exc)
+            return
+        self.groups_deleted += 1
+        log.info("deleted the consumer group of forgotten client: %s", group)
 
     def release_reaper(self) -> None:
         """Give the reaper role up (the server stops)."""
@@ -318,29 +445,7 @@ class ClientLifecycle:
         record.reaping = True
         self.clients.save(client_id, record)
         self.records.pop(client_id, None)
-        self.clients.clear_dropped(client_id)
         self._disconnect_everywhere(client_id, keep_alive=False)
 
-    def _finish_unregistering(self, client_id: str, admin: AdminClient) -> None:
-        if self.clients.dropped_buckets(client_id) < self._settings.total_buckets:
-            return
-        # What is still on its way to the client's topics goes first; then they go.
-        self._outbox.flush(10)
-        topics = [self._topics.queue(client_id), self._topics.reply(client_id)]
-        for future in admin.delete_topics(topics, operation_timeout=10).values():
-            try:
-                future.result(timeout=_ADMIN_TIMEOUT_S)
-            except KafkaException as exc:
-                log.warning("deleting the topics of %s: %s", client_id, exc)
-        groups = [self._topics.client_group(client_id), self._topics.client_reply_group(client_id)]
-        for future in admin.delete_consumer_groups(groups, request_timeout=10).values():
-            try:
-                future.result(timeout=_ADMIN_TIMEOUT_S)
-            except KafkaException as exc:
-                log.info("deleting the offsets of %s: %s", client_id, exc)
-        self.forget(client_id)
-        self.clients.clear_dropped(client_id)
-        log.warning("durable client %s unregistered", client_id)
 
-
-__all__ = ["ClientLifecycle"]
+__all__ = ["LIFECYCLE_BUCKET", "ClientLifecycle"]

@@ -2,10 +2,12 @@
 
 One JSON record per client in the Redis hash ``rb:{ns}:clients`` (field = client id):
 ``durable``, ``connection_id`` (one process of the client), ``connected``,
-``last_seen_ms``, ``durable_client_timeout_s`` and ``disconnected_at_ms``. Connecting is one
-Lua script, so two processes racing for one client id cannot both win (SPEC §5: a second
-live client with the same durable id is refused; regionbus refuses a second live connection
-of a non-durable id the same way).
+``last_seen_ms``, ``durable_client_timeout_s``, ``disconnected_at_ms`` and
+``kafka_principal`` (whose shared queue and reply topics it reads). Connecting is one Lua
+script, so two processes racing for one client id cannot both win (SPEC §5: a second live
+client with the same durable id is refused; regionbus refuses a second live connection of
+a non-durable id the same way: the id addresses its queue records and names the consumer
+group of its acks).
 
 A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
 disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
@@ -24,11 +26,12 @@ import redis
 from regionbus.broker.store import redis_errors
 from regionbus.schemas.naming import RedisKeys
 
-# Connect atomically: refuse a second live connection of any client id (its topics are
-# shared: the first to close would delete them under the other); otherwise record the
-# connection and say whether a durable registration (queue, durable interest) was kept.
+# Connect atomically: refuse a second live connection of any client id (its queue records
+# and acks are shared: the first to close would delete the acks under the other); otherwise
+# record the connection and say whether a durable registration (queue, durable interest)
+# was kept.
 # KEYS: 1 clients hash. ARGV: 1 client id, 2 connection id, 3 durable "1"/"0",
-# 4 timeout s, 5 now ms, 6 liveness window ms.
+# 4 timeout s, 5 now ms, 6 liveness window ms, 7 Kafka principal ("" for none).
 _CONNECT = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local state = 'NEW'
@@ -43,7 +46,7 @@ end
 local record = {
   durable = ARGV[3] == '1', connection_id = ARGV[2], connected = true,
   last_seen_ms = tonumber(ARGV[5]), durable_client_timeout_s = tonumber(ARGV[4]),
-  disconnected_at_ms = cjson.null
+  disconnected_at_ms = cjson.null, kafka_principal = ARGV[7] ~= '' and ARGV[7] or cjson.null
 }
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(record))
 return {state}
@@ -62,8 +65,10 @@ class ClientRecord:
         durable_client_timeout_s: How long a disconnected durable client is kept.
         disconnected_at_ms: When a durable client was seen disconnecting (ms since the
             Unix epoch), None while connected.
-        reaping: The reaper is unregistering the client (its interest is being dropped by
-            every bucket's primary; its topics go once all have).
+        reaping: The reaper is unregistering the client (every bucket's primary is told to
+            drop its interest; bucket 0's then forgets it).
+        kafka_principal: The Kafka principal whose shared queue and reply topics the client
+            reads (None: the namespace's unscoped ones).
     """
 
     durable: bool
@@ -73,6 +78,7 @@ class ClientRecord:
     durable_client_timeout_s: int = 300
     disconnected_at_ms: int | None = None
     reaping: bool = False
+    kafka_principal: str | None = None
 
     def expired(self, now_ms: int) -> bool:
         """True for a disconnected durable client away longer than its timeout."""
@@ -125,6 +131,7 @@ class ClientRegistry:
         durable: bool,
         durable_client_timeout_s: int,
         now_ms: int,
+        kafka_principal: str | None = None,
     ) -> ConnectResult:
         """Record a connection, or refuse a second live connection of the same client id.
 
@@ -141,6 +148,7 @@ class ClientRegistry:
                     durable_client_timeout_s,
                     now_ms,
                     self.liveness_window_ms,
+                    kafka_principal or "",
                 ],
             )
         state = result[0].decode()
@@ -186,42 +194,17 @@ class ClientRegistry:
         with redis_errors():
             self._redis.hdel(self._key, client_id)
 
-    # --- unregistering a client, bucket by bucket ---------------------------------------
-
-    def mark_dropped(self, client_id: str, bucket: int) -> None:
-        """Note that a bucket's primary dropped the client's interest (it is being
-        unregistered; the note lasts an hour).
+    def known(self, client_ids: list[str]) -> set[str]:
+        """Which of these clients have a record.
 
         Raises:
             TransportError: Redis failed.
         """
-        key = self._keys.dropped(client_id)
+        if not client_ids:
+            return set()
         with redis_errors():
-            pipe = self._redis.pipeline()
-            pipe.sadd(key, bucket)
-            pipe.expire(key, _DROPPED_TTL_S)
-            pipe.execute()
-
-    def dropped_buckets(self, client_id: str) -> int:
-        """How many buckets' primaries have dropped the client's interest.
-
-        Raises:
-            TransportError: Redis failed.
-        """
-        with redis_errors():
-            return int(self._redis.scard(self._keys.dropped(client_id)))
-
-    def clear_dropped(self, client_id: str) -> None:
-        """Forget which buckets dropped the client (before or after unregistering it).
-
-        Raises:
-            TransportError: Redis failed.
-        """
-        with redis_errors():
-            self._redis.delete(self._keys.dropped(client_id))
-
-
-_DROPPED_TTL_S = 3600
+            found = self._redis.hmget(self._key, client_ids)
+        return {c for c, raw in zip(client_ids, found, strict=True) if raw is not None}
 
 
 def _record(raw: bytes) -> ClientRecord:
@@ -234,4 +217,5 @@ def _record(raw: bytes) -> ClientRecord:
         durable_client_timeout_s=int(data.get("durable_client_timeout_s", 300)),
         disconnected_at_ms=data.get("disconnected_at_ms"),
         reaping=bool(data.get("reaping", False)),
+        kafka_principal=data.get("kafka_principal"),
     )

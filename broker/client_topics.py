@@ -1,10 +1,14 @@
-"""Which clients' reply topics exist, so a server never produces into a topic nobody made.
+"""The partition counts of the shared client topics, so a server addresses a client's
+partition and never produces into a topic nobody made.
 
-With topic auto-creation off, a message for a topic that does not exist fails only after
-librdkafka gives up on it, and while it waits the server's flush (and so its commit) waits
-too. A client creates its reply topic before it sends anything; an operation from anyone
-else (a server-side application producing to ``{ns}.ops``, a client that has closed, a
-forged client id) gets no reply.
+Clients of one Kafka principal share a queue topic and a reply topic
+(`regionbus.schemas.naming.Topics.client_queues`); a client reads the partition its id
+hashes to among the topic's partitions, so a server must know how many there are. The
+namespace's unscoped pair is created by the servers; a principal's own pair by its first
+client. With topic auto-creation off, a message for a topic that does not exist fails only
+after librdkafka gives up on it, and while it waits the server's flush (and so its commit)
+waits too: a reply to a client whose topic does not exist (a forged principal, a client
+that never started) is dropped instead.
 """
 
 from __future__ import annotations
@@ -16,19 +20,20 @@ from typing import Final
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-KNOWN_TOPICS_MAX: Final = 100_000
-"""Most topic answers remembered (oldest first out), so forged client ids cannot grow the
+KNOWN_TOPICS_MAX: Final = 10_000
+"""Most topic answers remembered (oldest first out), so forged principals cannot grow the
 cache without bound."""
 ABSENT_RECHECK_S: Final = 5.0
 """How long "absent" is believed before Kafka is asked again (a client may be starting)."""
 _METADATA_TIMEOUT_S: Final = 5.0
 
 
-class ClientTopicPresence:
-    """Answers "does this topic exist?" from Kafka's metadata, remembering each answer.
+class ClientTopicPartitions:
+    """Answers "how many partitions has this topic?" from Kafka's metadata, remembering
+    each answer.
 
-    A present topic is believed until `forget` (a delivery to it failed because it is
-    gone); an absent one for ``absent_recheck_s`` seconds.
+    A present topic's count is believed until `forget` (a delivery to it failed because
+    it is gone); "absent" for ``absent_recheck_s`` seconds.
 
     Args:
         admin: An AdminClient whose configuration has ``allow.auto.create.topics=false``
@@ -47,45 +52,57 @@ class ClientTopicPresence:
         self._admin = admin
         self._absent_recheck_s = absent_recheck_s
         self._max_entries = max_entries
-        self._answers: OrderedDict[str, float | None] = OrderedDict()
-        """topic -> None when present, else the monotonic time "absent" expires."""
+        self._answers: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        """topic -> (partitions, monotonic time an "absent" answer expires)."""
 
-    def exists(self, topic: str) -> bool:
-        """True when the topic exists (asked of Kafka at most once per recheck period).
+    def partitions(self, topic: str) -> int:
+        """The topic's partition count, 0 when it does not exist (asked of Kafka at most
+        once per recheck period).
 
-        A metadata request that fails counts as "exists" and is not remembered: a broker
-        hiccup must not drop a real client's reply; producing then fails or succeeds on its
-        own terms.
+        A metadata request that fails is not remembered and answers 0: nothing can be
+        addressed in a topic whose size is unknown (the servers' own pair is known from
+        their start, :meth:`note`).
         """
         now = time.monotonic()
-        if topic in self._answers:
-            absent_until = self._answers[topic]
-            if absent_until is None:
-                return True
-            if now < absent_until:
-                return False
-        present = self._ask(topic)
-        if present is None:
-            return True
-        self._answers[topic] = None if present else now + self._absent_recheck_s
+        known = self._answers.get(topic)
+        if known is not None and (known[0] or now < known[1]):
+            return known[0]
+        count = self._ask(topic)
+        if count is None:
+            return 0
+        self._answers[topic] = (count, now + self._absent_recheck_s)
         self._answers.move_to_end(topic)
         while len(self._answers) > self._max_entries:
             self._answers.popitem(last=False)
-        return present
+        return count
+
+    def note(self, topic: str, partitions: int) -> None:
+        """Remember a topic's partition count known otherwise (the server created it)."""
+        self._answers[topic] = (partitions, 0.0)
+
+    def exists(self, topic: str) -> bool:
+        """True when the topic exists (see :meth:`partitions`)."""
+        return self.partitions(topic) > 0
 
     def forget(self, topic: str) -> None:
-        """Drop what is known of ``topic``; the next `exists` asks Kafka again."""
+        """Drop what is known of ``topic``; the next question asks Kafka again."""
         self._answers.pop(topic, None)
 
     def __len__(self) -> int:
         """Answers currently remembered."""
         return len(self._answers)
 
-    def _ask(self, topic: str) -> bool | None:
-        """True or False from Kafka's metadata; None when Kafka could not be asked."""
+    def _ask(self, topic: str) -> int | None:
+        """The partition count from Kafka's metadata (0: absent); None when Kafka could
+        not be asked."""
         try:
             metadata = self._admin.list_topics(topic=topic, timeout=_METADATA_TIMEOUT_S)
         except KafkaException:
             return None
         found = metadata.topics.get(topic)
-        return found is not None and found.error is None and bool(found.partitions)
+        if found is None or found.error is not None:
+            return 0
+        return len(found.partitions)
+
+
+__all__ = ["ClientTopicPartitions"]

@@ -18,6 +18,7 @@ from regionbus.schemas.entry_checks import check_region_name
 from regionbus.schemas.errors import ConfigurationError, RegionBusError
 from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
 from regionbus.schemas.settings import KafkaConnectionSettings
+from regionbus.schemas.topics import DEFAULT_CLIENT_PARTITIONS
 
 
 def _generated_member_id() -> str:
@@ -156,6 +157,11 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         linger_ms: librdkafka producer ``linger.ms`` (replies, events, queues): 1 ms, as
             the clients' (see ``ClientSettings.linger_ms``).
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
+        client_topic_partitions: Partitions of the shared client topics ``{ns}.queues`` and
+            ``{ns}.replies`` when a server creates them (an existing topic keeps its
+            count). A client reads the partition its id hashes to: about 1/16 of the
+            records of its principal's clients by default, from a pair of topics that
+            serves any number of clients.
         plugins: ``{region: ["module:Class", ...]}`` server-side ``CacheListener`` /
             ``CacheWriter`` classes to instantiate at start.
         distributed_system_id: This site's id in a multi-site system, 1-255 (Geode
@@ -202,6 +208,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     linger_ms: int = Field(default=1, ge=0)
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
+    client_topic_partitions: int = Field(default=DEFAULT_CLIENT_PARTITIONS, ge=1, le=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)
     gateway_senders: dict[str, GatewaySenderSpec] = Field(default_factory=dict)

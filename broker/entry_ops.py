@@ -168,6 +168,7 @@ class EntryOperations:
                 serializer=entry.serializer if entry else None,
             ),
             op.client_id,
+            op.kafka_principal,
         )
 
     def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
@@ -240,6 +241,7 @@ def refused(
                 error_message=_error_text(result.error_type, op),
             ),
             op.client_id,
+            op.kafka_principal,
         )
         return True
     return False
@@ -264,6 +266,7 @@ def reply_applied(
             version=result.version,
         ),
         op.client_id,
+        op.kafka_principal,
     )
 
 

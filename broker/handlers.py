@@ -189,6 +189,7 @@ class OperationHandlers:
         if not exists:
             self._region_missing(op, bucket)
             return
+        self._notifier.serve(op.client_id, op.kafka_principal)
         self._registry.register(op.client_id, op.region, spec, bucket, keys)
         self._reply_entries(op, bucket, entries, version)
 
@@ -198,7 +199,11 @@ class OperationHandlers:
             return
         assert op.interest is not None
         self._registry.unregister(op.client_id, op.region, op.interest)
-        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        self._outbox.reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True),
+            op.client_id,
+            op.kafka_principal,
+        )
 
     # --- clients -----------------------------------------------------------------------
 
@@ -211,8 +216,14 @@ class OperationHandlers:
         """Write this bucket's marker into the client's queue: what the queue holds of this
         bucket before it was queued while the client was away (seed 001, step 1)."""
         connection_id = op.event_id.member if op.event_id is not None else None
-        self._notifier.marker(Marker(op.client_id, now_ms(), bucket, connection_id))
-        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        self._notifier.marker(
+            Marker(op.client_id, now_ms(), bucket, connection_id), op.kafka_principal
+        )
+        self._outbox.reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True),
+            op.client_id,
+            op.kafka_principal,
+        )
 
     # --- replies -----------------------------------------------------------------------
 
@@ -243,7 +254,7 @@ class OperationHandlers:
                 more=not last,
                 version=version if last else None,
             )
-            self._outbox.reply(reply, op.client_id)
+            self._outbox.reply(reply, op.client_id, op.kafka_principal)
 
 
 __all__ = ["Handler", "OperationHandlers"]

@@ -102,9 +102,12 @@ class OperationIntake:
         try:
             decoded = decode(raw)
             if isinstance(decoded, Operation | Control):
-                # Replies and queues are topics named after the client: a client id no topic
-                # name can hold would fail the reply after the apply, killing the loop.
+                # Replies and queues are addressed by client id in topics named after its
+                # Kafka principal: a name no topic can hold would fail the reply after the
+                # apply, killing the loop.
                 check_name("client id", decoded.client_id)
+                if decoded.kafka_principal is not None:
+                    check_name("Kafka principal", decoded.kafka_principal)
         except MessageDecodeError as exc:
             outbox.dead_letter(raw, source, str(exc), category="undecodable")
             return

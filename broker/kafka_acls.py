@@ -7,20 +7,22 @@ logs in as its own Kafka user, which holds exactly one of these sets:
 - :func:`server_acls`: cache servers, everything of the namespace (its topics and groups
   by prefix) and the cluster's ``Describe`` and ``IdempotentWrite`` (the servers'
   idempotent producer).
-- :func:`client_acls`: one client application per client id: write ``{ns}.ops`` and
-  ``{ns}.control``, create/read/describe/delete its own ``{ns}.queue.<id>`` and
-  ``{ns}.reply.<id>``, and its consumer groups ``{ns}.client.<id>`` and
-  ``{ns}.client.<id>.*``. So a client can neither read another's queue or replies nor
-  write into them; what it may do to regions is then checked by the servers (signed
-  requests and permissions, README "Security").
+- :func:`client_acls`: one client application (a Kafka user) per client id: write
+  ``{ns}.ops`` and ``{ns}.control``, create/read/describe its user's shared
+  ``{ns}.queues.<user>`` and ``{ns}.replies.<user>``, and its consumer groups
+  ``{ns}.client.<id>`` and ``{ns}.client.<id>.*``. So a client can read the queue records
+  and replies of the clients of its own Kafka user only (its partition holds theirs too),
+  write into no queue or reply topic, and touch no other client's acks; what it may do to
+  regions is then checked by the servers (signed requests and permissions, README
+  "Security").
 - :func:`gateway_sender_acls` (on the sender's own Kafka) and
   :func:`gateway_sender_remote_acls` (on the remote site's Kafka): read its queue
   ``{ns}.gw.<sender>``; create and write the remote receiver's inbound topic and create and
   read its own ack topic there.
 - :func:`gateway_receiver_acls`: read its inbound topic, write acks to this site's
   ``{ns}.gwack.*`` topics, and a client's set for the client id it applies batches as.
-- :func:`bulk_load_acls`: a Spark bulk load writes ``{ns}.ops`` and reads its replies on
-  ``{ns}.reply.<load id>``, for load ids with one prefix.
+- :func:`bulk_load_acls`: a Spark bulk load writes ``{ns}.ops`` and reads its replies in
+  its user's ``{ns}.replies.<user>``, for load ids with one prefix.
 
 Gateway senders and receivers also write ``{ns}.dead-letter``. (Async event queue workers
 have no set here yet.)
@@ -151,17 +153,19 @@ def server_acls(namespace: str) -> list[KafkaAcl]:
     ]
 
 
-def client_acls(namespace: str, client_id: str) -> list[KafkaAcl]:
+def client_acls(namespace: str, client_id: str, user: str) -> list[KafkaAcl]:
     """A client application's ACLs for one client id (a durable client's id is its
-    client id).
+    client id), logged in as Kafka user ``user``.
 
     Args:
         namespace: The site namespace.
         client_id: The client id the application connects with (``ClientSettings``
             ``client_id`` or ``durable_client_id``); a generated one has no ACLs.
+        user: Its Kafka user, which names the shared queue and reply topics it reads
+            (``ClientSettings.kafka_principal``, by default the SASL user name).
 
     Raises:
-        ConfigurationError: ``client_id`` is not legal in a topic name.
+        ConfigurationError: ``client_id`` or ``user`` is not legal in a topic name.
     """
     topics = Topics(namespace)
     group = topics.client_group(check_name("client id", client_id))
@@ -169,8 +173,8 @@ def client_acls(namespace: str, client_id: str) -> list[KafkaAcl]:
         *_acls("topic", [topics.ops, topics.control], ["Write", "Describe"]),
         *_acls(
             "topic",
-            [topics.queue(client_id), topics.reply(client_id)],
-            ["Create", "Read", "Describe", "Delete"],
+            [topics.client_queues(user), topics.client_replies(user)],
+            ["Create", "Read", "Describe"],
         ),
         *_acls("group", [group], ["Read", "Describe", "Delete"]),
         *_acls("group", [f"{group}."], ["Read", "Describe", "Delete"], "prefixed"),
@@ -226,7 +230,7 @@ def gateway_sender_remote_acls(
     ]
 
 
-def gateway_receiver_acls(namespace: str, receiver_id: str) -> list[KafkaAcl]:
+def gateway_receiver_acls(namespace: str, receiver_id: str, user: str) -> list[KafkaAcl]:
     """A gateway receiver's ACLs: create and read its inbound topic from its group, write
     acks to the site's ack topics (one per remote sender, which creates it), dead-letter
     undecodable batches, and apply batches as the client ``gw-receiver-<id>``.
@@ -234,6 +238,7 @@ def gateway_receiver_acls(namespace: str, receiver_id: str) -> list[KafkaAcl]:
     Args:
         namespace: The receiver's site namespace.
         receiver_id: The receiver's id.
+        user: Its Kafka user (its replies are in ``{ns}.replies.<user>``).
     """
     topics = Topics(namespace)
     return [
@@ -245,26 +250,29 @@ def gateway_receiver_acls(namespace: str, receiver_id: str) -> list[KafkaAcl]:
         *_acls("group", [Topics(namespace).receiver_group(receiver_id)], ["Read", "Describe"]),
         *_acls("topic", [topics.gateway_ack_prefix], ["Write", "Describe"], "prefixed"),
         *_acls("topic", [topics.dead_letter], ["Write", "Describe"]),
-        *client_acls(namespace, receiver_client_id(receiver_id)),
+        *client_acls(namespace, receiver_client_id(receiver_id), user),
     ]
 
 
-def bulk_load_acls(namespace: str, load_id_prefix: str = BULK_LOAD_ID_PREFIX) -> list[KafkaAcl]:
-    """A Spark bulk load's ACLs: write ``{ns}.ops``; create and read the reply topics of
-    load ids starting with ``load_id_prefix`` (each load has its own), from groups named
-    after them.
+def bulk_load_acls(
+    namespace: str, user: str, load_id_prefix: str = BULK_LOAD_ID_PREFIX
+) -> list[KafkaAcl]:
+    """A Spark bulk load's ACLs: write ``{ns}.ops``; create and read its user's shared
+    reply topic (each load reads the replies keyed by its load id), with the reply
+    groups of load ids starting with ``load_id_prefix``.
 
     Args:
         namespace: The site namespace.
+        user: The load's Kafka user (its replies are in ``{ns}.replies.<user>``).
         load_id_prefix: How the load ids begin (`regionbus.spark.bulkload.bulk_load` ``load_id``;
             default `regionbus.schemas.naming.BULK_LOAD_ID_PREFIX`, what a load without one gets).
     """
     topics = Topics(namespace)
-    replies = topics.reply(check_name("load id prefix", load_id_prefix))
+    groups = topics.client_group(check_name("load id prefix", load_id_prefix))
     return [
         *_acls("topic", [topics.ops], ["Write", "Describe"]),
-        *_acls("topic", [replies], ["Create", "Read", "Describe"], "prefixed"),
-        *_acls("group", [replies], ["Read", "Describe"], "prefixed"),
+        *_acls("topic", [topics.client_replies(user)], ["Create", "Read", "Describe"]),
+        *_acls("group", [groups], ["Read", "Describe"], "prefixed"),
     ]
 
 

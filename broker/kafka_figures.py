@@ -75,18 +75,21 @@ class KafkaFigures:
             if name.startswith(f"{self.namespace}.") and meta.error is None
         }
 
-    def ask_backlog(self, what: Hashable, topic: str, partitions: int, group: str) -> None:
+    def ask_backlog(
+        self, what: Hashable, topic: str, partitions: int | tuple[int, ...], group: str
+    ) -> None:
         """Send the requests for one backlog (answered by :meth:`backlog` after :meth:`wait`).
 
         Args:
             what: The caller's key of this figure.
             topic: The topic.
-            partitions: Its partition count.
+            partitions: Its partition count (all of them count), or the partitions that do.
             group: The consumer group whose committed offsets count as read.
         """
         if self._admin is None or not self._reachable:
             return
-        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        numbers = range(partitions) if isinstance(partitions, int) else partitions
+        wanted = [TopicPartition(topic, p) for p in numbers]
         self._asked[what] = (topic, group, wanted)
         timeout_s = max(self._remaining_s(), 0.05)
         if group not in self._committed:

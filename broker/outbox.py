@@ -1,18 +1,19 @@
 """Everything a cache server produces: events, replies, markers and dead letters.
 
 The outbox is the floor of the server: every other part hands it what to send. Replies
-and subscription-queue messages of one poll batch are gathered per topic and sent as few
-Kafka messages as possible, in order (:func:`regionbus.schemas.codec.encode_batches`); events to
+and subscription-queue messages of one poll batch are gathered per client, addressed in
+the shared client topics of its Kafka principal (the client's partition, keyed by its id),
+and sent as few Kafka messages as possible, in order
+(:func:`regionbus.schemas.codec.encode_batches`); events to
 ``{ns}.events`` and gateway queues, and dead letters, go at once. Delivery failures are
 counted, so the server commits no offset past an operation whose effects were lost (the
 offsets part rewinds instead). Every message is numbered as it is handed to the producer,
 and :meth:`Outbox.settled` says when every message up to a :meth:`Outbox.mark` has its
 delivery report: the offsets part commits then, without stopping the loop for a flush.
 
-With security on, every message to a client's queue or reply topic is signed for that
-client (:attr:`Outbox.seal`, `regionbus.broker.security.SecurityGuard.client_headers`), so the
-client
-can tell a server's message from a forged one.
+With security on, every message to a client's queue or replies is signed for that client
+(:attr:`Outbox.seal`, `regionbus.broker.security.SecurityGuard.client_headers`), so the
+client can tell a server's message from a forged one.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from regionbus.broker.client_topics import ClientTopicPresence
-from regionbus.broker.queue_depth import QueueDepths
+from regionbus.broker.client_proxy import ClientProxy
+from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.messages import Operation, Reply
-from regionbus.schemas.naming import Topics
+from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.signing import HeaderList
 
 log = logging.getLogger("regionbus.server")
@@ -51,6 +52,18 @@ TOPIC_GONE: Final = frozenset(
 _BUFFER_FULL_POLL_S = 0.05
 
 
+class _Addressed:
+    """What one poll batch gathered for one client in one topic: its framed messages, and
+    the queue's proxy (None for replies)."""
+
+    __slots__ = ("client_id", "framed", "proxy")
+
+    def __init__(self, client_id: str, proxy: ClientProxy | None) -> None:
+        self.client_id = client_id
+        self.proxy = proxy
+        self.framed: list[bytes] = []
+
+
 class Outbox:
     """The server's producer, with its batching per client topic and delivery bookkeeping.
 
@@ -59,8 +72,7 @@ class Outbox:
         topics: The namespace's topic names.
         member_id: The server's member id (dead-letter headers).
         stats: The server's counters (replies, routed events, dead letters).
-        reply_topics: Which clients' reply topics exist.
-        depths: Per-client queue depth bookkeeping, told of each delivered queue message.
+        client_topics: The partition counts of the shared client topics.
         topic_gone: Told the name of a server topic a delivery found missing (the topic
             keeper checks it at once instead of at its next period).
     """
@@ -71,24 +83,18 @@ class Outbox:
         topics: Topics,
         member_id: str,
         stats: ServerStats,
-        reply_topics: ClientTopicPresence,
-        depths: QueueDepths,
+        client_topics: ClientTopicPartitions,
         topic_gone: Callable[[str], object] = lambda _topic: None,
     ) -> None:
         self.producer = producer
         self.topics = topics
         self.member_id = member_id
         self.stats = stats
-        self.reply_topics = reply_topics
-        self.depths = depths
+        self.client_topics = client_topics
         self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
-        self._pending: dict[str, list[bytes]] = {}
-        self._queue_topics: dict[str, str] = {}
-        self._queue_clients: dict[str, str] = {}
-        self._reply_clients: dict[str, str] = {}
-        self._reply_topic_names: dict[str, str] = {}
+        self._pending: dict[tuple[str, int, bytes], _Addressed] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
         self._numbered = 0
@@ -171,8 +177,9 @@ class Outbox:
         """One for a client's queue or reply topic that is gone is moot (the client closed
         and deleted it) and must not hold back the commit of everything else; any other
         is counted, so the offsets are rewound."""
-        if error.code() in TOPIC_GONE and self.topics.is_client_topic(topic):
-            self.reply_topics.forget(topic)
+        parsed = self.topics.client_topic(topic)
+        if error.code() in TOPIC_GONE and parsed is not None and parsed.kafka_principal:
+            self.client_topics.forget(topic)
             log.info("dropped a message for %s: the topic is gone (%s)", topic, error)
             return
         self.delivery_failures += 1
@@ -201,17 +208,20 @@ class Outbox:
 
     # --- gathered per poll batch -------------------------------------------------------
 
-    def reply(self, reply: Reply, client_id: str) -> None:
-        """Queue a reply to a client; dropped (and counted) when the client has no reply
-        topic: a server-side application writing to ``{ns}.ops``, a client that closed."""
-        topic = self._reply_topic_names.get(client_id)
-        if topic is None:
-            topic = self._reply_topic_names[client_id] = self.topics.reply(client_id)
-        if not self.reply_topics.exists(topic):
+    def reply(self, reply: Reply, client_id: str, kafka_principal: str | None = None) -> None:
+        """Queue a reply to a client, in the shared reply topic of its Kafka principal;
+        dropped (and counted) when that topic does not exist (a forged principal, a
+        client that never started)."""
+        topic = self.topics.client_replies(kafka_principal)
+        partitions = self.client_topics.partitions(topic)
+        if not partitions:
             self.stats.replies_dropped += 1
             return
-        self._reply_clients[topic] = client_id
-        self._pending.setdefault(topic, []).append(encode(reply))
+        address = (topic, client_partition(client_id, partitions), client_id.encode())
+        addressed = self._pending.get(address)
+        if addressed is None:
+            addressed = self._pending[address] = _Addressed(client_id, None)
+        addressed.framed.append(encode(reply))
         self.stats.replies += 1
 
     def reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
@@ -227,61 +237,58 @@ class Outbox:
                     error_message=str(exc),
                 ),
                 op.client_id,
+                op.kafka_principal,
             )
         except RegionBusError:
             log.warning("cannot reply to %r: %s", op.client_id, exc)
 
-    def queue(self, client_id: str, framed: bytes) -> None:
-        """Queue an encoded event or marker for a client's subscription queue."""
-        topic = self._queue_topics.get(client_id)
-        if topic is None:
-            topic = self._queue_topics[client_id] = self.topics.queue(client_id)
-            self._queue_clients[topic] = client_id
-        self._pending.setdefault(topic, []).append(framed)
+    def queue(self, proxy: ClientProxy, framed: bytes) -> None:
+        """Queue an encoded event or marker for a client's subscription queue, counting it
+        in the client's queue depth now."""
+        if proxy.queue_partition < 0:
+            self.stats.events_unaddressed += 1
+            return
+        address = (proxy.queue_topic, proxy.queue_partition, proxy.key)
+        addressed = self._pending.get(address)
+        if addressed is None:
+            addressed = self._pending[address] = _Addressed(proxy.client_id, proxy)
+        addressed.framed.append(framed)
+        proxy.queued += 1
 
     def send(self) -> None:
-        """Produce what the poll batch gathered, per topic, as few messages as possible,
-        in order; each queue message's delivery updates its client's queue depth."""
+        """Produce what the poll batch gathered, per client, as few messages as possible,
+        in order; each queue message's delivery report tells its client's proxy where it
+        landed."""
         pending, self._pending = self._pending, {}
-        for topic, framed in pending.items():
-            client_id = self._queue_clients.get(topic)
-            reply_to = self._reply_clients.get(topic)
-            values = list(encode_batches(framed))
+        for (topic, partition, key), addressed in pending.items():
+            framed, proxy = addressed.framed, addressed.proxy
+            values = encode_batches(framed)
+            queued_through = proxy.queued - len(framed) if proxy is not None else 0
             for value in values:
-                # Client topics have one partition; a signature covers it, so it is explicit.
+                # Signed per message: the signature covers topic, partition and value.
                 headers = None
-                if self.seal is not None and (client_id or reply_to):
-                    headers = self.seal(client_id or reply_to or "", topic, 0, value)
-                if client_id is None:
-                    self.produce(topic, value, None, partition=0, headers=headers)
-                    continue
-                count = len(framed) if len(values) == 1 else len(split_batch(value))
+                if self.seal is not None:
+                    headers = self.seal(addressed.client_id, topic, partition, value)
+                report = None
+                if proxy is not None:
+                    count = len(framed) if len(values) == 1 else len(split_batch(value))
+                    queued_through += count
+                    report = self._queue_delivery(proxy, queued_through, count)
                 self.produce(
-                    topic,
-                    value,
-                    None,
-                    partition=0,
-                    on_delivery=self._queue_delivery(client_id, count),
-                    headers=headers,
+                    topic, value, key, partition=partition, on_delivery=report, headers=headers
                 )
 
-    def _queue_delivery(self, client_id: str, events: int) -> DeliveryReport:
+    def _queue_delivery(
+        self, proxy: ClientProxy, queued_through: int, events: int
+    ) -> DeliveryReport:
         def delivered(error: KafkaError | None, message: KafkaMessage) -> None:
             if error is not None:
+                proxy.undelivered(events)
                 self.on_delivery(error, message)
             else:
-                self.depths.delivered(client_id, message.offset() or 0, events)
+                proxy.delivered(message.offset() or 0, queued_through)
 
         return delivered
-
-    def forget_client(self, client_id: str) -> None:
-        """Forget a client's topic names (it is gone)."""
-        topic = self._queue_topics.pop(client_id, None)
-        if topic is not None:
-            self._queue_clients.pop(topic, None)
-        self._reply_topic_names.pop(client_id, None)
-        self._reply_clients.pop(self.topics.reply(client_id), None)
-        self.reply_topics.forget(self.topics.reply(client_id))
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for every message to be delivered (or fail).

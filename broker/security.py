@@ -247,15 +247,18 @@ class SecurityGuard:
         self._client_principals[client_id] = owner
         return owner
 
-    def forget_client(self, client_id: str) -> None:
-        """Drop the client id's binding (the client is gone for good).
+    def forget_client(self, client_id: str, *, unbind: bool = True) -> None:
+        """Forget what this server remembers of a client id's principal, and with
+        ``unbind`` drop the binding itself (the client is gone for good: the namespace's
+        lifecycle does that once, every server forgets its own memory of it).
 
         Raises:
             TransportError: Redis failed.
         """
         self._client_principals.pop(client_id, None)
         self._unbound.pop(client_id, None)
-        self.principals.unbind_client(client_id)
+        if unbind:
+            self.principals.unbind_client(client_id)
 
     # --- the server's own messages -------------------------------------------------
 

@@ -41,8 +41,9 @@ from confluent_kafka.admin import AdminClient
 from regionbus.broker.admission import Admission
 from regionbus.broker.buckets import BucketElection
 from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.client_proxy import ClientProxies
 from regionbus.broker.client_registry import ClientRegistry
-from regionbus.broker.client_topics import ClientTopicPresence
+from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.expiration import EntryExpiration
@@ -55,7 +56,6 @@ from regionbus.broker.outbox import TOPIC_GONE, Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
-from regionbus.broker.queue_depth import QueueDepths
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.server_metrics import server_metric_families
 from regionbus.broker.stats import ServerStats
@@ -72,7 +72,7 @@ from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import REAPER_ROLE, Topics
-from regionbus.schemas.topics import acked_queue_spec, server_topic_specs
+from regionbus.schemas.topics import acked_queue_spec, client_topic_specs, server_topic_specs
 from regionbus.schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -184,8 +184,12 @@ class CacheServer(BackgroundWorker):
 
     def queue_depths_events(self) -> dict[str, int]:
         """``{client id: events}`` this server queued for each client and the client has
-        not acked, as of the last re-read of its acks (see :mod:`regionbus.broker.queue_depth`)."""
-        return {} if self._parts is None else self._parts.notifier.depths.snapshot()
+        not acked, as of the last re-read of its acks (see :mod:`regionbus.broker.client_proxy`)."""
+        return {} if self._parts is None else self._parts.notifier.proxies.snapshot()
+
+    def events_routed_by_client(self) -> dict[str, int]:
+        """``{client id: events}`` this server routed to each client it serves."""
+        return {} if self._parts is None else self._parts.notifier.proxies.routed()
 
     # --- set-up and tear-down ----------------------------------------------------------
 
@@ -195,7 +199,7 @@ class CacheServer(BackgroundWorker):
         topic_keeper = TopicKeeper(
             admin,
             [
-                *server_topic_specs(self.topics, s.total_buckets),
+                *server_topic_specs(self.topics, s.total_buckets, s.client_topic_partitions),
                 *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
             ],
             check_interval_s=s.message_sync_interval_s,
@@ -261,15 +265,11 @@ class CacheServer(BackgroundWorker):
         consumer: Consumer,
     ) -> _Parts:
         s = self.settings
-        depths = QueueDepths(admin, s.namespace)
+        client_topics = ClientTopicPartitions(admin)
+        for spec in client_topic_specs(self.topics, None):
+            client_topics.partitions(spec.name)
         outbox = Outbox(
-            producer,
-            self.topics,
-            s.member_id,
-            self.stats,
-            ClientTopicPresence(admin),
-            depths,
-            topic_gone=topic_keeper.suspect,
+            producer, self.topics, s.member_id, self.stats, client_topics, topic_keeper.suspect
         )
         if self.security is not None:
             outbox.seal = self.security.client_headers
@@ -284,7 +284,13 @@ class CacheServer(BackgroundWorker):
             s.lease_ttl_ms,
         )
         notifier = CacheClientNotifier(
-            s, self.topics, self.registry, outbox, depths, self.stats, self.security
+            s,
+            self.topics,
+            self.registry,
+            outbox,
+            ClientProxies(admin, self.topics, client_topics.partitions),
+            self.stats,
+            self.security,
         )
         reaper = Lease(
             self._redis,
@@ -298,12 +304,14 @@ class CacheServer(BackgroundWorker):
             self.topics,
             self.clients,
             self.registry,
+            notifier,
             outbox,
-            depths,
             self.stats,
             self.security,
             reaper,
+            admin,
         )
+        notifier.disconnect = lifecycle.disconnect_unresponsive
         entries = EntryOperations(
             s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
         )
@@ -387,17 +395,11 @@ class CacheServer(BackgroundWorker):
         next_reap, next_elect = start + reaper_every_s, start + elect_every_s
         try:
             while not self.stopping.is_set():
-                hold, unresponsive = parts.notifier.hold(time.monotonic())
-                for client_id in unresponsive:
-                    parts.lifecycle.disconnect_unresponsive(client_id)
                 parts.ownership.drop_lost()
-                if not hold:
-                    messages = poll_batch(
-                        parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000
-                    )
-                    if messages:
-                        self._process(messages)
-                    parts.expiration.tick(time.monotonic())
+                messages = poll_batch(parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000)
+                if messages:
+                    self._process(messages)
+                parts.expiration.tick(time.monotonic())
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()
                 now = time.monotonic()
@@ -407,16 +409,15 @@ class CacheServer(BackgroundWorker):
                 self._keep_topics(parts)
                 if now >= next_sync:
                     parts.ownership.sync()
-                    parts.notifier.check_capacity(now)
-                    if self._metrics.port is not None:
-                        parts.notifier.refresh_depths()
+                    parts.notifier.refresh_depths(gauges=self._metrics.port is not None)
                     next_sync = now + sync_every_s
                 if now >= next_liveness:
                     if self.handles_client_lifecycle:
                         parts.lifecycle.expire_silent()
                     next_liveness = now + liveness_every_s
                 if now >= next_reap:
-                    parts.lifecycle.reap(parts.admin)
+                    parts.lifecycle.prune()
+                    parts.lifecycle.reap()
                     next_reap = now + reaper_every_s
         except Exception as exc:
             if not is_redis_unavailable(exc):

@@ -12,7 +12,8 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_duplicate_operations_total``: operations recognised as applied by EventID.
 - ``regionbus_operation_errors_total``: operations refused with an error reply.
 - ``regionbus_replies_total``: replies produced.
-- ``regionbus_replies_dropped_total``: replies to a client without a reply topic, dropped.
+- ``regionbus_replies_dropped_total``: replies to a client whose principal's shared reply
+  topic does not exist, dropped.
 - ``regionbus_events_routed_total{client}``: events queued to a client's subscription
   queue (the series goes when the server forgets the client).
 - ``regionbus_dead_letters_total{category}``: messages sent to ``{ns}.dead-letter``;
@@ -75,6 +76,8 @@ class ServerView(Protocol):
 
     def queue_depths_events(self) -> dict[str, int]: ...
 
+    def events_routed_by_client(self) -> dict[str, int]: ...
+
 
 def server_metric_families(server: ServerView) -> list[Metric]:
     """The metric families of one scrape of a cache server (see the module's table).
@@ -112,13 +115,13 @@ def server_metric_families(server: ServerView) -> list[Metric]:
         families.counter("replies", "Replies produced to clients.", stats.replies),
         families.counter(
             "replies_dropped",
-            "Replies not produced: the client has no reply topic (closed, or not a client).",
+            "Replies not produced: the client's shared reply topic does not exist.",
             stats.replies_dropped,
         ),
         families.counter(
             "events_routed",
             "Events queued to a client's subscription queue.",
-            {(c,): n for c, n in list(stats.events_routed_by_client.items())},
+            {(c,): n for c, n in server.events_routed_by_client().items()},
             ("client",),
         ),
         families.counter(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from regionbus.schemas.messages import OperationKind
@@ -33,8 +32,8 @@ class ServerStats:
         operations_applied_by_region: ``{region: {kind: count}}`` of
             ``operations_applied``, kind the lower-case ``OperationKind`` (``put``,
             ``destroy``, ``invalidate``, ``clear``, ``destroy_region``).
-        events_routed_by_client: ``{client id: count}`` of ``events_routed``, for the
-            clients this server still knows (a forgotten client's count goes with it).
+        events_unaddressed: Events not queued because the client's shared queue topic
+            did not exist (its principal's topics were never made, or were deleted).
         dead_letters_by_category: ``{category: count}`` of ``dead_letters``: ``undecodable``,
             ``unexpected_type``, ``invalid_operation``, ``refused`` (security) or
             ``processing_failed`` (its handling raised an unexpected error).
@@ -55,7 +54,7 @@ class ServerStats:
     buckets_fenced: int = 0
     entries_expired: int = 0
     operations_applied_by_region: dict[str, dict[str, int]] = field(default_factory=dict)
-    events_routed_by_client: dict[str, int] = field(default_factory=dict)
+    events_unaddressed: int = 0
     dead_letters_by_category: dict[str, int] = field(default_factory=dict)
 
     def applied(self, region: str, kind: OperationKind) -> None:
@@ -64,18 +63,6 @@ class ServerStats:
         by_kind = self.operations_applied_by_region.setdefault(region, {})
         name = kind.value.lower()
         by_kind[name] = by_kind.get(name, 0) + 1
-
-    def routed(self, client_id: str) -> None:
-        """Count one event queued for a client's subscription queue."""
-        self.events_routed += 1
-        self.events_routed_by_client[client_id] = self.events_routed_by_client.get(client_id, 0) + 1
-
-    def routed_to(self, client_ids: Iterable[str]) -> None:
-        """Count one event queued for each of these clients' subscription queues."""
-        by_client = self.events_routed_by_client
-        for client_id in client_ids:
-            by_client[client_id] = by_client.get(client_id, 0) + 1
-            self.events_routed += 1
 
     def dead_lettered(self, category: str) -> None:
         """Count one message sent to the dead-letter topic, by reason category."""

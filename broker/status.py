@@ -1,7 +1,8 @@
 """The state of a namespace's cluster, read from Redis and Kafka (``regionbus status``).
 
 Members with their start times, each bucket's primary, fencing epoch and secondaries,
-each client's subscription queue with its depth, durable clients with their state and
+each client's subscription queue (its principal's shared topic, its partition) with how
+far behind it is, durable clients with their state and
 timeout, and the gateways: each gateway sender's and async event queue's primary worker
 (the holder of its Redis lease) and backlog, and each gateway receiver's pending batches.
 
@@ -29,7 +30,13 @@ from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.kafka_figures import KafkaFigures
 from regionbus.broker.store import redis_errors
 from regionbus.runtime.leases import Membership
-from regionbus.schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
+from regionbus.schemas.naming import (
+    RedisKeys,
+    Topics,
+    bucket_role,
+    client_partition,
+    dispatcher_role,
+)
 from regionbus.schemas.naming import sender_role as sender_role_of
 
 
@@ -63,8 +70,12 @@ class QueueStatus:
         state: ``connected``, ``away`` (durable, kept alive) or ``unregistering``.
         away_since_ms: For ``away``, when it disconnected (ms since the Unix epoch).
         durable_client_timeout_s: How long an away durable client is kept.
-        depth_messages: Kafka messages after the client's acked offset (each holds one or
-            more events); None when Kafka could not be asked.
+        depth_messages: Kafka records of its partition after the client's acked offset
+            (each holds one or more events; the partition is shared with other clients
+            of its Kafka principal, so this bounds what waits for it from above); None
+            when Kafka could not be asked.
+        queue_topic: The shared queue topic it reads (its Kafka principal's).
+        queue_partition: Its partition of that topic; None when Kafka could not be asked.
     """
 
     client_id: str
@@ -73,6 +84,8 @@ class QueueStatus:
     away_since_ms: int | None
     durable_client_timeout_s: int
     depth_messages: int | None
+    queue_topic: str = ""
+    queue_partition: int | None = None
 
 
 @dataclass(frozen=True)
@@ -218,11 +231,17 @@ def cluster_status(
     partitions = figures.topic_partitions() if figures is not None else {}
     leases = _gateway_leases(client, namespace)
     queue_ids = _gateway_ids(namespace, partitions, leases)
-    if figures is not None:
-        for client_id in records:
+    addresses: dict[str, tuple[str, int | None]] = {}
+    for client_id, record in records.items():
+        topic = topics.client_queues(record.kafka_principal)
+        count = partitions.get(topic)
+        partition = client_partition(client_id, count) if count else None
+        addresses[client_id] = (topic, partition)
+        if figures is not None and partition is not None:
             figures.ask_backlog(
-                ("queue", client_id), topics.queue(client_id), 1, topics.client_group(client_id)
+                ("queue", client_id), topic, (partition,), topics.client_group(client_id)
             )
+    if figures is not None:
         for kind, topic, count, group in _gateway_topics(namespace, partitions, queue_ids):
             figures.ask_backlog((kind, topic), topic, count, group)
         figures.wait()
@@ -238,6 +257,7 @@ def cluster_status(
             record.disconnected_at_ms if not record.connected else None,
             record.durable_client_timeout_s,
             depths.get(client_id),
+            *addresses[client_id],
         )
         for client_id, record in sorted(records.items())
     )

@@ -47,8 +47,9 @@ _CLOSE_CHECK_MS = 2_000
 class ClientCache:
     """A client cache: regions kept current by events the servers push (Geode ``ClientCache``).
 
-    Connects at construction: creates the client's subscription queue and reply topics,
-    starts reading them, and announces itself to the servers.
+    Connects at construction: finds its partition of the shared queue and reply topics of
+    its Kafka principal (making them if it is the principal's first client), starts reading
+    its replies, and announces itself to the servers.
 
     A **durable** client (``durable_client_id``, SPEC §5) keeps its queue and durable
     interest on the servers while away, for ``durable_client_timeout_s``. Its queue is not
@@ -103,14 +104,15 @@ class ClientCache:
         self.total_buckets = self.pool.total_buckets
         self.subscription: SubscriptionQueue | None = None
         try:
+            queue_end = self.pool.queue_end() if self.settings.subscription_enabled else 0
             self.client_state = self._connect()
         except BaseException:
-            # Refused or unanswered: the topics may belong to a live process of this id.
+            # Refused or unanswered: the acks may belong to a live process of this id.
             self._closed = True
-            self.pool.close(delete_topics=False)
+            self.pool.close(delete_acks=False)
             raise
         if self.settings.subscription_enabled:
-            self.subscription = self._new_subscription(replaying=self.durable)
+            self.subscription = self._new_subscription(replaying=self.durable, start=queue_end)
             if self.durable:
                 self.pending_event_count = self.subscription.count_pending(
                     self.settings.read_timeout_ms / 1000
@@ -150,11 +152,13 @@ class ClientCache:
         return reply.client_state or CLIENT_NEW
 
     def _new_subscription(
-        self, *, replaying: bool, tracker: MessageTracker | None = None
+        self, *, replaying: bool, start: int, tracker: MessageTracker | None = None
     ) -> SubscriptionQueue:
         return SubscriptionQueue(
             self.settings,
             self.client_id,
+            self.pool.address,
+            start,
             self._on_event,
             self._on_live,
             replaying=replaying,
@@ -197,6 +201,7 @@ class ClientCache:
                 region="",
                 timestamp_ms=int(time.time() * 1000),
                 event_id=self.pool.next_event_id(bucket),
+                kafka_principal=self.pool.kafka_principal,
             )
             ops.append((op, bucket))
         future = self.pool.request(ops)
@@ -331,6 +336,7 @@ class ClientCache:
             keep_alive=keep_alive,
             request_id=request_id,
             connection_id=self.member_id,
+            kafka_principal=self.pool.kafka_principal,
         )
 
     def _ping(self) -> None:
@@ -359,8 +365,8 @@ class ClientCache:
 
     def _lost_id(self) -> None:
         """Another live process connected with this client id while this one was silent:
-        the topics are its now. This connection neither reconnects nor, when closed,
-        disconnects or deletes anything."""
+        the id's queue and acks are its now. This connection neither reconnects nor, when
+        closed, disconnects or deletes anything."""
         if not self._id_taken:
             log.error(
                 "client id %s was taken by another live connection while this one was "
@@ -389,12 +395,14 @@ class ClientCache:
         a durable client past its timeout): connect again and, if the queue is gone,
         re-fetch every region's entries of interest without listener events (SPEC §3)."""
         log.warning("client %s is unknown to the servers: re-initialising", self.client_id)
-        self.pool.create_client_topics()
+        queue_end = self.pool.queue_end()
         self.client_state = self._connect()
         if self.subscription is not None and self.client_state != CLIENT_RECONNECTED:
             old = self.subscription
             old.close()
-            self.subscription = self._new_subscription(replaying=False, tracker=old.tracker)
+            self.subscription = self._new_subscription(
+                replaying=False, start=queue_end, tracker=old.tracker
+            )
             self.subscription.start()
         for region in self.regions:
             region.reinitialize()
@@ -422,10 +430,10 @@ class ClientCache:
         holds_id = False if self._id_taken else self._holds_id()
         if holds_id is False:
             # Disconnecting would drop the interest of the live connection that has this
-            # client id now, and deleting would pull its topics from under it.
+            # client id now, and deleting would pull its acks from under it.
             if self.subscription is not None:
                 self.subscription.close()
-            self.pool.close(delete_topics=False)
+            self.pool.close(delete_acks=False)
             return
         if self.subscription is not None:
             self.subscription.close()
@@ -434,12 +442,12 @@ class ClientCache:
             self.pool.send_control(self._control(ControlKind.CLOSE, keep_alive=keep_alive))
         except RegionBusError as exc:
             log.warning("close message not delivered: %s", exc)
-        self.pool.close(delete_topics=not keep)
+        self.pool.close(delete_acks=not keep)
 
     def _disconnect_buckets(self, keep_alive: bool, *, wait: bool = True) -> None:
         """Have every bucket's primary drop this client's interest (all but the durable
         registrations when ``keep_alive``) and wait for all, so no event is routed to the
-        queue once this returns (and the topics can go). Without ``wait`` (no server
+        queue once this returns (and the acks can go). Without ``wait`` (no server
         answered just now) they are sent for a later primary to process."""
         request_id = self.pool.next_request_id()
         ops = [
@@ -451,6 +459,7 @@ class ClientCache:
                     region="",
                     timestamp_ms=int(time.time() * 1000),
                     keep_alive=keep_alive,
+                    kafka_principal=self.pool.kafka_principal,
                 ),
                 bucket,
             )

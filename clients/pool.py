@@ -1,7 +1,8 @@
 """The client's connection pool: sends operations to ``{ns}.ops`` and gathers replies.
 
 One Kafka producer sends every operation to the partition of its bucket; one thread reads
-the client's reply topic and completes the futures of pending requests. A request sent to
+the client's partition of its Kafka principal's shared reply topic, takes the records keyed
+by its client id, and completes the futures of pending requests. A request sent to
 several buckets (interest registration, keys on server) completes when every bucket has
 answered; a bucket's large answer may come in chunks (``more=True``); one unanswered for
 ``read_timeout_ms`` fails with :class:`ServerTimeoutError`, whether the caller waits on it
@@ -27,7 +28,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from regionbus.clients.auth import signer_for
-from regionbus.clients.client_topics import ClientTopicAdmin
+from regionbus.clients.client_topics import ClientAddress, ClientTopicAdmin
 from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -117,13 +118,13 @@ class Pool:
 
     Args:
         settings: The client's settings.
-        client_id: The client id (reply topic ``{ns}.reply.<client_id>``).
+        client_id: The client id (the key of its replies and queue records).
         member_id: The member id used in EventIDs (unique per connection).
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not describe ``{ns}.ops`` or may
-            not create or read this client's queue and reply topics (they are another
-            client's, or its ACLs are missing).
+            not create or read its shared queue and reply topics (they are another
+            principal's, or its ACLs are missing).
         TransportError: Kafka cannot be reached or the servers' ``{ns}.ops`` topic does not
             appear within ``read_timeout_ms`` (``metadata_timeout_s`` if shorter); the
             message names the address or namespace and how to fix it.
@@ -142,7 +143,11 @@ class Pool:
         self.client_topics = ClientTopicAdmin(settings, self.topics, client_id)
         """The admin of this client's own topics, and its first contact with Kafka."""
         self.total_buckets = self.client_topics.wait_for_ops_topic()
-        self.client_topics.create()
+        self.address: ClientAddress = self.client_topics.address()
+        """Where this client's queue and replies are."""
+        self.kafka_principal = settings.topic_principal
+        """The Kafka principal whose shared topics this client reads (every operation says
+        so, for the servers to address its reply)."""
         self._producer = kafka_producer(
             settings.librdkafka(
                 **{
@@ -194,13 +199,13 @@ class Pool:
             )
         )
         # Replies to this process come after its start: begin at the high watermark.
-        reply_partition = TopicPartition(self.topics.reply(client_id), 0)
+        reply_topic = self.address.reply_topic
+        reply_partition = TopicPartition(reply_topic, self.address.reply_partition)
         try:
             _, high = watermarks(
                 self._reply_consumer, reply_partition, self.settings.metadata_timeout_s
             )
         except KafkaException as exc:
-            reply_topic = self.topics.reply(client_id)
             raise kafka_error(exc, f"reply topic of {client_id}", f"topic {reply_topic}") from exc
         reply_partition.offset = max(high, 0)
         self._reply_consumer.assign([reply_partition])
@@ -209,16 +214,16 @@ class Pool:
         )
         self._reply_thread.start()
 
-    # --- topics ------------------------------------------------------------------------
-
-    def create_client_topics(self) -> None:
-        """Create this client's queue and reply topics if missing (see
-        :meth:`ClientTopicAdmin.create`).
+    def queue_end(self) -> int:
+        """The end (high watermark) of this client's queue partition now: where a client
+        that never acked starts reading, if read before it connects (nothing is queued for
+        it before the servers know it).
 
         Raises:
-            KafkaAuthorizationError, TransportError: as :meth:`ClientTopicAdmin.create`.
+            KafkaAuthorizationError: the principal may not read the queue topic.
+            TransportError: Kafka did not answer within ``metadata_timeout_s``.
         """
-        self.client_topics.create()
+        return self.client_topics.end_of(self.address.queue_topic, self.address.queue_partition)
 
     # --- identities --------------------------------------------------------------------
 
@@ -501,12 +506,15 @@ class Pool:
                 continue
             self._producer.poll(0)
             self._fail_undelivered()
+            own_key = self.address.key
             for message in messages:
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                         self._reply_topic_refused(error)
                     continue
+                if message.key() != own_key:
+                    continue  # another client's replies, in the partition it shares
                 unsigned = self.server_replies.problem(message)
                 try:
                     items = split_batch(message.value())
@@ -538,7 +546,7 @@ class Pool:
         """Kafka no longer lets this principal read the reply topic (an ACL was removed): no
         request can be answered any more, so the pending ones fail now with the refusal and
         later ones before they are sent (Kafka reports the refusal once)."""
-        topic = self.topics.reply(self.client_id)
+        topic = self.address.reply_topic
         failure = kafka_error(error, f"reading {topic}", f"topic {topic}")
         log.error("%s; this client cache can send no more requests", failure)
         self.reply_refusal = failure
@@ -559,12 +567,12 @@ class Pool:
             del self._pending[reply.request_id]
         pending.callback(pending.replies, None)
 
-    def close(self, delete_topics: bool = False) -> None:
+    def close(self, delete_acks: bool = False) -> None:
         """Flush, stop the reply reader and fail every pending request with ``UnconnectedError``.
 
         Args:
-            delete_topics: Also delete the client's queue and reply topics (a non-durable
-                client's, or a durable one's that did not ask to be kept alive).
+            delete_acks: Also delete the client's consumer group (a non-durable client's,
+                or a durable one's that did not ask to be kept alive).
         """
         with suppress(Exception):
             self._producer.flush(5)
@@ -577,8 +585,8 @@ class Pool:
             pending, self._pending = self._pending, {}
         for p in pending.values():
             p.callback(None, UnconnectedError("the client cache was closed"))
-        if delete_topics:
-            self.client_topics.delete()
+        if delete_acks:
+            self.client_topics.delete_acks()
         # librdkafka clients otherwise live until garbage collection, reconnecting to a
         # broker that may be gone.
         close_producer = getattr(self._producer, "close", None)

@@ -40,7 +40,7 @@ class CacheConnection(Protocol):
 
     @property
     def client_id(self) -> str:
-        """The client id (its reply and queue topics' suffix)."""
+        """The client id (the address of its replies and queue records)."""
         ...
 
     @property
@@ -162,6 +162,7 @@ class ServerRegionProxy:
             serializer=self.serializer_name if value is not None else None,
             callback_argument=callback_argument,
             interest=interest,
+            kafka_principal=pool.kafka_principal,
         )
 
     def wait(self, future: Future[list[Reply]], request_id: int) -> list[Reply]:

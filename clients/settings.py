@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.naming import check_name
 from regionbus.schemas.settings import KafkaConnectionSettings
 
@@ -20,8 +21,9 @@ class ClientSettings(KafkaConnectionSettings):
 
     Attributes:
         namespace: Site namespace of the servers to talk to.
-        client_id: Id of this client (its queue is ``{ns}.queue.<client_id>``); generated
-            when None. Must be legal in a Kafka topic name.
+        client_id: Id of this client (its queue records and replies are keyed by it, its
+            acks are the consumer group ``{ns}.client.<client_id>``); generated when None.
+            Must be legal in a Kafka topic name.
         durable_client_id: Makes the client durable under this id (SPEC §5); it then is
             the client id.
         durable_client_timeout_s: How long the servers keep a durable client's queue while
@@ -55,6 +57,13 @@ class ClientSettings(KafkaConnectionSettings):
             and have a leader. The first contact (Kafka answering, the servers'
             ``{ns}.ops`` existing) waits at most ``read_timeout_ms``, or this if shorter,
             so a wrong address or namespace fails as soon as an unanswered request would.
+        kafka_principal: The Kafka principal this client logs in as, naming the shared
+            queue and reply topics it reads, ``{ns}.queues.<principal>`` and
+            ``{ns}.replies.<principal>`` (which Kafka ACLs can keep to that principal's
+            clients). Default: ``kafka_sasl_username`` (or ``sasl.username`` in
+            ``kafka_config``) when set, else none: the namespace's ``{ns}.queues`` and
+            ``{ns}.replies``, shared by every client. Set it for a TLS client
+            certificate's principal, as a name legal in a topic.
         security_principal: Principal this client signs its requests as (servers with
             ``security_enabled`` refuse unsigned requests); None sends them unsigned.
         security_secret: The principal's secret (given by ``regionbus user add``); the
@@ -78,6 +87,7 @@ class ClientSettings(KafkaConnectionSettings):
     fetch_wait_max_ms: int = Field(default=500, ge=1)
     linger_ms: int = Field(default=1, ge=0)
     metadata_timeout_s: float = Field(default=30.0, gt=0)
+    kafka_principal: str | None = None
     security_principal: str | None = None
     security_secret: SecretStr | None = None
 
@@ -86,6 +96,28 @@ class ClientSettings(KafkaConnectionSettings):
         """Longest wait for Kafka to answer and the servers' topics to exist, in seconds:
         ``read_timeout_ms``, or ``metadata_timeout_s`` if shorter."""
         return min(self.read_timeout_ms / 1000, self.metadata_timeout_s)
+
+    @property
+    def topic_principal(self) -> str | None:
+        """The Kafka principal whose shared client topics this client reads
+        (:attr:`kafka_principal`, else the SASL user name), None for the unscoped ones."""
+        if self.kafka_principal:
+            return self.kafka_principal
+        user = self.kafka_sasl_username or self.kafka_config.get("sasl.username")
+        return str(user) if user else None
+
+    @model_validator(mode="after")
+    def _topic_principal_ok(self) -> ClientSettings:
+        principal = self.topic_principal
+        if principal is not None:
+            try:
+                check_name("Kafka principal", principal)
+            except ConfigurationError as exc:
+                raise ValueError(
+                    f"{exc}: it names this client's shared queue and reply topics; set "
+                    "kafka_principal (env REGIONBUS_KAFKA_PRINCIPAL) to a legal name"
+                ) from None
+        return self
 
     @field_validator("namespace")
     @classmethod

@@ -1,9 +1,12 @@
 """The client's subscription queue reader: events in, duplicates out, acks back.
 
-One thread reads ``{ns}.queue.<client>`` from the committed offset, drops events whose
-EventID was already seen (message tracking), hands the rest to their region, and every
-``subscription_ack_interval_ms`` commits the offset after the last processed event: that
-commit is the client's ack (ARCHITECTURE.md).
+One thread reads the client's partition of its Kafka principal's shared queue topic
+(``{ns}.queues``, or ``{ns}.queues.<principal>``) from the committed offset, takes the
+records keyed by its client id (the others are other clients'), drops events whose EventID
+was already seen (message tracking), hands the rest to their region, and every
+``subscription_ack_interval_ms`` commits the offset after the last record it went past:
+that commit is the client's ack (ARCHITECTURE.md). A client that has never acked starts
+where the partition ended when it connected: nothing was queued for it before.
 
 A durable client's queue starts *replaying*: when the client is ready for events, each
 bucket's server writes a marker into the queue, and the events of a bucket before its marker
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
+from regionbus.clients.client_topics import ClientAddress
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.tracking import MessageTracker
@@ -85,6 +89,9 @@ class SubscriptionQueue:
     Args:
         settings: The client's settings.
         client_id: Whose queue.
+        address: Where its queue is (topic, partition, record key).
+        start_offset: Where to start when the client never acked: the partition's end as
+            read before the client connected.
         on_event: Called with each new (non-duplicate) event and whether it is replay, on
             the queue thread.
         on_live: Called once, on the queue thread, when the last marker of this connection
@@ -112,6 +119,8 @@ class SubscriptionQueue:
         self,
         settings: ClientSettings,
         client_id: str,
+        address: ClientAddress,
+        start_offset: int,
         on_event: Callable[[Event, bool], None],
         on_live: Callable[[], None],
         *,
@@ -126,7 +135,9 @@ class SubscriptionQueue:
         self._settings = settings
         self._topics = Topics(settings.namespace)
         self._client_id = client_id
-        self._topic = self._topics.queue(client_id)
+        self._topic = address.queue_topic
+        self._partition = address.queue_partition
+        self._key = address.key
         self._on_event = on_event
         self._on_live = on_live
         self._replaying = replaying
@@ -158,7 +169,7 @@ class SubscriptionQueue:
             # The topic is asked by name first: Kafka refuses that with an authorization
             # error, where librdkafka reports an offset fetch it may not make as a timeout.
             topic_partitions(self._consumer, self._topic, settings.metadata_timeout_s)
-            partition = TopicPartition(self._topic, 0)
+            partition = TopicPartition(self._topic, self._partition)
             committed = committed_offsets(self._consumer, [partition], settings.metadata_timeout_s)[
                 0
             ]
@@ -168,12 +179,14 @@ class SubscriptionQueue:
         except RegionBusError:
             self._consumer.close()
             raise
-        start = max(committed.offset, 0)
+        start = committed.offset if committed.offset >= 0 else max(start_offset, 0)
         assign_from(
-            self._consumer, [TopicPartition(self._topic, 0, start)], settings.metadata_timeout_s
+            self._consumer,
+            [TopicPartition(self._topic, self._partition, start)],
+            settings.metadata_timeout_s,
         )
         self._acked = committed.offset
-        self._position = committed.offset
+        self._position = start
         # Messages count_pending read before the thread started, delivered first.
         self._prefetched: list[KafkaMessage] = []
         self._stop = threading.Event()
@@ -221,13 +234,16 @@ class SubscriptionQueue:
         event_type = TYPE_BYTES[Event]
         deadline = time.monotonic() + timeout_s
         try:
-            low, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
+            low, high = watermarks(
+                self._consumer, TopicPartition(self._topic, self._partition), timeout_s
+            )
         except KafkaException as exc:
             log.warning("subscription queue %s: no watermarks to count: %s", self._topic, exc)
             return 0
         count = kept_bytes = 0
         resume_at: int | None = None
-        offset = max(self._acked, low)
+        offset = max(self._position, low)
+        key = self._key
         while offset < high and time.monotonic() < deadline:
             try:
                 messages = poll_batch(
@@ -240,6 +256,8 @@ class SubscriptionQueue:
                 if message.error() is not None:
                     continue
                 offset = (message.offset() or 0) + 1
+                if message.key() != key:
+                    continue
                 value = message.value()
                 size = len(value) if value else 0
                 if resume_at is None and kept_bytes + size <= _PREFETCH_MAX_BYTES:
@@ -255,7 +273,7 @@ class SubscriptionQueue:
         if resume_at is not None:
             # The consumer has read past what is kept: it reads the rest again.
             with suppress(KafkaException):
-                self._consumer.seek(TopicPartition(self._topic, 0, resume_at))
+                self._consumer.seek(TopicPartition(self._topic, self._partition, resume_at))
         return count
 
     def _run(self) -> None:
@@ -309,10 +327,13 @@ class SubscriptionQueue:
         """The events and markers of ``messages``, and the offset after the last one."""
         decoded: list[Event | Marker] = []
         keep = decoded.append
+        key = self._key
         for message in messages:
             if message.error() is not None:
                 continue
             position = (message.offset() or 0) + 1
+            if message.key() != key:
+                continue  # another client's, in the partition it shares
             if not self._server_messages.accepts(message):
                 self.stats.forged += 1
                 continue
@@ -384,7 +405,7 @@ class SubscriptionQueue:
         """Commit the offset after the last processed event (the client's ack)."""
         if self._position <= self._acked:
             return
-        offsets = [TopicPartition(self._topic, 0, self._position)]
+        offsets = [TopicPartition(self._topic, self._partition, self._position)]
         # RuntimeError: the consumer was closed by close() while a slow listener held this
         # thread; what was not acked is delivered again to the next connection.
         with suppress(KafkaException, RuntimeError):

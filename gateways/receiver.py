@@ -412,6 +412,7 @@ class GatewayReceiver(BackgroundWorker):
                 possible_duplicate=event.possible_duplicate or batch.possible_duplicate,
                 origin_site_id=event.origin_site_id or batch.site_id,
                 sites_reached=(*event.sites_reached, self.site_id),
+                kafka_principal=pool.kafka_principal,
             )
             sent.append((index, event, op))
             ops.append((op, bucket))

@@ -140,6 +140,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "origin_site_id": _int32(o.origin_site_id, "origin_site_id"),
         "sites_reached": [_int32(s, "sites_reached") for s in o.sites_reached],
         "keep_alive": o.keep_alive,
+        "kafka_principal": o.kafka_principal,
     }
 
 
@@ -160,6 +161,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
         sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
         keep_alive=d["keep_alive"],
+        kafka_principal=d["kafka_principal"],
     )
 
 
@@ -257,6 +259,7 @@ def _control_to(c: Control) -> dict[str, Any]:
         "timestamp_ms": c.timestamp_ms,
         "request_id": c.request_id,
         "connection_id": c.connection_id,
+        "kafka_principal": c.kafka_principal,
     }
 
 
@@ -270,6 +273,7 @@ def _control_from(d: dict[str, Any]) -> Control:
         timestamp_ms=d["timestamp_ms"],
         request_id=d["request_id"],
         connection_id=d["connection_id"],
+        kafka_principal=d["kafka_principal"],
     )
 
 

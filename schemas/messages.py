@@ -172,6 +172,7 @@ class Operation(NamedTuple):
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
     keep_alive: bool = False
+    kafka_principal: str | None = None
 
 
 class Event(NamedTuple):
@@ -236,6 +237,7 @@ class Control(NamedTuple):
     keep_alive: bool = False
     request_id: int = 0
     connection_id: str | None = None
+    kafka_principal: str | None = None
 
 
 class Marker(NamedTuple):

@@ -11,7 +11,7 @@ import re
 import socket
 import uuid
 import zlib
-from typing import Final
+from typing import Final, NamedTuple
 
 from regionbus.schemas.errors import ConfigurationError
 
@@ -98,9 +98,33 @@ def dispatcher_role(queue_id: str) -> str:
 
 
 def receiver_client_id(receiver_id: str) -> str:
-    """The client id a gateway receiver applies its batches with (its reply topic's
-    suffix)."""
+    """The client id a gateway receiver applies its batches with (the address of its
+    replies)."""
     return f"gw-receiver-{receiver_id}"
+
+
+def client_partition(client_id: str, partitions: int) -> int:
+    """The partition of the shared queue and reply topics a client reads:
+    ``crc32(client id) % partitions`` (every process, and Spark, agrees).
+
+    Args:
+        client_id: The client (or durable client) id.
+        partitions: Partition count of the topic.
+    """
+    return zlib.crc32(client_id.encode()) % partitions
+
+
+class ClientTopic(NamedTuple):
+    """A shared client topic, parsed (`Topics.client_topic`).
+
+    Attributes:
+        kind: ``"queues"`` (subscription queues) or ``"replies"``.
+        kafka_principal: The Kafka principal whose clients it carries, None for the
+            namespace's unscoped topic.
+    """
+
+    kind: str
+    kafka_principal: str | None
 
 
 def region_bucket(region: str, total_buckets: int) -> int:
@@ -126,25 +150,50 @@ class Topics:
         self.control = f"{ns}.control"
         self.dead_letter = f"{ns}.dead-letter"
 
-        self.queue_prefix = f"{ns}.queue."
-        self.reply_prefix = f"{ns}.reply."
+        self.client_queues_topic = f"{ns}.queues"
+        self.client_replies_topic = f"{ns}.replies"
         self.gateway_prefix = f"{ns}.gw."
         self.async_event_queue_prefix = f"{ns}.aeq."
         self.gateway_inbound_prefix = f"{ns}.gwr."
         self.gateway_ack_prefix = f"{ns}.gwack."
-        """What each kind of per-client, per-sender or per-queue topic name starts with."""
+        """What each kind of per-sender or per-queue topic name starts with."""
 
-    def queue(self, client_id: str) -> str:
-        """The subscription queue topic of a client (1 partition)."""
-        return self.queue_prefix + check_name("client id", client_id)
+    def client_queues(self, kafka_principal: str | None = None) -> str:
+        """The shared, partitioned subscription-queue topic of the clients of one Kafka
+        principal: ``{ns}.queues.<principal>``, or ``{ns}.queues`` for clients that name
+        none (an unsecured Kafka: one principal for all). A client reads the partition its
+        id hashes to (`client_partition`) and takes the records keyed by its id.
 
-    def reply(self, client_id: str) -> str:
-        """The reply topic of a client (1 partition)."""
-        return self.reply_prefix + check_name("client id", client_id)
+        Raises:
+            ConfigurationError: the principal is not legal in a topic name.
+        """
+        if kafka_principal is None:
+            return self.client_queues_topic
+        return f"{self.client_queues_topic}.{check_name('Kafka principal', kafka_principal)}"
 
-    def is_client_topic(self, topic: str) -> bool:
-        """True for a client's queue or reply topic of this namespace."""
-        return topic.startswith((self.queue_prefix, self.reply_prefix))
+    def client_replies(self, kafka_principal: str | None = None) -> str:
+        """The shared, partitioned reply topic of the clients of one Kafka principal
+        (``{ns}.replies.<principal>``, or ``{ns}.replies``); addressed as `client_queues`.
+
+        Raises:
+            ConfigurationError: the principal is not legal in a topic name.
+        """
+        if kafka_principal is None:
+            return self.client_replies_topic
+        return f"{self.client_replies_topic}.{check_name('Kafka principal', kafka_principal)}"
+
+    def client_topic(self, topic: str) -> ClientTopic | None:
+        """What a shared client topic name says (the inverse of `client_queues` and
+        `client_replies`): its kind and Kafka principal; None for any other topic."""
+        for kind, base in (
+            ("queues", self.client_queues_topic),
+            ("replies", self.client_replies_topic),
+        ):
+            if topic == base:
+                return ClientTopic(kind, None)
+            if topic.startswith(base + ".") and _TOPIC_PART.fullmatch(topic[len(base) + 1 :]):
+                return ClientTopic(kind, topic[len(base) + 1 :])
+        return None
 
     def gateway(self, sender_id: str) -> str:
         """The queue topic of a gateway sender."""
@@ -170,8 +219,16 @@ class Topics:
         return f"{self.namespace}.client.{client_id}"
 
     def client_reply_group(self, client_id: str) -> str:
-        """The consumer group of a client's reply reader."""
+        """The ``group.id`` of a client's reply reader (it commits nothing, so Kafka never
+        holds such a group)."""
         return f"{self.client_group(client_id)}.reply"
+
+    def client_of_group(self, group: str) -> str | None:
+        """The client id whose acks a consumer group holds (the inverse of
+        `client_group`), or None for any other group."""
+        prefix = f"{self.namespace}.client."
+        rest = group[len(prefix) :] if group.startswith(prefix) else ""
+        return rest if rest and _TOPIC_PART.fullmatch(rest) else None
 
     @property
     def server_group(self) -> str:
@@ -273,7 +330,8 @@ class RedisKeys:
 
     @property
     def clients(self) -> str:
-        """Hash client id -> JSON of the client's registry record (queue, durable, last seen)."""
+        """Hash client id -> JSON of the client's registry record (durable, connection, last
+        seen, its Kafka principal)."""
         return f"{self.prefix}clients"
 
     @property
@@ -300,7 +358,3 @@ class RedisKeys:
     def handoff(self, bucket: int) -> str:
         """Member id a released bucket is handed over to (short TTL)."""
         return f"{self.prefix}handoff:{bucket}"
-
-    def dropped(self, client_id: str) -> str:
-        """Set of the buckets whose primary has dropped a client being unregistered."""
-        return f"{self.prefix}dropped:{client_id}"

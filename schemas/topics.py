@@ -9,11 +9,14 @@ Retention, per topic kind (``retention.ms``):
 - ``{ns}.ops``, ``{ns}.control``, ``{ns}.events``, ``{ns}.dead-letter``: Kafka's default
   of 7 days, set explicitly. Servers commit ``{ns}.ops`` within ``message_sync_interval``,
   so 7 days is the longest a whole site may be down without losing an operation.
-- ``{ns}.queue.<client>``: the longer of 7 days and the client's
-  ``durable_client_timeout_s`` plus one hour, so a durable client that comes back within
-  its timeout finds every event it missed (SPEC §5).
-- ``{ns}.reply.<client>``: one hour. A reply is read within ``read_timeout_ms`` of its
-  request, and a client starts reading its reply topic at the end.
+- ``{ns}.queues`` and ``{ns}.queues.<principal>`` (the shared, partitioned subscription
+  queues of the clients of one Kafka principal): 7 days, raised by the servers to a
+  durable client's ``durable_client_timeout_s`` plus one hour when it connects with a
+  longer timeout, so a durable client that comes back within its timeout finds every
+  event it missed (SPEC §5).
+- ``{ns}.replies`` and ``{ns}.replies.<principal>``: one hour. A reply is read within
+  ``read_timeout_ms`` of its request, and a client starts reading its reply partition at
+  the end.
 - ``{ns}.gw.<sender>`` and ``{ns}.aeq.<queue>``: never by time (``-1``). A batch leaves
   these queues only once acknowledged (SPEC §6 and §7): the sender or dispatcher commits its
   offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
@@ -29,7 +32,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from regionbus.schemas.errors import ConfigurationError, TransportError
 from regionbus.schemas.naming import Topics
@@ -45,6 +55,12 @@ QUEUE_RETENTION_MARGIN_MS: Final = HOUR_MS
 KEEP_UNTIL_ACKED: Final = -1
 """``retention.ms`` of queues whose records are deleted only once acknowledged."""
 
+DEFAULT_CLIENT_PARTITIONS: Final = 16
+"""Partitions of a shared client topic created by regionbus: a client reads about
+1/16 of what its principal's clients are sent (its partition), and one topic pair serves
+every client of the principal (two topics per client capped a three-broker cluster near
+2,000 clients)."""
+
 MAX_REPLICATION_FACTOR: Final = 3
 _LEADER_POLL_INTERVAL_S: Final = 0.05
 
@@ -55,13 +71,17 @@ class TopicSpec:
 
     Attributes:
         name: The topic name (see `regionbus.schemas.naming.Topics`).
-        partitions: Partition count; an existing topic with another count is an error.
+        partitions: Partition count; an existing topic with another count is an error,
+            unless ``any_partitions``.
         config: Topic configs set at creation, e.g. ``{"retention.ms": "3600000"}``.
+        any_partitions: An existing topic may have any partition count (the shared client
+            topics: a client reads the partition its id hashes to among those there are).
     """
 
     name: str
     partitions: int = 1
     config: Mapping[str, str] = field(default_factory=dict)
+    any_partitions: bool = False
 
 
 def retention(retention_ms: int, **more: str) -> dict[str, str]:
@@ -84,33 +104,79 @@ def queue_retention_ms(durable_client_timeout_s: float) -> int:
     )
 
 
-def server_topic_specs(topics: Topics, total_buckets: int) -> list[TopicSpec]:
+def ensure_retention(
+    admin: AdminClient, topic: str, retention_ms: int, timeout_s: float = 10.0
+) -> int:
+    """Raise a topic's ``retention.ms`` to at least ``retention_ms`` (never lower it).
+
+    Args:
+        admin: An AdminClient allowed to describe and alter the topic's configs.
+        topic: The topic.
+        retention_ms: The least retention wanted, in milliseconds (-1 keeps forever).
+        timeout_s: Longest wait for each of the two requests, in seconds.
+
+    Returns:
+        The retention in force afterwards, in milliseconds.
+
+    Raises:
+        KafkaException: the cluster refused or did not answer.
+    """
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    described = admin.describe_configs([resource], request_timeout=timeout_s)
+    entries = next(iter(described.values())).result(timeout=timeout_s)
+    current = int(entries["retention.ms"].value) if "retention.ms" in entries else 0
+    if current < 0 or 0 <= retention_ms <= current:
+        return current
+    resource.add_incremental_config(
+        ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)
+    )
+    altered = admin.incremental_alter_configs([resource], request_timeout=timeout_s)
+    next(iter(altered.values())).result(timeout=timeout_s)
+    return retention_ms
+
+
+def server_topic_specs(
+    topics: Topics, total_buckets: int, client_topic_partitions: int = DEFAULT_CLIENT_PARTITIONS
+) -> list[TopicSpec]:
     """The topics every cache server of a namespace needs: ``{ns}.ops`` and ``{ns}.events``
-    with one partition per bucket, ``{ns}.control`` and ``{ns}.dead-letter`` with one."""
+    with one partition per bucket, ``{ns}.control`` and ``{ns}.dead-letter`` with one, and
+    the unscoped shared client topics ``{ns}.queues`` and ``{ns}.replies``
+    (`client_topic_specs`)."""
     kept = retention(DEFAULT_RETENTION_MS)
     return [
         TopicSpec(topics.ops, total_buckets, kept),
         TopicSpec(topics.events, total_buckets, kept),
         TopicSpec(topics.control, 1, kept),
         TopicSpec(topics.dead_letter, 1, kept),
+        *client_topic_specs(topics, None, client_topic_partitions),
     ]
 
 
 def client_topic_specs(
-    topics: Topics, client_id: str, durable_client_timeout_s: float
+    topics: Topics, kafka_principal: str | None, partitions: int = DEFAULT_CLIENT_PARTITIONS
 ) -> list[TopicSpec]:
-    """A client's subscription queue and reply topics (one partition each).
+    """The shared subscription-queue and reply topics of the clients of one Kafka principal
+    (None: the namespace's unscoped ones). Whoever creates them first sets the partition
+    count; every client then reads the partition its id hashes to among those there are.
 
     Args:
         topics: The namespace's topic names.
-        client_id: The client (or durable client) id.
-        durable_client_timeout_s: Sizes the queue's retention (`queue_retention_ms`).
+        kafka_principal: The principal, or None.
+        partitions: Partitions if created now.
     """
     return [
         TopicSpec(
-            topics.queue(client_id), 1, retention(queue_retention_ms(durable_client_timeout_s))
+            topics.client_queues(kafka_principal),
+            partitions,
+            retention(DEFAULT_RETENTION_MS),
+            any_partitions=True,
         ),
-        TopicSpec(topics.reply(client_id), 1, retention(REPLY_RETENTION_MS)),
+        TopicSpec(
+            topics.client_replies(kafka_principal),
+            partitions,
+            retention(REPLY_RETENTION_MS),
+            any_partitions=True,
+        ),
     ]
 
 
@@ -174,7 +240,7 @@ def ensure_topics(
     for name, spec in wanted.items():
         existing = metadata.topics.get(name)
         found = 0 if existing is None or existing.error is not None else len(existing.partitions)
-        if found and found != spec.partitions:
+        if found and found != spec.partitions and not spec.any_partitions:
             raise ConfigurationError(
                 f"topic {name} has {found} partitions, {spec.partitions} are needed"
             )
@@ -214,7 +280,10 @@ def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, TopicSpec], deadl
                 reason = f"{name}: {topic.error if topic is not None else 'absent'}"
                 continue
             leaderless = [p for p in topic.partitions.values() if p.leader < 0 or p.error]
-            if len(topic.partitions) == wanted[name].partitions and not leaderless:
+            counted = len(topic.partitions) == wanted[name].partitions or (
+                wanted[name].any_partitions and topic.partitions
+            )
+            if counted and not leaderless:
                 pending.discard(name)
             else:
                 reason = f"{name}: {len(leaderless)} partitions without a leader"
@@ -226,6 +295,7 @@ def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, TopicSpec], deadl
 
 
 __all__ = [
+    "DEFAULT_CLIENT_PARTITIONS",
     "DEFAULT_RETENTION_MS",
     "KEEP_UNTIL_ACKED",
     "LINK_RETENTION_MS",
@@ -233,6 +303,7 @@ __all__ = [
     "TopicSpec",
     "acked_queue_spec",
     "client_topic_specs",
+    "ensure_retention",
     "ensure_topics",
     "link_topic_spec",
     "queue_retention_ms",

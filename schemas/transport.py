@@ -136,7 +136,9 @@ _COORDINATOR_MOVING = frozenset(
 still electing the leaders of ``__consumer_offsets``, a broker that died or restarted."""
 
 
-def _leader_moving(exc: BaseException) -> bool:
+def leader_moving(exc: BaseException) -> bool:
+    """Whether a request failed because a partition's leader is not known or moving (a
+    topic created a moment ago, a broker that failed): worth retrying."""
     return isinstance(exc, KafkaException) and exc.args[0].code() in _LEADER_MOVING
 
 
@@ -260,7 +262,7 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float) 
     for attempt in Retrying(
         stop=stop_after_delay(timeout_s),
         wait=wait_exponential(multiplier=0.02, max=0.5),
-        retry=retry_if_exception(_leader_moving),
+        retry=retry_if_exception(leader_moving),
         reraise=True,
     ):
         with attempt:

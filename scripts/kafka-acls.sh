@@ -14,11 +14,11 @@
 #                            client application
 #
 # Servers get every topic and group of the namespace. A client gets only what it needs:
-# write {ns}.ops and {ns}.control, create/read/describe/delete its own {ns}.queue.<id> and
-# {ns}.reply.<id>, and its consumer groups {ns}.client.<id> and {ns}.client.<id>.*. So one
-# client can neither read another's queue or replies nor write into them at the Kafka level;
-# what it may do to regions is then checked by the servers (signed requests and
-# permissions, README "Security").
+# write {ns}.ops and {ns}.control, create/read/describe its user's shared {ns}.queues.<user>
+# and {ns}.replies.<user>, and its consumer groups {ns}.client.<id> and {ns}.client.<id>.*.
+# So at the Kafka level a client reads only the queue records and replies of its own user's
+# clients, and writes into no queue or reply topic; what it may do to regions is then
+# checked by the servers (signed requests and permissions, README "Security").
 #
 # These are the sets of broker/kafka_acls.py (server_acls, client_acls) written out for a
 # container that has only Kafka's CLI; tests/unit/test_kafka_acls_script.py checks that the
@@ -64,9 +64,9 @@ for triple in ${KAFKA_CLIENTS:-}; do
   scram_user "$user" "$password"
   acls --add --allow-principal "User:$user" --operation Write --operation Describe \
     --topic "$ns.ops" --topic "$ns.control"
-  for own in "$ns.queue.$client_id" "$ns.reply.$client_id"; do
+  for own in "$ns.queues.$user" "$ns.replies.$user"; do
     acls --add --allow-principal "User:$user" --operation Create --operation Read \
-      --operation Describe --operation Delete --topic "$own"
+      --operation Describe --topic "$own"
   done
   acls --add --allow-principal "User:$user" --operation Read --operation Describe \
     --operation Delete --group "$ns.client.$client_id"

@@ -1,11 +1,13 @@
 """Queue analytics: what waits in each subscription queue and gateway queue of a namespace.
 
-A subscription queue ``{ns}.queue.<client>`` is acked by the client committing its offset
-under the group ``{ns}.client.<client>`` (ARCHITECTURE.md); everything after that offset is
-unacked. A gateway queue ``{ns}.gw.<sender>`` (and an async event queue ``{ns}.aeq.<id>``)
-leaves the queue when its dispatcher commits after the remote ack; its group is
-``gateway_group_format`` with ``{topic}`` replaced by the queue topic (default: the topic
-name), because the gateway issue has not fixed that name yet.
+A client's subscription queue is the records keyed by its client id in its partition of
+its Kafka principal's shared queue topic (``{ns}.queues`` or ``{ns}.queues.<principal>``).
+The client acks by committing its offset on that partition under the group
+``{ns}.client.<client>`` (ARCHITECTURE.md); its records after that offset are unacked. The
+clients are found by those groups. A gateway queue ``{ns}.gw.<sender>`` (and an async event
+queue ``{ns}.aeq.<id>``) leaves the queue when its dispatcher commits after the remote ack;
+its group is ``gateway_group_format`` with ``{topic}`` replaced by the queue topic
+(default: the topic name), because the gateway issue has not fixed that name yet.
 
 The unacked records are read with one Spark batch read (offsets from the committed ones to
 the high watermarks), batches exploded into events, and counted. Depth and backlog are in
@@ -21,12 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from regionbus.schemas.errors import TransportError
-from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 from regionbus.schemas.naming import Topics
 from regionbus.spark.decode import decode_messages
 from regionbus.spark.format import kafka_reader
@@ -42,11 +44,12 @@ class QueueAnalytics:
     """The three tables of one run.
 
     Attributes:
-        queues: Per subscription queue: ``topic``, ``client_id``, ``depth`` (unacked
-            events), ``oldest_unacked_age_s`` (seconds since the oldest unacked event was
-            applied; null when empty).
-        queue_events: Per subscription queue, region and operation (``CREATE``, ...):
-            ``events`` unacked.
+        queues: Per subscription queue: ``topic`` (its principal's shared queue topic),
+            ``partition``, ``client_id``, ``depth`` (unacked events),
+            ``oldest_unacked_age_s`` (seconds since the oldest unacked event was applied;
+            null when empty).
+        queue_events: Per client, region and operation (``CREATE``, ...): ``events``
+            unacked.
         gateways: Per gateway or async event queue: ``topic``, ``kind`` (``gateway`` or
             ``async-event-queue``), ``backlog`` (events not yet acked by the remote site or
             listener), ``oldest_age_s``.
@@ -75,6 +78,40 @@ def committed_offsets(
     finally:
         consumer.close()
     return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else EARLIEST for tp in found}
+
+
+def client_acks(kafka_config: Mapping[str, str], topics: Topics) -> dict[str, tuple[str, int, int]]:
+    """Every client of the namespace that acks a subscription queue: ``{client id: (queue
+    topic, partition, committed offset)}``, from the consumer groups ``{ns}.client.<id>``.
+
+    Raises:
+        TransportError: Kafka did not answer within the metadata timeout.
+    """
+    admin = kafka_admin(dict(kafka_config))
+    try:
+        listed = admin.list_consumer_groups(request_timeout=METADATA_TIMEOUT_S).result(
+            timeout=METADATA_TIMEOUT_S
+        )
+        groups = [
+            g.group_id for g in listed.valid if topics.client_of_group(g.group_id) is not None
+        ]
+        futures = {
+            group: admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=METADATA_TIMEOUT_S
+            )[group]
+            for group in groups
+        }
+        acks: dict[str, tuple[str, int, int]] = {}
+        for group, future in futures.items():
+            client_id = topics.client_of_group(group)
+            assert client_id is not None
+            for tp in future.result(timeout=METADATA_TIMEOUT_S).topic_partitions or []:
+                parsed = topics.client_topic(tp.topic)
+                if parsed is not None and parsed.kind == "queues" and tp.offset >= 0:
+                    acks[client_id] = (tp.topic, tp.partition, tp.offset)
+    except (KafkaException, TimeoutError) as exc:
+        raise TransportError(f"the clients' acks: {exc}") from exc
+    return acks
 
 
 def queue_analytics(
@@ -106,7 +143,6 @@ def queue_analytics(
     config: dict[str, str] = {"bootstrap.servers": kafka_bootstrap_servers, **(kafka_config or {})}
     topics = Topics(namespace)
     prefixes = {
-        topics.queue_prefix: "queue",
         topics.gateway_prefix: "gateway",
         topics.async_event_queue_prefix: "async-event-queue",
     }
@@ -121,27 +157,47 @@ def queue_analytics(
     ]
     starts: dict[TopicPartitionKey, int] = {}
     for topic in sorted({t for t, _ in partitions}):
-        group = (
-            topics.client_group(topic[len(topics.queue_prefix) :])
-            if kind_of(topic) == "queue"
-            else gateway_group_format.format(topic=topic)
-        )
+        group = gateway_group_format.format(topic=topic)
         starts.update(committed_offsets(config, group, [tp for tp in partitions if tp[0] == topic]))
+    acks = client_acks(config, topics)
+    for topic, partition, committed in acks.values():
+        starts[(topic, partition)] = min(committed, starts.get((topic, partition), committed))
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     known = spark.createDataFrame(
         [(t, kind_of(t)) for t in sorted({t for t, _ in partitions})] or [("", "none")],
         "topic string, kind string",
     ).where(F.col("kind") != "none")
+    clients = spark.createDataFrame(
+        [(c, t, p, o) for c, (t, p, o) in sorted(acks.items())] or [("", "", -1, 0)],
+        "client_id string, topic string, partition int, committed bigint",
+    ).where(F.col("partition") >= 0)
     events = _unacked_events(spark, config, starts)
-    queues = _queues(known, events, now, len(topics.queue_prefix) + 1)
+    unacked = clients.alias("c").join(
+        events.alias("e"),
+        (F.col("c.topic") == F.col("e.topic"))
+        & (F.col("c.partition") == F.col("e.partition"))
+        & (F.col("c.client_id") == F.col("e.addressee"))
+        & (F.col("e.offset") >= F.col("c.committed")),
+        "left",
+    ).select(
+        F.col("c.client_id").alias("client_id"),
+        F.col("c.topic").alias("topic"),
+        F.col("c.partition").alias("partition"),
+        F.col("e.region").alias("region"),
+        F.col("e.operation").alias("operation"),
+        F.col("e.timestamp_ms").alias("timestamp_ms"),
+    )
+    queues = unacked.groupBy("topic", "partition", "client_id").agg(
+        F.count("operation").alias("depth"),
+        ((F.lit(now) - F.min("timestamp_ms")) / 1000).alias("oldest_unacked_age_s"),
+    )
     queue_events = (
-        events.join(known.where(F.col("kind") == "queue"), "topic")
-        .groupBy("topic", "region", "operation")
+        unacked.where(F.col("operation").isNotNull())
+        .groupBy("client_id", "region", "operation")
         .agg(F.count(F.lit(1)).alias("events"))
     )
     gateways = (
-        known.where(F.col("kind") != "queue")
-        .join(events, "topic", "left")
+        known.join(events, "topic", "left")
         .groupBy("topic", "kind")
         .agg(
             F.count("operation").alias("backlog"),
@@ -154,7 +210,10 @@ def queue_analytics(
 def _unacked_events(
     spark: SparkSession, config: Mapping[str, str], starts: dict[TopicPartitionKey, int]
 ) -> DataFrame:
-    columns = "topic string, region string, operation string, timestamp_ms bigint"
+    columns = (
+        "topic string, partition int, offset bigint, addressee string, region string, "
+        "operation string, timestamp_ms bigint"
+    )
     if not starts:
         return spark.createDataFrame([], columns)
     settings = dict(config)
@@ -167,27 +226,20 @@ def _unacked_events(
         .option("startingOffsets", json.dumps(offsets_to_json(starts)))
         .option("endingOffsets", "latest")
         .load()
+        .withColumn("addressee", F.col("key").cast("string"))
     )
     return (
         decode_messages(raw)
         .where(F.col("message_type") == "Event")
-        .select("topic", "region", "operation", "timestamp_ms")
+        .select("topic", "partition", "offset", "addressee", "region", "operation", "timestamp_ms")
         .cache()
     )
 
 
-def _queues(known: DataFrame, events: DataFrame, now_ms: int, client_at: int) -> DataFrame:
-    return (
-        known.where(F.col("kind") == "queue")
-        .join(events, "topic", "left")
-        .groupBy("topic")
-        .agg(
-            F.count("operation").alias("depth"),
-            ((F.lit(now_ms) - F.min("timestamp_ms")) / 1000).alias("oldest_unacked_age_s"),
-        )
-        .withColumn("client_id", F.expr(f"substring(topic, {client_at})"))
-        .select("topic", "client_id", "depth", "oldest_unacked_age_s")
-    )
-
-
-__all__ = ["DEFAULT_GATEWAY_GROUP_FORMAT", "QueueAnalytics", "committed_offsets", "queue_analytics"]
+__all__ = [
+    "DEFAULT_GATEWAY_GROUP_FORMAT",
+    "QueueAnalytics",
+    "client_acks",
+    "committed_offsets",
+    "queue_analytics",
+]

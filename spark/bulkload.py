@@ -12,9 +12,10 @@ partition, same input order) sends the same EventIDs, so the servers recognise w
 already applied. Operations of one bucket are packed into ``Batch`` messages as ``put_all``
 packs them.
 
-:func:`bulk_load` writes, then reads the replies on ``{ns}.reply.<load id>`` (from where that
-topic ended when the load started) until every entry is answered, and reports how many
-were applied, recognised as duplicates or refused.
+:func:`bulk_load` writes, then reads the replies keyed by its load id in its partition of the
+shared reply topic of its Kafka principal (from where that partition ended when the load
+started) until every entry is answered, and reports how many were applied, recognised as
+duplicates or refused.
 """
 
 from __future__ import annotations
@@ -43,10 +44,16 @@ from regionbus.schemas.errors import (
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 from regionbus.schemas.messages import Operation, OperationKind, Reply
-from regionbus.schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
+from regionbus.schemas.naming import (
+    BULK_LOAD_ID_PREFIX,
+    Topics,
+    bucket_of,
+    check_name,
+    client_partition,
+)
 from regionbus.schemas.serializers import AvroSerializer, Serializer, serializer_named
 from regionbus.schemas.signing import derive_key, signed_headers
-from regionbus.schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
+from regionbus.schemas.topics import client_topic_specs, ensure_topics
 from regionbus.schemas.transport import (
     assign_from,
     kafka_error,
@@ -90,6 +97,7 @@ def entries_to_operations(
     serializer: str = "json",
     avro_schema: dict[str, Any] | None = None,
     signing_key: tuple[str, bytes] | None = None,
+    kafka_principal: str | None = None,
 ) -> DataFrame:
     """The PUT operations of a bulk load, as Kafka records for ``{ns}.ops``.
 
@@ -100,14 +108,16 @@ def entries_to_operations(
         region: Region name.
         namespace: Site namespace.
         total_buckets: Buckets (= partitions of ``{ns}.ops``).
-        load_id: Client id of the load (replies go to ``{ns}.reply.<load_id>``) and prefix
-            of its member ids; ``[A-Za-z0-9._-]``.
+        load_id: Client id of the load (its replies are keyed by it) and prefix of its
+            member ids; ``[A-Za-z0-9._-]``.
         key_column: Column of entry keys.
         value_column: Column of entry values.
         serializer: ``json``, ``str`` or ``bytes`` (ignored when ``avro_schema`` is given).
         avro_schema: The Avro record schema of a typed region (serializer ``avro:<name>``).
         signing_key: ``(principal, MAC key)`` to sign each record with, as servers with
             ``security_enabled`` require (`regionbus.schemas.signing.derive_key`); None: unsigned.
+        kafka_principal: The Kafka principal whose shared reply topic the load reads
+            (``{ns}.replies.<principal>``); None: the namespace's ``{ns}.replies``.
 
     Returns:
         A DataFrame of :data:`OPERATIONS_SCHEMA`, one row per Kafka message. Request ids are
@@ -154,6 +164,7 @@ def entries_to_operations(
                     key=key,
                     value=encoder.dumps(value),
                     serializer=serializer_name,
+                    kafka_principal=kafka_principal,
                 )
                 per_bucket.setdefault(bucket, []).append(encode(operation))
                 row_number += 1
@@ -257,6 +268,7 @@ def bulk_load(
     status: PhaseStatus | None = None,
     security_principal: str | None = None,
     security_secret: str | None = None,
+    kafka_principal: str | None = None,
 ) -> BulkLoadReport:
     """Load a DataFrame of entries into a region through the cache servers.
 
@@ -286,6 +298,9 @@ def bulk_load(
             ``security_enabled`` refuse unsigned ones); None writes them unsigned.
         security_secret: That principal's secret; its MAC key is derived once, on the
             driver, and shipped to the tasks (never the secret).
+        kafka_principal: The Kafka principal whose shared reply topic the load reads
+            (``{ns}.replies.<principal>``); default ``sasl.username`` of ``kafka_config``,
+            else the namespace's ``{ns}.replies``.
 
     Returns:
         The report.
@@ -314,14 +329,19 @@ def bulk_load(
     )
     load = load_id or f"{BULK_LOAD_ID_PREFIX}{uuid.uuid4().hex[:12]}"
     total_buckets = ops_partitions(config, namespace)
-    reply_topic = Topics(namespace).reply(load)
+    principal = kafka_principal or config.get("sasl.username") or None
+    reply_spec = client_topic_specs(Topics(namespace), principal)[1]
+    reply_topic = reply_spec.name
     admin = kafka_admin(config)
-    ensure_topics(admin, [TopicSpec(reply_topic, 1, retention(REPLY_RETENTION_MS))])
+    ensure_topics(admin, [reply_spec])
     # Refusals surface here, typed, rather than as a failed Spark task's stack trace.
     require_topic_operations(admin, Topics(namespace).ops, [AclOperation.WRITE], 10)
     require_topic_operations(admin, reply_topic, [AclOperation.READ], 10)
+    reply_partition = client_partition(load, topic_partitions(admin, reply_topic, 10))
     # Replies of an earlier load with the same id are not this load's.
-    replies_from = latest_offsets(config, [(reply_topic, 0)])[(reply_topic, 0)]
+    replies_from = latest_offsets(config, [(reply_topic, reply_partition)])[
+        (reply_topic, reply_partition)
+    ]
     status.phase("counting the entries")
     entries = df.count()
     report = BulkLoadReport(load_id=load, entries=entries)
@@ -336,6 +356,7 @@ def bulk_load(
         serializer=serializer,
         avro_schema=avro_schema,
         signing_key=signing_key,
+        kafka_principal=principal,
     )
     started = time.monotonic()
     status.phase(f"writing {entries:,} entries to {Topics(namespace).ops} (Spark)")
@@ -354,22 +375,35 @@ def bulk_load(
                 f"{report.entries:,} answered"
             ),
         )
-        _await_replies(config, reply_topic, replies_from, report, wait_applied_timeout_s)
+        _await_replies(
+            config,
+            (reply_topic, reply_partition),
+            namespace,
+            load,
+            replies_from,
+            report,
+            wait_applied_timeout_s,
+        )
         report.apply_s = time.monotonic() - started - report.write_s
     return report
 
 
 def _await_replies(
     config: Mapping[str, str],
-    reply_topic: str,
+    replies: tuple[str, int],
+    namespace: str,
+    load: str,
     start_offset: int,
     report: BulkLoadReport,
     timeout_s: float,
 ) -> None:
+    reply_topic, reply_partition = replies
+    own_key = load.encode()
+    group = Topics(namespace).client_reply_group(load)
     consumer = kafka_consumer(
         {
             **config,
-            "group.id": f"{reply_topic}.bulk-load",
+            "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100,
@@ -378,7 +412,7 @@ def _await_replies(
     answered: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
-        assign_from(consumer, [TopicPartition(reply_topic, 0, start_offset)], 10)
+        assign_from(consumer, [TopicPartition(reply_topic, reply_partition, start_offset)], 10)
         while len(answered) < report.entries:
             if time.monotonic() > deadline:
                 raise ServerTimeoutError(
@@ -390,13 +424,13 @@ def _await_replies(
             except KafkaException as exc:
                 raise kafka_error(exc, f"reading {reply_topic}", f"topic {reply_topic}") from exc
             for message in messages:
-                if message.error() is not None:
+                if message.error() is not None or message.key() != own_key:
                     continue
                 try:
-                    replies = [decode_as(raw, Reply) for raw in split_batch(message.value())]
+                    answers = [decode_as(raw, Reply) for raw in split_batch(message.value())]
                 except MessageDecodeError:
                     continue
-                for reply in replies:
+                for reply in answers:
                     if reply.request_id in answered:
                         continue
                     answered.add(reply.request_id)

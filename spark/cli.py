@@ -95,7 +95,7 @@ def analytics_command(
         )
         tables = {
             "queues": (result.queues, ["client_id", "depth", "oldest_unacked_age_s"]),
-            "queue_events": (result.queue_events, ["topic", "region", "operation", "events"]),
+            "queue_events": (result.queue_events, ["client_id", "region", "operation", "events"]),
             "gateways": (result.gateways, ["topic", "kind", "backlog", "oldest_age_s"]),
         }
         for name, (frame, columns) in tables.items():

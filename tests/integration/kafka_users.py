@@ -78,8 +78,15 @@ class KafkaUsers:
         """Every topic of the node (as the admin sees them)."""
         return set(self.admin.list_topics(timeout=10).topics)
 
-    def read(self, topic: str, user: str | None = None, timeout_s: float = 10.0) -> list[Any]:
-        """Every message of partition 0 of ``topic``, read to its end as ``user`` (the
+    def group_names(self) -> set[str]:
+        """Every consumer group of the node (as the admin sees them)."""
+        listed = self.admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+        return {g.group_id for g in listed.valid}
+
+    def read(
+        self, topic: str, user: str | None = None, timeout_s: float = 10.0, partition: int = 0
+    ) -> list[Any]:
+        """Every message of one partition of ``topic``, read to its end as ``user`` (the
         admin when None); error events other than the end of the partition included."""
         config = self.node.client_config() if user is None else self.librdkafka(user)
         consumer = kafka_consumer(
@@ -91,7 +98,7 @@ class KafkaUsers:
                 "auto.offset.reset": "earliest",
             }
         )
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, partition, 0)])
         out: list[Any] = []
         deadline = time.monotonic() + timeout_s
         try:

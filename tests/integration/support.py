@@ -178,3 +178,12 @@ def entry_operation(
         serializer="json" if value is not None else None,
     )
     return op, bucket
+
+
+def consumer_groups(kafka_bootstrap_servers: str) -> set[str]:
+    """Every consumer group Kafka holds now."""
+    from regionbus.schemas.kafka_clients import kafka_admin
+
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})  # kept until answered
+    listed = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+    return {g.group_id for g in listed.valid}

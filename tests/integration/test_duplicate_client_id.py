@@ -6,19 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import Recorder, Sentinel, wait_until
+from support import Recorder, Sentinel, consumer_groups, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientCache
 from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
-from regionbus.schemas.kafka_clients import kafka_admin
 from regionbus.schemas.naming import Topics
-
-
-def _topics(kafka_bootstrap_servers: str) -> set[str]:
-    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
-    return set(admin.list_topics(timeout=10).topics)
 
 
 def test_a_second_live_client_with_the_same_non_durable_id_is_refused_and_the_first_keeps_working(
@@ -30,11 +24,12 @@ def test_a_second_live_client_with_the_same_non_durable_id_is_refused_and_the_fi
     recorder = Recorder()
     first: ClientCache = client_factory(client_id="desk")
     first.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
+    acks = Topics(namespace).client_group("desk")
+    wait_until(lambda: acks in consumer_groups(kafka_bootstrap_servers), what="its first ack")
     with pytest.raises(DuplicateClientError, match="already connected") as refused:
         client_factory(client_id="desk")
     assert not isinstance(refused.value, DuplicateDurableClientError)
-    topics = Topics(namespace)
-    assert {topics.queue("desk"), topics.reply("desk")} <= _topics(kafka_bootstrap_servers)
+    assert acks in consumer_groups(kafka_bootstrap_servers), "the refused one deleted its acks"
     writer = client_factory().create_region("r")
     writer.put("k", 1)
     assert Sentinel(writer, recorder).fence() == [("create", "k", 1)]
@@ -64,9 +59,10 @@ def test_a_connection_that_lost_its_id_to_another_deletes_nothing_when_it_closes
         recorder = Recorder()
         live: ClientCache = client_factory(client_id="desk", ping_interval_ms=200)
         live.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
+        acks = Topics(namespace).client_group("desk")
+        wait_until(lambda: acks in consumer_groups(kafka_bootstrap_servers), what="an ack")
         stale.close()
-        topics = Topics(namespace)
-        assert {topics.queue("desk"), topics.reply("desk")} <= _topics(kafka_bootstrap_servers)
+        assert acks in consumer_groups(kafka_bootstrap_servers), "the stale one deleted acks"
         writer = client_factory().create_region("r")
         writer.put("k", 1)
         assert Sentinel(writer, recorder).fence() == [("create", "k", 1)]

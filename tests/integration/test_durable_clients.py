@@ -21,6 +21,7 @@ import pytest
 import redis
 from support import (
     Recorder,
+    consumer_groups,
     entry_operation,
     send_raw_operation,
     settle,
@@ -35,7 +36,6 @@ from regionbus.schemas.errors import (
     DuplicateDurableClientError,
     UnconnectedError,
 )
-from regionbus.schemas.kafka_clients import kafka_admin
 from regionbus.schemas.messages import OperationKind
 from regionbus.schemas.naming import RedisKeys, Topics
 
@@ -269,11 +269,10 @@ def test_close_without_keep_alive_removes_the_queue_and_interest_at_once(
     client = client_factory(durable_client_id="desk")
     client.create_region("r").register_interest(["a"], durable=True)
     client.ready_for_events()
-    queue = Topics(namespace).queue("desk")
-    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
-    assert queue in admin.list_topics(timeout=10).topics
+    acks = Topics(namespace).client_group("desk")
+    wait_until(lambda: acks in consumer_groups(kafka_bootstrap_servers), what="its first ack")
     client.close(keep_alive=False)
-    assert queue not in admin.list_topics(timeout=10).topics
+    assert acks not in consumer_groups(kafka_bootstrap_servers)
     keys = RedisKeys(namespace)
     wait_until(
         lambda: (
@@ -307,8 +306,12 @@ def test_a_client_away_past_its_timeout_is_unregistered_with_an_alert_and_reconn
         what="the reaper to unregister the client",
     )
     assert not redis_client.exists(keys.interest("desk"))
-    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
-    assert Topics(namespace).queue("desk") not in admin.list_topics(timeout=10).topics
+    wait_until(
+        lambda: (
+            Topics(namespace).client_group("desk") not in consumer_groups(kafka_bootstrap_servers)
+        ),
+        what="the reaper to delete its acks",
+    )
     alerts = [r for r in caplog.records if "ALERT" in r.getMessage() and "desk" in r.getMessage()]
     assert len(alerts) == 1
 

@@ -101,8 +101,8 @@ def test_servers_expire_signed_and_refuse_an_expiration_from_an_all_powerful_pri
     bucket = bucket_of("r", "k", 16)
     at_ms = server.store.redis.zscore(server.store.keys.region_expiry("r", bucket), "k")
     assert at_ms is not None
-    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client"))
-    sender = _RawSender(kafka_users.librdkafka(RAW_USER), namespace, "raw-client")
+    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client", RAW_USER))
+    sender = _RawSender(kafka_users.librdkafka(RAW_USER), namespace, "raw-client", RAW_USER)
     try:
         forged = Operation(
             request_id=9,
@@ -112,6 +112,7 @@ def test_servers_expire_signed_and_refuse_an_expiration_from_an_all_powerful_pri
             timestamp_ms=int(at_ms),
             event_id=EventID(EXPIRY_MEMBER, EXPIRY_THREAD, 1, bucket),
             key="k",
+            kafka_principal=RAW_USER,
         )
         value = encode(forged)
         ops = sender.topics.ops

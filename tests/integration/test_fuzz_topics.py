@@ -330,9 +330,10 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         ),
         sender.ack_topic: (a.namespace, 1, "gateway_ack", _whole(decode_ack)),
     }
+    address = cache.pool.address
     client_topics = {
-        cache.pool.topics.queue(cache.client_id): "event",
-        cache.pool.topics.reply(cache.client_id): "reply",
+        (address.queue_topic, address.queue_partition): "event",
+        (address.reply_topic, address.reply_partition): "reply",
     }
     producer = kafka_producer({"bootstrap.servers": a.kafka})
     expected_dead: dict[str, Counter[bytes | None]] = {}
@@ -344,11 +345,12 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
             producer.produce(topic, value, partition=rng.randrange(partitions), headers=headers)
             expected_dead[dead_ns].update(broken(value))
             every_value.append(value)
-    for topic, right in client_topics.items():
+    for (topic, partition), right in client_topics.items():
         accepts = _decodes_as(Event, Marker) if right == "event" else _decodes_as(Reply)
         fuzz = _fuzz(rng, frames, right, MESSAGES_PER_TOPIC)
         for value, headers in fuzz:
-            producer.produce(topic, value, partition=0, headers=headers)
+            # Addressed to the client (its key): garbage for others is not its to read.
+            producer.produce(topic, value, address.key, partition=partition, headers=headers)
             every_value.append(value)
         client_broken[right] = sum(len(_broken_items(v, accepts)) for v, _ in fuzz)
     for topic, partition, value in _hostile(f"{a.namespace}.ops", f"{a.namespace}.control"):

@@ -74,7 +74,7 @@ def _sender_remote_acls(a: Site, b: Site) -> list[KafkaAcl]:
 
 def _writer(site: Site, kafka_users: KafkaUsers) -> Any:
     """Region ``r`` of a client of ``site``, logged in with a client's ACLs."""
-    kafka_users.grant("app", client_acls(site.namespace, "writer"))
+    kafka_users.grant("app", client_acls(site.namespace, "writer", "app"))
     return site.client(**kafka_users.settings("app"), client_id="writer").create_region("r")
 
 
@@ -83,7 +83,7 @@ def test_a_sender_and_a_receiver_replicate_with_exactly_their_acls(
 ) -> None:
     a, b = sites
     acls = {
-        "gw-receiver": gateway_receiver_acls(b.namespace, "receiver"),
+        "gw-receiver": gateway_receiver_acls(b.namespace, "receiver", "gw-receiver"),
         "gw-sender": gateway_sender_acls(a.namespace, SENDER),
         "gw-sender-remote": _sender_remote_acls(a, b),
     }
@@ -118,7 +118,9 @@ def test_a_sender_refused_the_remote_inbound_topic_keeps_the_batch_names_the_acl
     write_inbound = KafkaAcl("topic", inbound, "literal", "Write")
     remote = _sender_remote_acls(a, b)
     assert write_inbound in remote
-    kafka_users.grant("gw-receiver-2", gateway_receiver_acls(b.namespace, "receiver"))
+    kafka_users.grant(
+        "gw-receiver-2", gateway_receiver_acls(b.namespace, "receiver", "gw-receiver-2")
+    )
     kafka_users.grant("gw-sender-2", gateway_sender_acls(a.namespace, SENDER))
     kafka_users.grant("gw-sender-remote-2", [acl for acl in remote if acl != write_inbound])
     b.start_receiver(**kafka_users.settings("gw-receiver-2"))
@@ -149,7 +151,7 @@ def test_a_receiver_refused_its_inbound_topic_does_not_start_and_says_which(
     _, b = sites
     inbound = Topics(b.namespace).gateway_inbound("receiver")
     create_inbound = KafkaAcl("topic", inbound, "literal", "Create")
-    acls = gateway_receiver_acls(b.namespace, "receiver")
+    acls = gateway_receiver_acls(b.namespace, "receiver", "gw-receiver-3")
     assert create_inbound in acls
     kafka_users.grant("gw-receiver-3", [acl for acl in acls if acl != create_inbound])
     with pytest.raises(KafkaAuthorizationError) as refused:

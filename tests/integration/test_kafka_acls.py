@@ -1,8 +1,9 @@
 """Kafka's own access control, on a Kafka of this module with SASL/SCRAM and ACLs enforced:
 servers and clients work with exactly the ACLs `regionbus.broker.kafka_acls` gives them, a client
-can
-neither read nor write another client's topics, and a missing ACL is a typed
-`KafkaAuthorizationError` naming what Kafka refused, not a raw KafkaException or a hang.
+can neither read nor write another Kafka user's shared queue and reply topics (it can read
+those of its own user, whose clients share them: the isolation boundary is the Kafka user),
+and a missing ACL is a typed `KafkaAuthorizationError` naming what Kafka refused, not a raw
+KafkaException or a hang.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def connect(server: CacheServer, kafka_users: KafkaUsers, namespace: str) -> Ite
     ) -> ClientCache:
         durable = overrides.get("durable_client_id")
         kafka_users.grant(
-            user, client_acls(namespace, durable or client_id) if acls is None else acls
+            user, client_acls(namespace, durable or client_id, user) if acls is None else acls
         )
         cache = ClientCache(_client_settings(kafka_users, namespace, user, client_id, **overrides))
         made.append(cache)
@@ -139,25 +140,25 @@ def test_puts_interest_and_a_durable_client_work_with_exactly_the_servers_and_cl
     assert again_region.get("before") == 0
 
     assert kafka_users.granted(SERVER_USER) == set(server_acls(namespace))
-    assert kafka_users.granted("app-writer") == set(client_acls(namespace, "writer"))
-    assert kafka_users.granted("app-desk") == set(client_acls(namespace, "desk"))
+    assert kafka_users.granted("app-writer") == set(client_acls(namespace, "writer", "app-writer"))
+    assert kafka_users.granted("app-desk") == set(client_acls(namespace, "desk", "app-desk"))
 
-    # A client deletes its own topics at a non-durable close (its Delete ACLs)...
+    # A client deletes its own acks at a non-durable close (its Delete ACL)...
     writer_cache.close()
-    assert not {topics.queue("writer"), topics.reply("writer")} & kafka_users.topic_names()
+    assert topics.client_group("writer") not in kafka_users.group_names()
     # ...and the servers those of a durable client whose timeout ran out (theirs).
     again.close(keep_alive=True)
     wait_until(
-        lambda: topics.queue("desk") not in kafka_users.topic_names(),
+        lambda: topics.client_group("desk") not in kafka_users.group_names(),
         timeout_s=30,
-        what="the servers to delete the expired durable client's queue",
+        what="the servers to delete the expired durable client's acks",
     )
 
 
-# --- one client against another's topics ----------------------------------------------
+# --- one Kafka user against another's topics ---------------------------------------
 
-DIRECTIONS = [("app-a", "a", "b"), ("app-b", "b", "a")]
-"""(attacker's Kafka user, its client id, the victim's client id): both ways round."""
+DIRECTIONS = [("app-a", "a", "app-b", "b"), ("app-b", "b", "app-a", "a")]
+"""(attacker's Kafka user, its client id, the victim's user, its client id): both ways."""
 
 
 @pytest.fixture
@@ -166,60 +167,98 @@ def two_clients(connect: ClientMaker) -> dict[str, ClientCache]:
     return {"a": connect("app-a", "a"), "b": connect("app-b", "b")}
 
 
-@pytest.mark.parametrize(("user", "own", "victim"), DIRECTIONS)
-def test_a_client_cannot_read_another_clients_queue_and_is_told_so_with_a_typed_error(
+@pytest.mark.parametrize(("user", "own", "victim_user", "victim"), DIRECTIONS)
+def test_a_client_cannot_read_another_users_queue_and_is_told_so_with_a_typed_error(
     two_clients: dict[str, ClientCache],
     kafka_users: KafkaUsers,
     namespace: str,
     user: str,
     own: str,
+    victim_user: str,
     victim: str,
 ) -> None:
     topics = Topics(namespace)
     two_clients[victim].create_region("r").register_interest("ALL_KEYS")
     two_clients[own].create_region("r").put("k", "for the victim's queue")
-    as_attacker = _client_settings(kafka_users, namespace, user, victim)
-
+    # Naming the victim's Kafka user for its topics, or the victim's id for its acks.
+    as_attacker = _client_settings(
+        kafka_users, namespace, user, own + "-2", kafka_principal=victim_user
+    )
     with pytest.raises(KafkaAuthorizationError) as connecting:
         ClientCache(as_attacker)
     assert connecting.value.kafka_error == "TOPIC_AUTHORIZATION_FAILED"
     assert connecting.value.resource in {
-        f"topic {topics.queue(victim)}",
-        f"topic {topics.reply(victim)}",
+        f"topic {topics.client_queues(victim_user)}",
+        f"topic {topics.client_replies(victim_user)}",
     }
+    victims_queue = two_clients[victim].pool.address
     with pytest.raises(KafkaAuthorizationError, match="TOPIC_AUTHORIZATION_FAILED") as reading:
-        SubscriptionQueue(as_attacker, victim, lambda *_: None, lambda: None)
-    assert reading.value.resource == f"topic {topics.queue(victim)}"
+        SubscriptionQueue(as_attacker, victim, victims_queue, 0, lambda *_: None, lambda: None)
+    assert reading.value.resource == f"topic {topics.client_queues(victim_user)}"
+    as_victims_id = _client_settings(kafka_users, namespace, user, victim)
+    own_address = two_clients[own].pool.address._replace(key=victim.encode())
+    with pytest.raises(KafkaAuthorizationError, match="GROUP_AUTHORIZATION_FAILED"):
+        SubscriptionQueue(as_victims_id, victim, own_address, 0, lambda *_: None, lambda: None)
 
     # Below the library: Kafka itself refuses the attacker's consumer of those topics, in
     # a consumer group the attacker may use, while the admin reads the queued event there.
     attacker = kafka_users.librdkafka(user)
     group = f"{topics.client_group(own)}.probe"
-    for topic in (topics.queue(victim), topics.reply(victim)):
+    for topic in (topics.client_queues(victim_user), topics.client_replies(victim_user)):
         assert _subscribe_error(attacker, group, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert any(m.error() is None for m in kafka_users.read(topics.queue(victim)))
+    queued = kafka_users.read(victims_queue.queue_topic, partition=victims_queue.queue_partition)
+    assert any(m.error() is None and m.key() == victims_queue.key for m in queued)
 
 
-@pytest.mark.parametrize(("user", "own", "victim"), DIRECTIONS)
-def test_a_client_cannot_produce_into_another_clients_queue_or_reply_topic(
+def test_clients_of_one_kafka_user_share_its_topics_and_each_takes_only_its_own_records(
+    connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    """The isolation boundary is the Kafka user: its clients' records share its topics, a
+    client reads the whole of its partition and keeps what is keyed by its id."""
+    recorders = {name: Recorder() for name in ("shared-1", "shared-2")}
+    caches = {name: connect("app-shared", name) for name in recorders}
+    for name, cache in caches.items():
+        cache.create_region("r", listeners=[recorders[name]]).register_interest([name])
+    writer = connect("app-writer", "writer-2").create_region("r")
+    for name in recorders:
+        writer.put(name, f"for {name}")
+    for name, recorder in recorders.items():
+        wait_until(lambda r=recorder, n=name: ("create", n, f"for {n}") in r.snapshot())
+    addresses = {name: cache.pool.address for name, cache in caches.items()}
+    assert {a.queue_topic for a in addresses.values()} == {
+        Topics(namespace).client_queues("app-shared")
+    }
+    for name, recorder in recorders.items():
+        assert [key for _, key, _ in recorder.snapshot()] == [name], "another's event reached it"
+    # Kafka lets the user read its other client's records: nothing but the key keeps them.
+    other = addresses["shared-2"]
+    read_as_user = kafka_users.read(
+        other.queue_topic, "app-shared", partition=other.queue_partition
+    )
+    assert any(m.error() is None and m.key() == other.key for m in read_as_user)
+
+
+@pytest.mark.parametrize(("user", "own", "victim_user", "victim"), DIRECTIONS)
+def test_a_client_cannot_produce_into_any_queue_or_reply_topic(
     two_clients: dict[str, ClientCache],
     kafka_users: KafkaUsers,
     namespace: str,
     user: str,
     own: str,
+    victim_user: str,
     victim: str,
 ) -> None:
     topics = Topics(namespace)
     forged = b"forged by " + own.encode()
-    for topic in (topics.queue(victim), topics.reply(victim)):
+    for topic in (topics.client_queues(victim_user), topics.client_replies(victim_user)):
         refusal = _produce_error(kafka_users.librdkafka(user), topic, forged)
         assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
         error = kafka_error(refusal, f"producing to {topic}", f"topic {topic}")
         assert isinstance(error, KafkaAuthorizationError)
         assert error.resource == f"topic {topic}"
         assert forged not in [m.value() for m in kafka_users.read(topic) if m.error() is None]
-    # Its own topics stay its own, too: it may not write even them (only servers do).
-    own_queue = topics.queue(own)
+    # Its own user's topics stay the servers' to write, too.
+    own_queue = topics.client_queues(user)
     refusal = _produce_error(kafka_users.librdkafka(user), own_queue, forged)
     assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
@@ -269,7 +308,9 @@ def test_a_client_without_write_on_ops_fails_its_put_with_the_refusal_not_a_time
 ) -> None:
     ops = Topics(namespace).ops
     cache = connect(
-        "app-no-ops", "no-ops", acls=_without(client_acls(namespace, "no-ops"), ops, "Write")
+        "app-no-ops",
+        "no-ops",
+        acls=_without(client_acls(namespace, "no-ops", "app-no-ops"), ops, "Write"),
     )
     region = cache.create_region("r")
     began = time.monotonic()
@@ -289,7 +330,7 @@ def test_a_client_without_write_on_control_is_refused_at_connect(
         connect(
             "app-no-control",
             "no-control",
-            acls=_without(client_acls(namespace, "no-control"), control, "Write"),
+            acls=_without(client_acls(namespace, "no-control", "app-no-control"), control, "Write"),
         )
     assert refused.value.resource == f"topic {control}"
 
@@ -297,7 +338,7 @@ def test_a_client_without_write_on_control_is_refused_at_connect(
 def test_a_client_whose_reply_topic_read_is_revoked_fails_its_requests_with_the_refusal(
     connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
 ) -> None:
-    reply = Topics(namespace).reply("revoked")
+    reply = Topics(namespace).client_replies("app-revoked")
     cache = connect("app-revoked", "revoked")
     region = cache.create_region("r")
     assert region.get("absent") is None
@@ -338,7 +379,7 @@ def test_the_kafka_acls_command_grants_a_client_its_acls_and_prints_them_on_a_dr
     runner = CliRunner()
     dry = runner.invoke(main, [*arguments, "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
-    expected = client_acls(namespace, "cli-1")
+    expected = client_acls(namespace, "cli-1", "app-cli")
     assert dry.output.splitlines() == [f"User:app-cli {acl}" for acl in sorted(expected)]
     assert kafka_users.granted("app-cli") == set()
 
@@ -400,7 +441,7 @@ def test_scripts_kafka_acls_sh_grants_with_kafkas_own_tools_exactly_the_python_s
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert kafka_users.granted("script-server") == set(server_acls(namespace))
-    assert kafka_users.granted("script-app") == set(client_acls(namespace, "desk-1"))
+    assert kafka_users.granted("script-app") == set(client_acls(namespace, "desk-1", "script-app"))
 
     # The SCRAM user it made logs in with its password and works as client desk-1.
     cache = ClientCache(

@@ -152,7 +152,8 @@ def test_sigkill_of_the_leader_of_ops_and_queue_partitions_under_load_loses_and_
         away_since_ms = time.time() * 1000
 
         topics = Topics(namespace)
-        victim = _leaders(kafka_cluster, topics.queue(listener.client_id))[0]
+        address = listener.pool.address
+        victim = _leaders(kafka_cluster, address.queue_topic)[address.queue_partition]
         orphaned = {
             p for p, leader in _leaders(kafka_cluster, topics.ops).items() if leader == victim
         }

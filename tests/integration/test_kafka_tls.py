@@ -56,7 +56,7 @@ def server(namespace: str, kafka_users: KafkaUsers, redis_url: str) -> Iterator[
 def _client(
     kafka_users: KafkaUsers, namespace: str, user: str, client_id: str, **overrides: Any
 ) -> ClientCache:
-    kafka_users.grant(user, client_acls(namespace, client_id))
+    kafka_users.grant(user, client_acls(namespace, client_id, user))
     fields: dict[str, Any] = {
         "namespace": namespace,
         **kafka_users.settings(user),

@@ -10,20 +10,20 @@ import time
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
-from support import Recorder, Sentinel, wait_until
+from support import Recorder, Sentinel, consumer_groups, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
 from regionbus.schemas.codec import split_batch
-from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 from regionbus.schemas.naming import Topics
 
 
-def _committed(kafka: str, group: str, topic: str) -> int:
+def _committed(kafka: str, group: str, queue: tuple[str, int]) -> int:
     consumer = kafka_consumer({"bootstrap.servers": kafka, "group.id": group})
     try:
-        return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+        return consumer.committed([TopicPartition(*queue)], timeout=10)[0].offset
     finally:
         consumer.close()
 
@@ -37,36 +37,39 @@ def test_the_client_acks_processed_events_by_committing_its_queue_offset(
     writer = client_factory().create_region("r")
     writer.put_all({f"k{i}": i for i in range(10)})
     wait_until(lambda: len(recorder.snapshot()) == 10, what="10 events")
-    topics = Topics(namespace)
-    group = topics.client_group(reader_cache.client_id)
-    queue = topics.queue(reader_cache.client_id)
-    end = _offset_after_events(kafka_bootstrap_servers, queue, 10)
+    group = Topics(namespace).client_group(reader_cache.client_id)
+    address = reader_cache.pool.address
+    queue = address.queue_topic, address.queue_partition
+    end = _offset_after_events(kafka_bootstrap_servers, queue, address.key, 10)
     wait_until(lambda: _committed(kafka_bootstrap_servers, group, queue) == end, what="ack")
 
 
-def _offset_after_events(kafka: str, topic: str, events: int) -> int:
-    """The queue offset just after the message that completes ``events`` events (the server
-    batches a poll's events for one queue into one Kafka message)."""
+def _offset_after_events(kafka: str, queue: tuple[str, int], key: bytes, events: int) -> int:
+    """The offset just after the record that completes ``events`` events for the client
+    whose records are keyed ``key`` (the server batches a poll's events for one client into
+    one Kafka record)."""
     consumer = kafka_consumer({"bootstrap.servers": kafka, "group.id": "probe"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.assign([TopicPartition(*queue, 0)])
     seen, deadline = 0, time.monotonic() + 15
     try:
         while time.monotonic() < deadline:
             for message in consumer.consume(10, 0.5):
-                if message.error() is None:
+                if message.error() is None and message.key() == key:
                     seen += len(split_batch(message.value()))
                     if seen >= events:
                         return (message.offset() or 0) + 1
     finally:
         consumer.close()
-    raise AssertionError(f"only {seen} events in {topic}")
+    raise AssertionError(f"only {seen} events in {queue}")
 
 
-def test_closing_a_client_drops_its_interest_and_its_topics(
+def test_closing_a_client_drops_its_interest_and_its_acks(
     cache_server, client_factory, kafka_bootstrap_servers, namespace
 ) -> None:  # type: ignore[no-untyped-def]
     leaving: ClientCache = client_factory()
     leaving.create_region("r").register_interest(ALL_KEYS)
+    group = Topics(namespace).client_group(leaving.client_id)
+    wait_until(lambda: group in consumer_groups(kafka_bootstrap_servers), what="its first ack")
     assert cache_server.registry.route("r", "k", 0) == {leaving.client_id: True}
     leaving.close()
     wait_until(lambda: cache_server.registry.route("r", "k", 0) == {}, what="interest dropped")
@@ -76,10 +79,9 @@ def test_closing_a_client_drops_its_interest_and_its_topics(
         ),
         what="interest removed from Redis",
     )
-    topics = kafka_consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"})
-    names = topics.list_topics(timeout=10).topics
-    topics.close()
-    assert Topics(namespace).queue(leaving.client_id) not in names
+    assert group not in consumer_groups(kafka_bootstrap_servers)
+    names = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}).list_topics(timeout=10)
+    assert not [t for t in names.topics if t.startswith(namespace) and leaving.client_id in t]
 
 
 def test_a_silent_client_is_dropped_after_maximum_time_between_pings(

@@ -48,7 +48,7 @@ def client_factory(kafka_users: KafkaUsers, namespace: str) -> Iterator[Callable
 
     def make(**overrides: Any) -> ClientCache:
         client_id = f"app-{len(made) + 1}"
-        kafka_users.grant(KAFKA_APP_USER, client_acls(namespace, client_id))
+        kafka_users.grant(KAFKA_APP_USER, client_acls(namespace, client_id, KAFKA_APP_USER))
         settings: dict[str, Any] = {
             "namespace": namespace,
             **kafka_users.settings(KAFKA_APP_USER),

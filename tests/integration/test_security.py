@@ -34,9 +34,10 @@ from regionbus.schemas.errors import AuthenticationError, NotAuthorizedError, er
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.naming import Topics, bucket_of, client_partition
 from regionbus.schemas.signing import SERVER_PRINCIPAL, Signer
-from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.topics import client_topic_specs, ensure_topics
+from regionbus.schemas.transport import topic_partitions
 
 ClientFactory = Callable[..., Any]
 TEST_FETCH_WAIT_MAX_MS = 100
@@ -103,7 +104,7 @@ def client_factory(namespace: str, kafka_users: KafkaUsers) -> Iterator[ClientFa
 
     def make(kafka_user: str, **overrides: Any) -> ClientCache:
         client_id = overrides.pop("client_id", f"{kafka_user}-{next(numbers)}")
-        kafka_users.grant(kafka_user, client_acls(namespace, client_id))
+        kafka_users.grant(kafka_user, client_acls(namespace, client_id, kafka_user))
         settings: dict[str, Any] = {
             "namespace": namespace,
             **kafka_users.settings(kafka_user),
@@ -141,11 +142,14 @@ def _audit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "regionbus.audit"]
 
 
-def _topic_values(users: KafkaUsers, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
-    """Every message of partition 0 of a topic, read to its end by the Kafka admin."""
+def _topic_values(
+    users: KafkaUsers, topic: str, partition: int = 0, key: bytes | None = None
+) -> list[tuple[bytes, dict[str, bytes]]]:
+    """Every message of one partition of a topic (only those keyed ``key``, if given), read
+    to its end by the Kafka admin."""
     out: list[tuple[bytes, dict[str, bytes]]] = []
-    for message in users.read(topic):
-        if message.error() is None:
+    for message in users.read(topic, partition=partition):
+        if message.error() is None and (key is None or message.key() == key):
             headers = {k: v for k, v in (message.headers() or []) if isinstance(v, bytes)}
             out.append((message.value() or b"", headers))
     return out
@@ -241,7 +245,8 @@ def test_client_without_data_read_cannot_register_or_get_and_gets_no_event_of_th
     settle(nosy_cache)
 
     regions = set()
-    for value, _ in _topic_values(kafka_users, Topics(namespace).queue(nosy_cache.client_id)):
+    nosy = nosy_cache.pool.address
+    for value, _ in _topic_values(kafka_users, nosy.queue_topic, nosy.queue_partition, nosy.key):
         for raw in split_batch(value):
             message = decode(raw)
             if isinstance(message, Event):
@@ -297,8 +302,10 @@ class _RawSender:
     Args:
         sender_config: librdkafka keys of the Kafka user it produces as; that user also
             creates the reply topic unless ``reader_config`` is given.
+        kafka_principal: The Kafka principal whose shared reply topic its operations name
+            (the sender's user, or the victim's).
         reader_config: librdkafka keys of who reads the replies (the Kafka admin, when the
-            reply topic is another client's, which the sender's user may not read).
+            reply topic is another principal's, which the sender's user may not read).
     """
 
     def __init__(
@@ -306,14 +313,17 @@ class _RawSender:
         sender_config: dict[str, str],
         namespace: str,
         client_id: str,
+        kafka_principal: str,
         reader_config: dict[str, str] | None = None,
     ) -> None:
         self.topics = Topics(namespace)
         self.client_id = client_id
         self.namespace = namespace
+        self.kafka_principal = kafka_principal
+        replies = client_topic_specs(self.topics, kafka_principal)[1]
         if reader_config is None:
             reader_config = sender_config
-            ensure_topics(kafka_admin(sender_config), [TopicSpec(self.topics.reply(client_id))])
+            ensure_topics(kafka_admin(sender_config), [replies])
         self.producer = kafka_producer(sender_config)
         self.consumer = kafka_consumer(
             {
@@ -323,7 +333,9 @@ class _RawSender:
                 "auto.offset.reset": "earliest",
             }
         )
-        self.consumer.assign([TopicPartition(self.topics.reply(client_id), 0, 0)])
+        count = topic_partitions(self.consumer, replies.name, 10)
+        partition = client_partition(client_id, count)
+        self.consumer.assign([TopicPartition(replies.name, partition, 0)])
         self._sequence = 0
 
     def put(self, key: str, value: bytes, request_id: int) -> tuple[bytes, int]:
@@ -339,6 +351,7 @@ class _RawSender:
             key=key,
             value=value,
             serializer="bytes",
+            kafka_principal=self.kafka_principal,
         )
         return encode(op), bucket
 
@@ -351,6 +364,8 @@ class _RawSender:
         while time.monotonic() < deadline:
             message = self.consumer.poll(0.2)
             if message is None or message.error() is not None:
+                continue
+            if message.key() != self.client_id.encode():
                 continue
             for raw in split_batch(message.value()):
                 reply = decode(raw)
@@ -368,8 +383,8 @@ def raw_sender(
 ) -> Iterator[_RawSender]:
     """A hand-made client ``raw-client``: to Kafka a client like any other (its user holds
     that client id's ACLs), so only the servers' checks stand between it and the data."""
-    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client"))
-    sender = _RawSender(kafka_users.librdkafka(RAW_USER), namespace, "raw-client")
+    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client", RAW_USER))
+    sender = _RawSender(kafka_users.librdkafka(RAW_USER), namespace, "raw-client", RAW_USER)
     try:
         yield sender
     finally:
@@ -480,11 +495,12 @@ def test_a_principal_cannot_act_as_another_principals_client_id(
     victim.create_region("r").register_interest("ALL_KEYS")
     # The attacker may write {ns}.ops like any client; the victim's reply topic it may not
     # read, so the Kafka admin watches the reply there.
-    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client"))
+    kafka_users.grant(RAW_USER, client_acls(namespace, "raw-client", RAW_USER))
     sender = _RawSender(
         kafka_users.librdkafka(RAW_USER),
         namespace,
         victim.client_id,
+        "reader",
         reader_config=kafka_users.node.client_config(),
     )
     try:
@@ -495,6 +511,7 @@ def test_a_principal_cannot_act_as_another_principals_client_id(
             region="r",
             timestamp_ms=int(time.time() * 1000),
             interest=None,
+            kafka_principal="reader",
         )
         value = encode(op)
         ops = Topics(namespace).ops
@@ -539,7 +556,8 @@ def test_a_forged_event_in_a_clients_queue_is_dropped_counted_and_never_applied(
     reader = reader_cache.create_region("r", listeners=[recorder])
     reader.register_interest("ALL_KEYS")
     writer = _client(client_factory, "writer").create_region("r")
-    queue = Topics(namespace).queue(reader_cache.client_id)
+    address = reader_cache.pool.address
+    queue, partition = address.queue_topic, address.queue_partition
 
     # Whoever may produce to the queue topic (here Kafka's superuser) forges events:
     # unsigned, signed as the servers with a guessed key, and signed by another principal.
@@ -547,15 +565,16 @@ def test_a_forged_event_in_a_clients_queue_is_dropped_counted_and_never_applied(
     forged = {
         "unsigned": None,
         "guessed-key": lambda value: Signer(SERVER_PRINCIPAL, b"\x00" * 32).headers(
-            queue, 0, value
+            queue, partition, value
         ),
         "other-principal": lambda value: _signed(
-            "nosy", SECRETS["nosy"], namespace, queue, 0, value
+            "nosy", SECRETS["nosy"], namespace, queue, partition, value
         ),
     }
     for sequence, (key, sign) in enumerate(forged.items()):
         value = _forge_event(namespace, key, "forged", sequence)
-        forger.produce(queue, value, partition=0, headers=None if sign is None else sign(value))
+        headers = None if sign is None else sign(value)
+        forger.produce(queue, value, address.key, partition=partition, headers=headers)
     assert forger.flush(10) == 0
     # Then a genuine change: once it is applied, the forged events before it were read.
     writer.put("genuine", "from the server")
@@ -589,12 +608,19 @@ def test_replies_events_and_markers_to_a_client_are_signed_by_the_servers_for_it
     _client(client_factory, "writer").create_region("r").put("k", "v")
     wait_until(lambda: region.local_entries().get("k") == "v", 30)
     reader_key = Signer.from_secret(namespace, "reader", SECRETS["reader"])
-    topics = Topics(namespace)
+    address = durable_cache.pool.address
     kinds: set[str] = set()
-    for topic in (topics.queue("signed-desk"), topics.reply("signed-desk")):
-        messages = [m for m in kafka_users.read(topic) if m.error() is None]
+    for topic, partition in (
+        (address.queue_topic, address.queue_partition),
+        (address.reply_topic, address.reply_partition),
+    ):
+        messages = [
+            m
+            for m in kafka_users.read(topic, partition=partition)
+            if m.error() is None and m.key() == address.key
+        ]
         assert messages, topic
         for message in messages:
-            reader_key.check_from_server(message.headers(), topic, 0, message.value())
+            reader_key.check_from_server(message.headers(), topic, partition, message.value())
             kinds |= {type(decode(raw)).__name__ for raw in split_batch(message.value())}
     assert {"Event", "Marker", "Reply"} <= kinds

@@ -68,7 +68,7 @@ def _load(spark: Any, kafka_users: KafkaUsers, user: str, namespace: str, **opti
 def test_a_bulk_load_user_with_exactly_its_acls_loads_and_reloads(
     spark_session: Any, server: CacheServer, kafka_users: KafkaUsers, namespace: str
 ) -> None:
-    acls = bulk_load_acls(namespace)
+    acls = bulk_load_acls(namespace, "loader")
     kafka_users.grant("loader", acls)
 
     first = _load(spark_session, kafka_users, "loader", namespace)
@@ -89,7 +89,7 @@ def test_a_bulk_load_user_without_write_on_ops_is_refused_with_the_topic_named(
 ) -> None:
     ops = Topics(namespace).ops
     write_ops = KafkaAcl("topic", ops, "literal", "Write")
-    acls = bulk_load_acls(namespace)
+    acls = bulk_load_acls(namespace, "loader-no-write")
     assert write_ops in acls
     kafka_users.grant("loader-no-write", [acl for acl in acls if acl != write_ops])
 
@@ -98,14 +98,14 @@ def test_a_bulk_load_user_without_write_on_ops_is_refused_with_the_topic_named(
     assert refused.value.resource == f"topic {ops}"
 
 
-def test_a_load_id_outside_the_granted_prefix_is_refused_with_its_reply_topic_named(
+def test_a_load_naming_another_users_reply_topic_is_refused_with_that_topic_named(
     spark_session: Any, server: CacheServer, kafka_users: KafkaUsers, namespace: str
 ) -> None:
-    kafka_users.grant("loader-prefixed", bulk_load_acls(namespace, "nightly-"))
+    kafka_users.grant("loader-own", bulk_load_acls(namespace, "loader-own"))
 
     with pytest.raises(KafkaAuthorizationError) as refused:
-        _load(spark_session, kafka_users, "loader-prefixed", namespace, load_id="adhoc-1")
-    assert refused.value.resource == f"topic {Topics(namespace).reply('adhoc-1')}"
+        _load(spark_session, kafka_users, "loader-own", namespace, kafka_principal="loader")
+    assert refused.value.resource == f"topic {Topics(namespace).client_replies('loader')}"
 
 
 def test_the_spark_sinks_producer_refused_every_write_fails_with_a_typed_error(

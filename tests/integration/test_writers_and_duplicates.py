@@ -111,16 +111,18 @@ def test_a_resent_event_with_a_seen_event_id_reaches_no_listener(
     Sentinel(writer, recorder).fence()
     # read back the event the server queued for the reader and resend it, as a new primary
     # would after a failover
-    topic = Topics(namespace).queue(reader_cache.client_id)
+    address = reader_cache.pool.address
     consumer = kafka_consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "probe"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    first = consumer.consume(1, 10)[0]
+    consumer.assign([TopicPartition(address.queue_topic, address.queue_partition, 0)])
+    first = next(m for m in consumer.consume(50, 10) if m.key() == address.key)
     consumer.close()
     event = decode(split_batch(first.value())[0])
     assert isinstance(event, Event) and event.key == "k"
     resent = event._replace(possible_duplicate=True)
     producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
-    producer.produce(topic, encode(resent))
+    producer.produce(
+        address.queue_topic, encode(resent), address.key, partition=address.queue_partition
+    )
     producer.flush(10)
     assert Sentinel(writer, recorder, key="sentinel-2").fence() == []
     assert reader_cache.subscription_stats.duplicates_dropped == 1

@@ -78,8 +78,8 @@ def test_the_script_grants_the_servers_and_each_clients_acls_of_broker_kafka_acl
 ) -> None:
     calls = _run_script(tmp_path, "desk:desk-pw:desk-1 loader:loader-pw:load-1")
     expected = {("regionbus-server", acl) for acl in server_acls(NAMESPACE)}
-    expected |= {("desk", acl) for acl in client_acls(NAMESPACE, "desk-1")}
-    expected |= {("loader", acl) for acl in client_acls(NAMESPACE, "load-1")}
+    expected |= {("desk", acl) for acl in client_acls(NAMESPACE, "desk-1", "desk")}
+    expected |= {("loader", acl) for acl in client_acls(NAMESPACE, "load-1", "loader")}
     assert _granted(calls) == expected
 
 
@@ -98,7 +98,7 @@ def test_the_script_creates_each_scram_user_with_its_password(tmp_path: Path) ->
 
 @pytest.mark.parametrize("client_id", ["desk", "desk-1.eu"])
 def test_a_clients_group_acls_do_not_reach_a_client_whose_id_extends_it(client_id: str) -> None:
-    acls = client_acls(NAMESPACE, client_id)
+    acls = client_acls(NAMESPACE, client_id, "desk-user")
     other_group = f"{NAMESPACE}.client.{client_id}x"
     own_group = f"{NAMESPACE}.client.{client_id}"
     matched = [a for a in acls if a.resource_type == "group" and _matches(a, other_group)]
@@ -113,3 +113,15 @@ def _matches(acl: KafkaAcl, name: str) -> bool:
     if acl.pattern_type == "prefixed":
         return name.startswith(acl.resource_name)
     return name == acl.resource_name
+
+
+def test_a_clients_topic_acls_reach_its_own_users_shared_topics_only() -> None:
+    topics = {
+        a.resource_name
+        for a in client_acls(NAMESPACE, "desk-1", "desk")
+        if a.resource_type == "topic"
+    }
+    assert f"{NAMESPACE}.queues.desk" in topics and f"{NAMESPACE}.replies.desk" in topics
+    assert not {f"{NAMESPACE}.queues", f"{NAMESPACE}.replies"} & topics
+    acls = client_acls(NAMESPACE, "desk-1", "desk")
+    assert all(a.pattern_type == "literal" for a in acls if a.resource_type == "topic")

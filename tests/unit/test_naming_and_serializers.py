@@ -16,7 +16,13 @@ from regionbus.schemas.errors import (
     error_from_wire,
 )
 from regionbus.schemas.interest_regex import compile_interest_regex
-from regionbus.schemas.naming import Topics, bucket_of, check_name, region_bucket
+from regionbus.schemas.naming import (
+    Topics,
+    bucket_of,
+    check_name,
+    client_partition,
+    region_bucket,
+)
 from regionbus.schemas.serializers import (
     AvroSerializer,
     BytesSerializer,
@@ -47,11 +53,31 @@ def _crc_bucket(region: str, key: str) -> int:
 def test_topic_names() -> None:
     topics = Topics("geode.site1")
     assert topics.ops == "geode.site1.ops"
-    assert topics.queue("c-1") == "geode.site1.queue.c-1"
-    assert topics.reply("c-1") == "geode.site1.reply.c-1"
+    assert topics.client_queues() == "geode.site1.queues"
+    assert topics.client_replies() == "geode.site1.replies"
+    assert topics.client_queues("desk") == "geode.site1.queues.desk"
+    assert topics.client_replies("desk") == "geode.site1.replies.desk"
     assert topics.dead_letter == "geode.site1.dead-letter"
     assert topics.gateway("ny") == "geode.site1.gw.ny"
     assert topics.async_event_queue("db") == "geode.site1.aeq.db"
+
+
+def test_the_naming_policy_parses_the_shared_client_topics_it_builds() -> None:
+    topics = Topics("geode.site1")
+    for principal in (None, "desk", "app.eu-1"):
+        assert topics.client_topic(topics.client_queues(principal)) == ("queues", principal)
+        assert topics.client_topic(topics.client_replies(principal)) == ("replies", principal)
+    for other in ("geode.site1.ops", "geode.site1.queuesx", "geode.site1.queues.", "other.queues"):
+        assert topics.client_topic(other) is None
+    assert topics.client_of_group(topics.client_group("c-1.eu")) == "c-1.eu"
+    assert topics.client_of_group("geode.site1.server") is None
+
+
+def test_a_clients_partition_is_the_crc32_of_its_id() -> None:
+    import zlib
+
+    assert client_partition("desk-7", 16) == zlib.crc32(b"desk-7") % 16
+    assert {client_partition(f"c{i}", 16) for i in range(200)} == set(range(16))
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "slash/no", "x" * 200, "ümlaut"])

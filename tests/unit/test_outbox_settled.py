@@ -32,7 +32,7 @@ class _Message:
 
 
 def _outbox(producer: _Producer) -> Outbox:
-    return Outbox(producer, Topics("t"), "m", ServerStats(), None, None)  # type: ignore[arg-type]
+    return Outbox(producer, Topics("t"), "m", ServerStats(), None)  # type: ignore[arg-type]
 
 
 def test_a_mark_is_settled_only_when_every_message_before_it_has_its_report() -> None:
