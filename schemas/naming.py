@@ -11,7 +11,8 @@ import re
 import socket
 import uuid
 import zlib
-from typing import Final, NamedTuple
+from collections.abc import Callable
+from typing import Final, Literal, NamedTuple
 
 from regionbus.schemas.errors import ConfigurationError
 
@@ -130,6 +131,26 @@ class ClientTopic(NamedTuple):
 def region_bucket(region: str, total_buckets: int) -> int:
     """The bucket that orders region-wide operations (clear, destroy_region) of a region."""
     return zlib.crc32(region.encode()) % total_buckets
+
+
+QueueKind = Literal["gateway", "async-event-queue"]
+"""A gateway sender's queue or an async event queue (the topics named by one owner; the
+clients' subscription queues share topics, parsed by :meth:`Topics.client_topic`)."""
+
+
+class QueueTopic(NamedTuple):
+    """A queue topic taken apart (:meth:`Topics.parse_queue`).
+
+    Attributes:
+        kind: What queue it is.
+        owner_id: The gateway sender id or async event queue id it is named by.
+        ack_group: The consumer group whose committed offsets are the queue's head: what
+            its sender or dispatcher removed once acked.
+    """
+
+    kind: QueueKind
+    owner_id: str
+    ack_group: str
 
 
 class Topics:
@@ -256,6 +277,33 @@ class Topics:
     def receiver_group(self, receiver_id: str) -> str:
         """The consumer group of a gateway receiver's inbound topic."""
         return f"{self.namespace}.gw-receiver.{receiver_id}"
+
+    def parse_queue(self, topic: str) -> QueueTopic | None:
+        """Take a gateway or async event queue topic of this namespace apart: the inverse of
+        :meth:`gateway` and :meth:`async_event_queue`, with the group each is acked in.
+        (A client's subscription queue is its records in a shared topic, acked in
+        :meth:`client_group`; :meth:`client_topic` parses those topics.)
+
+        Args:
+            topic: Any topic name.
+
+        Returns:
+            Its kind, owner id and ack group; None for any other topic (a client, reply or
+            inbound topic, another namespace's) or an owner id `check_name` refuses.
+        """
+        shapes: tuple[tuple[QueueKind, str, Callable[[str], str]], ...] = (
+            ("gateway", self.gateway_prefix, self.sender_group),
+            ("async-event-queue", self.async_event_queue_prefix, self.dispatcher_group),
+        )
+        for kind, prefix, ack_group_of in shapes:
+            if topic.startswith(prefix):
+                owner_id = topic[len(prefix) :]
+                try:
+                    check_name(f"{kind} id", owner_id)
+                except ConfigurationError:
+                    return None
+                return QueueTopic(kind, owner_id, ack_group_of(owner_id))
+        return None
 
 
 class RedisKeys:

@@ -1,13 +1,14 @@
 """Queue analytics: what waits in each subscription queue and gateway queue of a namespace.
 
-A client's subscription queue is the records keyed by its client id in its partition of
-its Kafka principal's shared queue topic (``{ns}.queues`` or ``{ns}.queues.<principal>``).
-The client acks by committing its offset on that partition under the group
-``{ns}.client.<client>`` (ARCHITECTURE.md); its records after that offset are unacked. The
-clients are found by those groups. A gateway queue ``{ns}.gw.<sender>`` (and an async event
-queue ``{ns}.aeq.<id>``) leaves the queue when its dispatcher commits after the remote ack;
-its group is ``gateway_group_format`` with ``{topic}`` replaced by the queue topic
-(default: the topic name), because the gateway issue has not fixed that name yet.
+A queue's head is the committed offset of the consumer group its reader acks in. A client's
+subscription queue is the records keyed by its client id in its partition of its Kafka
+principal's shared queue topic (``{ns}.queues`` or ``{ns}.queues.<principal>``), acked
+under ``{ns}.client.<client>``; the clients are found by those groups. A gateway sender's
+queue ``{ns}.gw.<sender>`` is acked under ``{ns}.gw-sender.<sender>`` and an async event
+queue ``{ns}.aeq.<id>`` under ``{ns}.aeq-dispatcher.<id>``, as the naming policy names them
+(:meth:`regionbus.schemas.naming.Topics.parse_queue`; their workers commit once the remote
+site or the listener acked). Everything after the head is unacked: what ``regionbus
+status`` shows is read from the same groups.
 
 The unacked records are read with one Spark batch read (offsets from the committed ones to
 the high watermarks), batches exploded into events, and counted. Depth and backlog are in
@@ -21,7 +22,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -29,14 +29,11 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
-from regionbus.schemas.naming import Topics
+from regionbus.schemas.naming import QueueTopic, Topics
 from regionbus.spark.decode import decode_messages
 from regionbus.spark.format import kafka_reader
 from regionbus.spark.kafka import METADATA_TIMEOUT_S, list_partitions
 from regionbus.spark.options import EARLIEST, Subscription, TopicPartitionKey, offsets_to_json
-
-DEFAULT_GATEWAY_GROUP_FORMAT: Final = "{topic}"
-"""Consumer group of a gateway or async event queue, ``{topic}`` being the queue topic."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,6 @@ def queue_analytics(
     kafka_bootstrap_servers: str,
     namespace: str,
     kafka_config: Mapping[str, str] | None = None,
-    gateway_group_format: str = DEFAULT_GATEWAY_GROUP_FORMAT,
     now_ms: int | None = None,
 ) -> QueueAnalytics:
     """Depth, age and content of every subscription queue; backlog of every gateway queue.
@@ -130,8 +126,6 @@ def queue_analytics(
         kafka_bootstrap_servers: Kafka.
         namespace: Site namespace.
         kafka_config: More librdkafka settings (without the ``kafka.`` prefix).
-        gateway_group_format: Group of a gateway / async event queue (``{topic}`` is
-            replaced by its topic).
         now_ms: "Now" for ages, in milliseconds since the Unix epoch (default: the clock).
 
     Returns:
@@ -142,31 +136,24 @@ def queue_analytics(
     """
     config: dict[str, str] = {"bootstrap.servers": kafka_bootstrap_servers, **(kafka_config or {})}
     topics = Topics(namespace)
-    prefixes = {
-        topics.gateway_prefix: "gateway",
-        topics.async_event_queue_prefix: "async-event-queue",
-    }
-
-    def kind_of(topic: str) -> str | None:
-        return next((k for p, k in prefixes.items() if topic.startswith(p)), None)
-
-    partitions = [
-        tp
-        for tp in list_partitions(config, Subscription(pattern=re.compile(".*")))
-        if kind_of(tp[0]) is not None
-    ]
+    found: dict[str, QueueTopic] = {}
+    partitions: dict[str, list[TopicPartitionKey]] = {}
+    for topic, partition in list_partitions(config, Subscription(pattern=re.compile(".*"))):
+        parsed = topics.parse_queue(topic)
+        if parsed is not None:
+            found[topic] = parsed
+            partitions.setdefault(topic, []).append((topic, partition))
     starts: dict[TopicPartitionKey, int] = {}
-    for topic in sorted({t for t, _ in partitions}):
-        group = gateway_group_format.format(topic=topic)
-        starts.update(committed_offsets(config, group, [tp for tp in partitions if tp[0] == topic]))
+    for topic in sorted(partitions):
+        starts.update(committed_offsets(config, found[topic].ack_group, partitions[topic]))
     acks = client_acks(config, topics)
     for topic, partition, committed in acks.values():
         starts[(topic, partition)] = min(committed, starts.get((topic, partition), committed))
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     known = spark.createDataFrame(
-        [(t, kind_of(t)) for t in sorted({t for t, _ in partitions})] or [("", "none")],
-        "topic string, kind string",
-    ).where(F.col("kind") != "none")
+        [(t, q.kind, q.owner_id) for t, q in sorted(found.items())],
+        "topic string, kind string, owner_id string",
+    )
     clients = spark.createDataFrame(
         [(c, t, p, o) for c, (t, p, o) in sorted(acks.items())] or [("", "", -1, 0)],
         "client_id string, topic string, partition int, committed bigint",
@@ -236,10 +223,4 @@ def _unacked_events(
     )
 
 
-__all__ = [
-    "DEFAULT_GATEWAY_GROUP_FORMAT",
-    "QueueAnalytics",
-    "client_acks",
-    "committed_offsets",
-    "queue_analytics",
-]
+__all__ = ["QueueAnalytics", "client_acks", "committed_offsets", "queue_analytics"]

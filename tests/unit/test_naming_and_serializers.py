@@ -17,6 +17,7 @@ from regionbus.schemas.errors import (
 )
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.naming import (
+    QueueTopic,
     Topics,
     bucket_of,
     check_name,
@@ -78,6 +79,32 @@ def test_a_clients_partition_is_the_crc32_of_its_id() -> None:
 
     assert client_partition("desk-7", 16) == zlib.crc32(b"desk-7") % 16
     assert {client_partition(f"c{i}", 16) for i in range(200)} == set(range(16))
+
+
+def test_a_queue_topic_parses_back_into_its_kind_id_and_the_group_its_reader_acks_in() -> None:
+    topics = Topics("geode.site1")
+    assert topics.parse_queue(topics.gateway("to-ny")) == QueueTopic(
+        "gateway", "to-ny", topics.sender_group("to-ny")
+    )
+    assert topics.parse_queue(topics.async_event_queue("db")) == QueueTopic(
+        "async-event-queue", "db", topics.dispatcher_group("db")
+    )
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "geode.site1.replies",
+        "geode.site1.queues",
+        "geode.site1.gwr.receiver",
+        "geode.site1.events",
+        "geode.site2.gw.to-ny",
+        "geode.site1.aeq.",
+        "geode.site1.gw." + "x" * 200,
+    ],
+)
+def test_a_topic_that_is_no_queue_of_the_namespace_does_not_parse(topic: str) -> None:
+    assert Topics("geode.site1").parse_queue(topic) is None
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "slash/no", "x" * 200, "ümlaut"])
