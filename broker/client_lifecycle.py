@@ -200,6 +200,7 @@ class ClientLifecycle:
                 ok=True,
                 client_state=result.state,
                 subscription_conflation=self._settings.enable_subscription_conflation,
+                max_value_size_bytes=self._settings.max_value_size_bytes,
             ),
             client_id,
             control.kafka_principal,

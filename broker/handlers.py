@@ -26,6 +26,7 @@ from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import now_ms
 from regionbus.schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
 from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.limits import MAX_REGEXES_PER_CLIENT, check_count
 from regionbus.schemas.messages import (
     Entry,
     EventKind,
@@ -170,6 +171,14 @@ class OperationHandlers:
         keys = [
             k for k in spec.keys if bucket_of(op.region, k, self._settings.total_buckets) == bucket
         ]
+        if spec.kind is InterestKind.REGEX and not self._registry.table.has_regex(
+            op.client_id, op.region, spec.regex or ""
+        ):
+            check_count(
+                "regexes per client",
+                self._registry.table.regexes_of(op.client_id) + 1,
+                MAX_REGEXES_PER_CLIENT,
+            )
         if spec.policy is InterestResultPolicy.NONE:
             exists = self._store.region_exists(op.region)
             entries: list[Entry] = []

@@ -67,6 +67,8 @@ class InterestTable:
 
     def __init__(self) -> None:
         self._regions: dict[str, _RegionInterest] = {}
+        self._regex_counts: dict[str, int] = {}
+        """``{client id: regex registrations}`` over every region."""
         self._all_keys_routes: dict[tuple[str, int], dict[str, bool]] = {}
         """``{(region, bucket): route}`` of regions whose registrations are all ALL_KEYS,
         where every key of a bucket has the same route: computed once per bucket instead
@@ -102,6 +104,7 @@ class InterestTable:
             if reg is None:
                 reg = _RegexRegistration(spec.receive_values, spec.durable, set(), pattern)
                 ri.regexes[(client_id, pattern.pattern)] = reg
+                self._regex_counts[client_id] = self._regex_counts.get(client_id, 0) + 1
             reg.receive_values = reg.receive_values or spec.receive_values
             reg.durable = reg.durable or spec.durable
             reg.buckets.update(buckets)
@@ -120,7 +123,8 @@ class InterestTable:
         if spec.kind is InterestKind.ALL_KEYS:
             ri.all_keys.pop(client_id, None)
         elif spec.kind is InterestKind.REGEX:
-            ri.regexes.pop((client_id, spec.regex or ""), None)
+            if ri.regexes.pop((client_id, spec.regex or ""), None) is not None:
+                self._uncount_regex(client_id)
         else:
             for key in spec.keys:
                 if key in ri.keys:
@@ -144,6 +148,23 @@ class InterestTable:
             for rk in [rk for rk in ri.regexes if rk[0] == client_id]:
                 if not (keep_durable and ri.regexes[rk].durable):
                     del ri.regexes[rk]
+                    self._uncount_regex(client_id)
+
+    def _uncount_regex(self, client_id: str) -> None:
+        left = self._regex_counts.get(client_id, 0) - 1
+        if left > 0:
+            self._regex_counts[client_id] = left
+        else:
+            self._regex_counts.pop(client_id, None)
+
+    def regexes_of(self, client_id: str) -> int:
+        """How many regex registrations a client holds, over every region."""
+        return self._regex_counts.get(client_id, 0)
+
+    def has_regex(self, client_id: str, region: str, pattern: str) -> bool:
+        """Whether the client already holds this regex registration on the region."""
+        ri = self._regions.get(region)
+        return ri is not None and (client_id, pattern) in ri.regexes
 
     def route(self, region: str, key: str, bucket: int) -> dict[str, bool]:
         """The clients interested in a change of one entry.
@@ -190,12 +211,15 @@ class InterestTable:
     def forget_region(self, region: str) -> None:
         """Drop the routing of a destroyed region."""
         self._all_keys_routes.clear()
-        self._regions.pop(region, None)
+        ri = self._regions.pop(region, None)
+        for client_id, _ in ri.regexes if ri is not None else ():
+            self._uncount_regex(client_id)
 
     def clear(self) -> None:
         """Forget everything."""
         self._all_keys_routes.clear()
         self._regions.clear()
+        self._regex_counts.clear()
 
 
 def _activate(

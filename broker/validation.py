@@ -9,6 +9,7 @@ from regionbus.schemas.entry_checks import check_key, check_region_name, check_v
 from regionbus.schemas.errors import InvalidOperationError, ValueTooLargeError
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
 from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.limits import KEYS_PER_REGISTRATION_MESSAGE, check_count
 from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 
@@ -37,6 +38,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             argument over the clients' limit.
         InvalidInterestError: a REGEX registration whose pattern the clients would refuse
             (`regionbus.schemas.interest_regex.compile_interest_regex`).
+        RequestLimitError: a registration operation with more keys than a client sends
+            in one (`regionbus.schemas.limits.KEYS_PER_REGISTRATION_MESSAGE`).
     """
     kind = op.kind
     if kind not in _CLIENT_WIDE:
@@ -77,6 +80,9 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             raise InvalidOperationError(f"{kind.value} needs an interest spec")
         if op.interest.kind is InterestKind.REGEX:
             compile_interest_regex(op.interest.regex)
+        check_count(
+            "keys per registration message", len(op.interest.keys), KEYS_PER_REGISTRATION_MESSAGE
+        )
         for key in op.interest.keys:
             check_key(key)
 

@@ -8,18 +8,25 @@ to what they read (:mod:`regionbus.schemas.entry_checks`, :mod:`regionbus.schema
 from __future__ import annotations
 
 from regionbus.schemas.entry_checks import check_key, check_value_size
-from regionbus.schemas.errors import SerializationError
+from regionbus.schemas.errors import SerializationError, ValueTooLargeError
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.messages import InterestKind, InterestSpec
 
 
-def check_entry(key: object, value: bytes | None = None, callback_argument: object = None) -> str:
+def check_entry(
+    key: object,
+    value: bytes | None = None,
+    callback_argument: object = None,
+    max_value_size_bytes: int | None = None,
+) -> str:
     """Check the arguments of an entry operation.
 
     Args:
         key: The entry key (see `regionbus.schemas.entry_checks.check_key`).
         value: The encoded value of a put, or None.
         callback_argument: Opaque ``bytes`` or None.
+        max_value_size_bytes: The largest value the servers take, if known (their
+            ``max_value_size_bytes``, told when the client connected).
 
     Returns:
         The key.
@@ -27,7 +34,8 @@ def check_entry(key: object, value: bytes | None = None, callback_argument: obje
     Raises:
         InvalidKeyError: the key is not a ``str``, not valid Unicode, or too long.
         SerializationError: the callback argument is neither ``bytes`` nor None.
-        ValueTooLargeError: the value or the callback argument is too large to be sent.
+        ValueTooLargeError: the value or the callback argument is too large to be sent,
+            or the value is larger than the servers take.
     """
     checked = check_key(key)
     if callback_argument is not None and not isinstance(callback_argument, bytes):
@@ -35,6 +43,11 @@ def check_entry(key: object, value: bytes | None = None, callback_argument: obje
             f"a callback argument is bytes, got {type(callback_argument).__name__}"
         )
     check_value_size(value, callback_argument)
+    if value is not None and max_value_size_bytes is not None and len(value) > max_value_size_bytes:
+        raise ValueTooLargeError(
+            f"value of {len(value)} bytes exceeds the servers' max_value_size_bytes="
+            f"{max_value_size_bytes}"
+        )
     return checked
 
 

@@ -16,7 +16,7 @@ from regionbus.clients.settings import ClientSettings
 from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
 from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
-from regionbus.schemas.entry_checks import check_region_name
+from regionbus.schemas.entry_checks import MAX_VALUE_SIZE_BYTES, check_region_name
 from regionbus.schemas.errors import (
     ConfigurationError,
     RegionBusError,
@@ -32,6 +32,7 @@ from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Event,
+    InterestKind,
     Operation,
     OperationKind,
 )
@@ -100,6 +101,9 @@ class ClientCache:
         self._conflate = False
         self.client_state = CLIENT_NEW
         self.pending_event_count = 0
+        self.max_value_size_bytes = MAX_VALUE_SIZE_BYTES
+        """The largest value the servers take: their ``max_value_size_bytes``, as they
+        said when this client connected, and at most what one message carries."""
         self.pool = Pool(self.settings, self.client_id, self.member_id)
         self.total_buckets = self.pool.total_buckets
         self.subscription: SubscriptionQueue | None = None
@@ -149,6 +153,8 @@ class ClientCache:
             raise error_from_wire(reply.error_type, reply.error_message)
         chosen = self.settings.subscription_conflation
         self._conflate = reply.subscription_conflation if chosen == "server" else chosen == "true"
+        if reply.max_value_size_bytes > 0:
+            self.max_value_size_bytes = min(reply.max_value_size_bytes, MAX_VALUE_SIZE_BYTES)
         return reply.client_state or CLIENT_NEW
 
     def _new_subscription(
@@ -287,6 +293,13 @@ class ClientCache:
         self._check_open()
         if self.subscription is None:
             raise UnconnectedError("subscription_enabled is False: this client has no queue")
+
+    def regex_registrations(self) -> int:
+        """How many regex registrations this cache holds, over all its regions (at most
+        `regionbus.schemas.limits.MAX_REGEXES_PER_CLIENT`)."""
+        return sum(
+            1 for r in self.regions for spec in r.interest if spec.kind is InterestKind.REGEX
+        )
 
     def _on_event(self, event: Event, replay: bool) -> None:
         # Once per event: a dict read is atomic under the GIL, so no lock (the lock keeps

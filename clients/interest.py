@@ -18,6 +18,11 @@ from typing import Any
 from regionbus.clients.arguments import check_interest
 from regionbus.clients.local_store import LocalStore
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
+from regionbus.schemas.limits import (
+    MAX_KEYS_PER_REGISTRATION,
+    MAX_REGEXES_PER_CLIENT,
+    check_count,
+)
 from regionbus.schemas.messages import (
     InterestKind,
     InterestResultPolicy,
@@ -100,8 +105,16 @@ class RegionInterest:
             ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
             UnconnectedError: the cache is closed or has no subscription queue.
             InvalidInterestError, InvalidKeyError: ``spec`` is refused (nothing is sent).
+            RequestLimitError: more keys than `regionbus.schemas.limits.MAX_KEYS_PER_REGISTRATION`,
+                or a regex past the client's `regionbus.schemas.limits.MAX_REGEXES_PER_CLIENT`
+                (nothing is sent).
         """
         check_interest(spec)
+        check_count("keys per registration", len(spec.keys), MAX_KEYS_PER_REGISTRATION)
+        if spec.kind is InterestKind.REGEX and spec not in self.specs:
+            check_count(
+                "regexes per client", self._cache.regex_registrations() + 1, MAX_REGEXES_PER_CLIENT
+            )
         self._cache.require_subscription()
         self._store.begin_registration(spec.keys if spec.kind is InterestKind.KEYS else None)
         try:

@@ -282,15 +282,25 @@ class Pool:
         Raises:
             UnconnectedError, TransportError: as :meth:`request`.
         """
-        futures = []
-        registrations = []
-        for op, _ in ops:
-            future, callback = _future_callback()
-            futures.append(future)
-            registrations.append((op.request_id, 1, callback))
+        made = [_future_callback() for _ in ops]
+        self.request_each_with_callbacks(ops, [callback for _, callback in made])
+        return [future for future, _ in made]
+
+    def request_each_with_callbacks(
+        self, ops: Sequence[tuple[Operation, int]], callbacks: Sequence[ReplyCallback]
+    ) -> None:
+        """Send operations that are separate requests (own request ids), batched per bucket
+        into as few Kafka messages as fit; ``callbacks[i]`` is called (on the reply thread)
+        when ``ops[i]`` is answered, fails or times out.
+
+        Raises:
+            UnconnectedError, TransportError: as :meth:`request`.
+        """
+        registrations = [
+            (op.request_id, 1, callback) for (op, _), callback in zip(ops, callbacks, strict=True)
+        ]
         self._register(registrations, [[item] for item in ops])
         self._send(ops)
-        return futures
 
     def _register(
         self,

@@ -38,10 +38,8 @@ from regionbus.schemas.callbacks import (
     region_event_kind,
     run_writer,
 )
-from regionbus.schemas.errors import (
-    BulkOperationError,
-    RegionNotFoundError,
-)
+from regionbus.schemas.errors import RegionNotFoundError
+from regionbus.schemas.limits import MAX_BULK_ENTRIES, check_count
 from regionbus.schemas.messages import (
     Event,
     EventKind,
@@ -211,20 +209,25 @@ class Region:
         return self._server.pipelined(op, bucket, self._finish_put)
 
     def put_all(self, entries: Mapping[str, Any], callback_argument: bytes | None = None) -> None:
-        """Put many entries, pipelined; each gets its own consecutive sequence id.
-
-        Client writers run for every entry first: an abort raises before anything is sent.
+        """Put many entries, each with its own consecutive sequence id, sent a window at a
+        time (`regionbus.schemas.limits`) so other clients' operations are taken between
+        them. Client writers run for every entry first: an abort raises before sending.
 
         Raises:
+            RequestLimitError: more than `regionbus.schemas.limits.MAX_BULK_ENTRIES` entries
+                (nothing is sent).
             CacheWriterError: a client writer aborted (nothing was sent).
-            BulkOperationError: some entries failed on the server; ``failures`` names them,
-                the rest were applied.
-            ServerTimeoutError: not every reply came within ``read_timeout_ms``.
+            InvalidKeyError, ValueTooLargeError, SerializationError: an entry is refused
+                as :meth:`put` would refuse it (nothing is sent).
+            BulkOperationError: not every entry is known applied: ``failures`` are known
+                not applied (refused by the server, or not sent after an entry got no
+                reply in time), ``unknown`` got no reply within ``read_timeout_ms``,
+                ``applied`` are.
         """
+        check_count("entries per put_all", len(entries), MAX_BULK_ENTRIES)
         prepared = [self._prepare_put(k, v, callback_argument) for k, v in entries.items()]
-        failures = self._server.bulk(prepared, self._finish_put, skip_missing=False)
-        if failures:
-            raise BulkOperationError(f"{len(failures)} of {len(prepared)} puts failed", failures)
+        outcome = self._server.bulk(prepared, self._finish_put, skip_missing=False)
+        outcome.raise_if_incomplete("puts", len(prepared))
 
     def destroy(self, key: str, callback_argument: bytes | None = None) -> None:
         """Destroy an entry on the server (even when not held locally), then locally.
@@ -252,15 +255,17 @@ class Region:
         ``removeAll``).
 
         Raises:
+            RequestLimitError: more than `regionbus.schemas.limits.MAX_BULK_ENTRIES` keys
+                (nothing is sent).
             CacheWriterError: a client writer aborted (nothing was sent).
-            BulkOperationError: some entries failed for another reason than being absent.
+            BulkOperationError: not every entry is known destroyed (or absent): as for
+                :meth:`put_all`.
         """
-        prepared = [self._prepare_destroy(k, callback_argument) for k in keys]
-        failures = self._server.bulk(prepared, self._finish_destroy, skip_missing=True)
-        if failures:
-            raise BulkOperationError(
-                f"{len(failures)} of {len(prepared)} destroys failed", failures
-            )
+        key_list = list(keys)
+        check_count("entries per remove_all", len(key_list), MAX_BULK_ENTRIES)
+        prepared = [self._prepare_destroy(k, callback_argument) for k in key_list]
+        outcome = self._server.bulk(prepared, self._finish_destroy, skip_missing=True)
+        outcome.raise_if_incomplete("destroys", len(prepared))
 
     def invalidate(self, key: str, callback_argument: bytes | None = None) -> None:
         """Drop the local value of a key, keeping the key. Local only: not sent to the server
@@ -489,7 +494,7 @@ class Region:
         self._check_alive()
         check_entry(key, None, callback_argument)
         data = self.serializer.dumps(value)
-        check_entry(key, data, callback_argument)
+        check_entry(key, data, callback_argument, self._cache.max_value_size_bytes)
         bucket = self._server.bucket(key)
         if self.writer is not None:
             local = self._store.entry(key)

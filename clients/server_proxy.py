@@ -11,23 +11,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from regionbus.clients.settings import ClientSettings
+from regionbus.clients.windowed import BulkOutcome, put_or_remove_all, send_windowed
 from regionbus.schemas.errors import (
-    EntryNotFoundError,
     RegionBusError,
     ServerTimeoutError,
     error_from_wire,
+)
+from regionbus.schemas.limits import (
+    KEYS_PER_REGISTRATION_MESSAGE,
+    REGISTRATION_MESSAGES_IN_FLIGHT,
 )
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
 from regionbus.schemas.naming import bucket_of, region_bucket
 
 if TYPE_CHECKING:
     from regionbus.clients.pool import Pool
-
-KEYS_PER_REGISTRATION_MESSAGE: Final = 5_000
-"""Keys of one interest registration sent in one operation; more are split per bucket."""
 
 
 class CacheConnection(Protocol):
@@ -53,8 +54,17 @@ class CacheConnection(Protocol):
         """The client's settings."""
         ...
 
+    @property
+    def max_value_size_bytes(self) -> int:
+        """The largest value the servers take (their ``max_value_size_bytes``)."""
+        ...
+
     def require_subscription(self) -> None:
         """Raise ``UnconnectedError`` unless the cache has a subscription queue."""
+        ...
+
+    def regex_registrations(self) -> int:
+        """How many regex registrations the cache holds, over all its regions."""
         ...
 
     def forget_region(self, name: str) -> None:
@@ -217,9 +227,10 @@ class ServerRegionProxy:
         finish: Callable[[Operation, Reply], None],
         *,
         skip_missing: bool,
-    ) -> dict[str, RegionBusError]:
-        """Send keyed operations pipelined, one request each, and ``finish(op, reply)``
-        each in order as its reply comes (Geode ``putAll`` / ``removeAll``).
+    ) -> BulkOutcome:
+        """Send keyed operations windowed, one request each, and ``finish(op, reply)``
+        each as its reply comes (Geode ``putAll`` / ``removeAll``; see
+        `regionbus.clients.windowed.put_or_remove_all`).
 
         Args:
             prepared: ``(operation, bucket)`` pairs; every operation has a key.
@@ -227,20 +238,9 @@ class ServerRegionProxy:
             skip_missing: Leave out entries missing on the server (``removeAll``).
 
         Returns:
-            The failures by key; the other operations were applied and finished.
+            What is known of each entry: applied, not applied, or unknown.
         """
-        failures: dict[str, RegionBusError] = {}
-        futures = self._cache.pool.request_each(prepared)
-        for (op, _), future in zip(prepared, futures, strict=True):
-            assert op.key is not None
-            try:
-                finish(op, self.wait(future, op.request_id)[0])
-            except EntryNotFoundError as exc:
-                if not skip_missing:
-                    failures[op.key] = exc
-            except RegionBusError as exc:
-                failures[op.key] = exc
-        return failures
+        return put_or_remove_all(self._cache.pool, prepared, finish, skip_missing=skip_missing)
 
     def pipelined(
         self, op: Operation, bucket: int, finish: Callable[[Operation, Reply], None]
@@ -254,8 +254,10 @@ class ServerRegionProxy:
     def interest(self, kind: OperationKind, spec: InterestSpec) -> list[Reply]:
         """Register or unregister interest on every bucket it concerns and wait for all.
 
-        A key list goes only to its keys' buckets, in messages of at most
-        `KEYS_PER_REGISTRATION_MESSAGE` keys; every other kind goes to every bucket.
+        A key list goes only to its keys' buckets, as operations of at most
+        `KEYS_PER_REGISTRATION_MESSAGE` keys, a few in flight at a time; every other kind
+        goes to every bucket in one request. A registration that fails or times out part
+        way is undone (every key sent is unregistered) before the error is raised.
 
         Returns:
             Every reply (a registration's carry the bulk-load entries and the region
@@ -263,11 +265,11 @@ class ServerRegionProxy:
 
         Raises:
             RegionBusError: the error the first failed reply names.
-            ServerTimeoutError: not every bucket answered in time.
+            ServerTimeoutError: not every bucket answered in time (a key registration was
+                undone; the message says so, or that undoing it was not confirmed).
         """
-        request_id = self._cache.pool.next_request_id()
-        ops: list[tuple[Operation, int]] = []
         if spec.kind is not InterestKind.KEYS:
+            request_id = self._cache.pool.next_request_id()
             ops = [
                 (
                     self.operation(kind, interest=spec, with_event_id=False, request_id=request_id),
@@ -275,27 +277,81 @@ class ServerRegionProxy:
                 )
                 for b in range(self._cache.total_buckets)
             ]
-        else:
-            by_bucket: dict[int, list[str]] = {}
-            for key in dict.fromkeys(spec.keys):
-                by_bucket.setdefault(self.bucket(key), []).append(key)
-            for bucket, bucket_keys in by_bucket.items():
-                for i in range(0, len(bucket_keys), KEYS_PER_REGISTRATION_MESSAGE):
-                    part = tuple(bucket_keys[i : i + KEYS_PER_REGISTRATION_MESSAGE])
-                    chunk = spec._replace(keys=part)
-                    op = self.operation(
-                        kind, interest=chunk, with_event_id=False, request_id=request_id
-                    )
-                    ops.append((op, bucket))
-        if not ops:
-            return []
-        replies = self.wait(self._cache.pool.request(ops), request_id)
-        raise_first_error(replies)
-        return replies
+            every = self.wait(self._cache.pool.request(ops), request_id)
+            raise_first_error(every)
+            return every
+        ops = self._key_chunks(kind, spec)
+        replies: list[Reply] = []
+        errors: list[RegionBusError] = []
+
+        def answered(
+            _index: int, got: list[Reply] | None, error: BaseException | None, _sent: bool
+        ) -> bool:
+            if error is not None:
+                errors.append(
+                    error if isinstance(error, RegionBusError) else RegionBusError(str(error))
+                )
+                return False
+            assert got is not None
+            replies.extend(got)
+            failed = next((r for r in got if not r.ok), None)
+            if failed is not None:
+                errors.append(error_from_wire(failed.error_type, failed.error_message))
+                return False
+            return True
+
+        sent = send_windowed(
+            self._cache.pool, ops, answered, window=REGISTRATION_MESSAGES_IN_FLIGHT
+        )
+        if not errors:
+            return replies
+        if kind is OperationKind.REGISTER_INTEREST and sent:
+            self._undo(ops[:sent], errors[0])
+        raise errors[0]
+
+    def _key_chunks(self, kind: OperationKind, spec: InterestSpec) -> list[tuple[Operation, int]]:
+        """The operations of a key registration: its keys per bucket, in chunks."""
+        by_bucket: dict[int, list[str]] = {}
+        for key in dict.fromkeys(spec.keys):
+            by_bucket.setdefault(self.bucket(key), []).append(key)
+        ops: list[tuple[Operation, int]] = []
+        for bucket, bucket_keys in by_bucket.items():
+            step = KEYS_PER_REGISTRATION_MESSAGE
+            for i in range(0, len(bucket_keys), step):
+                chunk = spec._replace(keys=tuple(bucket_keys[i : i + step]))
+                ops.append((self.operation(kind, interest=chunk, with_event_id=False), bucket))
+        return ops
+
+    def _undo(self, registered: Sequence[tuple[Operation, int]], cause: RegionBusError) -> None:
+        """Unregister the keys of registration operations that may have taken effect, each
+        in its bucket after the registration (so it undoes it exactly); the cause's message
+        says whether that was confirmed."""
+        undo = [
+            (
+                self.operation(
+                    OperationKind.UNREGISTER_INTEREST, interest=op.interest, with_event_id=False
+                ),
+                bucket,
+            )
+            for op, bucket in registered
+        ]
+        confirmed: list[bool] = []
+
+        def answered(
+            _index: int, got: list[Reply] | None, error: BaseException | None, _sent: bool
+        ) -> bool:
+            confirmed.append(error is None and bool(got) and all(r.ok for r in got or ()))
+            return confirmed[-1]
+
+        send_windowed(self._cache.pool, undo, answered, window=REGISTRATION_MESSAGES_IN_FLIGHT)
+        done = len(confirmed) == len(undo) and all(confirmed)
+        cause.args = (
+            f"{cause.args[0] if cause.args else cause}; the registration was "
+            + ("undone" if done else "not confirmed undone: it may be partly in effect"),
+        )
 
 
 __all__ = [
-    "KEYS_PER_REGISTRATION_MESSAGE",
     "CacheConnection",
     "ServerRegionProxy",
     "raise_first_error",

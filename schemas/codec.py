@@ -223,6 +223,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
         "more": r.more,
         "client_state": r.client_state,
         "subscription_conflation": r.subscription_conflation,
+        "max_value_size_bytes": _int32(r.max_value_size_bytes, "max_value_size_bytes"),
     }
 
 
@@ -246,6 +247,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         more=d["more"],
         client_state=d["client_state"],
         subscription_conflation=d["subscription_conflation"],
+        max_value_size_bytes=_int32(d["max_value_size_bytes"], "max_value_size_bytes"),
     )
 
 

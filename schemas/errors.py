@@ -99,18 +99,31 @@ class DuplicateDurableClientError(DuplicateClientError):
 
 
 class BulkOperationError(RegionBusError):
-    """Some entries of a ``put_all`` / ``remove_all`` failed.
+    """Not every entry of a ``put_all`` / ``remove_all`` is known applied.
 
-    Geode: ``PutAllPartialResultException``.
+    Geode: ``PutAllPartialResultException``. Each entry is in exactly one of three sets:
 
     Attributes:
-        failures: ``{key: RegionBusError}`` for each entry that failed; the other
-            entries were applied.
+        failures: ``{key: RegionBusError}`` of the entries known not applied: the server
+            refused them (a writer, a missing region...), or they were never sent (the
+            call stopped sending after a timeout).
+        unknown: ``{key: RegionBusError}`` of the entries whose outcome is unknown: sent,
+            but no reply came within ``read_timeout_ms`` (they may have been applied, or
+            may be later).
+        applied: The keys known applied (their reply came; a duplicate counts).
     """
 
-    def __init__(self, message: str, failures: dict[str, RegionBusError]) -> None:
+    def __init__(
+        self,
+        message: str,
+        failures: dict[str, RegionBusError],
+        unknown: dict[str, RegionBusError] | None = None,
+        applied: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(message, message_ref=failures)
         self.failures = failures
+        self.unknown = unknown or {}
+        self.applied = applied
 
 
 class AuthenticationError(RegionBusError):
@@ -155,6 +168,27 @@ class KafkaAuthorizationError(NotAuthorizedError):
 class InvalidOperationError(RegionBusError):
     """An operation decoded but is malformed (missing key, wrong bucket, no EventID); the
     server dead-letters it and replies with this."""
+
+
+class RequestLimitError(InvalidOperationError):
+    """A request asks more than one call may (`regionbus.schemas.limits`): too many keys in
+    one registration, regexes for one client, or entries in one bulk operation. The client
+    refuses it before anything is sent; a server refuses it from anyone else.
+
+    Attributes:
+        limit_name: What is counted (``"keys per registration"``).
+        limit: The most allowed.
+        requested: How many were asked for (0 when the server said so: its reply carries
+            the message only).
+    """
+
+    def __init__(
+        self, message: str, *, limit_name: str = "", limit: int = 0, requested: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.limit_name = limit_name
+        self.limit = limit
+        self.requested = requested
 
 
 class InvalidKeyError(InvalidOperationError):
@@ -207,6 +241,7 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         InvalidInterestError,
         ValueTooLargeError,
         InvalidOperationError,
+        RequestLimitError,
         InvalidKeyError,
         InvalidRegionNameError,
         DuplicateClientError,

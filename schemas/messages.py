@@ -224,6 +224,7 @@ class Reply(NamedTuple):
     more: bool = False
     client_state: str | None = None
     subscription_conflation: bool = False
+    max_value_size_bytes: int = 0
 
 
 class Control(NamedTuple):

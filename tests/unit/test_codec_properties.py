@@ -126,6 +126,7 @@ OPERATIONS = st.builds(
     origin_site_id=INTS,
     sites_reached=SITES,
     keep_alive=st.booleans(),
+    kafka_principal=OPT_TEXT,
 )
 EVENTS = st.builds(
     Event,
@@ -160,6 +161,7 @@ REPLIES = st.builds(
     more=st.booleans(),
     client_state=OPT_TEXT,
     subscription_conflation=st.booleans(),
+    max_value_size_bytes=INTS,
 )
 CONTROLS = st.builds(
     Control,
@@ -171,6 +173,7 @@ CONTROLS = st.builds(
     keep_alive=st.booleans(),
     request_id=LONGS,
     connection_id=OPT_TEXT,
+    kafka_principal=OPT_TEXT,
 )
 MARKERS = st.builds(
     Marker, client_id=NAMES, timestamp_ms=LONGS, bucket=INTS, connection_id=OPT_TEXT
