@@ -6,9 +6,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from regionbus.clients.pool import Pool
 from regionbus.clients.region import Region, RegionShortcut
@@ -41,8 +41,44 @@ from regionbus.schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
 
+T = TypeVar("T")
+
 _CLOSE_CHECK_MS = 2_000
 """Longest wait at close for the servers to confirm this connection still holds its id."""
+
+
+class _Background(Generic[T]):
+    """One call run on a thread of its own, its result or exception taken later."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        try:
+            self._result = call()
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> T:
+        """The call's result, once it returned; or what it raised.
+
+        Raises:
+            BaseException: what the call raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def discard(self, close: Callable[[T], object]) -> None:
+        """Wait for the call and close what it made, if anything (its error is dropped)."""
+        self._thread.join()
+        if self._result is not None:
+            close(self._result)
 
 
 class ClientCache:
@@ -82,10 +118,14 @@ class ClientCache:
     """
 
     def __init__(self, settings: ClientSettings | None = None, **overrides: Any) -> None:
-        base = settings or ClientSettings()
-        self.settings = base.model_copy(update=overrides) if overrides else base
-        if overrides:
-            self.settings = ClientSettings.model_validate(self.settings.model_dump())
+        if settings is None:
+            self.settings = ClientSettings(**overrides)
+        elif overrides:
+            self.settings = ClientSettings.model_validate(
+                settings.model_copy(update=overrides).model_dump()
+            )
+        else:
+            self.settings = settings
         durable_id = self.settings.durable_client_id
         self.client_id = durable_id or self.settings.client_id or generated_member_id("c")
         # One id per connection, so the servers can tell two processes of one client id
@@ -107,16 +147,21 @@ class ClientCache:
         self.pool = Pool(self.settings, self.client_id, self.member_id)
         self.total_buckets = self.pool.total_buckets
         self.subscription: SubscriptionQueue | None = None
+        # The queue's reader is made while the servers answer the connection (its own
+        # round trips to Kafka need nothing from that answer).
+        reader = _Background(self._open_queue) if self.settings.subscription_enabled else None
         try:
-            queue_end = self.pool.queue_end() if self.settings.subscription_enabled else 0
             self.client_state = self._connect()
+            self.subscription = reader.result() if reader is not None else None
         except BaseException:
             # Refused or unanswered: the acks may belong to a live process of this id.
             self._closed = True
+            if reader is not None:
+                reader.discard(lambda queue: queue.close())
             self.pool.close(delete_acks=False)
             raise
-        if self.settings.subscription_enabled:
-            self.subscription = self._new_subscription(replaying=self.durable, start=queue_end)
+        if self.subscription is not None:
+            self.subscription.conflate = self._conflate
             if self.durable:
                 self.pending_event_count = self.subscription.count_pending(
                     self.settings.read_timeout_ms / 1000
@@ -140,7 +185,7 @@ class ClientCache:
     def _connect(self) -> str:
         """CONNECT and wait for the answer; returns ``NEW`` or ``RECONNECTED``."""
         control = self._control(ControlKind.CONNECT, request_id=self.pool.next_request_id())
-        future = self.pool.request_control(control)
+        future = self.pool.request_control(control, first=True)
         try:
             reply = future.result(self.settings.read_timeout_ms / 1000)[0]
         except FutureTimeout as exc:
@@ -156,6 +201,11 @@ class ClientCache:
         if reply.max_value_size_bytes > 0:
             self.max_value_size_bytes = min(reply.max_value_size_bytes, MAX_VALUE_SIZE_BYTES)
         return reply.client_state or CLIENT_NEW
+
+    def _open_queue(self) -> SubscriptionQueue:
+        """The reader of this client's queue, from its last ack or, never acked, from where
+        the queue partition ends now (before the servers know the client)."""
+        return self._new_subscription(replaying=self.durable, start=self.pool.queue_end())
 
     def _new_subscription(
         self, *, replaying: bool, start: int, tracker: MessageTracker | None = None

@@ -8,7 +8,7 @@ import time
 from contextlib import suppress
 from typing import NamedTuple
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -18,7 +18,9 @@ from regionbus.schemas.kafka_clients import kafka_admin
 from regionbus.schemas.kafka_outage import quiet_config
 from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.topics import client_topic_specs, ensure_topics
-from regionbus.schemas.transport import kafka_error, leader_moving, topic_partitions
+from regionbus.schemas.transport import kafka_error, leader_moving
+
+_ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 
 
 class ClientAddress(NamedTuple):
@@ -74,23 +76,30 @@ class ClientTopicAdmin:
         gone, until garbage collection."""
         self._handle = None
 
-    def wait_for_ops_topic(self) -> int:
-        """The partition count of ``{ns}.ops`` once it exists.
+    def first_contact(self) -> tuple[int, ClientAddress]:
+        """The partition count of ``{ns}.ops`` once it exists, and where this client's
+        queue and replies are: the shared topics of its Kafka principal, made if missing
+        (the principal's first client makes its pair; the servers make the namespace's
+        unscoped pair) and waited for until they have leaders. The three topics are asked
+        in one request.
 
         Raises:
-            TransportError: Kafka did not answer, or the topic did not appear, within
-                ``first_contact_timeout_s``; the message names the address and the namespace and
-                says how to fix them.
+            KafkaAuthorizationError: the Kafka principal may not describe a topic, or
+                create its shared topics.
+            TransportError: Kafka did not answer, or ``{ns}.ops`` did not appear, within
+                ``first_contact_timeout_s`` (the message names the address and the
+                namespace and says how to fix them); or the shared topics had no leader
+                within ``metadata_timeout_s``.
         """
+        specs = client_topic_specs(self._topics, self._settings.topic_principal)
+        names = [self._topics.ops, *(spec.name for spec in specs)]
         timeout_s = self._settings.first_contact_timeout_s
         deadline = time.monotonic() + timeout_s
         servers = self._settings.kafka_bootstrap_servers
         while True:
             remaining_s = deadline - time.monotonic()
             try:
-                partitions = topic_partitions(
-                    self._admin, self._topics.ops, min(5.0, max(remaining_s, 0.1))
-                )
+                counts = self._describe(names, min(5.0, max(remaining_s, 0.1)))
             except TransportError as exc:
                 # Serves the admin client's librdkafka log lines, so the WARNING naming
                 # the unreachable broker is logged before the error.
@@ -103,11 +112,51 @@ class ClientTopicAdmin:
                         "one with `regionbus stack`"
                     ) from exc
                 continue
-            if partitions:
-                return partitions
+            if counts[self._topics.ops]:
+                break
             if time.monotonic() >= deadline:
                 raise TransportError(self._no_servers_message(timeout_s))
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+        if not all(counts[spec.name] for spec in specs):
+            try:
+                ensure_topics(self._admin, specs, timeout_s=self._settings.metadata_timeout_s)
+            except ConfigurationError as exc:
+                raise TransportError(str(exc)) from exc
+            counts = self._describe(names, self._settings.metadata_timeout_s)
+        queue, reply = specs[0].name, specs[1].name
+        address = ClientAddress(
+            queue,
+            client_partition(self._client_id, counts[queue]),
+            reply,
+            client_partition(self._client_id, counts[reply]),
+            self._client_id.encode(),
+        )
+        return counts[self._topics.ops], address
+
+    def _describe(self, names: list[str], timeout_s: float) -> dict[str, int]:
+        """``{topic: partitions}`` in one request, 0 for a topic that does not exist.
+
+        Raises:
+            KafkaAuthorizationError: the principal may not describe a topic.
+            TransportError: Kafka did not answer within ``timeout_s``, or failed.
+        """
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection(names), request_timeout=timeout_s
+            )
+        except KafkaException as exc:
+            raise kafka_error(exc, "topic metadata") from exc
+        counts: dict[str, int] = {}
+        for name, future in futures.items():
+            try:
+                counts[name] = len(future.result(timeout=timeout_s).partitions)
+            except KafkaException as exc:
+                if exc.args[0].code() not in _ABSENT:
+                    raise kafka_error(exc, f"metadata of {name}", f"topic {name}") from exc
+                counts[name] = 0
+            except TimeoutError as exc:
+                raise TransportError(f"metadata of {name}: no answer in {timeout_s} s") from exc
+        return counts
 
     def _no_servers_message(self, timeout_s: float) -> str:
         namespace = self._settings.namespace
@@ -125,45 +174,16 @@ class ClientTopicAdmin:
         found = sorted(t.removesuffix(".ops") for t in names if t.endswith(".ops"))
         return f"{message}; namespaces with servers there: {', '.join(found)}" if found else message
 
-    def address(self) -> ClientAddress:
-        """Where this client's queue and replies are: the shared topics of its Kafka
-        principal, made if missing (the principal's first client makes its pair; the
-        servers make the namespace's unscoped pair), waited for until both have a leader.
+    def ends(self, partitions: list[tuple[str, int]]) -> list[int]:
+        """The high watermarks of partitions, in one request (the admin client's
+        connection, which no long-polling fetch holds).
 
         Raises:
-            KafkaAuthorizationError: the Kafka principal may not create or describe them.
-            TransportError: the broker refused, or the topics had no leader within
-                ``metadata_timeout_s``.
-        """
-        principal = self._settings.topic_principal
-        specs = client_topic_specs(self._topics, principal)
-        timeout_s = self._settings.metadata_timeout_s
-        counts = [topic_partitions(self._admin, spec.name, timeout_s) for spec in specs]
-        if not all(counts):
-            try:
-                ensure_topics(self._admin, specs, timeout_s=timeout_s)
-            except ConfigurationError as exc:
-                raise TransportError(str(exc)) from exc
-            counts = [topic_partitions(self._admin, spec.name, timeout_s) for spec in specs]
-        queue, reply = specs[0].name, specs[1].name
-        return ClientAddress(
-            queue,
-            client_partition(self._client_id, counts[0]),
-            reply,
-            client_partition(self._client_id, counts[1]),
-            self._client_id.encode(),
-        )
-
-    def end_of(self, topic: str, partition: int) -> int:
-        """The high watermark of one partition (asked of its leader by the admin client,
-        whose connection no long-polling fetch holds).
-
-        Raises:
-            KafkaAuthorizationError: the principal may not describe the topic.
+            KafkaAuthorizationError: the principal may not describe a topic.
             TransportError: Kafka did not answer within ``metadata_timeout_s``.
         """
         timeout_s = self._settings.metadata_timeout_s
-        wanted = TopicPartition(topic, partition)
+        wanted = [TopicPartition(t, p) for t, p in partitions]
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(timeout_s),
@@ -172,15 +192,16 @@ class ClientTopicAdmin:
                 reraise=True,
             ):
                 with attempt:
-                    answer = self._admin.list_offsets(
-                        {wanted: OffsetSpec.latest()}, request_timeout=timeout_s
-                    )[wanted].result(timeout=timeout_s)
+                    answers = self._admin.list_offsets(
+                        {tp: OffsetSpec.latest() for tp in wanted}, request_timeout=timeout_s
+                    )
+                    offsets = [answers[tp].result(timeout=timeout_s).offset for tp in wanted]
         except KafkaException as exc:
-            raise kafka_error(exc, f"end of {topic}[{partition}]", f"topic {topic}") from exc
+            topic = wanted[0].topic
+            raise kafka_error(exc, f"end of {topic}", f"topic {topic}") from exc
         except TimeoutError as exc:
-            where = f"{topic}[{partition}]"
-            raise TransportError(f"end of {where}: no answer in {timeout_s} s") from exc
-        return max(int(answer.offset), 0)
+            raise TransportError(f"end of {partitions}: no answer in {timeout_s} s") from exc
+        return [max(int(offset), 0) for offset in offsets]
 
     def delete_acks(self) -> None:
         """Delete this client's consumer group (its acks), best effort, at a non-durable

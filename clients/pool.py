@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from regionbus.clients.auth import signer_for
-from regionbus.clients.client_topics import ClientAddress, ClientTopicAdmin
+from regionbus.clients.client_topics import ClientTopicAdmin
 from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -142,12 +142,10 @@ class Pool:
         """This client's view of Kafka outages; its subscription queue reports to it too."""
         self.client_topics = ClientTopicAdmin(settings, self.topics, client_id)
         """The admin of this client's own topics, and its first contact with Kafka."""
-        self.total_buckets = self.client_topics.wait_for_ops_topic()
-        self.address: ClientAddress = self.client_topics.address()
-        """Where this client's queue and replies are."""
         self.kafka_principal = settings.topic_principal
         """The Kafka principal whose shared topics this client reads (every operation says
         so, for the servers to address its reply)."""
+        # Made first: it connects and gets its producer id while the topics are asked.
         self._producer = kafka_producer(
             settings.librdkafka(
                 **{
@@ -163,6 +161,8 @@ class Pool:
                 }
             )
         )
+        self.total_buckets, self.address = self.client_topics.first_contact()
+        """The buckets of the namespace, and where this client's queue and replies are."""
         self._pending: dict[int, _Pending] = {}
         # Delivery reports run on whichever thread polls the producer; the reply thread
         # fails the requests, so callbacks keep running on it alone.
@@ -223,7 +223,8 @@ class Pool:
             KafkaAuthorizationError: the principal may not read the queue topic.
             TransportError: Kafka did not answer within ``metadata_timeout_s``.
         """
-        return self.client_topics.end_of(self.address.queue_topic, self.address.queue_partition)
+        address = self.address
+        return self.client_topics.ends([(address.queue_topic, address.queue_partition)])[0]
 
     # --- identities --------------------------------------------------------------------
 
@@ -389,8 +390,16 @@ class Pool:
         with self._lock:
             self._pending.pop(request_id, None)
 
-    def request_control(self, control: Control) -> Future[list[Reply]]:
+    def request_control(self, control: Control, *, first: bool = False) -> Future[list[Reply]]:
         """Send a lifecycle message the servers answer (CONNECT, PING with a request id).
+
+        Args:
+            control: The message.
+            first: It is the client's first message (its CONNECT): sent by a producer of its
+                own without idempotence, delivered at once, where this pool's idempotent
+                producer first waits for its producer id (up to librdkafka's 500 ms retry
+                of that request at start). A control message needs no idempotence: the
+                servers answer a repeated one alike.
 
         Returns:
             A future of the one reply.
@@ -402,15 +411,58 @@ class Pool:
         """
         future, callback = _future_callback()
         self._register([(control.request_id, 1, callback)])
+        topic = self.topics.control
         try:
-            self.send_control(control)
+            if first:
+                self._send_first(control)
+            else:
+                # Not flushed: a refused delivery fails the request (its reply never comes).
+                self._produce(
+                    topic, encode(control), 0, control.client_id, request_ids=(control.request_id,)
+                )
         except RegionBusError:
             self.forget(control.request_id)
             raise
         return future
 
+    def _send_first(self, control: Control) -> None:
+        """Deliver a control message with a producer made for it (see
+        :meth:`request_control`), then let that producer go.
+
+        Raises:
+            KafkaAuthorizationError, TransportError: as :meth:`send_control`.
+        """
+        producer = kafka_producer(
+            self.settings.librdkafka(
+                **{
+                    "acks": "all",
+                    "linger.ms": 0,
+                    "enable.idempotence": False,
+                    "client.id": self.member_id,
+                    **self.kafka_outage.client_config("connect"),
+                }
+            )
+        )
+        try:
+            self._deliver(control, producer)
+        finally:
+            self.kafka_outage.forget("connect")
+            close = getattr(producer, "close", None)
+            if close is not None:
+                with suppress(Exception):
+                    close()
+
     def send_control(self, control: Control) -> None:
         """Send a lifecycle message to ``{ns}.control`` and flush it.
+
+        Raises:
+            KafkaAuthorizationError: Kafka refused it (no Write ACL on ``{ns}.control``).
+            TransportError: it could not be delivered within ``read_timeout_ms``.
+        """
+        self._deliver(control, self._producer)
+
+    def _deliver(self, control: Control, producer: Any) -> None:
+        """Produce a control message with ``producer`` and wait for its delivery.
 
         Raises:
             KafkaAuthorizationError: Kafka refused it (no Write ACL on ``{ns}.control``).
@@ -423,8 +475,12 @@ class Pool:
                 refused.append(error)
 
         topic = self.topics.control
-        self._produce(topic, encode(control), 0, control.client_id, on_delivery=report)
-        self.flush()
+        self._produce(
+            topic, encode(control), 0, control.client_id, on_delivery=report, producer=producer
+        )
+        remaining = producer.flush(self.settings.read_timeout_ms / 1000)
+        if remaining:
+            raise TransportError(f"{remaining} messages not delivered to Kafka")
         if refused:
             raise kafka_error(refused[0], f"producing to {topic}", f"topic {topic}")
 
@@ -446,14 +502,16 @@ class Pool:
         key: str | None,
         request_ids: tuple[int, ...] = (),
         on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
+        producer: Any = None,
     ) -> None:
+        producer = producer or self._producer
         signer = self._signer
         headers = signer.headers(topic, partition, value) if signer is not None else None
         report = on_delivery or self._delivery_report(topic, request_ids)
         deadline = time.monotonic() + self.settings.read_timeout_ms / 1000
         while True:
             try:
-                self._producer.produce(
+                producer.produce(
                     topic,
                     value,
                     key.encode() if key is not None else None,
@@ -461,7 +519,7 @@ class Pool:
                     headers=headers,
                     on_delivery=report,
                 )
-                self._producer.poll(0)
+                producer.poll(0)
                 return
             except BufferError as exc:
                 # The producer's queue is full (Kafka has been unreachable for a while).
@@ -470,7 +528,7 @@ class Pool:
                         f"Kafka produce to {topic}: the producer queue stayed full for "
                         f"{self.settings.read_timeout_ms} ms"
                     ) from exc
-                self._producer.poll(0.05)
+                producer.poll(0.05)
             except KafkaException as exc:
                 raise kafka_error(exc, f"producing to {topic}", f"topic {topic}") from exc
 

@@ -6,7 +6,8 @@ records keyed by its client id (the others are other clients'), drops events who
 was already seen (message tracking), hands the rest to their region, and every
 ``subscription_ack_interval_ms`` commits the offset after the last record it went past:
 that commit is the client's ack (ARCHITECTURE.md). A client that has never acked starts
-where the partition ended when it connected: nothing was queued for it before.
+where the partition ended when it connected (nothing was queued for it before), and
+commits that place at once as its first ack.
 
 A durable client's queue starts *replaying*: when the client is ready for events, each
 bucket's server writes a marker into the queue, and the events of a bucket before its marker
@@ -180,12 +181,19 @@ class SubscriptionQueue:
             self._consumer.close()
             raise
         start = committed.offset if committed.offset >= 0 else max(start_offset, 0)
-        assign_from(
-            self._consumer,
-            [TopicPartition(self._topic, self._partition, start)],
-            settings.metadata_timeout_s,
-        )
-        self._acked = committed.offset
+        head = TopicPartition(self._topic, self._partition, start)
+        try:
+            if committed.offset < 0:
+                # The queue's head is set now, before any interest is registered (a
+                # registration's round trip takes longer than this commit): a client that
+                # dies before its first ack comes back to everything queued for it, and
+                # readers of its acks (status, analytics) see its queue from the start.
+                self._consumer.commit(offsets=[head], asynchronous=True)
+            assign_from(self._consumer, [head], settings.metadata_timeout_s)
+        except KafkaException as exc:
+            self._consumer.close()
+            raise kafka_error(exc, f"committing the head of {group}", f"group {group}") from exc
+        self._acked = start
         self._position = start
         # Messages count_pending read before the thread started, delivered first.
         self._prefetched: list[KafkaMessage] = []

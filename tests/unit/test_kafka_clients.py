@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from regionbus.schemas.errors import ConfigurationError
-from regionbus.schemas.kafka_clients import AUTO_CREATE_KEY, client_config, factory_config
+from regionbus.schemas.kafka_clients import (
+    AUTO_CREATE_KEY,
+    RECONNECT_BACKOFF_MS,
+    client_config,
+    factory_config,
+)
 from regionbus.schemas.kafka_outage import LIBRDKAFKA_LOGGER
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -89,8 +94,16 @@ def test_every_client_logs_through_python_logging_unless_given_a_logger() -> Non
         "bootstrap.servers": "k:9092",
         AUTO_CREATE_KEY: False,
         "logger": LIBRDKAFKA_LOGGER,
+        "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
     }
     assert factory_config({"logger": own})["logger"] is own
+
+
+def test_a_clients_first_connection_waits_a_short_reconnect_backoff_unless_told_otherwise() -> None:
+    # librdkafka's sparse-connect interval, half of reconnect.backoff.ms, delays every new
+    # client's connection to the brokers it learns at bootstrap.
+    assert RECONNECT_BACKOFF_MS <= 20
+    assert factory_config({"reconnect.backoff.ms": 250})["reconnect.backoff.ms"] == 250
 
 
 @pytest.mark.parametrize("asked", [True, "true", "TRUE", 1])
