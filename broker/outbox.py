@@ -33,6 +33,7 @@ from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.messages import Operation, Reply
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import HeaderList
 
 log = logging.getLogger("regionbus.server")
@@ -188,16 +189,32 @@ class Outbox:
         extra_headers: HeaderList | None = None,
         *,
         category: str,
+        last_offset: int | None = None,
     ) -> None:
         """Set a message the server cannot process aside in ``{ns}.dead-letter``, unchanged,
         with the reason and where it came from in headers; ``category`` (see
-        :class:`ServerStats`) labels the dead-letter metric."""
+        :class:`ServerStats`) labels the dead-letter metric; ``last_offset`` is the last
+        offset of a dead letter that stands for several records."""
         self.stats.dead_lettered(category)
         log.warning(
             "dead-lettered %s[%d]@%d: %s", source.topic, source.partition, source.offset, reason
         )
-        headers = [*dead_letter_headers(reason, source, self.member_id), *(extra_headers or [])]
+        headers = [
+            *dead_letter_headers(reason, source, self.member_id, last_offset),
+            *(extra_headers or []),
+        ]
         self.produce(self.topics.dead_letter, raw, None, headers=headers)
+
+    def dead_letter_unreadable(self, skipped: UnreadableRecords) -> None:
+        """Dead-letter a record batch the consumer could not read (it has no value to
+        keep): the reason and its offsets, category ``unreadable``."""
+        self.dead_letter(
+            None,
+            skipped.source,
+            skipped.describe(),
+            category="unreadable",
+            last_offset=skipped.last_offset,
+        )
 
     # --- gathered per poll batch -------------------------------------------------------
 

@@ -44,6 +44,7 @@ from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import Signer
 from regionbus.schemas.transport import (
     kafka_error,
@@ -502,6 +503,10 @@ class Pool:
             self._producer.poll(0)
             self._fail_undelivered()
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    self.undecodable_replies += 1
+                    log.warning("reply topic: %s", message.describe())
+                    continue
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
