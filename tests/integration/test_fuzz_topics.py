@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
 from support import Recorder, wait_until
 
@@ -37,10 +37,18 @@ from regionbus.gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from regionbus.schemas.codec import decode, decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.codec import (
+    BATCH_TYPE,
+    MAGIC,
+    decode,
+    decode_as,
+    encode,
+    encode_batches,
+    split_batch,
+)
 from regionbus.schemas.errors import MessageDecodeError
 from regionbus.schemas.eventid import EventID
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import (
     Control,
     ControlKind,
@@ -55,6 +63,10 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.record_guard import UnreadableRecords
+from regionbus.schemas.record_limits import CONTROL_BATCH_MAX_BYTES, RECORD_BATCH_MAX_BYTES
+from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.transport import poll_batch
 from regionbus.spark.decode import decode_record_values
 
 SEED = 20_240_607
@@ -409,3 +421,270 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
     # The Spark decode helper turns every fuzzed value into rows, one at least per value.
     source_rows, _ = decode_record_values(every_value)
     assert set(source_rows) == set(range(len(every_value)))
+
+
+# --- records Kafka's client cannot read, batches no legal writer sends --------------------
+
+HOSTILE_SEED = 20_260_101
+HOSTILE_BOUND_S = 1.0
+"""Longest a bystander's put may take while the workers deal with hostile records (grown to
+ten times its baseline on a loaded machine)."""
+
+
+def _bomb_producer(kafka: str) -> Any:
+    """An attacker's producer: zstd, records of any size in as few batches as it can (Kafka
+    checks a compressed batch's size on the wire, not decompressed)."""
+    return kafka_producer(
+        {
+            "bootstrap.servers": kafka,
+            "compression.type": "zstd",
+            "message.max.bytes": 1_000_000_000,
+            "batch.size": 1_000_000_000,
+            "linger.ms": 100,
+        }
+    )
+
+
+def _bombs(rng: random.Random) -> list[list[bytes]]:
+    """Record batches that decompress to more than a consumer takes
+    (``receive.message.max.bytes``): one record, a few, or thousands of small ones."""
+    total = rng.choice([8, 20, 200]) * 1_000_000
+    count = rng.choice([1, 3, 500, 4000])
+    return [[b"\0" * (total // count)] * count]
+
+
+def _produced_offsets(producer: Any, topic: str, partition: int, values: list[bytes]) -> list[int]:
+    offsets: list[int] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        offsets.append(message.offset())
+
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    return sorted(offsets)
+
+
+def test_a_consumer_reads_every_readable_record_once_and_skips_exactly_the_unreadable_ones(
+    kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    """Good records and compression bombs of one to thousands of records, interleaved at
+    random: a consumer delivers every readable record once, in order, and reports the rest
+    as skipped batches covering exactly what it did not deliver."""
+    rng = random.Random(HOSTILE_SEED)
+    topic = f"{namespace}.guard"
+    ensure_topics(kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}), [TopicSpec(topic)])
+    plain = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
+    bomber = _bomb_producer(kafka_bootstrap_servers)
+    good: list[int] = []
+    bad: set[int] = set()
+    for segment in range(14):
+        if segment % 2 == 0:
+            values = [f"good-{segment}-{i}".encode() for i in range(rng.randint(1, 40))]
+            good += _produced_offsets(plain, topic, 0, values)
+        else:
+            for batch in _bombs(rng):
+                bad.update(_produced_offsets(bomber, topic, 0, batch))
+    consumer = kafka_consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "group.id": f"{namespace}.guard",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    high = max([*good, *bad]) + 1
+    delivered: list[int] = []
+    skipped: list[UnreadableRecords] = []
+    started = time.monotonic()
+    position = 0
+    while position < high:
+        assert time.monotonic() - started < 120, f"stuck at {position} of {high}"
+        for item in poll_batch(consumer, 500, 0.5):
+            if isinstance(item, UnreadableRecords):
+                skipped.append(item)
+                position = item.next_offset
+            elif item.error() is None:
+                delivered.append(item.offset() or 0)
+                position = (item.offset() or 0) + 1
+    consumer.close()
+    covered = [o for s in skipped for o in range(s.first_offset, s.next_offset)]
+    print(
+        f"{len(good)} good records, {len(bad)} bomb records in {len(skipped)} unreadable "
+        f"batches: read in {time.monotonic() - started:.1f} s"
+    )
+    assert delivered == sorted(delivered) and len(set(delivered)) == len(delivered)
+    assert set(good) <= set(delivered)
+    assert set(covered) <= bad and len(covered) == len(set(covered))
+    assert sorted([*delivered, *covered]) == list(range(high))  # nothing lost, none twice
+    assert skipped and all("_BAD_COMPRESSION" in s.reason for s in skipped)
+
+
+def _hostile_records(
+    rng: random.Random, topic: str, partitions: int, batch_topic: bool, max_bytes: int
+) -> list[tuple[int, list[bytes], bool]]:
+    """``(partition, values, compressed)`` of hostile records for one topic: compression
+    bombs, a batch of empty items as large as the topic takes (990,000 on most: on topics
+    that carry batches), truncated and random bytes."""
+    out: list[tuple[int, list[bytes], bool]] = []
+    for batch in _bombs(rng):
+        out.append((rng.randrange(partitions), batch, True))
+    if batch_topic:
+        items = min(990_000, max_bytes - 1_000)
+        huge = bytes((MAGIC, BATCH_TYPE)) + _array_of_empty_items(items)
+        out.append((rng.randrange(partitions), [huge], False))
+    out.append((rng.randrange(partitions), [rng.randbytes(rng.randint(1, 64))], False))
+    return out
+
+
+def _array_of_empty_items(count: int) -> bytes:
+    """An Avro array body of ``count`` empty byte strings (one block)."""
+    zigzag = count << 1
+    header = bytearray()
+    while zigzag >= 0x80:
+        header.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    header.append(zigzag)
+    return bytes(header) + b"\x00" * count + b"\x00"
+
+
+def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repeat_nothing(
+    sites: list[Site],
+) -> None:
+    """Compression bombs, batches of 990,000 items, mis-partitioned operations, records over
+    a topic's size limit and garbage on every topic a worker reads: each worker dead-letters
+    (or, a client, counts) them and goes on, a bystander's puts are answered within the
+    bound meanwhile, and the valid traffic after them reaches every consumer exactly once."""
+    a, b = sites
+    b.start_server()
+    receiver = b.start_receiver()
+    server = a.start_server(senders={"to-b": 2}, async_event_queues=("audit",))
+    sender = a.start_sender("to-b", b, batch_time_interval_ms=100)
+    listener = _Collecting()
+    queue = start_async_event_queue(a, "audit", listener)
+    cache = a.client()
+    recorder = Recorder()
+    region = cache.create_region("r", listeners=[recorder])
+    region.register_interest(ALL_KEYS)
+    writer = a.client().create_region("r")
+    bystander = a.client().create_region("r")
+    baseline_s = min(_timed_put(bystander, f"bystander-warm{i}") for i in range(3))
+    workers: dict[str, Any] = {
+        "server A": server,
+        "server B": b.server,
+        "gateway sender": sender,
+        "gateway receiver": receiver,
+        "async event queue": queue,
+    }
+
+    rng = random.Random(HOSTILE_SEED)
+    topics_a = Topics(a.namespace)
+    # topic -> (partitions, carries regionbus batches, dead-lettered in which namespace)
+    consumed: dict[str, tuple[int, bool, str | None]] = {
+        topics_a.ops: (16, True, a.namespace),
+        topics_a.control: (1, True, a.namespace),
+        topics_a.gateway("to-b"): (1, False, a.namespace),
+        topics_a.async_event_queue("audit"): (1, False, a.namespace),
+        Topics(b.namespace).gateway_inbound("receiver"): (1, False, b.namespace),
+        sender.ack_topic: (1, False, a.namespace),
+        cache.pool.topics.queue(cache.client_id): (1, True, None),
+        cache.pool.topics.reply(cache.client_id): (1, True, None),
+    }
+    plain = kafka_producer({"bootstrap.servers": a.kafka, "message.max.bytes": 10_000_000})
+    bomber = _bomb_producer(a.kafka)
+    unreadable: dict[str, list[tuple[int, int]]] = {}
+    started = time.monotonic()
+    for topic, (partitions, batch_topic, _) in consumed.items():
+        limit = CONTROL_BATCH_MAX_BYTES if topic == topics_a.control else RECORD_BATCH_MAX_BYTES
+        hostile = _hostile_records(rng, topic, partitions, batch_topic, limit)
+        for partition, values, compressed in hostile:
+            offsets = _produced_offsets(bomber if compressed else plain, topic, partition, values)
+            if compressed:
+                unreadable.setdefault(topic, []).append((partition, offsets[0]))
+        # Over the topic's size limit: Kafka refuses it, so no consumer ever has to fetch it.
+        refused: list[Any] = []
+        plain.produce(
+            topic,
+            b"x" * 2_000_000,
+            partition=0,
+            on_delivery=lambda error, _m, into=refused: into.append(error),
+        )
+        assert plain.flush(30) == 0
+        assert refused and refused[0] is not None, f"{topic} took a 2 MB record"
+        assert refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, refused[0]
+    # Mis-partitioned: a valid put of bucket k produced to another bucket's partition.
+    key = "misplaced"
+    bucket = bucket_of("r", key, 16)
+    misplaced = Operation(
+        1,
+        "fuzz-client",
+        OperationKind.PUT,
+        "r",
+        int(time.time() * 1000),
+        EventID(FUZZ_MEMBER, 9, 1, bucket),
+        key,
+        b"1",
+        "json",
+    )
+    [misplaced_at] = _produced_offsets(plain, topics_a.ops, (bucket + 1) % 16, [encode(misplaced)])
+    latencies = [_timed_put(bystander, f"bystander{i}") for i in range(10)]
+    print(
+        f"hostile records written in {time.monotonic() - started:.1f} s; bystander puts: "
+        f"baseline {baseline_s * 1000:.0f} ms, worst {max(latencies) * 1000:.0f} ms"
+    )
+    assert max(latencies) <= max(HOSTILE_BOUND_S, 10 * baseline_s), latencies
+
+    expected = {f"after{i}": i for i in range(20)}
+    writer.put_all(expected)
+    wait_until(
+        lambda: expected.keys() <= {k for _, k, _ in recorder.snapshot()},
+        90,
+        "the valid puts after the hostile records at the subscriber",
+    )
+    wait_until(
+        lambda: {k: str(v).encode() for k, v in expected.items()}.items() <= b.values().items(),
+        120,
+        "every valid put on site B through the gateway",
+    )
+    wait_until(lambda: expected.keys() <= set(listener.keys), 90, "the async event queue")
+    creates = Counter(k for m, k, _ in recorder.snapshot() if m == "create" and k in expected)
+    assert set(creates.values()) == {1}, creates  # none lost, none twice
+    assert Counter(k for k in listener.keys if k in expected) == Counter(expected.keys())
+    assert key not in a.values()
+    wait_until(
+        lambda: cache.subscription_stats.undecodable >= 2 and cache.pool.undecodable_replies >= 2,
+        60,
+        "the client skipping its topics' hostile records",
+    )
+    for topic, where in unreadable.items():
+        dead_ns = consumed[topic][2]
+        if dead_ns is None:
+            continue
+
+        def skipped(ns: str = dead_ns, t: str = topic) -> list[tuple[int, int]]:
+            """(partition, first offset) of each unreadable batch of ``t`` dead-lettered."""
+            return [
+                (int(h["rb.source.partition"]), int(h["rb.source.offset"]))
+                for v, h in _dead_letters(a.kafka, ns)
+                if v is None and h.get("rb.source.topic", b"").decode() == t
+            ]
+
+        wait_until(lambda w=where, d=skipped: set(w) <= set(d()), 60, f"{topic}'s bombs")
+        found = skipped()
+        assert len(found) == len(set(found)), f"{topic}: a batch dead-lettered twice: {found}"
+    misplaced_dead = [
+        h
+        for _, h in _dead_letters(a.kafka, a.namespace)
+        if h.get("rb.source.offset") == str(misplaced_at).encode()
+        and h.get("rb.source.topic") == topics_a.ops.encode()
+    ]
+    assert misplaced_dead and b"belongs to bucket" in misplaced_dead[0]["rb.reason"]
+    for name, worker in workers.items():
+        assert worker.alive, f"{name} died: {worker.failure!r}"
+
+
+def _timed_put(region: Any, key: str) -> float:
+    started = time.monotonic()
+    region.put(key, 1)
+    return time.monotonic() - started
