@@ -16,16 +16,20 @@ A client has no dead-letter rights in a secured setup, so it logs and counts wha
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
-from support import Recorder, wait_until
+from support import Recorder, bystander_puts, wait_until
 
 from regionbus.clients import ALL_KEYS
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
@@ -38,8 +42,6 @@ from regionbus.gateways.protocol import (
     encode_batch,
 )
 from regionbus.schemas.codec import (
-    BATCH_TYPE,
-    MAGIC,
     decode,
     decode_as,
     encode,
@@ -445,12 +447,10 @@ def _bomb_producer(kafka: str) -> Any:
     )
 
 
-def _bombs(rng: random.Random) -> list[list[bytes]]:
-    """Record batches that decompress to more than a consumer takes
-    (``receive.message.max.bytes``): one record, a few, or thousands of small ones."""
-    total = rng.choice([8, 20, 200]) * 1_000_000
-    count = rng.choice([1, 3, 500, 4000])
-    return [[b"\0" * (total // count)] * count]
+def _bombs(rng: random.Random) -> list[tuple[int, int]]:
+    """``(total bytes, records)`` of record batches that decompress to more than a consumer
+    takes (``receive.message.max.bytes``): one record, a few, or thousands of small ones."""
+    return [(rng.choice([8, 20, 200]) * 1_000_000, rng.choice([1, 3, 500, 4000]))]
 
 
 def _produced_offsets(producer: Any, topic: str, partition: int, values: list[bytes]) -> list[int]:
@@ -484,7 +484,8 @@ def test_a_consumer_reads_every_readable_record_once_and_skips_exactly_the_unrea
             values = [f"good-{segment}-{i}".encode() for i in range(rng.randint(1, 40))]
             good += _produced_offsets(plain, topic, 0, values)
         else:
-            for batch in _bombs(rng):
+            for total, count in _bombs(rng):
+                batch = [b"\0" * (total // count)] * count
                 bad.update(_produced_offsets(bomber, topic, 0, batch))
     consumer = kafka_consumer(
         {
@@ -521,32 +522,36 @@ def test_a_consumer_reads_every_readable_record_once_and_skips_exactly_the_unrea
     assert skipped and all("_BAD_COMPRESSION" in s.reason for s in skipped)
 
 
-def _hostile_records(
+def _hostile_writes(
     rng: random.Random, topic: str, partitions: int, batch_topic: bool, max_bytes: int
-) -> list[tuple[int, list[bytes], bool]]:
-    """``(partition, values, compressed)`` of hostile records for one topic: compression
-    bombs, a batch of empty items as large as the topic takes (990,000 on most: on topics
-    that carry batches), truncated and random bytes."""
-    out: list[tuple[int, list[bytes], bool]] = []
-    for batch in _bombs(rng):
-        out.append((rng.randrange(partitions), batch, True))
+) -> list[dict[str, Any]]:
+    """What ``hostile_writer.py`` writes to one topic: compression bombs, a batch of as many
+    empty items as the topic takes (990,000 on most; on topics that carry batches), random
+    bytes, and a record over the topic's size limit."""
+    writes: list[dict[str, Any]] = []
+    for total, count in _bombs(rng):
+        writes.append({"kind": "bomb", "total": total, "count": count})
     if batch_topic:
-        items = min(990_000, max_bytes - 1_000)
-        huge = bytes((MAGIC, BATCH_TYPE)) + _array_of_empty_items(items)
-        out.append((rng.randrange(partitions), [huge], False))
-    out.append((rng.randrange(partitions), [rng.randbytes(rng.randint(1, 64))], False))
-    return out
+        writes.append({"kind": "empty_items", "count": min(990_000, max_bytes - 1_000)})
+    writes.append({"kind": "value", "hex": rng.randbytes(rng.randint(1, 64)).hex()})
+    writes.append({"kind": "oversize", "size": 2_000_000})
+    for write in writes:
+        write.update(topic=topic, partition=rng.randrange(partitions))
+    return writes
 
 
-def _array_of_empty_items(count: int) -> bytes:
-    """An Avro array body of ``count`` empty byte strings (one block)."""
-    zigzag = count << 1
-    header = bytearray()
-    while zigzag >= 0x80:
-        header.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    header.append(zigzag)
-    return bytes(header) + b"\x00" * count + b"\x00"
+def _write_hostile(kafka: str, writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``hostile_writer.py`` (its own process) with ``writes``; its results."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("hostile_writer.py")), kafka],
+        input=json.dumps(writes),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    return results
 
 
 def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repeat_nothing(
@@ -591,29 +596,11 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         cache.pool.topics.queue(cache.client_id): (1, True, None),
         cache.pool.topics.reply(cache.client_id): (1, True, None),
     }
-    plain = kafka_producer({"bootstrap.servers": a.kafka, "message.max.bytes": 10_000_000})
-    bomber = _bomb_producer(a.kafka)
-    unreadable: dict[str, list[tuple[int, int]]] = {}
-    started = time.monotonic()
+    writes: list[dict[str, Any]] = []
     for topic, (partitions, batch_topic, _) in consumed.items():
         limit = CONTROL_BATCH_MAX_BYTES if topic == topics_a.control else RECORD_BATCH_MAX_BYTES
-        hostile = _hostile_records(rng, topic, partitions, batch_topic, limit)
-        for partition, values, compressed in hostile:
-            offsets = _produced_offsets(bomber if compressed else plain, topic, partition, values)
-            if compressed:
-                unreadable.setdefault(topic, []).append((partition, offsets[0]))
-        # Over the topic's size limit: Kafka refuses it, so no consumer ever has to fetch it.
-        refused: list[Any] = []
-        plain.produce(
-            topic,
-            b"x" * 2_000_000,
-            partition=0,
-            on_delivery=lambda error, _m, into=refused: into.append(error),
-        )
-        assert plain.flush(30) == 0
-        assert refused and refused[0] is not None, f"{topic} took a 2 MB record"
-        assert refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, refused[0]
-    # Mis-partitioned: a valid put of bucket k produced to another bucket's partition.
+        writes += _hostile_writes(rng, topic, partitions, batch_topic, limit)
+    # Mis-partitioned: a valid put of bucket k written to another bucket's partition.
     key = "misplaced"
     bucket = bucket_of("r", key, 16)
     misplaced = Operation(
@@ -627,8 +614,29 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         b"1",
         "json",
     )
-    [misplaced_at] = _produced_offsets(plain, topics_a.ops, (bucket + 1) % 16, [encode(misplaced)])
-    latencies = [_timed_put(bystander, f"bystander{i}") for i in range(10)]
+    wrong_partition = (bucket + 1) % 16
+    writes.append(
+        {
+            "kind": "value",
+            "hex": encode(misplaced).hex(),
+            "topic": topics_a.ops,
+            "partition": wrong_partition,
+        }
+    )
+    started = time.monotonic()
+    with bystander_puts(bystander, [f"bystander{i}" for i in range(8)], at_least=10) as latencies:
+        results = _write_hostile(a.kafka, writes)
+    unreadable: dict[str, list[tuple[int, int]]] = {}
+    for write, result in zip(writes, results, strict=True):
+        if write["kind"] == "oversize":
+            # Over the topic's size limit: Kafka refuses it, so no consumer ever fetches it.
+            assert result["error"] == KafkaError.MSG_SIZE_TOO_LARGE, (write["topic"], result)
+            continue
+        assert result["error"] is None, (write, result)
+        if write["kind"] == "bomb":
+            where = (write["partition"], result["offsets"][0])
+            unreadable.setdefault(write["topic"], []).append(where)
+    [misplaced_at] = results[-1]["offsets"]
     print(
         f"hostile records written in {time.monotonic() - started:.1f} s; bystander puts: "
         f"baseline {baseline_s * 1000:.0f} ms, worst {max(latencies) * 1000:.0f} ms"
@@ -677,6 +685,7 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         h
         for _, h in _dead_letters(a.kafka, a.namespace)
         if h.get("rb.source.offset") == str(misplaced_at).encode()
+        and h.get("rb.source.partition") == str(wrong_partition).encode()
         and h.get("rb.source.topic") == topics_a.ops.encode()
     ]
     assert misplaced_dead and b"belongs to bucket" in misplaced_dead[0]["rb.reason"]

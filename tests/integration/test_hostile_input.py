@@ -19,16 +19,14 @@ The tests only use names that exist before the fix, so they can be run against t
 from __future__ import annotations
 
 import io
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
 from fastavro import schemaless_writer
-from support import wait_until
+from support import bystander_puts, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
@@ -346,7 +344,7 @@ def test_a_compression_bomb_on_ops_is_dead_lettered_once_and_its_bucket_serves_a
 
         [bomb] = _produce(_bomb_config(kafka_bootstrap_servers), ops, bucket, [b"\0" * 200_000_000])
         started = time.monotonic()
-        with _bystander_puts(bystander, other) as latencies:
+        with bystander_puts(bystander, other) as latencies:
             victim.put(key, 1)  # behind the bomb in its bucket
             serving_again_s = time.monotonic() - started
         print(
@@ -381,28 +379,6 @@ def test_a_compression_bomb_on_ops_is_dead_lettered_once_and_its_bucket_serves_a
     assert _dead_letter_count(kafka_bootstrap_servers, namespace) == 1
 
 
-@contextmanager
-def _bystander_puts(region: Any, keys: list[str], at_least: int = 5) -> Iterator[list[float]]:
-    """Put to ``keys`` in turn on another thread while the block runs (and ``at_least``
-    times); yields the list their latencies go to, in seconds."""
-    latencies: list[float] = []
-    done = threading.Event()
-
-    def run() -> None:
-        i = 0
-        while not done.is_set() or i < at_least:
-            latencies.append(_timed_region_put(region, keys[i % len(keys)], i))
-            i += 1
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield latencies
-    finally:
-        done.set()
-        thread.join(60)
-
-
 def _timed_region_put(region: Any, key: str, value: int) -> float:
     started = time.monotonic()
     region.put(key, value)
@@ -432,7 +408,7 @@ def test_a_batch_of_990000_empty_items_is_dead_lettered_whole_and_stalls_no_othe
     huge = _avro_batch([b""] * 990_000)
     [offset] = _produce({"bootstrap.servers": kafka_bootstrap_servers}, ops, 7, [huge])
     started = time.monotonic()
-    with _bystander_puts(bystander, [f"during{i}" for i in range(4)], at_least=10) as latencies:
+    with bystander_puts(bystander, [f"during{i}" for i in range(4)], at_least=10) as latencies:
         wait_until(
             lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, offset),
             what="the batch's dead letter",
