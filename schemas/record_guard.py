@@ -35,6 +35,7 @@ place the rule lives.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -57,8 +58,12 @@ _KNOWN_RANGES_PER_PARTITION: Final = 16
 """Unreadable batches remembered per partition, so a consumer that goes back before one
 (a rewind to its committed offset) skips it again without searching for its end."""
 
-_WATERMARK_TIMEOUT_S: Final = 1.0
+_WATERMARK_TIMEOUT_S: Final = 0.5
 """Longest wait for a partition's high watermark when the last fetch did not leave one."""
+
+_WATERMARK_RETRY_S: Final = 1.0
+"""How soon a search that found no high watermark asks again (each ask may hold the
+caller's poll up to :data:`_WATERMARK_TIMEOUT_S`)."""
 
 
 class UnreadableRecords(NamedTuple):
@@ -110,15 +115,15 @@ class _Search:
 
     ``inside`` is the largest offset known to be in the batch, ``outside`` the smallest
     known to be after it (None until a step lands past it), ``target`` the offset the
-    consumer was sought to and whose fetch is awaited, ``waiting`` True when no step could
-    be taken yet (no high watermark known)."""
+    consumer was sought to and whose fetch is awaited, ``retry_at`` the monotonic time to
+    try again a step that could not be taken (no high watermark known), else None."""
 
     base: int
     reason: str
     inside: int
     outside: int | None = None
     target: int = -1
-    waiting: bool = False
+    retry_at: float | None = None
 
 
 _INSIDE, _OUTSIDE, _MOVED, _UNRELATED = range(4)
@@ -185,8 +190,9 @@ class GuardedConsumer(Consumer):
         Raises:
             confluent_kafka.KafkaException: the consumer failed (callers translate it).
         """
+        now = time.monotonic()
         for where, waiting in list(self._searches.items()):
-            if waiting.waiting:
+            if waiting.retry_at is not None and now >= waiting.retry_at:
                 self._advance(where, waiting)
         first = self.poll(timeout_s)
         if first is None:
@@ -260,7 +266,7 @@ class GuardedConsumer(Consumer):
             target = search.base + max(1, 2 * (search.inside - search.base))
             high = self._high_watermark(where, search.inside)
             if high is None:
-                search.waiting = True
+                search.retry_at = time.monotonic() + _WATERMARK_RETRY_S
                 return None
             if target >= high:
                 # The whole batch lies below the high watermark: the search ends there.
@@ -273,7 +279,7 @@ class GuardedConsumer(Consumer):
             target = (search.inside + search.outside) // 2
         assert target is not None
         search.target = target
-        search.waiting = False
+        search.retry_at = None
         if not self._seek_to(where, target):
             del self._searches[where]
         return None
