@@ -333,18 +333,28 @@ class SubscriptionQueue:
                 self.stats.undecodable += 1
                 log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
                 continue
+            skipped: list[str] = []
             for raw in items:
                 try:
                     item = decode(raw)
                 except MessageDecodeError as exc:
-                    self.stats.undecodable += 1
-                    log.warning("undecodable message in %s skipped: %s", self._topic, exc)
+                    skipped.append(str(exc))
                     continue
                 if isinstance(item, _QUEUED):
                     keep(item)
                 else:
-                    self.stats.undecodable += 1
-                    log.warning("unexpected %s in %s skipped", type(item).__name__, self._topic)
+                    skipped.append(f"unexpected {type(item).__name__}")
+            if skipped:
+                # One line per Kafka message, however many of its items are bad.
+                self.stats.undecodable += len(skipped)
+                log.warning(
+                    "%d of %d messages in %s@%s skipped, the first: %s",
+                    len(skipped),
+                    len(items),
+                    self._topic,
+                    message.offset(),
+                    skipped[0],
+                )
         return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker], superseded: Container[int]) -> None:

@@ -544,3 +544,29 @@ def decode_as(data: bytes | None, expected: type[T]) -> T:
             f"expected {expected.__name__}, got {type(message).__name__}", message_ref=data
         )
     return message
+
+
+def decode_items(data: bytes | None, expected: type[T]) -> tuple[list[T], list[str]]:
+    """Decode every item of a message (a batch, or one record) that must hold records of one
+    type, keeping what decodes as it.
+
+    Args:
+        data: Bytes as read from a regionbus topic.
+        expected: The record class the topic carries.
+
+    Returns:
+        The records, in order, and why each other item was set aside (one reason per item;
+        one for the whole value when it is not even a valid batch).
+    """
+    try:
+        items = split_batch(data)
+    except MessageDecodeError as exc:
+        return [], [str(exc)]
+    records: list[T] = []
+    refused: list[str] = []
+    for raw in items:
+        try:
+            records.append(decode_as(raw, expected))
+        except MessageDecodeError as exc:
+            refused.append(str(exc))
+    return records, refused

@@ -217,12 +217,14 @@ def _fuzz(
 
 def _broken_items(value: bytes | None, accepts: Callable[[bytes], bool]) -> list[bytes | None]:
     """What a worker must dead-letter of one message: the whole value when it is not even a
-    batch frame, else each item that does not decode into the topic's record type."""
+    batch frame or holds several items that do not decode into the topic's record type
+    (one dead letter per message, however many), else that one item."""
     try:
         items = split_batch(value)
     except MessageDecodeError:
         return [value]
-    return [item for item in items if not accepts(item)]
+    broken = [item for item in items if not accepts(item)]
+    return [value] if len(broken) > 1 else broken
 
 
 def _decodes_as(*types: type) -> Callable[[bytes], bool]:
