@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -289,10 +290,26 @@ def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Itera
         yield started
 
 
-def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_broken_message(
-    sites: list[Site],
-) -> None:
-    a, b = sites
+@dataclass
+class _EveryWorker:
+    """Every kind of worker that consumes a topic, running: site A's server with gateway
+    sender ``to-b`` and async event queue ``audit``, site B's server and receiver, and a
+    client of A subscribed to every key of region ``r``, with a writer."""
+
+    workers: dict[str, Any]
+    sender: Any
+    listener: _Collecting
+    cache: Any
+    recorder: Recorder
+    region: Any
+    writer: Any
+
+    def assert_alive(self) -> None:
+        for name, worker in self.workers.items():
+            assert worker.alive, f"{name} died: {worker.failure!r}"
+
+
+def _start_every_worker(a: Site, b: Site) -> _EveryWorker:
     b.start_server()
     receiver = b.start_receiver()
     server = a.start_server(senders={"to-b": 2}, async_event_queues=("audit",))
@@ -303,18 +320,26 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
     recorder = Recorder()
     region = cache.create_region("r", listeners=[recorder])
     region.register_interest(ALL_KEYS)
-    writer = a.client().create_region("r")
-    workers: dict[str, Any] = {
+    workers = {
         "server A": server,
         "server B": b.server,
         "gateway sender": sender,
         "gateway receiver": receiver,
         "async event queue": queue,
     }
+    writer = a.client().create_region("r")
+    return _EveryWorker(workers, sender, listener, cache, recorder, region, writer)
 
-    writer.put_all({f"before{i}": i for i in range(10)})  # valid traffic before the garbage
+
+def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_broken_message(
+    sites: list[Site],
+) -> None:
+    a, b = sites
+    w = _start_every_worker(a, b)
+
+    w.writer.put_all({f"before{i}": i for i in range(10)})  # valid traffic before the garbage
     wait_until(
-        lambda: sum(k.startswith("before") for _, k, _ in recorder.snapshot()) == 10,
+        lambda: sum(k.startswith("before") for _, k, _ in w.recorder.snapshot()) == 10,
         30,
         "the first valid puts at the subscriber",
     )
@@ -344,11 +369,11 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
             "gateway_batch",
             _whole(decode_batch),
         ),
-        sender.ack_topic: (a.namespace, 1, "gateway_ack", _whole(decode_ack)),
+        w.sender.ack_topic: (a.namespace, 1, "gateway_ack", _whole(decode_ack)),
     }
     client_topics = {
-        cache.pool.topics.queue(cache.client_id): "event",
-        cache.pool.topics.reply(cache.client_id): "reply",
+        w.cache.pool.topics.queue(w.cache.client_id): "event",
+        w.cache.pool.topics.reply(w.cache.client_id): "reply",
     }
     producer = kafka_producer({"bootstrap.servers": a.kafka})
     expected_dead: dict[str, Counter[bytes | None]] = {}
@@ -375,22 +400,22 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
 
     # The client logs and counts what it cannot decode (the fence is last on each topic).
     wait_until(
-        lambda: cache.subscription_stats.undecodable >= client_broken["event"],
+        lambda: w.cache.subscription_stats.undecodable >= client_broken["event"],
         30,
         "the client skipping the queue's garbage",
     )
     wait_until(
-        lambda: cache.pool.undecodable_replies >= client_broken["reply"],
+        lambda: w.cache.pool.undecodable_replies >= client_broken["reply"],
         30,
         "the client skipping the reply topic's garbage",
     )
 
-    writer.put_all({f"after{i}": i for i in range(10)})  # valid traffic after the garbage
-    region.put("after-own", "x")
-    assert region.get("after3") == 3
+    w.writer.put_all({f"after{i}": i for i in range(10)})  # valid traffic after the garbage
+    w.region.put("after-own", "x")
+    assert w.region.get("after3") == 3
 
     wait_until(
-        lambda: {f"after{i}" for i in range(10)} <= {k for _, k, _ in recorder.snapshot()},
+        lambda: {f"after{i}" for i in range(10)} <= {k for _, k, _ in w.recorder.snapshot()},
         60,
         "the valid puts after the garbage at the subscriber",
     )
@@ -401,9 +426,9 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         "every valid put on site B through the gateway",
     )
     wait_until(
-        lambda: {f"after{i}" for i in range(10)} <= set(listener.keys),
+        lambda: {f"after{i}" for i in range(10)} <= set(w.listener.keys),
         60,
-        "the async event queue listener",
+        "the async event queue w.listener",
     )
     assert a.values().keys() >= expected_b.keys() | {"after-own"}
 
@@ -417,8 +442,7 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         sources = {h["rb.source.topic"].decode() for _, h in _dead_letters(a.kafka, dead_ns)}
         assert sources <= set(server_topics), sources
 
-    for name, worker in workers.items():
-        assert worker.alive, f"{name} died: {worker.failure!r}"
+    w.assert_alive()
     # The client's two reader threads are alive: the puts after the garbage got their
     # replies and their events.
 
@@ -427,7 +451,7 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
     assert set(source_rows) == set(range(len(every_value)))
 
 
-# --- records Kafka's client cannot read, batches no legal writer sends --------------------
+# --- records Kafka's client cannot read, batches no legal w.writer sends --------------------
 
 HOSTILE_SEED = 20_260_101
 HOSTILE_BOUND_S = 1.0
@@ -566,26 +590,9 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
     (or, a client, counts) them and goes on, a bystander's puts are answered within the
     bound meanwhile, and the valid traffic after them reaches every consumer exactly once."""
     a, b = sites
-    b.start_server()
-    receiver = b.start_receiver()
-    server = a.start_server(senders={"to-b": 2}, async_event_queues=("audit",))
-    sender = a.start_sender("to-b", b, batch_time_interval_ms=100)
-    listener = _Collecting()
-    queue = start_async_event_queue(a, "audit", listener)
-    cache = a.client()
-    recorder = Recorder()
-    region = cache.create_region("r", listeners=[recorder])
-    region.register_interest(ALL_KEYS)
-    writer = a.client().create_region("r")
+    w = _start_every_worker(a, b)
     bystander = a.client().create_region("r")
     baseline_s = min(_timed_put(bystander, f"bystander-warm{i}") for i in range(3))
-    workers: dict[str, Any] = {
-        "server A": server,
-        "server B": b.server,
-        "gateway sender": sender,
-        "gateway receiver": receiver,
-        "async event queue": queue,
-    }
 
     rng = random.Random(HOSTILE_SEED)
     topics_a = Topics(a.namespace)
@@ -596,9 +603,9 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         topics_a.gateway("to-b"): (1, False, a.namespace),
         topics_a.async_event_queue("audit"): (1, False, a.namespace),
         Topics(b.namespace).gateway_inbound("receiver"): (1, False, b.namespace),
-        sender.ack_topic: (1, False, a.namespace),
-        cache.pool.topics.queue(cache.client_id): (1, True, None),
-        cache.pool.topics.reply(cache.client_id): (1, True, None),
+        w.sender.ack_topic: (1, False, a.namespace),
+        w.cache.pool.topics.queue(w.cache.client_id): (1, True, None),
+        w.cache.pool.topics.reply(w.cache.client_id): (1, True, None),
     }
     writes: list[dict[str, Any]] = []
     for topic, (partitions, batch_topic, _) in consumed.items():
@@ -650,9 +657,9 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
     assert max(latencies) <= max(HOSTILE_BOUND_S, 10 * baseline_s), latencies
 
     expected = {f"after{i}": i for i in range(20)}
-    writer.put_all(expected)
+    w.writer.put_all(expected)
     wait_until(
-        lambda: expected.keys() <= {k for _, k, _ in recorder.snapshot()},
+        lambda: expected.keys() <= {k for _, k, _ in w.recorder.snapshot()},
         90,
         "the valid puts after the hostile records at the subscriber",
     )
@@ -661,13 +668,15 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         120,
         "every valid put on site B through the gateway",
     )
-    wait_until(lambda: expected.keys() <= set(listener.keys), 90, "the async event queue")
-    creates = Counter(k for m, k, _ in recorder.snapshot() if m == "create" and k in expected)
+    wait_until(lambda: expected.keys() <= set(w.listener.keys), 90, "the async event queue")
+    creates = Counter(k for m, k, _ in w.recorder.snapshot() if m == "create" and k in expected)
     assert set(creates.values()) == {1}, creates  # none lost, none twice
-    assert Counter(k for k in listener.keys if k in expected) == Counter(expected.keys())
+    assert Counter(k for k in w.listener.keys if k in expected) == Counter(expected.keys())
     assert key not in a.values()
     wait_until(
-        lambda: cache.subscription_stats.undecodable >= 2 and cache.pool.undecodable_replies >= 2,
+        lambda: (
+            w.cache.subscription_stats.undecodable >= 2 and w.cache.pool.undecodable_replies >= 2
+        ),
         60,
         "the client skipping its topics' hostile records",
     )
@@ -705,8 +714,7 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         and h.get("rb.source.topic") == topics_a.ops.encode()
     ]
     assert misplaced_dead and b"belongs to bucket" in misplaced_dead[0]["rb.reason"]
-    for name, worker in workers.items():
-        assert worker.alive, f"{name} died: {worker.failure!r}"
+    w.assert_alive()
 
 
 def _timed_put(region: Any, key: str) -> float:
