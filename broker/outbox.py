@@ -51,6 +51,10 @@ TOPIC_GONE: Final = frozenset(
 
 _BUFFER_FULL_POLL_S = 0.05
 
+VALUE_DROPPED_HEADER: Final = "rb.value-dropped"
+"""Of a dead letter sent without the record's value (too large for the dead-letter topic):
+the value's size in bytes."""
+
 
 class Outbox:
     """The server's producer, with its batching per client topic and delivery bookkeeping.
@@ -203,7 +207,23 @@ class Outbox:
             *dead_letter_headers(reason, source, self.member_id, last_offset),
             *(extra_headers or []),
         ]
-        self.produce(self.topics.dead_letter, raw, None, headers=headers)
+        sent = partial(self._dead_letter_sent, headers)
+        self.produce(self.topics.dead_letter, raw, None, on_delivery=sent, headers=headers)
+
+    def _dead_letter_sent(
+        self, headers: HeaderList, error: KafkaError | None, message: KafkaMessage
+    ) -> None:
+        """A dead letter Kafka refused as too large (a dead-letter topic made before its size
+        limit left room for the headers) goes again without its value, whose size it names
+        in ``rb.value-dropped``: the record stays at its source offset, and a refused dead
+        letter counted as a failed delivery would have the record read again for ever."""
+        value = message.value()
+        if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE and value:
+            dropped = (VALUE_DROPPED_HEADER, str(len(value)).encode())
+            log.error("dead letter too large for %s, sent without its value", message.topic())
+            self.produce(self.topics.dead_letter, None, None, headers=[*headers, dropped])
+            return
+        self.on_delivery(error, message)
 
     def dead_letter_unreadable(self, skipped: UnreadableRecords) -> None:
         """Dead-letter a record batch the consumer could not read (it has no value to
@@ -309,4 +329,4 @@ class Outbox:
         return self.producer.flush(timeout_s)
 
 
-__all__ = ["TOPIC_GONE", "DeliveryReport", "Outbox"]
+__all__ = ["TOPIC_GONE", "VALUE_DROPPED_HEADER", "DeliveryReport", "Outbox"]

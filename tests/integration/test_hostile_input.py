@@ -32,9 +32,10 @@ from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.schemas.codec import BATCH_TYPE, MAGIC, encode, load_avro_schema
 from regionbus.schemas.errors import InvalidInterestError, ServerOperationError
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.topics import TopicSpec, ensure_topics
 from regionbus.schemas.transport import watermarks
 
 POISON_REGEX = "(" * 500 + "a" + ")" * 500
@@ -427,36 +428,53 @@ def test_a_batch_of_990000_empty_items_is_dead_lettered_whole_and_stalls_no_othe
     assert two_region_server.alive
 
 
-def test_a_record_at_the_topics_size_limit_is_dead_lettered_whole_once(
-    two_region_server: CacheServer,
+@pytest.mark.parametrize("dead_letter_topic", ["made now", "made before its size limit"])
+def test_a_record_at_the_topics_size_limit_is_dead_lettered_once(
+    server_settings: ServerSettings,
     client_factory,
     namespace: str,
     kafka_bootstrap_servers: str,
+    dead_letter_topic: str,
 ) -> None:
     """An undecodable record as large as ``{ns}.ops`` takes: its dead letter (the record
     plus headers) was over the server producer's ``message.max.bytes``, the failed delivery
-    made the server rewind and read it again, for ever."""
-    ops = Topics(namespace).ops
-    bucket = 9
-    region = client_factory(read_timeout_ms=20_000).create_region("r")
-    key = _key_in("r", bucket)
-    # Kafka's default max.message.bytes (record_limits.RECORD_BATCH_MAX_BYTES) less framing.
-    value = b"\xb1\x01" + b"x" * (1_048_588 - 2_000)
-    [offset] = _produce(
-        {"bootstrap.servers": kafka_bootstrap_servers, "message.max.bytes": 2_000_000},
-        ops,
-        bucket,
-        [value],
-    )
-    region.put(key, 1)  # behind it in its bucket
-    wait_until(
-        lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, offset),
-        what="the record's dead letter",
-    )
-    lengths = [
-        length
+    made the server rewind and read it again, for ever. A dead-letter topic made before its
+    limit left room for the headers refuses it too: it is then sent without its value."""
+    topics = Topics(namespace)
+    if dead_letter_topic != "made now":
+        ensure_topics(
+            kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}),
+            [TopicSpec(topics.dead_letter, 1, {"retention.ms": "604800000"})],
+        )
+    server = CacheServer(server_settings.model_copy(update={"regions": ["r", "s"]}))
+    server.start()
+    try:
+        bucket = 9
+        region = client_factory(read_timeout_ms=20_000).create_region("r")
+        key = _key_in("r", bucket)
+        # Kafka's default max.message.bytes (record_limits.RECORD_BATCH_MAX_BYTES) less the
+        # record batch's framing: its dead letter's headers take it over.
+        value = b"\xb1\x01" + b"x" * (1_048_588 - 200)
+        [offset] = _produce(
+            {"bootstrap.servers": kafka_bootstrap_servers, "message.max.bytes": 2_000_000},
+            topics.ops,
+            bucket,
+            [value],
+        )
+        region.put(key, 1)  # behind it in its bucket
+        wait_until(
+            lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), topics.ops, offset),
+            what="the record's dead letter",
+        )
+        assert server.alive and region.get(key) == 1
+    finally:
+        server.stop()
+    dead = [
+        (headers, length)
         for headers, length in _dead_letters_of(kafka_bootstrap_servers, namespace)
         if headers.get("rb.source.offset") == str(offset)
     ]
-    assert lengths == [len(value)]
-    assert two_region_server.alive and region.get(key) == 1
+    if dead_letter_topic == "made now":
+        assert [length for _, length in dead] == [len(value)]
+    else:
+        assert [(h.get("rb.value-dropped"), length) for h, length in dead] == [(str(len(value)), 0)]
