@@ -1,20 +1,21 @@
-# The regionbus image: the cache server, the gateway workers, the CLI and the client
-# library. `regionbus` is the entry point, so a compose `command` is its arguments
-# (default: `regionbus serve`). Spark jobs (`regionbus spark ...`) need a Java runtime,
-# which this image does not ship; everything else runs as is.
+# The regionbus image: the base package (the cache server, the gateway workers, the CLI and
+# the client library). `regionbus` is the entry point, so a compose `command` is its
+# arguments (default: `regionbus serve`). Spark jobs (`regionbus spark ...`) need the
+# `spark` extra and a Java runtime, which this image does not ship; the flights demo needs
+# the `demo` extra (build argument EXTRAS below).
 
 # Build a wheel of the package only, so no source tree or build tool reaches the runtime.
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY regionbus ./regionbus
 COPY broker ./broker
 COPY clients ./clients
 COPY schemas ./schemas
 COPY gateways ./gateways
 COPY spark ./spark
 COPY demo ./demo
-COPY bench ./bench
 COPY devstack ./devstack
 COPY runtime ./runtime
 RUN pip wheel --no-deps --wheel-dir /wheels .

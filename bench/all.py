@@ -27,7 +27,7 @@ import click
 from rich.console import Console
 
 from bench.summary import SUMMARY_FILE_ENV, SummaryRow, markdown_table, read, with_peers
-from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, last_line
+from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, last_line
 
 
 @dataclass(frozen=True, slots=True)

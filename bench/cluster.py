@@ -17,9 +17,9 @@ import redis
 
 from bench.server import BenchError, ServerProcess
 from bench.services import REGION, Services
-from broker.status import ClusterStatus, cluster_status
-from devstack import LocalStack
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.broker.status import ClusterStatus, cluster_status
+from regionbus.devstack import LocalStack
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
 

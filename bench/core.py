@@ -58,8 +58,8 @@ from bench.server import BenchError, ServerProcess
 from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_subscribers
-from clients import BytesSerializer, ClientCache, ClientSettings, Region
-from devstack import LocalStack
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
+from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench")
 

@@ -15,7 +15,7 @@ process:
    to the later of the last event and ``after_region_live``;
 3. **raw baseline** (timed, same run, same topic): a confluent-kafka consumer with
    ``assign()`` reads the queue topic from offset 0 until it has counted as many events;
-   it splits every Kafka message (a batch) with :func:`schemas.codec.split_batch` and
+   it splits every Kafka message (a batch) with :func:`regionbus.schemas.codec.split_batch` and
    counts the frames whose type byte is an event, decoding no Avro body.
 
 It prints both rates and the ratio regionbus ÷ raw. Machines are noisy: compare the
@@ -44,7 +44,7 @@ from bench.core import run_or_exit
 from bench.options import fetch_wait_option, json_option, linger_option
 from bench.server import BenchError, ServerProcess
 from bench.summary import SummaryRow, emit
-from clients import (
+from regionbus.clients import (
     ALL_KEYS,
     BytesSerializer,
     CacheListener,
@@ -53,13 +53,13 @@ from clients import (
     EntryEvent,
     RegionEvent,
 )
-from devstack import LocalStack
-from schemas.codec import TYPE_BYTES, split_batch
-from schemas.errors import BulkOperationError, MessageDecodeError
-from schemas.kafka_clients import kafka_consumer
-from schemas.messages import Event
-from schemas.naming import Topics
-from schemas.transport import assign_from, poll_batch
+from regionbus.devstack import LocalStack
+from regionbus.schemas.codec import TYPE_BYTES, split_batch
+from regionbus.schemas.errors import BulkOperationError, MessageDecodeError
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.messages import Event
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import assign_from, poll_batch
 
 log = logging.getLogger("regionbus.bench")
 

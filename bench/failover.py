@@ -46,8 +46,8 @@ from bench.failover_phases import FailoverOptions, cluster_throughput, failover_
 from bench.options import idle_timeout_option, json_option, value_bytes_option
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.summary import emit
-from broker.config import ServerSettings
-from devstack import LocalStack
+from regionbus.broker.config import ServerSettings
+from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench")
 

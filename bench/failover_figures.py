@@ -15,7 +15,7 @@ from rich.table import Table
 
 from bench.report import Latency
 from bench.summary import SummaryRow
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ from bench.report import NS_PER_MS, NS_PER_S, Latency, percentile
 from bench.server import BenchError, ServerProcess
 from bench.services import REGION, BenchOptions, Services
 from bench.workers import Child, run_tracking_subscriber
-from broker.status import ClusterStatus, cluster_status
-from clients import BytesSerializer, ClientCache, ClientSettings, Region
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.broker.status import ClusterStatus, cluster_status
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
 

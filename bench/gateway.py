@@ -50,8 +50,14 @@ from bench.gateway_raw import (
 )
 from bench.summary import SummaryRow, emit
 from bench.workers import stamped_value
-from clients import BytesSerializer, CacheListener, ClientCache, ClientSettings, EntryEvent
-from devstack import EmbeddedKafka, LocalStack
+from regionbus.clients import (
+    BytesSerializer,
+    CacheListener,
+    ClientCache,
+    ClientSettings,
+    EntryEvent,
+)
+from regionbus.devstack import EmbeddedKafka, LocalStack
 
 log = logging.getLogger("regionbus.bench.gateway")
 
@@ -77,7 +83,7 @@ class _Child:
         self.log_path = log_dir / f"{name}.log"
         with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "broker", *args],
+                [sys.executable, "-m", "regionbus", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

@@ -19,10 +19,10 @@ from confluent_kafka import TopicPartition
 from bench import progress
 from bench.report import percentile
 from bench.workers import TIMESTAMP_BYTES, stamped_value
-from broker.config import ServerSettings
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.topics import TopicSpec, ensure_topics
-from schemas.transport import assign_from
+from regionbus.broker.config import ServerSettings
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.transport import assign_from
 
 LINGER_MS = ServerSettings.model_fields["linger_ms"].default
 

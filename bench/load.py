@@ -19,8 +19,8 @@ from bench import progress
 from bench.report import NS_PER_S
 from bench.services import ACK_TIMEOUT_S
 from bench.workers import stamped_value
-from clients import Region
-from schemas.errors import BulkOperationError
+from regionbus.clients import Region
+from regionbus.schemas.errors import BulkOperationError
 
 log = logging.getLogger("regionbus.bench")
 

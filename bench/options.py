@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from clients import ClientSettings
+from regionbus.clients import ClientSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -5,7 +5,7 @@ nothing between its phases, which cannot be told apart from a hang, and its serv
 went to a temporary folder nobody was told about. A benchmark module calls, one line each:
 
 - :func:`heartbeat` around its whole run: without a terminal, a line every
-  :data:`runtime.heartbeat.DEFAULT_INTERVAL_S` seconds naming the phase, how long it has
+  :data:`regionbus.runtime.heartbeat.DEFAULT_INTERVAL_S` seconds naming the phase, how long it has
   lasted and its counts; at the end, where the logs are kept;
 - :func:`log_dir` for the folder its servers and children log to, made at once and kept
   after the run (``.regionbus/bench/logs/<benchmark>/<start time>``, or under
@@ -31,9 +31,9 @@ from typing import Final
 
 from rich.console import Console
 
-from demo.flights_run import RunLogs
-from devstack import LocalStack
-from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, PhaseStatus, last_line
+from regionbus.demo.flights_run import RunLogs
+from regionbus.devstack import LocalStack
+from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, PhaseStatus, last_line
 
 LOG_DIR_ENV: Final = "REGIONBUS_BENCH_LOG_DIR"
 """Names the parent folder of every benchmark's run folders (default
@@ -62,7 +62,7 @@ _run_logs: RunLogs | None = None
 
 def progress_interval_s() -> float:
     """Seconds between progress lines: ``$REGIONBUS_BENCH_PROGRESS_INTERVAL_S`` when shorter
-    than :data:`runtime.heartbeat.DEFAULT_INTERVAL_S`, else that.
+    than :data:`regionbus.runtime.heartbeat.DEFAULT_INTERVAL_S`, else that.
 
     Raises:
         ValueError: the variable is not a number.

@@ -32,8 +32,8 @@ from bench.report import Latency, Throughput, latency, throughput
 from bench.server import BenchError
 from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.workers import Child, stamped_value
-from schemas.kafka_clients import kafka_admin
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 
 def _create_topics(services: Services, topics: dict[str, int]) -> None:

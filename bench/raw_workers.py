@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from bench.workers import Tally, child_signals, tallies_result, wait_until_done
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.transport import assign_from
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.transport import assign_from
 
 _CONSUME_BATCH = 500
 _CONSUME_TIMEOUT_S = 0.1

@@ -70,9 +70,9 @@ from bench.server import ServerProcess
 from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import emit
 from bench.workers import Child, run_subscribers
-from clients import BytesSerializer, ClientCache, ClientSettings, Region
-from devstack import LocalStack
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
+from regionbus.devstack import LocalStack
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 log = logging.getLogger("regionbus.bench")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.summary import SummaryRow
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""A cache server of a benchmark run, as a child process (``python -m broker serve``).
+"""A cache server of a benchmark run, as a child process (``python -m regionbus serve``).
 
 A separate process so it gets its own core and its own GIL on a 2-core machine. It runs in
 its own session: a Ctrl-C in the terminal reaches only the benchmark, which then stops the
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from schemas.errors import RegionBusError
+from regionbus.schemas.errors import RegionBusError
 
 _READY_TEXT = "serving namespace"
 _READY_POLL_INTERVAL_S = 0.1
@@ -78,7 +78,7 @@ class ServerProcess:
     def command(self) -> list[str]:
         """The command line that starts the server."""
         command = [
-            sys.executable, "-m", "broker", "serve",
+            sys.executable, "-m", "regionbus", "serve",
             "--namespace", self.namespace,
             "--kafka", self.kafka_bootstrap_servers,
             "--redis", self.redis_url,

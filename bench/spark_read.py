@@ -9,7 +9,7 @@ whole:
 - **spark raw bytes**: ``spark.read.format("kafka")`` over the topic (``local[2]``),
   aggregated in the JVM (``count(*)``, ``sum(length(value))``) so every row is built and
   none is collected; each Spark read runs twice and the figure is the second (warm) run;
-- **spark typed columns**: the same read through :func:`spark.decode.decode_messages`
+- **spark typed columns**: the same read through :func:`regionbus.spark.decode.decode_messages`
   (``from_avro`` in the JVM), aggregating decoded columns so every record is decoded.
 
 Then a bulk load of ``--entries`` entries into a fresh ``{ns}.ops`` (16 partitions):
@@ -19,7 +19,7 @@ Then a bulk load of ``--entries`` entries into a fresh ``{ns}.ops`` (16 partitio
   flushed: the cost of the write alone;
 - **python encode + produce**: one Python process encoding the same PUTs as ``put_all``
   does (JSON value, framed Avro operation, one batch per bucket) and producing them;
-- **spark bulk load**: :func:`spark.bulkload.entries_to_operations` (operations encoded in
+- **spark bulk load**: :func:`regionbus.spark.bulkload.entries_to_operations` (operations encoded in
   the Python workers, as a signing client must) written with ``df.write.format("kafka")``.
 
 It prints rows/s of each and the ratios, and the load average before and after. Uses the
@@ -42,14 +42,14 @@ from rich.table import Table
 
 from bench import progress
 from bench.summary import SummaryRow, emit
-from devstack import LocalStack
-from schemas.codec import encode, encode_batches
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind, Operation, OperationKind
-from schemas.naming import Topics, bucket_of
-from schemas.serializers import serializer_named
-from schemas.transport import assign_from
+from regionbus.devstack import LocalStack
+from regionbus.schemas.codec import encode, encode_batches
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind
+from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.serializers import serializer_named
+from regionbus.schemas.transport import assign_from
 
 _PARTITIONS = 16
 
@@ -81,7 +81,7 @@ def _fill(bootstrap: str, topic: str, events: int, value_bytes: int) -> float:
 
 
 def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
-    from spark.kafka import latest_offsets
+    from regionbus.spark.kafka import latest_offsets
 
     ends = latest_offsets(
         {"bootstrap.servers": bootstrap}, [(topic, p) for p in range(_PARTITIONS)]
@@ -115,8 +115,8 @@ def _raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
 def _spark_read(spark: Any, bootstrap: str, topic: str, decoded: bool) -> tuple[int, float]:
     from pyspark.sql import functions as F  # noqa: N812
 
-    from spark.decode import decode_messages
-    from spark.format import kafka_reader
+    from regionbus.spark.decode import decode_messages
+    from regionbus.spark.format import kafka_reader
 
     started = time.monotonic()
     df = kafka_reader(spark, bootstrap).option("subscribe", topic).load()
@@ -139,7 +139,7 @@ def _spark_read(spark: Any, bootstrap: str, topic: str, decoded: bool) -> tuple[
 
 
 def _operations(spark: Any, namespace: str, entries: int) -> Any:
-    from spark.bulkload import entries_to_operations
+    from regionbus.spark.bulkload import entries_to_operations
 
     df = spark.range(entries, numPartitions=2).selectExpr(
         "concat('flight-', id) AS key",
@@ -202,7 +202,7 @@ def _encode_and_produce(bootstrap: str, namespace: str, entries: int) -> float:
 def _bulk_load(spark: Any, bootstrap: str, entries: int) -> tuple[float, float, float, int]:
     """Seconds of one load of ``entries`` PUTs: (produce of the encoded records, encode and
     produce in one Python process, Spark bulk load) and the number of Kafka records."""
-    from spark.format import kafka_writer
+    from regionbus.spark.format import kafka_writer
 
     namespace = f"bench.{secrets.token_hex(3)}"
     ops = Topics(namespace).ops
@@ -243,7 +243,7 @@ def main(events: int, value_bytes: int, entries: int, master: str) -> None:
         raw_n, raw_s = _raw_consume(bootstrap, topic)
         progress.phase(console, f"spark: starting ({master}), then reading the topic twice ...")
 
-        from spark.session import local_session
+        from regionbus.spark.session import local_session
 
         spark = local_session("regionbus-bench", master=master)
         # Each read runs twice and the second (warm: the JVM's JIT has compiled the

@@ -29,7 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from bench.server import BenchError
-from clients import (
+from regionbus.clients import (
     ALL_KEYS,
     BytesSerializer,
     CacheListener,

@@ -2,7 +2,7 @@
 
 A Kafka message is authenticated by its signature before anything of it is decoded into
 effects; each request it carries is then authorized against its principal's permissions
-(:class:`broker.security.SecurityGuard` holds the rules). A refusal is audited, the
+(:class:`regionbus.broker.security.SecurityGuard` holds the rules). A refusal is audited, the
 message is dead-lettered (``category="refused"``) with its signing headers, and every
 client it names is told with a reply carrying the error.
 """
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 from confluent_kafka import Message as KafkaMessage
 
-from broker.outbox import Outbox
-from broker.principals import Principal
-from broker.security import SecurityGuard, audit_refusal
-from broker.stats import ServerStats
-from schemas.codec import decode, split_batch
-from schemas.dead_letter import Source
-from schemas.errors import (
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.principals import Principal
+from regionbus.broker.security import SecurityGuard, audit_refusal
+from regionbus.broker.stats import ServerStats
+from regionbus.schemas.codec import decode, split_batch
+from regionbus.schemas.dead_letter import Source
+from regionbus.schemas.errors import (
     AuthenticationError,
     MessageDecodeError,
     NotAuthorizedError,
     RegionBusError,
 )
-from schemas.messages import Control, Operation, Reply
-from schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
+from regionbus.schemas.messages import Control, Operation, Reply
+from regionbus.schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 
 
 class Admission:

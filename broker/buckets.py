@@ -19,7 +19,7 @@ handoff note and secondaries:
   ``floor(buckets / members)``) hands buckets over cleanly: the caller flushes and commits the
   bucket first, then the lease is released with a handoff note naming the receiver.
 
-Each lease carries a fencing epoch (:mod:`runtime.leases`) that the region scripts check.
+Each lease carries a fencing epoch (:mod:`regionbus.runtime.leases`) that the region scripts check.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 import redis
 
-from runtime.leases import Lease, Member, Membership
-from schemas.errors import TransportError
-from schemas.naming import RedisKeys, bucket_role
+from regionbus.runtime.leases import Lease, Member, Membership
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.naming import RedisKeys, bucket_role
 
 log = logging.getLogger("regionbus.server")
 

@@ -1,7 +1,7 @@
 """The ``regionbus`` command line (click): serve, status, the local stack, regions, demo,
 Spark jobs.
 
-``python -m broker serve`` is the same as ``regionbus serve``.
+``python -m regionbus serve`` is the same as ``regionbus serve``.
 """
 
 from __future__ import annotations
@@ -22,20 +22,25 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from broker.cli_kafka_acls import kafka_acls
-from broker.cli_users import principal_store, require_cluster_manage, user
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from broker.status import cluster_status
-from broker.store import RegionStore
-from devstack import LocalStack
-from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT
-from runtime.observability import configure_logging
-from runtime.redis_connect import connect_redis
-from schemas.entry_checks import check_region_name
-from schemas.errors import RegionBusError
-from schemas.settings import CONFIG_FILE_ENV, SECTIONS, settings_class, unknown_environment
-from schemas.settings_docs import setting_descriptions, settings_table
+from regionbus.broker.cli_kafka_acls import kafka_acls
+from regionbus.broker.cli_users import principal_store, require_cluster_manage, user
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.broker.status import cluster_status
+from regionbus.broker.store import RegionStore
+from regionbus.devstack import LocalStack
+from regionbus.devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT
+from regionbus.runtime.observability import configure_logging
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.schemas.entry_checks import check_region_name
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.settings import (
+    CONFIG_FILE_ENV,
+    SECTIONS,
+    settings_class,
+    unknown_environment,
+)
+from regionbus.schemas.settings_docs import setting_descriptions, settings_table
 
 
 def _settings(**overrides: Any) -> ServerSettings:
@@ -92,7 +97,7 @@ def common_options(func: Any) -> Any:
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help=f"Configuration file (TOML/YAML tables per process kind, or dotenv) "
     f"[env {CONFIG_FILE_ENV}].",
 )
@@ -158,7 +163,7 @@ def serve(verbose: bool, **options: Any) -> None:
 )
 @click.option(
     "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
     default=Path(".regionbus") / "stack",
     show_default=True,
     help="Where Kafka's log and Redis' append-only file live; a later stack on the same "
@@ -189,7 +194,7 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
         if local.kafka is not None:
             click.echo(
                 f"Apache Kafka {local.kafka.version} started in "
-                f"{local.kafka.started_in_s:.1f} s; data in {data_dir.resolve()}",
+                f"{local.kafka.started_in_s:.1f} s; data in {data_dir}",
                 err=True,
             )
         logs = [str(service.log_path) for service in (local.kafka, local.redis) if service]
@@ -386,11 +391,19 @@ def _utc(at_ms: int | None) -> str:
 
 class _LazyGroup(click.Group):
     """A group whose subcommands are imported only when used (the demo pulls in pandas,
-    which every ``regionbus serve`` would otherwise pay for at start)."""
+    which every ``regionbus serve`` would otherwise pay for at start).
 
-    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+    ``extra`` names the package extra its commands need (``regionbus[spark]``,
+    ``regionbus[demo]``): without it installed, the command fails with a message naming
+    the extra instead of a traceback.
+    """
+
+    def __init__(
+        self, *args: Any, lazy: dict[str, str], extra: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = lazy
+        self._extra = extra
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._lazy})
@@ -400,23 +413,35 @@ class _LazyGroup(click.Group):
         if target is None:
             return super().get_command(ctx, cmd_name)
         module_name, _, attribute = target.partition(":")
-        command: click.Command = getattr(importlib.import_module(module_name), attribute)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            missing = error.name or ""
+            if self._extra is None or missing == "regionbus" or missing.startswith("regionbus."):
+                raise
+            raise click.ClickException(
+                f"'{cmd_name}' needs the {self._extra} extra (module {missing} is not "
+                f"installed): pip install 'regionbus[{self._extra}]'"
+            ) from error
+        command: click.Command = getattr(module, attribute)
         return command
 
 
 @main.group(
     cls=_LazyGroup,
     lazy={
-        "sender": "gateways.cli:sender_command",
-        "receiver": "gateways.cli:receiver_command",
-        "async-event-queue": "gateways.cli:async_event_queue_command",
+        "sender": "regionbus.gateways.cli:sender_command",
+        "receiver": "regionbus.gateways.cli:receiver_command",
+        "async-event-queue": "regionbus.gateways.cli:async_event_queue_command",
     },
 )
 def gateway() -> None:
     """Gateway senders, receivers and async event queues (see README)."""
 
 
-@main.group(cls=_LazyGroup, lazy={"flights": "demo.flights:flights_command"})
+@main.group(
+    cls=_LazyGroup, lazy={"flights": "regionbus.demo.flights:flights_command"}, extra="demo"
+)
 def demo() -> None:
     """Demonstrations on real data."""
 
@@ -425,10 +450,11 @@ def demo() -> None:
     "spark",
     cls=_LazyGroup,
     lazy={
-        "analytics": "spark.cli:analytics_command",
-        "delays": "spark.cli:delays_command",
-        "bulk-load": "spark.cli:bulk_load_command",
+        "analytics": "regionbus.spark.cli:analytics_command",
+        "delays": "regionbus.spark.cli:delays_command",
+        "bulk-load": "regionbus.spark.cli:bulk_load_command",
     },
+    extra="spark",
 )
 def spark_group() -> None:
     """Spark jobs over the topics: queue analytics, flights delays, bulk load."""

@@ -1,6 +1,6 @@
 """``regionbus kafka-acls <kind>``: print, or grant on Kafka, the ACLs of one Kafka user.
 
-The sets are `broker.kafka_acls`'s. Granting needs a Kafka user that may alter ACLs (a
+The sets are `regionbus.broker.kafka_acls`'s. Granting needs a Kafka user that may alter ACLs (a
 super user), given as for every command: ``REGIONBUS_KAFKA_*`` (``SASL``, TLS) or
 ``REGIONBUS_KAFKA_CONFIG``. The SCRAM user itself is created with Kafka's own tools
 (``kafka-configs.sh --alter --entity-type users``, see ``scripts/kafka-acls.sh``).
@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from broker.config import ServerSettings
-from broker.kafka_acls import (
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import (
     KafkaAcl,
     bulk_load_acls,
     client_acls,
@@ -24,9 +24,9 @@ from broker.kafka_acls import (
     grant,
     server_acls,
 )
-from schemas.errors import RegionBusError
-from schemas.kafka_clients import kafka_admin
-from schemas.naming import BULK_LOAD_ID_PREFIX
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.naming import BULK_LOAD_ID_PREFIX
 
 
 @click.group("kafka-acls")

@@ -20,12 +20,12 @@ from typing import Any
 
 import click
 
-from broker.config import ServerSettings
-from broker.permissions import CLUSTER_MANAGE, ResourcePermission, is_granted
-from broker.principals import PrincipalStore
-from runtime.redis_connect import connect_redis
-from schemas.errors import RegionBusError
-from schemas.signing import derive_key
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.permissions import CLUSTER_MANAGE, ResourcePermission, is_granted
+from regionbus.broker.principals import PrincipalStore
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.signing import derive_key
 
 audit = logging.getLogger("regionbus.audit")
 

@@ -18,17 +18,17 @@ import logging
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from broker.client_registry import ClientRecord, ClientRegistry
-from broker.config import ServerSettings
-from broker.interest import InterestRegistry
-from broker.outbox import Outbox
-from broker.queue_depth import QueueDepths
-from broker.security import SecurityGuard
-from broker.stats import ServerStats
-from runtime.leases import Lease, now_ms
-from schemas.codec import encode
-from schemas.errors import DuplicateClientError, DuplicateDurableClientError
-from schemas.messages import (
+from regionbus.broker.client_registry import ClientRecord, ClientRegistry
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.queue_depth import QueueDepths
+from regionbus.broker.security import SecurityGuard
+from regionbus.broker.stats import ServerStats
+from regionbus.runtime.leases import Lease, now_ms
+from regionbus.schemas.codec import encode
+from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
+from regionbus.schemas.messages import (
     CLIENT_TAKEN,
     CLIENT_UNKNOWN,
     Control,
@@ -37,7 +37,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics
+from regionbus.schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
 

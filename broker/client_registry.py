@@ -9,7 +9,7 @@ of a non-durable id the same way).
 
 A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
 disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
-:mod:`runtime.leases`) then unregisters it (seed 001: "the servers unregister the client
+:mod:`regionbus.runtime.leases`) then unregisters it (seed 001: "the servers unregister the client
 and do the same cleanup as for a non-durable client. The servers also log an alert").
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
-from broker.store import redis_errors
-from schemas.naming import RedisKeys
+from regionbus.broker.store import redis_errors
+from regionbus.schemas.naming import RedisKeys
 
 # Connect atomically: refuse a second live connection of any client id (its topics are
 # shared: the first to close would delete them under the other); otherwise record the

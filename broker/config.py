@@ -1,7 +1,7 @@
 """Settings of one cache server process, typed and validated at start (pydantic-settings).
 
 Read from code, the environment (prefix ``REGIONBUS_``, e.g. ``REGIONBUS_NAMESPACE``) and the
-file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`schemas.settings`.
+file named by ``REGIONBUS_CONFIG_FILE`` (table ``[server]``): see :mod:`regionbus.schemas.settings`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from broker.expiration_attributes import RegionExpiration
-from runtime.settings import ObservabilitySettings, RedisConnectionSettings
-from schemas.entry_checks import check_region_name
-from schemas.errors import ConfigurationError, RegionBusError
-from schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
-from schemas.settings import KafkaConnectionSettings
+from regionbus.broker.expiration_attributes import RegionExpiration
+from regionbus.runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from regionbus.schemas.entry_checks import check_region_name
+from regionbus.schemas.errors import ConfigurationError, RegionBusError
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
+from regionbus.schemas.settings import KafkaConnectionSettings
 
 
 def _generated_member_id() -> str:
@@ -36,7 +36,8 @@ class GatewayQueueSpec(BaseModel):
         remote_distributed_system_id: For a gateway sender, the site it sends to: an event
             that already reached that site is not queued (loop prevention). None for an
             async event queue.
-        event_filters: ``"module:Class"`` names of ``schemas.hooks.GatewayEventFilter``s whose
+        event_filters: ``"module:Class"`` names of ``regionbus.schemas.hooks.GatewayEventFilter``s
+        whose
             ``before_enqueue`` runs here (False = never queued).
         forward_expiration_destroy: Async event queues: also queue the destroys made by entry
             expiration (Geode ``forward-expiration-destroy``, default False; Geode's
@@ -99,7 +100,8 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     """Configuration of a cache server (file table ``[server]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
-    :class:`schemas.settings.KafkaConnectionSettings`, the Redis one (``redis_*``, with ACL
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`, the Redis one (``redis_*``, with
+    ACL
     user and TLS) on :class:`RedisConnectionSettings`.
 
     Attributes:
@@ -111,7 +113,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         region_expiration: ``{region: RegionExpiration}`` entry time-to-live and idle timeout
             with their actions (Geode ``ExpirationAttributes``; default none: entries never
             expire). Every server of a site must carry the same; see
-            :mod:`broker.expiration_attributes` for the rules.
+            :mod:`regionbus.broker.expiration_attributes` for the rules.
         expiration_interval_ms: How often a bucket primary looks for entries due to expire
             (an entry expires at most about this long after its time).
         expiration_batch_size: Most entries a server expires per look, over all its buckets;
@@ -163,7 +165,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         region_gateway_senders: ``{region: [sender id, ...]}`` senders attached to a region.
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
         security_enabled: Authenticate every request (signed by the client, see
-            ``schemas.signing``) and authorize it by the principal's permissions. Off by
+            ``regionbus.schemas.signing``) and authorize it by the principal's permissions. Off by
             default for local development; on in the secured profile.
         allowed_skew_ms: Largest difference between a request's signing time and this
             server's clock, milliseconds (default 300000, Kerberos' 5 minutes). It must

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from broker.config import ServerSettings
-from broker.gateway_queues import GatewayEnqueuer
-from broker.notifier import CacheClientNotifier
-from broker.outbox import Outbox
-from broker.ownership import BucketOwnership
-from broker.plugins import ServerPlugins
-from broker.stats import ServerStats
-from broker.store import Access, ApplyResult, GatewayVersion, RegionStore
-from runtime.leases import now_ms
-from schemas.errors import CacheWriterError, RegionNotFoundError
-from schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.gateway_queues import GatewayEnqueuer
+from regionbus.broker.notifier import CacheClientNotifier
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.ownership import BucketOwnership
+from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.stats import ServerStats
+from regionbus.broker.store import Access, ApplyResult, GatewayVersion, RegionStore
+from regionbus.runtime.leases import now_ms
+from regionbus.schemas.errors import CacheWriterError, RegionNotFoundError
+from regionbus.schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
 
 
 class _Pending(NamedTuple):

@@ -27,14 +27,14 @@ How it works:
   still that expiry time (a create, update or get since wins and nothing happens), and its
   result is stored under its EventID as an entry change's is. Then it is distributed as a
   change is, and the offset is committed only after its events were delivered
-  (:mod:`broker.ownership`).
+  (:mod:`regionbus.broker.ownership`).
 - What it tells. An expiration is a server-originated change: its event has that EventID,
   the producing server as originator and ``expiration=True``, which listeners read as
   ``EntryEvent.is_expiration`` (Geode ``Operation.isExpiration()``). It reaches server
   listeners, ``{ns}.events`` and the subscription queues of interested clients as an
   ordinary destroy or invalidate; gateway senders never get it and async event queues get
   an expiration destroy only with ``forward_expiration_destroy``
-  (:mod:`broker.gateway_queues`, Geode ``AbstractGatewaySender.checkForDistribution``).
+  (:mod:`regionbus.broker.gateway_queues`, Geode ``AbstractGatewaySender.checkForDistribution``).
 
 High availability: a primary that dies after producing an expiration, or after applying
 it but before delivering its events, loses nothing. Its successor reads the bucket again
@@ -50,9 +50,10 @@ sequence id.
 Who may expire: only a bucket's primary claims, and an ``EXPIRE_*`` operation takes effect
 only when it is the expiration claimed in Redis by the member that produced it. With
 security on, an ``EXPIRE_*`` operation from any principal but the servers' is refused and
-dead-lettered at the front door (:mod:`broker.security`); the servers sign theirs. Validation
+dead-lettered at the front door (:mod:`regionbus.broker.security`); the servers sign theirs.
+Validation
 dead-letters an expiration whose EventID is not in the expirations' thread, and any other
-operation whose EventID is (:mod:`broker.validation`): one with a high sequence id there
+operation whose EventID is (:mod:`regionbus.broker.validation`): one with a high sequence id there
 would make every later expiration of its bucket look like a duplicate.
 
 Limits, said plainly: with security off, the server cannot tell who produced an operation,
@@ -73,21 +74,21 @@ import time
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
-from broker.config import ServerSettings
-from broker.expiration_attributes import RegionExpiration
-from broker.gateway_queues import GatewayEnqueuer
-from broker.notifier import CacheClientNotifier
-from broker.outbox import Outbox
-from broker.ownership import BucketOwnership
-from broker.plugins import ServerPlugins
-from broker.security import SecurityGuard
-from broker.stats import ServerStats
-from broker.store import RegionStore, redis_errors
-from runtime.leases import now_ms
-from schemas.codec import encode, encode_batches
-from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
-from schemas.messages import Event, EventKind, Operation, OperationKind
-from schemas.naming import bucket_role
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.expiration_attributes import RegionExpiration
+from regionbus.broker.gateway_queues import GatewayEnqueuer
+from regionbus.broker.notifier import CacheClientNotifier
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.ownership import BucketOwnership
+from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.security import SecurityGuard
+from regionbus.broker.stats import ServerStats
+from regionbus.broker.store import RegionStore, redis_errors
+from regionbus.runtime.leases import now_ms
+from regionbus.schemas.codec import encode, encode_batches
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
+from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind
+from regionbus.schemas.naming import bucket_role
 
 log = logging.getLogger("regionbus.server.expiration")
 
@@ -146,7 +147,7 @@ class EntryExpiration:
         self._outbox = outbox
         self._stats = stats
         self._security = security
-        lua = resources.files("broker").joinpath("lua")
+        lua = resources.files("regionbus.broker").joinpath("lua")
         self._claim = store.redis.register_script(lua.joinpath("claim_expiry.lua").read_text())
         self._expire = store.redis.register_script(lua.joinpath("expire_entry.lua").read_text())
         self._next_look = time.monotonic()

@@ -13,11 +13,11 @@ import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from broker.config import GatewayQueueSpec, GatewaySenderSpec, OrderPolicy, ServerSettings
-from schemas.codec import encode
-from schemas.hooks import GatewayEventFilter, load_hook
-from schemas.messages import Event, EventKind
-from schemas.naming import Topics, bucket_of
+from regionbus.broker.config import GatewayQueueSpec, GatewaySenderSpec, OrderPolicy, ServerSettings
+from regionbus.schemas.codec import encode
+from regionbus.schemas.hooks import GatewayEventFilter, load_hook
+from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.naming import Topics, bucket_of
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
 """Entry create, update and distributed destroy (seed 002). Not invalidate, region events,

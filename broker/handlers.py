@@ -1,9 +1,9 @@
 """One handler per operation kind, in one table (Geode's ``CommandInitializer``).
 
 An operation that decoded and passed validation is handed to the handler of its kind. The
-entry operations join the batch of :mod:`broker.entry_ops`; every other kind first applies
+entry operations join the batch of :mod:`regionbus.broker.entry_ops`; every other kind first applies
 that batch (operations of a bucket take effect in their order) and then runs on its own;
-so do the expirations a bucket's primary produces (:mod:`broker.expiration`).
+so do the expirations a bucket's primary produces (:mod:`regionbus.broker.expiration`).
 Adding an operation kind is one handler here and one row in :meth:`OperationHandlers.table`
 (plus a Lua script if it changes region state).
 """
@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.client_lifecycle import ClientLifecycle
-from broker.config import ServerSettings
-from broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
-from broker.expiration import EntryExpiration
-from broker.interest import InterestRegistry
-from broker.notifier import CacheClientNotifier
-from broker.outbox import Outbox
-from broker.ownership import BucketOwnership
-from broker.plugins import ServerPlugins
-from broker.stats import ServerStats
-from broker.store import RegionStore
-from runtime.leases import now_ms
-from schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
-from schemas.interest_regex import compile_interest_regex
-from schemas.messages import (
+from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
+from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.notifier import CacheClientNotifier
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.ownership import BucketOwnership
+from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.stats import ServerStats
+from regionbus.broker.store import RegionStore
+from regionbus.runtime.leases import now_ms
+from regionbus.schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
+from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.messages import (
     Entry,
     EventKind,
     InterestKind,
@@ -36,7 +36,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import bucket_of, region_bucket
+from regionbus.schemas.naming import bucket_of, region_bucket
 
 Handler = Callable[[Operation, int, int], None]
 """``handler(operation, bucket, offset)``: the bucket (partition) and offset it was read at."""

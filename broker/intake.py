@@ -1,32 +1,38 @@
 """The front door of a cache server's operations: one polled Kafka message to its handler.
 
 A message from ``{ns}.ops`` (or a lifecycle message from ``{ns}.control``) is checked at
-the front door when security is on (:mod:`broker.admission`), split into the items of its
-batch, each decoded, authorized, validated (:mod:`broker.validation`) and handed to the
-handler of its kind (:mod:`broker.handlers`) or to the client lifecycle. What cannot be
+the front door when security is on (:mod:`regionbus.broker.admission`), split into the items of its
+batch, each decoded, authorized, validated (:mod:`regionbus.broker.validation`) and handed to the
+handler of its kind (:mod:`regionbus.broker.handlers`) or to the client lifecycle. What cannot be
 processed is dead-lettered with its reason (invariant 6), and an item whose handling raised
-anything but an infrastructure error is set aside (:mod:`broker.poison`) so the items after
-it still run. The server's loop (:mod:`broker.server`) decides which messages come here.
+anything but an infrastructure error is set aside (:mod:`regionbus.broker.poison`) so the items
+after
+it still run. The server's loop (:mod:`regionbus.broker.server`) decides which messages come here.
 """
 
 from __future__ import annotations
 
 from confluent_kafka import Message as KafkaMessage
 
-from broker.admission import Admission
-from broker.client_lifecycle import ClientLifecycle
-from broker.config import ServerSettings
-from broker.entry_ops import EntryOperations
-from broker.handlers import OperationHandlers
-from broker.outbox import Outbox
-from broker.poison import is_infrastructure_error, set_aside
-from broker.principals import Principal
-from broker.validation import validate
-from schemas.codec import decode, split_batch
-from schemas.dead_letter import Source
-from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
-from schemas.messages import Control, Operation
-from schemas.naming import Topics, check_name
+from regionbus.broker.admission import Admission
+from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.entry_ops import EntryOperations
+from regionbus.broker.handlers import OperationHandlers
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.poison import is_infrastructure_error, set_aside
+from regionbus.broker.principals import Principal
+from regionbus.broker.validation import validate
+from regionbus.schemas.codec import decode, split_batch
+from regionbus.schemas.dead_letter import Source
+from regionbus.schemas.errors import (
+    ConfigurationError,
+    MessageDecodeError,
+    RegionBusError,
+    TransportError,
+)
+from regionbus.schemas.messages import Control, Operation
+from regionbus.schemas.naming import Topics, check_name
 
 
 class OperationIntake:

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import redis
 
-from broker.store import redis_errors
-from schemas.errors import InvalidInterestError
-from schemas.interest_regex import InterestRegex, compile_interest_regex
-from schemas.messages import InterestKind, InterestSpec
-from schemas.naming import RedisKeys
+from regionbus.broker.store import redis_errors
+from regionbus.schemas.errors import InvalidInterestError
+from regionbus.schemas.interest_regex import InterestRegex, compile_interest_regex
+from regionbus.schemas.messages import InterestKind, InterestSpec
+from regionbus.schemas.naming import RedisKeys
 
 log = logging.getLogger("regionbus.interest")
 

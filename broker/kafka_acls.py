@@ -54,9 +54,9 @@ from confluent_kafka.admin import (
 )
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from schemas.errors import TransportError
-from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, check_name, receiver_client_id
-from schemas.transport import kafka_error
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.naming import BULK_LOAD_ID_PREFIX, Topics, check_name, receiver_client_id
+from regionbus.schemas.transport import kafka_error
 
 ResourceKind = Literal["topic", "group", "cluster"]
 PatternKind = Literal["literal", "prefixed"]
@@ -256,8 +256,8 @@ def bulk_load_acls(namespace: str, load_id_prefix: str = BULK_LOAD_ID_PREFIX) ->
 
     Args:
         namespace: The site namespace.
-        load_id_prefix: How the load ids begin (`spark.bulkload.bulk_load` ``load_id``;
-            default `schemas.naming.BULK_LOAD_ID_PREFIX`, what a load without one gets).
+        load_id_prefix: How the load ids begin (`regionbus.spark.bulkload.bulk_load` ``load_id``;
+            default `regionbus.schemas.naming.BULK_LOAD_ID_PREFIX`, what a load without one gets).
     """
     topics = Topics(namespace)
     replies = topics.reply(check_name("load id prefix", load_id_prefix))

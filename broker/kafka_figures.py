@@ -20,9 +20,9 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from schemas.errors import RegionBusError
-from schemas.kafka_clients import kafka_admin
-from schemas.kafka_outage import quiet_config
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.kafka_outage import quiet_config
 
 
 class KafkaFigures:

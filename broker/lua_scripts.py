@@ -22,7 +22,7 @@ APPLY_ENTRY_MARK = "--@APPLY_ENTRY@--"
 
 def load_lua(name: str) -> str:
     """The text of ``broker/lua/<name>``."""
-    return resources.files("broker").joinpath("lua", name).read_text()
+    return resources.files("regionbus.broker").joinpath("lua", name).read_text()
 
 
 def apply_entries_source() -> str:

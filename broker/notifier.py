@@ -18,15 +18,15 @@ import logging
 import time
 from typing import Final
 
-from broker.config import ServerSettings
-from broker.interest import InterestRegistry
-from broker.outbox import Outbox
-from broker.queue_depth import QueueDepths
-from broker.security import SecurityGuard
-from broker.stats import ServerStats
-from schemas.codec import encode
-from schemas.messages import Event, EventKind, Marker
-from schemas.naming import Topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.queue_depth import QueueDepths
+from regionbus.broker.security import SecurityGuard
+from regionbus.broker.stats import ServerStats
+from regionbus.schemas.codec import encode
+from regionbus.schemas.messages import Event, EventKind, Marker
+from regionbus.schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
 

@@ -2,7 +2,7 @@
 
 The outbox is the floor of the server: every other part hands it what to send. Replies
 and subscription-queue messages of one poll batch are gathered per topic and sent as few
-Kafka messages as possible, in order (:func:`schemas.codec.encode_batches`); events to
+Kafka messages as possible, in order (:func:`regionbus.schemas.codec.encode_batches`); events to
 ``{ns}.events`` and gateway queues, and dead letters, go at once. Delivery failures are
 counted, so the server commits no offset past an operation whose effects were lost (the
 offsets part rewinds instead). Every message is numbered as it is handed to the producer,
@@ -10,7 +10,8 @@ and :meth:`Outbox.settled` says when every message up to a :meth:`Outbox.mark` h
 delivery report: the offsets part commits then, without stopping the loop for a flush.
 
 With security on, every message to a client's queue or reply topic is signed for that
-client (:attr:`Outbox.seal`, `broker.security.SecurityGuard.client_headers`), so the client
+client (:attr:`Outbox.seal`, `regionbus.broker.security.SecurityGuard.client_headers`), so the
+client
 can tell a server's message from a forged one.
 """
 
@@ -24,15 +25,15 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from broker.client_topics import ClientTopicPresence
-from broker.queue_depth import QueueDepths
-from broker.stats import ServerStats
-from schemas.codec import encode, encode_batches, split_batch
-from schemas.dead_letter import Source, dead_letter_headers
-from schemas.errors import RegionBusError
-from schemas.messages import Operation, Reply
-from schemas.naming import Topics
-from schemas.signing import HeaderList
+from regionbus.broker.client_topics import ClientTopicPresence
+from regionbus.broker.queue_depth import QueueDepths
+from regionbus.broker.stats import ServerStats
+from regionbus.schemas.codec import encode, encode_batches, split_batch
+from regionbus.schemas.dead_letter import Source, dead_letter_headers
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.messages import Operation, Reply
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.signing import HeaderList
 
 log = logging.getLogger("regionbus.server")
 

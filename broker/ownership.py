@@ -1,7 +1,7 @@
 """Which buckets this server processes, from where, and how far it has committed.
 
 A bucket is one partition of ``{ns}.ops`` (bucket 0 also brings ``{ns}.control``). The
-election (:mod:`broker.buckets`) says which buckets this server is primary of; this part
+election (:mod:`regionbus.broker.buckets`) says which buckets this server is primary of; this part
 assigns their partitions to the server's consumer from the committed offsets, drops them
 at once when a lease is lost or a write is fenced, hands them over cleanly, and commits.
 
@@ -23,12 +23,12 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from broker.buckets import BucketElection
-from broker.outbox import Outbox
-from broker.stats import ServerStats
-from broker.store import RegionStore
-from schemas.naming import Topics
-from schemas.transport import assign_from, committed_offsets
+from regionbus.broker.buckets import BucketElection
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.stats import ServerStats
+from regionbus.broker.store import RegionStore
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import assign_from, committed_offsets
 
 log = logging.getLogger("regionbus.server")
 

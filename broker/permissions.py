@@ -30,8 +30,8 @@ from __future__ import annotations
 import enum
 from typing import Final, NamedTuple
 
-from schemas.errors import ConfigurationError
-from schemas.messages import InterestKind, Operation, OperationKind
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 
 WILDCARD: Final = "*"
 

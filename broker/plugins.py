@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas.callbacks import (
+from regionbus.schemas.callbacks import (
     CacheListener,
     CacheWriter,
     EntryEvent,
@@ -21,10 +21,10 @@ from schemas.callbacks import (
     region_event_kind,
     run_writer,
 )
-from schemas.errors import ConfigurationError
-from schemas.hooks import load_hook
-from schemas.messages import Event, EventKind, Operation
-from schemas.serializers import serializer_named
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.hooks import load_hook
+from regionbus.schemas.messages import Event, EventKind, Operation
+from regionbus.schemas.serializers import serializer_named
 
 log = logging.getLogger("regionbus.server")
 

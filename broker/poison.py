@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from contextlib import suppress
 
-from broker.outbox import Outbox
-from runtime.redis_outage import is_redis_unavailable
-from schemas.codec import decode
-from schemas.dead_letter import Source
-from schemas.errors import ServerOperationError, TransportError
-from schemas.messages import Operation
+from regionbus.broker.outbox import Outbox
+from regionbus.runtime.redis_outage import is_redis_unavailable
+from regionbus.schemas.codec import decode
+from regionbus.schemas.dead_letter import Source
+from regionbus.schemas.errors import ServerOperationError, TransportError
+from regionbus.schemas.messages import Operation
 
 log = logging.getLogger("regionbus.server")
 

@@ -1,6 +1,6 @@
 """Principals, their derived MAC keys and permissions, in Redis (``rb:{ns}:sec:*``).
 
-Only the PBKDF2-derived key of a secret is stored (:mod:`schemas.signing`), never the
+Only the PBKDF2-derived key of a secret is stored (:mod:`regionbus.schemas.signing`), never the
 secret. ``regionbus user add/remove/list`` and the servers use this module.
 
 Keys:
@@ -29,11 +29,11 @@ from typing import NamedTuple
 
 import redis
 
-from broker.permissions import ResourcePermission
-from broker.store import redis_errors
-from schemas.errors import ConfigurationError
-from schemas.naming import RedisKeys, check_name
-from schemas.signing import KDF_ITERATIONS, KDF_NAME, SERVER_PRINCIPAL, derive_key
+from regionbus.broker.permissions import ResourcePermission
+from regionbus.broker.store import redis_errors
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.naming import RedisKeys, check_name
+from regionbus.schemas.signing import KDF_ITERATIONS, KDF_NAME, SERVER_PRINCIPAL, derive_key
 
 
 class Principal(NamedTuple):
@@ -41,7 +41,7 @@ class Principal(NamedTuple):
 
     Attributes:
         name: The principal name.
-        key: Its MAC key (derived, :data:`schemas.signing.KEY_BYTES` bytes).
+        key: Its MAC key (derived, :data:`regionbus.schemas.signing.KEY_BYTES` bytes).
         permissions: What it is granted.
         created_ms: When it was added, milliseconds since the Unix epoch UTC.
     """

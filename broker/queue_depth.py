@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from schemas.naming import Topics
+from regionbus.schemas.naming import Topics
 
 
 @dataclass

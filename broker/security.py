@@ -2,7 +2,7 @@
 filters event routing, and writes the audit log.
 
 Kafka messages carry no principal a cache server can trust, so the server checks the
-signature every client puts in the headers (:mod:`schemas.signing`) before it decodes a
+signature every client puts in the headers (:mod:`regionbus.schemas.signing`) before it decodes a
 message into effects:
 
 1. the headers are present and well formed, and name a known principal;
@@ -11,7 +11,7 @@ message into effects:
 4. the MAC was not accepted before at another place of the log (a replay); the same place
    re-read after a restart or failover is not a replay.
 
-Each decoded request then needs the permissions of :mod:`broker.permissions`, and its
+Each decoded request then needs the permissions of :mod:`regionbus.broker.permissions`, and its
 client id must belong to the same principal (the first principal to use a client id owns
 it). Every refusal is logged on the ``regionbus.audit`` logger with principal, operation,
 region, client and reason. Events of a region are routed only to clients whose principal
@@ -26,17 +26,17 @@ from collections.abc import Iterable
 
 import redis
 
-from broker.config import ServerSettings
-from broker.permissions import (
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.permissions import (
     ResourcePermission,
     data_read,
     is_granted,
     required_permissions,
 )
-from broker.principals import SERVER_PRINCIPAL, Principal, PrincipalStore
-from schemas.errors import AuthenticationError, NotAuthorizedError
-from schemas.messages import Control, Operation
-from schemas.signing import HeaderList, Headers, Signer, parse_headers, signed_headers
+from regionbus.broker.principals import SERVER_PRINCIPAL, Principal, PrincipalStore
+from regionbus.schemas.errors import AuthenticationError, NotAuthorizedError
+from regionbus.schemas.messages import Control, Operation
+from regionbus.schemas.signing import HeaderList, Headers, Signer, parse_headers, signed_headers
 
 audit = logging.getLogger("regionbus.audit")
 
@@ -264,7 +264,7 @@ class SecurityGuard:
     ) -> HeaderList | None:
         """Signing headers for a reply, event or marker to a client: signed as the servers
         with the key of the client's principal, which the client verifies
-        (`schemas.signing.Signer.check_from_server`).
+        (`regionbus.schemas.signing.Signer.check_from_server`).
 
         Returns:
             The headers, or None when the client id has no known principal (it never sent

@@ -3,25 +3,25 @@
 Where an operation goes (README "How an operation travels"):
 
 1. It enters from partition ``bucket`` of ``{ns}.ops`` (client lifecycle messages from
-   ``{ns}.control``), read by the bucket's primary (:mod:`broker.ownership`), checked at
-   the front door when security is on (:mod:`broker.admission`), decoded and validated
-   (:mod:`broker.intake`, :mod:`broker.validation`); what cannot be processed is
+   ``{ns}.control``), read by the bucket's primary (:mod:`regionbus.broker.ownership`), checked at
+   the front door when security is on (:mod:`regionbus.broker.admission`), decoded and validated
+   (:mod:`regionbus.broker.intake`, :mod:`regionbus.broker.validation`); what cannot be processed is
    dead-lettered (invariant 6), and so is a message whose handling raised anything else
-   (:mod:`broker.poison`).
-2. The handler of its kind runs (:mod:`broker.handlers`, one table): entry operations are
-   applied in batches (:mod:`broker.entry_ops`) through the region store's Lua scripts,
-   with server writers before and listeners after (:mod:`broker.plugins`).
+   (:mod:`regionbus.broker.poison`).
+2. The handler of its kind runs (:mod:`regionbus.broker.handlers`, one table): entry operations are
+   applied in batches (:mod:`regionbus.broker.entry_ops`) through the region store's Lua scripts,
+   with server writers before and listeners after (:mod:`regionbus.broker.plugins`).
 3. Each applied change is routed by interest to the subscription queues of the
-   interested clients (:mod:`broker.notifier`) and queued for gateways
-   (:mod:`broker.gateway_queues`); its originator gets a reply. All of it is produced by
-   the outbox (:mod:`broker.outbox`).
+   interested clients (:mod:`regionbus.broker.notifier`) and queued for gateways
+   (:mod:`regionbus.broker.gateway_queues`); its originator gets a reply. All of it is produced by
+   the outbox (:mod:`regionbus.broker.outbox`).
 4. Every ``message_sync_interval_s`` the positions processed are noted, and committed
    once everything produced before them is delivered (ARCHITECTURE.md), so a new primary
    re-processes a bounded window whose EventIDs Redis recognises.
 
-The loop also expires the entries of its buckets that are due (:mod:`broker.expiration`),
+The loop also expires the entries of its buckets that are due (:mod:`regionbus.broker.expiration`),
 takes part in the bucket election, expires silent clients and reaps durable
-clients away too long (:mod:`broker.client_lifecycle`), holds operations back while a
+clients away too long (:mod:`regionbus.broker.client_lifecycle`), holds operations back while a
 client's queue is full, and rides out Redis outages.
 """
 
@@ -38,42 +38,42 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
-from broker.admission import Admission
-from broker.buckets import BucketElection
-from broker.client_lifecycle import ClientLifecycle
-from broker.client_registry import ClientRegistry
-from broker.client_topics import ClientTopicPresence
-from broker.config import ServerSettings
-from broker.entry_ops import EntryOperations
-from broker.expiration import EntryExpiration
-from broker.gateway_queues import GatewayEnqueuer
-from broker.handlers import OperationHandlers
-from broker.intake import OperationIntake
-from broker.interest import InterestRegistry
-from broker.notifier import CacheClientNotifier
-from broker.outbox import TOPIC_GONE, Outbox
-from broker.ownership import BucketOwnership
-from broker.plugins import ServerPlugins
-from broker.poison import is_infrastructure_error, set_aside
-from broker.queue_depth import QueueDepths
-from broker.security import SecurityGuard
-from broker.server_metrics import server_metric_families
-from broker.stats import ServerStats
-from broker.store import RegionStore
-from broker.topic_keeper import TopicKeeper
-from runtime.leases import Lease
-from runtime.observability import MetricsEndpoint
-from runtime.redis_connect import connect_redis
-from runtime.redis_outage import RedisOutage, is_redis_unavailable
-from runtime.worker import BackgroundWorker
-from schemas.callbacks import CacheListener, CacheWriter
-from schemas.dead_letter import Source
-from schemas.errors import TransportError
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.kafka_outage import KafkaOutage, quiet_config
-from schemas.naming import REAPER_ROLE, Topics
-from schemas.topics import acked_queue_spec, server_topic_specs
-from schemas.transport import poll_batch
+from regionbus.broker.admission import Admission
+from regionbus.broker.buckets import BucketElection
+from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.client_registry import ClientRegistry
+from regionbus.broker.client_topics import ClientTopicPresence
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.entry_ops import EntryOperations
+from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.gateway_queues import GatewayEnqueuer
+from regionbus.broker.handlers import OperationHandlers
+from regionbus.broker.intake import OperationIntake
+from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.notifier import CacheClientNotifier
+from regionbus.broker.outbox import TOPIC_GONE, Outbox
+from regionbus.broker.ownership import BucketOwnership
+from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.poison import is_infrastructure_error, set_aside
+from regionbus.broker.queue_depth import QueueDepths
+from regionbus.broker.security import SecurityGuard
+from regionbus.broker.server_metrics import server_metric_families
+from regionbus.broker.stats import ServerStats
+from regionbus.broker.store import RegionStore
+from regionbus.broker.topic_keeper import TopicKeeper
+from regionbus.runtime.leases import Lease
+from regionbus.runtime.observability import MetricsEndpoint
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
+from regionbus.runtime.worker import BackgroundWorker
+from regionbus.schemas.callbacks import CacheListener, CacheWriter
+from regionbus.schemas.dead_letter import Source
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
+from regionbus.schemas.naming import REAPER_ROLE, Topics
+from regionbus.schemas.topics import acked_queue_spec, server_topic_specs
+from regionbus.schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
 
@@ -184,7 +184,7 @@ class CacheServer(BackgroundWorker):
 
     def queue_depths_events(self) -> dict[str, int]:
         """``{client id: events}`` this server queued for each client and the client has
-        not acked, as of the last re-read of its acks (see :mod:`broker.queue_depth`)."""
+        not acked, as of the last re-read of its acks (see :mod:`regionbus.broker.queue_depth`)."""
         return {} if self._parts is None else self._parts.notifier.depths.snapshot()
 
     # --- set-up and tear-down ----------------------------------------------------------

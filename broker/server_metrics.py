@@ -1,7 +1,7 @@
 """The Prometheus metrics of a cache server, read from its counters at scrape time.
 
 Every sample carries ``namespace`` and ``member``. Counters come from
-:class:`broker.stats.ServerStats` (the one place they are counted); gauges from the
+:class:`regionbus.broker.stats.ServerStats` (the one place they are counted); gauges from the
 server's live state.
 
 Counters (``_total``) and gauges, with their labels besides those two:
@@ -31,9 +31,9 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_clients_disconnected_total``: clients disconnected as unresponsive.
 - ``regionbus_entries_expired_total``: entries this server expired as a bucket primary.
 - ``regionbus_redis_outages_total``: Redis outages this server waited out (it stops
-  applying, then resumes from the first unapplied operation; :mod:`runtime.redis_outage`).
+  applying, then resumes from the first unapplied operation; :mod:`regionbus.runtime.redis_outage`).
 - ``regionbus_kafka_outages_total``: Kafka outages (no broker reachable) this server
-  waited out (:mod:`schemas.kafka_outage`).
+  waited out (:mod:`regionbus.schemas.kafka_outage`).
 """
 
 from __future__ import annotations
@@ -42,17 +42,17 @@ import logging
 from collections import Counter
 from typing import Protocol
 
-from broker.client_registry import ClientRegistry
-from broker.config import ServerSettings
-from broker.stats import ServerStats
-from runtime.observability import Metric, MetricFamilies
-from schemas.errors import RegionBusError
+from regionbus.broker.client_registry import ClientRegistry
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.stats import ServerStats
+from regionbus.runtime.observability import Metric, MetricFamilies
+from regionbus.schemas.errors import RegionBusError
 
 log = logging.getLogger("regionbus.server")
 
 
 class ServerView(Protocol):
-    """What the metrics read of a cache server (:class:`broker.server.CacheServer`)."""
+    """What the metrics read of a cache server (:class:`regionbus.broker.server.CacheServer`)."""
 
     settings: ServerSettings
     stats: ServerStats

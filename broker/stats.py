@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from schemas.messages import OperationKind
+from regionbus.schemas.messages import OperationKind
 
 
 @dataclass
 class ServerStats:
     """Counters of one server since it started; its Prometheus metrics are read from here
-    at scrape time (:mod:`broker.server_metrics`), so the two never disagree.
+    at scrape time (:mod:`regionbus.broker.server_metrics`), so the two never disagree.
 
     Attributes:
         operations_applied: Changes applied to Redis (not counting duplicates).
@@ -27,7 +27,7 @@ class ServerStats:
         queue_full_waits: Times operations were held because a client's queue was full.
         clients_disconnected: Clients disconnected as unresponsive (queue full too long).
         entries_expired: Entries this server expired as a bucket primary (entry
-            time-to-live or idle timeout, :mod:`broker.expiration`).
+            time-to-live or idle timeout, :mod:`regionbus.broker.expiration`).
         buckets_fenced: Of ``buckets_lost``, those another server had taken over (a write
             refused for a stale fencing epoch).
         operations_applied_by_region: ``{region: {kind: count}}`` of

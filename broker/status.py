@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
-from broker.client_registry import ClientRegistry
-from broker.kafka_figures import KafkaFigures
-from broker.store import redis_errors
-from runtime.leases import Membership
-from schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
-from schemas.naming import sender_role as sender_role_of
+from regionbus.broker.client_registry import ClientRegistry
+from regionbus.broker.kafka_figures import KafkaFigures
+from regionbus.broker.store import redis_errors
+from regionbus.runtime.leases import Membership
+from regionbus.schemas.naming import RedisKeys, Topics, bucket_role, dispatcher_role
+from regionbus.schemas.naming import sender_role as sender_role_of
 
 
 @dataclass(frozen=True)

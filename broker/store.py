@@ -1,6 +1,6 @@
 """The region store: authoritative region state in Redis, changed only through Lua scripts.
 
-Layout (keys from :class:`schemas.naming.RedisKeys`): per region and bucket a values hash
+Layout (keys from :class:`regionbus.schemas.naming.RedisKeys`): per region and bucket a values hash
 (key -> value bytes; a missing field is an invalid entry) and a meta hash
 (key -> ``"<version>|<serializer>"``; a field here means the entry exists); per region a
 version counter; per bucket the tracking hash (member:thread -> highest applied sequence id)
@@ -19,17 +19,17 @@ from typing import Any, Final, NamedTuple
 
 import redis
 
-from broker.expiration_attributes import RegionExpiration
-from broker.lua_scripts import (
+from regionbus.broker.expiration_attributes import RegionExpiration
+from regionbus.broker.lua_scripts import (
     PipelinedScript,
     apply_entries_source,
     execute_with_scripts,
     load_lua,
 )
-from schemas.errors import TransportError
-from schemas.eventid import EventID
-from schemas.messages import Entry, EventKind, OperationKind
-from schemas.naming import RedisKeys, bucket_role
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Entry, EventKind, OperationKind
+from regionbus.schemas.naming import RedisKeys, bucket_role
 
 APPLY_CALL_MAX_CHANGES: Final = 500
 """Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
@@ -230,11 +230,11 @@ class RegionStore:
         ``gateway_version`` (multi-site members only) is stored with the entry;
         ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
         stored version is from another site and newer (SPEC §6 conflict resolution).
-        ``epoch`` is the caller's fencing epoch of the bucket (:mod:`runtime.leases`); the
+        ``epoch`` is the caller's fencing epoch of the bucket (:mod:`regionbus.runtime.leases`); the
         script refuses the change (status ``"FENCED"``) when it is no longer current. None
         applies unfenced (tools, tests). ``expiration`` (regions with entry expiration) makes
         a create or update schedule the entry's expiry from ``now_ms`` (ms since the Unix
-        epoch), and a destroy or invalidate unschedule it (:mod:`broker.expiration`).
+        epoch), and a destroy or invalidate unschedule it (:mod:`regionbus.broker.expiration`).
         """
         keys = self._entry_keys.get((region, bucket))
         if keys is None:

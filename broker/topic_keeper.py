@@ -1,7 +1,7 @@
 """Keeps a cache server's own topics in existence while it runs.
 
 A cache server creates ``{ns}.ops``, ``{ns}.events``, ``{ns}.control``, ``{ns}.dead-letter``
-and its gateway sender and async event queue topics at start (`schemas.topics`). One can
+and its gateway sender and async event queue topics at start (`regionbus.schemas.topics`). One can
 disappear while it runs: an operator deletes it, or a broker comes back without its data.
 Its producer then fails every message to it, and its consumer waits, silently, at an
 offset the new topic may not reach for a long time. So the keeper looks at the topics
@@ -30,8 +30,8 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from schemas.errors import ConfigurationError, TransportError
-from schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.errors import ConfigurationError, TransportError
+from regionbus.schemas.topics import TopicSpec, ensure_topics
 
 log = logging.getLogger("regionbus.server.topics")
 

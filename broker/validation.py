@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from broker.config import ServerSettings
-from schemas.entry_checks import check_key, check_region_name, check_value_size
-from schemas.errors import InvalidOperationError, ValueTooLargeError
-from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
-from schemas.interest_regex import compile_interest_regex
-from schemas.messages import InterestKind, Operation, OperationKind
-from schemas.naming import bucket_of
+from regionbus.broker.config import ServerSettings
+from regionbus.schemas.entry_checks import check_key, check_region_name, check_value_size
+from regionbus.schemas.errors import InvalidOperationError, ValueTooLargeError
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
+from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.messages import InterestKind, Operation, OperationKind
+from regionbus.schemas.naming import bucket_of
 
 _CLIENT_WIDE: Final = (OperationKind.READY_FOR_EVENTS, OperationKind.DISCONNECT)
 """Operations about a client, not a region: their region is empty."""
@@ -30,13 +30,13 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             expirations' thread on anything but an expiration (or the reverse), a PUT
             without a value, a registration without a spec.
         InvalidRegionNameError: the region name breaks the clients' rule
-            (`schemas.entry_checks.check_region_name`).
+            (`regionbus.schemas.entry_checks.check_region_name`).
         InvalidKeyError: a key (of the operation or of a KEYS registration) the clients
-            would refuse (`schemas.entry_checks.check_key`).
+            would refuse (`regionbus.schemas.entry_checks.check_key`).
         ValueTooLargeError: a PUT's value is over ``max_value_size_bytes``, or its callback
             argument over the clients' limit.
         InvalidInterestError: a REGEX registration whose pattern the clients would refuse
-            (`schemas.interest_regex.compile_interest_regex`).
+            (`regionbus.schemas.interest_regex.compile_interest_regex`).
     """
     kind = op.kind
     if kind not in _CLIENT_WIDE:

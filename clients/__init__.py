@@ -3,12 +3,17 @@
 Depends on :mod:`schemas` only.
 """
 
-from clients.cache import ClientCache
-from clients.region import ALL_KEYS, Region, RegionShortcut
-from clients.settings import ClientSettings
-from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
-from schemas.messages import EventKind, InterestResultPolicy
-from schemas.serializers import AvroSerializer, BytesSerializer, JsonSerializer, StrSerializer
+from regionbus.clients.cache import ClientCache
+from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from regionbus.schemas.messages import EventKind, InterestResultPolicy
+from regionbus.schemas.serializers import (
+    AvroSerializer,
+    BytesSerializer,
+    JsonSerializer,
+    StrSerializer,
+)
 
 __all__ = [
     "ALL_KEYS",

@@ -2,22 +2,22 @@
 
 A bad key, value, callback argument or interest spec raises a typed
 :class:`~schemas.errors.RegionBusError` at the call, with the same rules the servers apply
-to what they read (:mod:`schemas.entry_checks`, :mod:`schemas.interest_regex`).
+to what they read (:mod:`regionbus.schemas.entry_checks`, :mod:`regionbus.schemas.interest_regex`).
 """
 
 from __future__ import annotations
 
-from schemas.entry_checks import check_key, check_value_size
-from schemas.errors import SerializationError
-from schemas.interest_regex import compile_interest_regex
-from schemas.messages import InterestKind, InterestSpec
+from regionbus.schemas.entry_checks import check_key, check_value_size
+from regionbus.schemas.errors import SerializationError
+from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.messages import InterestKind, InterestSpec
 
 
 def check_entry(key: object, value: bytes | None = None, callback_argument: object = None) -> str:
     """Check the arguments of an entry operation.
 
     Args:
-        key: The entry key (see `schemas.entry_checks.check_key`).
+        key: The entry key (see `regionbus.schemas.entry_checks.check_key`).
         value: The encoded value of a put, or None.
         callback_argument: Opaque ``bytes`` or None.
 
@@ -47,7 +47,7 @@ def check_interest(spec: InterestSpec) -> InterestSpec:
     Raises:
         InvalidKeyError: a key of a KEYS spec is refused (see :func:`check_entry`).
         InvalidInterestError: the regex of a REGEX spec is refused (the message says why;
-            see `schemas.interest_regex.compile_interest_regex`).
+            see `regionbus.schemas.interest_regex.compile_interest_regex`).
     """
     if spec.kind is InterestKind.REGEX:
         compile_interest_regex(spec.regex)

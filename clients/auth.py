@@ -1,10 +1,10 @@
-"""The client side of request signing: a :class:`schemas.signing.Signer` from settings."""
+"""The client side of request signing: a :class:`regionbus.schemas.signing.Signer` from settings."""
 
 from __future__ import annotations
 
-from clients.settings import ClientSettings
-from schemas.errors import ConfigurationError
-from schemas.signing import Signer
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.signing import Signer
 
 
 def signer_for(settings: ClientSettings) -> Signer | None:

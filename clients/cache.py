@@ -10,21 +10,21 @@ from collections.abc import Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from clients.pool import Pool
-from clients.region import Region, RegionShortcut
-from clients.settings import ClientSettings
-from clients.subscription import SubscriptionQueue, SubscriptionStats
-from clients.tracking import MessageTracker
-from schemas.callbacks import CacheListener, CacheWriter
-from schemas.entry_checks import check_region_name
-from schemas.errors import (
+from regionbus.clients.pool import Pool
+from regionbus.clients.region import Region, RegionShortcut
+from regionbus.clients.settings import ClientSettings
+from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
+from regionbus.clients.tracking import MessageTracker
+from regionbus.schemas.callbacks import CacheListener, CacheWriter
+from regionbus.schemas.entry_checks import check_region_name
+from regionbus.schemas.errors import (
     ConfigurationError,
     RegionBusError,
     ServerTimeoutError,
     UnconnectedError,
     error_from_wire,
 )
-from schemas.messages import (
+from regionbus.schemas.messages import (
     CLIENT_NEW,
     CLIENT_RECONNECTED,
     CLIENT_TAKEN,
@@ -35,8 +35,8 @@ from schemas.messages import (
     Operation,
     OperationKind,
 )
-from schemas.naming import generated_member_id
-from schemas.serializers import JsonSerializer, Serializer
+from regionbus.schemas.naming import generated_member_id
+from regionbus.schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
 
@@ -242,7 +242,7 @@ class ClientCache:
 
         Raises:
             InvalidRegionNameError: the name breaks Geode's rule (1-120 characters of
-                ``[A-Za-z0-9._-]``, no leading ``__``; `schemas.entry_checks`).
+                ``[A-Za-z0-9._-]``, no leading ``__``; `regionbus.schemas.entry_checks`).
             ConfigurationError: a region of that name already exists in this cache.
             UnconnectedError: the cache is closed.
         """

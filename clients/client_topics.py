@@ -9,13 +9,13 @@ from contextlib import suppress
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from clients.settings import ClientSettings
-from schemas.errors import ConfigurationError, TransportError, UnconnectedError
-from schemas.kafka_clients import kafka_admin
-from schemas.kafka_outage import quiet_config
-from schemas.naming import Topics
-from schemas.topics import client_topic_specs, ensure_topics
-from schemas.transport import topic_partitions
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.errors import ConfigurationError, TransportError, UnconnectedError
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.kafka_outage import quiet_config
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.topics import client_topic_specs, ensure_topics
+from regionbus.schemas.transport import topic_partitions
 
 
 class ClientTopicAdmin:

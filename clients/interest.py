@@ -5,7 +5,7 @@ The region keeps its registrations in order, so that after a non-HA failover (th
 client's subscription queue is gone, SPEC §3) it can clear its local copy and register
 each again. Registering drops the local entries it may affect, adds the registration on
 the server, then bulk-loads the matching entries per its ``InterestResultPolicy`` without
-firing a listener (seed 000); `clients.local_store.LocalStore` keeps keys destroyed
+firing a listener (seed 000); `regionbus.clients.local_store.LocalStore` keeps keys destroyed
 meanwhile from being revived (seed 001).
 """
 
@@ -15,10 +15,15 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from clients.arguments import check_interest
-from clients.local_store import LocalStore
-from clients.server_proxy import CacheConnection, ServerRegionProxy
-from schemas.messages import InterestKind, InterestResultPolicy, InterestSpec, OperationKind
+from regionbus.clients.arguments import check_interest
+from regionbus.clients.local_store import LocalStore
+from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
+from regionbus.schemas.messages import (
+    InterestKind,
+    InterestResultPolicy,
+    InterestSpec,
+    OperationKind,
+)
 
 
 class _AllKeys:
@@ -55,7 +60,7 @@ def regex_interest(
 
     Raises:
         InvalidInterestError: the regex is refused, with the reason (RE2 syntax and the
-            limits of :func:`schemas.interest_regex.compile_interest_regex`).
+            limits of :func:`regionbus.schemas.interest_regex.compile_interest_regex`).
     """
     return check_interest(
         InterestSpec(InterestKind.REGEX, (), regex, policy, durable, receive_values)

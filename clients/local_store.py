@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from schemas.errors import EntryNotFoundError
-from schemas.messages import Entry, EventKind
+from regionbus.schemas.errors import EntryNotFoundError
+from regionbus.schemas.messages import Entry, EventKind
 
 MAX_TOMBSTONES: Final = 100_000
 """Destroyed keys remembered per region, oldest forgotten first."""

@@ -6,7 +6,7 @@ several buckets (interest registration, keys on server) completes when every buc
 answered; a bucket's large answer may come in chunks (``more=True``); one unanswered for
 ``read_timeout_ms`` fails with :class:`ServerTimeoutError`, whether the caller waits on it
 or not (a pipelined put's future). confluent-kafka errors are translated here, at this one
-boundary, by `schemas.transport.kafka_error`: a refusal for want of a Kafka ACL is a
+boundary, by `regionbus.schemas.transport.kafka_error`: a refusal for want of a Kafka ACL is a
 :class:`KafkaAuthorizationError`, and a request whose message Kafka refused fails with it
 at once rather than waiting out ``read_timeout_ms``.
 """
@@ -26,26 +26,26 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from clients.auth import signer_for
-from clients.client_topics import ClientTopicAdmin
-from clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
-from clients.server_trust import ServerMessages
-from clients.settings import ClientSettings
-from schemas.codec import decode_as, encode, encode_batches, split_batch
-from schemas.errors import (
+from regionbus.clients.auth import signer_for
+from regionbus.clients.client_topics import ClientTopicAdmin
+from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
+from regionbus.clients.server_trust import ServerMessages
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.codec import decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.errors import (
     MessageDecodeError,
     RegionBusError,
     ServerTimeoutError,
     TransportError,
     UnconnectedError,
 )
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.kafka_outage import KafkaOutage
-from schemas.messages import Control, Operation, Reply
-from schemas.naming import Topics
-from schemas.signing import Signer
-from schemas.transport import (
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_outage import KafkaOutage
+from regionbus.schemas.messages import Control, Operation, Reply
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.signing import Signer
+from regionbus.schemas.transport import (
     kafka_error,
     poll_batch,
     watermarks,
@@ -322,7 +322,7 @@ class Pool:
     def _retry_unanswered(self) -> None:
         """Send unanswered changes again, with the same EventIDs and ``possible_duplicate``
         (their server may have died before replying; the new primary applies each EventID
-        once and answers the retry from the stored result), as :mod:`clients.resend` says:
+        once and answers the retry from the stored result), as :mod:`regionbus.clients.resend` says:
         backing off, only to buckets gone quiet, never during a Kafka outage, and a bounded
         number at a time."""
         if self.kafka_outage.ongoing:

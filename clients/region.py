@@ -8,11 +8,11 @@ Order of a change made here (SPEC §1): client ``CacheWriter`` (may abort) -> se
 client's cache and listeners. An abort anywhere raises and changes nothing.
 
 A region wires its parts: the local copy and its version rules
-(`clients.local_store.LocalStore`), the requests to the servers
-(`clients.server_proxy.ServerRegionProxy`), its interest registrations
-(`clients.interest.RegionInterest`), how a pushed event changes it
-(`clients.server_events`), and the application's listeners and writer
-(`schemas.callbacks`).
+(`regionbus.clients.local_store.LocalStore`), the requests to the servers
+(`regionbus.clients.server_proxy.ServerRegionProxy`), its interest registrations
+(`regionbus.clients.interest.RegionInterest`), how a pushed event changes it
+(`regionbus.clients.server_events`), and the application's listeners and writer
+(`regionbus.schemas.callbacks`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from clients.arguments import check_entry
-from clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
-from clients.local_store import LocalStore
-from clients.region_values import RegionValues
-from clients.server_events import apply_server_event
-from clients.server_proxy import CacheConnection, ServerRegionProxy, raise_first_error
-from schemas.callbacks import (
+from regionbus.clients.arguments import check_entry
+from regionbus.clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
+from regionbus.clients.local_store import LocalStore
+from regionbus.clients.region_values import RegionValues
+from regionbus.clients.server_events import apply_server_event
+from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy, raise_first_error
+from regionbus.schemas.callbacks import (
     CacheListener,
     CacheWriter,
     EntryEvent,
@@ -38,11 +38,11 @@ from schemas.callbacks import (
     region_event_kind,
     run_writer,
 )
-from schemas.errors import (
+from regionbus.schemas.errors import (
     BulkOperationError,
     RegionNotFoundError,
 )
-from schemas.messages import (
+from regionbus.schemas.messages import (
     Event,
     EventKind,
     InterestKind,
@@ -52,7 +52,7 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.serializers import Serializer
+from regionbus.schemas.serializers import Serializer
 
 log = logging.getLogger("regionbus.client")
 
@@ -184,7 +184,7 @@ class Region:
         Raises:
             CacheWriterError: a client or server writer aborted (nothing changed).
             InvalidKeyError: the key is not a str, not valid Unicode, or over
-                ``schemas.entry_checks.MAX_KEY_SIZE_BYTES`` (nothing is sent).
+                ``regionbus.schemas.entry_checks.MAX_KEY_SIZE_BYTES`` (nothing is sent).
             ValueTooLargeError: the encoded value exceeds the server's maximum, or the
                 most a message carries (then nothing is sent).
             RegionNotFoundError: the region is not defined on the server.
@@ -391,7 +391,7 @@ class Region:
         The syntax is RE2's (matching time linear in the key's length): what Python ``re``
         and Java regexes share for keys, without backreferences, lookahead/lookbehind,
         possessive quantifiers or atomic groups; at most 1,000 characters and a bounded
-        compiled size (see :mod:`schemas.interest_regex`).
+        compiled size (see :mod:`regionbus.schemas.interest_regex`).
 
         Raises:
             InvalidInterestError: the regex is refused, with the reason (nothing is sent).

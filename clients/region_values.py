@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from schemas.callbacks import EntryEvent
-from schemas.eventid import EventID
-from schemas.messages import EventKind
-from schemas.serializers import Serializer, serializer_named
+from regionbus.schemas.callbacks import EntryEvent
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import EventKind
+from regionbus.schemas.serializers import Serializer, serializer_named
 
 
 class RegionValues:

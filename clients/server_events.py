@@ -1,6 +1,6 @@
 """How a client region takes an event the servers pushed through its subscription queue.
 
-The event changes the local copy by `clients.local_store.LocalStore`'s version rules and
+The event changes the local copy by `regionbus.clients.local_store.LocalStore`'s version rules and
 becomes the event the region's listeners hear. During a durable client's replay, events
 reach listeners without changing the cache, unless the event is newer than this
 connection's registration snapshot of its bucket (it was then not queued while the client
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from clients.local_store import LocalStore
-from schemas.callbacks import EntryEvent, RegionEvent
-from schemas.messages import Event, EventKind
+from regionbus.clients.local_store import LocalStore
+from regionbus.schemas.callbacks import EntryEvent, RegionEvent
+from regionbus.schemas.messages import Event, EventKind
 
 
 class Applied(NamedTuple):

@@ -13,18 +13,18 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Final, Protocol
 
-from clients.settings import ClientSettings
-from schemas.errors import (
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.errors import (
     EntryNotFoundError,
     RegionBusError,
     ServerTimeoutError,
     error_from_wire,
 )
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
-from schemas.naming import bucket_of, region_bucket
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
+from regionbus.schemas.naming import bucket_of, region_bucket
 
 if TYPE_CHECKING:
-    from clients.pool import Pool
+    from regionbus.clients.pool import Pool
 
 KEYS_PER_REGISTRATION_MESSAGE: Final = 5_000
 """Keys of one interest registration sent in one operation; more are split per bucket."""
@@ -67,7 +67,7 @@ def raise_first_error(replies: Sequence[Reply]) -> None:
 
     Raises:
         RegionBusError: the class the reply's ``error_type`` names (see
-            `schemas.errors.error_from_wire`).
+            `regionbus.schemas.errors.error_from_wire`).
     """
     for reply in replies:
         if not reply.ok:

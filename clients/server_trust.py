@@ -1,7 +1,7 @@
 """Which messages on a client's own topics come from the cache servers.
 
 With a principal configured (security on), a client accepts from its queue and reply
-topics only what a cache server signed for its principal (`schemas.signing`: signed as
+topics only what a cache server signed for its principal (`regionbus.schemas.signing`: signed as
 the servers with the client principal's key). Anything else, unsigned or forged by
 whoever can produce to those topics, is dropped, counted and logged, and never reaches
 the cache, a listener or a caller.
@@ -13,8 +13,8 @@ import logging
 
 from confluent_kafka import Message as KafkaMessage
 
-from schemas.errors import AuthenticationError
-from schemas.signing import Signer
+from regionbus.schemas.errors import AuthenticationError
+from regionbus.schemas.signing import Signer
 
 log = logging.getLogger("regionbus.client")
 

@@ -1,5 +1,5 @@
 """Settings of one client cache: typed, validated, from code, env (prefix ``REGIONBUS_``) or
-the ``[client]`` table of the ``REGIONBUS_CONFIG_FILE`` file (:mod:`schemas.settings`)."""
+the ``[client]`` table of the ``REGIONBUS_CONFIG_FILE`` file (:mod:`regionbus.schemas.settings`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from schemas.naming import check_name
-from schemas.settings import KafkaConnectionSettings
+from regionbus.schemas.naming import check_name
+from regionbus.schemas.settings import KafkaConnectionSettings
 
 
 class ClientSettings(KafkaConnectionSettings):
     """Configuration of a :class:`clients.ClientCache` (file table ``[client]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
-    :class:`schemas.settings.KafkaConnectionSettings`.
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`.
 
     Attributes:
         namespace: Site namespace of the servers to talk to.
@@ -58,7 +58,7 @@ class ClientSettings(KafkaConnectionSettings):
         security_principal: Principal this client signs its requests as (servers with
             ``security_enabled`` refuse unsigned requests); None sends them unsigned.
         security_secret: The principal's secret (given by ``regionbus user add``); the
-            MAC key is derived from it at start (PBKDF2, ``schemas.signing``).
+            MAC key is derived from it at start (PBKDF2, ``regionbus.schemas.signing``).
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")

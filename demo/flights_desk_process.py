@@ -1,6 +1,6 @@
 """Where a flights demo desk runs: in the caller's process (:func:`make_desk`) or in a
 child process of its own (:class:`DeskProcess`), driven over a pipe with the same
-interface (:class:`demo.flights_desks.DeskHandle`).
+interface (:class:`regionbus.demo.flights_desks.DeskHandle`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import multiprocessing
 from multiprocessing.connection import Connection
 from typing import Any
 
-from clients import ClientSettings
-from demo.flights_desks import Desk, DeskError, DeskKind, DeskResult, DeskSpec
-from demo.flights_operations_desk import OperationsDesk
-from schemas.errors import RegionBusError
+from regionbus.clients import ClientSettings
+from regionbus.demo.flights_desks import Desk, DeskError, DeskKind, DeskResult, DeskSpec
+from regionbus.demo.flights_operations_desk import OperationsDesk
+from regionbus.schemas.errors import RegionBusError
 
 
 def make_desk(spec: DeskSpec, settings: ClientSettings) -> Desk | OperationsDesk:

@@ -9,7 +9,7 @@ Each desk is its own :class:`clients.ClientCache` with a ``CACHING_PROXY`` regio
   day it registers that day's keys (policy ``KEYS``, so they load as invalid entries) and
   drops the previous day's registration. Per SPEC §3 it then gets invalidates for the
   day's departures and arrivals and destroys for its cancellations;
-- the **operations desk** (:class:`demo.flights_operations_desk.OperationsDesk`) is a
+- the **operations desk** (:class:`regionbus.demo.flights_operations_desk.OperationsDesk`) is a
   *durable client* (SPEC §5) with durable interest in the keys of every flight arriving
   at one destination airport. When a given day is published it closes with
   ``keep_alive`` (its subscription queue and durable interest stay on the server); when a
@@ -17,12 +17,12 @@ Each desk is its own :class:`clients.ClientCache` with a ``CACHING_PROXY`` regio
   :class:`clients.ClientCache` with the same durable id and without registering again,
   and calls ``ready_for_events``: the events queued while it was away are replayed to its
   listener before the marker, then it is live again. It records every event's key,
-  version and phase for :mod:`demo.flights_verify`.
+  version and phase for :mod:`regionbus.demo.flights_verify`.
 
 A desk runs in the caller's process (:class:`Desk`,
-:class:`demo.flights_operations_desk.OperationsDesk`; see
-:func:`demo.flights_desk_process.make_desk`) or in a child process of its own
-(:class:`demo.flights_desk_process.DeskProcess`, same interface), and hands back a
+:class:`regionbus.demo.flights_operations_desk.OperationsDesk`; see
+:func:`regionbus.demo.flights_desk_process.make_desk`) or in a child process of its own
+(:class:`regionbus.demo.flights_desk_process.DeskProcess`, same interface), and hands back a
 :class:`DeskResult`: its counters and a snapshot of its cache, for the caller to check
 against the server. This module holds what every desk shares and the plain desks.
 """
@@ -35,14 +35,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clients import (
+from regionbus.clients import (
     CacheListener,
     ClientCache,
     ClientSettings,
     EntryEvent,
     InterestResultPolicy,
 )
-from schemas.errors import RegionBusError
+from regionbus.schemas.errors import RegionBusError
 
 REGION = "flights"
 """Name of the replayed region."""

@@ -1,8 +1,8 @@
 """The durable operations desk of the flights demo (SPEC §5): a durable client that goes
 away while days are published and comes back to have the queued events replayed.
 
-It records every event's key, version and phase (:class:`demo.flights_desks.DurableLog`)
-for :mod:`demo.flights_verify`: what replay delivered, what was applied live, and the
+It records every event's key, version and phase (:class:`regionbus.demo.flights_desks.DurableLog`)
+for :mod:`regionbus.demo.flights_verify`: what replay delivered, what was applied live, and the
 cache at the marker, which replay must have left as it was.
 """
 
@@ -11,8 +11,15 @@ from __future__ import annotations
 import threading
 import time
 
-from clients import ClientCache, ClientSettings, EntryEvent, EventKind, Region, RegionEvent
-from demo.flights_desks import (
+from regionbus.clients import (
+    ClientCache,
+    ClientSettings,
+    EntryEvent,
+    EventKind,
+    Region,
+    RegionEvent,
+)
+from regionbus.demo.flights_desks import (
     REGION,
     CountingListener,
     DeskError,

@@ -30,9 +30,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from clients import Region
-from demo.flights_data import DaySchedule, FlightOp, Stage
-from schemas.errors import BulkOperationError, RegionBusError
+from regionbus.clients import Region
+from regionbus.demo.flights_data import DaySchedule, FlightOp, Stage
+from regionbus.schemas.errors import BulkOperationError, RegionBusError
 
 _PROGRESS_EVERY_OPS = 1_000
 _FAILURES_KEPT = 3

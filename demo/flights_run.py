@@ -1,7 +1,7 @@
 """What the flights demo says while it runs, where it keeps its logs, and how long its
 durable desk may stay away.
 
-- :class:`DemoStatus` is the line a :class:`runtime.heartbeat.Heartbeat` prints every few
+- :class:`DemoStatus` is the line a :class:`regionbus.runtime.heartbeat.Heartbeat` prints every few
   seconds when no progress bar is drawn (output not a terminal, or ``--no-progress``).
 - :class:`RunLogs` is the run's log folder (``.regionbus/demo/logs/<start time>`` by
   default): the cache server writes ``server.log`` there, and Kafka's and Redis' logs are
@@ -21,8 +21,8 @@ from typing import Final
 
 from rich.progress import Progress
 
-from devstack import LocalStack
-from runtime.heartbeat import PhaseStatus
+from regionbus.devstack import LocalStack
+from regionbus.runtime.heartbeat import PhaseStatus
 
 DEFAULT_LOG_DIR: Final = Path(".regionbus") / "demo" / "logs"
 

@@ -1,7 +1,7 @@
 """The cache server a flights replay runs against: a child process (default), a thread, or
 one already running.
 
-A child process (``python -m broker serve``) has an interpreter of its own, so on a
+A child process (``python -m regionbus serve``) has an interpreter of its own, so on a
 2-core machine the server does not share the replayer's GIL; measured on 60 days of
 flights (152k operations) it replays about 20% faster than a server thread.
 """
@@ -24,11 +24,11 @@ from typing import Any
 
 import redis
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from broker.store import RegionStore
-from schemas.errors import RegionBusError
-from schemas.naming import DEFAULT_TOTAL_BUCKETS
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.broker.store import RegionStore
+from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
@@ -44,16 +44,16 @@ class ServerMode(enum.Enum):
     """Where the replay's cache server runs."""
 
     PROCESS = "process"
-    """A ``python -m broker serve`` child process (its own interpreter, so its own core)."""
+    """A ``python -m regionbus serve`` child process (its own interpreter, so its own core)."""
     THREAD = "thread"
-    """A :class:`broker.server.CacheServer` thread in the calling process."""
+    """A :class:`regionbus.broker.server.CacheServer` thread in the calling process."""
     EXTERNAL = "external"
     """Already running for the namespace (e.g. ``regionbus stack`` or docker compose); the
     regions are defined in Redis if missing."""
 
 
 class ServerProcess:
-    """A cache server child process: ``python -m broker serve ... --region <region>``.
+    """A cache server child process: ``python -m regionbus serve ... --region <region>``.
 
     Output goes to ``server.log`` in ``log_dir``, kept; without one, in a temporary
     directory removed at :meth:`stop` unless the server failed (then its path is in the
@@ -64,7 +64,8 @@ class ServerProcess:
         kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
         redis_url: Redis URL.
         regions: Regions the server defines at start.
-        settings: Further :class:`broker.config.ServerSettings` fields, passed to the child
+        settings: Further :class:`regionbus.broker.config.ServerSettings` fields, passed to the
+        child
             as ``REGIONBUS_<FIELD>`` environment variables.
         log_dir: Where ``server.log`` goes and stays; None for a temporary directory.
 
@@ -86,7 +87,7 @@ class ServerProcess:
         self.log_path = self._dir / "server.log"
         self._failed = False
         command = [
-            sys.executable, "-m", "broker", "serve", "--namespace", namespace,
+            sys.executable, "-m", "regionbus", "serve", "--namespace", namespace,
             "--kafka", kafka_bootstrap_servers, "--redis", redis_url,
         ]
         for region in regions:
@@ -167,7 +168,7 @@ def running_server(
         kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
         redis_url: Redis URL.
         regions: Regions the server defines at start.
-        settings: Further :class:`broker.config.ServerSettings` fields.
+        settings: Further :class:`regionbus.broker.config.ServerSettings` fields.
         log_dir: Where a child server's ``server.log`` goes and stays; None for a
             temporary directory.
 

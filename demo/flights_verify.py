@@ -26,8 +26,8 @@ from typing import Any
 
 import redis
 
-from broker.store import RegionStore
-from demo.flights_desks import REGION, DeskKind, DeskResult, DeskSpec, DurableLog, Phase
+from regionbus.broker.store import RegionStore
+from regionbus.demo.flights_desks import REGION, DeskKind, DeskResult, DeskSpec, DurableLog, Phase
 
 _EXAMPLES_SHOWN = 3
 
@@ -218,7 +218,8 @@ def verify(
 
     Args:
         server_state: Region ``flights`` as :func:`read_region` returns it.
-        expected_state: :func:`demo.flights_data.expected_final_state` of the replayed rows.
+        expected_state: :func:`regionbus.demo.flights_data.expected_final_state` of the replayed
+        rows.
         results: Each desk's final report.
         operations_by_key: Operations the replay made on each key (needed for the
             operations desk; an empty map when None).

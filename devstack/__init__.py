@@ -1,12 +1,12 @@
 """The local stack: Apache Kafka (KRaft) and Redis as child processes, for tests, the demo
 and ``regionbus stack``. A developer tool, not part of the cache server."""
 
-from devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
-from devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
-from devstack.process import LOOPBACK_HOST, ChildService, free_port
-from devstack.redis_secured import SecuredEmbeddedRedis
-from devstack.redis_server import EmbeddedRedis
-from devstack.tls import TlsFiles
+from regionbus.devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
+from regionbus.devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
+from regionbus.devstack.process import LOOPBACK_HOST, ChildService, free_port
+from regionbus.devstack.redis_secured import SecuredEmbeddedRedis
+from regionbus.devstack.redis_server import EmbeddedRedis
+from regionbus.devstack.tls import TlsFiles
 
 __all__ = [
     "KAFKA_ENV_VAR",

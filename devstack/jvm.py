@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from schemas.errors import StackError
+from regionbus.schemas.errors import StackError
 
 JVM_LIB_ENV_VAR = "REGIONBUS_JVM_LIB"
 """Environment variable naming the folder that holds ``kafka/`` and ``spark/`` jar folders."""

@@ -1,7 +1,7 @@
 """Apache Kafka in KRaft mode as child processes: one node, or a cluster of several.
 
 Each node is a combined broker and controller (``process.roles=broker,controller``) run
-from the jars that ``scripts/bootstrap.sh`` resolved (`devstack.jvm`), with its log on
+from the jars that ``scripts/bootstrap.sh`` resolved (`regionbus.devstack.jvm`), with its log on
 disk in its work dir. The storage is formatted on the first start only, so stopping and
 starting a node on the same work dir keeps every topic, message and committed offset,
 and it comes back on the same ports (kept in ``kafka.json``).
@@ -34,17 +34,17 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from devstack.jvm import java_program, jvm_lib_dir, kafka_version
-from devstack.process import (
+from regionbus.devstack.jvm import java_program, jvm_lib_dir, kafka_version
+from regionbus.devstack.process import (
     LOOPBACK_HOST,
     ChildService,
     PortInUseError,
     ServiceNotReadyError,
     free_port,
 )
-from devstack.tls import TlsFiles
-from schemas.errors import StackError
-from schemas.kafka_clients import kafka_admin
+from regionbus.devstack.tls import TlsFiles
+from regionbus.schemas.errors import StackError
+from regionbus.schemas.kafka_clients import kafka_admin
 
 _log = logging.getLogger(__name__)
 

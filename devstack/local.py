@@ -18,10 +18,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 
-from devstack.jvm import jvm_lib_dir, kafka_version
-from devstack.kafka_broker import KafkaNode
-from devstack.process import LOOPBACK_HOST, free_port
-from devstack.redis_server import EmbeddedRedis
+from regionbus.devstack.jvm import jvm_lib_dir, kafka_version
+from regionbus.devstack.kafka_broker import KafkaNode
+from regionbus.devstack.process import LOOPBACK_HOST, free_port
+from regionbus.devstack.redis_server import EmbeddedRedis
 
 _log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class LocalStack:
         self._use_docker = use_docker
         self.start_timeout_s = start_timeout_s
         self.redis_appendonly = redis_appendonly or data_dir is not None
-        self.data_dir = data_dir
+        self.data_dir = None if data_dir is None else Path(data_dir).resolve()
         self.kafka_bootstrap_servers = ""
         self.redis_url = ""
         self.kafka_source = ""

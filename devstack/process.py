@@ -22,7 +22,7 @@ from typing import Any, Self
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from schemas.errors import StackError
+from regionbus.schemas.errors import StackError
 
 _log = logging.getLogger(__name__)
 
@@ -94,10 +94,12 @@ class ChildService:
         self._fixed_port = port is not None
         self._port = port
         self._owns_work_dir = work_dir is None
+        # Absolute once: the child runs with this folder as its working directory, so a
+        # relative path handed to it would be resolved a second time inside it.
         self.work_dir = (
             Path(tempfile.mkdtemp(prefix=f"regionbus-{self._name}-"))
             if work_dir is None
-            else work_dir
+            else Path(work_dir).resolve()
         )
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.work_dir / f"{self._name}.log"

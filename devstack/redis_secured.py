@@ -1,6 +1,7 @@
 """A local ``redis-server`` that requires an ACL user and password, optionally over TLS.
 
-The secured counterpart of :class:`devstack.redis_server.EmbeddedRedis`, for tests and local trials
+The secured counterpart of :class:`regionbus.devstack.redis_server.EmbeddedRedis`, for tests and
+local trials
 of the secured profile: the default user is switched off, one ACL user is created from the
 command line (``--user NAME on >PASSWORD ~PATTERN &* +@all``), and with TLS files the plain
 port is closed and only ``--tls-port`` listens (Debian's ``redis-server`` is built with TLS).
@@ -13,9 +14,9 @@ from typing import Any
 
 import redis
 
-from devstack.process import LOOPBACK_HOST, ServiceNotReadyError
-from devstack.redis_server import EmbeddedRedis
-from devstack.tls import TlsFiles
+from regionbus.devstack.process import LOOPBACK_HOST, ServiceNotReadyError
+from regionbus.devstack.redis_server import EmbeddedRedis
+from regionbus.devstack.tls import TlsFiles
 
 
 class SecuredEmbeddedRedis(EmbeddedRedis):

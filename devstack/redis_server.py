@@ -7,8 +7,8 @@ from pathlib import Path
 
 import redis
 
-from devstack.process import LOOPBACK_HOST, ChildService, ServiceNotReadyError
-from schemas.errors import StackError
+from regionbus.devstack.process import LOOPBACK_HOST, ChildService, ServiceNotReadyError
+from regionbus.schemas.errors import StackError
 
 
 class EmbeddedRedis(ChildService):

@@ -19,17 +19,17 @@ from typing import Any, ClassVar, NamedTuple
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from gateways.processor import QueueProcessor, conflate
-from runtime.observability import Metric, MetricFamilies
-from runtime.redis_connect import connect_redis
-from runtime.settings import ObservabilitySettings, RedisConnectionSettings
-from schemas.errors import ConfigurationError
-from schemas.eventid import EventID
-from schemas.hooks import load_hook
-from schemas.messages import Event, EventKind
-from schemas.naming import Topics, check_name, dispatcher_role, generated_member_id
-from schemas.serializers import serializer_named
-from schemas.settings import KafkaConnectionSettings
+from regionbus.gateways.processor import QueueProcessor, conflate
+from regionbus.runtime.observability import Metric, MetricFamilies
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.hooks import load_hook
+from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.naming import Topics, check_name, dispatcher_role, generated_member_id
+from regionbus.schemas.serializers import serializer_named
+from regionbus.schemas.settings import KafkaConnectionSettings
 
 log = logging.getLogger("regionbus.gateways.aeq")
 
@@ -73,7 +73,7 @@ class AsyncEvent(NamedTuple):
 
     @classmethod
     def from_event(cls, event: Event) -> AsyncEvent:
-        """Build from a queued :class:`schemas.messages.Event`."""
+        """Build from a queued :class:`regionbus.schemas.messages.Event`."""
         assert event.key is not None
         return cls(
             event.region,
@@ -115,9 +115,10 @@ class AsyncEventQueueSettings(
 
     The cache servers queue the events (``ServerSettings.async_event_queues``); this worker
     dispatches them. ``kafka_*`` are documented on
-    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (the dispatcher's lease)
-    on :class:`runtime.settings.RedisConnectionSettings`; ``metrics_port`` and
-    ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`; ``redis_*`` (the dispatcher's
+    lease)
+    on :class:`regionbus.runtime.settings.RedisConnectionSettings`; ``metrics_port`` and
+    ``log_format`` on :class:`regionbus.runtime.settings.ObservabilitySettings`.
 
     Attributes:
         queue_id: The queue's id; its topic is ``{namespace}.aeq.<queue_id>``.

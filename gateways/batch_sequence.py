@@ -24,7 +24,7 @@ import json
 import logging
 from typing import Final
 
-from gateways.protocol import GatewayBatch
+from regionbus.gateways.protocol import GatewayBatch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 

@@ -4,7 +4,7 @@ Each command reads its typed settings from the options given, the environment
 (``REGIONBUS_GATEWAY_SENDER_*``, ``REGIONBUS_GATEWAY_RECEIVER_*``,
 ``REGIONBUS_ASYNC_EVENT_QUEUE_*``) and the file named by ``REGIONBUS_CONFIG_FILE`` (tables
 ``[gateway_sender]``, ``[gateway_receiver]``, ``[async_event_queue]``; see
-:mod:`schemas.settings`), validates them, and runs until SIGINT/SIGTERM.
+:mod:`regionbus.schemas.settings`), validates them, and runs until SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
-from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from gateways.sender import GatewaySender, GatewaySenderSettings
-from runtime.observability import configure_logging
-from runtime.worker import BackgroundWorker
-from schemas.errors import RegionBusError
+from regionbus.gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
+from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
+from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.runtime.observability import configure_logging
+from regionbus.runtime.worker import BackgroundWorker
+from regionbus.schemas.errors import RegionBusError
 
 
 def _build(settings_class: Any, options: dict[str, Any]) -> Any:
@@ -112,7 +112,7 @@ def receiver_command(verbose: bool, **options: Any) -> None:
 @click.option(
     "--listener",
     help="module:Class of an AsyncEventListener, e.g. "
-    "gateways.write_behind:SqlWriteBehindListener.",
+    "regionbus.gateways.write_behind:SqlWriteBehindListener.",
 )
 @click.option("--batch-size", type=int)
 @click.option("--batch-time-interval-ms", type=int)

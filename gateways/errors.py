@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.errors import RetriableError
+from regionbus.schemas.errors import RetriableError
 
 
 class RemoteSiteUnreachableError(RetriableError):

@@ -3,18 +3,18 @@
 :class:`GatewayConflictResolver` (Geode ``GatewayConflictResolver``) runs in the gateway
 receiver for an event whose entry was last changed by another site, and may disallow the
 event or change its value. It is named in settings as ``"package.module:ClassName"`` and
-built by :func:`schemas.hooks.load_hook` (never unpickled). Event filters, which run in
-the cache servers too, are :class:`schemas.hooks.GatewayEventFilter`.
+built by :func:`regionbus.schemas.hooks.load_hook` (never unpickled). Event filters, which run in
+the cache servers too, are :class:`regionbus.schemas.hooks.GatewayEventFilter`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from schemas.messages import Event, EventKind
+from regionbus.schemas.messages import Event, EventKind
 
 if TYPE_CHECKING:
-    from broker.store import RegionStore
+    from regionbus.broker.store import RegionStore
 
 
 class TimestampedEntryEvent(NamedTuple):

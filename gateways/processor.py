@@ -5,8 +5,8 @@ it and removes it only after a successful dispatch. Here the queue is a Kafka to
 (``{ns}.gw.<sender>`` or ``{ns}.aeq.<queue>``), "peek" is reading from the committed
 offsets and "remove" is committing the offsets past the batch (invariant 5: a batch leaves
 the queue only after the remote site acked it), then deleting the records before them
-(:mod:`gateways.queue_trim`). One processor per queue is primary at a
-time: it holds the queue's lease (:class:`runtime.leases.Lease`), renewed on a thread;
+(:mod:`regionbus.gateways.queue_trim`). One processor per queue is primary at a
+time: it holds the queue's lease (:class:`regionbus.runtime.leases.Lease`), renewed on a thread;
 a processor that loses it stops dispatching and re-reads from the committed offsets when
 it is primary again.
 """
@@ -22,18 +22,18 @@ from typing import Any, NamedTuple
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from gateways.queue_trim import QueueTrimmer
-from runtime.leases import Lease
-from runtime.observability import Metric, MetricsEndpoint
-from runtime.redis_outage import RedisOutage, is_redis_unavailable
-from runtime.worker import BackgroundWorker
-from schemas.codec import decode_as
-from schemas.dead_letter import Source, dead_letter_headers
-from schemas.errors import MessageDecodeError, RegionBusError, TransportError
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind
-from schemas.naming import Topics
-from schemas.transport import committed_offsets, poll_batch
+from regionbus.gateways.queue_trim import QueueTrimmer
+from regionbus.runtime.leases import Lease
+from regionbus.runtime.observability import Metric, MetricsEndpoint
+from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
+from regionbus.runtime.worker import BackgroundWorker
+from regionbus.schemas.codec import decode_as
+from regionbus.schemas.dead_letter import Source, dead_letter_headers
+from regionbus.schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways")
 
@@ -337,7 +337,8 @@ class QueueProcessor(BackgroundWorker):
         namespace: Local site namespace.
         kafka_config: librdkafka settings of the local Kafka (connection and security).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer.
-        redis_client: The local Redis (leases), from `runtime.redis_connect.connect_redis`.
+        redis_client: The local Redis (leases), from
+        `regionbus.runtime.redis_connect.connect_redis`.
         member_id: This worker's member id (lease holder).
         topic: Queue topic.
         group_id: Consumer group of the queue's committed offsets.

@@ -5,9 +5,9 @@ A sender produces a :class:`GatewayBatch` to the receiver's inbound topic
 :class:`GatewayAck` on the topic the batch names (``{remote ns}.gwack.<site>.<sender>``,
 also on the remote Kafka), so a sender needs to reach one Kafka: the remote one.
 
-Framing as :mod:`schemas.codec` (magic byte ``0xB1``, then a type byte) with type bytes
+Framing as :mod:`regionbus.schemas.codec` (magic byte ``0xB1``, then a type byte) with type bytes
 ``0x20`` (batch) and ``0x21`` (ack), private to gateways; the batch's events are framed
-:class:`schemas.messages.Event` records, decodable by anyone.
+:class:`regionbus.schemas.messages.Event` records, decodable by anyone.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Final, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from schemas.codec import MAGIC
-from schemas.errors import MessageDecodeError
+from regionbus.schemas.codec import MAGIC
+from regionbus.schemas.errors import MessageDecodeError
 
 BATCH_TYPE: Final = 0x20
 ACK_TYPE: Final = 0x21
@@ -86,7 +86,7 @@ class GatewayBatch(NamedTuple):
         site_id: The sending site's ``distributed_system_id``.
         ack_topic: Where the receiver must put the ack (on its own Kafka).
         possible_duplicate: True for a resend after no ack.
-        events: Framed :class:`schemas.messages.Event` records, in queue order.
+        events: Framed :class:`regionbus.schemas.messages.Event` records, in queue order.
         parallel: Order per bucket is all the batch needs: the sender's queue is parallel
             (one partition per bucket), or serial but split by key or bucket over several
             dispatchers (``order_policy`` KEY or PARTITION, where Geode's dispatchers

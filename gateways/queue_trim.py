@@ -1,7 +1,8 @@
 """Removing acknowledged batches from a queue topic, as Geode removes them from its queue.
 
 A gateway sender's or async event queue's topic keeps its records until they are
-acknowledged (``retention.ms=-1``, `schemas.topics`). The processor acknowledges a batch by
+acknowledged (``retention.ms=-1``, `regionbus.schemas.topics`). The processor acknowledges a batch
+by
 committing its offsets past it (invariant 5); the :class:`QueueTrimmer` then deletes the
 records before the committed offsets (Kafka DeleteRecords), so the topic holds only what
 still waits for an ack, and the disk a long-lived queue takes stays bounded. Never past a
@@ -25,7 +26,7 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from schemas.kafka_clients import kafka_admin
+from regionbus.schemas.kafka_clients import kafka_admin
 
 log = logging.getLogger("regionbus.gateways")
 

@@ -13,8 +13,8 @@ policy THREAD) is applied in that order, as Geode's ``GatewayReceiverCommand`` a
 batch's events one after the other: consecutive events of one bucket go together (one
 partition of ``{ns}.ops`` keeps their order), the next bucket's once those were answered.
 A batch that needs order per bucket only (``GatewayBatch.parallel``) is sent at once, behind
-the batches still applying (:mod:`gateways.receiver_pipeline`). A sender's batches are
-applied in their sequence (:mod:`gateways.batch_sequence`); acks are not waited for.
+the batches still applying (:mod:`regionbus.gateways.receiver_pipeline`). A sender's batches are
+applied in their sequence (:mod:`regionbus.gateways.batch_sequence`); acks are not waited for.
 
 A region this site does not define: its events fail and are listed in the ack, so the
 sender drops them (SPEC §6; Geode's default ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION``
@@ -41,36 +41,36 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from broker.gateway_queues import DISTRIBUTABLE_KINDS
-from broker.store import RegionStore
-from clients.pool import Pool
-from clients.settings import ClientSettings
-from gateways.batch_sequence import BatchSequencer
-from gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
-from gateways.filters import GatewayConflictResolver, resolve_conflict
-from gateways.protocol import (
+from regionbus.broker.gateway_queues import DISTRIBUTABLE_KINDS
+from regionbus.broker.store import RegionStore
+from regionbus.clients.pool import Pool
+from regionbus.clients.settings import ClientSettings
+from regionbus.gateways.batch_sequence import BatchSequencer
+from regionbus.gateways.errors import BatchApplyTimeoutError, RegionNotYetDefinedError
+from regionbus.gateways.filters import GatewayConflictResolver, resolve_conflict
+from regionbus.gateways.protocol import (
     BatchEventException,
     GatewayAck,
     GatewayBatch,
     decode_batch,
     encode_ack,
 )
-from gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, PreparedBatch
-from gateways.receiver_settings import GatewayReceiverSettings
-from gateways.receiver_stats import ReceiverStats, receiver_metric_families
-from runtime.observability import Metric, MetricsEndpoint
-from runtime.redis_connect import connect_redis
-from runtime.redis_outage import RedisOutage, is_redis_unavailable
-from runtime.worker import BackgroundWorker
-from schemas.codec import decode_as
-from schemas.dead_letter import Source, dead_letter_headers
-from schemas.errors import MessageDecodeError, RegionBusError, TransportError
-from schemas.hooks import load_hook
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of, receiver_client_id
-from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
+from regionbus.gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, PreparedBatch
+from regionbus.gateways.receiver_settings import GatewayReceiverSettings
+from regionbus.gateways.receiver_stats import ReceiverStats, receiver_metric_families
+from regionbus.runtime.observability import Metric, MetricsEndpoint
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
+from regionbus.runtime.worker import BackgroundWorker
+from regionbus.schemas.codec import decode_as
+from regionbus.schemas.dead_letter import Source, dead_letter_headers
+from regionbus.schemas.errors import MessageDecodeError, RegionBusError, TransportError
+from regionbus.schemas.hooks import load_hook
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind, Reply
+from regionbus.schemas.naming import Topics, bucket_of, receiver_client_id
+from regionbus.schemas.topics import ensure_topics, link_topic_spec
+from regionbus.schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.receiver")
 

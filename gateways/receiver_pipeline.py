@@ -19,8 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from gateways.protocol import BatchEventException, GatewayBatch
-from schemas.messages import Event, Operation, Reply
+from regionbus.gateways.protocol import BatchEventException, GatewayBatch
+from regionbus.schemas.messages import Event, Operation, Reply
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The settings of a gateway receiver (``REGIONBUS_GATEWAY_RECEIVER_*``), apart from the
-worker that applies batches (:mod:`gateways.receiver`)."""
+worker that applies batches (:mod:`regionbus.gateways.receiver`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from runtime.settings import ObservabilitySettings, RedisConnectionSettings
-from schemas.naming import check_name, generated_member_id
-from schemas.settings import KafkaConnectionSettings
+from regionbus.runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from regionbus.schemas.naming import check_name, generated_member_id
+from regionbus.schemas.settings import KafkaConnectionSettings
 
 
 class GatewayReceiverSettings(
@@ -20,9 +20,11 @@ class GatewayReceiverSettings(
     ``REGIONBUS_GATEWAY_RECEIVER_``, file table ``[gateway_receiver]``).
 
     ``kafka_*`` (this site's Kafka) are documented on
-    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis, read
-    only, by a conflict resolver) on :class:`runtime.settings.RedisConnectionSettings`;
-    ``metrics_port`` and ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`; ``redis_*`` (this site's Redis,
+    read
+    only, by a conflict resolver) on :class:`regionbus.runtime.settings.RedisConnectionSettings`;
+    ``metrics_port`` and ``log_format`` on
+    :class:`regionbus.runtime.settings.ObservabilitySettings`.
 
     Attributes:
         receiver_id: The receiver's id; its inbound topic is ``{namespace}.gwr.<id>``.
@@ -35,7 +37,7 @@ class GatewayReceiverSettings(
             consumers (100 ms, as the servers').
         member_id: This worker's member id.
         security_principal: Principal the receiver signs the operations it applies as
-            (`schemas.signing`); needed where the servers have ``security_enabled``, which
+            (`regionbus.schemas.signing`); needed where the servers have ``security_enabled``, which
             refuse unsigned operations. None sends them unsigned.
         security_secret: That principal's secret (``regionbus user add``).
         keep_batch_until_region_exists: Keep a batch naming a region this site does not
@@ -45,7 +47,7 @@ class GatewayReceiverSettings(
             missing region.
         max_batches_applying: Most batches whose operations are sent to this site's
             servers before the oldest of them is answered (default 8): batches that need
-            order per bucket only (:mod:`gateways.receiver_pipeline`). 1 applies one batch
+            order per bucket only (:mod:`regionbus.gateways.receiver_pipeline`). 1 applies one batch
             at a time. Geode applies a batch in its connection's thread; a sender's
             batches then wait for each other, which here would be a Kafka round trip each.
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.observability import Metric, MetricFamilies
+from regionbus.runtime.observability import Metric, MetricFamilies
 
 
 @dataclass
@@ -28,7 +28,7 @@ class ReceiverStats:
             is not defined here (``keep_batch_until_region_exists``).
         batches_out_of_sequence: Batches not applied because the one before them in their
             sender's run was neither applied here nor acked (lost on the way; the sender
-            resends both), :mod:`gateways.batch_sequence`.
+            resends both), :mod:`regionbus.gateways.batch_sequence`.
         batch_sizes: Sizes of the batches acked, in order (the last 10,000).
     """
 

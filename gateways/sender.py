@@ -5,11 +5,12 @@ Seed 002 / Geode ``AbstractGatewaySenderEventProcessor`` with
 of ``batch_size`` events or what came within ``batch_time_interval_ms``, runs
 ``before_transmit``, optionally conflates and sends the batch to the remote site's gateway
 receiver. It does not wait for the ack before the next batch: up to
-``max_batches_in_flight`` batches are unacked at once (:mod:`gateways.sender_window`; Geode's
+``max_batches_in_flight`` batches are unacked at once (:mod:`regionbus.gateways.sender_window`;
+Geode's
 dispatcher also sends on while its ``AckReaderThread`` reads the acks). Acks are read on
 their own thread; a batch leaves the queue, and ``after_acknowledgement`` runs, once it and
 every batch before it were acked. The receiver applies a run's batches strictly in their
-order (:mod:`gateways.batch_sequence`). Failures:
+order (:mod:`regionbus.gateways.batch_sequence`). Failures:
 
 - the ack lists exceptions: the processed and the failed events leave the queue, the
   failures are logged, processing continues;
@@ -34,29 +35,39 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
-from broker.config import OrderPolicy
-from gateways.errors import RemoteSiteUnreachableError
-from gateways.processor import QueuedEvent, QueueProcessor, conflate
-from gateways.protocol import (
+from regionbus.broker.config import OrderPolicy
+from regionbus.gateways.errors import RemoteSiteUnreachableError
+from regionbus.gateways.processor import QueuedEvent, QueueProcessor, conflate
+from regionbus.gateways.protocol import (
     GatewayAck,
     GatewayBatch,
     decode_ack,
     encode_batch,
 )
-from gateways.sender_metrics import sender_metric_families
-from gateways.sender_window import BatchWindow, InFlightBatch
-from runtime.observability import Metric
-from runtime.redis_connect import connect_redis
-from runtime.settings import ObservabilitySettings, RedisConnectionSettings
-from schemas.codec import encode
-from schemas.errors import ConfigurationError, MessageDecodeError, RegionBusError, TransportError
-from schemas.hooks import GatewayEventFilter, load_hook
-from schemas.kafka_clients import client_config, kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event
-from schemas.naming import Topics, check_name, generated_member_id, sender_role
-from schemas.settings import KafkaConnectionSettings
-from schemas.topics import ensure_topics, link_topic_spec
-from schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
+from regionbus.gateways.sender_metrics import sender_metric_families
+from regionbus.gateways.sender_window import BatchWindow, InFlightBatch
+from regionbus.runtime.observability import Metric
+from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from regionbus.schemas.codec import encode
+from regionbus.schemas.errors import (
+    ConfigurationError,
+    MessageDecodeError,
+    RegionBusError,
+    TransportError,
+)
+from regionbus.schemas.hooks import GatewayEventFilter, load_hook
+from regionbus.schemas.kafka_clients import (
+    client_config,
+    kafka_admin,
+    kafka_consumer,
+    kafka_producer,
+)
+from regionbus.schemas.messages import Event
+from regionbus.schemas.naming import Topics, check_name, generated_member_id, sender_role
+from regionbus.schemas.settings import KafkaConnectionSettings
+from regionbus.schemas.topics import ensure_topics, link_topic_spec
+from regionbus.schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.gateways.sender")
 
@@ -69,9 +80,11 @@ class GatewaySenderSettings(
 
     The cache servers of the site queue the events (``ServerSettings.gateway_senders``);
     this worker sends them. ``kafka_*`` (local Kafka, with SASL and TLS) are documented on
-    :class:`schemas.settings.KafkaConnectionSettings`; ``redis_*`` (local Redis: the primary
-    sender's lease) on :class:`runtime.settings.RedisConnectionSettings`; ``metrics_port`` and
-    ``log_format`` on :class:`runtime.settings.ObservabilitySettings`.
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`; ``redis_*`` (local Redis: the
+    primary
+    sender's lease) on :class:`regionbus.runtime.settings.RedisConnectionSettings`;
+    ``metrics_port`` and
+    ``log_format`` on :class:`regionbus.runtime.settings.ObservabilitySettings`.
 
     Attributes:
         sender_id: The sender's id; its queue is ``{namespace}.gw.<sender_id>``.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateways.processor import ProcessorStats
-from runtime.observability import Metric, MetricFamilies
+from regionbus.gateways.processor import ProcessorStats
+from regionbus.runtime.observability import Metric, MetricFamilies
 
 
 def sender_metric_families(

@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from gateways.protocol import GatewayAck
-from schemas.messages import Event
+from regionbus.gateways.protocol import GatewayAck
+from regionbus.schemas.messages import Event
 
 
 @dataclass

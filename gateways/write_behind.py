@@ -27,8 +27,8 @@ from sqlalchemy import (
     select,
 )
 
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from schemas.messages import EventKind
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.schemas.messages import EventKind
 
 DEFAULT_URL_ENV = "REGIONBUS_WRITE_BEHIND_URL"
 """Environment variable naming the database when the listener is built with no arguments."""

@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import redis
 
-from schemas.errors import TransportError
-from schemas.naming import RedisKeys
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.naming import RedisKeys
 
 _ACQUIRE = """
 local current = redis.call('GET', KEYS[1])

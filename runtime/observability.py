@@ -36,7 +36,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from pythonjsonlogger.json import JsonFormatter
 
-from schemas.errors import ConfigurationError
+from regionbus.schemas.errors import ConfigurationError
 
 METRIC_PREFIX = "regionbus_"
 """Prefix of every metric name."""

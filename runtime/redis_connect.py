@@ -2,7 +2,8 @@
 
 Redis ACL users (``AUTH user password``, Redis >= 6) and TLS (``rediss://`` URLs, with a CA
 bundle and optionally a client certificate for mutual TLS) come from
-:class:`runtime.settings.RedisConnectionSettings` (part of the cache server's and the gateway
+:class:`regionbus.runtime.settings.RedisConnectionSettings` (part of the cache server's and the
+gateway
 workers' settings), so every process talks to a secured Redis the same way.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import redis
 
-from runtime.settings import RedisConnectionSettings
+from regionbus.runtime.settings import RedisConnectionSettings
 
 
 def redis_options(settings: RedisConnectionSettings) -> dict[str, Any]:

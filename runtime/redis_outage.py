@@ -3,7 +3,7 @@
 A Redis restart (or a network cut) makes every call of a worker fail with redis-py's
 ``ConnectionError`` or ``TimeoutError`` (``BusyLoadingError`` while a restarted Redis
 loads its append-only file), usually wrapped in our :class:`TransportError` by the
-translation boundary (:func:`broker.store.redis_errors`). Such an error is retriable: the
+translation boundary (:func:`regionbus.broker.store.redis_errors`). Such an error is retriable: the
 worker must not act on anything it could not write, must wait, and resume once Redis is
 back. One WARNING marks the start of an outage and one INFO its end (with its duration),
 never one line per retry.

@@ -1,9 +1,9 @@
 """Settings every long-running server-side process shares: its Redis connection and how it
 exposes itself to operators (cache servers, gateway workers, the CLI).
 
-Each process kind's settings class (``broker.config.ServerSettings``,
-``gateways.sender.GatewaySenderSettings``, ...) mixes these in; loading and validation
-are :mod:`schemas.settings`'.
+Each process kind's settings class (``regionbus.broker.config.ServerSettings``,
+``regionbus.gateways.sender.GatewaySenderSettings``, ...) mixes these in; loading and validation
+are :mod:`regionbus.schemas.settings`'.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from schemas.masking import mask_url
-from schemas.settings import RegionBusSettings
+from regionbus.schemas.masking import mask_url
+from regionbus.schemas.settings import RegionBusSettings
 
 
 class RedisConnectionSettings(RegionBusSettings):
@@ -30,7 +30,8 @@ class RedisConnectionSettings(RegionBusSettings):
         redis_ssl_keyfile: Its private key (PEM path).
         redis_socket_timeout_s: Longest wait for Redis to answer one command or accept a
             connection, seconds. A Redis that hangs (stopped, or cut off without a reset)
-            then counts as an outage, which servers wait out (:mod:`runtime.redis_outage`),
+            then counts as an outage, which servers wait out
+            (:mod:`regionbus.runtime.redis_outage`),
             instead of blocking them forever. None waits forever (redis-py's default).
     """
 
@@ -63,7 +64,7 @@ class ObservabilitySettings(RegionBusSettings):
         metrics_port: TCP port of the process's Prometheus endpoint (``/metrics`` only,
             other paths get 404); None (the default) = no endpoint, 0 = any free port
             (the bound one is the worker's ``metrics_port``). See
-            :mod:`runtime.observability`.
+            :mod:`regionbus.runtime.observability`.
         metrics_host: Address the endpoint listens on: ``127.0.0.1`` (the default, this
             host only); ``0.0.0.0`` (every interface) where Prometheus scrapes from
             elsewhere, as in a container.

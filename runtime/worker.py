@@ -15,8 +15,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from runtime.observability import MetricsEndpoint, ServesMetrics
-from schemas.errors import RegionBusError, WorkerStartError
+from regionbus.runtime.observability import MetricsEndpoint, ServesMetrics
+from regionbus.schemas.errors import RegionBusError, WorkerStartError
 
 log = logging.getLogger("regionbus.worker")
 

@@ -3,9 +3,9 @@
 This package imports nothing else of the project; every other package imports it.
 """
 
-from schemas.codec import decode, decode_as, encode
-from schemas.eventid import EventID
-from schemas.messages import (
+from regionbus.schemas.codec import decode, decode_as, encode
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Entry,
@@ -19,7 +19,13 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import DEFAULT_TOTAL_BUCKETS, RedisKeys, Topics, bucket_of, region_bucket
+from regionbus.schemas.naming import (
+    DEFAULT_TOTAL_BUCKETS,
+    RedisKeys,
+    Topics,
+    bucket_of,
+    region_bucket,
+)
 
 __all__ = [
     "DEFAULT_TOTAL_BUCKETS",

@@ -2,7 +2,7 @@
 
 Geode reference: ``CacheListener``, ``CacheWriter``, ``EntryEvent``, ``RegionEvent``.
 Listeners run after a change; writers run before it and abort it by raising
-:class:`schemas.errors.CacheWriterError` (any other exception from a writer aborts too
+:class:`regionbus.schemas.errors.CacheWriterError` (any other exception from a writer aborts too
 and is wrapped in one).
 """
 
@@ -12,9 +12,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
-from schemas.errors import CacheWriterError
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind, OperationKind
+from regionbus.schemas.errors import CacheWriterError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Event, EventKind, OperationKind
 
 ValueDecoder = Callable[[bytes | None, str | None], Any]
 """Turns a value's bytes and serializer name into the application's value."""

@@ -5,7 +5,8 @@ binary body written with the schema of that type from this folder's ``*.avsc`` f
 The type byte lets a reader with nothing but the bytes (Spark, a dead-letter tool) pick
 the schema; the magic byte rejects foreign data early.
 
-Never pickle: values are bytes produced by a declared serializer (:mod:`schemas.serializers`).
+Never pickle: values are bytes produced by a declared serializer
+(:mod:`regionbus.schemas.serializers`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any, Final, TypeVar
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import load_schema
 
-from schemas.errors import MessageDecodeError, SerializationError
-from schemas.eventid import EventID
-from schemas.messages import (
+from regionbus.schemas.errors import MessageDecodeError, SerializationError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Entry,

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from schemas.errors import (
+from regionbus.schemas.errors import (
     ConfigurationError,
     InvalidKeyError,
     InvalidRegionNameError,
     ValueTooLargeError,
 )
-from schemas.naming import check_name
+from regionbus.schemas.naming import check_name
 
 MAX_KEY_SIZE_BYTES: Final = 1024
 """Longest key, in UTF-8 bytes. Geode sets no limit; here a key rides in every operation,
 event, reply and registration message, and interest regexes are matched against it on the
-server's thread in time proportional to its length (``schemas.interest_regex``)."""
+server's thread in time proportional to its length (``regionbus.schemas.interest_regex``)."""
 
 MAX_VALUE_SIZE_BYTES: Final = 900_000
 """Largest encoded value a client sends, in bytes: with the key and the other fields an

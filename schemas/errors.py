@@ -159,12 +159,13 @@ class InvalidOperationError(RegionBusError):
 
 class InvalidKeyError(InvalidOperationError):
     """An entry key is not a ``str``, is not valid Unicode (a lone surrogate), or is
-    longer than ``schemas.entry_checks.MAX_KEY_SIZE_BYTES``; nothing was sent or applied."""
+    longer than ``regionbus.schemas.entry_checks.MAX_KEY_SIZE_BYTES``; nothing was sent or
+    applied."""
 
 
 class InvalidRegionNameError(InvalidOperationError):
     """A region name breaks Geode's rule (``[A-Za-z0-9._-]``, no leading ``__``) or is
-    longer than ``schemas.entry_checks.MAX_REGION_NAME_CHARS``."""
+    longer than ``regionbus.schemas.entry_checks.MAX_REGION_NAME_CHARS``."""
 
 
 class ServerOperationError(RegionBusError):

@@ -6,8 +6,9 @@ from typing import Final, NamedTuple
 
 EXPIRY_MEMBER: Final = "(expiry)"
 """The member of every entry expiration's EventID, whichever server produced it
-(:mod:`broker.expiration`); not a legal client or member id (`schemas.naming.check_name`),
-and refused in any other operation (:mod:`broker.validation`), so nothing else shares its
+(:mod:`regionbus.broker.expiration`); not a legal client or member id
+(`regionbus.schemas.naming.check_name`),
+and refused in any other operation (:mod:`regionbus.broker.validation`), so nothing else shares its
 message tracking."""
 EXPIRY_THREAD: Final = 1
 """The thread of every entry expiration's EventID: with the bucket, one sequence per

@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, TypeVar
 
-from schemas.errors import ConfigurationError
-from schemas.messages import Event
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.messages import Event
 
 T = TypeVar("T")
 

@@ -6,7 +6,8 @@ and compiles nested groups by recursion (500 nested groups raise ``RecursionErro
 hostile pattern could stop a server. Patterns are compiled with RE2 instead (``google-re2``),
 whose matching time is linear in the key's length and the pattern's compiled size, and both
 are bounded: the pattern by :data:`MAX_INTEREST_REGEX_CHARS` and
-:data:`MAX_INTEREST_REGEX_PROGRAM_SIZE`, the key by ``schemas.entry_checks.MAX_KEY_SIZE_BYTES``.
+:data:`MAX_INTEREST_REGEX_PROGRAM_SIZE`, the key by
+``regionbus.schemas.entry_checks.MAX_KEY_SIZE_BYTES``.
 
 Syntax (RE2's, https://github.com/google/re2/wiki/Syntax): what Python ``re`` and Java's
 ``Pattern`` (Geode's ``registerInterestRegex``) share for matching keys: literals, ``.``,
@@ -24,7 +25,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
-from schemas.errors import InvalidInterestError
+from regionbus.schemas.errors import InvalidInterestError
 
 MAX_INTEREST_REGEX_CHARS: Final = 1000
 """Longest accepted pattern, in characters."""

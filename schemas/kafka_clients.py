@@ -3,7 +3,7 @@
 Every process (cache servers, clients, gateway workers, the Spark source and sink, the
 benchmarks, the tests) builds its confluent-kafka clients with these functions, so every
 one has ``allow.auto.create.topics=false``: regionbus creates each topic itself, with its
-partition count and retention (`schemas.topics.ensure_topics`). A client that named a
+partition count and retention (`regionbus.schemas.topics.ensure_topics`). A client that named a
 missing topic must never make a broker create it with the broker's defaults (one
 partition, seven days), which would later read as a wrong partition count or lost events.
 ``tests/unit/test_kafka_clients.py`` fails when a client is constructed anywhere else.
@@ -17,8 +17,8 @@ from typing import Any, Final
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from schemas.errors import ConfigurationError
-from schemas.kafka_outage import quiet_config
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.kafka_outage import quiet_config
 
 AUTO_CREATE_KEY: Final = "allow.auto.create.topics"
 """The librdkafka key this module always sets to false (librdkafka CONFIGURATION.md)."""
@@ -51,7 +51,7 @@ def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def factory_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """What the factories below hand to librdkafka: :func:`client_config`, with
     librdkafka's log going to Python ``logging`` unless ``config`` names its own logger
-    (:func:`schemas.kafka_outage.quiet_config`: one WARNING per unreachable broker, each
+    (:func:`regionbus.schemas.kafka_outage.quiet_config`: one WARNING per unreachable broker, each
     reconnect attempt at DEBUG), so no client of the project writes librdkafka's lines
     to stderr.
 

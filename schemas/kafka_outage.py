@@ -19,7 +19,7 @@ must not do is flood its log. Left alone, every librdkafka client of a process p
   declared only when a statistics report a full period later still shows no broker
   ``UP``, and it ends at the first report that shows one. One WARNING marks its start and
   one INFO its end with its duration, whatever the number of clients, as
-  :mod:`runtime.redis_outage` does for Redis.
+  :mod:`regionbus.runtime.redis_outage` does for Redis.
 """
 
 from __future__ import annotations

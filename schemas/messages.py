@@ -3,7 +3,7 @@
 NamedTuples rather than frozen dataclasses: equally immutable, and four times cheaper to
 build, which matters on the event path (every subscriber builds one per event).
 
-Every record travels Avro-encoded by :mod:`schemas.codec`. Field meanings are in the
+Every record travels Avro-encoded by :mod:`regionbus.schemas.codec`. Field meanings are in the
 schema docs; times are milliseconds since the Unix epoch, UTC.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from schemas.eventid import EventID
+from regionbus.schemas.eventid import EventID
 
 
 class OperationKind(enum.Enum):
@@ -33,7 +33,7 @@ class OperationKind(enum.Enum):
     INVALIDATE_REGION = "INVALIDATE_REGION"
     EXPIRE_DESTROY = "EXPIRE_DESTROY"
     """An entry expiration (Geode ``Operation.EXPIRE_DESTROY``): produced by a bucket's
-    primary to its own partition, never by a client (:mod:`broker.expiration`)."""
+    primary to its own partition, never by a client (:mod:`regionbus.broker.expiration`)."""
     EXPIRE_INVALIDATE = "EXPIRE_INVALIDATE"
     """An entry expiration that invalidates (Geode ``Operation.EXPIRE_INVALIDATE``)."""
 
@@ -57,7 +57,7 @@ class OperationKind(enum.Enum):
     @property
     def is_region_change(self) -> bool:
         """True for the changes of a whole region (clear, destroy), ordered in the region's
-        bucket (`schemas.naming.region_bucket`)."""
+        bucket (`regionbus.schemas.naming.region_bucket`)."""
         return self in _REGION_CHANGES
 
     @property

@@ -13,7 +13,7 @@ import uuid
 import zlib
 from typing import Final
 
-from schemas.errors import ConfigurationError
+from regionbus.schemas.errors import ConfigurationError
 
 DEFAULT_TOTAL_BUCKETS: Final = 16
 """Buckets (= partitions of ``{ns}.ops``). Geode's ``total-num-buckets`` default is 113; we

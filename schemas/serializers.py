@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from schemas.errors import SerializationError
+from regionbus.schemas.errors import SerializationError
 
 
 class Serializer(Protocol):

@@ -43,9 +43,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from schemas.errors import ConfigurationError
-from schemas.kafka_clients import client_config
-from schemas.masking import MASK, is_secret_name, mask_text, mask_url, mask_value
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.kafka_clients import client_config
+from regionbus.schemas.masking import MASK, is_secret_name, mask_text, mask_url, mask_value
 
 CONFIG_FILE_ENV = "REGIONBUS_CONFIG_FILE"
 """Environment variable naming the configuration file (TOML, YAML or dotenv)."""
@@ -141,7 +141,7 @@ class RegionBusSettings(BaseSettings):
 
         ``SecretStr`` fields, fields and dict keys that name a secret (e.g.
         ``sasl.password`` or ``ssl.key.pem`` in ``kafka_config``), PEM private keys and
-        passwords inside URLs become :data:`MASK` (`schemas.masking`); an unset secret
+        passwords inside URLs become :data:`MASK` (`regionbus.schemas.masking`); an unset secret
         stays None.
         """
         return {name: mask_value(name, getattr(self, name)) for name in type(self).model_fields}
@@ -313,11 +313,11 @@ def _dotenv_values(settings_cls: type[RegionBusSettings], path: Path) -> dict[st
 
 
 SECTIONS: dict[str, str] = {
-    "server": "broker.config:ServerSettings",
-    "client": "clients.settings:ClientSettings",
-    "gateway_sender": "gateways.sender:GatewaySenderSettings",
-    "gateway_receiver": "gateways.receiver:GatewayReceiverSettings",
-    "async_event_queue": "gateways.async_event_queue:AsyncEventQueueSettings",
+    "server": "regionbus.broker.config:ServerSettings",
+    "client": "regionbus.clients.settings:ClientSettings",
+    "gateway_sender": "regionbus.gateways.sender:GatewaySenderSettings",
+    "gateway_receiver": "regionbus.gateways.receiver:GatewayReceiverSettings",
+    "async_event_queue": "regionbus.gateways.async_event_queue:AsyncEventQueueSettings",
 }
 """Every process kind: its file table and its settings class (imported when needed)."""
 
@@ -390,7 +390,7 @@ class KafkaConnectionSettings(RegionBusSettings):
             name, librdkafka's default) or ``none``.
         kafka_config: Any further librdkafka settings, passed through unchanged. A key that
             a typed field above also sets is an error, and so is
-            ``allow.auto.create.topics=true`` (`schemas.kafka_clients`).
+            ``allow.auto.create.topics=true`` (`regionbus.schemas.kafka_clients`).
     """
 
     kafka_bootstrap_servers: str = "127.0.0.1:9092"
@@ -462,7 +462,7 @@ class KafkaConnectionSettings(RegionBusSettings):
         Returns:
             ``bootstrap.servers``, the typed security settings that are set (mapped by
             :data:`LIBRDKAFKA_KEYS`), :attr:`kafka_config`, then the overrides, with
-            ``allow.auto.create.topics=false`` (`schemas.kafka_clients.client_config`:
+            ``allow.auto.create.topics=false`` (`regionbus.schemas.kafka_clients.client_config`:
             regionbus creates every topic itself, with its partition count and retention).
 
         Raises:

@@ -41,7 +41,7 @@ import struct
 import time
 from typing import Final, NamedTuple
 
-from schemas.errors import AuthenticationError
+from regionbus.schemas.errors import AuthenticationError
 
 SERVER_PRINCIPAL: Final = "@server"
 """The principal cache servers sign their own messages as (not a legal user name)."""

@@ -17,7 +17,7 @@ Retention, per topic kind (``retention.ms``):
 - ``{ns}.gw.<sender>`` and ``{ns}.aeq.<queue>``: never by time (``-1``). A batch leaves
   these queues only once acknowledged (SPEC §6 and §7): the sender or dispatcher commits its
   offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
-  per partition: `gateways.queue_trim`), as Geode removes a batch.
+  per partition: `regionbus.gateways.queue_trim`), as Geode removes a batch.
 - gateway link topics (inbound, ack): one day; each message is consumed within seconds.
 """
 
@@ -31,9 +31,9 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from schemas.errors import ConfigurationError, TransportError
-from schemas.naming import Topics
-from schemas.transport import is_authorization_error, kafka_error
+from regionbus.schemas.errors import ConfigurationError, TransportError
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import is_authorization_error, kafka_error
 
 HOUR_MS: Final = 3_600_000
 DAY_MS: Final = 24 * HOUR_MS
@@ -54,7 +54,7 @@ class TopicSpec:
     """One topic as regionbus needs it.
 
     Attributes:
-        name: The topic name (see `schemas.naming.Topics`).
+        name: The topic name (see `regionbus.schemas.naming.Topics`).
         partitions: Partition count; an existing topic with another count is an error.
         config: Topic configs set at creation, e.g. ``{"retention.ms": "3600000"}``.
     """

@@ -11,7 +11,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AclOperation, AdminClient
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from schemas.errors import (
+from regionbus.schemas.errors import (
     AuthenticationError,
     KafkaAuthorizationError,
     RegionBusError,

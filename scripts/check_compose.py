@@ -53,25 +53,28 @@ from check_dockerfile import Image, check_dockerfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_CONFIG_FILE = "schemas.settings:CONFIG_FILE_ENV"
+_CONFIG_FILE = "regionbus.schemas.settings:CONFIG_FILE_ENV"
 
 SETTINGS_OF_COMMAND: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("serve",): ("broker.config:ServerSettings", _CONFIG_FILE),
+    ("serve",): ("regionbus.broker.config:ServerSettings", _CONFIG_FILE),
     ("status",): (
-        "broker.config:ServerSettings",
+        "regionbus.broker.config:ServerSettings",
         _CONFIG_FILE,
-        "broker.cli_users:PRINCIPAL_ENV",
-        "broker.cli_users:SECRET_ENV",
+        "regionbus.broker.cli_users:PRINCIPAL_ENV",
+        "regionbus.broker.cli_users:SECRET_ENV",
     ),
-    ("region", "create"): ("broker.config:ServerSettings", _CONFIG_FILE),
-    ("region", "list"): ("broker.config:ServerSettings", _CONFIG_FILE),
-    ("gateway", "sender"): ("gateways.sender:GatewaySenderSettings", _CONFIG_FILE),
-    ("gateway", "receiver"): ("gateways.receiver:GatewayReceiverSettings", _CONFIG_FILE),
+    ("region", "create"): ("regionbus.broker.config:ServerSettings", _CONFIG_FILE),
+    ("region", "list"): ("regionbus.broker.config:ServerSettings", _CONFIG_FILE),
+    ("gateway", "sender"): ("regionbus.gateways.sender:GatewaySenderSettings", _CONFIG_FILE),
+    ("gateway", "receiver"): ("regionbus.gateways.receiver:GatewayReceiverSettings", _CONFIG_FILE),
     ("gateway", "async-event-queue"): (
-        "gateways.async_event_queue:AsyncEventQueueSettings",
+        "regionbus.gateways.async_event_queue:AsyncEventQueueSettings",
         _CONFIG_FILE,
     ),
-    ("demo", "flights"): ("devstack.local:KAFKA_ENV_VAR", "devstack.local:REDIS_ENV_VAR"),
+    ("demo", "flights"): (
+        "regionbus.devstack.local:KAFKA_ENV_VAR",
+        "regionbus.devstack.local:REDIS_ENV_VAR",
+    ),
 }
 """What configuration each CLI command reads, keyed by its path below the entry point:
 ``"module:Class"`` of a pydantic-settings class, or ``"module:NAME"`` of a string constant

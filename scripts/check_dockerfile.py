@@ -101,11 +101,12 @@ def check_dockerfile(
             problems.append(f"{where}: COPY source {source} is excluded by .dockerignore")
     copied = {Path(s).parts[0] for s in copies if Path(s).parts}
     pyproject = tomllib.loads(pyproject_file.read_text())
-    find = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {})
-    for pattern in find.get("include", []):
-        package = pattern.rstrip("*").rstrip(".")
-        if package and package not in copied:
-            problems.append(f"{where}: package {package} (pyproject.toml) is not copied")
+    package_dir = pyproject.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    for package, folder in package_dir.items():
+        if Path(folder).parts[0] not in copied:
+            problems.append(
+                f"{where}: package {package} (pyproject.toml: folder {folder}) is not copied"
+            )
     return image, problems
 
 

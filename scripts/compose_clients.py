@@ -28,8 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from clients import CacheListener, ClientCache, EntryEvent
-from schemas.errors import AuthenticationError, RegionBusError
+from regionbus import AuthenticationError, CacheListener, ClientCache, EntryEvent, RegionBusError
 
 ROOT = Path(__file__).resolve().parents[1]
 REGIONBUS = ROOT / ".venv" / "bin" / "regionbus"
@@ -46,7 +45,7 @@ EVENT_TIMEOUT_S = 60.0
 GATEWAY_TIMEOUT_S = 180.0
 
 
-class CheckFailed(Exception):
+class CheckError(Exception):
     """A check did not see what it waited for."""
 
 
@@ -81,7 +80,7 @@ class Recorder(CacheListener):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     seen = [k for _, k, _ in self.events]
-                    raise CheckFailed(
+                    raise CheckError(
                         f"{what}: no event for {key} = {value!r} within {timeout_s:.0f} s "
                         f"(the listener got {len(seen)} event(s): {seen[:5]})"
                     )
@@ -94,7 +93,7 @@ def client(what: str, **settings: Any) -> Iterator[ClientCache]:
     try:
         cache = ClientCache(read_timeout_ms=READ_TIMEOUT_MS, **settings)
     except RegionBusError as exc:
-        raise CheckFailed(f"{what}: could not connect: {exc}") from exc
+        raise CheckError(f"{what}: could not connect: {exc}") from exc
     try:
         yield cache
     finally:
@@ -124,7 +123,7 @@ def put_reaches_interested_client(
             applied = time.monotonic() - started
             waited = recorder.wait_for(key, value, timeout_s, what)
         if region.get(key) != value:
-            raise CheckFailed(f"{what}: the interested client's cache does not hold {key}")
+            raise CheckError(f"{what}: the interested client's cache does not hold {key}")
     say(f"OK {what}: put {key} applied in {applied:.2f} s, event after {waited:.2f} s more")
 
 
@@ -137,11 +136,11 @@ def wait_for_http(url: str, timeout_s: float, expect: str) -> None:
                 body = response.read().decode()
             if expect in body:
                 return
-            last = CheckFailed(f"{url} answered without {expect!r}")
+            last = CheckError(f"{url} answered without {expect!r}")
         except OSError as exc:
             last = exc
         time.sleep(0.5)  # poll interval of a condition with a deadline
-    raise CheckFailed(f"{url} did not answer with {expect!r} within {timeout_s:.0f} s: {last}")
+    raise CheckError(f"{url} did not answer with {expect!r} within {timeout_s:.0f} s: {last}")
 
 
 def regionbus_cli(*args: str, env: dict[str, str] | None = None) -> str:
@@ -154,7 +153,7 @@ def regionbus_cli(*args: str, env: dict[str, str] | None = None) -> str:
         check=False,
     )
     if result.returncode != 0:
-        raise CheckFailed(
+        raise CheckError(
             f"regionbus {' '.join(args)} failed (status {result.returncode}): "
             f"{(result.stdout + result.stderr).strip()[-1500:]}"
         )
@@ -170,20 +169,26 @@ def check_default() -> None:
     text = json.dumps(members)
     for member in ("cache-server-1", "cache-server-2"):
         if f'"{member}"' not in text:
-            raise CheckFailed(f"regionbus status from the host does not list {member}: {text}")
+            raise CheckError(f"regionbus status from the host does not list {member}: {text}")
     say("OK regionbus status from the host lists cache-server-1 and cache-server-2")
     for port in (9464, 9465):
         wait_for_http(f"http://localhost:{port}/metrics", 30, "regionbus_")
     say("OK both cache servers' metrics answer on localhost:9464 and :9465")
-    put_reaches_interested_client(SITE_A, SITE_A, "site-A put seen by a second client", EVENT_TIMEOUT_S)
+    put_reaches_interested_client(
+        SITE_A, SITE_A, "site-A put seen by a second client", EVENT_TIMEOUT_S
+    )
 
 
 def check_two_sites() -> None:
     for port in (9466, 9467, 9468, 9469, 9470):
         wait_for_http(f"http://localhost:{port}/metrics", 60, "regionbus_")
     say("OK site B's cache server and the four gateway workers' metrics answer")
-    put_reaches_interested_client(SITE_A, SITE_B, "A-to-B put on site A seen by a site-B client", GATEWAY_TIMEOUT_S)
-    put_reaches_interested_client(SITE_B, SITE_A, "B-to-A put on site B seen by a site-A client", GATEWAY_TIMEOUT_S)
+    put_reaches_interested_client(
+        SITE_A, SITE_B, "A-to-B put on site A seen by a site-B client", GATEWAY_TIMEOUT_S
+    )
+    put_reaches_interested_client(
+        SITE_B, SITE_A, "B-to-A put on site B seen by a site-A client", GATEWAY_TIMEOUT_S
+    )
 
 
 def _clients_from_env() -> dict[str, tuple[str, str]]:
@@ -194,7 +199,7 @@ def _clients_from_env() -> dict[str, tuple[str, str]]:
         user, password, client_id = triple.split(":")
         clients[client_id] = (user, password)
     if len(clients) < 3:
-        raise CheckFailed("COMPOSE_CHECK_CLIENTS must name 3 client ids (writer, reader, intruder)")
+        raise CheckError("COMPOSE_CHECK_CLIENTS must name 3 client ids (writer, reader, intruder)")
     return clients
 
 
@@ -203,7 +208,7 @@ def _expect_refusal(what: str, attempt: Callable[[], None], refused: tuple[type,
         attempt()
     except refused as exc:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-    raise CheckFailed(f"{what}: was let in")
+    raise CheckError(f"{what}: was let in")
 
 
 def check_secured() -> None:
@@ -309,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         CHECKS[args.profile]()
-    except CheckFailed as exc:
+    except CheckError as exc:
         say(f"FAILED {args.profile}: {exc}")
         return 1
     say(f"{args.profile}: every check OK ({time.monotonic() - started:.1f} s)")

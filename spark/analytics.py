@@ -25,13 +25,13 @@ from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
-from schemas.errors import TransportError
-from schemas.kafka_clients import kafka_consumer
-from schemas.naming import Topics
-from spark.decode import decode_messages
-from spark.format import kafka_reader
-from spark.kafka import METADATA_TIMEOUT_S, list_partitions
-from spark.options import EARLIEST, Subscription, TopicPartitionKey, offsets_to_json
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.naming import Topics
+from regionbus.spark.decode import decode_messages
+from regionbus.spark.format import kafka_reader
+from regionbus.spark.kafka import METADATA_TIMEOUT_S, list_partitions
+from regionbus.spark.options import EARLIEST, Subscription, TopicPartitionKey, offsets_to_json
 
 DEFAULT_GATEWAY_GROUP_FORMAT: Final = "{topic}"
 """Consumer group of a gateway or async event queue, ``{topic}`` being the queue topic."""

@@ -5,7 +5,7 @@ written by the servers and every client with interest gets the events.
 
 :func:`entries_to_operations` turns ``(key, value)`` rows into Kafka records of the Kafka
 sink schema (``topic``, ``partition`` = bucket, ``key``, ``value``), so they are written with
-either Kafka format (:func:`spark.format.kafka_format`). Each Spark task is one member
+either Kafka format (:func:`regionbus.spark.format.kafka_format`). Each Spark task is one member
 (``<load id>-p<partition>``, thread 1) whose sequence ids count 0, 1, 2, ... per bucket (SPEC
 §2: N consecutive sequence ids for a bulk operation of N entries). A retried task (same
 partition, same input order) sends the same EventIDs, so the servers recognise what it had
@@ -32,31 +32,36 @@ from confluent_kafka.admin import AclOperation
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from runtime.heartbeat import PhaseStatus
-from schemas.codec import decode_as, encode, encode_batches, split_batch
-from schemas.errors import (
+from regionbus.runtime.heartbeat import PhaseStatus
+from regionbus.schemas.codec import decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.errors import (
     ConfigurationError,
     MessageDecodeError,
     ServerTimeoutError,
     TransportError,
 )
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_consumer
-from schemas.messages import Operation, OperationKind, Reply
-from schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
-from schemas.serializers import AvroSerializer, Serializer, serializer_named
-from schemas.signing import derive_key, signed_headers
-from schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
-from schemas.transport import assign_from, kafka_error, require_topic_operations, topic_partitions
-from spark.format import kafka_options, kafka_writer
-from spark.kafka import latest_offsets
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
+from regionbus.schemas.messages import Operation, OperationKind, Reply
+from regionbus.schemas.naming import BULK_LOAD_ID_PREFIX, Topics, bucket_of, check_name
+from regionbus.schemas.serializers import AvroSerializer, Serializer, serializer_named
+from regionbus.schemas.signing import derive_key, signed_headers
+from regionbus.schemas.topics import REPLY_RETENTION_MS, TopicSpec, ensure_topics, retention
+from regionbus.schemas.transport import (
+    assign_from,
+    kafka_error,
+    require_topic_operations,
+    topic_partitions,
+)
+from regionbus.spark.format import kafka_options, kafka_writer
+from regionbus.spark.kafka import latest_offsets
 
 OPERATIONS_SCHEMA: Final = (
     "topic string, partition int, key binary, value binary, "
     "headers array<struct<key: string, value: binary>>"
 )
 """Columns of :func:`entries_to_operations` (the Kafka sink's); ``headers`` carries the
-signing headers of a signed load (`schemas.signing`), null otherwise."""
+signing headers of a signed load (`regionbus.schemas.signing`), null otherwise."""
 
 BULK_LOAD_THREAD: Final = 1
 """Thread id of every bulk-load member (one member per Spark task)."""
@@ -102,7 +107,7 @@ def entries_to_operations(
         serializer: ``json``, ``str`` or ``bytes`` (ignored when ``avro_schema`` is given).
         avro_schema: The Avro record schema of a typed region (serializer ``avro:<name>``).
         signing_key: ``(principal, MAC key)`` to sign each record with, as servers with
-            ``security_enabled`` require (`schemas.signing.derive_key`); None: unsigned.
+            ``security_enabled`` require (`regionbus.schemas.signing.derive_key`); None: unsigned.
 
     Returns:
         A DataFrame of :data:`OPERATIONS_SCHEMA`, one row per Kafka message. Request ids are
@@ -268,15 +273,15 @@ def bulk_load(
         serializer: ``json`` (default), ``str`` or ``bytes``.
         avro_schema: The region's Avro schema (typed regions).
         load_id: Client id of the load; a fresh ``spark-load-<hex>`` when None
-            (`schemas.naming.BULK_LOAD_ID_PREFIX`, which the bulk-load principal's Kafka
-            ACLs cover, `broker.kafka_acls.bulk_load_acls`). Running a
+            (`regionbus.schemas.naming.BULK_LOAD_ID_PREFIX`, which the bulk-load principal's Kafka
+            ACLs cover, `regionbus.broker.kafka_acls.bulk_load_acls`). Running a
             load again with the same id and the same input re-sends the same EventIDs, which
             the servers recognise as duplicates.
         wait_applied_timeout_s: Longest wait for every entry's reply after the write, in
             seconds; None returns right after the write (``answered`` stays False).
         kafka_format_name: The Kafka format to write with; :func:`kafka_format` when None.
         status: Kept current with the load's phase and reply count, for a
-            :class:`runtime.heartbeat.Heartbeat`; None for none.
+            :class:`regionbus.runtime.heartbeat.Heartbeat`; None for none.
         security_principal: Principal to sign the load's operations as (servers with
             ``security_enabled`` refuse unsigned ones); None writes them unsigned.
         security_secret: That principal's secret; its MAC key is derived once, on the
@@ -287,7 +292,7 @@ def bulk_load(
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not write ``{ns}.ops`` or create
-            and read the load's reply topic (`broker.kafka_acls.bulk_load_acls`); checked
+            and read the load's reply topic (`regionbus.broker.kafka_acls.bulk_load_acls`); checked
             before the Spark job starts.
         TransportError: Kafka is unreachable or ``{ns}.ops`` does not exist.
         ServerTimeoutError: not every entry was answered within ``wait_applied_timeout_s``.

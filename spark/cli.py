@@ -1,6 +1,6 @@
 """``regionbus spark ...``: the Spark jobs (queue analytics, flights delays, bulk load).
 
-Loaded lazily by :mod:`broker.cli`, so ``regionbus`` starts without importing pyspark.
+Loaded lazily by :mod:`regionbus.broker.cli`, so ``regionbus`` starts without importing pyspark.
 Kafka settings come from ``--namespace`` / ``--kafka`` or the ``REGIONBUS_*`` variables
 (``REGIONBUS_KAFKA_CONFIG`` for security settings), as for clients
 (:class:`clients.ClientSettings`). The Spark session is the process's (created on first
@@ -17,9 +17,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from clients.settings import ClientSettings
-from runtime.heartbeat import Heartbeat, PhaseStatus
-from schemas.errors import RegionBusError
+from regionbus.clients.settings import ClientSettings
+from regionbus.runtime.heartbeat import Heartbeat, PhaseStatus
+from regionbus.schemas.errors import RegionBusError
 
 _console = Console()
 
@@ -45,7 +45,7 @@ _master = click.option("--master", default="local[2]", show_default=True, help="
 
 
 def _session(master: str, app_name: str) -> Any:
-    from spark.session import local_session
+    from regionbus.spark.session import local_session
 
     return local_session(app_name, master=master)
 
@@ -81,7 +81,7 @@ def analytics_command(
 ) -> None:
     """Depth, oldest unacked event and content of every subscription queue; backlog of
     every gateway and async event queue."""
-    from spark.analytics import queue_analytics
+    from regionbus.spark.analytics import queue_analytics
 
     settings = _settings(namespace, kafka)
     spark = _session(master, "regionbus-analytics")
@@ -139,7 +139,7 @@ def delays_command(
 ) -> None:
     """Stream the flights replay's events into a table of per-carrier departure delay per
     scheduled hour (Parquet)."""
-    from spark.delays import DELAY_COLUMNS, start_delays_job
+    from regionbus.spark.delays import DELAY_COLUMNS, start_delays_job
 
     settings = _settings(namespace, kafka)
     spark = _session(master, "regionbus-delays")
@@ -176,7 +176,9 @@ def delays_command(
 @_kafka
 @_master
 @click.option("--region", required=True, help="Region to load.")
-@click.option("--input", "input_path", required=True, type=click.Path(exists=True))
+@click.option(
+    "--input", "input_path", required=True, type=click.Path(exists=True, resolve_path=True)
+)
 @click.option(
     "--input-format",
     type=click.Choice(["parquet", "csv", "json"]),
@@ -220,7 +222,7 @@ def bulk_load_command(
     """
     from pyspark.sql import functions as F  # noqa: N812
 
-    from spark.bulkload import bulk_load
+    from regionbus.spark.bulkload import bulk_load
 
     settings = _settings(namespace, kafka)
     fmt = input_format or Path(input_path).suffix.lstrip(".").lower()

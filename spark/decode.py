@@ -1,6 +1,7 @@
 """Decoding regionbus topic records into typed columns, in the JVM.
 
-A record's value is a framed Avro message (:mod:`schemas.codec`: magic byte ``0xB1``, a type
+A record's value is a framed Avro message (:mod:`regionbus.schemas.codec`: magic byte ``0xB1``, a
+type
 byte, the Avro body) or a ``Batch`` of them: the server writes one poll's events for a queue
 as one batch, and ``put_all`` sends one per bucket. :func:`decode_messages` explodes batches
 (one row per message) and spreads each message over typed columns with Spark's own
@@ -40,12 +41,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-import schemas
-from schemas.codec import MAGIC, decode, split_batch
-from schemas.errors import MessageDecodeError, SerializationError
-from schemas.messages import Control, Event, Marker, Operation, Reply
-from schemas.serializers import AvroSerializer
-from spark.format import kafka_reader
+from regionbus import schemas
+from regionbus.schemas.codec import MAGIC, decode, split_batch
+from regionbus.schemas.errors import MessageDecodeError, SerializationError
+from regionbus.schemas.messages import Control, Event, Marker, Operation, Reply
+from regionbus.schemas.serializers import AvroSerializer
+from regionbus.spark.format import kafka_reader
 
 DECODED_SCHEMA: Final = StructType(
     [
@@ -159,7 +160,7 @@ def decode_record_values(values: list[bytes | None]) -> tuple[list[int], list[pa
 
 
 _TYPES: Final = {1: "Operation", 2: "Event", 3: "Reply", 4: "Control", 5: "Marker"}
-"""Type byte -> record name (as :data:`schemas.codec.TYPE_BYTES`)."""
+"""Type byte -> record name (as :data:`regionbus.schemas.codec.TYPE_BYTES`)."""
 _BATCH_TYPE: Final = 6
 _SCHEMA_DIR: Final = Path(schemas.__file__).parent
 _PERMISSIVE: Final = {"mode": "PERMISSIVE"}
@@ -344,12 +345,13 @@ def read_messages(
     ``{ns}.events``, a subscription queue or a gateway queue to typed columns.
 
     Args:
-        spark: A session with the connector on its classpath (:func:`spark.session.local_session`).
+        spark: A session with the connector on its classpath
+        (:func:`regionbus.spark.session.local_session`).
         kafka_bootstrap_servers: Kafka.
         subscribe: Topic name(s), comma separated (``{ns}.events``, ``{ns}.queue.<client>``,
             ``{ns}.gw.<sender>``, ...).
         kafka_config: librdkafka settings (without the ``kafka.`` prefix), translated for the
-            JVM client by :func:`spark.format.jvm_kafka_options`.
+            JVM client by :func:`regionbus.spark.format.jvm_kafka_options`.
         streaming: A Structured Streaming DataFrame (``readStream``) instead of a batch one.
         options: More options of Spark's Kafka source (``startingOffsets``,
             ``endingOffsets``, ``maxOffsetsPerTrigger``, ...).

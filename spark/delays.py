@@ -1,7 +1,7 @@
 """The flights streaming job: per-carrier departure delay per hour, from ``{ns}.events``.
 
 The flights replay (``regionbus demo flights``) puts each flight's value with status
-``"departed"`` once, at its departure (:mod:`demo.flights_data`). This job streams
+``"departed"`` once, at its departure (:mod:`regionbus.demo.flights_data`). This job streams
 ``{ns}.events``, keeps the ``departed`` events of region ``flights`` (one per key: a
 re-emitted duplicate event after a server restart is dropped), and aggregates per carrier
 and **scheduled** departure hour (the data's ``year, month, day`` and ``sched_dep_time //
@@ -9,7 +9,7 @@ and **scheduled** departure hour (the data's ``year, month, day`` and ``sched_de
 flights and their mean and total ``dep_delay`` in minutes (nulls ignored, as pandas does).
 
 :func:`carrier_delay_statistics` is the same stream summed per carrier only (the README's
-worked example). Both decode in the JVM (:mod:`spark.decode`).
+worked example). Both decode in the JVM (:mod:`regionbus.spark.decode`).
 
 Each micro-batch rewrites the whole table (complete output mode) as Parquet at ``output``,
 so a batch re-run after a crash writes the same table again. State (the departed keys and
@@ -25,16 +25,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.naming import Topics
-from spark.decode import decode_messages, decode_values
-from spark.format import kafka_reader
+from regionbus.schemas.naming import Topics
+from regionbus.spark.decode import decode_messages, decode_values
+from regionbus.spark.format import kafka_reader
 
 FLIGHTS_REGION: Final = "flights"
 FLIGHT_VALUE_SCHEMA: Final = (
     "carrier string, flight bigint, origin string, year int, month int, day int, "
     "sched_dep_time int, dep_delay double, status string"
 )
-"""The fields of a flight value this job reads (see :mod:`demo.flights_data`)."""
+"""The fields of a flight value this job reads (see :mod:`regionbus.demo.flights_data`)."""
 
 DELAY_COLUMNS: Final = (
     "carrier",
@@ -66,8 +66,9 @@ def departed_flights(messages: DataFrame, region: str = FLIGHTS_REGION) -> DataF
     """One row per departed flight: ``key, carrier, year, month, day, hour, dep_delay``.
 
     Args:
-        messages: Decoded messages of ``{ns}.events`` (:func:`spark.decode.read_messages` or
-            :func:`spark.decode.decode_messages`), batch or streaming.
+        messages: Decoded messages of ``{ns}.events`` (:func:`regionbus.spark.decode.read_messages`
+        or
+            :func:`regionbus.spark.decode.decode_messages`), batch or streaming.
         region: The flights region.
 
     Returns:
@@ -158,7 +159,7 @@ def start_delays_job(
         output: Directory of the Parquet table.
         checkpoint: Directory of the query's checkpoint (offsets and state).
         kafka_config: More librdkafka settings (without the ``kafka.`` prefix), translated
-            for the JVM connector (:mod:`spark.jvm_config`).
+            for the JVM connector (:mod:`regionbus.spark.jvm_config`).
         available_now: Process what ``{ns}.events`` holds now, then stop.
         trigger_interval_s: Seconds between micro-batches when not ``available_now``.
         max_offsets_per_trigger: Most records per micro-batch (None: no limit).

@@ -1,14 +1,14 @@
 """Choosing the Kafka format, and Kafka readers and writers set up for it.
 
-Sessions from :func:`spark.session.local_session` have Spark's JVM connector on their
+Sessions from :func:`regionbus.spark.session.local_session` have Spark's JVM connector on their
 classpath, so :func:`kafka_format` answers ``"kafka"``: reads, streams and writes run in the
-JVM. The Python data source (:class:`spark.source.KafkaTopicsSource`) is kept for the one
+JVM. The Python data source (:class:`regionbus.spark.source.KafkaTopicsSource`) is kept for the one
 case the connector cannot serve: a session that was started without the connector jars and
 cannot be restarted with them (a shared notebook or cluster whose classpath is fixed);
 :func:`kafka_format` then registers it and warns. Either way the caller writes
 ``spark.read.format(kafka_format(spark))`` with the same options, schema and sink columns,
 and :func:`kafka_reader` / :func:`kafka_writer` translate librdkafka settings for whichever
-client runs (:mod:`spark.jvm_config`).
+client runs (:mod:`regionbus.spark.jvm_config`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameReader, DataFrameWriter, SparkSession
 from pyspark.sql.streaming import DataStreamReader
 
-from spark.jvm_config import jvm_kafka_config
-from spark.source import SOURCE_NAME, KafkaTopicsSource
+from regionbus.spark.jvm_config import jvm_kafka_config
+from regionbus.spark.source import SOURCE_NAME, KafkaTopicsSource
 
 log = logging.getLogger("regionbus.spark")
 
@@ -90,7 +90,7 @@ def kafka_format(spark: SparkSession, prefer_jvm: bool = True) -> str:
             uses the Python source.
 
     Returns:
-        ``"kafka"`` (JVM connector) or :data:`spark.source.SOURCE_NAME` (Python source,
+        ``"kafka"`` (JVM connector) or :data:`regionbus.spark.source.SOURCE_NAME` (Python source,
         registered by this call, with a warning: it reads many times slower).
 
     Raises:
@@ -102,7 +102,7 @@ def kafka_format(spark: SparkSession, prefer_jvm: bool = True) -> str:
     if prefer_jvm:
         log.warning(
             "Spark's Kafka connector is not on this session's classpath (start it with "
-            "spark.session.local_session, or spark.jars from jvm/lib/spark): using the "
+            "regionbus.spark.session.local_session, or spark.jars from jvm/lib/spark): using the "
             "slower Python source"
         )
     return register_python_source(spark)
@@ -121,7 +121,7 @@ def kafka_options(
 
     Raises:
         ConfigurationError: a setting the translation cannot carry (see
-            :func:`spark.jvm_config.jvm_kafka_config`).
+            :func:`regionbus.spark.jvm_config.jvm_kafka_config`).
     """
     config = {"bootstrap.servers": kafka_bootstrap_servers, **(kafka_config or {})}
     if fmt == JVM_FORMAT:

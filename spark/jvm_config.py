@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from schemas.errors import ConfigurationError
-from spark.options import SPARK_OWNED_KAFKA_KEYS
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.spark.options import SPARK_OWNED_KAFKA_KEYS
 
 _LOGIN_MODULES: Final = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",

@@ -26,10 +26,10 @@ from confluent_kafka import (
 )
 from confluent_kafka import Message as KafkaMessage
 
-from schemas.errors import ConfigurationError, TransportError
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.transport import assign_from, kafka_error, watermarks
-from spark.options import (
+from regionbus.schemas.errors import ConfigurationError, TransportError
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.transport import assign_from, kafka_error, watermarks
+from regionbus.spark.options import (
     EARLIEST,
     LATEST,
     OffsetSpec,

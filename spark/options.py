@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from schemas.errors import ConfigurationError
+from regionbus.schemas.errors import ConfigurationError
 
 EARLIEST: Final = -2
 """Offset placeholder for "the first offset of the partition" (Spark's ``-2``)."""

@@ -10,7 +10,7 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-from devstack.jvm import jvm_lib_dir
+from regionbus.devstack.jvm import jvm_lib_dir
 
 CONNECTOR_MODULE: Final = "spark"
 """The ``jvm/pom.xml`` module whose jars are Spark's Kafka connector and Avro functions."""

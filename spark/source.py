@@ -1,6 +1,6 @@
 """A Python data source with the schema, options and sink of Spark's built-in Kafka source.
 
-Registered as :data:`SOURCE_NAME` by :func:`spark.format.kafka_format` when the JVM
+Registered as :data:`SOURCE_NAME` by :func:`regionbus.spark.format.kafka_format` when the JVM
 connector (``org.apache.spark:spark-sql-kafka-0-10``) is not on the classpath, so a query
 written for ``format("kafka")`` runs unchanged. Reads are batch (``spark.read``) or
 Structured Streaming (``spark.readStream``, with ``maxOffsetsPerTrigger`` and
@@ -10,7 +10,7 @@ columns ``value`` (required), ``key``, ``topic``, ``partition``, ``headers``.
 Offsets are Spark's Kafka offset JSON (``{"topic": {"0": 12}}``), kept by Spark in the
 query's checkpoint; nothing is ever committed to Kafka. ``earliest`` and ``latest`` are the
 partitions' watermarks, the timestamp options Kafka's offsets by timestamp (see
-:mod:`spark.kafka`). Every object here stays picklable: consumers and
+:mod:`regionbus.spark.kafka`). Every object here stays picklable: consumers and
 producers are opened inside ``read()`` / ``write()`` (and for offset look-ups on the driver,
 per call).
 """
@@ -39,12 +39,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from schemas.errors import ConfigurationError
-from spark import kafka
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.spark import kafka
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError
-from spark.options import (
+from regionbus.spark.options import (
     SourceOptions,
     TopicPartitionKey,
     offsets_from_json,
@@ -84,7 +84,8 @@ class OffsetRange(InputPartition):
 
 
 class KafkaTopicsSource(DataSource):
-    """The data source. Options: see :mod:`spark.options` (Spark's Kafka source options)."""
+    """The data source. Options: see :mod:`regionbus.spark.options` (Spark's Kafka source
+    options)."""
 
     @classmethod
     def name(cls) -> str:

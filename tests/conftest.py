@@ -21,11 +21,11 @@ import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ClientCache, ClientSettings
-from devstack import KafkaNode, LocalStack, ScramSecurity
-from schemas.kafka_clients import kafka_admin
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.devstack import KafkaNode, LocalStack, ScramSecurity
+from regionbus.schemas.kafka_clients import kafka_admin
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 _NAMESPACE_MAX_CHARS = 60
@@ -191,7 +191,7 @@ def spark_session() -> Iterator[Any]:
 
     pyspark is imported here, not at the top, so tests that do not use Spark never pay for it.
     """
-    from spark.session import local_session
+    from regionbus.spark.session import local_session
 
     session = local_session("regionbus-tests")
     try:

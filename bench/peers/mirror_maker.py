@@ -32,8 +32,8 @@ from bench.gateway_raw import (
 from bench.peers.jvm import KAFKA_LIB, java
 from bench.summary import SummaryRow
 from bench.workers import stamped_value
-from schemas.kafka_clients import kafka_admin, kafka_producer
-from schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
+from regionbus.schemas.topics import TopicSpec, ensure_topics
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 READY_TIMEOUT_S = 180.0

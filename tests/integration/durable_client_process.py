@@ -26,9 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from clients import ClientCache, ClientSettings
-from clients.region import Region
-from schemas.callbacks import CacheListener, EntryEvent, RegionEvent
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.clients.region import Region
+from regionbus.schemas.callbacks import CacheListener, EntryEvent, RegionEvent
 
 
 class _Out:

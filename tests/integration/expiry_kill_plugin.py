@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from schemas.callbacks import CacheListener, EntryEvent
+from regionbus.schemas.callbacks import CacheListener, EntryEvent
 
 MARKER_ENV = "EXPIRY_KILL_MARKER"
 """The file whose creation elects the one server to kill (the test sets it)."""

@@ -10,13 +10,13 @@ from typing import Any
 
 from support import wait_until
 
-from broker.config import GatewayQueueSpec, GatewaySenderSpec, ServerSettings
-from broker.server import CacheServer
-from clients import ClientCache, ClientSettings
-from gateways.filters import GatewayConflictResolver
-from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from gateways.sender import GatewaySender, GatewaySenderSettings
-from schemas.messages import Entry
+from regionbus.broker.config import GatewayQueueSpec, GatewaySenderSpec, ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.gateways.filters import GatewayConflictResolver
+from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
+from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.schemas.messages import Entry
 
 TEST_FETCH_WAIT_MAX_MS = 100
 
@@ -192,8 +192,8 @@ def running_sites(
 
 def replay_flights(region: Any, days: int = 1, window: int = 2000) -> int:
     """Replay the first ``days`` days of the flights timeline on a client region
-    (``demo.flights_data``), pipelined; returns the number of operations."""
-    from demo.flights_data import Stage, load_flights, timeline
+    (``regionbus.demo.flights_data``), pipelined; returns the number of operations."""
+    from regionbus.demo.flights_data import Stage, load_flights, timeline
 
     pending: list[Any] = []
     count = 0
@@ -214,7 +214,7 @@ def replay_flights(region: Any, days: int = 1, window: int = 2000) -> int:
 
 def start_async_event_queue(site: Site, queue_id: str, listener: Any, **overrides: Any) -> Any:
     """Start an async event queue dispatcher of ``site`` and wait until it is primary."""
-    from gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
+    from regionbus.gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 
     settings: dict[str, Any] = {
         "queue_id": queue_id,

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from clients import ClientCache, ClientSettings, RegionShortcut
+from regionbus.clients import ClientCache, ClientSettings, RegionShortcut
 
 
 def main(config: dict[str, Any]) -> None:

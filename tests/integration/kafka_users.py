@@ -9,10 +9,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from broker.kafka_acls import KafkaAcl, grant, granted, revoke
-from devstack import KafkaNode
-from devstack.kafka_broker import SCRAM_MECHANISM, add_scram_users
-from schemas.kafka_clients import kafka_admin, kafka_consumer
+from regionbus.broker.kafka_acls import KafkaAcl, grant, granted, revoke
+from regionbus.devstack import KafkaNode
+from regionbus.devstack.kafka_broker import SCRAM_MECHANISM, add_scram_users
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 
 
 class KafkaUsers:

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from devstack import TlsFiles
+from regionbus.devstack import TlsFiles
 
 
 def _name(common_name: str) -> x509.Name:

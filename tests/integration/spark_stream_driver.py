@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spark.format import kafka_format
-from spark.session import local_session
+from regionbus.spark.format import kafka_format
+from regionbus.spark.session import local_session
 
 _RECORDS_PER_BATCH = "100"
 _STALL_S = 600

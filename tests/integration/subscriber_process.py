@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from clients import ALL_KEYS, CacheListener, ClientCache, ClientSettings, EntryEvent
+from regionbus.clients import ALL_KEYS, CacheListener, ClientCache, ClientSettings, EntryEvent
 
 
 class _Out(CacheListener):

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
-from schemas.errors import CacheWriterError
-from schemas.kafka_clients import kafka_producer
+from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from regionbus.schemas.errors import CacheWriterError
+from regionbus.schemas.kafka_clients import kafka_producer
 
 
 class Recorder(CacheListener):
@@ -107,8 +107,8 @@ def settle(cache: Any, idle_s: float = 0.4) -> None:
 def send_raw_operation(kafka_bootstrap_servers: str, namespace: str, op: Any, bucket: int) -> None:
     """Produce an operation to ``{ns}.ops`` directly, as a server-side application would."""
 
-    from schemas.codec import encode
-    from schemas.naming import Topics
+    from regionbus.schemas.codec import encode
+    from regionbus.schemas.naming import Topics
 
     producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     producer.produce(Topics(namespace).ops, encode(op), partition=bucket)
@@ -120,8 +120,8 @@ def send_raw_batch(
 ) -> None:
     """Produce operations to ``{ns}.ops`` as one batch message (one poll on the server)."""
 
-    from schemas.codec import encode, encode_batches
-    from schemas.naming import Topics
+    from regionbus.schemas.codec import encode, encode_batches
+    from regionbus.schemas.naming import Topics
 
     producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
     for value in encode_batches([encode(op) for op in ops]):
@@ -161,9 +161,9 @@ def entry_operation(
 ) -> Any:
     """An entry operation on region ``r`` from another member (a server-side application),
     with its EventID in the key's bucket (16 buckets). Returns ``(operation, bucket)``."""
-    from schemas.eventid import EventID
-    from schemas.messages import Operation
-    from schemas.naming import bucket_of
+    from regionbus.schemas.eventid import EventID
+    from regionbus.schemas.messages import Operation
+    from regionbus.schemas.naming import bucket_of
 
     bucket = bucket_of("r", key, 16)
     op = Operation(

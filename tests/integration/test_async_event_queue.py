@@ -12,8 +12,12 @@ import pytest
 from gateway_sites import Site, start_async_event_queue
 from support import entry_operation, send_raw_operation, wait_until
 
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener, AsyncEventQueueSettings
-from schemas.messages import EventKind, OperationKind
+from regionbus.gateways.async_event_queue import (
+    AsyncEvent,
+    AsyncEventListener,
+    AsyncEventQueueSettings,
+)
+from regionbus.schemas.messages import EventKind, OperationKind
 
 
 class _Recording(AsyncEventListener):

@@ -13,9 +13,9 @@ from rich.console import Console
 from bench.scaling import ScalingOptions, measure_point, raw_baselines
 from bench.scaling_figures import markdown_table
 from bench.services import REGION, Services
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import BytesSerializer, ClientCache, ClientSettings
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 
 _TINY = ScalingOptions(
     subscriber_counts=(2,),

@@ -7,10 +7,10 @@ import time
 from concurrent.futures import wait
 from typing import Any
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from schemas.callbacks import CacheWriter, EntryEvent
-from schemas.messages import CLIENT_RECONNECTED
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.callbacks import CacheWriter, EntryEvent
+from regionbus.schemas.messages import CLIENT_RECONNECTED
 
 _PUTS = 300
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from support import Recorder, Sentinel, wait_until
 
-from broker.server import CacheServer
-from clients import ALL_KEYS
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
 
 
 def test_receive_values_false_invalidates_a_held_entry_once_not_on_every_later_put(

@@ -7,9 +7,9 @@ from typing import Any
 
 from support import Recorder, settle, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from schemas.callbacks import EntryEvent
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.callbacks import EntryEvent
 
 
 class SlowRecorder(Recorder):

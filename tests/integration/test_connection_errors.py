@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from clients import ClientCache
-from schemas.errors import TransportError
-from schemas.kafka_outage import UNREACHABLE_BROKERS
+from regionbus.clients import ClientCache
+from regionbus.schemas.errors import TransportError
+from regionbus.schemas.kafka_outage import UNREACHABLE_BROKERS
 
 READ_TIMEOUT_MS = 2_000
 SLACK_S = 3.0

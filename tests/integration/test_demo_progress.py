@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.heartbeat import DEFAULT_INTERVAL_S
+from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S
 
 _PROGRESS_LINE = re.compile(r"^\[\d+:\d\d:\d\d\] (?P<status>.+)$", re.MULTILINE)
 _DEMO_TIMEOUT_S = 300
@@ -30,7 +30,7 @@ def test_the_demo_redirected_to_a_file_prints_progress_and_keeps_its_logs(
             [
                 sys.executable,
                 "-m",
-                "broker",
+                "regionbus",
                 "demo",
                 "flights",
                 "--days",

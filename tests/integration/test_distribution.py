@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from support import Recorder, Sentinel, entry_operation, send_raw_operation, wait_until
 
-from broker.server import CacheServer
-from clients import ALL_KEYS, ClientCache, RegionShortcut
-from schemas.errors import EntryNotFoundError, RegionNotFoundError
-from schemas.messages import OperationKind
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, ClientCache, RegionShortcut
+from regionbus.schemas.errors import EntryNotFoundError, RegionNotFoundError
+from regionbus.schemas.messages import OperationKind
 
 
 @pytest.fixture

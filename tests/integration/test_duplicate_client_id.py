@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from support import Recorder, Sentinel, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS, ClientCache
-from schemas.errors import DuplicateClientError, DuplicateDurableClientError
-from schemas.kafka_clients import kafka_admin
-from schemas.naming import Topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, ClientCache
+from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.naming import Topics
 
 
 def _topics(kafka_bootstrap_servers: str) -> set[str]:

@@ -27,13 +27,17 @@ from support import (
     wait_until,
 )
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients.server_proxy import ServerRegionProxy
-from schemas.errors import ConfigurationError, DuplicateDurableClientError, UnconnectedError
-from schemas.kafka_clients import kafka_admin
-from schemas.messages import OperationKind
-from schemas.naming import RedisKeys, Topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients.server_proxy import ServerRegionProxy
+from regionbus.schemas.errors import (
+    ConfigurationError,
+    DuplicateDurableClientError,
+    UnconnectedError,
+)
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.messages import OperationKind
+from regionbus.schemas.naming import RedisKeys, Topics
 
 _SCRIPT = Path(__file__).with_name("durable_client_process.py")
 _LIVENESS_MS = 2_000

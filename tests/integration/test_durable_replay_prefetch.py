@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from support import Recorder, wait_until
 
-import clients.subscription
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS
+import regionbus.clients.subscription
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
 
 _KEYS = 5
 _PUTS = 40
@@ -71,7 +71,7 @@ def test_a_reconnecting_durable_client_replays_every_queued_event_once_in_order(
 ) -> None:
     """With the default bound every message counted is kept; with 300 bytes only the first
     few are, and the rest are read again after a seek back."""
-    monkeypatch.setattr(clients.subscription, "_PREFETCH_MAX_BYTES", prefetch_max_bytes)
+    monkeypatch.setattr(regionbus.clients.subscription, "_PREFETCH_MAX_BYTES", prefetch_max_bytes)
     expected = _queue_while_away(client_factory)
 
     again, region, recorder = _replay(client_factory)

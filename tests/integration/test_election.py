@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from runtime.leases import Lease, Membership
+from regionbus.runtime.leases import Lease, Membership
 
 
 def test_a_free_role_goes_to_one_member_with_a_new_epoch(

@@ -17,18 +17,22 @@ from confluent_kafka import TopicPartition
 from gateway_sites import Site, start_async_event_queue
 from support import send_raw_batch, wait_until
 
-from broker.config import GatewayQueueSpec, ServerSettings
-from broker.expiration import EXPIRY_MEMBER, EXPIRY_THREAD
-from broker.expiration_attributes import ExpirationAction, ExpirationAttributes, RegionExpiration
-from broker.server import CacheServer
-from clients import ALL_KEYS, RegionShortcut
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from schemas.callbacks import CacheListener, EntryEvent
-from schemas.codec import decode, split_batch
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_consumer
-from schemas.messages import Event, EventKind, Operation, OperationKind
-from schemas.naming import Topics, bucket_of, bucket_role
+from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.expiration import EXPIRY_MEMBER, EXPIRY_THREAD
+from regionbus.broker.expiration_attributes import (
+    ExpirationAction,
+    ExpirationAttributes,
+    RegionExpiration,
+)
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, RegionShortcut
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.schemas.callbacks import CacheListener, EntryEvent
+from regionbus.schemas.codec import decode, split_batch
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind
+from regionbus.schemas.naming import Topics, bucket_of, bucket_role
 
 
 def _expiring(

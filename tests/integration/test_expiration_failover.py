@@ -19,9 +19,9 @@ from expiry_kill_plugin import MARKER_ENV
 from support import settle, wait_until
 from test_high_availability import ServerProcess
 
-from clients import ALL_KEYS, CacheListener, EntryEvent
-from schemas.messages import EventKind
-from schemas.naming import RedisKeys
+from regionbus.clients import ALL_KEYS, CacheListener, EntryEvent
+from regionbus.schemas.messages import EventKind
+from regionbus.schemas.naming import RedisKeys
 
 _HERE = Path(__file__).parent
 _LEASE_TTL_MS = 2_000

@@ -29,17 +29,21 @@ from test_security import (
     kafka_users,  # noqa: F401
 )
 
-from broker.config import ServerSettings
-from broker.expiration_attributes import ExpirationAction, ExpirationAttributes, RegionExpiration
-from broker.kafka_acls import client_acls, server_acls
-from broker.principals import PrincipalStore
-from broker.server import CacheServer
-from clients import ALL_KEYS
-from schemas.codec import encode
-from schemas.errors import NotAuthorizedError, error_from_wire
-from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
-from schemas.messages import EventKind, Operation, OperationKind
-from schemas.naming import bucket_of
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.expiration_attributes import (
+    ExpirationAction,
+    ExpirationAttributes,
+    RegionExpiration,
+)
+from regionbus.broker.kafka_acls import client_acls, server_acls
+from regionbus.broker.principals import PrincipalStore
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.codec import encode
+from regionbus.schemas.errors import NotAuthorizedError, error_from_wire
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
+from regionbus.schemas.messages import EventKind, Operation, OperationKind
+from regionbus.schemas.naming import bucket_of
 
 _ADMIN_SECRET = "admin-secret"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from demo.flights import ReplayReport, flights_command, run_replay
+from regionbus.demo.flights import ReplayReport, flights_command, run_replay
 
 _FULL_REPLAY_TIMEOUT_S = 1800
 

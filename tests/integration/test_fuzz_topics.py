@@ -27,9 +27,9 @@ from confluent_kafka import TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
 from support import Recorder, wait_until
 
-from clients import ALL_KEYS
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from gateways.protocol import (
+from regionbus.clients import ALL_KEYS
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.gateways.protocol import (
     GatewayAck,
     GatewayBatch,
     decode_ack,
@@ -37,11 +37,11 @@ from gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from schemas.codec import decode, decode_as, encode, encode_batches, split_batch
-from schemas.errors import MessageDecodeError
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import (
+from regionbus.schemas.codec import decode, decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.errors import MessageDecodeError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Event,
@@ -54,8 +54,8 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics, bucket_of
-from spark.decode import decode_record_values
+from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.spark.decode import decode_record_values
 
 SEED = 20_240_607
 MESSAGES_PER_TOPIC = 40

@@ -1,6 +1,7 @@
 """Gateway senders and receivers on a Kafka with SASL/SCRAM and ACLs enforced: two sites
 (namespaces) share this module's Kafka, every process logs in as its own user, and each
-user holds exactly its set of `broker.kafka_acls`. A missing ACL is named where an operator
+user holds exactly its set of `regionbus.broker.kafka_acls`. A missing ACL is named where an
+operator
 looks (the sender's warning, the receiver's start error), and a batch refused for want of
 one stays queued until the ACL is granted.
 """
@@ -17,7 +18,7 @@ from gateway_sites import Site, site_namespaces
 from kafka_users import KafkaUsers
 from support import wait_until
 
-from broker.kafka_acls import (
+from regionbus.broker.kafka_acls import (
     KafkaAcl,
     client_acls,
     gateway_receiver_acls,
@@ -25,9 +26,9 @@ from broker.kafka_acls import (
     gateway_sender_remote_acls,
     server_acls,
 )
-from devstack import KafkaNode
-from schemas.errors import KafkaAuthorizationError
-from schemas.naming import Topics
+from regionbus.devstack import KafkaNode
+from regionbus.schemas.errors import KafkaAuthorizationError
+from regionbus.schemas.naming import Topics
 
 SENDER = "to-b"
 

@@ -10,9 +10,9 @@ import pytest
 from gateway_sites import Site, running_sites
 from support import Recorder, Vetoing, entry_operation, send_raw_operation, wait_until
 
-from clients import ALL_KEYS
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import OperationKind
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import OperationKind
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
 ) -> None:
     from confluent_kafka import TopicPartition
 
-    from schemas.naming import Topics
+    from regionbus.schemas.naming import Topics
 
     a, b = sites
     b.start_server()
@@ -148,7 +148,7 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
 
 
 def test_one_sender_is_primary_and_a_standby_takes_over_when_it_stops(sites: list[Site]) -> None:
-    from gateways.sender import GatewaySender, GatewaySenderSettings
+    from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
 
     a, b = sites
     b.start_server()

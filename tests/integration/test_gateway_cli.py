@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from gateway_sites import Site, running_sites
 
-from broker.cli import main
+from regionbus.broker.cli import main
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Itera
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "broker", "gateway", *args],
+        [sys.executable, "-m", "regionbus", "gateway", *args],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

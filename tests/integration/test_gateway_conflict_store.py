@@ -9,10 +9,10 @@ from typing import Any
 
 import redis
 
-from broker.store import ApplyResult, GatewayVersion, RegionStore
-from schemas.eventid import EventID
-from schemas.messages import EventKind, OperationKind
-from schemas.naming import bucket_of
+from regionbus.broker.store import ApplyResult, GatewayVersion, RegionStore
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import EventKind, OperationKind
+from regionbus.schemas.naming import bucket_of
 
 
 class _Apply:

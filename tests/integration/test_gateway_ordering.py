@@ -13,13 +13,13 @@ from gateway_sites import Site, running_sites
 from pydantic import ValidationError
 from support import Recorder, wait_until
 
-from broker.config import GatewaySenderSpec, OrderPolicy
-from clients import ALL_KEYS
-from schemas.codec import decode_as
-from schemas.kafka_clients import kafka_admin, kafka_consumer
-from schemas.messages import Event
-from schemas.naming import Topics
-from schemas.transport import poll_batch
+from regionbus.broker.config import GatewaySenderSpec, OrderPolicy
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.codec import decode_as
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
+from regionbus.schemas.messages import Event
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import poll_batch
 
 
 @pytest.fixture

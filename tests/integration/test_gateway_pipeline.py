@@ -14,12 +14,12 @@ from confluent_kafka import TopicPartition
 from gateway_sites import Site, running_sites
 from support import Recorder, wait_until
 
-from clients import ALL_KEYS, CacheWriter, EntryEvent
-from gateways.protocol import GatewayBatch, encode_batch
-from schemas.codec import encode
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import Event, EventID, EventKind
-from schemas.naming import Topics
+from regionbus.clients import ALL_KEYS, CacheWriter, EntryEvent
+from regionbus.gateways.protocol import GatewayBatch, encode_batch
+from regionbus.schemas.codec import encode
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventID, EventKind
+from regionbus.schemas.naming import Topics
 
 
 @pytest.fixture

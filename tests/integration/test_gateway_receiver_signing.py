@@ -15,8 +15,8 @@ import redis
 from gateway_sites import Site, running_sites
 from support import wait_until
 
-from broker.permissions import ResourcePermission
-from broker.principals import PrincipalStore
+from regionbus.broker.permissions import ResourcePermission
+from regionbus.broker.principals import PrincipalStore
 
 _GATEWAY_PRINCIPAL = "site-a-gateway"
 _GATEWAY_SECRET = "site-a-gateway-secret"

@@ -11,9 +11,13 @@ import pytest
 from gateway_sites import Site, replay_flights, running_sites
 from support import entry_operation, send_raw_operation, wait_until
 
-from gateways.filters import GatewayConflictHelper, GatewayConflictResolver, TimestampedEntryEvent
-from gateways.receiver import GatewayReceiver
-from schemas.messages import OperationKind
+from regionbus.gateways.filters import (
+    GatewayConflictHelper,
+    GatewayConflictResolver,
+    TimestampedEntryEvent,
+)
+from regionbus.gateways.receiver import GatewayReceiver
+from regionbus.schemas.messages import OperationKind
 
 
 @pytest.fixture

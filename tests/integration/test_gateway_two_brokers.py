@@ -9,7 +9,7 @@ from contextlib import ExitStack
 from gateway_sites import Site, site_namespaces
 from support import wait_until
 
-from devstack import EmbeddedKafka, free_port
+from regionbus.devstack import EmbeddedKafka, free_port
 
 
 def test_remote_site_on_its_own_kafka_unreachable_at_first_then_gets_every_queued_event(

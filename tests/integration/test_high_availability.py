@@ -19,12 +19,12 @@ import pytest
 import redis
 from support import Recorder, entry_operation, send_raw_operation, settle, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from broker.status import ClusterStatus, cluster_status
-from clients import ALL_KEYS, CacheListener, EntryEvent, RegionShortcut
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from schemas.naming import RedisKeys, bucket_of, bucket_role
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.broker.status import ClusterStatus, cluster_status
+from regionbus.clients import ALL_KEYS, CacheListener, EntryEvent, RegionShortcut
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from regionbus.schemas.naming import RedisKeys, bucket_of, bucket_role
 
 _TOTAL_BUCKETS = 16
 _LEASE_TTL_MS = 2_000
@@ -32,14 +32,14 @@ _HERE = Path(__file__).parent
 
 
 class ServerProcess:
-    """``python -m broker serve`` as a child process with its own member id."""
+    """``python -m regionbus serve`` as a child process with its own member id."""
 
     def __init__(self, member_id: str, env: dict[str, str], log: Path) -> None:
         self.member_id = member_id
         self.log = log
         with log.open("w") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "serve", "--region", "r"],
+                [sys.executable, "-m", "regionbus", "serve", "--region", "r"],
                 env={**os.environ, **env, "REGIONBUS_MEMBER_ID": member_id},
                 stdout=out,
                 stderr=subprocess.STDOUT,

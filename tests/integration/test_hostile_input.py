@@ -22,13 +22,13 @@ import pytest
 from confluent_kafka import TopicPartition
 from support import wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from schemas.codec import encode
-from schemas.errors import InvalidInterestError, ServerOperationError
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from schemas.naming import Topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.codec import encode
+from regionbus.schemas.errors import InvalidInterestError, ServerOperationError
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from regionbus.schemas.naming import Topics
 
 POISON_REGEX = "(" * 500 + "a" + ")" * 500
 BACKTRACKING_REGEX = "(a+)+$"
@@ -197,7 +197,7 @@ def test_backtracking_regex_does_not_stall_other_clients(
 def test_bad_arguments_raise_typed_errors_before_anything_is_sent(
     cache_server: CacheServer, client_factory, call, error: str
 ) -> None:
-    from schemas.errors import RegionBusError
+    from regionbus.schemas.errors import RegionBusError
 
     region = client_factory().create_region("r")
     region.put("before", 1)
@@ -213,7 +213,7 @@ def test_bad_arguments_raise_typed_errors_before_anything_is_sent(
 def test_bad_region_names_are_refused_by_the_client(
     cache_server: CacheServer, client_factory, name: str
 ) -> None:
-    from schemas.errors import RegionBusError
+    from regionbus.schemas.errors import RegionBusError
 
     cache = client_factory()
     with pytest.raises(RegionBusError) as raised:

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from support import Recorder, Sentinel, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS, ClientCache, InterestResultPolicy
-from schemas.errors import InvalidInterestError
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, ClientCache, InterestResultPolicy
+from regionbus.schemas.errors import InvalidInterestError
 
 
 def test_the_server_routes_the_union_of_key_and_regex_interest(

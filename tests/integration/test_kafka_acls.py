@@ -1,5 +1,6 @@
 """Kafka's own access control, on a Kafka of this module with SASL/SCRAM and ACLs enforced:
-servers and clients work with exactly the ACLs `broker.kafka_acls` gives them, a client can
+servers and clients work with exactly the ACLs `regionbus.broker.kafka_acls` gives them, a client
+can
 neither read nor write another client's topics, and a missing ACL is a typed
 `KafkaAuthorizationError` naming what Kafka refused, not a raw KafkaException or a hang.
 """
@@ -19,18 +20,18 @@ from confluent_kafka import KafkaError
 from kafka_users import KafkaUsers
 from support import Recorder, wait_until
 
-from broker.cli import main
-from broker.config import ServerSettings
-from broker.kafka_acls import KafkaAcl, client_acls, server_acls
-from broker.server import CacheServer
-from clients import ClientCache, ClientSettings
-from clients.subscription import SubscriptionQueue
-from devstack import KafkaNode
-from devstack.jvm import java_program, jvm_lib_dir
-from schemas.errors import KafkaAuthorizationError
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.naming import Topics
-from schemas.transport import kafka_error
+from regionbus.broker.cli import main
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import KafkaAcl, client_acls, server_acls
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.clients.subscription import SubscriptionQueue
+from regionbus.devstack import KafkaNode
+from regionbus.devstack.jvm import java_program, jvm_lib_dir
+from regionbus.schemas.errors import KafkaAuthorizationError
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.transport import kafka_error
 
 SERVER_USER = "regionbus-server"
 FAST_FETCH_MS = 20

@@ -26,12 +26,12 @@ import redis
 from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess, _check_delivery
 
-from clients import ALL_KEYS, ClientCache, ClientSettings
-from clients.cache import CLIENT_RECONNECTED
-from devstack import KafkaCluster
-from schemas.callbacks import RegionEvent
-from schemas.kafka_clients import kafka_admin
-from schemas.naming import RedisKeys, Topics
+from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
+from regionbus.clients.cache import CLIENT_RECONNECTED
+from regionbus.devstack import KafkaCluster
+from regionbus.schemas.callbacks import RegionEvent
+from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.naming import RedisKeys, Topics
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from support import wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS, CacheListener, ClientCache, ClientSettings, EntryEvent
-from clients.cache import CLIENT_RECONNECTED
-from clients.region import Region
-from devstack import KafkaNode
-from schemas.callbacks import RegionEvent
-from schemas.errors import ServerTimeoutError
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, CacheListener, ClientCache, ClientSettings, EntryEvent
+from regionbus.clients.cache import CLIENT_RECONNECTED
+from regionbus.clients.region import Region
+from regionbus.devstack import KafkaNode
+from regionbus.schemas.callbacks import RegionEvent
+from regionbus.schemas.errors import ServerTimeoutError
 
 _FETCH_WAIT_MAX_MS = 20
 _REFUSED = "Connection refused"

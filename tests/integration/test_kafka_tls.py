@@ -1,6 +1,7 @@
 """Kafka over TLS: a node of this module listens with SASL_SSL only (a test CA made here,
 the broker's key and certificate read as PEM), with SCRAM logins and ACLs enforced. A server
-and clients with their `broker.kafka_acls` work over it; a client that does not trust the CA,
+and clients with their `regionbus.broker.kafka_acls` work over it; a client that does not trust the
+CA,
 or speaks SASL without TLS, does not get in."""
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from kafka_users import KafkaUsers
 from pki import make_test_pki
 from support import Recorder, wait_until
 
-from broker.config import ServerSettings
-from broker.kafka_acls import client_acls, server_acls
-from broker.server import CacheServer
-from clients import ClientCache, ClientSettings
-from devstack import KafkaNode, ScramSecurity
-from schemas.errors import TransportError
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import client_acls, server_acls
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.devstack import KafkaNode, ScramSecurity
+from regionbus.schemas.errors import TransportError
 
 SERVER_USER = "regionbus-server"
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 from support import Recorder, Sentinel, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS, ClientCache, ClientSettings
-from schemas.codec import split_batch
-from schemas.kafka_clients import kafka_consumer
-from schemas.naming import Topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
+from regionbus.schemas.codec import split_batch
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.naming import Topics
 
 
 def _committed(kafka: str, group: str, topic: str) -> int:
@@ -136,7 +136,7 @@ def test_python_m_broker_serve_runs_a_server_until_sigterm(
         [
             sys.executable,
             "-m",
-            "broker",
+            "regionbus",
             "serve",
             "--namespace",
             namespace,
@@ -173,7 +173,7 @@ def _run_stack(namespace: str, data_dir: Path) -> tuple[subprocess.Popen[str], d
         [
             sys.executable,
             "-m",
-            "broker",
+            "regionbus",
             "stack",
             "--namespace",
             namespace,

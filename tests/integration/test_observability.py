@@ -20,15 +20,15 @@ from gateway_sites import Site, running_sites, start_async_event_queue
 from prometheus_client.parser import text_string_to_metric_families
 from support import Recorder, wait_until
 
-from broker.config import GatewayQueueSpec, ServerSettings
-from broker.server import CacheServer
-from broker.status import cluster_status
-from clients import ALL_KEYS
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from gateways.sender import GatewaySender, GatewaySenderSettings
-from schemas.kafka_clients import kafka_producer
-from schemas.naming import Topics
+from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.broker.status import cluster_status
+from regionbus.clients import ALL_KEYS
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
+from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.schemas.kafka_clients import kafka_producer
+from regionbus.schemas.naming import Topics
 
 _PUTS = 20
 _REGIONBUS = Path(sys.executable).with_name("regionbus")
@@ -378,7 +378,7 @@ def test_regionbus_serve_prints_its_metrics_url_and_logs_json_lines_with_member_
         [
             sys.executable,
             "-m",
-            "broker",
+            "regionbus",
             "serve",
             "--namespace",
             namespace,

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from broker.config import GatewayQueueSpec, ServerSettings
-from broker.server import CacheServer
-from broker.status import STATUS_TIMEOUT_S, cluster_status
-from clients import ALL_KEYS, ClientCache, ClientSettings
-from runtime.redis_connect import connect_redis
+from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.broker.status import STATUS_TIMEOUT_S, cluster_status
+from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
+from regionbus.runtime.redis_connect import connect_redis
 
 _REGIONBUS = Path(sys.executable).with_name("regionbus")
 _CLIENTS = 12

@@ -10,10 +10,10 @@ from typing import Any
 import redis
 from support import Recorder, settle, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from schemas.callbacks import EntryEvent
-from schemas.naming import RedisKeys
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.callbacks import EntryEvent
+from regionbus.schemas.naming import RedisKeys
 
 _CAPACITY = 20
 _WAIT_MS = 1_500

@@ -12,10 +12,10 @@ from confluent_kafka import TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
 from support import wait_until
 
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from gateways.queue_trim import TRIM_INTERVAL_S
-from schemas.kafka_clients import kafka_consumer
-from schemas.transport import watermarks
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.gateways.queue_trim import TRIM_INTERVAL_S
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.transport import watermarks
 
 _ACKED = 30
 

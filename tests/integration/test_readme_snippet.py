@@ -24,7 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT, DEPRECATED_ENV_VARS
+from regionbus.devstack.local import (
+    CONVENTIONAL_KAFKA_PORT,
+    CONVENTIONAL_REDIS_PORT,
+    DEPRECATED_ENV_VARS,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _STACK_START_TIMEOUT_S = 180.0
@@ -75,7 +79,7 @@ def stack_exports(
         [
             sys.executable,
             "-m",
-            "broker",
+            "regionbus",
             "stack",
             "--region",
             "flights",

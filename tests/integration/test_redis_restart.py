@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess
 
-from broker.status import cluster_status
-from clients import ALL_KEYS
-from devstack import EmbeddedRedis, free_port
-from gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from runtime.leases import Membership
-from schemas.naming import RedisKeys
+from regionbus.broker.status import cluster_status
+from regionbus.clients import ALL_KEYS
+from regionbus.devstack import EmbeddedRedis, free_port
+from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.runtime.leases import Membership
+from regionbus.schemas.naming import RedisKeys
 
 _TOTAL_BUCKETS = 16
 _LEASE_TTL_MS = 3_000

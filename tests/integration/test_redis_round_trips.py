@@ -12,11 +12,11 @@ from typing import Any
 import redis
 from support import wait_until
 
-from broker.server import CacheServer
-from broker.store import APPLY_CALL_MAX_CHANGES, ApplyResult, RegionStore
-from schemas.eventid import EventID
-from schemas.messages import EventKind, OperationKind
-from schemas.naming import RedisKeys, bucket_of
+from regionbus.broker.server import CacheServer
+from regionbus.broker.store import APPLY_CALL_MAX_CHANGES, ApplyResult, RegionStore
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import EventKind, OperationKind
+from regionbus.schemas.naming import RedisKeys, bucket_of
 
 PUTS = 200
 

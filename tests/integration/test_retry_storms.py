@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients.resend import MAX_RESENDS_IN_FLIGHT
-from schemas.callbacks import CacheWriter, EntryEvent
-from schemas.errors import ServerTimeoutError
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT
+from regionbus.schemas.callbacks import CacheWriter, EntryEvent
+from regionbus.schemas.errors import ServerTimeoutError
 
 _PUTS = 1500
 

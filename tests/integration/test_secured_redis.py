@@ -1,7 +1,7 @@
 """Servers and the CLI against a Redis that requires an ACL user and password, and over
 TLS with a test CA made here; and the ``regionbus user`` commands end to end. As in the
 ``secured`` compose profile, the servers and clients log in to this module's Kafka (SASL/SCRAM,
-ACLs enforced) with the ACLs of `broker.kafka_acls`."""
+ACLs enforced) with the ACLs of `regionbus.broker.kafka_acls`."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from kafka_users import KafkaUsers
 from pki import make_test_pki
 
-from broker.cli import main
-from broker.config import ServerSettings
-from broker.kafka_acls import client_acls, server_acls
-from broker.server import CacheServer
-from clients import ClientCache, ClientSettings
-from devstack import KafkaNode, SecuredEmbeddedRedis, TlsFiles
-from schemas.errors import NotAuthorizedError, TransportError
+from regionbus.broker.cli import main
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import client_acls, server_acls
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.devstack import KafkaNode, SecuredEmbeddedRedis, TlsFiles
+from regionbus.schemas.errors import NotAuthorizedError, TransportError
 
 USER, PASSWORD = "regionbus-server", "acl-password-1"
 KAFKA_SERVER_USER = "regionbus-server"

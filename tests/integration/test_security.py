@@ -3,7 +3,7 @@ refusals (typed error, audit line, dead letter, nothing applied) and routing onl
 
 The Kafka is this module's own, with SASL/SCRAM and ACLs enforced: the server logs in with
 the servers' ACLs and each client application as its own Kafka user holding only the ACLs
-of its client ids (`broker.kafka_acls`), as in the ``secured`` compose profile.
+of its client ids (`regionbus.broker.kafka_acls`), as in the ``secured`` compose profile.
 """
 
 from __future__ import annotations
@@ -21,22 +21,22 @@ from confluent_kafka import TopicPartition
 from kafka_users import KafkaUsers
 from support import Recorder, settle, wait_until
 
-from broker.config import ServerSettings
-from broker.kafka_acls import client_acls, server_acls
-from broker.permissions import ResourcePermission
-from broker.principals import PrincipalStore
-from broker.server import CacheServer
-from broker.store import RegionStore
-from clients import ClientCache, ClientSettings
-from devstack import KafkaNode
-from schemas.codec import decode, encode, split_batch
-from schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind, Operation, OperationKind, Reply
-from schemas.naming import Topics, bucket_of
-from schemas.signing import SERVER_PRINCIPAL, Signer
-from schemas.topics import TopicSpec, ensure_topics
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import client_acls, server_acls
+from regionbus.broker.permissions import ResourcePermission
+from regionbus.broker.principals import PrincipalStore
+from regionbus.broker.server import CacheServer
+from regionbus.broker.store import RegionStore
+from regionbus.clients import ClientCache, ClientSettings
+from regionbus.devstack import KafkaNode
+from regionbus.schemas.codec import decode, encode, split_batch
+from regionbus.schemas.errors import AuthenticationError, NotAuthorizedError, error_from_wire
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind, Reply
+from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.signing import SERVER_PRINCIPAL, Signer
+from regionbus.schemas.topics import TopicSpec, ensure_topics
 
 ClientFactory = Callable[..., Any]
 TEST_FETCH_WAIT_MAX_MS = 100

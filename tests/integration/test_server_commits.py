@@ -9,10 +9,10 @@ import redis
 from confluent_kafka import TopicPartition
 from support import wait_until
 
-from broker.server import CacheServer
-from schemas.kafka_clients import kafka_consumer
-from schemas.naming import RedisKeys, Topics, bucket_of
-from schemas.transport import watermarks
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.kafka_clients import kafka_consumer
+from regionbus.schemas.naming import RedisKeys, Topics, bucket_of
+from regionbus.schemas.transport import watermarks
 
 
 def test_a_running_server_commits_its_ops_offsets_and_prunes_the_results_below_them(

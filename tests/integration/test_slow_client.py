@@ -28,10 +28,10 @@ import pytest
 import redis
 from support import settle, wait_until
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import CacheListener, EntryEvent, RegionShortcut
-from schemas.naming import RedisKeys
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import CacheListener, EntryEvent, RegionShortcut
+from regionbus.schemas.naming import RedisKeys
 
 _CAPACITY = 50
 _WAIT_MS = 1_000

@@ -9,14 +9,14 @@ from typing import Any
 import redis
 from support import wait_until
 
-from broker.config import ServerSettings
-from broker.permissions import ResourcePermission
-from broker.principals import PrincipalStore
-from broker.server import CacheServer
-from clients import ALL_KEYS
-from schemas.callbacks import CacheListener, EntryEvent
-from schemas.naming import RedisKeys, bucket_of
-from spark.bulkload import bulk_load
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.permissions import ResourcePermission
+from regionbus.broker.principals import PrincipalStore
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.callbacks import CacheListener, EntryEvent
+from regionbus.schemas.naming import RedisKeys, bucket_of
+from regionbus.spark.bulkload import bulk_load
 
 _ENTRIES = 100_000
 _BUCKETS = 16

@@ -1,5 +1,5 @@
 """A Spark bulk load on a Kafka with SASL/SCRAM and ACLs enforced: the bulk-load user with
-exactly `broker.kafka_acls.bulk_load_acls` loads (and loads again, recognised as
+exactly `regionbus.broker.kafka_acls.bulk_load_acls` loads (and loads again, recognised as
 duplicates), and one without Write on ``{ns}.ops`` or outside its load-id prefix gets a
 `KafkaAuthorizationError` naming the topic, not a Spark stack trace or a hang."""
 
@@ -12,14 +12,14 @@ import pytest
 from confluent_kafka import KafkaError
 from kafka_users import KafkaUsers
 
-from broker.config import ServerSettings
-from broker.kafka_acls import KafkaAcl, bulk_load_acls, server_acls
-from broker.server import CacheServer
-from devstack import KafkaNode
-from schemas.errors import KafkaAuthorizationError
-from schemas.naming import Topics, bucket_of
-from spark import kafka as spark_kafka
-from spark.bulkload import bulk_load
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import KafkaAcl, bulk_load_acls, server_acls
+from regionbus.broker.server import CacheServer
+from regionbus.devstack import KafkaNode
+from regionbus.schemas.errors import KafkaAuthorizationError
+from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.spark import kafka as spark_kafka
+from regionbus.spark.bulkload import bulk_load
 
 SERVER_USER = "regionbus-server"
 

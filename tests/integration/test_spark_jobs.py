@@ -14,19 +14,24 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 from support import settle, wait_until
 
-from broker.cli import main
-from broker.server import CacheServer
-from demo.flights import run_replay
-from demo.flights_data import count_operations, load_flights
-from schemas.codec import encode, encode_batches
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind
-from schemas.naming import RedisKeys, Topics
-from spark.analytics import queue_analytics
-from spark.decode import read_messages
-from spark.delays import CARRIER_COLUMNS, DELAY_COLUMNS, DELAYED_MIN, carrier_delay_statistics
-from spark.format import kafka_format
+from regionbus.broker.cli import main
+from regionbus.broker.server import CacheServer
+from regionbus.demo.flights import run_replay
+from regionbus.demo.flights_data import count_operations, load_flights
+from regionbus.schemas.codec import encode, encode_batches
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.naming import RedisKeys, Topics
+from regionbus.spark.analytics import queue_analytics
+from regionbus.spark.decode import read_messages
+from regionbus.spark.delays import (
+    CARRIER_COLUMNS,
+    DELAY_COLUMNS,
+    DELAYED_MIN,
+    carrier_delay_statistics,
+)
+from regionbus.spark.format import kafka_format
 
 _DAYS = 1
 

@@ -11,11 +11,11 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from support import wait_until
 
-from broker.server import CacheServer
-from schemas.codec import encode, encode_batches
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_admin, kafka_producer
-from schemas.messages import (
+from regionbus.broker.server import CacheServer
+from regionbus.schemas.codec import encode, encode_batches
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Event,
@@ -25,12 +25,17 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.naming import Topics
-from schemas.serializers import AvroSerializer
-from spark.decode import DECODED_SCHEMA, decode_messages, decode_record_values, decode_values
-from spark.format import JVM_FORMAT, jvm_connector_present, kafka_format
-from spark.kafka import earliest_offsets, latest_offsets, offsets_for_timestamps
-from spark.source import SOURCE_NAME
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.serializers import AvroSerializer
+from regionbus.spark.decode import (
+    DECODED_SCHEMA,
+    decode_messages,
+    decode_record_values,
+    decode_values,
+)
+from regionbus.spark.format import JVM_FORMAT, jvm_connector_present, kafka_format
+from regionbus.spark.kafka import earliest_offsets, latest_offsets, offsets_for_timestamps
+from regionbus.spark.source import SOURCE_NAME
 
 _PARTITIONS = 3
 

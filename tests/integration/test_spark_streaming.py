@@ -13,9 +13,9 @@ from typing import Any
 
 from confluent_kafka.admin import NewTopic
 
-from schemas.kafka_clients import kafka_admin, kafka_producer
-from schemas.naming import Topics
-from spark.format import JVM_FORMAT, kafka_format
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
+from regionbus.schemas.naming import Topics
+from regionbus.spark.format import JVM_FORMAT, kafka_format
 
 _DRIVER = Path(__file__).with_name("spark_stream_driver.py")
 _DRIVER_TIMEOUT_S = 240

@@ -13,8 +13,7 @@ import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-import devstack.process
-from devstack import (
+from regionbus.devstack import (
     KAFKA_ENV_VAR,
     REDIS_ENV_VAR,
     EmbeddedKafka,
@@ -22,10 +21,11 @@ from devstack import (
     LocalStack,
     free_port,
 )
-from devstack.local import DEPRECATED_ENV_VARS
-from schemas.errors import RegionBusError, StackError
-from schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
-from schemas.topics import TopicSpec, ensure_topics
+from regionbus.devstack import process as devstack_process
+from regionbus.devstack.local import DEPRECATED_ENV_VARS
+from regionbus.schemas.errors import RegionBusError, StackError
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.topics import TopicSpec, ensure_topics
 
 _CONSUME_DEADLINE_S = 15.0
 
@@ -265,7 +265,7 @@ def test_embedded_kafka_without_a_port_retries_when_the_free_port_is_taken(
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])
-        monkeypatch.setattr(devstack.process, "free_port", lambda: next(ports, None) or free_port())
+        monkeypatch.setattr(devstack_process, "free_port", lambda: next(ports, None) or free_port())
 
         with EmbeddedKafka() as kafka:
             assert kafka.port not in (None, taken)
@@ -305,7 +305,7 @@ def test_the_older_variable_names_still_work_with_a_warning(
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", local_stack.kafka_bootstrap_servers)
     monkeypatch.setenv("REDIS_URL", local_stack.redis_url)
 
-    with caplog.at_level(logging.WARNING, logger="devstack.local"), LocalStack() as stack:
+    with caplog.at_level(logging.WARNING, logger="regionbus.devstack.local"), LocalStack() as stack:
         assert (stack.kafka_source, stack.redis_source) == ("env", "env")
         assert stack.kafka_bootstrap_servers == local_stack.kafka_bootstrap_servers
         assert stack.redis_url == local_stack.redis_url

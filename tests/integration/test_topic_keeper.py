@@ -11,14 +11,14 @@ from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import ConfigResource
 from support import Recorder, entry_operation, wait_until
 
-from broker.config import GatewayQueueSpec, ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS
-from schemas.codec import encode
-from schemas.kafka_clients import kafka_admin, kafka_producer
-from schemas.messages import OperationKind
-from schemas.naming import Topics
-from schemas.topics import (
+from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.codec import encode
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
+from regionbus.schemas.messages import OperationKind
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.topics import (
     DEFAULT_RETENTION_MS,
     KEEP_UNTIL_ACKED,
     ensure_topics,

@@ -12,8 +12,8 @@ import pytest
 from gateway_sites import Site, replay_flights, start_async_event_queue
 from support import wait_until
 
-from gateways.async_event_queue import AsyncEvent
-from gateways.write_behind import SqlWriteBehindListener
+from regionbus.gateways.async_event_queue import AsyncEvent
+from regionbus.gateways.write_behind import SqlWriteBehindListener
 
 
 class _FailsEveryTenthBatch(SqlWriteBehindListener):

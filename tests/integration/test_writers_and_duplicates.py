@@ -15,15 +15,15 @@ from support import (
     wait_until,
 )
 
-from broker.config import ServerSettings
-from broker.server import CacheServer
-from clients import ALL_KEYS
-from schemas.codec import decode, encode, encode_batches, split_batch
-from schemas.errors import CacheWriterError, ValueTooLargeError
-from schemas.eventid import EventID
-from schemas.kafka_clients import kafka_consumer, kafka_producer
-from schemas.messages import Event, EventKind, OperationKind
-from schemas.naming import Topics, bucket_of
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.codec import decode, encode, encode_batches, split_batch
+from regionbus.schemas.errors import CacheWriterError, ValueTooLargeError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.messages import Event, EventKind, OperationKind
+from regionbus.schemas.naming import Topics, bucket_of
 
 
 def test_a_client_writer_abort_changes_nothing_anywhere(cache_server, client_factory) -> None:  # type: ignore[no-untyped-def]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schemas.callbacks import CacheWriter, EntryEvent, RegionEvent
-from schemas.errors import CacheWriterError
+from regionbus.schemas.callbacks import CacheWriter, EntryEvent, RegionEvent
+from regionbus.schemas.errors import CacheWriterError
 
 
 class RefuseNegative(CacheWriter):

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
-from broker import client_topics
-from broker.client_topics import ClientTopicPresence
+from regionbus.broker import client_topics
+from regionbus.broker.client_topics import ClientTopicPresence
 
 
 class _Metadata:

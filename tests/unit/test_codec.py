@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.codec import decode, decode_as, encode, encode_batches, is_batch, split_batch
-from schemas.errors import MessageDecodeError, SerializationError
-from schemas.eventid import EventID
-from schemas.messages import (
+from regionbus.schemas.codec import decode, decode_as, encode, encode_batches, is_batch, split_batch
+from regionbus.schemas.errors import MessageDecodeError, SerializationError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Entry,

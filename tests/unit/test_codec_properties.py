@@ -1,9 +1,9 @@
 """Property tests (hypothesis) of every wire codec: generated records round-trip, and any
 bytes at all either decode into a record that fits its schema or raise the typed error.
 
-Covered: the framed records of :mod:`schemas.codec` (Operation, Event, Reply, Control,
+Covered: the framed records of :mod:`regionbus.schemas.codec` (Operation, Event, Reply, Control,
 Marker; EventID, InterestSpec and Entry inside them), its Batch frame (nested too), the
-gateway batch and ack of :mod:`gateways.protocol`, the value serializers, the signing
+gateway batch and ack of :mod:`regionbus.gateways.protocol`, the value serializers, the signing
 headers, and the Spark decode helper run over the same bytes (no Spark session needed).
 
 "Rejected" means the project's typed error and nothing else: an ``IndexError``,
@@ -24,7 +24,7 @@ from fastavro.validation import validate
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from gateways.protocol import (
+from regionbus.gateways.protocol import (
     ACK_TYPE,
     BatchEventException,
     GatewayAck,
@@ -34,10 +34,10 @@ from gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from gateways.protocol import (
+from regionbus.gateways.protocol import (
     BATCH_TYPE as GATEWAY_BATCH_TYPE,
 )
-from schemas.codec import (
+from regionbus.schemas.codec import (
     BATCH_TYPE,
     MAGIC,
     TYPE_BYTES,
@@ -48,13 +48,13 @@ from schemas.codec import (
     load_avro_schema,
     split_batch,
 )
-from schemas.errors import (
+from regionbus.schemas.errors import (
     AuthenticationError,
     MessageDecodeError,
     SerializationError,
 )
-from schemas.eventid import EventID
-from schemas.messages import (
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import (
     Control,
     ControlKind,
     Entry,
@@ -69,8 +69,13 @@ from schemas.messages import (
     OperationKind,
     Reply,
 )
-from schemas.serializers import AvroSerializer, BytesSerializer, JsonSerializer, StrSerializer
-from schemas.signing import (
+from regionbus.schemas.serializers import (
+    AvroSerializer,
+    BytesSerializer,
+    JsonSerializer,
+    StrSerializer,
+)
+from regionbus.schemas.signing import (
     HEADER_MAC,
     HEADER_PRINCIPAL,
     HEADER_TIMESTAMP,
@@ -78,7 +83,7 @@ from schemas.signing import (
     Signer,
     parse_headers,
 )
-from spark.decode import DECODED_SCHEMA, decode_record_values
+from regionbus.spark.decode import DECODED_SCHEMA, decode_record_values
 
 ROUND_TRIP = settings(max_examples=150)
 FUZZ = settings(max_examples=300)

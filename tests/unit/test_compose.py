@@ -206,7 +206,7 @@ def test_a_broken_copy_is_reported_with_the_service_it_breaks(
         ('ENTRYPOINT ["regionbus"]', 'ENTRYPOINT ["regionbuss"]', "ENTRYPOINT ['regionbuss']"),
         ('ENTRYPOINT ["regionbus"]', "ENTRYPOINT regionbus", "not in exec (JSON array) form"),
         ("USER regionbus\n", "", "runs as root"),
-        ("COPY demo ./demo\n", "", "package demo (pyproject.toml) is not copied"),
+        ("COPY demo ./demo\n", "", "folder demo) is not copied"),
         ("COPY demo ./demo", "COPY demos ./demo", "COPY source demos does not exist"),
         ("COPY demo ./demo", "COPY tests ./tests", "tests is excluded by .dockerignore"),
     ],
@@ -226,7 +226,7 @@ def test_a_service_overriding_the_entrypoint_is_checked_with_its_own(
     tmp_path: Path, compose: dict[str, Any]
 ) -> None:
     def change(services: dict[str, Any]) -> None:
-        services["cache-server-1"]["entrypoint"] = ["python", "-m", "broker"]
+        services["cache-server-1"]["entrypoint"] = ["python", "-m", "regionbus"]
 
     problems = _problems(tmp_path, _broken(compose, change))
     assert [p.service for p in problems] == ["cache-server-1"]
@@ -236,11 +236,11 @@ def test_a_service_overriding_the_entrypoint_is_checked_with_its_own(
 def test_the_demo_accepts_the_variable_names_devstack_defines(
     tmp_path: Path, compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The accepted names come from devstack.local, not from a list in the checker: renaming
-    the variable there makes the compose file's old name a problem."""
-    import devstack.local
+    """The accepted names come from regionbus.devstack.local, not from a list in the checker:
+    renaming the variable there makes the compose file's old name a problem."""
+    from regionbus.devstack import local as devstack_local
 
-    monkeypatch.setattr(devstack.local, "KAFKA_ENV_VAR", "RENAMED_KAFKA_BOOTSTRAP_SERVERS")
+    monkeypatch.setattr(devstack_local, "KAFKA_ENV_VAR", "RENAMED_KAFKA_BOOTSTRAP_SERVERS")
     problems = _problems(tmp_path, compose)
     assert [(p.service, p.message.split(" (")[0]) for p in problems] == [
         (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from broker.config import ServerSettings
+from regionbus.broker.config import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 _VARIABLE = re.compile(r"\$\{([A-Z_]+)(:-([^}]*))?\}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from clients.subscription import superseded_updates
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind, Marker
+from regionbus.clients.subscription import superseded_updates
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Event, EventKind, Marker
 
 
 def _event(kind: EventKind, key: str | None, region: str = "r", seq: int = 0) -> Event:

@@ -3,7 +3,12 @@ secondary, which buckets an overloaded server hands over (SPEC §4, seed 004).""
 
 from __future__ import annotations
 
-from broker.buckets import BucketView, buckets_to_hand_over, choose_taker, secondary_candidates
+from regionbus.broker.buckets import (
+    BucketView,
+    buckets_to_hand_over,
+    choose_taker,
+    secondary_candidates,
+)
 
 RANK = {"old": 0, "mid": 1, "new": 2}
 LIVE = set(RANK)

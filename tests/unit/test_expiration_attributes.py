@@ -6,12 +6,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from broker.config import ServerSettings
-from broker.expiration_attributes import ExpirationAction, ExpirationAttributes, RegionExpiration
-from schemas.codec import decode, encode
-from schemas.errors import ConfigurationError
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.expiration_attributes import (
+    ExpirationAction,
+    ExpirationAttributes,
+    RegionExpiration,
+)
+from regionbus.schemas.codec import decode, encode
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Event, EventKind
 
 A = ExpirationAction
 

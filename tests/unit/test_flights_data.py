@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from demo.flights_data import (
+from regionbus.demo.flights_data import (
     MINUTES_PER_DAY,
     FlightOp,
     Stage,

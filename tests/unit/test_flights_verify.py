@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from demo.flights_desks import DeskKind, DeskSpec, DurableLog, Phase
-from demo.flights_verify import verify_durable
+from regionbus.demo.flights_desks import DeskKind, DeskSpec, DurableLog, Phase
+from regionbus.demo.flights_verify import verify_durable
 
 _SPEC = DeskSpec("ops desk ORD (durable)", DeskKind.OPERATIONS, keys=("a", "b", "c"))
 _OPERATIONS = {"a": 3, "b": 2, "c": 3}

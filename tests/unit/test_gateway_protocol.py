@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from broker.config import GatewayQueueSpec, ServerSettings
-from broker.gateway_queues import GatewayEnqueuer, stamp_origin
-from gateways.processor import conflate
-from gateways.protocol import (
+from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.gateway_queues import GatewayEnqueuer, stamp_origin
+from regionbus.gateways.processor import conflate
+from regionbus.gateways.protocol import (
     BatchEventException,
     GatewayAck,
     GatewayBatch,
@@ -18,13 +18,13 @@ from gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from gateways.sender import GatewaySenderSettings
-from schemas.codec import encode
-from schemas.errors import ConfigurationError, MessageDecodeError
-from schemas.eventid import EventID
-from schemas.hooks import GatewayEventFilter, load_hook
-from schemas.messages import Event, EventKind
-from schemas.naming import bucket_of
+from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.schemas.codec import encode
+from regionbus.schemas.errors import ConfigurationError, MessageDecodeError
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.hooks import GatewayEventFilter, load_hook
+from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.naming import bucket_of
 
 
 def _event(key: str, kind: EventKind = EventKind.UPDATE, seq: int = 0, **fields: object) -> Event:
@@ -107,7 +107,7 @@ def test_the_server_queues_distributable_events_for_each_sender_and_queue(parall
     produced: list[tuple[str, Event, int]] = []
 
     def produce(topic: str, value: bytes, key: bytes | None, partition: int) -> None:
-        from schemas.codec import decode_as
+        from regionbus.schemas.codec import decode_as
 
         produced.append((topic, decode_as(value, Event), partition))
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from gateways.batch_sequence import METADATA_LIMIT, BatchSequencer
-from gateways.protocol import GatewayAck, GatewayBatch
-from gateways.sender_window import BatchWindow, InFlightBatch
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind
+from regionbus.gateways.batch_sequence import METADATA_LIMIT, BatchSequencer
+from regionbus.gateways.protocol import GatewayAck, GatewayBatch
+from regionbus.gateways.sender_window import BatchWindow, InFlightBatch
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Event, EventKind
 
 
 def _event(seq: int) -> Event:

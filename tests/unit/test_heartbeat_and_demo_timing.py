@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from demo.flights_run import (
+from regionbus.demo.flights_run import (
     MIN_DURABLE_TIMEOUT_S,
     QUIET_MACHINE_OPS_PER_S,
     SLOW_MACHINE_FACTOR,
     durable_timeout_s,
 )
-from runtime.heartbeat import Heartbeat, PhaseStatus
+from regionbus.runtime.heartbeat import Heartbeat, PhaseStatus
 
 
 class _Lines(io.StringIO):

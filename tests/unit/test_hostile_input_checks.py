@@ -12,19 +12,19 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from broker.cli import main as regionbus
-from broker.config import ServerSettings
-from broker.interest import InterestTable
-from broker.validation import validate
-from clients.arguments import check_entry, check_interest
-from schemas.entry_checks import (
+from regionbus.broker.cli import main as regionbus
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.interest import InterestTable
+from regionbus.broker.validation import validate
+from regionbus.clients.arguments import check_entry, check_interest
+from regionbus.schemas.entry_checks import (
     MAX_KEY_SIZE_BYTES,
     MAX_VALUE_SIZE_BYTES,
     check_key,
     check_region_name,
     check_value_size,
 )
-from schemas.errors import (
+from regionbus.schemas.errors import (
     ConfigurationError,
     InvalidInterestError,
     InvalidKeyError,
@@ -33,10 +33,10 @@ from schemas.errors import (
     ValueTooLargeError,
     error_from_wire,
 )
-from schemas.eventid import EventID
-from schemas.interest_regex import MAX_INTEREST_REGEX_CHARS, compile_interest_regex
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from schemas.naming import bucket_of
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.interest_regex import MAX_INTEREST_REGEX_CHARS, compile_interest_regex
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from regionbus.schemas.naming import bucket_of
 
 SETTINGS = ServerSettings(namespace="unit", total_buckets=16)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.interest import InterestTable
-from schemas.errors import InvalidInterestError
-from schemas.messages import InterestKind, InterestSpec
+from regionbus.broker.interest import InterestTable
+from regionbus.schemas.errors import InvalidInterestError
+from regionbus.schemas.messages import InterestKind, InterestSpec
 
 ALL = InterestSpec(InterestKind.ALL_KEYS)
 KEYS = InterestSpec(InterestKind.KEYS)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
-from devstack.kafka_broker import new_cluster_id
-from devstack.local import kafka_container_env
-from schemas.errors import StackError
+from regionbus.devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
+from regionbus.devstack.kafka_broker import new_cluster_id
+from regionbus.devstack.local import kafka_container_env
+from regionbus.schemas.errors import StackError
 
 ROOT = Path(__file__).resolve().parents[2]
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}

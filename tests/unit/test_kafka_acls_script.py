@@ -1,4 +1,5 @@
-"""``scripts/kafka-acls.sh`` grants what `broker.kafka_acls` says servers and clients need:
+"""``scripts/kafka-acls.sh`` grants what `regionbus.broker.kafka_acls` says servers and clients
+need:
 the script runs with stand-ins for Kafka's CLI tools that record their arguments.
 
 (``tests/integration/test_kafka_acls.py`` runs it with Kafka's real tools against a broker.)
@@ -14,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from broker.kafka_acls import CLUSTER_RESOURCE, KafkaAcl, client_acls, server_acls
+from regionbus.broker.kafka_acls import CLUSTER_RESOURCE, KafkaAcl, client_acls, server_acls
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kafka-acls.sh"
 NAMESPACE = "geode.site1"

@@ -1,4 +1,4 @@
-"""Every Kafka client of the project is made by `schemas.kafka_clients`, with topic
+"""Every Kafka client of the project is made by `regionbus.schemas.kafka_clients`, with topic
 auto-creation off."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import ConfigurationError
-from schemas.kafka_clients import AUTO_CREATE_KEY, client_config, factory_config
-from schemas.kafka_outage import LIBRDKAFKA_LOGGER
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.kafka_clients import AUTO_CREATE_KEY, client_config, factory_config
+from regionbus.schemas.kafka_outage import LIBRDKAFKA_LOGGER
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FACTORY = _ROOT / "schemas" / "kafka_clients.py"
@@ -51,8 +51,9 @@ def test_no_kafka_client_is_constructed_outside_the_factory() -> None:
     outside = [site for path in sources if path != _FACTORY for site in _client_constructions(path)]
 
     assert outside == [], (
-        "construct Kafka clients with schemas.kafka_clients (kafka_consumer, kafka_producer, "
-        "kafka_admin) so allow.auto.create.topics=false holds everywhere:\n" + "\n".join(outside)
+        "construct Kafka clients with regionbus.schemas.kafka_clients (kafka_consumer, "
+        "kafka_producer, kafka_admin) so allow.auto.create.topics=false holds everywhere:\n"
+        + "\n".join(outside)
     )
 
 

@@ -1,4 +1,4 @@
-"""`schemas.transport.kafka_error`: confluent-kafka's errors become regionbus's, an ACL
+"""`regionbus.schemas.transport.kafka_error`: confluent-kafka's errors become regionbus's, an ACL
 refusal a `KafkaAuthorizationError` naming what was refused."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas.errors import (
+from regionbus.schemas.errors import (
     AuthenticationError,
     KafkaAuthorizationError,
     NotAuthorizedError,
     TransportError,
 )
-from schemas.transport import is_authorization_error, kafka_error
+from regionbus.schemas.transport import is_authorization_error, kafka_error
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from schemas.kafka_outage import (
+from regionbus.schemas.kafka_outage import (
     LIBRDKAFKA_LOGGER,
     UNREACHABLE_QUIET_S,
     KafkaOutage,
@@ -40,7 +40,7 @@ def _callbacks(outage: KafkaOutage, client: str) -> tuple[Any, Any]:
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """A settable ``time.monotonic`` of the tracker's module."""
     now = [1000.0]
-    monkeypatch.setattr("schemas.kafka_outage.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("regionbus.schemas.kafka_outage.time.monotonic", lambda: now[0])
     return now
 
 

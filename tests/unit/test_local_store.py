@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from clients.local_store import LocalEntry, LocalStore, Removal
-from schemas.errors import EntryNotFoundError
-from schemas.messages import Entry, EventKind
+from regionbus.clients.local_store import LocalEntry, LocalStore, Removal
+from regionbus.schemas.errors import EntryNotFoundError
+from regionbus.schemas.messages import Entry, EventKind
 
 
 def _store(caching: bool = True, max_tombstones: int = 100) -> LocalStore:

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from broker.config import ServerSettings
-from gateways.async_event_queue import AsyncEventQueueSettings
-from gateways.receiver import GatewayReceiverSettings
-from gateways.sender import GatewaySenderSettings
-from runtime.observability import (
+from regionbus.broker.config import ServerSettings
+from regionbus.gateways.async_event_queue import AsyncEventQueueSettings
+from regionbus.gateways.receiver import GatewayReceiverSettings
+from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.runtime.observability import (
     TEXT_LOG_FORMAT,
     MetricFamilies,
     MetricsEndpoint,

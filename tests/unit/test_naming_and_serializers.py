@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import ServerSettings
-from clients.settings import ClientSettings
-from schemas.errors import (
+from regionbus.broker.config import ServerSettings
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.errors import (
     CacheWriterError,
     ConfigurationError,
     InvalidInterestError,
@@ -15,9 +15,9 @@ from schemas.errors import (
     ServerOperationError,
     error_from_wire,
 )
-from schemas.interest_regex import compile_interest_regex
-from schemas.naming import Topics, bucket_of, check_name, region_bucket
-from schemas.serializers import (
+from regionbus.schemas.interest_regex import compile_interest_regex
+from regionbus.schemas.naming import Topics, bucket_of, check_name, region_bucket
+from regionbus.schemas.serializers import (
     AvroSerializer,
     BytesSerializer,
     JsonSerializer,

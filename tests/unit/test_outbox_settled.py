@@ -8,9 +8,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from broker.outbox import Outbox
-from broker.stats import ServerStats
-from schemas.naming import Topics
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.stats import ServerStats
+from regionbus.schemas.naming import Topics
 
 
 class _Producer:

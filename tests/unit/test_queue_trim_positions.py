@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from gateways import queue_trim
-from gateways.queue_trim import QueueTrimmer
+from regionbus.gateways import queue_trim
+from regionbus.gateways.queue_trim import QueueTrimmer
 
 
 class _Admin:

@@ -8,9 +8,9 @@ import threading
 import pytest
 import redis
 
-from broker.store import redis_errors
-from runtime.redis_outage import RedisOutage, is_redis_unavailable
-from schemas.errors import TransportError
+from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
+from regionbus.schemas.errors import TransportError
 
 
 def _translated(error: Exception) -> TransportError:

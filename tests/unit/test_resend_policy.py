@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clients.resend import RESEND_BACKOFF_CAP_S, LastReply, resend_delay_s
+from regionbus.clients.resend import RESEND_BACKOFF_CAP_S, LastReply, resend_delay_s
 
 
 def test_the_resend_delay_doubles_from_the_retry_interval_up_to_the_cap() -> None:

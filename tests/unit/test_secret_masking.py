@@ -1,6 +1,6 @@
 """Secrets never reach a log line, ``config show`` or a validation error: every secret-bearing
 setting (by type and by name) and every secret-bearing librdkafka key is masked
-(``schemas.masking``)."""
+(``regionbus.schemas.masking``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from pydantic import SecretStr
 
-import broker.cli
-from broker.cli import main
-from broker.config import ServerSettings
-from schemas.errors import ConfigurationError
-from schemas.masking import MASK, SECRET_LIBRDKAFKA_KEYS, is_secret_name, mask_text
-from schemas.settings import SECTIONS, all_settings_classes
+from regionbus.broker import cli as broker_cli
+from regionbus.broker.cli import main
+from regionbus.broker.config import ServerSettings
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.masking import MASK, SECRET_LIBRDKAFKA_KEYS, is_secret_name, mask_text
+from regionbus.schemas.settings import SECTIONS, all_settings_classes
 
 SECRET = "s3cr3t-Value-9f2c"
 PEM = (
@@ -116,7 +116,7 @@ def test_serve_effective_configuration_line_masks_kafka_config_secrets(
         raise _StopAfterLoggingError
 
     # The line is written before the server starts; stop there, Kafka is not needed.
-    monkeypatch.setattr(broker.cli, "CacheServer", no_server)
+    monkeypatch.setattr(broker_cli, "CacheServer", no_server)
     monkeypatch.setenv("REGIONBUS_KAFKA_CONFIG", json.dumps({key: PEM}))
     monkeypatch.setenv("REGIONBUS_REDIS_URL", f"redis://admin:{SECRET}@127.0.0.1:6379/0")
     result = CliRunner().invoke(main, ["serve"])
@@ -165,7 +165,7 @@ def test_mask_text_masks_urls_and_private_keys_in_free_text() -> None:
 
 
 def test_secret_str_values_are_masked_even_under_an_innocent_name() -> None:
-    from schemas.masking import mask_value
+    from regionbus.schemas.masking import mask_value
 
     assert mask_value("color", SecretStr(SECRET)) == MASK
 

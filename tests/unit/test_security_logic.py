@@ -9,24 +9,24 @@ import hmac
 import pytest
 import redis
 
-from broker.config import ServerSettings
-from broker.permissions import (
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.permissions import (
     CLUSTER_MANAGE,
     ResourcePermission,
     is_granted,
     required_permissions,
 )
-from broker.principals import SERVER_PRINCIPAL, Principal
-from broker.security import SecurityGuard
-from schemas.errors import (
+from regionbus.broker.principals import SERVER_PRINCIPAL, Principal
+from regionbus.broker.security import SecurityGuard
+from regionbus.schemas.errors import (
     AuthenticationError,
     ConfigurationError,
     NotAuthorizedError,
     error_from_wire,
 )
-from schemas.eventid import EventID
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from schemas.signing import (
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from regionbus.schemas.signing import (
     Signer,
     compute_mac,
     derive_key,

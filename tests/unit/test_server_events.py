@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients.local_store import LocalEntry, LocalStore
-from clients.server_events import apply_server_event
-from schemas.callbacks import EntryEvent, RegionEvent
-from schemas.eventid import EventID
-from schemas.messages import Event, EventKind
+from regionbus.clients.local_store import LocalEntry, LocalStore
+from regionbus.clients.server_events import apply_server_event
+from regionbus.schemas.callbacks import EntryEvent, RegionEvent
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import Event, EventKind
 
 
 def _event(

@@ -1,5 +1,5 @@
 """Configuration: sources and their priority, start-up validation with readable errors,
-Kafka security mapped to librdkafka, secrets masked (``schemas.settings``, ``regionbus
+Kafka security mapped to librdkafka, secrets masked (``regionbus.schemas.settings``, ``regionbus
 config show``)."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from broker.cli import main
-from broker.config import ServerSettings
-from clients.settings import ClientSettings
-from gateways.receiver import GatewayReceiverSettings
-from gateways.sender import GatewaySenderSettings
-from schemas.errors import ConfigurationError
-from schemas.kafka_clients import kafka_producer
-from schemas.settings import (
+from regionbus.broker.cli import main
+from regionbus.broker.config import ServerSettings
+from regionbus.clients.settings import ClientSettings
+from regionbus.gateways.receiver import GatewayReceiverSettings
+from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.schemas.kafka_clients import kafka_producer
+from regionbus.schemas.settings import (
     CONFIG_FILE_ENV,
     MASK,
     SECTIONS,
@@ -33,7 +33,7 @@ from schemas.settings import (
     settings_class,
     unknown_environment,
 )
-from schemas.settings_docs import setting_descriptions
+from regionbus.schemas.settings_docs import setting_descriptions
 
 
 @pytest.fixture(autouse=True)

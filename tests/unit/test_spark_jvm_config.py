@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import ConfigurationError
-from spark.format import JVM_FORMAT, JVM_READ_DEFAULTS, kafka_options
-from spark.jvm_config import jvm_kafka_config
-from spark.source import SOURCE_NAME
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.spark.format import JVM_FORMAT, JVM_READ_DEFAULTS, kafka_options
+from regionbus.spark.jvm_config import jvm_kafka_config
+from regionbus.spark.source import SOURCE_NAME
 
 
 def test_a_scram_login_becomes_a_jaas_config_and_shared_keys_pass_through() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import ConfigurationError
-from spark.options import (
+from regionbus.schemas.errors import ConfigurationError
+from regionbus.spark.options import (
     EARLIEST,
     LATEST,
     offsets_from_json,

@@ -8,8 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from broker.topic_keeper import MIN_CHECK_GAP_S, TopicKeeper
-from schemas.topics import TopicSpec
+from regionbus.broker.topic_keeper import MIN_CHECK_GAP_S, TopicKeeper
+from regionbus.schemas.topics import TopicSpec
 
 
 class _Description:

@@ -3,8 +3,8 @@ entries expire after the tracking timeout."""
 
 from __future__ import annotations
 
-from clients.tracking import MessageTracker
-from schemas.eventid import EventID
+from regionbus.clients.tracking import MessageTracker
+from regionbus.schemas.eventid import EventID
 
 
 class Clock:

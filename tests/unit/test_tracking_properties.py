@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from clients.tracking import MessageTracker
-from schemas.eventid import EventID
+from regionbus.clients.tracking import MessageTracker
+from regionbus.schemas.eventid import EventID
 
 TIMEOUT_S = 900.0
 """Geode's default ``subscription-message-tracking-timeout``."""

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from broker.config import ServerSettings
-from broker.handlers import OperationHandlers
-from broker.validation import validate
-from schemas.errors import InvalidInterestError, InvalidOperationError, ValueTooLargeError
-from schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
-from schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from schemas.naming import bucket_of
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.handlers import OperationHandlers
+from regionbus.broker.validation import validate
+from regionbus.schemas.errors import InvalidInterestError, InvalidOperationError, ValueTooLargeError
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
+from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
+from regionbus.schemas.naming import bucket_of
 
 SETTINGS = ServerSettings(namespace="unit", total_buckets=16, max_value_size_bytes=64)
 

@@ -1,0 +1,98 @@
+"""regionbus: Geode-style client caches kept current by server-pushed events, on Kafka and Redis.
+
+The documented entry point for applications::
+
+    from regionbus import ALL_KEYS, CacheListener, ClientCache
+
+Subpackages (each a folder of the repository): ``regionbus.clients`` (the client library),
+``regionbus.broker`` (the cache server and the ``regionbus`` command line),
+``regionbus.gateways`` (gateway senders and receivers, async event queues),
+``regionbus.schemas`` (the wire contract), ``regionbus.spark`` (Spark jobs; needs the
+``spark`` extra), ``regionbus.demo`` (the flights demo; needs the ``demo`` extra),
+``regionbus.devstack`` (the embedded Kafka and Redis) and ``regionbus.runtime`` (what every
+worker shares). Importing this package imports the client library only.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from regionbus.clients.cache import ClientCache
+from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from regionbus.schemas.errors import (
+    AuthenticationError,
+    BulkOperationError,
+    CacheWriterError,
+    ConfigurationError,
+    DuplicateClientError,
+    DuplicateDurableClientError,
+    EntryNotFoundError,
+    InvalidInterestError,
+    InvalidKeyError,
+    InvalidOperationError,
+    InvalidRegionNameError,
+    NotAuthorizedError,
+    RegionBusError,
+    RegionNotFoundError,
+    RetriableError,
+    SerializationError,
+    ServerOperationError,
+    ServerTimeoutError,
+    TransportError,
+    UnconnectedError,
+    ValueTooLargeError,
+)
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import EventKind, InterestResultPolicy
+from regionbus.schemas.serializers import (
+    AvroSerializer,
+    BytesSerializer,
+    JsonSerializer,
+    StrSerializer,
+)
+
+try:
+    __version__ = version("regionbus")
+except PackageNotFoundError:  # running from a checkout that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "ALL_KEYS",
+    "AuthenticationError",
+    "AvroSerializer",
+    "BulkOperationError",
+    "BytesSerializer",
+    "CacheListener",
+    "CacheWriter",
+    "CacheWriterError",
+    "ClientCache",
+    "ClientSettings",
+    "ConfigurationError",
+    "DuplicateClientError",
+    "DuplicateDurableClientError",
+    "EntryEvent",
+    "EntryNotFoundError",
+    "EventID",
+    "EventKind",
+    "InterestResultPolicy",
+    "InvalidInterestError",
+    "InvalidKeyError",
+    "InvalidOperationError",
+    "InvalidRegionNameError",
+    "JsonSerializer",
+    "NotAuthorizedError",
+    "Region",
+    "RegionBusError",
+    "RegionEvent",
+    "RegionNotFoundError",
+    "RegionShortcut",
+    "RetriableError",
+    "SerializationError",
+    "ServerOperationError",
+    "ServerTimeoutError",
+    "StrSerializer",
+    "TransportError",
+    "UnconnectedError",
+    "ValueTooLargeError",
+    "__version__",
+]
