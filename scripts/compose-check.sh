@@ -132,8 +132,20 @@ cleanup() {
   if [ "$compose_ready" = true ]; then
     phase "down"
     save_logs
-    compose --profile '*' down --volumes --remove-orphans --timeout 20 >"$run_log/down.log" 2>&1 ||
-      { say "docker compose down failed:"; cat "$run_log/down.log" >&2; status=1; }
+    # A container whose processes are still being torn down can refuse the first stop:
+    # try again while anything of the project is left.
+    local attempt
+    for attempt in 1 2 3; do
+      if compose --profile '*' down --volumes --remove-orphans --timeout 20 \
+        >"$run_log/down-$attempt.log" 2>&1; then
+        break
+      fi
+      if [ "$attempt" -eq 3 ]; then
+        say "docker compose down failed three times:"
+        cat "$run_log/down-$attempt.log" >&2
+        status=1
+      fi
+    done
     if [ "$purge" = true ]; then
       say "removing the images this run used: ${built_images[*]}"
       docker image rm "${built_images[@]}" >/dev/null 2>&1 || true
@@ -319,13 +331,18 @@ up() {
   shift
   if ! compose "$@" up -d --wait --wait-timeout 600 >"$run_log/up-$what.log" 2>&1; then
     cat "$run_log/up-$what.log" >&2
+    taken="$(grep -o 'listen tcp4 [0-9.]*:[0-9]*: bind: address already in use' "$run_log/up-$what.log" |
+      head -1 | sed 's/.*:\([0-9]*\): bind.*/\1/' || true)"
+    if [ -n "$taken" ]; then
+      fail "profile $what: host port $taken was taken by another process while the stack started (free before it: a process of someone else's on this machine?); run again when it is free"
+    fi
     compose --profile '*' ps --all >&2 || true
     for service in $(compose --profile '*' ps --all --format '{{.Service}} {{.State}} {{.Health}}' |
       awk '$2 != "running" || ($3 != "" && $3 != "healthy") { print $1 }'); do
       printf '\n--- last lines of %s\n' "$service" >&2
       compose --profile '*' logs --no-color --tail 30 "$service" >&2 || true
     done
-    fail "docker compose $* up: not every service became healthy"
+    fail "profile $what (docker compose $* up): not every service became healthy"
   fi
   compose "$@" ps --format '  {{.Service}}: {{.Status}}'
 }
