@@ -93,9 +93,9 @@ summary() {
   local status="$1" i
   printf '\ncompose-check: time per phase\n'
   for i in "${!phase_names[@]}"; do
-    printf '  %-10s %8s s\n' "${phase_names[$i]}" "${phase_seconds[$i]}"
+    printf '  %-12s %8s s\n' "${phase_names[$i]}" "${phase_seconds[$i]}"
   done
-  printf '  %-10s %8s s\n' "total" "$(elapsed "$run_started")"
+  printf '  %-12s %8s s\n' "total" "$(elapsed "$run_started")"
   if [ "$status" -eq 0 ]; then
     printf 'compose-check: every profile passed (%s)\n' "$image_source"
   else
@@ -278,6 +278,7 @@ if timeout 30 docker pull --quiet "${third_party[0]}" >"$run_log/pull-probe.log"
     docker pull --quiet "$image" >/dev/null || fail "docker pull $image"
   done
   image_source="real images: ${third_party[*]}"
+  built_images+=("${third_party[@]}")
   say "a registry answered: the real images are used"
 else
   say "no image registry answered ($(tail -1 "$run_log/pull-probe.log" | cut -c1-150))"
@@ -303,9 +304,10 @@ phase "build"
 # `up` sees a changed configuration and recreates what runs.
 export REGIONBUS_DEMO_DAYS="$demo_days"
 random() { .venv/bin/python -c 'import secrets; print(secrets.token_hex(12))'; }
-export KAFKA_ADMIN_PASSWORD="admin-$(random)"
-export KAFKA_SERVER_PASSWORD="server-$(random)"
-export REDIS_PASSWORD="redis-$(random)"
+KAFKA_ADMIN_PASSWORD="admin-$(random)"
+KAFKA_SERVER_PASSWORD="server-$(random)"
+REDIS_PASSWORD="redis-$(random)"
+export KAFKA_ADMIN_PASSWORD KAFKA_SERVER_PASSWORD REDIS_PASSWORD
 client_password="client-$(random)"
 export KAFKA_CLIENTS="cc-writer:$client_password:cc-writer cc-reader:$client_password:cc-reader cc-intruder:$client_password:cc-intruder"
 export COMPOSE_CHECK_CLIENTS="$KAFKA_CLIENTS"
@@ -370,7 +372,11 @@ compose --profile two-sites --profile demo up -d flights-demo >"$run_log/up-demo
 demo_container="$(compose --profile demo ps --all --quiet flights-demo)"
 [ -n "$demo_container" ] || fail "no flights-demo container"
 say "flights replay of $demo_days day(s) running in ${demo_container:0:12}; waiting for it to end"
-demo_status="$(docker wait "$demo_container")"
+# A week replays in well under a minute on a quiet machine; the deadline allows a loaded
+# one, and the year, many times that.
+demo_deadline=$((900 + 60 * demo_days))
+demo_status="$(timeout "$demo_deadline" docker wait "$demo_container")" ||
+  fail "the flights demo did not end within $demo_deadline s (log: docker compose -p $project logs flights-demo)"
 compose --profile demo logs --no-color flights-demo >"$run_log/demo.log" 2>&1
 grep -E '^(flights-demo-[0-9]+ +\| )?(OK|MISMATCH|refused) ' "$run_log/demo.log" |
   sed -E 's/^flights-demo-[0-9]+ +\| /  /' || true

@@ -39,6 +39,12 @@ fi
 
 log() { printf 'standins: %s\n' "$*"; }
 
+# debootstrap, apt-get and reading the root file system it makes need root
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  as_root=(sudo)
+fi
+
 image_label() {
   docker image inspect --format "{{ index .Config.Labels \"$label\" }}" "$1" 2>/dev/null || true
 }
@@ -57,29 +63,35 @@ build_base() {
   fi
   if ! command -v debootstrap >/dev/null 2>&1; then
     log "installing debootstrap"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    local apt_log
+    apt_log="$(mktemp)"
+    if ! { "${as_root[@]}" apt-get update -qq &&
+      "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; } \
+      >"$apt_log" 2>&1; then
+      cat "$apt_log" >&2
+      rm -f "$apt_log"
+      return 1
+    fi
+    rm -f "$apt_log"
   fi
   local rootfs
   rootfs="$(mktemp -d /var/tmp/regionbus-standin-rootfs.XXXXXX)"
   log "debootstrap --variant=minbase bookworm into $rootfs"
-  if ! debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1; then
+  if ! "${as_root[@]}" debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1; then
     tail -20 "$rootfs.log" >&2
-    rm -rf "$rootfs" "$rootfs.log"
+    "${as_root[@]}" rm -rf "$rootfs" "$rootfs.log"
     return 1
   fi
   rm -f "$rootfs.log"
-  cat >"$rootfs/etc/apt/sources.list" <<SOURCES
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb ${mirror%/debian}/debian-security bookworm-security main
-SOURCES
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  printf 'deb %s %s main\n' "$mirror" bookworm "$mirror" bookworm-updates \
+    "${mirror%/debian}/debian-security" bookworm-security |
+    "${as_root[@]}" tee "$rootfs/etc/apt/sources.list" >/dev/null
+  "${as_root[@]}" sh -c "rm -rf '$rootfs'/var/cache/apt/archives/*.deb '$rootfs'/var/lib/apt/lists/*"
   log "docker import -> $base_image"
-  tar -C "$rootfs" --numeric-owner -c . |
+  "${as_root[@]}" tar -C "$rootfs" --numeric-owner -c . |
     docker import --change "LABEL $label=$wanted" --change 'ENV LANG=C.UTF-8' \
       --change 'CMD ["bash"]' - "$base_image" >/dev/null
-  rm -rf "$rootfs"
+  "${as_root[@]}" rm -rf "$rootfs"
 }
 
 # Hash of a recipe folder plus whatever else the stand-in is built from.
@@ -139,7 +151,7 @@ kafka_standin() {
     return 1
   fi
   local jars wanted
-  jars="$(cd "$libs" && ls -1 ./*.jar | sort)"
+  jars="$(cd "$libs" && printf '%s\n' ./*.jar | sort)"
   wanted="$(wanted_standin "$image" "$(recipe_hash "$standins/kafka" "$jars")")"
   [ -n "$wanted" ] || return 0
   local context
