@@ -162,10 +162,18 @@ cleanup() {
       phase "engine stop"
       "${as_root[@]}" kill "$engine_pid" 2>/dev/null || true
       # dockerd stops its containers and containerd before it exits: wait for that
+      local stop_deadline=$((SECONDS + 120))
       while "${as_root[@]}" kill -0 "$engine_pid" 2>/dev/null; do
+        if [ $SECONDS -ge $stop_deadline ]; then
+          say "dockerd (pid $engine_pid) has not exited 120 s after SIGTERM; log $state/dockerd.log"
+          status=1
+          break
+        fi
         sleep 0.2
       done
-      say "dockerd stopped"
+      if ! "${as_root[@]}" kill -0 "$engine_pid" 2>/dev/null; then
+        say "dockerd stopped"
+      fi
     fi
   fi
   end_phase
