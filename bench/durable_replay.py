@@ -58,6 +58,7 @@ from regionbus.schemas.codec import TYPE_BYTES, split_batch
 from regionbus.schemas.errors import BulkOperationError, MessageDecodeError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.messages import Event
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.transport import assign_from, poll_batch
 
 log = logging.getLogger("regionbus.bench")
@@ -277,7 +278,7 @@ def _raw_consume(
             # poll_batch, not consume(n, timeout) alone: that waits for n messages or the
             # whole timeout, which added 0.5 s to a queue of fewer than n messages.
             for message in poll_batch(consumer, _RAW_BATCH_MESSAGES, 0.5):
-                if message.error() is not None:
+                if isinstance(message, UnreadableRecords) or message.error() is not None:
                     continue
                 messages += 1
                 try:

@@ -35,8 +35,9 @@ class ServerStats:
         events_unaddressed: Events not queued because the client's shared queue topic
             did not exist (its principal's topics were never made, or were deleted).
         dead_letters_by_category: ``{category: count}`` of ``dead_letters``: ``undecodable``,
-            ``unexpected_type``, ``invalid_operation``, ``refused`` (security) or
-            ``processing_failed`` (its handling raised an unexpected error).
+            ``unexpected_type``, ``invalid_operation``, ``refused`` (security),
+            ``processing_failed`` (its handling raised an unexpected error) or
+            ``unreadable`` (a record batch Kafka's client could not fetch or decompress).
     """
 
     operations_applied: int = 0

@@ -237,12 +237,17 @@ class Topics:
 
     def client_group(self, client_id: str) -> str:
         """The consumer group whose committed offset is a client's ack of its queue."""
-        return f"{self.namespace}.client.{client_id}"
+        return f"{self.namespace}.client.{check_name('client id', client_id)}"
 
     def client_reply_group(self, client_id: str) -> str:
-        """The ``group.id`` of a client's reply reader (it commits nothing, so Kafka never
-        holds such a group)."""
-        return f"{self.client_group(client_id)}.reply"
+        """The consumer group of a client's reply reader (it commits nothing, so Kafka
+        never holds such a group, but librdkafka wants one).
+
+        Not ``client_group(id) + ".reply"``: that is the queue group of client
+        ``<id>.reply``, and a client's Kafka ACLs name its groups one by one
+        (`regionbus.broker.kafka_acls.client_acls`), so no two clients' names may meet.
+        """
+        return f"{self.namespace}.client-reply.{check_name('client id', client_id)}"
 
     def client_of_group(self, group: str) -> str | None:
         """The client id whose acks a consumer group holds (the inverse of

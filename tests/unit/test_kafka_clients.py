@@ -12,16 +12,28 @@ import pytest
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.kafka_clients import (
     AUTO_CREATE_KEY,
+    CONSUMER_BOUNDS,
+    PRODUCER_BOUNDS,
     RECONNECT_BACKOFF_MS,
     client_config,
     factory_config,
+    kafka_consumer,
 )
 from regionbus.schemas.kafka_outage import LIBRDKAFKA_LOGGER
+from regionbus.schemas.record_guard import GuardedConsumer
+from regionbus.schemas.record_limits import DEAD_LETTER_BATCH_MAX_BYTES
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FACTORY = _ROOT / "schemas" / "kafka_clients.py"
 _CLIENT_CLASSES = frozenset(
-    {"Consumer", "Producer", "AdminClient", "DeserializingConsumer", "SerializingProducer"}
+    {
+        "Consumer",
+        "GuardedConsumer",
+        "Producer",
+        "AdminClient",
+        "DeserializingConsumer",
+        "SerializingProducer",
+    }
 )
 _SKIPPED_DIRS = frozenset({".venv", "jvm", "build", "dist", ".git", "node_modules"})
 
@@ -110,3 +122,20 @@ def test_a_clients_first_connection_waits_a_short_reconnect_backoff_unless_told_
 def test_asking_for_auto_creation_is_a_configuration_error(asked: object) -> None:
     with pytest.raises(ConfigurationError, match=AUTO_CREATE_KEY):
         client_config({"bootstrap.servers": "k:9092", AUTO_CREATE_KEY: asked})
+
+
+def test_every_consumer_skips_unreadable_batches_and_is_bounded_in_what_it_fetches() -> None:
+    """The factory's consumer is the guarded one, with the fetch bounds of record_limits
+    unless the caller sets its own (librdkafka itself refuses a receive limit below the
+    fetch limit, so the pair is checked where it is made)."""
+    consumer = kafka_consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit"})
+    try:
+        assert isinstance(consumer, GuardedConsumer)
+    finally:
+        consumer.close()
+    assert CONSUMER_BOUNDS["receive.message.max.bytes"] >= CONSUMER_BOUNDS["fetch.max.bytes"] + 512
+    assert CONSUMER_BOUNDS["fetch.max.bytes"] >= 2 * DEAD_LETTER_BATCH_MAX_BYTES
+    assert PRODUCER_BOUNDS == {
+        "message.max.bytes": DEAD_LETTER_BATCH_MAX_BYTES,
+        "compression.type": "none",
+    }
