@@ -224,6 +224,7 @@ class ClientCache:
             conflate=self._conflate,
             kafka_outage=self.pool.kafka_outage,
             signer=self.pool.signer,
+            end_of_queue=self.pool.queue_end,
         )
 
     def ready_for_events(self) -> None:

@@ -107,6 +107,9 @@ class SubscriptionQueue:
             events and markers never are dropped.
         kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
             to; None gives the queue one of its own.
+        end_of_queue: Where the queue partition ends now (asked by the caller's admin
+            client: this consumer, fetching once assigned, answers such a question only
+            after its fetch wait); None asks this consumer.
         signer: The client's signer: with one, only messages a cache server signed for its
             principal are taken (`regionbus.clients.server_trust`); None takes every message.
 
@@ -132,6 +135,7 @@ class SubscriptionQueue:
         conflate: bool = False,
         kafka_outage: KafkaOutage | None = None,
         signer: Signer | None = None,
+        end_of_queue: Callable[[], int] | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -150,6 +154,7 @@ class SubscriptionQueue:
         self.stats = SubscriptionStats()
         self._server_messages = ServerMessages(signer)
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
+        self._end_of_queue = end_of_queue
         self._consumer = kafka_consumer(
             settings.librdkafka(
                 **{
@@ -242,10 +247,13 @@ class SubscriptionQueue:
         event_type = TYPE_BYTES[Event]
         deadline = time.monotonic() + timeout_s
         try:
-            low, high = watermarks(
-                self._consumer, TopicPartition(self._topic, self._partition), timeout_s
-            )
-        except KafkaException as exc:
+            if self._end_of_queue is not None:
+                low, high = 0, self._end_of_queue()
+            else:
+                low, high = watermarks(
+                    self._consumer, TopicPartition(self._topic, self._partition), timeout_s
+                )
+        except (KafkaException, RegionBusError) as exc:
             log.warning("subscription queue %s: no watermarks to count: %s", self._topic, exc)
             return 0
         count = kept_bytes = 0

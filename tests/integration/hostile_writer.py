@@ -3,7 +3,8 @@ records' compression and allocation must not compete with the workers under test
 test process's interpreter).
 
 Usage: ``python hostile_writer.py <bootstrap servers>`` with a JSON list on stdin, one
-object per write, ``{"topic", "partition", "kind", ...}``:
+object per write, ``{"topic", "partition", "kind", ...}`` (and ``"key"``, hex, for records
+keyed to one client of a shared queue or reply topic):
 
 - ``"bomb"``, ``total``, ``count``: ``count`` records of ``total // count`` zero bytes,
   zstd-compressed in as few batches as librdkafka makes (Kafka checks a compressed batch's
@@ -72,9 +73,10 @@ def main() -> None:
             values = [bytes.fromhex(write["hex"])]
         else:
             values = [b"x" * write["size"]]
+        key = bytes.fromhex(write["key"]) if "key" in write else None
         for value in values:
             producer.produce(
-                write["topic"], value, partition=write["partition"], on_delivery=delivered
+                write["topic"], value, key, partition=write["partition"], on_delivery=delivered
             )
         producer.flush(60)
         result["offsets"].sort()

@@ -559,11 +559,12 @@ def _hostile_writes(
     batch_topic: bool,
     max_bytes: int,
     partition: int | None = None,
+    key: bytes | None = None,
 ) -> list[dict[str, Any]]:
     """What ``hostile_writer.py`` writes to one topic (to ``partition``, or to random ones of
-    its ``partitions``): compression bombs, a batch of as many empty items as the topic
-    takes (990,000 on most; on topics that carry batches), random bytes, and a record over
-    the topic's size limit."""
+    its ``partitions``; keyed ``key``, if given): compression bombs, a batch of as many
+    empty items as the topic takes (990,000 on most; on topics that carry batches), random
+    bytes, and a record over the topic's size limit."""
     writes: list[dict[str, Any]] = []
     for total, count in _bombs(rng):
         writes.append({"kind": "bomb", "total": total, "count": count})
@@ -574,6 +575,8 @@ def _hostile_writes(
     for write in writes:
         chosen = rng.randrange(partitions) if partition is None else partition
         write.update(topic=topic, partition=chosen)
+        if key is not None:
+            write["key"] = key.hex()
     return writes
 
 
@@ -616,7 +619,8 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         w.cache.pool.address.queue_topic: (16, True, None),
         w.cache.pool.address.reply_topic: (16, True, None),
     }
-    # The client reads its own partition of the shared topics (records of others' it skips).
+    # The client reads its own partition of the shared topics and the records keyed by its
+    # id (others' it skips): the attacker aims at those.
     pinned = {
         w.cache.pool.address.queue_topic: w.cache.pool.address.queue_partition,
         w.cache.pool.address.reply_topic: w.cache.pool.address.reply_partition,
@@ -624,7 +628,15 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
     writes: list[dict[str, Any]] = []
     for topic, (partitions, batch_topic, _) in consumed.items():
         limit = CONTROL_BATCH_MAX_BYTES if topic == topics_a.control else RECORD_BATCH_MAX_BYTES
-        writes += _hostile_writes(rng, topic, partitions, batch_topic, limit, pinned.get(topic))
+        writes += _hostile_writes(
+            rng,
+            topic,
+            partitions,
+            batch_topic,
+            limit,
+            pinned.get(topic),
+            w.cache.pool.address.key if topic in pinned else None,
+        )
     # Mis-partitioned: a valid put of bucket k written to another bucket's partition.
     key = "misplaced"
     bucket = bucket_of("r", key, 16)

@@ -259,11 +259,12 @@ def test_a_client_cannot_produce_into_any_queue_or_reply_topic(
     assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def _committed(config: dict[str, str], group: str, topic: str) -> int:
-    """The offset ``group`` committed on partition 0 of ``topic`` (negative: none)."""
+def _committed(config: dict[str, str], group: str, queue: tuple[str, int]) -> int:
+    """The offset ``group`` committed on a partition ``(topic, partition)`` (negative:
+    none)."""
     consumer = kafka_consumer({**config, "group.id": group, "enable.auto.commit": False})
     try:
-        return committed_offsets(consumer, [TopicPartition(topic, 0)], 20)[0].offset
+        return committed_offsets(consumer, [TopicPartition(*queue)], 20)[0].offset
     finally:
         consumer.close()
 
@@ -295,7 +296,9 @@ def test_a_client_cannot_read_commit_or_delete_the_groups_of_a_client_whose_id_e
     wait_until(lambda: ("create", "k4", 4) in recorder.snapshot(), what="desk.2's events")
     away.close(keep_alive=True)
     admin = kafka_users.node.client_config()
-    queue2, group2 = topics.queue("desk.2"), topics.client_group("desk.2")
+    address2 = away.pool.address
+    queue2 = (address2.queue_topic, address2.queue_partition)
+    group2 = topics.client_group("desk.2")
     acked = _committed(admin, group2, queue2)
     assert acked > 0
 
@@ -313,18 +316,18 @@ def test_a_client_cannot_read_commit_or_delete_the_groups_of_a_client_whose_id_e
         ),
         "read offsets": _group_refusal(
             lambda: attacker_admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group2, [TopicPartition(queue2, 0)])]
+                [ConsumerGroupTopicPartitions(group2, [TopicPartition(*queue2)])]
             )[group2].result(timeout=20)
         ),
         "commit": _group_refusal(
             lambda: attacker_admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group2, [TopicPartition(queue2, 0, 0)])]
+                [ConsumerGroupTopicPartitions(group2, [TopicPartition(*queue2, 0)])]
             )[group2].result(timeout=20)
         ),
     }
     print(f"desk reaching desk.2: {refused}")
     assert refused == dict.fromkeys(refused, KafkaError.GROUP_AUTHORIZATION_FAILED)
-    assert _subscribe_error(attacker, topics.client_group("desk"), queue2) == (
+    assert _subscribe_error(attacker, topics.client_group("desk"), queue2[0]) == (
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     )
     assert _committed(admin, group2, queue2) == acked  # desk.2's place in its queue is kept
@@ -334,8 +337,9 @@ def test_a_client_cannot_read_commit_or_delete_the_groups_of_a_client_whose_id_e
     region.put("from-desk", 1)
     assert region.get("k3") == 3
     # Its own groups it reads, commits and deletes.
-    own_group, own_queue = topics.client_group("desk"), topics.queue("desk")
-    _commit_as(attacker, own_group, TopicPartition(own_queue, 0, 0))
+    own_group = topics.client_group("desk")
+    own_queue = (desk.pool.address.queue_topic, desk.pool.address.queue_partition)
+    _commit_as(attacker, own_group, TopicPartition(*own_queue, 0))
     assert _committed(attacker, own_group, own_queue) == 0
     assert (
         _group_refusal(
