@@ -1,4 +1,5 @@
-"""One object per client this server serves (Geode's ``CacheClientProxy``).
+"""One object per client this server serves (Geode's ``CacheClientProxy``), and one per
+queue of records it sends to several clients at once.
 
 A :class:`ClientProxy` holds what this server keeps for one client: where its subscription
 queue and replies go (the shared topics of its Kafka principal, its partition, its
@@ -7,12 +8,15 @@ queue's depth against ``maximum_message_count``, SPEC §4), and its counters. Th
 :class:`ClientProxies` of a server create them as clients are first routed to and forget
 them in one call, so nothing a client owned on a server outlives it there.
 
-A queue's depth counts the events this server queued for the client, as they are queued
-(not as Kafka confirms them), less those the client has acked. The client's ack is its
-committed offset on its partition (consumer group ``{ns}.client.<id>``); the delivery
-report of each message this server produced for it says at which offset it landed, so the
-events below the committed offset are acked. Each server counts the events *it* queued:
-with several bucket primaries the capacity applies per server.
+A :class:`SharedQueue` is the same account for the records this server sends to the
+clients that share an interest (`regionbus.broker.audiences`) in one partition: one record
+for all of them. Its depth is that of its slowest member.
+
+A queue's depth counts the events this server queued, as they are queued (not as Kafka
+confirms them), less those acked. A client's ack is its committed offset on its partition
+(consumer group ``{ns}.client.<id>``); the delivery report of each record says at which
+offset it landed, so the events below the committed offset are acked. Each server counts
+the events *it* queued: with several bucket primaries the capacity applies per server.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -30,33 +35,29 @@ from regionbus.schemas.naming import Topics, client_partition
 PartitionsOf = Callable[[str], int]
 """Partition count of a topic (0 when it does not exist)."""
 
+SHARED_QUEUE_IDLE_S = 600.0
+"""A shared queue no event was routed to for this long is forgotten (its sharers are gone,
+or now share another)."""
 
-class ClientProxy:
-    """What this server keeps for one client.
+
+class QueueAccount:
+    """Events queued into one partition for a client (or clients), and how many are acked.
 
     Attributes:
-        client_id: The client (or durable client) id.
-        key: The Kafka record key addressing the client in the shared topics (its id,
-            UTF-8).
-        kafka_principal: The Kafka principal whose shared topics it reads (None: the
-            namespace's unscoped ones).
-        queue_topic: Its subscription queue's topic.
-        queue_partition: Its partition of that topic (-1 while the topic is unknown).
-        queued: Events this server queued for it since it first served it.
-        acked: Of those, the events below the client's last read ack.
-        lost: Of those, the events of messages Kafka did not take.
-        events_routed: Events routed to it (the ``events_routed_total`` series).
-        refreshed_at: When its ack was last read (monotonic seconds; 0 = never).
-        overflowing: Its queue stayed full through one hold and may grow; it is not held
+        queue_topic: The shared queue topic.
+        queue_partition: The partition (-1 while the topic is unknown).
+        queued: Events this server queued there.
+        acked: Of those, the events below the last ack read.
+        lost: Of those, the events of records Kafka did not take.
+        refreshed_at: When the ack was last read (monotonic seconds; 0 = never).
+        overflowing: The queue stayed full through one hold and may grow; it is not held
             for again until its depth falls below the capacity.
+        marks: ``(offset, events queued up to and including that record)`` of each record
+            Kafka confirmed, oldest first, until acked past.
     """
 
     __slots__ = (
         "acked",
-        "client_id",
-        "events_routed",
-        "kafka_principal",
-        "key",
         "lost",
         "marks",
         "overflowing",
@@ -66,47 +67,106 @@ class ClientProxy:
         "refreshed_at",
     )
 
-    def __init__(
-        self, client_id: str, kafka_principal: str | None, queue_topic: str, queue_partition: int
-    ) -> None:
-        self.client_id = client_id
-        self.key = client_id.encode()
-        self.kafka_principal = kafka_principal
+    def __init__(self, queue_topic: str, queue_partition: int) -> None:
         self.queue_topic = queue_topic
         self.queue_partition = queue_partition
         self.queued = 0
         self.acked = 0
         self.lost = 0
-        self.events_routed = 0
         self.refreshed_at = 0.0
         self.overflowing = False
         self.marks: deque[tuple[int, int]] = deque()
-        """``(offset, events queued up to and including that message)`` of each message
-        Kafka confirmed, oldest first, until the client acks past it."""
 
     @property
     def depth(self) -> int:
-        """Events queued here for the client and not acked (as of the last ack read)."""
+        """Events queued here and not acked (as of the last ack read)."""
         return self.queued - self.acked - self.lost
 
     def delivered(self, offset: int, queued_through: int) -> None:
-        """A message whose events bring :attr:`queued` to ``queued_through`` landed at
-        ``offset`` of the client's partition."""
+        """A record whose events bring :attr:`queued` to ``queued_through`` landed at
+        ``offset`` of the partition."""
         self.marks.append((offset, queued_through))
 
     def undelivered(self, events: int) -> None:
-        """A message of ``events`` events was not taken by Kafka: they are not queued."""
+        """A record of ``events`` events was not taken by Kafka: they are not queued."""
         self.lost += events
 
     def acked_below(self, committed: int) -> None:
-        """The client committed ``committed``: every message below it is acked."""
+        """Every record below ``committed`` is acked."""
         marks = self.marks
         while marks and marks[0][0] < committed:
             _, self.acked = marks.popleft()
 
+    def unacked_after(self, committed: int) -> int:
+        """Events queued here that a reader who committed ``committed`` has not acked."""
+        acked = self.acked
+        for offset, queued_through in self.marks:
+            if offset >= committed:
+                break
+            acked = queued_through
+        return self.queued - acked - self.lost
+
+
+class ClientProxy(QueueAccount):
+    """What this server keeps for one client.
+
+    Attributes:
+        client_id: The client (or durable client) id.
+        key: The Kafka record key addressing the client in the shared topics (its id,
+            UTF-8).
+        kafka_principal: The Kafka principal whose shared topics it reads (None: the
+            namespace's unscoped ones).
+        events_routed: Events routed to it in records of its own (the
+            ``events_routed_total`` series adds those of its shared queues).
+    """
+
+    __slots__ = ("client_id", "events_routed", "kafka_principal", "key")
+
+    def __init__(
+        self, client_id: str, kafka_principal: str | None, queue_topic: str, queue_partition: int
+    ) -> None:
+        super().__init__(queue_topic, queue_partition)
+        self.client_id = client_id
+        self.key = client_id.encode()
+        self.kafka_principal = kafka_principal
+        self.events_routed = 0
+
+
+class SharedQueue(QueueAccount):
+    """The records this server sends to the clients that share one interest in one
+    partition (one record each for all of them).
+
+    Attributes:
+        identity: ``(topic, partition, source, receive_values, principal)``: what stays
+            the same while its members come and go.
+        members: The clients of its latest record.
+        events: Events routed into it.
+        joined: ``{client id: events}`` routed into it before each member joined (so a
+            member's own count is ``events - joined``).
+        last_used: Monotonic seconds of its latest event.
+    """
+
+    __slots__ = ("events", "identity", "joined", "last_used", "members")
+
+    def __init__(self, identity: tuple[Any, ...], queue_topic: str, queue_partition: int) -> None:
+        super().__init__(queue_topic, queue_partition)
+        self.identity = identity
+        self.members: frozenset[str] = frozenset()
+        self.events = 0
+        self.joined: dict[str, int] = {}
+        self.last_used = 0.0
+
+    def set_members(self, members: frozenset[str]) -> None:
+        """The clients of its records from now on."""
+        if members is self.members:
+            return
+        joined = self.joined
+        self.joined = {c: joined.get(c, self.events) for c in members}
+        self.members = members
+
 
 class ClientProxies:
-    """The client proxies of one server, and the reading of their acks.
+    """The client proxies and shared queues of one server, and the reading of their acks.
 
     Args:
         admin: Kafka admin client (reads the clients' committed offsets).
@@ -127,6 +187,10 @@ class ClientProxies:
         self._partitions_of = partitions_of
         self._clock = clock
         self._proxies: dict[str, ClientProxy] = {}
+        self._shared: dict[tuple[Any, ...], SharedQueue] = {}
+        self.version = 0
+        """Changes whenever a proxy or shared queue is made or forgotten (what was
+        computed from them is to be computed again)."""
 
     def get(self, client_id: str, kafka_principal: str | None) -> ClientProxy:
         """The proxy of a client, made on first use (its address from its Kafka
@@ -139,15 +203,31 @@ class ClientProxies:
             proxy = self._proxies[client_id] = ClientProxy(
                 client_id, kafka_principal, topic, partition
             )
+            self.version += 1
         return proxy
 
     def find(self, client_id: str) -> ClientProxy | None:
         """The proxy of a client, or None when this server keeps none."""
         return self._proxies.get(client_id)
 
+    def shared(self, identity: tuple[Any, ...], members: frozenset[str]) -> SharedQueue:
+        """The shared queue of ``identity`` (``(topic, partition, ...)``), made on first
+        use, its members set to ``members``."""
+        queue = self._shared.get(identity)
+        if queue is None:
+            queue = self._shared[identity] = SharedQueue(identity, identity[0], identity[1])
+            self.version += 1
+        queue.set_members(members)
+        return queue
+
     def forget(self, client_id: str) -> None:
-        """Forget a client here: its address, queue depth and counters."""
+        """Forget a client here: its address, queue depth and counters, and its place in
+        the shared queues."""
         self._proxies.pop(client_id, None)
+        self.version += 1
+        for queue in self._shared.values():
+            if client_id in queue.joined:
+                queue.set_members(queue.members - {client_id})
 
     def retain(self, client_ids: set[str]) -> list[str]:
         """Forget every client not in ``client_ids``.
@@ -157,8 +237,25 @@ class ClientProxies:
         """
         gone = [c for c in self._proxies if c not in client_ids]
         for client_id in gone:
-            del self._proxies[client_id]
+            self.forget(client_id)
+        for queue in self._shared.values():
+            if not queue.members <= client_ids:
+                queue.set_members(queue.members & client_ids)
         return gone
+
+    def forget_idle_shared(self) -> int:
+        """Forget the shared queues unused for :data:`SHARED_QUEUE_IDLE_S`.
+
+        Returns:
+            How many were forgotten.
+        """
+        now = self._clock()
+        idle = [k for k, q in self._shared.items() if now - q.last_used > SHARED_QUEUE_IDLE_S]
+        for identity in idle:
+            del self._shared[identity]
+        if idle:
+            self.version += 1
+        return len(idle)
 
     def __iter__(self) -> Iterator[ClientProxy]:
         return iter(list(self._proxies.values()))
@@ -170,35 +267,75 @@ class ClientProxies:
         """The clients served here."""
         return list(self._proxies)
 
-    def refresh(self, proxy: ClientProxy) -> int:
-        """Read the client's ack (its committed offset) and return its depth after it.
+    def shared_queues(self) -> list[SharedQueue]:
+        """The shared queues kept here."""
+        return list(self._shared.values())
 
-        An unanswered read leaves the last known depth (never raises).
-        """
-        proxy.refreshed_at = self._clock()
-        if proxy.queue_partition < 0:
-            return proxy.depth
-        request = ConsumerGroupTopicPartitions(
-            self._topics.client_group(proxy.client_id),
-            [TopicPartition(proxy.queue_topic, proxy.queue_partition)],
+    def refresh(self, account: QueueAccount) -> int:
+        """Read the ack of a queue (its client's committed offset; a shared queue's slowest
+        member's) and return its depth after it. An unanswered read leaves the last known
+        depth (never raises)."""
+        account.refreshed_at = self._clock()
+        if account.queue_partition < 0:
+            return account.depth
+        committed = self.committed(account)
+        if committed:
+            account.acked_below(min(committed.values()))
+        return account.depth
+
+    def committed(self, account: QueueAccount) -> dict[str, int]:
+        """``{client id: committed offset}`` of the queue's reader(s) on its partition, as
+        far as Kafka answered within 5 s (asked all at once)."""
+        readers = (
+            [account.client_id]
+            if isinstance(account, ClientProxy)
+            else sorted(account.members)
+            if isinstance(account, SharedQueue)
+            else []
         )
-        try:
-            result: Any = self._admin.list_consumer_group_offsets([request])
-            answer = next(iter(result.values())).result(timeout=5)
-            committed = answer.topic_partitions[0].offset
-        except (KafkaException, StopIteration, IndexError):
-            return proxy.depth
-        proxy.acked_below(committed)
-        return proxy.depth
+        partition = TopicPartition(account.queue_topic, account.queue_partition)
+        asked: dict[str, Future[Any]] = {}
+        for client_id in readers:
+            group = self._topics.client_group(client_id)
+            try:
+                answers: Any = self._admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, [partition])]
+                )
+                asked[client_id] = next(iter(answers.values()))
+            except KafkaException:
+                continue
+        found: dict[str, int] = {}
+        for client_id, future in asked.items():
+            try:
+                found[client_id] = future.result(timeout=5).topic_partitions[0].offset
+            except (KafkaException, TimeoutError, IndexError):
+                continue
+        return found
 
     def snapshot(self) -> dict[str, int]:
-        """``{client id: depth}``; safe to call from another thread (the metrics
-        endpoint's) while the server counts."""
-        return {c: p.depth for c, p in list(self._proxies.items())}
+        """``{client id: depth}``: its own queue's, or its deepest shared queue's when
+        deeper; safe to call from another thread (the metrics endpoint's)."""
+        depths = {c: p.depth for c, p in list(self._proxies.items())}
+        for queue in list(self._shared.values()):
+            for client_id in queue.members:
+                depths[client_id] = max(depths.get(client_id, 0), queue.depth)
+        return depths
 
     def routed(self) -> dict[str, int]:
-        """``{client id: events routed}``; safe to call from another thread."""
-        return {c: p.events_routed for c, p in list(self._proxies.items())}
+        """``{client id: events routed}`` (own records and shared ones since it joined);
+        safe to call from another thread."""
+        counts = {c: p.events_routed for c, p in list(self._proxies.items())}
+        for queue in list(self._shared.values()):
+            for client_id, before in list(queue.joined.items()):
+                counts[client_id] = counts.get(client_id, 0) + queue.events - before
+        return counts
 
 
-__all__ = ["ClientProxies", "ClientProxy", "PartitionsOf"]
+__all__ = [
+    "SHARED_QUEUE_IDLE_S",
+    "ClientProxies",
+    "ClientProxy",
+    "PartitionsOf",
+    "QueueAccount",
+    "SharedQueue",
+]

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 import redis
 
+from regionbus.broker.audiences import RegionAudiences, Route
+from regionbus.broker.audiences import build as build_audiences
+from regionbus.broker.audiences import route as route_audiences
 from regionbus.broker.store import redis_errors
 from regionbus.schemas.errors import InvalidInterestError
 from regionbus.schemas.interest_regex import InterestRegex, compile_interest_regex
@@ -27,22 +30,31 @@ log = logging.getLogger("regionbus.interest")
 
 
 @dataclass(slots=True)
-class _Registration:
+class Registration:
+    """One registration of a client, as routed: values or invalidations, durable or
+    not, and the buckets it is installed in."""
+
     receive_values: bool
     durable: bool
     buckets: set[int]
 
 
 @dataclass(slots=True)
-class _RegexRegistration(_Registration):
+class RegexRegistration(Registration):
+    """A regex registration, with its compiled pattern."""
+
     pattern: InterestRegex
 
 
 @dataclass(slots=True)
-class _RegionInterest:
-    all_keys: dict[str, _Registration] = field(default_factory=dict)
-    keys: dict[str, dict[str, _Registration]] = field(default_factory=dict)
-    regexes: dict[tuple[str, str], _RegexRegistration] = field(default_factory=dict)
+class RegionRegistrations:
+    """Every registration on one region: all keys, by key, and by (client, pattern)."""
+
+    all_keys: dict[str, Registration] = field(default_factory=dict)
+    keys: dict[str, dict[str, Registration]] = field(default_factory=dict)
+    regexes: dict[tuple[str, str], RegexRegistration] = field(default_factory=dict)
+    audiences: RegionAudiences | None = None
+    """Built from the registrations when first routed by, dropped when they change."""
 
     def clients(self) -> set[str]:
         out = set(self.all_keys)
@@ -50,6 +62,9 @@ class _RegionInterest:
             out.update(by_client)
         out.update(client for client, _ in self.regexes)
         return out
+
+
+_NOBODY = Route((), {})
 
 
 def _field(region: str, kind: InterestKind, item: str) -> str:
@@ -66,7 +81,7 @@ class InterestTable:
     """
 
     def __init__(self) -> None:
-        self._regions: dict[str, _RegionInterest] = {}
+        self._regions: dict[str, RegionRegistrations] = {}
         self._regex_counts: dict[str, int] = {}
         """``{client id: regex registrations}`` over every region."""
         self._all_keys_routes: dict[tuple[str, int], dict[str, bool]] = {}
@@ -95,14 +110,15 @@ class InterestTable:
             InvalidInterestError: a REGEX spec whose pattern does not compile.
         """
         self._all_keys_routes.clear()
-        ri = self._regions.setdefault(region, _RegionInterest())
+        ri = self._regions.setdefault(region, RegionRegistrations())
+        ri.audiences = None
         if spec.kind is InterestKind.ALL_KEYS:
             _activate(ri.all_keys, client_id, spec, buckets)
         elif spec.kind is InterestKind.REGEX:
             pattern = compile_interest_regex(spec.regex)
             reg = ri.regexes.get((client_id, pattern.pattern))
             if reg is None:
-                reg = _RegexRegistration(spec.receive_values, spec.durable, set(), pattern)
+                reg = RegexRegistration(spec.receive_values, spec.durable, set(), pattern)
                 ri.regexes[(client_id, pattern.pattern)] = reg
                 self._regex_counts[client_id] = self._regex_counts.get(client_id, 0) + 1
             reg.receive_values = reg.receive_values or spec.receive_values
@@ -120,6 +136,7 @@ class InterestTable:
         ri = self._regions.get(region)
         if ri is None:
             return
+        ri.audiences = None
         if spec.kind is InterestKind.ALL_KEYS:
             ri.all_keys.pop(client_id, None)
         elif spec.kind is InterestKind.REGEX:
@@ -136,6 +153,7 @@ class InterestTable:
         """Forget a client's registrations (all, or all but the durable ones)."""
         self._all_keys_routes.clear()
         for ri in self._regions.values():
+            ri.audiences = None
             reg = ri.all_keys.get(client_id)
             if reg is not None and not (keep_durable and reg.durable):
                 del ri.all_keys[client_id]
@@ -203,6 +221,23 @@ class InterestTable:
                 out[client_id] = out.get(client_id, False) or rreg.receive_values
         return out
 
+    def audiences(self, region: str, key: str, bucket: int) -> Route:
+        """Who a change of one entry reaches, as audiences of clients that share a
+        registration and the clients routed alone (`regionbus.broker.audiences`): the same
+        clients, with the same ``receive_values``, as :meth:`route`.
+
+        Args:
+            region: Region name.
+            key: Entry key.
+            bucket: The bucket the change was applied in.
+        """
+        ri = self._regions.get(region)
+        if ri is None:
+            return _NOBODY
+        if ri.audiences is None:
+            ri.audiences = build_audiences(region, ri)
+        return route_audiences(ri.audiences, ri, key, bucket)
+
     def clients_of_region(self, region: str) -> set[str]:
         """Every client with any interest in the region (receives region clear/destroy)."""
         ri = self._regions.get(region)
@@ -223,11 +258,11 @@ class InterestTable:
 
 
 def _activate(
-    table: dict[str, _Registration], client_id: str, spec: InterestSpec, buckets: Iterable[int]
+    table: dict[str, Registration], client_id: str, spec: InterestSpec, buckets: Iterable[int]
 ) -> None:
     reg = table.get(client_id)
     if reg is None:
-        table[client_id] = _Registration(spec.receive_values, spec.durable, set(buckets))
+        table[client_id] = Registration(spec.receive_values, spec.durable, set(buckets))
         return
     reg.receive_values = reg.receive_values or spec.receive_values
     reg.durable = reg.durable or spec.durable

@@ -21,14 +21,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
-from regionbus.broker.client_proxy import ClientProxies, ClientProxy
+from regionbus.broker.audiences import Audience
+from regionbus.broker.client_proxy import ClientProxies, ClientProxy, QueueAccount
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.interest import InterestRegistry
-from regionbus.broker.outbox import Outbox
+from regionbus.broker.outbox import Outbox, Recipients
+from regionbus.broker.permissions import data_read
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
+from regionbus.schemas.addressing import recipients, shared_key
+from regionbus.schemas.addressing import recipients as addressing_recipients
 from regionbus.schemas.codec import encode
 from regionbus.schemas.messages import Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
@@ -42,6 +46,15 @@ FULL_RECHECK_S: Final = 0.02
 """A queue found full is believed full for this long before its ack is read again."""
 HOLD_POLL_S: Final = 0.05
 """How often a held writer's full queue is looked at again."""
+_AUDIENCE_TARGETS_KEPT: Final = 10_000
+"""Audiences whose records are kept made (all forgotten past this many)."""
+_ANYONE: Final = object()
+"""The principal of a record's clients when security is off: anyone may read."""
+
+
+def _invalidation(event: Event) -> bytes:
+    """The invalidation a client that registered without values gets for an update."""
+    return encode(event._replace(kind=EventKind.INVALIDATE, value=None))
 
 
 class CacheClientNotifier:
@@ -83,6 +96,10 @@ class CacheClientNotifier:
         self._clock = clock
         self._limit = settings.maximum_message_count
         self._depth_cursor = 0
+        self._audience_targets: dict[
+            Audience, tuple[tuple[ClientProxy | Recipients, Any], ...]
+        ] = {}
+        self._targets_version = -1
 
     def serve(self, client_id: str, kafka_principal: str | None) -> ClientProxy:
         """The proxy of a client this server routes to, made now if new (at its interest
@@ -97,33 +114,122 @@ class CacheClientNotifier:
 
     def entry_event(self, event: Event, bucket: int) -> None:
         """Distribute an applied entry change of ``bucket`` (duplicates included: a client
-        drops what it has seen by EventID)."""
+        drops what it has seen by EventID): to each client routed alone, and once per
+        partition to the clients that share an interest (`regionbus.broker.audiences`)."""
         assert event.key is not None
         full = encode(event)
         self._outbox.produce(self._topics.events, full, event.key.encode(), partition=bucket)
-        targets = self._registry.route(event.region, event.key, bucket)
-        targets.pop(event.originator, None)
-        if self._security is not None:
-            targets = self._security.readers(targets, event.region, event.key)
-        invalidate: bytes | None = None
-        queue = self._outbox.queue
-        limit = self._limit
+        route = self._registry.table.audiences(event.region, event.key, bucket)
         carries_value = event.kind in (EventKind.CREATE, EventKind.UPDATE)
+        invalidate: bytes | None = None
         routed = 0
-        for client_id, receive_values in targets.items():
-            proxy = self._proxy(client_id)
-            if proxy.depth >= limit and not proxy.overflowing and not self._room(proxy):
-                continue
-            if receive_values or not carries_value:
-                payload = full
-            else:
-                if invalidate is None:
-                    invalidate = encode(event._replace(kind=EventKind.INVALIDATE, value=None))
-                payload = invalidate
-            queue(proxy, payload)
-            proxy.events_routed += 1
-            routed += 1
+        targets = route.individual
+        if targets:
+            targets.pop(event.originator, None)
+            if self._security is not None:
+                targets = self._security.readers(targets, event.region, event.key)
+            for client_id, receive_values in targets.items():
+                if not receive_values and carries_value and invalidate is None:
+                    invalidate = _invalidation(event)
+                payload = full if receive_values or not carries_value else invalidate
+                assert payload is not None
+                routed += self._to_client(self._proxy(client_id), payload)
+        if route.audiences:
+            now = self._clock()
+            for audience in route.audiences:
+                if not audience.receive_values and carries_value and invalidate is None:
+                    invalidate = _invalidation(event)
+                payload = full if audience.receive_values or not carries_value else invalidate
+                assert payload is not None
+                for target, principal in self._targets(audience):
+                    if principal is not _ANYONE and not self._may_read(principal, event):
+                        continue
+                    if isinstance(target, ClientProxy):
+                        if target.client_id != event.originator:
+                            routed += self._to_client(target, payload)
+                    else:
+                        routed += self._to_audience(target, payload, now)
         self._stats.events_routed += routed
+
+    def _to_client(self, proxy: ClientProxy, payload: bytes) -> int:
+        """Queue one event for one client, capacity allowing; how many got it (0 or 1)."""
+        if proxy.depth >= self._limit and not proxy.overflowing and not self._room(proxy):
+            return 0
+        self._outbox.queue(proxy, payload)
+        proxy.events_routed += 1
+        return 1
+
+    def _to_audience(self, recipients: Recipients, payload: bytes, now: float) -> int:
+        """Queue one event for the clients of one record, capacity allowing; how many got
+        it."""
+        queue = recipients.queue
+        if queue.depth >= self._limit and not queue.overflowing:
+            narrowed = self._room_shared(recipients)
+            if narrowed is None:
+                return 0
+            recipients = narrowed
+        self._outbox.queue_shared(recipients, payload)
+        queue.events += 1
+        queue.last_used = now
+        return len(queue.members)
+
+    def _may_read(self, principal: str | None, event: Event) -> bool:
+        assert self._security is not None
+        return principal is not None and self._security.check(
+            principal, data_read(event.region, event.key or "*")
+        )
+
+    def _targets(self, audience: Audience) -> tuple[tuple[ClientProxy | Recipients, Any], ...]:
+        """An audience's clients as records to send: one per partition (and principal,
+        with security on) holding its members there, or a client's own when it is alone
+        there; each with the principal whose read permission it needs (:data:`_ANYONE`
+        without security). Kept until the audience changes."""
+        if self._targets_version != self.proxies.version:
+            self._audience_targets.clear()
+        found = self._audience_targets.get(audience)
+        if found is not None:
+            return found
+        if len(self._audience_targets) >= _AUDIENCE_TARGETS_KEPT:
+            self._audience_targets.clear()
+        groups: dict[tuple[str, int, Any], list[ClientProxy]] = {}
+        complete = True
+        for client_id in audience.clients:
+            proxy = self._proxy(client_id)
+            principal = (
+                _ANYONE if self._security is None else self._security.principal_of(client_id)
+            )
+            if proxy.queue_partition < 0 or principal is None:
+                complete = False  # not addressable yet: looked at again next event
+                continue
+            groups.setdefault((proxy.queue_topic, proxy.queue_partition, principal), []).append(
+                proxy
+            )
+        targets: list[tuple[ClientProxy | Recipients, Any]] = []
+        for (topic, partition, principal), proxies in groups.items():
+            if len(proxies) == 1:
+                targets.append((proxies[0], principal))
+                continue
+            members = frozenset(p.client_id for p in proxies)
+            named = f"{'/'.join(audience.source)}|{audience.receive_values}|{principal}"
+            identity = (topic, partition, *audience.source, audience.receive_values, principal)
+            targets.append(
+                (
+                    Recipients(
+                        topic,
+                        partition,
+                        shared_key(named),
+                        recipients(members),
+                        min(members),
+                        self.proxies.shared(identity, members),
+                    ),
+                    principal,
+                )
+            )
+        found = tuple(targets)
+        if complete:
+            self._audience_targets[audience] = found
+        self._targets_version = self.proxies.version
+        return found
 
     def region_event(self, event: Event, bucket: int) -> None:
         """Distribute an applied region clear or destroy to every client with any interest
@@ -157,15 +263,54 @@ class CacheClientNotifier:
         fresh read of its ack it has room; or it was held for (the writer waited up to
         ``maximum_queue_full_wait_ms``) and then may grow; False when it was disconnected
         as unresponsive instead (nothing more is queued for it)."""
+        if self._hold(proxy, proxy.client_id):
+            return True
+        log.warning("disconnecting unresponsive client %s (queue full)", proxy.client_id)
+        self._stats.clients_disconnected += 1
+        self.disconnect(proxy.client_id)
+        return False
+
+    def _room_shared(self, recipients: Recipients) -> Recipients | None:
+        """The recipients an event may be queued for when their shared queue looked full:
+        all of them when it has room (or may grow); else, the operator having chose to
+        disconnect unresponsive clients, those who are not over the capacity (the others
+        are disconnected); None when none is left."""
+        queue = recipients.queue
+        if self._hold(queue, ", ".join(sorted(queue.members))):
+            return recipients
+        committed = self.proxies.committed(queue)
+        late = {c for c, offset in committed.items() if queue.unacked_after(offset) >= self._limit}
+        for client_id in sorted(late):
+            log.warning("disconnecting unresponsive client %s (queue full)", client_id)
+            self._stats.clients_disconnected += 1
+            self.disconnect(client_id)
+        kept = queue.members - late
+        if not kept:
+            return None
+        queue.set_members(kept)
+        return Recipients(
+            recipients.topic,
+            recipients.partition,
+            recipients.key,
+            addressing_recipients(kept),
+            min(kept),
+            queue,
+        )
+
+    def _hold(self, account: QueueAccount, whose: str) -> bool:
+        """Hold the writer while a queue is full (Geode ``HARegionQueue``): True once it has
+        room again (a fresh read of its ack) or, after ``maximum_queue_full_wait_ms``, may
+        grow (not held for again until it drains); False when it stayed full and the
+        operator chose ``disconnect_unresponsive_clients``."""
         limit = self._limit
         now = self._clock()
-        if now - proxy.refreshed_at >= FULL_RECHECK_S and self.proxies.refresh(proxy) < limit:
+        if now - account.refreshed_at >= FULL_RECHECK_S and self.proxies.refresh(account) < limit:
             return True
         wait_ms = self._settings.maximum_queue_full_wait_ms
         log.warning(
             "subscription queues full (%d unacked events): %s; holding operations for up to %d ms",
             limit,
-            proxy.client_id,
+            whose,
             wait_ms,
         )
         self._stats.queue_full_waits += 1
@@ -175,16 +320,13 @@ class CacheClientNotifier:
         deadline = now + wait_ms / 1000
         while self._clock() < deadline:
             self._outbox.producer.poll(min(HOLD_POLL_S, max(0.0, deadline - self._clock())))
-            if self.proxies.refresh(proxy) < limit:
-                log.info("subscription queue of %s has room again", proxy.client_id)
+            if self.proxies.refresh(account) < limit:
+                log.info("subscription queue of %s has room again", whose)
                 return True
         if self._settings.disconnect_unresponsive_clients:
-            log.warning("disconnecting unresponsive client %s (queue full)", proxy.client_id)
-            self._stats.clients_disconnected += 1
-            self.disconnect(proxy.client_id)
             return False
-        log.warning("queue of %s stays over its capacity: not waiting again", proxy.client_id)
-        proxy.overflowing = True
+        log.warning("queue of %s stays over its capacity: not waiting again", whose)
+        account.overflowing = True
         return True
 
     def refresh_depths(self, gauges: bool) -> None:
@@ -192,9 +334,10 @@ class CacheClientNotifier:
         held for again when it fills up; with ``gauges``, also of a few other clients
         (round robin), so the depth gauges stay current."""
         limit = self._limit
-        for proxy in self.proxies:
-            if proxy.overflowing and self.proxies.refresh(proxy) < limit:
-                proxy.overflowing = False
+        for account in (*self.proxies, *self.proxies.shared_queues()):
+            if account.overflowing and self.proxies.refresh(account) < limit:
+                account.overflowing = False
+        self.proxies.forget_idle_shared()
         if not gauges:
             return
         proxies = list(self.proxies)

@@ -26,9 +26,10 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from regionbus.broker.client_proxy import ClientProxy
+from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.stats import ServerStats
+from regionbus.schemas.addressing import RECIPIENTS_HEADER
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
@@ -57,15 +58,45 @@ VALUE_DROPPED_HEADER: Final = "rb.value-dropped"
 the value's size in bytes."""
 
 
+class Recipients:
+    """The clients of one record for several (`regionbus.schemas.addressing`): an audience's
+    members who read one partition, as they were when an event was routed to them.
+
+    Attributes:
+        topic: Their shared queue topic.
+        partition: Their partition of it.
+        key: The record key (`regionbus.schemas.addressing.shared_key`).
+        listed: The :data:`regionbus.schemas.addressing.RECIPIENTS_HEADER` value.
+        signer: A member whose principal's key signs the record (all members share it).
+        queue: The account of what is queued for them.
+    """
+
+    __slots__ = ("key", "listed", "partition", "queue", "signer", "topic")
+
+    def __init__(
+        self, topic: str, partition: int, key: bytes, listed: bytes, signer: str, queue: SharedQueue
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.listed = listed
+        self.signer = signer
+        self.queue = queue
+
+
 class _Addressed:
-    """What one poll batch gathered for one client in one topic: its framed messages, and
-    the queue's proxy (None for replies)."""
+    """What one poll batch gathered for one address: its framed messages, whose principal
+    signs them, the queue's account (None for replies), and the recipients of a record for
+    several clients."""
 
-    __slots__ = ("client_id", "framed", "proxy")
+    __slots__ = ("account", "client_id", "framed", "listed")
 
-    def __init__(self, client_id: str, proxy: ClientProxy | None) -> None:
+    def __init__(
+        self, client_id: str, account: QueueAccount | None, listed: bytes | None = None
+    ) -> None:
         self.client_id = client_id
-        self.proxy = proxy
+        self.account = account
+        self.listed = listed
         self.framed: list[bytes] = []
 
 
@@ -99,7 +130,7 @@ class Outbox:
         self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
-        self._pending: dict[tuple[str, int, bytes], _Addressed] = {}
+        self._pending: dict[tuple[str, int, bytes | Recipients], _Addressed] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
         self._numbered = 0
@@ -292,38 +323,55 @@ class Outbox:
         addressed.framed.append(framed)
         proxy.queued += 1
 
+    def queue_shared(self, recipients: Recipients, framed: bytes) -> None:
+        """Queue an encoded event for several clients of one partition, in one record
+        listing them, counting it in their shared queue's depth now."""
+        address = (recipients.topic, recipients.partition, recipients)
+        addressed = self._pending.get(address)
+        if addressed is None:
+            addressed = self._pending[address] = _Addressed(
+                recipients.signer, recipients.queue, recipients.listed
+            )
+        addressed.framed.append(framed)
+        recipients.queue.queued += 1
+
     def send(self) -> None:
         """Produce what the poll batch gathered, per client, as few messages as possible,
         in order; each queue message's delivery report tells its client's proxy where it
         landed."""
         pending, self._pending = self._pending, {}
-        for (topic, partition, key), addressed in pending.items():
-            framed, proxy = addressed.framed, addressed.proxy
+        for (topic, partition, address), addressed in pending.items():
+            framed, account, listed = addressed.framed, addressed.account, addressed.listed
+            key = address.key if isinstance(address, Recipients) else address
             values = encode_batches(framed)
-            queued_through = proxy.queued - len(framed) if proxy is not None else 0
+            queued_through = account.queued - len(framed) if account is not None else 0
             for value in values:
-                # Signed per message: the signature covers topic, partition and value.
-                headers = None
+                # Signed per message: the signature covers topic, partition, value (and
+                # the recipients of a record for several clients).
+                headers: HeaderList | None = None
                 if self.seal is not None:
-                    headers = self.seal(addressed.client_id, topic, partition, value)
+                    signed = value if listed is None else listed + value
+                    headers = self.seal(addressed.client_id, topic, partition, signed)
+                if listed is not None:
+                    headers = [(RECIPIENTS_HEADER, listed), *(headers or [])]
                 report = None
-                if proxy is not None:
+                if account is not None:
                     count = len(framed) if len(values) == 1 else len(split_batch(value))
                     queued_through += count
-                    report = self._queue_delivery(proxy, queued_through, count)
+                    report = self._queue_delivery(account, queued_through, count)
                 self.produce(
                     topic, value, key, partition=partition, on_delivery=report, headers=headers
                 )
 
     def _queue_delivery(
-        self, proxy: ClientProxy, queued_through: int, events: int
+        self, account: QueueAccount, queued_through: int, events: int
     ) -> DeliveryReport:
         def delivered(error: KafkaError | None, message: KafkaMessage) -> None:
             if error is not None:
-                proxy.undelivered(events)
+                account.undelivered(events)
                 self.on_delivery(error, message)
             else:
-                proxy.delivered(message.offset() or 0, queued_through)
+                account.delivered(message.offset() or 0, queued_through)
 
         return delivered
 
@@ -336,4 +384,4 @@ class Outbox:
         return self.producer.flush(timeout_s)
 
 
-__all__ = ["TOPIC_GONE", "VALUE_DROPPED_HEADER", "DeliveryReport", "Outbox"]
+__all__ = ["TOPIC_GONE", "VALUE_DROPPED_HEADER", "DeliveryReport", "Outbox", "Recipients"]

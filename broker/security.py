@@ -233,6 +233,15 @@ class SecurityGuard:
         """
         return {c for c in clients if self.may_receive(c, region)}
 
+    def principal_of(self, client_id: str) -> str | None:
+        """The principal a client id belongs to, None when not known (it never sent an
+        authenticated request).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        return self._principal_of(client_id)
+
     def _principal_of(self, client_id: str) -> str | None:
         owner = self._client_principals.get(client_id)
         if owner is not None:

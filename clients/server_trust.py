@@ -13,6 +13,7 @@ import logging
 
 from confluent_kafka import Message as KafkaMessage
 
+from regionbus.schemas.addressing import signed_bytes
 from regionbus.schemas.errors import AuthenticationError
 from regionbus.schemas.signing import Signer
 
@@ -41,9 +42,13 @@ class ServerMessages:
         """Why a message is not a cache server's, or None when it is (or is not checked)."""
         if self._signer is None:
             return None
+        headers = message.headers()
         try:
             self._signer.check_from_server(
-                message.headers(), message.topic() or "", message.partition() or 0, message.value()
+                headers,
+                message.topic() or "",
+                message.partition() or 0,
+                signed_bytes(message.key(), headers, message.value()),
             )
         except AuthenticationError as exc:
             return exc

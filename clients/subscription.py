@@ -2,7 +2,8 @@
 
 One thread reads the client's partition of its Kafka principal's shared queue topic
 (``{ns}.queues``, or ``{ns}.queues.<principal>``) from the committed offset, takes the
-records keyed by its client id (the others are other clients'), drops events whose EventID
+records addressed to it (keyed by its client id, or listing it among the clients that share
+an interest: `regionbus.schemas.addressing`), drops events whose EventID
 was already seen (message tracking), hands the rest to their region, and every
 ``subscription_ack_interval_ms`` commits the offset after the last record it went past:
 that commit is the client's ack (ARCHITECTURE.md). A client that has never acked starts
@@ -30,6 +31,7 @@ from regionbus.clients.client_topics import ClientAddress
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.tracking import MessageTracker
+from regionbus.schemas.addressing import addressed_to, own_marker
 from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, RegionBusError
 from regionbus.schemas.kafka_clients import kafka_consumer
@@ -143,6 +145,7 @@ class SubscriptionQueue:
         self._topic = address.queue_topic
         self._partition = address.queue_partition
         self._key = address.key
+        self._marker = own_marker(client_id)
         self._on_event = on_event
         self._on_live = on_live
         self._replaying = replaying
@@ -259,7 +262,7 @@ class SubscriptionQueue:
         count = kept_bytes = 0
         resume_at: int | None = None
         offset = max(self._position, low)
-        key = self._key
+        key, marker = self._key, self._marker
         while offset < high and time.monotonic() < deadline:
             try:
                 messages = poll_batch(
@@ -277,7 +280,7 @@ class SubscriptionQueue:
                 if message.error() is not None:
                     continue
                 offset = (message.offset() or 0) + 1
-                if message.key() != key:
+                if not addressed_to(message.key(), message.headers(), key, marker):
                     continue
                 value = message.value()
                 size = len(value) if value else 0
@@ -348,7 +351,7 @@ class SubscriptionQueue:
         """The events and markers of ``messages``, and the offset after the last one."""
         decoded: list[Event | Marker] = []
         keep = decoded.append
-        key = self._key
+        key, marker, client_id = self._key, self._marker, self._client_id
         for message in messages:
             if isinstance(message, UnreadableRecords):
                 # No dead-letter rights here (secured clients): counted, logged, acked past.
@@ -359,8 +362,10 @@ class SubscriptionQueue:
             if message.error() is not None:
                 continue
             position = (message.offset() or 0) + 1
-            if message.key() != key:
-                continue  # another client's, in the partition it shares
+            record_key = message.key()
+            shared = record_key != key
+            if shared and not addressed_to(record_key, message.headers(), key, marker):
+                continue  # others', in the partition it shares
             if not self._server_messages.accepts(message):
                 self.stats.forged += 1
                 continue
@@ -378,7 +383,10 @@ class SubscriptionQueue:
                     skipped.append(str(exc))
                     continue
                 if isinstance(item, _QUEUED):
-                    keep(item)
+                    # A record for several clients holds its own changes too: the server
+                    # never returns a change to the client that made it (SPEC §3).
+                    if not (shared and type(item) is Event and item.originator == client_id):
+                        keep(item)
                 else:
                     skipped.append(f"unexpected {type(item).__name__}")
             if skipped:

@@ -1,9 +1,12 @@
 """Queue analytics: what waits in each subscription queue and gateway queue of a namespace.
 
 A queue's head is the committed offset of the consumer group its reader acks in. A client's
-subscription queue is the records keyed by its client id in its partition of its Kafka
-principal's shared queue topic (``{ns}.queues`` or ``{ns}.queues.<principal>``), acked
-under ``{ns}.client.<client>``; the clients are found by those groups. A gateway sender's
+subscription queue is the records addressed to it in its partition of its Kafka principal's
+shared queue topic (``{ns}.queues`` or ``{ns}.queues.<principal>``): keyed by its client
+id, or listing it in the ``rb.to`` header of a record for the clients that share an
+interest (`regionbus.schemas.addressing`; the changes it made itself are not counted: a
+client drops them), acked under ``{ns}.client.<client>``; the clients are found by those
+groups. A gateway sender's
 queue ``{ns}.gw.<sender>`` is acked under ``{ns}.gw-sender.<sender>`` and an async event
 queue ``{ns}.aeq.<id>`` under ``{ns}.aeq-dispatcher.<id>``, as the naming policy names them
 (:meth:`regionbus.schemas.naming.Topics.parse_queue`; their workers commit once the remote
@@ -27,6 +30,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
+from regionbus.schemas.addressing import RECIPIENTS_HEADER
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 from regionbus.schemas.naming import QueueTopic, Topics
@@ -159,20 +163,28 @@ def queue_analytics(
         "client_id string, topic string, partition int, committed bigint",
     ).where(F.col("partition") >= 0)
     events = _unacked_events(spark, config, starts)
-    unacked = clients.alias("c").join(
-        events.alias("e"),
-        (F.col("c.topic") == F.col("e.topic"))
-        & (F.col("c.partition") == F.col("e.partition"))
-        & (F.col("c.client_id") == F.col("e.addressee"))
-        & (F.col("e.offset") >= F.col("c.committed")),
-        "left",
-    ).select(
-        F.col("c.client_id").alias("client_id"),
-        F.col("c.topic").alias("topic"),
-        F.col("c.partition").alias("partition"),
-        F.col("e.region").alias("region"),
-        F.col("e.operation").alias("operation"),
-        F.col("e.timestamp_ms").alias("timestamp_ms"),
+    own = F.col("c.client_id") == F.col("e.addressee")
+    listed = F.col("e.recipients").contains(
+        F.concat(F.lit("\x00"), F.col("c.client_id"), F.lit("\x00"))
+    ) & (F.col("e.originator") != F.col("c.client_id"))
+    unacked = (
+        clients.alias("c")
+        .join(
+            events.alias("e"),
+            (F.col("c.topic") == F.col("e.topic"))
+            & (F.col("c.partition") == F.col("e.partition"))
+            & (own | (F.col("e.recipients").isNotNull() & listed))
+            & (F.col("e.offset") >= F.col("c.committed")),
+            "left",
+        )
+        .select(
+            F.col("c.client_id").alias("client_id"),
+            F.col("c.topic").alias("topic"),
+            F.col("c.partition").alias("partition"),
+            F.col("e.region").alias("region"),
+            F.col("e.operation").alias("operation"),
+            F.col("e.timestamp_ms").alias("timestamp_ms"),
+        )
     )
     queues = unacked.groupBy("topic", "partition", "client_id").agg(
         F.count("operation").alias("depth"),
@@ -198,8 +210,8 @@ def _unacked_events(
     spark: SparkSession, config: Mapping[str, str], starts: dict[TopicPartitionKey, int]
 ) -> DataFrame:
     columns = (
-        "topic string, partition int, offset bigint, addressee string, region string, "
-        "operation string, timestamp_ms bigint"
+        "topic string, partition int, offset bigint, addressee string, recipients string, "
+        "originator string, region string, operation string, timestamp_ms bigint"
     )
     if not starts:
         return spark.createDataFrame([], columns)
@@ -212,13 +224,30 @@ def _unacked_events(
         reader.option("assign", json.dumps(assignment))
         .option("startingOffsets", json.dumps(offsets_to_json(starts)))
         .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
         .load()
         .withColumn("addressee", F.col("key").cast("string"))
+        .withColumn(
+            "recipients",
+            F.get(F.filter("headers", lambda h: h["key"] == RECIPIENTS_HEADER), 0)["value"].cast(
+                "string"
+            ),
+        )
     )
     return (
         decode_messages(raw)
         .where(F.col("message_type") == "Event")
-        .select("topic", "partition", "offset", "addressee", "region", "operation", "timestamp_ms")
+        .select(
+            "topic",
+            "partition",
+            "offset",
+            "addressee",
+            "recipients",
+            "originator",
+            "region",
+            "operation",
+            "timestamp_ms",
+        )
         .cache()
     )
 

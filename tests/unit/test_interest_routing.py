@@ -123,3 +123,89 @@ def test_routes_of_all_keys_regions_follow_every_change_of_the_table() -> None:
     assert table.route("r", "a", 0) == {"c5": True}
     table.clear()
     assert table.route("r", "a", 0) == {}
+
+
+# --- audiences: clients that share a registration, routed once -------------------------
+
+
+def _union(table: InterestTable, region: str, key: str, bucket: int) -> dict[str, bool]:
+    """What the audiences of a change reach, as one ``{client: receive_values}``."""
+    routed = table.audiences(region, key, bucket)
+    out = dict(routed.individual)
+    for audience in routed.audiences:
+        for client_id in audience.clients:
+            assert client_id not in out, f"{client_id} reached twice"
+            out[client_id] = audience.receive_values
+    return out
+
+
+def test_clients_sharing_a_registration_are_one_audience_per_receive_values() -> None:
+    table = InterestTable()
+    for n in range(100):
+        table.add(f"all{n}", "r", ALL, [0])
+    for n in range(10):
+        table.add(f"inv{n}", "r", NO_VALUES, [0])
+    routed = table.audiences("r", "k", 0)
+    assert not routed.individual
+    assert [(a.source, a.receive_values, len(a.clients)) for a in routed.audiences] == [
+        (("all", "r"), True, 100),
+        (("all", "r"), False, 10),
+    ]
+    assert table.audiences("r", "k", 1).audiences == ()  # installed in bucket 0 only
+
+
+def test_a_client_with_two_registrations_on_a_region_is_routed_alone_with_their_union() -> None:
+    table = InterestTable()
+    table.add("shared", "r", ALL, [0])
+    table.add("c", "r", NO_VALUES, [0])
+    table.add("c", "r", KEYS, [0], ["k"])
+    routed = table.audiences("r", "k", 0)
+    assert routed.individual == {"c": True}
+    assert [set(a.clients) for a in routed.audiences] == [{"shared"}]
+    assert table.audiences("r", "other", 0).individual == {"c": False}
+    table.remove("c", "r", InterestSpec(InterestKind.KEYS, ("k",)))
+    assert table.audiences("r", "k", 0).individual == {}
+    assert {frozenset(a.clients) for a in table.audiences("r", "k", 0).audiences} == {
+        frozenset({"shared"}),
+        frozenset({"c"}),
+    }
+
+
+def test_a_regex_audience_is_matched_once_and_a_key_audience_holds_that_keys_clients() -> None:
+    table = InterestTable()
+    for n in range(5):
+        table.add(f"ua{n}", "r", _regex("UA-.*"), [0])
+        table.add(f"key{n}", "r", KEYS, [0], ["UA-1"])
+    routed = table.audiences("r", "UA-1", 0)
+    assert {(a.source, len(a.clients)) for a in routed.audiences} == {
+        (("regex", "r", "UA-.*"), 5),
+        (("key", "r", "UA-1"), 5),
+    }
+    assert table.audiences("r", "DL-1", 0).audiences == ()
+
+
+def test_audiences_reach_exactly_whom_route_reaches_with_the_same_values() -> None:
+    import random
+
+    rng = random.Random(7)
+    table = InterestTable()
+    keys = [f"k{i}" for i in range(6)]
+    specs = [ALL, NO_VALUES, _regex("k[0-2]"), _regex("k.*", receive_values=False)]
+    for n in range(40):
+        client = f"c{n % 25}"
+        buckets = rng.sample(range(4), rng.randint(1, 4))
+        if rng.random() < 0.4:
+            table.add(
+                client,
+                "r",
+                KEYS._replace(receive_values=rng.random() < 0.5),
+                buckets,
+                rng.sample(keys, 2),
+            )
+        else:
+            table.add(client, "r", rng.choice(specs), buckets)
+        if rng.random() < 0.2:
+            table.drop_client(f"c{rng.randrange(25)}")
+        for key in keys:
+            for bucket in range(4):
+                assert _union(table, "r", key, bucket) == table.route("r", key, bucket)
