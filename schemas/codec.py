@@ -24,6 +24,9 @@ from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import (
     Control,
     ControlKind,
+    CqEvent,
+    CqMatch,
+    CqSpec,
     Entry,
     Event,
     EventKind,
@@ -40,7 +43,14 @@ from regionbus.schemas.messages import (
 MAGIC: Final = 0xB1
 _SCHEMA_DIR: Final = Path(__file__).parent
 
-TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control: 4, Marker: 5}
+TYPE_BYTES: Final[dict[type, int]] = {
+    Operation: 1,
+    Event: 2,
+    Reply: 3,
+    Control: 4,
+    Marker: 5,
+    CqEvent: 7,
+}
 BATCH_TYPE: Final = 6
 MAX_BATCH_BYTES: Final = 512 * 1024
 """Largest batch :func:`encode_batches` builds (below Kafka's default 1 MiB message)."""
@@ -50,6 +60,7 @@ _TYPE_NAMES: Final[dict[int, str]] = {
     3: "Reply",
     4: "Control",
     5: "Marker",
+    7: "CqEvent",
 }
 
 
@@ -123,6 +134,20 @@ def _interest_from(d: dict[str, Any]) -> InterestSpec:
     )
 
 
+def _cq_spec_to(c: CqSpec) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "query": c.query,
+        "durable": c.durable,
+        "initial_results": c.initial_results,
+        "value_schema": c.value_schema,
+    }
+
+
+def _cq_spec_from(d: dict[str, Any]) -> CqSpec:
+    return CqSpec(d["name"], d["query"], d["durable"], d["initial_results"], d["value_schema"])
+
+
 def _operation_to(o: Operation) -> dict[str, Any]:
     return {
         "request_id": o.request_id,
@@ -140,6 +165,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "origin_site_id": _int32(o.origin_site_id, "origin_site_id"),
         "sites_reached": [_int32(s, "sites_reached") for s in o.sites_reached],
         "keep_alive": o.keep_alive,
+        "cq": _cq_spec_to(o.cq) if o.cq is not None else None,
     }
 
 
@@ -160,6 +186,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
         sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
         keep_alive=d["keep_alive"],
+        cq=_cq_spec_from(d["cq"]) if d["cq"] is not None else None,
     )
 
 
@@ -221,6 +248,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
         "more": r.more,
         "client_state": r.client_state,
         "subscription_conflation": r.subscription_conflation,
+        "cq_names": list(r.cq_names),
     }
 
 
@@ -244,6 +272,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         more=d["more"],
         client_state=d["client_state"],
         subscription_conflation=d["subscription_conflation"],
+        cq_names=tuple(d["cq_names"]),
     )
 
 
@@ -291,12 +320,41 @@ def _marker_from(d: dict[str, Any]) -> Marker:
     )
 
 
+def _cq_event_to(c: CqEvent) -> dict[str, Any]:
+    return {
+        "event": _event_to(c.event),
+        "cqs": [
+            {
+                "name": m.name,
+                "query_operation": m.query_operation.value if m.query_operation else None,
+                "error": m.error,
+            }
+            for m in c.cqs
+        ],
+    }
+
+
+def _cq_event_from(d: dict[str, Any]) -> CqEvent:
+    return CqEvent(
+        _event_from(d["event"]),
+        tuple(
+            CqMatch(
+                m["name"],
+                _EVENT_KINDS[m["query_operation"]] if m["query_operation"] is not None else None,
+                m["error"],
+            )
+            for m in d["cqs"]
+        ),
+    )
+
+
 _TO: Final[dict[int, Callable[[Any], dict[str, Any]]]] = {
     1: _operation_to,
     2: _event_to,
     3: _reply_to,
     4: _control_to,
     5: _marker_to,
+    7: _cq_event_to,
 }
 _FROM: Final[dict[int, Callable[[dict[str, Any]], Any]]] = {
     1: _operation_from,
@@ -304,6 +362,7 @@ _FROM: Final[dict[int, Callable[[dict[str, Any]], Any]]] = {
     3: _reply_from,
     4: _control_from,
     5: _marker_from,
+    7: _cq_event_from,
 }
 
 
@@ -314,8 +373,8 @@ def encode(message: Message) -> bytes:
     """Encode one wire record into its framed Avro bytes.
 
     Args:
-        message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`
-            or :class:`Marker`.
+        message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`,
+            :class:`Marker` or :class:`CqEvent`.
 
     Returns:
         ``0xB1``, the type byte, then the Avro body.
@@ -453,7 +512,7 @@ def _pack(group: list[bytes]) -> bytes:
     return buf.getvalue()
 
 
-T = TypeVar("T", Operation, Event, Reply, Control, Marker)
+T = TypeVar("T", Operation, Event, Reply, Control, Marker, CqEvent)
 
 
 def decode_as(data: bytes | None, expected: type[T]) -> T:
