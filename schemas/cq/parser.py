@@ -179,6 +179,7 @@ class _Checker:
         return ParsedCq(self._query, region, predicate, canonical_text(region, predicate))
 
     def _iterator(self, iterator: Tree) -> str:
+        alias_tree: Tree | None
         if iterator.data == "iterator_in":
             alias_tree, collection = [c for c in iterator.children if isinstance(c, Tree)]
         else:
@@ -236,7 +237,7 @@ class _Checker:
             like = Like(self._expr(operand), str(_literal("string", pattern)))
             return Not(like) if negated else like
         if data == "function_call":
-            name = _name(node.children[0])  # type: ignore[arg-type]
+            name = _name(node.children[0])
             raise self.refuse(
                 UNSUPPORTED_EXPRESSION,
                 f"function or method {name}() is not supported in CQ predicates "
@@ -247,8 +248,9 @@ class _Checker:
     def _collection(self, node: Tree | Token) -> tuple[Expr, ...] | Path:
         assert isinstance(node, Tree)
         if node.data == "path_collection":
-            path = self._path(node.children[0])  # type: ignore[arg-type]
-            return path
+            path_tree = node.children[0]
+            assert isinstance(path_tree, Tree)
+            return self._path(path_tree)
         members = tuple(self._expr(c) for c in node.children if isinstance(c, Tree))
         if not all(isinstance(m, Literal) for m in members):
             raise self.refuse(UNSUPPORTED_EXPRESSION, "an IN set holds literals only")
