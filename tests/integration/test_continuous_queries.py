@@ -498,3 +498,32 @@ def test_durable_cqs_are_kept_while_away_replayed_before_the_marker_and_listed(
             lambda: not redis_client.exists(RedisKeys(namespace).cqs("desk")),
             what="the durable CQ gone with the client",
         )
+
+
+def test_a_change_applied_again_after_a_failover_keeps_its_old_value(
+    redis_client: Any, namespace: str
+) -> None:
+    """The new primary of a bucket re-processes changes whose EventID Redis recognises
+    (DUP): the old value (and its serializer) kept with the stored result lets it derive
+    the same query operation as the first time."""
+    from regionbus.broker.store import RegionStore
+    from regionbus.schemas.eventid import EventID
+
+    store = RegionStore(redis_client, namespace, 16)
+    store.create_region("r")
+
+    def put(sequence: int, value: bytes) -> Any:
+        args = store.entry_args(
+            OperationKind.PUT, "r", "k", value, "json", EventID("m", 1, sequence, 3), 3,
+            sequence, want_old=True,
+        )  # fmt: skip
+        return store.run_batch([args])[0]
+
+    put(0, b'{"delay": 10}')
+    first = put(1, b'{"delay": 70}')
+    again = put(1, b'{"delay": 70}')
+    assert first.status == "OK" and again.status == "DUP"
+    assert again.old_value == first.old_value == b'{"delay": 10}'
+    assert again.old_serializer == first.old_serializer == "json"
+    assert store.prune_results({3: 2}) == 2
+    assert put(1, b'{"delay": 70}').old_value is None  # pruned with its result
