@@ -45,12 +45,11 @@ from bench.cq_workers import run_followers
 from bench.load import Acks
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.report import Latency, Throughput, latency, throughput
-from bench.server import ServerProcess
+from bench.server import one_server_stack
 from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from bench.workers import Child
 from regionbus.clients import ClientCache, ClientSettings, Region
-from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench")
 
@@ -190,30 +189,7 @@ def run(options: BenchOptions, scaling_ops: int, console: Console) -> CqFigures:
     namespace = f"bench.cq.{secrets.token_hex(3)}"
     load_average = " ".join(f"{x:.1f}" for x in os.getloadavg())
     with ExitStack() as stack:
-        work_dir = progress.log_dir("cq", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
-        server = stack.enter_context(
-            ServerProcess(
-                namespace=namespace,
-                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
-                redis_url=local.redis_url,
-                regions=(REGION,),
-                fetch_wait_max_ms=options.fetch_wait_max_ms,
-                linger_ms=options.linger_ms,
-                log_path=work_dir / "server.log",
-            )
-        )
-        services = Services(
-            namespace,
-            local.kafka_bootstrap_servers,
-            local.redis_url,
-            {
-                "server": server.pid,
-                "kafka": local.kafka.pid if local.kafka else None,
-                "redis": local.redis.pid if local.redis else None,
-            },
-        )
+        _, services = one_server_stack(stack, "cq", namespace, options, console)
         progress.phase(console, f"(w) warm-up, untimed: raw produce of {options.ops:,} ...")
         raw_throughput(services, options, 1, "warmup")
         cache = ClientCache(

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import redis
 
+from regionbus.broker.interest import drop_stored
 from regionbus.broker.store import redis_errors
 from regionbus.schemas.cq import ParsedCq, has_new_value, parse_cq, query_operation
 from regionbus.schemas.cq.operations import region_query_operation
@@ -344,14 +345,7 @@ class CqRegistry:
             TransportError: Redis failed.
         """
         self.table.drop_client(client_id, keep_durable=keep_durable)
-        with redis_errors():
-            if not keep_durable:
-                self._redis.delete(self._keys.cqs(client_id))
-                return
-            stored = self._redis.hgetall(self._keys.cqs(client_id))
-            gone = [f for f, v in stored.items() if not _record(v).get("durable")]
-            if gone:
-                self._redis.hdel(self._keys.cqs(client_id), *gone)
+        drop_stored(self._redis, self._keys.cqs(client_id), keep_durable=keep_durable)
 
     def forget_region(self, region: str) -> None:
         """Close every CQ of a destroyed region, here and in Redis.

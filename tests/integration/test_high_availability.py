@@ -254,6 +254,27 @@ def _check_delivery(
     return events
 
 
+def _kill_the_busiest_primary(
+    servers: dict[str, ServerProcess], redis_client: redis.Redis, namespace: str
+) -> dict[int, Any]:
+    """SIGKILL the server with the most primaries, wait until each of its buckets has a new
+    primary and two seconds more; returns the bucket views it was primary of."""
+    before = _status(redis_client, namespace)
+    victim = max(before.members, key=lambda m: m.primaries).member_id
+    orphaned = {b.bucket: b for b in before.buckets if b.primary == victim}
+    servers[victim].kill()
+    survivors = {m.member_id for m in before.members} - {victim}
+    wait_until(
+        lambda: all(
+            _status(redis_client, namespace).buckets[b].primary in survivors for b in orphaned
+        ),
+        timeout_s=_LEASE_TTL_MS / 1000 + 15,
+        what="the orphaned buckets to get new primaries",
+    )
+    time.sleep(2.0)
+    return orphaned
+
+
 def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_in_time(
     cluster: Callable[..., ServerProcess],
     redis_client: redis.Redis,
@@ -276,20 +297,8 @@ def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_
     ]
     wait_until(lambda: len(tap.snapshot()) > 300, timeout_s=60, what="a steady stream")
 
-    before = _status(redis_client, namespace)
-    victim = max(before.members, key=lambda m: m.primaries).member_id
-    orphaned = {b.bucket: b for b in before.buckets if b.primary == victim}
     kill_ms = time.time() * 1000
-    servers[victim].kill()
-    survivors = {m.member_id for m in before.members} - {victim}
-    wait_until(
-        lambda: all(
-            _status(redis_client, namespace).buckets[b].primary in survivors for b in orphaned
-        ),
-        timeout_s=_LEASE_TTL_MS / 1000 + 15,
-        what="the orphaned buckets to get new primaries",
-    )
-    time.sleep(2.0)
+    orphaned = _kill_the_busiest_primary(servers, redis_client, namespace)
     acks = [a for w in writers for a in w.finish()]
     settle(listener, idle_s=1.0)
 
@@ -339,19 +348,7 @@ def test_cq_events_survive_the_kill_minus_9_of_a_primary_without_loss_or_duplica
         for name in ("w1", "w2")
     ]
     wait_until(lambda: len(cq_tap.tap.snapshot()) > 300, timeout_s=60, what="a steady stream")
-    before = _status(redis_client, namespace)
-    victim = max(before.members, key=lambda m: m.primaries).member_id
-    orphaned = [b.bucket for b in before.buckets if b.primary == victim]
-    servers[victim].kill()
-    survivors = {m.member_id for m in before.members} - {victim}
-    wait_until(
-        lambda: all(
-            _status(redis_client, namespace).buckets[b].primary in survivors for b in orphaned
-        ),
-        timeout_s=_LEASE_TTL_MS / 1000 + 15,
-        what="the orphaned buckets to get new primaries",
-    )
-    time.sleep(2.0)
+    _kill_the_busiest_primary(servers, redis_client, namespace)
     acks = [a for w in writers for a in w.finish()]
     settle(listener, idle_s=1.0)
     _check_delivery(acks, cq_tap.tap)
