@@ -26,6 +26,7 @@ from regionbus.broker.interest import drop_stored
 from regionbus.broker.store import redis_errors
 from regionbus.schemas.cq import ParsedCq, has_new_value, parse_cq, query_operation
 from regionbus.schemas.cq.operations import region_query_operation
+from regionbus.schemas.cq_checks import MAX_CQS_PER_CLIENT
 from regionbus.schemas.errors import (
     CqError,
     CqEvaluationError,
@@ -38,10 +39,6 @@ from regionbus.schemas.naming import RedisKeys
 from regionbus.schemas.serializers import AvroSerializer, Serializer, serializer_named
 
 log = logging.getLogger("regionbus.cq")
-
-MAX_CQS_PER_CLIENT: Final = 1000
-"""Most continuous queries one client may hold: each is evaluated on every change of its
-region on the servers' thread (Geode sets no limit)."""
 
 MAX_VALUE_SCHEMA_CHARS: Final = 65_536
 """Longest Avro schema a CQ may bring for reading its region's values."""
@@ -423,4 +420,4 @@ def _record(raw: bytes) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-__all__ = ["MAX_CQS_PER_CLIENT", "MAX_VALUE_SCHEMA_CHARS", "CqRegistry", "CqTable"]
+__all__ = ["MAX_VALUE_SCHEMA_CHARS", "CqRegistry", "CqTable"]

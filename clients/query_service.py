@@ -12,13 +12,12 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Final
 
 from regionbus.clients.cq_callbacks import CqAttributes, CqEvent
 from regionbus.clients.cq_query import CqQuery, CqRegionLookup
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
 from regionbus.schemas.cq import parse_cq
-from regionbus.schemas.cq_checks import check_cq_name
+from regionbus.schemas.cq_checks import MAX_CQS_PER_CLIENT, check_cq_name
 from regionbus.schemas.errors import (
     CqError,
     CqEvaluationError,
@@ -30,9 +29,6 @@ from regionbus.schemas.messages import CqEvent as WireCqEvent
 from regionbus.schemas.messages import EventKind, OperationKind
 
 log = logging.getLogger("regionbus.client")
-
-MAX_CQS: Final = 1000
-"""Most CQs one client cache holds (the servers' limit per client, ``MAX_CQS_PER_CLIENT``)."""
 
 
 class QueryService:
@@ -77,7 +73,7 @@ class QueryService:
             CqInvalidError: the query is outside the CQ subset (``rule`` names how) or the
                 name is refused; nothing was sent.
             CqExistsError: this client has a CQ of that name.
-            CqError: this client holds :data:`MAX_CQS` CQs already.
+            CqError: this client holds :data:`MAX_CQS_PER_CLIENT` CQs already.
         """
         parsed = parse_cq(query)
         with self._lock:
@@ -86,8 +82,8 @@ class QueryService:
             check_cq_name(name)
             if name in self._cqs:
                 raise CqExistsError(f"CQ with the given name already exists. CqName : {name}")
-            if len(self._cqs) >= MAX_CQS:
-                raise CqError(f"this client holds {MAX_CQS} CQs already")
+            if len(self._cqs) >= MAX_CQS_PER_CLIENT:
+                raise CqError(f"this client holds {MAX_CQS_PER_CLIENT} CQs already")
             cq = CqQuery(
                 self._cache,
                 self._regions,
@@ -230,4 +226,4 @@ class QueryService:
         return result
 
 
-__all__ = ["MAX_CQS", "QueryService"]
+__all__ = ["QueryService"]

@@ -1,10 +1,15 @@
-"""Checks of a continuous query's name, identical at the client and the servers."""
+"""Checks of a continuous query's name and of how many a client holds, identical at the
+client and the servers."""
 
 from __future__ import annotations
 
 from typing import Final
 
 from regionbus.schemas.errors import CqInvalidError
+
+MAX_CQS_PER_CLIENT: Final = 1000
+"""Most continuous queries one client may hold: each is evaluated on every change of its
+region on the servers' thread (Geode sets no limit)."""
 
 MAX_CQ_NAME_CHARS: Final = 256
 """Longest CQ name: it rides in every CQ event of the CQ and names a Redis hash field
@@ -31,4 +36,4 @@ def check_cq_name(name: object) -> str:
     return name
 
 
-__all__ = ["MAX_CQ_NAME_CHARS", "check_cq_name"]
+__all__ = ["MAX_CQS_PER_CLIENT", "MAX_CQ_NAME_CHARS", "check_cq_name"]
