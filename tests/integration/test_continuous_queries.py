@@ -62,6 +62,10 @@ class CqRecorder(CqStatusListener):
         with self._lock:
             self.calls.append(("connected", None, None, None, None))
 
+    def on_cq_disconnected(self) -> None:
+        with self._lock:
+            self.calls.append(("disconnected", None, None, None, None))
+
     def snapshot(self) -> list[tuple[str, Any, Any, Any, Any]]:
         with self._lock:
             return list(self.calls)
@@ -527,3 +531,63 @@ def test_a_change_applied_again_after_a_failover_keeps_its_old_value(
     assert again.old_serializer == first.old_serializer == "json"
     assert store.prune_results({3: 2}) == 2
     assert put(1, b'{"delay": 70}').old_value is None  # pruned with its result
+
+
+def test_a_cq_reads_the_fields_of_avro_records(
+    cache_server: CacheServer, client_factory: Any
+) -> None:
+    """Values are read by attribute path: fields for Avro records (the region's schema
+    travels with the CQ, so the servers can decode its values)."""
+    from regionbus import AvroSerializer
+
+    schema = {
+        "type": "record",
+        "name": "Flight",
+        "fields": [
+            {"name": "origin", "type": "string"},
+            {"name": "delay", "type": {"type": "record", "name": "Delay",
+                                       "fields": [{"name": "minutes", "type": "int"}]}},
+        ],
+    }  # fmt: skip
+    holder = client_factory()
+    holder.create_region("r", RegionShortcut.PROXY, serializer=AvroSerializer(schema))
+    recorder = CqRecorder()
+    cq = holder.query_service().new_cq(
+        "late", "SELECT * FROM /r f WHERE f.delay.minutes > 60", CqAttributes([recorder])
+    )
+    cq.execute()
+    writer = client_factory().create_region(
+        "r", RegionShortcut.PROXY, serializer=AvroSerializer(schema)
+    )
+    writer.put("on-time", {"origin": "JFK", "delay": {"minutes": 5}})
+    writer.put("late", {"origin": "EWR", "delay": {"minutes": 75}})
+    wait_until(lambda: recorder.entry_calls(), what="the Avro record's CQ event")
+    assert recorder.entry_calls() == [
+        (Operation.CREATE, Operation.CREATE, "late", {"origin": "EWR", "delay": {"minutes": 75}})
+    ]
+
+
+def test_status_listeners_hear_when_the_servers_stop_and_start_answering(
+    server_settings: Any, client_factory: Any
+) -> None:
+    server = CacheServer(server_settings)
+    server.start()
+    try:
+        cache = client_factory(read_timeout_ms=2_000, ping_interval_ms=300)
+        cq, recorder = _cq(cache)
+        cq.execute()
+        assert [c[0] for c in recorder.snapshot()] == ["connected"]
+    finally:
+        server.stop()
+    wait_until(
+        lambda: ("disconnected", None, None, None, None) in recorder.snapshot(),
+        timeout_s=60,
+        what="on_cq_disconnected",
+    )
+    with CacheServer(server_settings):
+        wait_until(
+            lambda: [c[0] for c in recorder.snapshot()][-1] == "connected",
+            timeout_s=60,
+            what="on_cq_connected again",
+        )
+    assert cq.is_running()
