@@ -465,6 +465,12 @@ def test_durable_cqs_are_kept_while_away_replayed_before_the_marker_and_listed(
         first.ready_for_events()
         assert first.query_service().get_all_durable_cqs_from_server() == ["kept"]
         first.close(keep_alive=True)
+        # the non-durable CQ went with the connection, the durable one stays while away
+        stored = RedisKeys(server_settings.namespace).cqs("desk")
+        wait_until(
+            lambda: set(redis_client.hkeys(stored)) == {b"kept"},
+            what="only the durable CQ kept in Redis",
+        )
 
         writer = client_factory().create_region("r", RegionShortcut.PROXY)
         writer.put("away-1", {"delay": 70})

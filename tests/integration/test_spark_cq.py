@@ -126,3 +126,25 @@ def test_a_cq_over_history_equals_what_the_live_cq_delivered(
 
 def _text(row: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(str(x) for x in row)
+
+
+def test_decode_messages_reads_a_cq_event_as_its_change(spark_session: Any) -> None:
+    from regionbus.schemas.codec import encode, encode_batches
+    from regionbus.schemas.eventid import EventID
+    from regionbus.schemas.messages import CqEvent as WireCqEvent
+    from regionbus.schemas.messages import CqMatch, Event, EventKind
+    from regionbus.spark.decode import decode_messages, decode_record_values
+
+    change = Event(EventID("m", 1, 5, 3), EventKind.UPDATE, "r", 9, 1, "w", "k", b'{"a":1}', "json")
+    framed = [encode(WireCqEvent(change, (CqMatch("late", EventKind.CREATE),))), encode(change)]
+    (batch,) = encode_batches(framed)
+    frame = spark_session.createDataFrame([(bytearray(batch),)], "value binary")
+    rows = decode_messages(frame).orderBy("index").collect()
+    assert [r["message_type"] for r in rows] == ["CqEvent", "Event"]
+    for row in rows:
+        assert row["decode_error"] is None
+        assert (row["region"], row["key"], row["operation"], row["sequence"]) == (
+            "r", "k", "UPDATE", 5
+        )  # fmt: skip
+    _, python_columns = decode_record_values([batch])
+    assert python_columns[1].to_pylist() == ["CqEvent", "Event"]
