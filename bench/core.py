@@ -54,12 +54,11 @@ from bench.options import (
 )
 from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
 from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
-from bench.server import BenchError, ServerProcess
+from bench.server import BenchError, one_server_stack
 from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from bench.workers import Child, run_subscribers
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
-from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench")
 
@@ -215,36 +214,7 @@ def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
-        work_dir = progress.log_dir("core", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
-        server = stack.enter_context(
-            ServerProcess(
-                namespace=namespace,
-                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
-                redis_url=local.redis_url,
-                regions=(REGION,),
-                fetch_wait_max_ms=options.fetch_wait_max_ms,
-                linger_ms=options.linger_ms,
-                log_path=work_dir / "server.log",
-            )
-        )
-        services = Services(
-            namespace,
-            local.kafka_bootstrap_servers,
-            local.redis_url,
-            {
-                "server": server.pid,
-                "kafka": local.kafka.pid if local.kafka else None,
-                "redis": local.redis.pid if local.redis else None,
-            },
-        )
-        console.print(
-            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "
-            f"redis {local.redis_url} ({local.redis_source}), namespace {namespace}, "
-            f"server pid {server.pid}, logs in {work_dir}",
-            style="dim",
-        )
+        local, services = one_server_stack(stack, "core", namespace, options, console)
         # A fresh broker spends seconds of CPU compiling its own code (the JVM's JIT) in
         # whichever phase comes first, which on 2 cores was most of the "kafka" CPU of
         # phase (a) while the raw phases, run later, found it warm: every phase now starts

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.client_registry import ClientRecord, ClientRegistry
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
@@ -68,6 +69,7 @@ class ClientLifecycle:
         clients: The client records in Redis.
         registry: The interest registry (a client's interest goes with it).
         notifier: The client proxies (a client's queue address, depth and counters).
+        cqs: The continuous queries (a client's CQs go with it, as its interest does).
         outbox: Replies, and the DISCONNECT operations sent to every bucket.
         stats: The server's counters.
         security: Signs the DISCONNECT operations when security is on.
@@ -87,6 +89,7 @@ class ClientLifecycle:
         security: SecurityGuard | None,
         reaper: Lease,
         admin: AdminClient,
+        cqs: CqRegistry,
     ) -> None:
         self._settings = settings
         self._topics = topics
@@ -98,6 +101,7 @@ class ClientLifecycle:
         self._security = security
         self._reaper = reaper
         self._admin = admin
+        self._cqs = cqs
         self.records: dict[str, ClientRecord] = {}
         """The client records as of the last `reload`, kept current by control messages."""
         self._retention_ms: dict[str, int] = {}
@@ -260,14 +264,16 @@ class ClientLifecycle:
     # --- disconnecting -----------------------------------------------------------------
 
     def disconnect(self, op: Operation, bucket: int) -> None:
-        """A DISCONNECT operation in a bucket: drop the client's interest (all of it, or
-        all but the durable registrations with ``keep_alive``); without ``keep_alive``
-        forget the client here, and in bucket 0 for the namespace; reply when asked.
+        """A DISCONNECT operation in a bucket: drop the client's interest and continuous
+        queries (all of them, or all but the durable ones with ``keep_alive``); without
+        ``keep_alive`` forget the client here, and in bucket 0 for the namespace; reply
+        when asked.
 
         Raises:
             TransportError: Redis failed.
         """
         self._registry.drop_client(op.client_id, keep_durable=op.keep_alive)
+        self._cqs.drop_client(op.client_id, keep_durable=op.keep_alive)
         if not op.keep_alive:
             if bucket == LIFECYCLE_BUCKET:
                 self.forget(op.client_id)
@@ -286,6 +292,7 @@ class ClientLifecycle:
         every bucket's primary forgets it."""
         self._disconnect_everywhere(client_id, keep_alive=False)
         self._registry.table.drop_client(client_id)
+        self._cqs.table.drop_client(client_id)
         self._forget_here(client_id)
 
     def _disconnect_everywhere(self, client_id: str, *, keep_alive: bool) -> None:
@@ -368,6 +375,7 @@ class ClientLifecycle:
         for client_id in served:
             if client_id not in known:
                 self._registry.table.drop_client(client_id)
+                self._cqs.table.drop_client(client_id)
                 self._forget_here(client_id)
 
     def reap(self) -> None:

@@ -6,6 +6,15 @@ or, for a client that registered with ``receive_values=False``, as an invalidati
 §3). Every event also goes to ``{ns}.events`` (Spark, peers). Region clears and destroys go
 to every client with any interest in the region.
 
+Continuous queries (SPEC §9) are evaluated here too, by the CQ registry, and what a change
+does to a client's CQs goes to its subscription queue as a ``CqEvent`` beside the interest
+event (:meth:`CacheClientNotifier.queue_cq_events`): a change matching both a client's
+interest and one of its CQs reaches both its region listeners and its CQ listeners, as in
+Geode; unlike interest events, CQ events reach the originator too (Geode
+``CacheClientNotifier.getFilterClientIDs``). The holders of the same CQs (same names, same
+query operation for the change) that read one partition get one record, as an interest
+group does.
+
 Each client is served through its :class:`regionbus.broker.client_proxy.ClientProxy`, which
 knows where its queue is and how full it is. Capacity is checked when an event is queued
 (SPEC §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client whose queue holds
@@ -13,19 +22,23 @@ knows where its queue is and how full it is. Capacity is checked when an event i
 operation) until the client acks or ``maximum_queue_full_wait_ms`` has passed; then its
 queue may grow (not held for again until it drains below the capacity), or, if the
 operator chose ``disconnect_unresponsive_clients``, the client is disconnected and the
-event, and every later one, is not queued for it.
+event, and every later one, is not queued for it. The records a group shares are counted
+in the group's own account (:class:`regionbus.broker.client_proxy.SharedQueue`, as deep as
+its slowest member): the capacity applies to each stream of records a client reads, its
+own and each group's.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from regionbus.broker.audiences import Audience
 from regionbus.broker.client_proxy import ClientProxies, ClientProxy, QueueAccount
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import Outbox, Recipients
 from regionbus.broker.permissions import data_read
@@ -34,7 +47,7 @@ from regionbus.broker.stats import ServerStats
 from regionbus.schemas.addressing import recipients, shared_key
 from regionbus.schemas.addressing import recipients as addressing_recipients
 from regionbus.schemas.codec import encode
-from regionbus.schemas.messages import Event, EventKind, Marker
+from regionbus.schemas.messages import CqEvent, CqMatch, Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
@@ -52,6 +65,14 @@ _ANYONE: Final = object()
 """The principal of a record's clients when security is off: anyone may read."""
 
 
+def _cq_source(cqs: tuple[CqMatch, ...]) -> tuple[str, ...]:
+    """What the holders of one CQ record share, as text (names and query operations)."""
+    return tuple(
+        f"{m.name}\x00{m.query_operation.name if m.query_operation else ''}\x00{m.error or ''}"
+        for m in cqs
+    )
+
+
 def _invalidation(event: Event) -> bytes:
     """The invalidation a client that registered without values gets for an update."""
     return encode(event._replace(kind=EventKind.INVALIDATE, value=None))
@@ -64,6 +85,7 @@ class CacheClientNotifier:
         settings: The server's settings (capacity limits).
         topics: The namespace's topic names.
         registry: The interest registry routing is computed from.
+        cqs: The continuous queries changes are evaluated against.
         outbox: Where events and markers go.
         proxies: The clients this server serves (their queues' addresses and depths).
         stats: The server's counters (events routed, holds).
@@ -78,6 +100,7 @@ class CacheClientNotifier:
         settings: ServerSettings,
         topics: Topics,
         registry: InterestRegistry,
+        cqs: CqRegistry,
         outbox: Outbox,
         proxies: ClientProxies,
         stats: ServerStats,
@@ -88,6 +111,7 @@ class CacheClientNotifier:
         self._settings = settings
         self._topics = topics
         self._registry = registry
+        self._cqs = cqs.table
         self._outbox = outbox
         self.proxies = proxies
         self._stats = stats
@@ -112,10 +136,19 @@ class CacheClientNotifier:
 
     # --- routing -----------------------------------------------------------------------
 
-    def entry_event(self, event: Event, bucket: int) -> None:
+    def entry_event(
+        self,
+        event: Event,
+        bucket: int,
+        old_value: bytes | None = None,
+        old_serializer: str | None = None,
+    ) -> None:
         """Distribute an applied entry change of ``bucket`` (duplicates included: a client
         drops what it has seen by EventID): to each client routed alone, and once per
-        partition to the clients that share an interest (`regionbus.broker.audiences`)."""
+        partition to the clients that share an interest (`regionbus.broker.audiences`);
+        and what it does to the continuous queries of its region, evaluated on
+        ``old_value`` (the value before the change, written by ``old_serializer``) and the
+        new value."""
         assert event.key is not None
         full = encode(event)
         self._outbox.produce(self._topics.events, full, event.key.encode(), partition=bucket)
@@ -150,6 +183,9 @@ class CacheClientNotifier:
                     else:
                         routed += self._to_audience(target, payload, now)
         self._stats.events_routed += routed
+        if self._cqs.has_queries(event.region):
+            matches = self._cqs.entry_matches(event, bucket, old_value, old_serializer)
+            self.queue_cq_events(event, matches)
 
     def _to_client(self, proxy: ClientProxy, payload: bytes) -> int:
         """Queue one event for one client, capacity allowing; how many got it (0 or 1)."""
@@ -240,6 +276,8 @@ class CacheClientNotifier:
         self._outbox.produce(self._topics.events, payload, None, partition=bucket)
         if event.kind is EventKind.REGION_INVALIDATE:
             return
+        if self._cqs.has_queries(event.region):
+            self.queue_cq_events(event, self._cqs.region_matches(event.region, event.kind))
         recipients = self._registry.clients_of_region(event.region) - {event.originator}
         if self._security is not None:
             recipients = self._security.region_readers(recipients, event.region)
@@ -250,6 +288,44 @@ class CacheClientNotifier:
             self._outbox.queue(proxy, payload)
             proxy.events_routed += 1
             self._stats.events_routed += 1
+
+    def queue_cq_events(self, event: Event, matches: Mapping[str, Sequence[CqMatch]]) -> None:
+        """Queue what a change did to clients' continuous queries: one ``CqEvent`` (the
+        change, with the client's CQs it concerns and their query operations) into each
+        client's subscription queue, carrying the change's EventID, so message tracking,
+        failover, capacity and conflation treat it as any event. The holders of the same
+        matches (same CQ names and query operations: the same record) in one partition get
+        one record for all of them. The one place CQ events leave routing.
+
+        Args:
+            event: The applied change.
+            matches: ``{client id: its CQs' matches}`` (`regionbus.broker.cq_registry`).
+
+        Raises:
+            TransportError: Redis failed (checking read permissions, security on).
+        """
+        if not matches:
+            return
+        clients: Iterable[str] = matches
+        if self._security is not None:
+            clients = self._security.region_readers(matches, event.region)
+        holders: dict[tuple[CqMatch, ...], list[str]] = {}
+        for client_id in clients:
+            holders.setdefault(tuple(matches[client_id]), []).append(client_id)
+        routed = 0
+        now = self._clock()
+        for cqs, ids in holders.items():
+            payload = encode(CqEvent(event, cqs))
+            if len(ids) == 1:
+                routed += self._to_client(self._proxy(ids[0]), payload)
+                continue
+            audience = Audience(("cq", event.region, *_cq_source(cqs)), True, frozenset(ids))
+            for target, _principal in self._targets(audience):
+                if isinstance(target, ClientProxy):
+                    routed += self._to_client(target, payload)
+                else:
+                    routed += self._to_audience(target, payload, now)
+        self._stats.events_routed += routed
 
     def marker(self, marker: Marker, kafka_principal: str | None) -> None:
         """Put a durable client's marker into its queue after what was queued while it was

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Final
@@ -44,6 +44,7 @@ from regionbus.broker.client_proxy import ClientProxies
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
@@ -129,6 +130,7 @@ class CacheServer(BackgroundWorker):
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
         self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
+        self.cqs = CqRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.clients = ClientRegistry(
             self._redis, settings.namespace, settings.maximum_time_between_pings_ms
         )
@@ -242,7 +244,7 @@ class CacheServer(BackgroundWorker):
         )
         self._parts = self._wire(admin, topic_keeper, producer, consumer)
         lifecycle = self._parts.lifecycle
-        loaded = self.registry.load(lifecycle.reload())
+        loaded = self._load_subscriptions(lifecycle.reload())
         consumer.assign([])
         self.election.join()
         self._elect()
@@ -287,6 +289,7 @@ class CacheServer(BackgroundWorker):
             s,
             self.topics,
             self.registry,
+            self.cqs,
             outbox,
             ClientProxies(admin, self.topics, client_topics.partitions),
             self.stats,
@@ -310,10 +313,19 @@ class CacheServer(BackgroundWorker):
             self.security,
             reaper,
             admin,
+            self.cqs,
         )
         notifier.disconnect = lifecycle.disconnect_unresponsive
         entries = EntryOperations(
-            s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
+            s,
+            self.store,
+            ownership,
+            self.plugins,
+            notifier,
+            self._gateways,
+            outbox,
+            self.stats,
+            self.cqs.table,
         )
         expiration = EntryExpiration(
             s,
@@ -325,6 +337,7 @@ class CacheServer(BackgroundWorker):
             outbox,
             self.stats,
             self.security,
+            self.cqs.table,
         )
         handlers = OperationHandlers(
             s,
@@ -338,6 +351,7 @@ class CacheServer(BackgroundWorker):
             outbox,
             self.stats,
             expiration,
+            self.cqs,
         )
         admission = None if self.security is None else Admission(self.security, outbox, self.stats)
         return _Parts(
@@ -440,7 +454,13 @@ class CacheServer(BackgroundWorker):
             parts.ownership.stop_every_bucket()
             return
         if gained:
-            self.registry.load(parts.lifecycle.reload())
+            self._load_subscriptions(parts.lifecycle.reload())
+
+    def _load_subscriptions(self, client_ids: Iterable[str]) -> int:
+        """Load the persisted interest and continuous queries of these clients, active in
+        every bucket. Returns how many registrations and CQs were loaded."""
+        clients = list(client_ids)
+        return self.registry.load(clients) + self.cqs.load(clients)
 
     def _keep_topics(self, parts: _Parts) -> None:
         """Recreate server topics that disappeared (:class:`TopicKeeper`); read the

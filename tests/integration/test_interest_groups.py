@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from support import Recorder, wait_until
+from test_continuous_queries import _cq
 
+from regionbus import Operation
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientCache
 from regionbus.schemas.addressing import RECIPIENTS_HEADER, header, is_shared
 from regionbus.schemas.codec import decode, split_batch
 from regionbus.schemas.kafka_clients import kafka_consumer
-from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.messages import CqEvent, Event, EventKind
 from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.topics import DEFAULT_CLIENT_PARTITIONS
 from regionbus.spark.analytics import queue_analytics
@@ -42,9 +44,12 @@ def _ids_sharing_a_partition(count: int, prefix: str, like: str | None = None) -
     return found
 
 
-def _queued(bootstrap: str, namespace: str) -> dict[int, list[tuple[bytes | None, Any, Any]]]:
-    """``{partition: [(key, recipients header, event)]}`` of every event in the shared queue
-    topic of the unsecured principal, read by a plain Kafka consumer."""
+def _queued(
+    bootstrap: str, namespace: str, kind: type = Event
+) -> dict[int, list[tuple[bytes | None, Any, Any]]]:
+    """``{partition: [(key, recipients header, event)]}`` of every event (or ``kind``) of
+    region ``r`` in the shared queue topic of the unsecured principal, read by a plain
+    Kafka consumer."""
     topic = Topics(namespace).client_queues(None)
     consumer = kafka_consumer(
         {"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False}
@@ -65,7 +70,8 @@ def _queued(bootstrap: str, namespace: str) -> dict[int, list[tuple[bytes | None
                     listed = header(message.headers(), RECIPIENTS_HEADER)
                     for framed in split_batch(message.value() or b""):
                         item = decode(framed)
-                        if type(item) is Event and item.region == "r":
+                        event = item.event if type(item) is CqEvent else item
+                        if type(item) is kind and event.region == "r":
                             found.setdefault(partition, []).append((message.key(), listed, item))
     finally:
         consumer.close()
@@ -234,3 +240,35 @@ def test_a_durable_member_replays_the_shared_records_queued_while_it_was_away(
     assert recorder.snapshot() == [*expected, ("region_live", "r", None)]
     [records] = _queued(kafka_bootstrap_servers, namespace).values()
     assert len(records) == 10, "one event per put for the durable client and its partners"
+
+
+def test_holders_of_the_same_cq_in_one_partition_share_its_records_and_each_hears_every_change(
+    cache_server: CacheServer,
+    client_factory: ClientFactory,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    ids = _ids_sharing_a_partition(4, "holder")
+    caches = [client_factory(client_id=c) for c in ids]
+    holders = []
+    for cache in caches:
+        cq, recorder = _cq(cache)
+        cq.execute()
+        holders.append(recorder)
+    writer = caches[0].get_region("r")
+    writer.put("late", {"delay": 90})
+    writer.put("late", {"delay": 120})
+    writer.put("late", {"delay": 10})
+    expected = [
+        (Operation.CREATE, Operation.CREATE, "late", {"delay": 90}),
+        (Operation.UPDATE, Operation.UPDATE, "late", {"delay": 120}),
+        (Operation.UPDATE, Operation.DESTROY, "late", {"delay": 10}),
+    ]
+    for recorder in holders:
+        wait_until(lambda r=recorder: len(r.entry_calls()) == 3, what="the CQ events")  # type: ignore[misc]
+    time.sleep(0.5)
+    # CQ events reach the originator too (Geode); each holder hears each change once.
+    assert all(recorder.entry_calls() == expected for recorder in holders)
+    [records] = _queued(kafka_bootstrap_servers, namespace, CqEvent).values()
+    assert len(records) == 3, "one record per change for the four holders"
+    assert all(is_shared(key) for key, _, _ in records)

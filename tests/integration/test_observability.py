@@ -333,8 +333,11 @@ def test_gateway_sender_and_receiver_endpoints_count_batches_acks_resends_and_ba
         receiver="receiver",
         namespace=b.namespace,
     )
-    batches = value(received, "regionbus_gateway_receiver_batches_acked_total")
-    assert batches is not None and batches >= 1
+    # An ack is counted at its delivery report, which the receiver's loop serves at its
+    # next poll: it may come after the sender read the ack.
+    received = wait_for_sample(
+        receiver.metrics_url, "regionbus_gateway_receiver_batches_acked_total", lambda v: v >= 1
+    )
     resends = value(received, "regionbus_gateway_receiver_possible_duplicate_batches_total")
     assert resends is not None and resends >= 1
     assert receiver.metrics_port != sender.metrics_port
