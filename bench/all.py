@@ -2,8 +2,9 @@
 each beside the raw Kafka / Redis baseline measured in the same run, with the ratio.
 
 ``python -m bench.all`` runs ``bench.core``, ``bench.durable_replay``, ``bench.failover``,
-``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read``, ``bench.cq``
-and the Apache Geode peers ``bench.peers.geode`` and ``bench.peers.geode_cq``, one child
+``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read``, ``bench.cq``,
+the Apache Geode peers ``bench.peers.geode`` and ``bench.peers.geode_cq``,
+``bench.scaling`` and ``bench.fleet``, one child
 process each (each starts its own
 embedded stack unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name one), collects the rows
 they emit (:mod:`bench.summary`) and writes ``--output`` (default ``bench/RESULTS.md``):
@@ -85,9 +86,23 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "peers.geode_cq",
         ("--ops", "5000", "--subscribers", "10", "--rate", "500", "--latency-seconds", "5"),
     ),
-    # 1, 10 and 100 subscribers; 1, 16 and 64 buckets (its defaults). core's 10,000 puts:
-    # at 2,000 the raw baselines measured mostly their own start-up.
-    Benchmark("scaling", ("--ops", "10000", "--latency-seconds", "3")),
+    # 1, 10 and 100 subscribers (full: and 1,000); 1, 16 and 64 buckets. core's 10,000
+    # puts: at 2,000 the raw baselines measured mostly their own start-up.
+    Benchmark(
+        "scaling",
+        ("--ops", "10000", "--latency-seconds", "3", "--subscribers", "1,10,100"),
+        ("--subscribers-per-process", "50"),
+    ),
+    # The fleet issue's goals: registered, crashed, connecting, oversized, stalled clients.
+    # Full: 9,900 durable clients away beside 100 subscribers, 200 killed, 200 connects.
+    Benchmark(
+        "fleet",
+        (
+            *("--durable-clients", "1000", "--live-subscribers", "20", "--sampled", "20"),
+            *("--seconds", "10", "--connects", "100", "--cleanup-clients", "50"),
+            *("--stalled-subscribers", "20", "--stalled-seconds", "8"),
+        ),
+    ),
 )
 """Every benchmark, in the order they run."""
 

@@ -29,6 +29,7 @@ from bench.raw_workers import (
     run_relay,
 )
 from bench.report import Latency, Throughput, latency, throughput
+from bench.scaling_figures import merge_results, process_sizes
 from bench.server import BenchError
 from bench.services import ACK_TIMEOUT_S, REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.workers import Child, stamped_value
@@ -48,23 +49,36 @@ def _create_topics(services: Services, topics: dict[str, int]) -> None:
 
 
 def raw_throughput(
-    services: Services, options: BenchOptions, readers: int, label: str
+    services: Services,
+    options: BenchOptions,
+    readers: int,
+    label: str,
+    per_process: int | None = None,
 ) -> Throughput:
-    """Phase (c1): produce ``ops`` messages to a fresh topic read by ``readers`` consumers."""
+    """Phase (c1): produce ``ops`` messages to a fresh topic read by ``readers`` consumers
+    (in children of at most ``per_process`` consumers each; default one child)."""
     topic = f"{services.namespace}.raw.{label}"
     _create_topics(services, {topic: DEFAULT_TOTAL_BUCKETS})
-    with Child(
-        run_raw_consumers,
-        f"raw-consumers-{label}",
-        kafka_config=services.kafka_config,
-        topic=topic,
-        partitions=DEFAULT_TOTAL_BUCKETS,
-        consumers=readers,
-        fetch_wait_max_ms=options.fetch_wait_max_ms,
-        record_latency=False,
-        idle_timeout_s=options.idle_timeout_s,
-    ) as consumers:
-        consumers.wait_ready()
+    sizes = process_sizes(readers, per_process) if per_process else [readers]
+    with ExitStack() as stack:
+        children = [
+            stack.enter_context(
+                Child(
+                    run_raw_consumers,
+                    f"raw-consumers-{label}-{index}",
+                    kafka_config=services.kafka_config,
+                    topic=topic,
+                    partitions=DEFAULT_TOTAL_BUCKETS,
+                    consumers=size,
+                    fetch_wait_max_ms=options.fetch_wait_max_ms,
+                    record_latency=False,
+                    idle_timeout_s=options.idle_timeout_s,
+                )
+            )
+            for index, size in enumerate(sizes)
+        ]
+        for child in children:
+            child.wait_ready()
         producer = raw_producer(services.kafka_config, options.linger_ms)
         services_pids = {k: v for k, v in services.pids.items() if k != "server"}
         cpu = CpuMeter({"writer": os.getpid(), **services_pids})
@@ -76,8 +90,9 @@ def raw_throughput(
             produce(producer, topic, value, key.encode(), _partition(key))
         remaining = producer.flush(ACK_TIMEOUT_S)
         acked_ns = time.time_ns()
-        consumers.expect(options.ops - remaining)
-        result = consumers.wait_result(RESULT_TIMEOUT_S)
+        for child in children:
+            child.expect(options.ops - remaining)
+        result = merge_results([child.wait_result(RESULT_TIMEOUT_S) for child in children])
         cpu.stop()
     return throughput(
         sent=options.ops,

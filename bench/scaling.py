@@ -3,16 +3,22 @@
 ``python -m bench.scaling`` measures, on one Kafka and Redis (the local stack unless
 ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others), at every point of two series:
 
-* subscribers: ``--subscribers`` counts (default 1, 10, 100) with the default 16 buckets;
+* subscribers: ``--subscribers`` counts (default 1, 10, 100, 1,000) with the default 16
+  buckets;
 * buckets: ``--buckets`` counts (default 1, 16, 64) with ``--fixed-subscribers`` (10);
 
 (a) operations applied per second and events delivered per second: ``--ops`` pipelined
     ``put_async`` (``bench.load``) with every subscriber holding ``ALL_KEYS`` interest;
 (b) put → listener latency p50 / p99 at ``--rate`` puts per second, every subscriber
-    recording (so at 100 subscribers the latency of 100 listeners, not of one).
+    recording (so at 100 subscribers the latency of 100 listeners, not of one);
+(c) the cache server's CPU microseconds per put during (a), routing to every subscriber
+    included (beside Kafka's when this run started it): flat in the subscriber count when
+    the subscribers share one registration (one record per partition of the shared queue
+    topic, `regionbus.broker.audiences`), where routing client by client grew with it.
 
 Subscribers are ``bench.workers.run_subscribers`` children of at most
-``--subscribers-per-process`` clients each (100 subscribers: 4 processes of 25). A bucket
+``--subscribers-per-process`` clients each (100 subscribers: 4 processes of 25; the raw
+fan-out baseline's consumers are spread the same way). A bucket
 count is a cache server of its own (``REGIONBUS_TOTAL_BUCKETS``) in a namespace of its own;
 the subscriber series shares the 16-bucket server. The raw Kafka baselines of the same run
 (``bench.raw``, on topics of 16 partitions): produce → 1 consumer msg/s beside ops/s,
@@ -45,6 +51,7 @@ from rich.table import Table
 
 from bench import progress
 from bench.core import run_or_exit
+from bench.cpu import CpuMeter
 from bench.load import paced_puts, write_async
 from bench.options import (
     fetch_wait_option,
@@ -189,6 +196,8 @@ def point_throughput(
 ) -> Throughput:
     """Phase (a) of a point: pipelined puts, every subscriber receiving every event."""
     with subscriber_group(services, options, subscribers, record_latency=False) as children:
+        cpu = CpuMeter({name: services.pids.get(name) for name in ("server", "kafka")})
+        cpu.start()
         start_ns, acks = write_async(
             writer,
             ops=options.ops,
@@ -197,6 +206,7 @@ def point_throughput(
             value_bytes=options.value_bytes,
         )
         result = _results(children, acks.acked)
+        cpu.stop()
     return throughput(
         sent=options.ops,
         acked=acks.acked,
@@ -204,7 +214,7 @@ def point_throughput(
         start_ns=start_ns,
         last_ack_ns=acks.last_ns,
         readers=result,
-        cpu_s={},
+        cpu_s=cpu.used_s,
     )
 
 
@@ -223,6 +233,8 @@ def measure_point(
         complete=rb_throughput.complete,
         p50_ms=rb_latency.p50_ms,
         p99_ms=rb_latency.p99_ms,
+        server_cpu_us_per_op=rb_throughput.cpu_us_per_op("server"),
+        kafka_cpu_us_per_op=rb_throughput.cpu_us_per_op("kafka"),
         load_average=load,
     )
 
@@ -247,7 +259,10 @@ def bucket_server(
             )
         )
         services = Services(
-            namespace, local.kafka_bootstrap_servers, local.redis_url, {"server": server.pid}
+            namespace,
+            local.kafka_bootstrap_servers,
+            local.redis_url,
+            {"server": server.pid, "kafka": local.kafka.pid if local.kafka else None},
         )
         settings = services.client_settings(options.bench_options(1), subscription_enabled=False)
         writer_cache = ClientCache(ClientSettings(**settings))
@@ -303,7 +318,11 @@ def raw_baselines(
     for subscribers in sorted({p.subscribers for p in points} - {1}):
         progress.phase(console, f"raw: produce → {subscribers} consumers ...")
         fanout[subscribers] = raw_throughput(
-            services, options.bench_options(subscribers), subscribers, f"scaling-fan{subscribers}"
+            services,
+            options.bench_options(subscribers),
+            subscribers,
+            f"scaling-fan{subscribers}",
+            per_process=options.subscribers_per_process,
         ).delivered_per_s
     return [
         replace(
@@ -344,7 +363,7 @@ def _counts(text: str) -> tuple[int, ...]:
 @click.option(
     "--subscribers",
     "subscriber_counts",
-    default="1,10,100",
+    default="1,10,100,1000",
     show_default=True,
     callback=lambda _c, _p, v: _counts(v),
     help="Subscriber counts of the subscriber series (16 buckets).",

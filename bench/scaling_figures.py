@@ -31,6 +31,9 @@ class PointFigures:
         raw_delivered_per_s: Raw produce → ``subscribers`` consumers messages per second.
         raw_p50_ms: Raw two-hop relay latency median, in milliseconds.
         raw_p99_ms: Its 99th percentile, in milliseconds.
+        server_cpu_us_per_op: The cache server's CPU microseconds per put of the
+            throughput phase (routing to every subscriber included): the cost of fan-out.
+        kafka_cpu_us_per_op: Kafka's, when this run started it (else NaN).
         load_average: The 1, 5 and 15 minute load averages before the point.
     """
 
@@ -45,6 +48,8 @@ class PointFigures:
     raw_delivered_per_s: float = math.nan
     raw_p50_ms: float = math.nan
     raw_p99_ms: float = math.nan
+    server_cpu_us_per_op: float = math.nan
+    kafka_cpu_us_per_op: float = math.nan
     load_average: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
 
@@ -88,6 +93,7 @@ COLUMNS: tuple[str, ...] = (
     "p50 ms",
     "p99 ms",
     "raw relay p50 / p99 ms",
+    "server / Kafka CPU µs per put",
     "load avg before",
 )
 
@@ -106,6 +112,7 @@ def cells(point: PointFigures) -> list[str]:
         _number(point.p50_ms),
         _number(point.p99_ms),
         f"{_number(point.raw_p50_ms)} / {_number(point.raw_p99_ms)}",
+        f"{_number(point.server_cpu_us_per_op)} / {_number(point.kafka_cpu_us_per_op)}",
         " ".join(f"{x:.1f}" for x in point.load_average),
     ]
 
@@ -149,6 +156,10 @@ def summary_rows(points: Iterable[PointFigures]) -> list[SummaryRow]:
             SummaryRow(
                 "scaling", f"put→listener p99 ms ({at})", p.p99_ms, p.raw_p99_ms,
                 "two-hop relay p99", higher_is_better=False,
+            ),
+            SummaryRow(
+                "scaling", f"server CPU µs per put ({at})", p.server_cpu_us_per_op,
+                p.kafka_cpu_us_per_op, "Kafka CPU µs per put", higher_is_better=False,
             ),
         ]  # fmt: skip
     return rows

@@ -291,8 +291,6 @@ class ClientLifecycle:
         it stops here at once (the DISCONNECTs wait behind every bucket's backlog), and
         every bucket's primary forgets it."""
         self._disconnect_everywhere(client_id, keep_alive=False)
-        self._registry.table.drop_client(client_id)
-        self._cqs.table.drop_client(client_id)
         self._forget_here(client_id)
 
     def _disconnect_everywhere(self, client_id: str, *, keep_alive: bool) -> None:
@@ -333,8 +331,11 @@ class ClientLifecycle:
             self._security.forget_client(client_id)
 
     def _forget_here(self, client_id: str) -> None:
-        """Forget what this server keeps of a client: its proxy (queue address, depth,
-        counters) and its principal."""
+        """Forget what this server keeps of a client, in one call: its routing (interest
+        and CQs, in memory: what is stored goes with the DISCONNECTs), its proxy (queue
+        address, depth, counters, places in shared records) and its principal."""
+        self._registry.table.drop_client(client_id)
+        self._cqs.table.drop_client(client_id)
         self._notifier.proxies.forget(client_id)
         if self._security is not None:
             self._security.forget_client(client_id, unbind=False)
@@ -374,8 +375,6 @@ class ClientLifecycle:
         known = self.clients.known(served)
         for client_id in served:
             if client_id not in known:
-                self._registry.table.drop_client(client_id)
-                self._cqs.table.drop_client(client_id)
                 self._forget_here(client_id)
 
     def reap(self) -> None:

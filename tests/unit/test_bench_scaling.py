@@ -31,6 +31,8 @@ def _point(subscribers: int, buckets: int, **overrides: object) -> PointFigures:
         "raw_delivered_per_s": 2_000.0 * subscribers,
         "raw_p50_ms": 2.0,
         "raw_p99_ms": 10.0,
+        "server_cpu_us_per_op": 120.0,
+        "kafka_cpu_us_per_op": 40.0,
         "load_average": (1.0, 2.0, 3.0),
         **overrides,
     }
@@ -57,7 +59,7 @@ def test_the_markdown_table_has_a_table_per_series_with_ratios_and_the_load() ->
     rows = [line for line in lines if line.startswith("| 100 |")]
     assert rows == [
         "| 100 | 16 | 16,000 (8.00x) | 2,000 | 100,000 (0.50x) | 200,000 | 5.0 | 50.0 "
-        "| 2.0 / 10.0 | 1.0 2.0 3.0 |"
+        "| 2.0 / 10.0 | 120 / 40.0 | 1.0 2.0 3.0 |"
     ]
     assert all(len(line.split("|")) == len(COLUMNS) + 2 for line in lines if line.startswith("|"))
 
@@ -74,10 +76,12 @@ def test_summary_rows_name_the_point_and_read_the_latency_as_lower_is_better() -
         "ops applied/s (100 subscribers, 16 buckets)",
         "events delivered/s (100 subscribers, 16 buckets)",
         "put→listener p99 ms (100 subscribers, 16 buckets)",
+        "server CPU µs per put (100 subscribers, 16 buckets)",
     ]
     assert {r.benchmark for r in rows} == {"scaling"}
     assert rows[1].ratio == 0.5
     assert rows[2].ratio == 5.0 and not rows[2].higher_is_better
+    assert rows[3].ratio == 3.0 and not rows[3].higher_is_better
 
 
 def test_the_plot_is_a_png(tmp_path: Path) -> None:
