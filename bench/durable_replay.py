@@ -7,14 +7,15 @@ process:
 1. set-up (not timed): a durable client (SPEC §5) registers durable ``ALL_KEYS`` interest
    in region ``bench``, calls ``ready_for_events`` and closes with ``keep_alive``; a
    writer then puts ``--events`` distinct keys (``put_all`` chunks), so its subscription
-   queue ``{ns}.queue.<durable id>`` holds that many events;
+   queue (its partition of ``{ns}.queues``) holds that many events;
 2. **durable replay** (timed): a new ``ClientCache`` with the same durable id connects
    (which counts the pending events), calls ``ready_for_events``, and the events are
    replayed to its listener before the marker, until the listener has every event and
    ``after_region_live``: events/s = events ÷ seconds from the start of the connection
    to the later of the last event and ``after_region_live``;
-3. **raw baseline** (timed, same run, same topic): a confluent-kafka consumer with
-   ``assign()`` reads the queue topic from offset 0 until it has counted as many events;
+3. **raw baseline** (timed, same run, same partition): a confluent-kafka consumer with
+   ``assign()`` reads the client's partition of the queue topic from offset 0 until it has
+   counted as many events;
    it splits every Kafka message (a batch) with :func:`regionbus.schemas.codec.split_batch` and
    counts the frames whose type byte is an event, decoding no Avro body.
 

@@ -44,8 +44,7 @@ from regionbus.broker.outbox import Outbox, Recipients
 from regionbus.broker.permissions import data_read
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
-from regionbus.schemas.addressing import recipients, shared_key
-from regionbus.schemas.addressing import recipients as addressing_recipients
+from regionbus.schemas.addressing import shared_key
 from regionbus.schemas.codec import encode
 from regionbus.schemas.messages import CqEvent, CqMatch, Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
@@ -254,8 +253,7 @@ class CacheClientNotifier:
                         topic,
                         partition,
                         shared_key(named),
-                        recipients(members),
-                        min(members),
+                        members,
                         self.proxies.shared(identity, members),
                     ),
                     principal,
@@ -364,14 +362,7 @@ class CacheClientNotifier:
         if not kept:
             return None
         queue.set_members(kept)
-        return Recipients(
-            recipients.topic,
-            recipients.partition,
-            recipients.key,
-            addressing_recipients(kept),
-            min(kept),
-            queue,
-        )
+        return Recipients(recipients.topic, recipients.partition, recipients.key, kept, queue)
 
     def _hold(self, account: QueueAccount, whose: str) -> bool:
         """Hold the writer while a queue is full (Geode ``HARegionQueue``): True once it has

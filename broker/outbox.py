@@ -29,7 +29,7 @@ from confluent_kafka import Message as KafkaMessage
 from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.stats import ServerStats
-from regionbus.schemas.addressing import RECIPIENTS_HEADER
+from regionbus.schemas.addressing import RECIPIENTS_HEADER, recipients
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
@@ -66,38 +66,65 @@ class Recipients:
         topic: Their shared queue topic.
         partition: Their partition of it.
         key: The record key (`regionbus.schemas.addressing.shared_key`).
+        members: The client ids.
         listed: The :data:`regionbus.schemas.addressing.RECIPIENTS_HEADER` value.
         signer: A member whose principal's key signs the record (all members share it).
         queue: The account of what is queued for them.
     """
 
-    __slots__ = ("key", "listed", "partition", "queue", "signer", "topic")
+    __slots__ = ("key", "listed", "members", "partition", "queue", "signer", "topic")
 
     def __init__(
-        self, topic: str, partition: int, key: bytes, listed: bytes, signer: str, queue: SharedQueue
+        self, topic: str, partition: int, key: bytes, members: frozenset[str], queue: SharedQueue
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.key = key
-        self.listed = listed
-        self.signer = signer
+        self.members = members
+        self.listed = recipients(members)
+        self.signer = min(members)
         self.queue = queue
 
 
 class _Addressed:
-    """What one poll batch gathered for one address: its framed messages, whose principal
-    signs them, the queue's account (None for replies), and the recipients of a record for
-    several clients."""
+    """What one poll batch gathered for one address, in a row: where it goes, its framed
+    messages, whose principal signs them, the queue's account (None for replies) and how
+    many events it had queued before them, and the recipients of a record for several
+    clients."""
 
-    __slots__ = ("account", "client_id", "framed", "listed")
+    __slots__ = ("account", "client_id", "framed", "key", "listed", "partition", "start", "topic")
 
     def __init__(
-        self, client_id: str, account: QueueAccount | None, listed: bytes | None = None
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        client_id: str,
+        account: QueueAccount | None,
+        listed: bytes | None = None,
     ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
         self.client_id = client_id
         self.account = account
+        self.start = account.queued if account is not None else 0
         self.listed = listed
         self.framed: list[bytes] = []
+
+
+class _OpenRuns:
+    """The runs of one queue partition still open to more events in this poll batch: a
+    client's events must reach it in the order they were queued, and they may go in its
+    own records and in those of the groups it is in, so queuing for one address closes
+    the open runs of the others that share a client with it (their next events start a
+    new run, produced after this one)."""
+
+    __slots__ = ("groups", "own")
+
+    def __init__(self) -> None:
+        self.own: dict[str, _Addressed] = {}
+        self.groups: dict[Recipients, _Addressed] = {}
 
 
 class Outbox:
@@ -130,7 +157,10 @@ class Outbox:
         self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
-        self._pending: dict[tuple[str, int, bytes | Recipients], _Addressed] = {}
+        self._runs: list[_Addressed] = []
+        """What this poll batch gathered, in the order the runs began."""
+        self._replies: dict[tuple[str, int, bytes], _Addressed] = {}
+        self._open: dict[tuple[str, int], _OpenRuns] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
         self._numbered = 0
@@ -286,9 +316,10 @@ class Outbox:
             self.stats.replies_dropped += 1
             return
         address = (topic, client_partition(client_id, partitions), client_id.encode())
-        addressed = self._pending.get(address)
+        addressed = self._replies.get(address)
         if addressed is None:
-            addressed = self._pending[address] = _Addressed(client_id, None)
+            addressed = self._replies[address] = _Addressed(*address, client_id, None)
+            self._runs.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1
 
@@ -316,35 +347,64 @@ class Outbox:
         if proxy.queue_partition < 0:
             self.stats.events_unaddressed += 1
             return
-        address = (proxy.queue_topic, proxy.queue_partition, proxy.key)
-        addressed = self._pending.get(address)
+        place = (proxy.queue_topic, proxy.queue_partition)
+        runs = self._open.get(place)
+        if runs is None:
+            runs = self._open[place] = _OpenRuns()
+        client_id = proxy.client_id
+        if runs.groups:
+            for group in [g for g in runs.groups if client_id in g.members]:
+                del runs.groups[group]
+        addressed = runs.own.get(client_id)
         if addressed is None:
-            addressed = self._pending[address] = _Addressed(proxy.client_id, proxy)
+            addressed = runs.own[client_id] = _Addressed(*place, proxy.key, client_id, proxy)
+            self._runs.append(addressed)
         addressed.framed.append(framed)
         proxy.queued += 1
 
     def queue_shared(self, recipients: Recipients, framed: bytes) -> None:
         """Queue an encoded event for several clients of one partition, in one record
         listing them, counting it in their shared queue's depth now."""
-        address = (recipients.topic, recipients.partition, recipients)
-        addressed = self._pending.get(address)
+        place = (recipients.topic, recipients.partition)
+        runs = self._open.get(place)
+        if runs is None:
+            runs = self._open[place] = _OpenRuns()
+        members = recipients.members
+        own = runs.own
+        if own:
+            closed = [c for c in own if c in members] if len(own) <= len(members) else members
+            for client_id in closed:
+                own.pop(client_id, None)
+        if len(runs.groups) > (recipients in runs.groups):
+            for group in [
+                g for g in runs.groups if g is not recipients and not g.members.isdisjoint(members)
+            ]:
+                del runs.groups[group]
+        addressed = runs.groups.get(recipients)
         if addressed is None:
-            addressed = self._pending[address] = _Addressed(
-                recipients.signer, recipients.queue, recipients.listed
+            addressed = runs.groups[recipients] = _Addressed(
+                *place,
+                recipients.key,
+                recipients.signer,
+                recipients.queue,
+                recipients.listed,
             )
+            self._runs.append(addressed)
         addressed.framed.append(framed)
         recipients.queue.queued += 1
 
     def send(self) -> None:
-        """Produce what the poll batch gathered, per client, as few messages as possible,
-        in order; each queue message's delivery report tells its client's proxy where it
-        landed."""
-        pending, self._pending = self._pending, {}
-        for (topic, partition, address), addressed in pending.items():
+        """Produce what the poll batch gathered, per address, as few messages as possible,
+        in the order each client's events were queued; each queue message's delivery
+        report tells its account where it landed."""
+        runs, self._runs = self._runs, []
+        self._replies = {}
+        self._open = {}
+        for addressed in runs:
+            topic, partition, key = addressed.topic, addressed.partition, addressed.key
             framed, account, listed = addressed.framed, addressed.account, addressed.listed
-            key = address.key if isinstance(address, Recipients) else address
             values = encode_batches(framed)
-            queued_through = account.queued - len(framed) if account is not None else 0
+            queued_through = addressed.start
             for value in values:
                 # Signed per message: the signature covers topic, partition, value (and
                 # the recipients of a record for several clients).
