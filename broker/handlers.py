@@ -171,9 +171,9 @@ class OperationHandlers:
             k for k in spec.keys if bucket_of(op.region, k, self._settings.total_buckets) == bucket
         ]
         if spec.policy is InterestResultPolicy.NONE:
-            exists = self._store.region_exists(op.region)
+            exists = self._store.region_exists(op.region, bucket)
             entries: list[Entry] = []
-            version = self._store.region_version(op.region)
+            version = self._store.region_version(op.region, bucket)
         else:
             key_filter = None
             if spec.kind is InterestKind.REGEX:

@@ -63,7 +63,7 @@ from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
 from regionbus.runtime.leases import Lease
 from regionbus.runtime.observability import MetricsEndpoint
-from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.redis_connect import connect_redis, replica_wait
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
 from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
@@ -126,8 +126,11 @@ class CacheServer(BackgroundWorker):
         self.stats = ServerStats()
         self.plugins = ServerPlugins.load(settings.plugins, listeners, writers)
         self._redis = connect_redis(settings)
+        waits = replica_wait(self._redis, settings)
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
-        self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
+        self.store = RegionStore(
+            self._redis, settings.namespace, settings.total_buckets, replica_wait=waits
+        )
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.clients = ClientRegistry(
             self._redis, settings.namespace, settings.maximum_time_between_pings_ms
@@ -139,6 +142,7 @@ class CacheServer(BackgroundWorker):
             settings.total_buckets,
             settings.subscription_redundancy,
             settings.lease_ttl_ms,
+            replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
         self._parts: _Parts | None = None
@@ -292,6 +296,7 @@ class CacheServer(BackgroundWorker):
             REAPER_ROLE,
             s.member_id,
             ttl_ms=int(s.durable_client_reaper_interval_s * 3000),
+            replica_wait=self.store.replica_wait,
         )
         lifecycle = ClientLifecycle(
             s,

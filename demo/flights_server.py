@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.broker.store import RegionStore
+from regionbus.runtime.redis_connect import connect_redis_url
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
@@ -182,7 +181,7 @@ def running_server(
             be reached to define the regions for an external server.
     """
     if mode is ServerMode.EXTERNAL:
-        client = redis.Redis.from_url(redis_url)
+        client = connect_redis_url(redis_url)
         try:
             store = RegionStore(client, namespace, DEFAULT_TOTAL_BUCKETS)
             for region in regions:
