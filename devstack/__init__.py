@@ -4,6 +4,7 @@ and ``regionbus stack``. A developer tool, not part of the cache server."""
 from regionbus.devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
 from regionbus.devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
 from regionbus.devstack.process import LOOPBACK_HOST, ChildService, free_port
+from regionbus.devstack.redis_cluster import EmbeddedRedisCluster
 from regionbus.devstack.redis_secured import SecuredEmbeddedRedis
 from regionbus.devstack.redis_server import EmbeddedRedis
 from regionbus.devstack.tls import TlsFiles
@@ -14,6 +15,7 @@ __all__ = [
     "REDIS_ENV_VAR",
     "ChildService",
     "EmbeddedKafka",
+    "EmbeddedRedisCluster",
     "EmbeddedRedis",
     "KafkaCluster",
     "KafkaNode",

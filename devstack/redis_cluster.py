@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
@@ -184,9 +184,19 @@ class EmbeddedRedisCluster:
             client.close()
         return {str(k): str(v) for k, v in info.items()}
 
+    @staticmethod
+    def _replication(node: EmbeddedRedis) -> dict[str, Any]:
+        assert node.port is not None
+        client = redis.Redis(host=LOOPBACK_HOST, port=node.port, socket_timeout=2.0)
+        try:
+            return dict(client.info("replication"))
+        finally:
+            client.close()
+
     def wait_ok(self, timeout_s: float | None = None) -> None:
         """Wait until every running node reports ``cluster_state:ok`` with every slot
-        assigned and served (after a start, or a failover in a test).
+        assigned and served, and every running replica is linked to its master (after a
+        start, or a failover in a test).
 
         Args:
             timeout_s: Longest wait in seconds; None waits ``start_timeout_s``.
@@ -205,6 +215,9 @@ class EmbeddedRedisCluster:
                     raise ServiceNotReadyError(f"node {node.port}: {exc}") from exc
                 if info.get("cluster_state") != "ok" or info.get("cluster_slots_ok") != "16384":
                     raise ServiceNotReadyError(f"node {node.port}: {info.get('cluster_state')}")
+                role = self._replication(node)
+                if role.get("role") == "slave" and role.get("master_link_status") != "up":
+                    raise ServiceNotReadyError(f"replica {node.port}: not linked to its master")
 
         try:
             for attempt in Retrying(
@@ -240,6 +253,16 @@ class EmbeddedRedisCluster:
             finally:
                 client.close()
         raise StackError(f"no running node serves the slot of {key!r}")
+
+    def replicas_of(self, master: EmbeddedRedis) -> list[EmbeddedRedis]:
+        """The running nodes that replicate ``master`` now."""
+        return [
+            node
+            for node in self.nodes
+            if node is not master
+            and node.pid is not None
+            and self._replication(node).get("master_port") == master.port
+        ]
 
     def stop(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL); the work dir stays until `close`."""

@@ -69,6 +69,13 @@ class RedisConnectionSettings(RegionBusSettings):
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             shown = mask_url(self.redis_url)
             raise ValueError(f"redis_url {shown!r} is not a redis://, rediss:// or unix:// URL")
+        socket_timeout_ms = (self.redis_socket_timeout_s or 0) * 1000
+        if self.redis_wait_replicas and 0 < socket_timeout_ms <= self.redis_wait_timeout_ms:
+            raise ValueError(
+                f"redis_wait_timeout_ms ({self.redis_wait_timeout_ms}) must be shorter than "
+                f"redis_socket_timeout_s ({self.redis_socket_timeout_s} s): WAIT holds the "
+                "connection that long"
+            )
         if self.redis_cluster and self.redis_url.startswith("unix://"):
             raise ValueError(
                 "a Redis Cluster is reached over TCP: redis_url must be redis:// or rediss://"
