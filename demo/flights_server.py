@@ -86,8 +86,16 @@ class ServerProcess:
         self.log_path = self._dir / "server.log"
         self._failed = False
         command = [
-            sys.executable, "-m", "regionbus", "serve", "--namespace", namespace,
-            "--kafka", kafka_bootstrap_servers, "--redis", redis_url,
+            sys.executable,
+            "-m",
+            "regionbus",
+            "serve",
+            "--namespace",
+            namespace,
+            "--kafka",
+            kafka_bootstrap_servers,
+            "--redis",
+            redis_url,
         ]
         for region in regions:
             command += ["--region", region]
@@ -98,7 +106,10 @@ class ServerProcess:
         try:
             with self.log_path.open("wb") as log:
                 self._process = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     env=env,
                 )
         except OSError as exc:
@@ -193,8 +204,11 @@ def running_server(
     if mode is ServerMode.THREAD:
         server = CacheServer(
             ServerSettings(
-                namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
-                redis_url=redis_url, regions=list(regions), **(settings or {}),
+                namespace=namespace,
+                kafka_bootstrap_servers=kafka_bootstrap_servers,
+                redis_url=redis_url,
+                regions=list(regions),
+                **(settings or {}),
             )
         )
         server.start()

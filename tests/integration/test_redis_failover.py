@@ -167,7 +167,7 @@ def test_acknowledged_puts_survive_a_master_killed_while_its_replica_lags(
     assert not lost, f"{len(lost)} acknowledged puts lost, e.g. {lost[:5]}"
     calls = heard.snapshot()
     per_key: dict[str, int] = {}
-    for method, key, _ in calls:
+    for _method, key, _ in calls:
         per_key[key] = per_key.get(key, 0) + 1
     twice = {k: n for k, n in per_key.items() if n > 1}
     assert not twice, f"listener heard {len(twice)} keys more than once, e.g. {list(twice)[:5]}"

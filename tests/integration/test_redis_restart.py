@@ -26,11 +26,11 @@ from support import settle, wait_until
 from test_high_availability import ServerProcess, Tap, WriterProcess
 
 from regionbus.broker.status import cluster_status
+from regionbus.broker.store import RegionStore
 from regionbus.clients import ALL_KEYS
 from regionbus.devstack import EmbeddedRedis, free_port
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from regionbus.runtime.leases import Membership
-from regionbus.broker.store import RegionStore
 from regionbus.schemas.naming import RedisKeys
 
 _TOTAL_BUCKETS = 16
