@@ -17,21 +17,27 @@ Redis errors are translated here, at this one boundary, into :class:`TransportEr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
-import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import RedisClusterException
 
 from regionbus.broker.expiration_attributes import RegionExpiration
 from regionbus.broker.lua_scripts import load_lua
+from regionbus.broker.store_results import (
+    Access,
+    ApplyResult,
+    GatewayVersion,
+    Snapshot,
+    redis_errors,
+    text_of,
+    to_apply_result,
+    to_entry,
+    version_of,
+)
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
-from regionbus.schemas.errors import TransportError
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Entry, EventKind, OperationKind
 from regionbus.schemas.naming import RedisKeys, bucket_role, entry_version, region_bucket
@@ -52,113 +58,8 @@ _ENTRY_KEYS_CACHED: Final = 4096
 """Most (region, bucket) key lists :meth:`RegionStore.entry_args` keeps."""
 
 
-class GatewayVersion(NamedTuple):
-    """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
-
-    Attributes:
-        timestamp_ms: The change's timestamp, ms since the Unix epoch.
-        site_id: ``distributed_system_id`` of the site where the change was made.
-    """
-
-    timestamp_ms: int
-    site_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    """What applying one change did.
-
-    Attributes:
-        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
-            ``"ERR"`` (refused; nothing changed), ``"STALE"`` (a gateway event that lost
-            the conflict check; nothing changed) or ``"FENCED"`` (the caller is no longer
-            the bucket's primary; nothing changed).
-        event_kind: The resulting event kind (None when refused, or DUP with the stored
-            result already pruned).
-        version: Region version the change got (None as for ``event_kind``).
-        error_type: Class name of the error for ``"ERR"``.
-        old_value: Value before the change, when asked for and present.
-    """
-
-    status: str
-    event_kind: EventKind | None = None
-    version: int | None = None
-    error_type: str | None = None
-    old_value: bytes | None = None
-
-
-class Access(NamedTuple):
-    """What a ``get`` of an entry of a region with an entry idle timeout records: the read
-    counts as an access and pushes the entry's expiry back (Geode
-    ``LocalRegion.updateStatsForGet``).
-
-    Attributes:
-        expiration: The region's expiration attributes.
-        now_ms: Time of the read, ms since the Unix epoch.
-    """
-
-    expiration: RegionExpiration
-    now_ms: int
-
-
-class Snapshot(NamedTuple):
-    """What :meth:`RegionStore.snapshot` read."""
-
-    exists: bool
-    entries: list[Entry]
-    region_version: int
-
-
 _Run = list[tuple[list[str], list[Any]]] | tuple[str, str, int, "Access | None"]
 """A run of consecutive changes of one slot (one script call), or one read."""
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
-    if not raw:
-        return None, None
-    kind, _, version = raw.decode().partition("|")
-    return EventKind(kind), int(version)
-
-
-def _to_apply_result(reply: Sequence[Any]) -> ApplyResult:
-    status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-    if status == "ERR":
-        error = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        return ApplyResult(status, error_type=error)
-    kind, version = _parse_result(reply[1] or None)
-    old = reply[2] if len(reply) > 2 and reply[2] else None
-    return ApplyResult(status, kind, version, old_value=old)
-
-
-def _to_entry(
-    key: str, exists: Any, meta: bytes | None, value: bytes | None
-) -> tuple[bool, Entry | None]:
-    if not exists:
-        return False, None
-    if meta is None:
-        return True, None
-    version, _, serializer = meta.decode().partition("|")
-    return True, Entry(key, int(version), value, serializer or None)
-
-
-def _version(raw: Sequence[Any]) -> int:
-    """An entry version from a region version hash's ``gen`` and ``n`` (HMGET)."""
-    gen, n = raw
-    return entry_version(int(gen or 0), int(n or 0))
-
-
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    """Translate redis-py connection and response errors (and its Redis Cluster client's,
-    which do not all derive from ``RedisError``) into :class:`TransportError`."""
-    try:
-        yield
-    except (redis.exceptions.RedisError, RedisClusterException) as exc:
-        raise TransportError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
 
 class RegionStore:
@@ -300,7 +201,9 @@ class RegionStore:
             TransportError: Redis failed.
         """
         with redis_errors():
-            return _version(self.redis.hmget(self.keys.region_version(region, bucket), "gen", "n"))
+            return version_of(
+                self.redis.hmget(self.keys.region_version(region, bucket), "gen", "n")
+            )
 
     # --- changes -----------------------------------------------------------------------
 
@@ -418,12 +321,12 @@ class RegionStore:
                     last = []
                     runs.append(last)
                 positions.append((slot, len(runs) - 1, len(last)))
-                last.append(item)  # type: ignore[arg-type]
+                last.append(item)
             else:
-                slot = self._slots[item[2]]  # type: ignore[index]
+                slot = self._slots[item[2]]
                 runs = runs_of.setdefault(slot, [])
                 positions.append((slot, len(runs), -1))
-                runs.append(item)  # type: ignore[arg-type]
+                runs.append(item)
         first_reply: dict[tuple[int, int], int] = {}
 
         def build(pipe: Any) -> None:
@@ -458,9 +361,9 @@ class RegionStore:
         for (slot, index, within), item in zip(positions, batch, strict=True):
             i = first_reply[(slot, index)]
             if within >= 0:
-                out.append(_to_apply_result(replies[i][within]))
+                out.append(to_apply_result(replies[i][within]))
             else:
-                out.append(_to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
+                out.append(to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
         return out
 
     def _touch_args(self, region: str, key: str, bucket: int, access: Access, pipe: Any) -> None:
@@ -533,8 +436,8 @@ class RegionStore:
             ),
             [bucket],
         )
-        if _text(begun[0]) != "GO":
-            return _to_apply_result(begun)
+        if text_of(begun[0]) != "GO":
+            return to_apply_result(begun)
         generation = int(begun[1])
 
         def each_bucket(pipe: Any) -> None:
@@ -569,7 +472,7 @@ class RegionStore:
             ),
             [bucket],
         )
-        return _to_apply_result(finished)
+        return to_apply_result(finished)
 
     def prune_results(self, below_offsets: Mapping[int, int]) -> int:
         """Forget stored results of operations below committed offsets of buckets, in one
@@ -625,7 +528,7 @@ class RegionStore:
             pipe.hget(self.keys.region_meta(region, bucket), key)
             pipe.hget(self.keys.region_values(region, bucket), key)
             exists, meta, value = pipe.execute()
-        return _to_entry(key, exists, meta, value)
+        return to_entry(key, exists, meta, value)
 
     def snapshot(
         self,
@@ -679,7 +582,7 @@ class RegionStore:
         for (key, meta), value in zip(found, values, strict=True):
             version, _, serializer = meta.decode().partition("|")
             entries.append(Entry(key, int(version), value, serializer or None))
-        return Snapshot(bool(exists), entries, _version(version_counter))
+        return Snapshot(bool(exists), entries, version_of(version_counter))
 
     def entries(self, region: str) -> dict[str, Entry]:
         """Every entry of a region across all buckets (for tests, tools, verification).

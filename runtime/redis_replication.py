@@ -113,7 +113,8 @@ class ReplicaWait:
         """
         if not wanted:
             return
-        if self._cluster and getattr(pipe, "reinitialize_counter", 0):
+        retried: int = getattr(pipe, "reinitialize_counter", 0)
+        if self._cluster and retried:
             self._read_at = -TOPOLOGY_REFRESH_S
             raise ReplicationTimeoutError(
                 "Redis Cluster redirected or reconnected during the pipeline: its WAIT may "
