@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from regionbus.schemas.errors import ReplicationTimeoutError
 
@@ -143,20 +144,10 @@ class ReplicaWait:
     def _read_topology(self) -> None:
         try:
             shards = self._client.execute_command("CLUSTER SHARDS")
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             log.debug("CLUSTER SHARDS failed, keeping the replicas known: %s", exc)
             return
-        live: dict[str, int] = {}
-        for shard in _as_list(shards):
-            nodes = [_decoded(n) for n in _field(shard, "nodes")]
-            masters = [n for n in nodes if n.get("role") == "master" and n.get("health") != "fail"]
-            if not masters:
-                continue
-            master = masters[0]
-            count = sum(
-                1 for n in nodes if n.get("role") == "replica" and n.get("health") != "fail"
-            )
-            live[f"{master.get('endpoint') or master.get('ip')}:{master.get('port')}"] = count
+        live = live_replicas_by_master(shards)
         short = {name for name, count in live.items() if count < self.replicas}
         for name in sorted(short - self._short):
             log.warning(
@@ -172,6 +163,28 @@ class ReplicaWait:
                 log.info("Redis master %s has %d live replicas again", name, live[name])
         self._short = short
         self._live_replicas = live
+
+
+def live_replicas_by_master(shards: Any) -> dict[str, int]:
+    """How many replicas each master has that the cluster does not mark failed.
+
+    Args:
+        shards: The reply of ``CLUSTER SHARDS`` as redis-py returns it (a list of shards, each
+            with its ``nodes``; possibly under the name of the node that answered).
+
+    Returns:
+        ``{"host:port" of each live master: its replicas not marked failed}``.
+    """
+    live: dict[str, int] = {}
+    for shard in _as_list(shards):
+        nodes = [_decoded(n) for n in _field(shard, "nodes")]
+        masters = [n for n in nodes if n.get("role") == "master" and n.get("health") != "fail"]
+        if not masters:
+            continue
+        replicas = [n for n in nodes if n.get("role") == "replica" and n.get("health") != "fail"]
+        master = masters[0]
+        live[f"{master.get('endpoint') or master.get('ip')}:{master.get('port')}"] = len(replicas)
+    return live
 
 
 def _as_list(raw: Any) -> list[Any]:
@@ -202,4 +215,4 @@ def _decoded(node: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["TOPOLOGY_REFRESH_S", "ReplicaWait"]
+__all__ = ["TOPOLOGY_REFRESH_S", "ReplicaWait", "live_replicas_by_master"]
