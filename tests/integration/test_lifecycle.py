@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from confluent_kafka import TopicPartition
+from readme_commands import REPOSITORY, fresh_default_stack_dir, readme_stack_command
 from support import Recorder, Sentinel, wait_until
 
 from regionbus.broker.config import ServerSettings
@@ -167,25 +167,16 @@ def test_python_m_broker_serve_runs_a_server_until_sigterm(
     assert f"serving namespace {namespace}" in output
 
 
-def _run_stack(namespace: str, data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start ``regionbus stack`` and read the three ``export`` lines it prints."""
+def _run_stack() -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start the README's ``regionbus stack`` command line as written, from the repository's
+    root, and read the three ``export`` lines it prints."""
     stack = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "regionbus",
-            "stack",
-            "--namespace",
-            namespace,
-            "--region",
-            "r",
-            "--data-dir",
-            str(data_dir),
-        ],
+        readme_stack_command(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env=_env(),
+        cwd=REPOSITORY,
     )
     exports: dict[str, str] = {}
     assert stack.stdout is not None
@@ -206,15 +197,17 @@ def _stop_stack(stack: subprocess.Popen[str]) -> list[str]:
     return children
 
 
-def test_regionbus_stack_runs_kafka_redis_and_a_server_and_a_restart_keeps_the_data(
-    namespace: str, tmp_path: Path
-) -> None:
-    """``regionbus stack`` runs Apache Kafka and redis-server as its two children and stops
-    them on SIGINT; started again on the same data dir it comes back on the same ports,
-    and a durable client's queue, its committed offset and the region's entries are still
-    there."""
-    data_dir = tmp_path / "stack"
-    stack, exports = _run_stack(namespace, data_dir)
+def test_regionbus_stack_runs_kafka_redis_and_a_server_and_a_restart_keeps_the_data() -> None:
+    """``regionbus stack`` as the README gives it runs Apache Kafka and redis-server as its
+    two children and stops them on SIGINT; started again the same way (so on the same
+    default data dir) it comes back on the same ports, and a durable client's queue, its
+    committed offset and the region's entries are still there."""
+    with fresh_default_stack_dir():
+        _stack_restart_keeps_the_data()
+
+
+def _stack_restart_keeps_the_data() -> None:
+    stack, exports = _run_stack()
     try:
         settings = ClientSettings(
             namespace=exports["REGIONBUS_NAMESPACE"],
@@ -222,11 +215,11 @@ def test_regionbus_stack_runs_kafka_redis_and_a_server_and_a_restart_keeps_the_d
             durable_client_id="desk",
         )
         durable = ClientCache(settings)
-        durable.create_region("r").register_interest(ALL_KEYS, durable=True)
+        durable.create_region(_README_REGION).register_interest(ALL_KEYS, durable=True)
         durable.ready_for_events()
         durable.close(keep_alive=True)
         writer_cache = ClientCache(settings.model_copy(update={"durable_client_id": None}))
-        writer = writer_cache.create_region("r")
+        writer = writer_cache.create_region(_README_REGION)
         writer.put("k", [1, 2])
         writer.put("missed", "while away")
         assert writer.get("k") == [1, 2]
@@ -238,21 +231,27 @@ def test_regionbus_stack_runs_kafka_redis_and_a_server_and_a_restart_keeps_the_d
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
 
-    again, exports_again = _run_stack(namespace, data_dir)
+    again, exports_again = _run_stack()
     try:
         assert exports_again == exports
         recorder = Recorder()
         durable = ClientCache(settings)
-        durable.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS, durable=True)
+        region = durable.create_region(_README_REGION, listeners=[recorder])
+        region.register_interest(ALL_KEYS, durable=True)
         durable.ready_for_events()
-        wait_until(lambda: ("region_live", "r", None) in recorder.snapshot(), 60, "the marker")
-        before_marker = recorder.snapshot()[: recorder.snapshot().index(("region_live", "r", None))]
+        live = ("region_live", _README_REGION, None)
+        wait_until(lambda: live in recorder.snapshot(), 60, "the marker")
+        before_marker = recorder.snapshot()[: recorder.snapshot().index(live)]
         assert ("missed", "while away") in [(key, value) for _, key, value in before_marker]
-        assert durable.get_region("r").get("k") == [1, 2]
+        assert region.get("k") == [1, 2]
         durable.close(keep_alive=False)
     finally:
         _stop_stack(again)
     assert again.returncode == 0
+
+
+_README_REGION = "flights"
+"""The region the README's ``regionbus stack --region flights`` defines."""
 
 
 def _is_zombie(pid: str) -> bool:

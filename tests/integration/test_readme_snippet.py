@@ -1,6 +1,7 @@
 """The README's client snippet, copied verbatim from README.md, runs against a stack started
-the way the README says (``regionbus stack --region flights``), configured only by the
-variables the stack prints.
+the way the README says: its ``regionbus stack`` command line exactly as written, from the
+repository's root, with no other option (so its default ``--data-dir``, a relative path,
+is the one used), configured only by the variables the stack prints.
 
 The conventional ports are held during the test, so it runs the same way whether or not
 9092 is free on the machine: the stack must say it moved, and the printed variables must
@@ -23,6 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from readme_commands import (
+    README,
+    REPOSITORY,
+    fresh_default_stack_dir,
+    readme_stack_command,
+)
 
 from regionbus.devstack.local import (
     CONVENTIONAL_KAFKA_PORT,
@@ -30,7 +37,6 @@ from regionbus.devstack.local import (
     DEPRECATED_ENV_VARS,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 _STACK_START_TIMEOUT_S = 180.0
 """Kafka's JVM takes 3 s on a quiet machine and about 30 s on a loaded one."""
 _SNIPPET_TIMEOUT_S = 120.0
@@ -70,28 +76,23 @@ def conventional_ports_taken() -> Iterator[None]:
 
 
 @pytest.fixture
-def stack_exports(
-    tmp_path: Path, conventional_ports_taken: None
-) -> Iterator[tuple[dict[str, str], list[str]]]:
-    """Run ``regionbus stack --region flights`` on a fresh data dir; yield the variables it
-    printed to export and its stderr, once it says it is running; stop it with Ctrl-C."""
+def stack_exports(conventional_ports_taken: None) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """Run the README's ``regionbus stack`` command line as written, from the repository's
+    root, on a fresh default data dir; yield the variables it printed to export and its
+    stderr, once it says it is running; stop it with Ctrl-C."""
+    with fresh_default_stack_dir() as data_dir:
+        yield from _run_readme_stack(data_dir)
+
+
+def _run_readme_stack(data_dir: Path) -> Iterator[tuple[dict[str, str], list[str]]]:
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "regionbus",
-            "stack",
-            "--region",
-            "flights",
-            "--data-dir",
-            str(tmp_path / "stack"),
-        ],
+        readme_stack_command(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=_without_regionbus_env(),
-        cwd=tmp_path,
+        cwd=REPOSITORY,
     )
     exports: dict[str, str] = {}
     stderr_lines: list[str] = []
@@ -120,6 +121,10 @@ def stack_exports(
         while not (running.wait(0.5) and len(exports) == len(_EXPECTED_EXPORTS)):
             assert process.poll() is None, "stack exited:\n" + "".join(stderr_lines[-40:])
             assert time.monotonic() < deadline, "stack not running:\n" + "".join(stderr_lines[-40:])
+        # The relative default data dir is resolved once, against the repository's root.
+        said = "".join(stderr_lines)
+        assert f"data in {data_dir}" in said, said
+        assert (data_dir / "kafka" / "data" / "meta.properties").is_file()
         yield exports, stderr_lines
     finally:
         process.send_signal(signal.SIGINT)

@@ -192,7 +192,8 @@ def test_readme_streaming_carrier_delays_kept_while_the_demo_runs_equal_the_csv(
 
 def _gateway_queue(bootstrap: str, namespace: str) -> str:
     """A gateway queue of 7 events in 3 records (one a batch of 5), acked up to record 1."""
-    topic = Topics(namespace).gateway("site2")
+    topics = Topics(namespace)
+    topic = topics.gateway("site2")
     admin = kafka_admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(timeout=15)
@@ -209,7 +210,9 @@ def _gateway_queue(bootstrap: str, namespace: str) -> str:
     for value in [events[0], events[1], *encode_batches(events[2:])]:
         producer.produce(topic, value, partition=0)
     assert producer.flush(10) == 0
-    acker = kafka_consumer({"bootstrap.servers": bootstrap, "group.id": topic})
+    acker = kafka_consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topics.sender_group("site2")}
+    )
     acker.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
     acker.close()
     return topic

@@ -16,7 +16,7 @@ from regionbus.schemas.errors import (
     error_from_wire,
 )
 from regionbus.schemas.interest_regex import compile_interest_regex
-from regionbus.schemas.naming import Topics, bucket_of, check_name, region_bucket
+from regionbus.schemas.naming import QueueTopic, Topics, bucket_of, check_name, region_bucket
 from regionbus.schemas.serializers import (
     AvroSerializer,
     BytesSerializer,
@@ -52,6 +52,34 @@ def test_topic_names() -> None:
     assert topics.dead_letter == "geode.site1.dead-letter"
     assert topics.gateway("ny") == "geode.site1.gw.ny"
     assert topics.async_event_queue("db") == "geode.site1.aeq.db"
+
+
+def test_a_queue_topic_parses_back_into_its_kind_id_and_the_group_its_reader_acks_in() -> None:
+    topics = Topics("geode.site1")
+    assert topics.parse_queue(topics.queue("c.1")) == QueueTopic(
+        "queue", "c.1", topics.client_group("c.1")
+    )
+    assert topics.parse_queue(topics.gateway("to-ny")) == QueueTopic(
+        "gateway", "to-ny", topics.sender_group("to-ny")
+    )
+    assert topics.parse_queue(topics.async_event_queue("db")) == QueueTopic(
+        "async-event-queue", "db", topics.dispatcher_group("db")
+    )
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "geode.site1.reply.c-1",
+        "geode.site1.gwr.receiver",
+        "geode.site1.events",
+        "geode.site2.queue.c-1",
+        "geode.site1.queue.",
+        "geode.site1.gw." + "x" * 200,
+    ],
+)
+def test_a_topic_that_is_no_queue_of_the_namespace_does_not_parse(topic: str) -> None:
+    assert Topics("geode.site1").parse_queue(topic) is None
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "slash/no", "x" * 200, "ümlaut"])

@@ -1,0 +1,308 @@
+"""Every command line of the README's shell blocks, as written.
+
+Each fenced ``bash`` block of README.md is read line by line. Every command line must be
+known here: run for real (against the session's Kafka and Redis, configured the way the
+README says users configure it, by ``REGIONBUS_*`` variables), or, when it runs for
+minutes or needs what a test cannot start (the whole suite, a year of flights, a Docker
+engine), checked as far as a test can and named with what runs it in full. A command line
+added to the README that this file does not know fails the first test.
+
+The ``regionbus stack`` command line and the client snippet run in
+``test_readme_snippet.py``; the install lines' wheel in ``test_wheel.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import string
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from readme_commands import REPOSITORY, readme_text
+from support import wait_until
+
+from regionbus.broker.cli import main as regionbus_cli
+from regionbus.broker.config import ServerSettings
+
+_BLOCK = re.compile(r"^[ \t]*```bash\n(.*?)^[ \t]*```$", re.MULTILINE | re.DOTALL)
+_PROGRAM_TIMEOUT_S = 120.0
+
+
+def _readme_command_lines() -> list[str]:
+    """Every command line of the README's ``bash`` blocks, comments and continuations
+    removed, in order."""
+    return [line for block in _BLOCK.findall(readme_text()) for line in _command_lines(block)]
+
+
+def _command_lines(block: str) -> list[str]:
+    lines: list[str] = []
+    pending = ""
+    for raw in block.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(_without_comment(pending + line))
+        pending = ""
+    return lines
+
+
+def _without_comment(line: str) -> str:
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    return shlex.join(list(lexer)).replace("'&'", "&").replace("';'", ";")
+
+
+def _argv(line: str) -> list[str]:
+    return [word for word in shlex.split(line, comments=True) if word != "&"]
+
+
+def _env_prefix(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    env: dict[str, str] = {}
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):
+        name, _, value = argv[0].partition("=")
+        env[name] = value
+        argv = argv[1:]
+    return env, argv
+
+
+def _regionbus_args(line: str) -> list[str] | None:
+    """The arguments after ``regionbus`` of a line that runs the CLI, else None."""
+    _, argv = _env_prefix(_argv(line))
+    if argv[:1] == ["taskset"]:
+        argv = argv[3:]
+    if argv and argv[0] in ("regionbus", ".venv/bin/regionbus"):
+        return argv[1:]
+    return None
+
+
+# What runs each kind of line in full, when this file only checks it.
+_ELSEWHERE: dict[str, Callable[[str], bool]] = {
+    # CI (.ci/run) runs ./scripts/test.sh; the demo's checks run in test_flights_demo.py
+    # and test_demo_progress.py (a year of flights takes 8 minutes).
+    "scripts": lambda line: _argv(line)[0] in ("./scripts/demo.sh", "./scripts/test.sh"),
+    # scripts/compose-check.sh brings every profile up on a Docker engine.
+    "compose": lambda line: _argv(line)[:2] == ["docker", "compose"],
+    # test_wheel.py builds the wheel and installs it without extras.
+    "pip": lambda line: _argv(line)[:2] == ["pip", "install"],
+    # the loaded-machine recipe around the demo (busy loops, then kill them)
+    "busy loops": lambda line: line.startswith(("for i in", "kill %")),
+    # settings given as variables: test_the_variable_lines_are_settings_a_server_reads
+    "variables": lambda line: _env_prefix(_argv(line))[1] == [],
+    # variables for the lines after it (test_the_user_lines_run_as_written)
+    "export": lambda line: _argv(line)[0] == "export",
+}
+
+
+def test_every_readme_command_line_is_run_or_checked_here() -> None:
+    lines = _readme_command_lines()
+    assert len(lines) >= 20, lines
+    unknown = [
+        line
+        for line in lines
+        if _regionbus_args(line) is None and not any(f(line) for f in _ELSEWHERE.values())
+    ]
+    assert unknown == [], "README command lines no test knows"
+
+
+def test_the_variable_lines_are_settings_a_server_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block of ``REGIONBUS_*=...`` lines configures a cache server as it says."""
+    assigned: dict[str, str] = {}
+    for line in _readme_command_lines():
+        env, rest = _env_prefix(_argv(line))
+        if not rest and not line.startswith("export "):
+            assigned.update(env)
+    assert "REGIONBUS_GATEWAY_SENDERS" in assigned
+    for name, value in assigned.items():
+        monkeypatch.setenv(name, value)
+    settings = ServerSettings()
+    assert settings.distributed_system_id == 1
+    assert set(settings.gateway_senders) == {"to-ny"}
+    assert settings.region_gateway_senders == {"flights": ["to-ny"]}
+    assert set(settings.async_event_queues) == {"db"}
+
+
+def _placeholder_files(args: list[str], folder: Path) -> None:
+    """Create the files a command line names as inputs, so parsing checks what it can."""
+    for option in ("--config", "--input"):
+        if option in args:
+            (folder / args[args.index(option) + 1]).touch()
+
+
+def test_every_readme_regionbus_command_line_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ``regionbus`` line names commands and options the CLI has."""
+    monkeypatch.chdir(tmp_path)
+    checked = 0
+    for line in _readme_command_lines():
+        args = _regionbus_args(line)
+        if args is None:
+            continue
+        _placeholder_files(args, tmp_path)
+        # --help is eager: it answers once every command and option before it is found,
+        # and an unknown command or option fails first.
+        ran = CliRunner().invoke(
+            regionbus_cli, [*args, "--help"], prog_name="regionbus", catch_exceptions=False
+        )
+        assert ran.exit_code == 0, f"{line}: {ran.output}"
+        assert "Usage: regionbus" in ran.output
+        checked += 1
+    assert checked >= 12
+
+
+def test_the_readme_scripts_exist_and_the_test_script_is_what_ci_runs() -> None:
+    for line in _readme_command_lines():
+        program = _argv(line)[0]
+        if program.startswith("./scripts/"):
+            path = REPOSITORY / program
+            assert path.is_file() and os.access(path, os.X_OK), program
+    assert "scripts/test.sh" in (REPOSITORY / ".ci" / "run").read_text()
+
+
+def test_the_readme_install_lines_name_extras_pyproject_defines() -> None:
+    extras = set(
+        tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"
+        ]
+    )
+    for line in _readme_command_lines():
+        argv = _argv(line)
+        if argv[:2] == ["pip", "install"]:
+            found = re.fullmatch(r"\.(?:\[(\w+)\])?", argv[2])
+            assert found is not None, line
+            assert found[1] is None or found[1] in extras, line
+
+
+def _block_with(fragment: str) -> list[str]:
+    """The command lines of the README's ``bash`` block that holds ``fragment``."""
+    blocks = [b for b in _BLOCK.findall(readme_text()) if fragment in b]
+    assert len(blocks) == 1, f"{len(blocks)} bash blocks hold {fragment!r}"
+    return _command_lines(blocks[0])
+
+
+@pytest.fixture
+def readme_env(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> dict[str, str]:
+    """The environment a user exports after ``regionbus stack``: the session's stack, this
+    test's namespace."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGIONBUS_")}
+    env.update(
+        COLUMNS="200",  # a terminal wide enough for config show's table
+        REGIONBUS_NAMESPACE=namespace,
+        REGIONBUS_KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap_servers,
+        REGIONBUS_REDIS_URL=redis_url,
+    )
+    return env
+
+
+def _run(line: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    prefix, argv = _env_prefix(_argv(line))
+    assert argv[0] == "regionbus", line
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "regionbus"), *argv[1:]],
+        capture_output=True,
+        text=True,
+        env={**env, **prefix},
+        cwd=cwd,
+        timeout=_PROGRAM_TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_the_configuration_lines_run_as_written(readme_env: dict[str, str], tmp_path: Path) -> None:
+    """``config show`` with the README's own ``site.toml`` and ``--for gateway_sender``."""
+    text = readme_text()
+    toml = re.search(r"```toml\n(.*?)```", text, re.DOTALL)
+    assert toml is not None
+    (tmp_path / "site.toml").write_text(re.sub(r"(?m)^ {2}", "", toml.group(1)))
+    lines = _block_with("regionbus --config site.toml config show")
+    assert len(lines) == 2
+    # the file's namespace shows only where the environment does not set one
+    env = {k: v for k, v in readme_env.items() if k != "REGIONBUS_NAMESPACE"}
+    shown = _run(lines[0], env, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"namespace\s+│\s+site-a\s+│\s+file", shown.stdout), shown.stdout
+    as_json = _run(lines[1], env, tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.stdout.lstrip().startswith("{")
+
+
+def test_the_user_lines_run_as_written(readme_env: dict[str, str], tmp_path: Path) -> None:
+    lines = _block_with("regionbus user add admin")
+    assert _argv(lines[0])[:3] == ["regionbus", "user", "add"]
+    env = {
+        **readme_env,
+        "ADMIN_SECRET": "an-admin-secret-of-some-length",
+        "DESK_SECRET": "a-desk-secret-of-some-length",
+    }
+    outputs = []
+    for line in lines:
+        if line.startswith("export "):
+            # the shell expands "$ADMIN_SECRET" before export sees it
+            assigned, _ = _env_prefix(_argv(line)[1:])
+            env.update({k: string.Template(v).substitute(env) for k, v in assigned.items()})
+            continue
+        ran = _run(line, env, tmp_path)
+        assert ran.returncode == 0, f"{line}: {ran.stderr}"
+        outputs.append(ran.stdout)
+    assert env["REGIONBUS_SECURITY_SECRET"] == env["ADMIN_SECRET"]
+    listed = outputs[3]
+    assert "admin\tCLUSTER:MANAGE" in listed and "loader\t" in listed
+    assert "loader" not in subprocess.run(
+        [str(Path(sys.executable).parent / "regionbus"), "user", "list"],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout
+
+
+@pytest.fixture
+def started_servers(readme_env: dict[str, str], tmp_path: Path) -> Iterator[list[str]]:
+    """The two ``serve`` lines of "High availability", started as written (in the
+    background); yields the status lines, then stops the servers."""
+    lines = _block_with("regionbus status --json")
+    serving = [line for line in lines if line.rstrip().endswith("&")]
+    assert len(serving) == 2
+    servers = []
+    for line in serving:
+        prefix, argv = _env_prefix(_argv(line))
+        servers.append(
+            subprocess.Popen(
+                [str(Path(sys.executable).parent / "regionbus"), *argv[1:]],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**readme_env, **prefix},
+                cwd=tmp_path,
+            )
+        )
+    try:
+        yield [line for line in lines if line not in serving]
+    finally:
+        for server in servers:
+            server.send_signal(signal.SIGTERM)
+        for server in servers:
+            server.wait(timeout=60)
+
+
+def test_the_high_availability_lines_run_as_written(
+    started_servers: list[str], readme_env: dict[str, str], tmp_path: Path
+) -> None:
+    status, as_json = started_servers
+
+    def two_members_with_secondaries() -> bool:
+        ran = _run(as_json, readme_env, tmp_path)
+        return ran.returncode == 0 and ran.stdout.count('"member_id"') >= 2
+
+    wait_until(two_members_with_secondaries, 120, "two members in regionbus status --json")
+    shown = _run(status, readme_env, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "primary" in shown.stdout.lower(), shown.stdout
