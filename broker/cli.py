@@ -472,9 +472,7 @@ def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
     needs = f"needs the {extra} extra: pip install 'regionbus[{extra}]'"
 
     def refuse(**_: Any) -> None:
-        raise click.ClickException(
-            f"'{name}' {needs} ({', '.join(missing)} not installed)"
-        )
+        raise click.ClickException(f"'{name}' {needs} ({', '.join(missing)} not installed)")
 
     return click.Command(
         name,
@@ -512,11 +510,13 @@ def demo() -> None:
         "analytics": "regionbus.spark.cli:analytics_command",
         "delays": "regionbus.spark.cli:delays_command",
         "bulk-load": "regionbus.spark.cli:bulk_load_command",
+        "cluster": "regionbus.spark.cli:cluster_command",
     },
     extra=("spark", ("pyspark",)),
 )
 def spark_group() -> None:
-    """Spark jobs over the topics: queue analytics, flights delays, bulk load."""
+    """Spark jobs over the topics: queue analytics, flights delays, bulk load; and a Spark
+    standalone cluster on loopback to run them on."""
 
 
 main.add_command(user)

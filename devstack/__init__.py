@@ -7,6 +7,7 @@ from regionbus.devstack.process import LOOPBACK_HOST, ChildService, free_port
 from regionbus.devstack.redis_cluster import EmbeddedRedisCluster
 from regionbus.devstack.redis_secured import SecuredEmbeddedRedis
 from regionbus.devstack.redis_server import EmbeddedRedis
+from regionbus.devstack.spark_cluster import EmbeddedSparkCluster
 from regionbus.devstack.tls import TlsFiles
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "EmbeddedKafka",
     "EmbeddedRedis",
     "EmbeddedRedisCluster",
+    "EmbeddedSparkCluster",
     "KafkaCluster",
     "KafkaNode",
     "LocalStack",

@@ -51,7 +51,7 @@ REDIS_MODES = ("single", "cluster")
 """What the region store runs on: one Redis, or a Redis Cluster of 3 masters and 3
 replicas. Tests marked ``redis_modes`` run on both; every other test on one Redis."""
 
-CLUSTER_ENV_VAR = "REGIONBUS_TEST_REDIS_CLUSTER_URL"
+CLUSTER_ENV_VAR = "TEST_REDIS_CLUSTER_URL"
 """A running Redis Cluster for the ``cluster`` mode (any node's URL); unset starts one."""
 
 
@@ -92,7 +92,7 @@ def redis_mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[str]:
     """URL of the session's Redis Cluster (3 masters, 3 replicas, append-only files on),
-    started on first use, or the one named by ``REGIONBUS_TEST_REDIS_CLUSTER_URL``."""
+    started on first use, or the one named by ``TEST_REDIS_CLUSTER_URL``."""
     from_env = os.environ.get(CLUSTER_ENV_VAR, "").strip()
     if from_env:
         yield from_env

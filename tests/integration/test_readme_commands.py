@@ -259,10 +259,16 @@ def test_the_user_lines_run_as_written(readme_env: dict[str, str], tmp_path: Pat
     assert env["REGIONBUS_SECURITY_SECRET"] == env["ADMIN_SECRET"]
     listed = outputs[3]
     assert "admin\tCLUSTER:MANAGE" in listed and "loader\t" in listed
-    assert "loader" not in subprocess.run(
-        [str(Path(sys.executable).parent / "regionbus"), "user", "list"],
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout
+    assert (
+        "loader"
+        not in subprocess.run(
+            [str(Path(sys.executable).parent / "regionbus"), "user", "list"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout
+    )
 
 
 @pytest.fixture

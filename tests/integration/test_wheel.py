@@ -65,8 +65,15 @@ def bare_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     home = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     installed = subprocess.run(
-        [str(home / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", str(wheel)],
+        [
+            str(home / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=_INSTALL_TIMEOUT_S,
@@ -163,8 +170,16 @@ def test_the_bare_wheel_serves_two_clients_on_the_embedded_stack(
 ) -> None:
     server = subprocess.Popen(
         [
-            str(bare_venv / "regionbus"), "serve", "--namespace", namespace,
-            "--kafka", kafka_bootstrap_servers, "--redis", redis_url, "--region", "r",
+            str(bare_venv / "regionbus"),
+            "serve",
+            "--namespace",
+            namespace,
+            "--kafka",
+            kafka_bootstrap_servers,
+            "--redis",
+            redis_url,
+            "--region",
+            "r",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
