@@ -18,7 +18,6 @@ import base64
 import json
 import logging
 import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,7 @@ from regionbus.devstack.process import (
     ServiceNotReadyError,
     free_port,
     port_free,
+    run_tool,
 )
 from regionbus.devstack.tls import TlsFiles
 from regionbus.schemas.errors import StackError
@@ -327,23 +327,12 @@ class KafkaNode(ChildService):
                 f"{SCRAM_MECHANISM}=[name={self.security.admin_user},"
                 f"password={self.security.admin_password}]",
             ]
-        try:
-            result = subprocess.run(
-                command,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=_STORAGE_FORMAT_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise StackError(f"formatting Kafka storage in {self.data_dir} failed: {exc}") from exc
-        if result.returncode != 0:
-            raise StackError(
-                f"formatting Kafka storage in {self.data_dir} failed "
-                f"(status {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}"
-            )
+        run_tool(
+            command,
+            f"formatting Kafka storage in {self.data_dir}",
+            _STORAGE_FORMAT_TIMEOUT_S,
+            cwd=self.work_dir,
+        )
 
     def _command(self, port: int) -> list[str]:
         return self._java_command("kafka.Kafka", str(self.work_dir / "server.properties"))

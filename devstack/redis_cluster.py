@@ -10,7 +10,6 @@ back on its port with its ``nodes.conf``, and the nodes find each other again.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Final, Self
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from regionbus.devstack.process import LOOPBACK_HOST, ServiceNotReadyError
+from regionbus.devstack.process import LOOPBACK_HOST, ServiceNotReadyError, run_tool
 from regionbus.devstack.redis_server import EmbeddedRedis
 from regionbus.schemas.errors import StackError
 
@@ -158,21 +157,7 @@ class EmbeddedRedisCluster:
             str(self.replicas),
             "--cluster-yes",
         ]
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=_CREATE_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise StackError(f"redis-cli --cluster create failed: {exc}") from exc
-        if done.returncode != 0:
-            raise StackError(
-                f"redis-cli --cluster create exited with {done.returncode}:\n"
-                f"{(done.stdout + done.stderr)[-2000:]}"
-            )
+        run_tool(command, "redis-cli --cluster create", _CREATE_TIMEOUT_S)
 
     @staticmethod
     def _info(node: EmbeddedRedis) -> dict[str, str]:
