@@ -14,6 +14,8 @@ per batch, the replicas' work), not the speed-up of spreading the slots over mac
 from __future__ import annotations
 
 import secrets
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +28,20 @@ from bench.report import Latency, Throughput
 from bench.server import ServerProcess
 from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow
+from regionbus.broker.store import RegionStore
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 from regionbus.devstack import EmbeddedRedisCluster, LocalStack
+from regionbus.runtime.redis_connect import connect_redis_url
+from regionbus.runtime.redis_replication import ReplicaWait
+from regionbus.schemas.eventid import EventID
+from regionbus.schemas.messages import OperationKind
+from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS, bucket_of
+
+STORE_BATCHES = 1_000
+"""Batches the store round-trip phase applies, each timed."""
+
+STORE_BATCH_PUTS = 10
+"""Puts per batch in the store round-trip phase (a small poll batch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +53,62 @@ class ClusterFigures:
         latency: (d) phase (b) on the cluster, without waiting.
         throughput_wait: (e) phase (a) with ``redis_wait_replicas=1``.
         latency_wait: (e) phase (b) with ``redis_wait_replicas=1``.
+        apply_ms: (f) one batch applied by the region store (one pipelined round trip),
+            p50 and p99 in ms: ``{"one Redis" | "Redis Cluster" | "Redis Cluster + WAIT 1":
+            (p50, p99)}``.
     """
 
     throughput: Throughput
     latency: Latency
     throughput_wait: Throughput
     latency_wait: Latency
+    apply_ms: dict[str, tuple[float, float]]
+
+
+def store_round_trips(url: str, wait_replicas: int) -> tuple[float, float]:
+    """(f) Apply :data:`STORE_BATCHES` batches of :data:`STORE_BATCH_PUTS` puts of 16 buckets
+    through the region store, as a server does per poll batch, and time each.
+
+    Returns:
+        p50 and p99 of one batch, ms.
+    """
+    client = connect_redis_url(url)
+    try:
+        store = RegionStore(
+            client,
+            f"bench.{secrets.token_hex(3)}",
+            DEFAULT_TOTAL_BUCKETS,
+            ReplicaWait(client, wait_replicas, 1_000),
+        )
+        store.create_region(REGION)
+        took_ms = []
+        sequence = 0
+        for n in range(STORE_BATCHES):
+            batch = []
+            for i in range(STORE_BATCH_PUTS):
+                key = f"k{(n * STORE_BATCH_PUTS + i) % 10_000}"
+                bucket = bucket_of(REGION, key, DEFAULT_TOTAL_BUCKETS)
+                sequence += 1
+                batch.append(
+                    store.entry_args(
+                        OperationKind.PUT,
+                        REGION,
+                        key,
+                        b"v" * 200,
+                        "bytes",
+                        EventID("bench", 1, sequence, bucket),
+                        bucket,
+                        sequence,
+                        False,
+                    )
+                )
+            began = time.perf_counter()
+            store.run_batch(batch)
+            took_ms.append((time.perf_counter() - began) * 1000)
+    finally:
+        client.close()
+    cuts = statistics.quantiles(took_ms, n=100)
+    return cuts[49], cuts[98]
 
 
 def run_on_redis_cluster(
@@ -57,7 +121,12 @@ def run_on_redis_cluster(
         StackError: the Redis Cluster could not be started.
     """
     figures: dict[int, tuple[Latency, Throughput]] = {}
+    progress.phase(console, f"(f) region store: {STORE_BATCHES:,} batches on one Redis ...")
+    apply_ms = {"one Redis": store_round_trips(local.redis_url, 0)}
     with EmbeddedRedisCluster() as cluster:
+        progress.phase(console, f"(f) region store: {STORE_BATCHES:,} batches on the cluster ...")
+        apply_ms["Redis Cluster"] = store_round_trips(cluster.url, 0)
+        apply_ms["Redis Cluster + WAIT 1"] = store_round_trips(cluster.url, 1)
         redis_pids = [node.pid for node in cluster.nodes if node.pid is not None]
         for wait in (0, 1):
             label = "(e) Redis Cluster with WAIT 1" if wait else "(d) Redis Cluster"
@@ -99,6 +168,7 @@ def run_on_redis_cluster(
         latency=figures[0][0],
         throughput_wait=figures[1][1],
         latency_wait=figures[1][0],
+        apply_ms=apply_ms,
     )
 
 
@@ -122,6 +192,13 @@ def print_cluster(
     latencies = (single_latency, cluster.latency, cluster.latency_wait)
     table.add_row("put→listener p50 (ms)", *(f"{lat.p50_ms:.1f}" for lat in latencies))
     table.add_row("put→listener p99 (ms)", *(f"{lat.p99_ms:.1f}" for lat in latencies))
+    applies = list(cluster.apply_ms.values())
+    table.add_row(
+        f"store: batch of {STORE_BATCH_PUTS} puts p50 (ms)", *(f"{a[0]:.2f}" for a in applies)
+    )
+    table.add_row(
+        f"store: batch of {STORE_BATCH_PUTS} puts p99 (ms)", *(f"{a[1]:.2f}" for a in applies)
+    )
     console.print(table)
 
 
