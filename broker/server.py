@@ -245,8 +245,11 @@ class CacheServer(BackgroundWorker):
         loaded = self.registry.load(lifecycle.reload())
         consumer.assign([])
         self.election.join()
-        self._elect()
+        # Renewing from before the first election: taking over every bucket (assigning its
+        # partitions from their committed offsets) can take longer than a lease lives on a
+        # loaded machine, and the leases taken first would lapse before any renewal.
         self.spawn(lambda: self.election.keep_leases(self.stopping), "leases")
+        self._elect()
         log.info(
             "cache server %s serving %s: primary of %d of %d buckets, %d clients, %d registrations",
             s.member_id,
