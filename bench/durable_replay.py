@@ -59,6 +59,7 @@ from regionbus.schemas.errors import BulkOperationError, MessageDecodeError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.messages import Event
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.transport import assign_from, poll_batch
 
 log = logging.getLogger("regionbus.bench")
@@ -274,7 +275,7 @@ def _raw_consume(kafka: str, topic: str, expected_events: int) -> tuple[int, int
             # poll_batch, not consume(n, timeout) alone: that waits for n messages or the
             # whole timeout, which added 0.5 s to a queue of fewer than n messages.
             for message in poll_batch(consumer, _RAW_BATCH_MESSAGES, 0.5):
-                if message.error() is not None:
+                if isinstance(message, UnreadableRecords) or message.error() is not None:
                     continue
                 messages += 1
                 try:

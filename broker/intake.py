@@ -12,6 +12,8 @@ it still run. The server's loop (:mod:`regionbus.broker.server`) decides which m
 
 from __future__ import annotations
 
+from typing import Final, NamedTuple
+
 from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.admission import Admission
@@ -33,6 +35,21 @@ from regionbus.schemas.errors import (
 )
 from regionbus.schemas.messages import Control, Operation
 from regionbus.schemas.naming import Topics, check_name
+
+ITEMS_HEADER: Final = "rb.items"
+"""Of a dead letter that is a whole batch: the indexes of the items set aside in it."""
+
+_REASONS_SHOWN: Final = 3
+_ITEMS_HEADER_MAX_CHARS: Final = 1000
+
+
+class _Rejected(NamedTuple):
+    """An item of a message dead-lettered without a reply."""
+
+    position: int
+    raw: bytes
+    reason: str
+    category: str
 
 
 class OperationIntake:
@@ -83,21 +100,52 @@ class OperationIntake:
             principal = self._admission.authenticate(message, source)
             if principal is None:
                 return
+        value = message.value()
         try:
-            items = split_batch(message.value())
+            items = split_batch(value)
         except MessageDecodeError as exc:
-            self._outbox.dead_letter(message.value(), source, str(exc), category="undecodable")
+            self._outbox.dead_letter(value, source, str(exc), category="undecodable")
             return
-        for raw in items:
+        rejected: list[_Rejected] = []
+        for index, raw in enumerate(items):
             try:
-                self._one(raw, source, principal)
+                reason = self._one(raw, source, principal)
             except Exception as exc:
                 # One bad item of a batch must not take the items after it along.
                 if is_infrastructure_error(exc):
                     raise
                 set_aside(self._outbox, raw, source, exc)
+                continue
+            if reason is not None:
+                rejected.append(_Rejected(index, raw, *reason))
+        if rejected:
+            self._dead_letter_rejected(value, len(items), rejected, source)
 
-    def _one(self, raw: bytes, source: Source, principal: Principal | None) -> None:
+    def _dead_letter_rejected(
+        self, value: bytes | None, items: int, rejected: list[_Rejected], source: Source
+    ) -> None:
+        """Dead-letter the items of one message that no sender can be told about: one item
+        alone, several as the whole message once (a batch of garbage costs one dead letter,
+        not one per item), naming the items in ``rb.items``."""
+        first = rejected[0]
+        if len(rejected) == 1:
+            self._outbox.dead_letter(first.raw, source, first.reason, category=first.category)
+            return
+        shown = "; ".join(f"item {r.position}: {r.reason}" for r in rejected[:_REASONS_SHOWN])
+        indexes = ",".join(str(r.position) for r in rejected)
+        self._outbox.dead_letter(
+            value,
+            source,
+            f"{len(rejected)} of {items} items set aside: {shown}",
+            [(ITEMS_HEADER, indexes[:_ITEMS_HEADER_MAX_CHARS].encode())],
+            category=first.category,
+        )
+
+    def _one(
+        self, raw: bytes, source: Source, principal: Principal | None
+    ) -> tuple[str, str] | None:
+        """Process one item; ``(reason, category)`` when it is to be dead-lettered and no
+        one told (undecodable, a client id no topic can hold, the wrong record type)."""
         outbox = self._outbox
         try:
             decoded = decode(raw)
@@ -106,22 +154,18 @@ class OperationIntake:
                 # name can hold would fail the reply after the apply, killing the loop.
                 check_name("client id", decoded.client_id)
         except MessageDecodeError as exc:
-            outbox.dead_letter(raw, source, str(exc), category="undecodable")
-            return
+            return str(exc), "undecodable"
         except ConfigurationError as exc:
-            outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
-            return
+            return str(exc), "invalid_operation"
         admission = self._admission
         if admission and principal and not admission.authorize(decoded, raw, source, principal):
-            return
+            return None
         expected = Control if source.topic == self._topics.control else Operation
         if not isinstance(decoded, expected):
-            reason = f"expected {expected.__name__}, got {type(decoded).__name__}"
-            outbox.dead_letter(raw, source, reason, category="unexpected_type")
-            return
+            return f"expected {expected.__name__}, got {type(decoded).__name__}", "unexpected_type"
         if isinstance(decoded, Control):
             self._lifecycle.control(decoded)
-            return
+            return None
         op = decoded
         assert isinstance(op, Operation)
         bucket, offset = source.partition, source.offset
@@ -132,13 +176,14 @@ class OperationIntake:
             self._entries.apply()
             outbox.dead_letter(raw, source, str(exc), category="invalid_operation")
             outbox.reply_error(op, bucket, exc)
-            return
+            return None
         try:
             self._handlers.handle(op, bucket, offset)
         except TransportError:
             raise
         except RegionBusError as exc:
             outbox.reply_error(op, bucket, exc)
+        return None
 
 
-__all__ = ["OperationIntake"]
+__all__ = ["ITEMS_HEADER", "OperationIntake"]

@@ -10,9 +10,10 @@ logs in as its own Kafka user, which holds exactly one of these sets:
 - :func:`client_acls`: one client application per client id: write ``{ns}.ops`` and
   ``{ns}.control``, create/read/describe/delete its own ``{ns}.queue.<id>`` and
   ``{ns}.reply.<id>``, and its consumer groups ``{ns}.client.<id>`` and
-  ``{ns}.client.<id>.*``. So a client can neither read another's queue or replies nor
-  write into them; what it may do to regions is then checked by the servers (signed
-  requests and permissions, README "Security").
+  ``{ns}.client-reply.<id>``, each granted by its literal name. So a client can neither
+  read another's queue or replies nor write into them, nor read, commit or delete another's
+  groups; what it may do to regions is then checked by the servers (signed requests and
+  permissions, README "Security").
 - :func:`gateway_sender_acls` (on the sender's own Kafka) and
   :func:`gateway_sender_remote_acls` (on the remote site's Kafka): read its queue
   ``{ns}.gw.<sender>``; create and write the remote receiver's inbound topic and create and
@@ -31,9 +32,13 @@ grants the server and client sets written out in shell;
 integration test runs it with Kafka's own tools. ``regionbus kafka-acls`` prints or grants
 any set.
 
-A namespace's prefix ends with its dot, and a client's group prefix with the client id and
-a dot, so namespace ``a`` does not reach ``ab.*`` and client ``x`` not client ``xy``'s
-groups (namespaces nested by dots, ``geode`` and ``geode.site1``, do overlap: avoid them).
+A client's topics and groups are granted by literal name, never by prefix: client ids may
+hold dots, so a prefix ``{ns}.client.desk.`` would also name the groups of client
+``desk.2``. The names are built so that no client's name is another's
+(`regionbus.schemas.naming.Topics.client_reply_group`). Servers and gateways get prefixes of
+what is theirs alone; a namespace's prefix ends with its dot, so namespace ``a`` does not
+reach ``ab.*`` (namespaces nested by dots, ``geode`` and ``geode.site1``, do overlap: avoid
+them). A Spark bulk load's prefix covers the load ids of one principal by design.
 """
 
 from __future__ import annotations
@@ -164,7 +169,7 @@ def client_acls(namespace: str, client_id: str) -> list[KafkaAcl]:
         ConfigurationError: ``client_id`` is not legal in a topic name.
     """
     topics = Topics(namespace)
-    group = topics.client_group(check_name("client id", client_id))
+    check_name("client id", client_id)
     return [
         *_acls("topic", [topics.ops, topics.control], ["Write", "Describe"]),
         *_acls(
@@ -172,8 +177,11 @@ def client_acls(namespace: str, client_id: str) -> list[KafkaAcl]:
             [topics.queue(client_id), topics.reply(client_id)],
             ["Create", "Read", "Describe", "Delete"],
         ),
-        *_acls("group", [group], ["Read", "Describe", "Delete"]),
-        *_acls("group", [f"{group}."], ["Read", "Describe", "Delete"], "prefixed"),
+        *_acls(
+            "group",
+            [topics.client_group(client_id), topics.client_reply_group(client_id)],
+            ["Read", "Describe", "Delete"],
+        ),
     ]
 
 

@@ -33,6 +33,7 @@ from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.messages import Operation, Reply
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import HeaderList
 
 log = logging.getLogger("regionbus.server")
@@ -49,6 +50,10 @@ TOPIC_GONE: Final = frozenset(
 """Client errors that mean the topic (or its partition) does not exist (any more)."""
 
 _BUFFER_FULL_POLL_S = 0.05
+
+VALUE_DROPPED_HEADER: Final = "rb.value-dropped"
+"""Of a dead letter sent without the record's value (too large for the dead-letter topic):
+the value's size in bytes."""
 
 
 class Outbox:
@@ -188,16 +193,48 @@ class Outbox:
         extra_headers: HeaderList | None = None,
         *,
         category: str,
+        last_offset: int | None = None,
     ) -> None:
         """Set a message the server cannot process aside in ``{ns}.dead-letter``, unchanged,
         with the reason and where it came from in headers; ``category`` (see
-        :class:`ServerStats`) labels the dead-letter metric."""
+        :class:`ServerStats`) labels the dead-letter metric; ``last_offset`` is the last
+        offset of a dead letter that stands for several records."""
         self.stats.dead_lettered(category)
         log.warning(
             "dead-lettered %s[%d]@%d: %s", source.topic, source.partition, source.offset, reason
         )
-        headers = [*dead_letter_headers(reason, source, self.member_id), *(extra_headers or [])]
-        self.produce(self.topics.dead_letter, raw, None, headers=headers)
+        headers = [
+            *dead_letter_headers(reason, source, self.member_id, last_offset),
+            *(extra_headers or []),
+        ]
+        sent = partial(self._dead_letter_sent, headers)
+        self.produce(self.topics.dead_letter, raw, None, on_delivery=sent, headers=headers)
+
+    def _dead_letter_sent(
+        self, headers: HeaderList, error: KafkaError | None, message: KafkaMessage
+    ) -> None:
+        """A dead letter Kafka refused as too large (a dead-letter topic made before its size
+        limit left room for the headers) goes again without its value, whose size it names
+        in ``rb.value-dropped``: the record stays at its source offset, and a refused dead
+        letter counted as a failed delivery would have the record read again for ever."""
+        value = message.value()
+        if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE and value:
+            dropped = (VALUE_DROPPED_HEADER, str(len(value)).encode())
+            log.error("dead letter too large for %s, sent without its value", message.topic())
+            self.produce(self.topics.dead_letter, None, None, headers=[*headers, dropped])
+            return
+        self.on_delivery(error, message)
+
+    def dead_letter_unreadable(self, skipped: UnreadableRecords) -> None:
+        """Dead-letter a record batch the consumer could not read (it has no value to
+        keep): the reason and its offsets, category ``unreadable``."""
+        self.dead_letter(
+            None,
+            skipped.source,
+            skipped.describe(),
+            category="unreadable",
+            last_offset=skipped.last_offset,
+        )
 
     # --- gathered per poll batch -------------------------------------------------------
 
@@ -292,4 +329,4 @@ class Outbox:
         return self.producer.flush(timeout_s)
 
 
-__all__ = ["TOPIC_GONE", "DeliveryReport", "Outbox"]
+__all__ = ["TOPIC_GONE", "VALUE_DROPPED_HEADER", "DeliveryReport", "Outbox"]

@@ -21,13 +21,13 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.buckets import BucketElection
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.transport import assign_from, committed_offsets
 
 log = logging.getLogger("regionbus.server")
@@ -133,7 +133,7 @@ class BucketOwnership:
         for bucket in self.election.take_lost():
             self.drop(bucket)
 
-    def read_again(self, messages: Iterable[KafkaMessage]) -> None:
+    def read_again(self, messages: Iterable[Polled]) -> None:
         """Have the consumer deliver these messages (polled, not processed) again: the loop
         stopped its tick early to do its other work. Messages of buckets no longer held
         are left to the bucket's new primary.
@@ -143,8 +143,16 @@ class BucketOwnership:
         """
         first: dict[tuple[str, int], int] = {}
         for message in messages:
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            if topic is None or partition is None or offset is None or message.error():
+            topic: str | None
+            partition: int | None
+            offset: int | None
+            if isinstance(message, UnreadableRecords):
+                topic, partition, offset = message.topic, message.partition, message.first_offset
+            elif message.error():
+                continue
+            else:
+                topic, partition, offset = message.topic(), message.partition(), message.offset()
+            if topic is None or partition is None or offset is None:
                 continue
             if self.bucket_of(topic, partition) in self.owned:
                 where = (topic, partition)

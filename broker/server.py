@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.admission import Admission
@@ -72,6 +71,7 @@ from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import REAPER_ROLE, Topics
+from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.topics import acked_queue_spec, server_topic_specs
 from regionbus.schemas.transport import poll_batch
 
@@ -491,7 +491,7 @@ class CacheServer(BackgroundWorker):
 
     # --- intake ------------------------------------------------------------------------
 
-    def _process(self, messages: Sequence[KafkaMessage]) -> None:
+    def _process(self, messages: Sequence[Polled]) -> None:
         """Process polled messages for at most a quarter of the lease TTL: the rest are read
         again at the next tick, so the loop's other duties (the election, commits, clients'
         liveness) keep their pace however slow the work is. What is produced is sent at the
@@ -511,6 +511,11 @@ class CacheServer(BackgroundWorker):
                 parts.entries.apply()
                 parts.outbox.send()
                 send_at = time.monotonic() + SEND_EVERY_S
+            if isinstance(message, UnreadableRecords):
+                # Dead-lettered once and committed past, as any record it cannot decode.
+                if parts.ownership.consumed(message.topic, message.partition, message.last_offset):
+                    parts.outbox.dead_letter_unreadable(message)
+                continue
             error = message.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
@@ -532,7 +537,7 @@ class CacheServer(BackgroundWorker):
         parts.entries.apply()
         parts.outbox.send()
 
-    def _read_again(self, parts: _Parts, messages: Sequence[KafkaMessage]) -> None:
+    def _read_again(self, parts: _Parts, messages: Sequence[Polled]) -> None:
         try:
             parts.ownership.read_again(messages)
         except KafkaException as exc:

@@ -36,8 +36,9 @@ class ServerStats:
         events_routed_by_client: ``{client id: count}`` of ``events_routed``, for the
             clients this server still knows (a forgotten client's count goes with it).
         dead_letters_by_category: ``{category: count}`` of ``dead_letters``: ``undecodable``,
-            ``unexpected_type``, ``invalid_operation``, ``refused`` (security) or
-            ``processing_failed`` (its handling raised an unexpected error).
+            ``unexpected_type``, ``invalid_operation``, ``refused`` (security),
+            ``processing_failed`` (its handling raised an unexpected error) or
+            ``unreadable`` (a record batch Kafka's client could not fetch or decompress).
     """
 
     operations_applied: int = 0

@@ -31,9 +31,8 @@ from regionbus.clients.client_topics import ClientTopicAdmin
 from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
-from regionbus.schemas.codec import decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.codec import decode_items, encode, encode_batches
 from regionbus.schemas.errors import (
-    MessageDecodeError,
     RegionBusError,
     ServerTimeoutError,
     TransportError,
@@ -44,6 +43,7 @@ from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import Signer
 from regionbus.schemas.transport import (
     kafka_error,
@@ -502,25 +502,22 @@ class Pool:
             self._producer.poll(0)
             self._fail_undelivered()
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    self.undecodable_replies += 1
+                    log.warning("reply topic: %s", message.describe())
+                    continue
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                         self._reply_topic_refused(error)
                     continue
                 unsigned = self.server_replies.problem(message)
-                try:
-                    items = split_batch(message.value())
-                except MessageDecodeError as exc:
-                    self.undecodable_replies += 1
-                    log.warning("undecodable reply batch dropped: %s", exc)
-                    continue
-                for raw in items:
-                    try:
-                        reply = decode_as(raw, Reply)
-                    except MessageDecodeError as exc:
-                        self.undecodable_replies += 1
-                        log.warning("undecodable reply dropped: %s", exc)
-                        continue
+                replies, refused = decode_items(message.value(), Reply)
+                if refused:
+                    # One line per Kafka message, however many of its items are bad.
+                    self.undecodable_replies += len(refused)
+                    log.warning("%d replies undecodable, dropped: %s", len(refused), refused[0])
+                for reply in replies:
                     # A server refusing a request it could not authenticate cannot sign for
                     # a key it does not trust; such a refusal only fails the request.
                     if unsigned is not None and reply.error_type != "AuthenticationError":

@@ -21,7 +21,6 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka import Message as KafkaMessage
 
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -32,6 +31,7 @@ from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.signing import Signer
 from regionbus.schemas.transport import (
     assign_from,
@@ -175,7 +175,7 @@ class SubscriptionQueue:
         self._acked = committed.offset
         self._position = committed.offset
         # Messages count_pending read before the thread started, delivered first.
-        self._prefetched: list[KafkaMessage] = []
+        self._prefetched: list[Polled] = []
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"queue-{client_id}", daemon=True)
@@ -237,6 +237,11 @@ class SubscriptionQueue:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    offset = message.next_offset
+                    if resume_at is None:
+                        self._prefetched.append(message)  # counted and skipped when taken
+                    continue
                 if message.error() is not None:
                     continue
                 offset = (message.offset() or 0) + 1
@@ -282,7 +287,7 @@ class SubscriptionQueue:
         if not self._kafka_outage.ongoing:
             self.ack(asynchronous=False)
 
-    def _take(self, messages: list[KafkaMessage]) -> None:
+    def _take(self, messages: list[Polled]) -> None:
         """Decode, track and deliver one poll's messages, then move the ack position.
 
         Every frame is decoded once. With conflation the whole poll is decoded before the
@@ -304,12 +309,18 @@ class SubscriptionQueue:
         self._position = position
 
     def _decode(
-        self, messages: Iterable[KafkaMessage], position: int
+        self, messages: Iterable[Polled], position: int
     ) -> tuple[list[Event | Marker], int]:
         """The events and markers of ``messages``, and the offset after the last one."""
         decoded: list[Event | Marker] = []
         keep = decoded.append
         for message in messages:
+            if isinstance(message, UnreadableRecords):
+                # No dead-letter rights here (secured clients): counted, logged, acked past.
+                self.stats.undecodable += 1
+                log.warning("subscription queue: %s", message.describe())
+                position = message.next_offset
+                continue
             if message.error() is not None:
                 continue
             position = (message.offset() or 0) + 1
@@ -322,18 +333,28 @@ class SubscriptionQueue:
                 self.stats.undecodable += 1
                 log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
                 continue
+            skipped: list[str] = []
             for raw in items:
                 try:
                     item = decode(raw)
                 except MessageDecodeError as exc:
-                    self.stats.undecodable += 1
-                    log.warning("undecodable message in %s skipped: %s", self._topic, exc)
+                    skipped.append(str(exc))
                     continue
                 if isinstance(item, _QUEUED):
                     keep(item)
                 else:
-                    self.stats.undecodable += 1
-                    log.warning("unexpected %s in %s skipped", type(item).__name__, self._topic)
+                    skipped.append(f"unexpected {type(item).__name__}")
+            if skipped:
+                # One line per Kafka message, however many of its items are bad.
+                self.stats.undecodable += len(skipped)
+                log.warning(
+                    "%d of %d messages in %s@%s skipped, the first: %s",
+                    len(skipped),
+                    len(items),
+                    self._topic,
+                    message.offset(),
+                    skipped[0],
+                )
         return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker], superseded: Container[int]) -> None:

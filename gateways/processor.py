@@ -33,6 +33,7 @@ from regionbus.schemas.errors import MessageDecodeError, RegionBusError, Transpo
 from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
 from regionbus.schemas.messages import Event, EventKind
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways")
@@ -73,8 +74,11 @@ class QueueReader:
         kafka_config: librdkafka settings of the local Kafka (bootstrap servers, security).
         topic: The queue topic.
         group_id: Consumer group holding the committed offsets (the queue's "head").
-        dead_letter: Called with ``(raw, topic, partition, offset, reason)`` for a message
-            that is not an Event; it is then skipped (and removed with the batch).
+        dead_letter: Called with ``(raw, topic, partition, offset, reason, last_offset)``
+            for a message that is not an Event (``last_offset`` None) or a record batch
+            Kafka's client could not read (``raw`` None, ``offset`` its first and
+            ``last_offset`` its last offset); it is then skipped (and removed with the
+            batch).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (the
             worker's settings).
     """
@@ -84,7 +88,7 @@ class QueueReader:
         kafka_config: dict[str, Any],
         topic: str,
         group_id: str,
-        dead_letter: Callable[[bytes | None, str, int, int, str], None],
+        dead_letter: Callable[[bytes | None, str, int, int, str, int | None], None],
         fetch_wait_max_ms: int,
     ) -> None:
         self.topic = topic
@@ -181,6 +185,18 @@ class QueueReader:
             except KafkaException as exc:
                 raise TransportError(f"queue {self.topic}: {exc}") from exc
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    # Removed with the batch, as any record that does not decode.
+                    self._positions[message.partition] = message.next_offset
+                    self._dead_letter(
+                        None,
+                        self.topic,
+                        message.partition,
+                        message.first_offset,
+                        message.describe(),
+                        message.last_offset,
+                    )
+                    continue
                 error = message.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
@@ -193,7 +209,7 @@ class QueueReader:
                 try:
                     event = decode_as(raw, Event)
                 except MessageDecodeError as exc:
-                    self._dead_letter(raw, self.topic, partition, offset, str(exc))
+                    self._dead_letter(raw, self.topic, partition, offset, str(exc), None)
                     continue
                 assert raw is not None  # decode_as refuses None
                 batch.append(QueuedEvent(partition, offset, event, raw))
@@ -492,11 +508,18 @@ class QueueProcessor(BackgroundWorker):
         """Release what a subclass opened."""
 
     def _dead_letter(
-        self, raw: bytes | None, topic: str, partition: int, offset: int, reason: str
+        self,
+        raw: bytes | None,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        last_offset: int | None = None,
     ) -> None:
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
         assert self._local_producer is not None
-        headers = dead_letter_headers(reason, Source(topic, partition, offset), self.member_id)
+        source = Source(topic, partition, offset)
+        headers = dead_letter_headers(reason, source, self.member_id, last_offset)
         self._local_producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._local_producer.flush(10)
 

@@ -69,6 +69,7 @@ from regionbus.schemas.hooks import load_hook
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind, Reply
 from regionbus.schemas.naming import Topics, bucket_of, receiver_client_id
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.topics import ensure_topics, link_topic_spec
 from regionbus.schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
 
@@ -213,6 +214,12 @@ class GatewayReceiver(BackgroundWorker):
                 log.warning("inbound consumer: %s", exc)
                 continue
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    self._dead_letter(
+                        None, message.first_offset, message.describe(), message.last_offset
+                    )
+                    self._pipeline.add(ApplyingBatch(message.last_offset))  # committed in turn
+                    continue
                 error = message.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
@@ -532,12 +539,14 @@ class GatewayReceiver(BackgroundWorker):
             reason,
         )
 
-    def _dead_letter(self, raw: bytes | None, offset: int, reason: str) -> None:
+    def _dead_letter(
+        self, raw: bytes | None, offset: int, reason: str, last_offset: int | None = None
+    ) -> None:
         assert self._producer is not None
         self.stats.dead_letters += 1
         log.warning("dead-lettered %s[0]@%d: %s", self.inbound_topic, offset, reason)
         source = Source(self.inbound_topic, 0, offset)
-        headers = dead_letter_headers(reason, source, self.settings.member_id)
+        headers = dead_letter_headers(reason, source, self.settings.member_id, last_offset)
         self._producer.produce(self.topics.dead_letter, raw, None, headers=headers)
         self._producer.flush(10)
 

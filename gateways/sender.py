@@ -65,6 +65,7 @@ from regionbus.schemas.kafka_clients import (
 )
 from regionbus.schemas.messages import Event
 from regionbus.schemas.naming import Topics, check_name, generated_member_id, sender_role
+from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.settings import KafkaConnectionSettings
 from regionbus.schemas.topics import ensure_topics, link_topic_spec
 from regionbus.schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
@@ -488,6 +489,17 @@ class GatewaySender(QueueProcessor):
                 continue
             last_offset = -1
             for message in messages:
+                if isinstance(message, UnreadableRecords):
+                    self._dead_letter(
+                        None,
+                        self.ack_topic,
+                        0,
+                        message.first_offset,
+                        message.describe(),
+                        message.last_offset,
+                    )
+                    last_offset = max(last_offset, message.last_offset)
+                    continue
                 if message.error() is not None:
                     continue
                 offset = message.offset()
@@ -498,7 +510,7 @@ class GatewaySender(QueueProcessor):
                 except MessageDecodeError as exc:
                     # The ack topic is on the remote Kafka; the dead letter goes to this
                     # site's, where the sender's operators look (as for its queue).
-                    self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc))
+                    self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc), None)
                     continue
                 window.acked(ack)
             self._complete(window)

@@ -44,6 +44,16 @@ TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control:
 BATCH_TYPE: Final = 6
 MAX_BATCH_BYTES: Final = 512 * 1024
 """Largest batch :func:`encode_batches` builds (below Kafka's default 1 MiB message)."""
+MAX_BATCH_ITEMS: Final = 4096
+"""Most framed messages one batch holds: :func:`encode_batches` never builds more, and
+:func:`split_batch` refuses more, so a reader's work on one Kafka message (decoding, dead
+letters, Redis) is bounded by what a legal writer sends.
+
+A client's ``put_all`` sends one batch per bucket, and all its entries may fall in one
+bucket, so this is the largest share of a ``put_all`` that one batch carries (a longer one
+travels as several). Byte size alone bounds nothing useful: 512 KiB hold 5,461 puts of an
+88-byte operation, or 524,000 empty items. A ``put_all`` entry limit, once documented,
+belongs next to this one: a bucket's share of it should fit here."""
 _TYPE_NAMES: Final[dict[int, str]] = {
     1: "Operation",
     2: "Event",
@@ -387,22 +397,32 @@ def is_batch(data: bytes | None) -> bool:
     return data is not None and len(data) >= 2 and data[0] == MAGIC and data[1] == BATCH_TYPE
 
 
-def split_batch(data: bytes | None) -> list[bytes]:
+def split_batch(data: bytes | None, max_items: int = MAX_BATCH_ITEMS) -> list[bytes]:
     """The framed messages inside a batch, or ``[data]`` when it is a single message.
 
     Args:
         data: Bytes as read from a regionbus topic.
+        max_items: Most items a batch may hold (:data:`MAX_BATCH_ITEMS`); counted from the
+            Avro block headers before anything is decoded.
 
     Returns:
         The framed messages, in order (not decoded: decode each with :func:`decode`, so one
         broken item does not lose the others).
 
     Raises:
-        MessageDecodeError: a batch frame whose body is not a valid array of messages.
+        MessageDecodeError: a batch frame whose body is not a valid array of messages, or
+            that holds more than ``max_items`` (the whole batch is then one bad message).
     """
     if not is_batch(data):
         return [data]  # type: ignore[list-item]
     assert data is not None
+    claimed = _batch_items_claimed(data, max_items)
+    if claimed > max_items:
+        raise MessageDecodeError(
+            f"a Batch of more than {max_items} items (at least {claimed}): more than any "
+            "regionbus writer puts in one (MAX_BATCH_ITEMS)",
+            message_ref=data,
+        )
     buf = io.BytesIO(data)
     buf.seek(2)
     try:
@@ -417,8 +437,56 @@ def split_batch(data: bytes | None) -> list[bytes]:
     return messages
 
 
-def encode_batches(framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES) -> list[bytes]:
-    """Pack framed messages into as few Kafka messages as fit ``max_bytes`` each.
+def _batch_items_claimed(data: bytes, max_items: int) -> int:
+    """How many items a batch's Avro array says it holds, read from its block headers,
+    stopping once past ``max_items``. Malformed bytes end the count early: the decoding
+    that follows reports them."""
+    total = 0
+    position = 2
+    try:
+        while total <= max_items:
+            count, position = _read_long(data, position)
+            if count == 0:
+                break
+            if count < 0:
+                # A negative count is followed by the block's size in bytes: skip it whole.
+                count = -count
+                size, position = _read_long(data, position)
+                position += size
+            else:
+                for _ in range(min(count, max_items + 1 - total)):
+                    length, position = _read_long(data, position)
+                    position += length
+            total += count
+    except (IndexError, ValueError):
+        pass
+    return total
+
+
+def _read_long(data: bytes, position: int) -> tuple[int, int]:
+    """One Avro long (zig-zag varint) at ``position``: its value and the next position.
+
+    Raises:
+        IndexError: the bytes end inside it.
+        ValueError: longer than 64 bits.
+    """
+    shift = result = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 64 bits")
+
+
+def encode_batches(
+    framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES, max_items: int = MAX_BATCH_ITEMS
+) -> list[bytes]:
+    """Pack framed messages into as few Kafka messages as fit ``max_bytes`` and
+    ``max_items`` each.
 
     A single message is returned as it is (no batch frame); one larger than ``max_bytes``
     travels alone.
@@ -426,6 +494,7 @@ def encode_batches(framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES) -> lis
     Args:
         framed: Messages from :func:`encode`, in order.
         max_bytes: Largest batch, in bytes.
+        max_items: Most messages in one batch (:data:`MAX_BATCH_ITEMS`).
 
     Returns:
         The Kafka message values, in order.
@@ -434,7 +503,7 @@ def encode_batches(framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES) -> lis
     group: list[bytes] = []
     size = 0
     for item in framed:
-        if group and size + len(item) + 8 > max_bytes:
+        if group and (size + len(item) + 8 > max_bytes or len(group) >= max_items):
             out.append(_pack(group))
             group, size = [], 0
         group.append(item)
@@ -475,3 +544,29 @@ def decode_as(data: bytes | None, expected: type[T]) -> T:
             f"expected {expected.__name__}, got {type(message).__name__}", message_ref=data
         )
     return message
+
+
+def decode_items(data: bytes | None, expected: type[T]) -> tuple[list[T], list[str]]:
+    """Decode every item of a message (a batch, or one record) that must hold records of one
+    type, keeping what decodes as it.
+
+    Args:
+        data: Bytes as read from a regionbus topic.
+        expected: The record class the topic carries.
+
+    Returns:
+        The records, in order, and why each other item was set aside (one reason per item;
+        one for the whole value when it is not even a valid batch).
+    """
+    try:
+        items = split_batch(data)
+    except MessageDecodeError as exc:
+        return [], [str(exc)]
+    records: list[T] = []
+    refused: list[str] = []
+    for raw in items:
+        try:
+            records.append(decode_as(raw, expected))
+        except MessageDecodeError as exc:
+            refused.append(str(exc))
+    return records, refused

@@ -7,6 +7,10 @@ partition count and retention (`regionbus.schemas.topics.ensure_topics`). A clie
 missing topic must never make a broker create it with the broker's defaults (one
 partition, seven days), which would later read as a wrong partition count or lost events.
 ``tests/unit/test_kafka_clients.py`` fails when a client is constructed anywhere else.
+
+Every consumer is a `regionbus.schemas.record_guard.GuardedConsumer`, which skips record
+batches librdkafka cannot read, and consumers and producers get the size and compression
+bounds of `regionbus.schemas.record_limits` unless the caller sets its own.
 """
 
 from __future__ import annotations
@@ -14,16 +18,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.kafka_outage import quiet_config
+from regionbus.schemas.record_guard import GuardedConsumer
+from regionbus.schemas.record_limits import (
+    CONSUMER_FETCH_MAX_BYTES,
+    CONSUMER_MAX_PARTITION_FETCH_BYTES,
+    CONSUMER_RECEIVE_MESSAGE_MAX_BYTES,
+    PRODUCER_COMPRESSION,
+    PRODUCER_MAX_MESSAGE_BYTES,
+)
 
 AUTO_CREATE_KEY: Final = "allow.auto.create.topics"
 """The librdkafka key this module always sets to false (librdkafka CONFIGURATION.md)."""
 
 _FALSE_SPELLINGS: Final = frozenset({"false", "0"})
+
+CONSUMER_BOUNDS: Final[dict[str, Any]] = {
+    "fetch.max.bytes": CONSUMER_FETCH_MAX_BYTES,
+    "max.partition.fetch.bytes": CONSUMER_MAX_PARTITION_FETCH_BYTES,
+    "receive.message.max.bytes": CONSUMER_RECEIVE_MESSAGE_MAX_BYTES,
+}
+"""librdkafka keys every consumer gets unless its caller sets them (why: `record_limits`)."""
+
+PRODUCER_BOUNDS: Final[dict[str, Any]] = {
+    "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
+    "compression.type": PRODUCER_COMPRESSION,
+}
+"""librdkafka keys every producer gets unless its caller sets them (why: `record_limits`)."""
 
 
 def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,8 +89,9 @@ def factory_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**quiet_config(), **client_config(config)}
 
 
-def kafka_consumer(config: Mapping[str, Any]) -> Consumer:
-    """A consumer with :func:`factory_config` applied.
+def kafka_consumer(config: Mapping[str, Any]) -> GuardedConsumer:
+    """A consumer with :func:`factory_config` and :data:`CONSUMER_BOUNDS` applied, which
+    skips record batches librdkafka cannot read (`regionbus.schemas.record_guard`).
 
     Args:
         config: librdkafka settings; ``group.id`` is required by librdkafka even for
@@ -75,18 +101,19 @@ def kafka_consumer(config: Mapping[str, Any]) -> Consumer:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return Consumer(factory_config(config))
+    return GuardedConsumer(factory_config({**CONSUMER_BOUNDS, **config}))
 
 
 def kafka_producer(config: Mapping[str, Any]) -> Producer:
-    """A producer with :func:`factory_config` applied (librdkafka's producer default is
-    ``allow.auto.create.topics=true``, unlike its consumer's).
+    """A producer with :func:`factory_config` and :data:`PRODUCER_BOUNDS` applied
+    (librdkafka's producer default is ``allow.auto.create.topics=true``, unlike its
+    consumer's).
 
     Raises:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return Producer(factory_config(config))
+    return Producer(factory_config({**PRODUCER_BOUNDS, **config}))
 
 
 def kafka_admin(config: Mapping[str, Any]) -> AdminClient:
@@ -102,6 +129,8 @@ def kafka_admin(config: Mapping[str, Any]) -> AdminClient:
 
 __all__ = [
     "AUTO_CREATE_KEY",
+    "CONSUMER_BOUNDS",
+    "PRODUCER_BOUNDS",
     "client_config",
     "factory_config",
     "kafka_admin",

@@ -187,11 +187,16 @@ class Topics:
 
     def client_group(self, client_id: str) -> str:
         """The consumer group whose committed offset is a client's ack of its queue."""
-        return f"{self.namespace}.client.{client_id}"
+        return f"{self.namespace}.client.{check_name('client id', client_id)}"
 
     def client_reply_group(self, client_id: str) -> str:
-        """The consumer group of a client's reply reader."""
-        return f"{self.client_group(client_id)}.reply"
+        """The consumer group of a client's reply reader.
+
+        Not ``client_group(id) + ".reply"``: that is the queue group of client
+        ``<id>.reply``, and a client's Kafka ACLs name its groups one by one
+        (`regionbus.broker.kafka_acls.client_acls`), so no two clients' names may meet.
+        """
+        return f"{self.namespace}.client-reply.{check_name('client id', client_id)}"
 
     @property
     def server_group(self) -> str:

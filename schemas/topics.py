@@ -19,6 +19,13 @@ Retention, per topic kind (``retention.ms``):
   offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
   per partition: `regionbus.gateways.queue_trim`), as Geode removes a batch.
 - gateway link topics (inbound, ack): one day; each message is consumed within seconds.
+
+Size and compression, per topic kind (``max.message.bytes``, ``compression.type``; why:
+`regionbus.schemas.record_limits`): ``{ns}.control`` takes record batches of at most
+64 KiB (a ``Control`` record is under 1 KiB); ``{ns}.dead-letter`` the largest batch of any
+other topic plus the dead letter's headers; every other topic Kafka's default of 1,048,588
+bytes, set explicitly. Every topic keeps batches as producers compressed them
+(``compression.type=producer``).
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from regionbus.schemas.errors import ConfigurationError, TransportError
 from regionbus.schemas.naming import Topics
+from regionbus.schemas.record_limits import (
+    CONTROL_BATCH_MAX_BYTES,
+    DEAD_LETTER_BATCH_MAX_BYTES,
+    RECORD_BATCH_MAX_BYTES,
+    TOPIC_COMPRESSION,
+)
 from regionbus.schemas.transport import is_authorization_error, kafka_error
 
 HOUR_MS: Final = 3_600_000
@@ -64,9 +77,23 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
 
 
-def retention(retention_ms: int, **more: str) -> dict[str, str]:
-    """Topic configs for a time retention (``-1`` keeps records until deleted)."""
-    return {"retention.ms": str(retention_ms), **more}
+def retention(
+    retention_ms: int, max_message_bytes: int = RECORD_BATCH_MAX_BYTES, **more: str
+) -> dict[str, str]:
+    """Topic configs for a time retention (``-1`` keeps records until deleted) and the
+    largest record batch the topic takes, with ``compression.type`` kept as producers sent.
+
+    Args:
+        retention_ms: ``retention.ms``.
+        max_message_bytes: ``max.message.bytes``, in bytes (default: Kafka's, 1,048,588).
+        more: Further topic configs.
+    """
+    return {
+        "retention.ms": str(retention_ms),
+        "max.message.bytes": str(max_message_bytes),
+        "compression.type": TOPIC_COMPRESSION,
+        **more,
+    }
 
 
 def queue_retention_ms(durable_client_timeout_s: float) -> int:
@@ -91,8 +118,10 @@ def server_topic_specs(topics: Topics, total_buckets: int) -> list[TopicSpec]:
     return [
         TopicSpec(topics.ops, total_buckets, kept),
         TopicSpec(topics.events, total_buckets, kept),
-        TopicSpec(topics.control, 1, kept),
-        TopicSpec(topics.dead_letter, 1, kept),
+        TopicSpec(topics.control, 1, retention(DEFAULT_RETENTION_MS, CONTROL_BATCH_MAX_BYTES)),
+        TopicSpec(
+            topics.dead_letter, 1, retention(DEFAULT_RETENTION_MS, DEAD_LETTER_BATCH_MAX_BYTES)
+        ),
     ]
 
 

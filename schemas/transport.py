@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AclOperation, AdminClient
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -17,6 +16,7 @@ from regionbus.schemas.errors import (
     RegionBusError,
     TransportError,
 )
+from regionbus.schemas.record_guard import GuardedConsumer, Polled
 
 _REFUSED_RESOURCE_KINDS = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
@@ -184,12 +184,15 @@ def require_topic_operations(
         )
 
 
-def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[KafkaMessage]:
+def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Polled]:
     """Wait up to ``timeout_s`` for the first message, then take what else is ready.
 
     ``Consumer.consume(n, timeout)`` waits for ``n`` messages or the whole timeout, which
     adds the timeout to every request/reply hop at low traffic; this returns as soon as
-    anything arrives.
+    anything arrives. A record batch librdkafka cannot read comes as one
+    `UnreadableRecords` in its place, and the consumer goes on past it
+    (`regionbus.schemas.record_guard`): every consumer of the project is made by
+    `regionbus.schemas.kafka_clients.kafka_consumer`, which makes a `GuardedConsumer`.
 
     Args:
         consumer: An assigned consumer.
@@ -197,11 +200,14 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[
         timeout_s: Longest wait for the first message, in seconds.
 
     Returns:
-        The messages (possibly empty), errors included as confluent-kafka returns them.
+        The messages (possibly empty), errors included as confluent-kafka returns them,
+        and the unreadable batches skipped, in order.
 
     Raises:
         confluent_kafka.KafkaException: the consumer failed (callers translate it).
     """
+    if isinstance(consumer, GuardedConsumer):
+        return consumer.poll_records(max_messages, timeout_s)
     first = consumer.poll(timeout_s)
     if first is None:
         return []

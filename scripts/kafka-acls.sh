@@ -15,10 +15,12 @@
 #
 # Servers get every topic and group of the namespace. A client gets only what it needs:
 # write {ns}.ops and {ns}.control, create/read/describe/delete its own {ns}.queue.<id> and
-# {ns}.reply.<id>, and its consumer groups {ns}.client.<id> and {ns}.client.<id>.*. So one
-# client can neither read another's queue or replies nor write into them at the Kafka level;
-# what it may do to regions is then checked by the servers (signed requests and
-# permissions, README "Security").
+# {ns}.reply.<id>, and its consumer groups {ns}.client.<id> and {ns}.client-reply.<id>, each
+# by its literal name (client ids may hold dots: a prefix {ns}.client.desk. would reach the
+# groups of client desk.2). So one client can neither read another's queue or replies nor
+# write into them, nor read, commit or delete another's groups, at the Kafka level; what it
+# may do to regions is then checked by the servers (signed requests and permissions,
+# README "Security").
 #
 # These are the sets of broker/kafka_acls.py (server_acls, client_acls) written out for a
 # container that has only Kafka's CLI; tests/unit/test_kafka_acls_script.py checks that the
@@ -69,9 +71,6 @@ for triple in ${KAFKA_CLIENTS:-}; do
       --operation Describe --operation Delete --topic "$own"
   done
   acls --add --allow-principal "User:$user" --operation Read --operation Describe \
-    --operation Delete --group "$ns.client.$client_id"
-  # The prefix ends with a dot: client x must not reach the groups of client xy.
-  acls --add --allow-principal "User:$user" --operation Read --operation Describe \
-    --operation Delete --group "$ns.client.$client_id." --resource-pattern-type prefixed
+    --operation Delete --group "$ns.client.$client_id" --group "$ns.client-reply.$client_id"
 done
 echo "kafka-acls: done"

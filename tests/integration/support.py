@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
@@ -178,3 +179,28 @@ def entry_operation(
         serializer="json" if value is not None else None,
     )
     return op, bucket
+
+
+@contextmanager
+def bystander_puts(region: Any, keys: list[str], at_least: int = 5) -> Iterator[list[float]]:
+    """Put to ``keys`` of ``region`` in turn, on another thread, while the block runs (and
+    ``at_least`` times in all); yields the list their latencies go to, in seconds: what
+    another client sees while the block makes a server work."""
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def run() -> None:
+        i = 0
+        while not done.is_set() or i < at_least:
+            started = time.monotonic()
+            region.put(keys[i % len(keys)], i)
+            latencies.append(time.monotonic() - started)
+            i += 1
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield latencies
+    finally:
+        done.set()
+        thread.join(120)

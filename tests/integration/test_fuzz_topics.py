@@ -16,16 +16,21 @@ A client has no dead-letter rights in a secured setup, so it logs and counts wha
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
-from support import Recorder, wait_until
+from support import Recorder, bystander_puts, wait_until
 
 from regionbus.clients import ALL_KEYS
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
@@ -37,10 +42,16 @@ from regionbus.gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from regionbus.schemas.codec import decode, decode_as, encode, encode_batches, split_batch
+from regionbus.schemas.codec import (
+    decode,
+    decode_as,
+    encode,
+    encode_batches,
+    split_batch,
+)
 from regionbus.schemas.errors import MessageDecodeError
 from regionbus.schemas.eventid import EventID
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import (
     Control,
     ControlKind,
@@ -55,6 +66,10 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.record_guard import UnreadableRecords
+from regionbus.schemas.record_limits import CONTROL_BATCH_MAX_BYTES, RECORD_BATCH_MAX_BYTES
+from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.transport import poll_batch
 from regionbus.spark.decode import decode_record_values
 
 SEED = 20_240_607
@@ -203,12 +218,14 @@ def _fuzz(
 
 def _broken_items(value: bytes | None, accepts: Callable[[bytes], bool]) -> list[bytes | None]:
     """What a worker must dead-letter of one message: the whole value when it is not even a
-    batch frame, else each item that does not decode into the topic's record type."""
+    batch frame or holds several items that do not decode into the topic's record type
+    (one dead letter per message, however many), else that one item."""
     try:
         items = split_batch(value)
     except MessageDecodeError:
         return [value]
-    return [item for item in items if not accepts(item)]
+    broken = [item for item in items if not accepts(item)]
+    return [value] if len(broken) > 1 else broken
 
 
 def _decodes_as(*types: type) -> Callable[[bytes], bool]:
@@ -273,10 +290,26 @@ def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Itera
         yield started
 
 
-def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_broken_message(
-    sites: list[Site],
-) -> None:
-    a, b = sites
+@dataclass
+class _EveryWorker:
+    """Every kind of worker that consumes a topic, running: site A's server with gateway
+    sender ``to-b`` and async event queue ``audit``, site B's server and receiver, and a
+    client of A subscribed to every key of region ``r``, with a writer."""
+
+    workers: dict[str, Any]
+    sender: Any
+    listener: _Collecting
+    cache: Any
+    recorder: Recorder
+    region: Any
+    writer: Any
+
+    def assert_alive(self) -> None:
+        for name, worker in self.workers.items():
+            assert worker.alive, f"{name} died: {worker.failure!r}"
+
+
+def _start_every_worker(a: Site, b: Site) -> _EveryWorker:
     b.start_server()
     receiver = b.start_receiver()
     server = a.start_server(senders={"to-b": 2}, async_event_queues=("audit",))
@@ -287,18 +320,26 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
     recorder = Recorder()
     region = cache.create_region("r", listeners=[recorder])
     region.register_interest(ALL_KEYS)
-    writer = a.client().create_region("r")
-    workers: dict[str, Any] = {
+    workers = {
         "server A": server,
         "server B": b.server,
         "gateway sender": sender,
         "gateway receiver": receiver,
         "async event queue": queue,
     }
+    writer = a.client().create_region("r")
+    return _EveryWorker(workers, sender, listener, cache, recorder, region, writer)
 
-    writer.put_all({f"before{i}": i for i in range(10)})  # valid traffic before the garbage
+
+def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_broken_message(
+    sites: list[Site],
+) -> None:
+    a, b = sites
+    w = _start_every_worker(a, b)
+
+    w.writer.put_all({f"before{i}": i for i in range(10)})  # valid traffic before the garbage
     wait_until(
-        lambda: sum(k.startswith("before") for _, k, _ in recorder.snapshot()) == 10,
+        lambda: sum(k.startswith("before") for _, k, _ in w.recorder.snapshot()) == 10,
         30,
         "the first valid puts at the subscriber",
     )
@@ -328,11 +369,11 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
             "gateway_batch",
             _whole(decode_batch),
         ),
-        sender.ack_topic: (a.namespace, 1, "gateway_ack", _whole(decode_ack)),
+        w.sender.ack_topic: (a.namespace, 1, "gateway_ack", _whole(decode_ack)),
     }
     client_topics = {
-        cache.pool.topics.queue(cache.client_id): "event",
-        cache.pool.topics.reply(cache.client_id): "reply",
+        w.cache.pool.topics.queue(w.cache.client_id): "event",
+        w.cache.pool.topics.reply(w.cache.client_id): "reply",
     }
     producer = kafka_producer({"bootstrap.servers": a.kafka})
     expected_dead: dict[str, Counter[bytes | None]] = {}
@@ -359,22 +400,22 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
 
     # The client logs and counts what it cannot decode (the fence is last on each topic).
     wait_until(
-        lambda: cache.subscription_stats.undecodable >= client_broken["event"],
+        lambda: w.cache.subscription_stats.undecodable >= client_broken["event"],
         30,
         "the client skipping the queue's garbage",
     )
     wait_until(
-        lambda: cache.pool.undecodable_replies >= client_broken["reply"],
+        lambda: w.cache.pool.undecodable_replies >= client_broken["reply"],
         30,
         "the client skipping the reply topic's garbage",
     )
 
-    writer.put_all({f"after{i}": i for i in range(10)})  # valid traffic after the garbage
-    region.put("after-own", "x")
-    assert region.get("after3") == 3
+    w.writer.put_all({f"after{i}": i for i in range(10)})  # valid traffic after the garbage
+    w.region.put("after-own", "x")
+    assert w.region.get("after3") == 3
 
     wait_until(
-        lambda: {f"after{i}" for i in range(10)} <= {k for _, k, _ in recorder.snapshot()},
+        lambda: {f"after{i}" for i in range(10)} <= {k for _, k, _ in w.recorder.snapshot()},
         60,
         "the valid puts after the garbage at the subscriber",
     )
@@ -385,9 +426,9 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         "every valid put on site B through the gateway",
     )
     wait_until(
-        lambda: {f"after{i}" for i in range(10)} <= set(listener.keys),
+        lambda: {f"after{i}" for i in range(10)} <= set(w.listener.keys),
         60,
-        "the async event queue listener",
+        "the async event queue w.listener",
     )
     assert a.values().keys() >= expected_b.keys() | {"after-own"}
 
@@ -401,11 +442,282 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
         sources = {h["rb.source.topic"].decode() for _, h in _dead_letters(a.kafka, dead_ns)}
         assert sources <= set(server_topics), sources
 
-    for name, worker in workers.items():
-        assert worker.alive, f"{name} died: {worker.failure!r}"
+    w.assert_alive()
     # The client's two reader threads are alive: the puts after the garbage got their
     # replies and their events.
 
     # The Spark decode helper turns every fuzzed value into rows, one at least per value.
     source_rows, _ = decode_record_values(every_value)
     assert set(source_rows) == set(range(len(every_value)))
+
+
+# --- records Kafka's client cannot read, batches no legal w.writer sends --------------------
+
+HOSTILE_SEED = 20_260_101
+HOSTILE_BOUND_S = 1.0
+"""Longest a bystander's put may take while the workers deal with hostile records (grown to
+ten times its baseline on a loaded machine)."""
+
+
+def _bomb_producer(kafka: str) -> Any:
+    """An attacker's producer: zstd, records of any size in as few batches as it can (Kafka
+    checks a compressed batch's size on the wire, not decompressed)."""
+    return kafka_producer(
+        {
+            "bootstrap.servers": kafka,
+            "compression.type": "zstd",
+            "message.max.bytes": 1_000_000_000,
+            "batch.size": 1_000_000_000,
+            "linger.ms": 100,
+        }
+    )
+
+
+def _bombs(rng: random.Random) -> list[tuple[int, int]]:
+    """``(total bytes, records)`` of record batches that decompress to more than a consumer
+    takes (``receive.message.max.bytes``, 4 MiB + 64 KiB): one record, a few, or thousands
+    of small ones. Not much more: the broker decompresses each batch to check it, and that
+    CPU is not the workers' (``test_hostile_input.py`` writes a 200 MB one)."""
+    return [(rng.choice([6, 8, 12]) * 1_000_000, rng.choice([1, 3, 500, 4000]))]
+
+
+def _produced_offsets(producer: Any, topic: str, partition: int, values: list[bytes]) -> list[int]:
+    offsets: list[int] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        offsets.append(message.offset())
+
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    return sorted(offsets)
+
+
+def test_a_consumer_reads_every_readable_record_once_and_skips_exactly_the_unreadable_ones(
+    kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    """Good records and compression bombs of one to thousands of records, interleaved at
+    random: a consumer delivers every readable record once, in order, and reports the rest
+    as skipped batches covering exactly what it did not deliver."""
+    rng = random.Random(HOSTILE_SEED)
+    topic = f"{namespace}.guard"
+    ensure_topics(kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}), [TopicSpec(topic)])
+    plain = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers})
+    bomber = _bomb_producer(kafka_bootstrap_servers)
+    good: list[int] = []
+    bad: set[int] = set()
+    for segment in range(14):
+        if segment % 2 == 0:
+            values = [f"good-{segment}-{i}".encode() for i in range(rng.randint(1, 40))]
+            good += _produced_offsets(plain, topic, 0, values)
+        else:
+            for total, count in _bombs(rng):
+                batch = [b"\0" * (total // count)] * count
+                bad.update(_produced_offsets(bomber, topic, 0, batch))
+    consumer = kafka_consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "group.id": f"{namespace}.guard",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    high = max([*good, *bad]) + 1
+    delivered: list[int] = []
+    skipped: list[UnreadableRecords] = []
+    started = time.monotonic()
+    position = 0
+    while position < high:
+        assert time.monotonic() - started < 120, f"stuck at {position} of {high}"
+        for item in poll_batch(consumer, 500, 0.5):
+            if isinstance(item, UnreadableRecords):
+                skipped.append(item)
+                position = item.next_offset
+            elif item.error() is None:
+                delivered.append(item.offset() or 0)
+                position = (item.offset() or 0) + 1
+    consumer.close()
+    covered = [o for s in skipped for o in range(s.first_offset, s.next_offset)]
+    print(
+        f"{len(good)} good records, {len(bad)} bomb records in {len(skipped)} unreadable "
+        f"batches: read in {time.monotonic() - started:.1f} s"
+    )
+    assert delivered == sorted(delivered) and len(set(delivered)) == len(delivered)
+    assert set(good) <= set(delivered)
+    assert set(covered) <= bad and len(covered) == len(set(covered))
+    assert sorted([*delivered, *covered]) == list(range(high))  # nothing lost, none twice
+    assert skipped and all("_BAD_COMPRESSION" in s.reason for s in skipped)
+
+
+def _hostile_writes(
+    rng: random.Random, topic: str, partitions: int, batch_topic: bool, max_bytes: int
+) -> list[dict[str, Any]]:
+    """What ``hostile_writer.py`` writes to one topic: compression bombs, a batch of as many
+    empty items as the topic takes (990,000 on most; on topics that carry batches), random
+    bytes, and a record over the topic's size limit."""
+    writes: list[dict[str, Any]] = []
+    for total, count in _bombs(rng):
+        writes.append({"kind": "bomb", "total": total, "count": count})
+    if batch_topic:
+        writes.append({"kind": "empty_items", "count": min(990_000, max_bytes - 1_000)})
+    writes.append({"kind": "value", "hex": rng.randbytes(rng.randint(1, 64)).hex()})
+    writes.append({"kind": "oversize", "size": 2_000_000})
+    for write in writes:
+        write.update(topic=topic, partition=rng.randrange(partitions))
+    return writes
+
+
+def _write_hostile(kafka: str, writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``hostile_writer.py`` (its own process) with ``writes``; its results."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("hostile_writer.py")), kafka],
+        input=json.dumps(writes),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    return results
+
+
+def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repeat_nothing(
+    sites: list[Site],
+) -> None:
+    """Compression bombs, batches of 990,000 items, mis-partitioned operations, records over
+    a topic's size limit and garbage on every topic a worker reads: each worker dead-letters
+    (or, a client, counts) them and goes on, a bystander's puts are answered within the
+    bound meanwhile, and the valid traffic after them reaches every consumer exactly once."""
+    a, b = sites
+    w = _start_every_worker(a, b)
+    bystander = a.client().create_region("r")
+    baseline_s = min(_timed_put(bystander, f"bystander-warm{i}") for i in range(3))
+
+    rng = random.Random(HOSTILE_SEED)
+    topics_a = Topics(a.namespace)
+    # topic -> (partitions, carries regionbus batches, dead-lettered in which namespace)
+    consumed: dict[str, tuple[int, bool, str | None]] = {
+        topics_a.ops: (16, True, a.namespace),
+        topics_a.control: (1, True, a.namespace),
+        topics_a.gateway("to-b"): (1, False, a.namespace),
+        topics_a.async_event_queue("audit"): (1, False, a.namespace),
+        Topics(b.namespace).gateway_inbound("receiver"): (1, False, b.namespace),
+        w.sender.ack_topic: (1, False, a.namespace),
+        w.cache.pool.topics.queue(w.cache.client_id): (1, True, None),
+        w.cache.pool.topics.reply(w.cache.client_id): (1, True, None),
+    }
+    writes: list[dict[str, Any]] = []
+    for topic, (partitions, batch_topic, _) in consumed.items():
+        limit = CONTROL_BATCH_MAX_BYTES if topic == topics_a.control else RECORD_BATCH_MAX_BYTES
+        writes += _hostile_writes(rng, topic, partitions, batch_topic, limit)
+    # Mis-partitioned: a valid put of bucket k written to another bucket's partition.
+    key = "misplaced"
+    bucket = bucket_of("r", key, 16)
+    misplaced = Operation(
+        1,
+        "fuzz-client",
+        OperationKind.PUT,
+        "r",
+        int(time.time() * 1000),
+        EventID(FUZZ_MEMBER, 9, 1, bucket),
+        key,
+        b"1",
+        "json",
+    )
+    wrong_partition = (bucket + 1) % 16
+    writes.append(
+        {
+            "kind": "value",
+            "hex": encode(misplaced).hex(),
+            "topic": topics_a.ops,
+            "partition": wrong_partition,
+        }
+    )
+    started = time.monotonic()
+    with bystander_puts(bystander, [f"bystander{i}" for i in range(8)], at_least=10) as latencies:
+        results = _write_hostile(a.kafka, writes)
+    unreadable: dict[str, list[tuple[int, int, int]]] = {}
+    for write, result in zip(writes, results, strict=True):
+        if write["kind"] == "oversize":
+            # Over the topic's size limit: Kafka refuses it, so no consumer ever fetches it.
+            assert result["error"] == KafkaError.MSG_SIZE_TOO_LARGE, (write["topic"], result)
+            continue
+        assert result["error"] is None, (write, result)
+        if write["kind"] == "bomb":
+            # librdkafka may send the first records as a batch of their own, small enough to
+            # read (then dead-lettered as undecodable): some batch of the range is not.
+            where = (write["partition"], result["offsets"][0], result["offsets"][-1])
+            unreadable.setdefault(write["topic"], []).append(where)
+    [misplaced_at] = results[-1]["offsets"]
+    print(
+        f"hostile records written in {time.monotonic() - started:.1f} s; bystander puts: "
+        f"baseline {baseline_s * 1000:.0f} ms, worst {max(latencies) * 1000:.0f} ms"
+    )
+    assert max(latencies) <= max(HOSTILE_BOUND_S, 10 * baseline_s), latencies
+
+    expected = {f"after{i}": i for i in range(20)}
+    w.writer.put_all(expected)
+    wait_until(
+        lambda: expected.keys() <= {k for _, k, _ in w.recorder.snapshot()},
+        90,
+        "the valid puts after the hostile records at the subscriber",
+    )
+    wait_until(
+        lambda: {k: str(v).encode() for k, v in expected.items()}.items() <= b.values().items(),
+        120,
+        "every valid put on site B through the gateway",
+    )
+    wait_until(lambda: expected.keys() <= set(w.listener.keys), 90, "the async event queue")
+    creates = Counter(k for m, k, _ in w.recorder.snapshot() if m == "create" and k in expected)
+    assert set(creates.values()) == {1}, creates  # none lost, none twice
+    assert Counter(k for k in w.listener.keys if k in expected) == Counter(expected.keys())
+    assert key not in a.values()
+    wait_until(
+        lambda: (
+            w.cache.subscription_stats.undecodable >= 2 and w.cache.pool.undecodable_replies >= 2
+        ),
+        60,
+        "the client skipping its topics' hostile records",
+    )
+    for topic, where in unreadable.items():
+        dead_ns = consumed[topic][2]
+        if dead_ns is None:
+            continue
+
+        def skipped(ns: str = dead_ns, t: str = topic) -> list[tuple[int, int]]:
+            """(partition, first offset) of each unreadable batch of ``t`` dead-lettered."""
+            return [
+                (int(h["rb.source.partition"]), int(h["rb.source.offset"]))
+                for v, h in _dead_letters(a.kafka, ns)
+                if v is None and h.get("rb.source.topic", b"").decode() == t
+            ]
+
+        def every_bomb_skipped(
+            bombs: list[tuple[int, int, int]] = where,
+            found: Callable[[], list[tuple[int, int]]] = skipped,
+        ) -> bool:
+            dead = found()
+            return all(
+                any(p == partition and first <= o <= last for p, o in dead)
+                for partition, first, last in bombs
+            )
+
+        wait_until(every_bomb_skipped, 90, f"{topic}'s bombs dead-lettered")
+        found = skipped()
+        assert len(found) == len(set(found)), f"{topic}: a batch dead-lettered twice: {found}"
+    misplaced_dead = [
+        h
+        for _, h in _dead_letters(a.kafka, a.namespace)
+        if h.get("rb.source.offset") == str(misplaced_at).encode()
+        and h.get("rb.source.partition") == str(wrong_partition).encode()
+        and h.get("rb.source.topic") == topics_a.ops.encode()
+    ]
+    assert misplaced_dead and b"belongs to bucket" in misplaced_dead[0]["rb.reason"]
+    w.assert_alive()
+
+
+def _timed_put(region: Any, key: str) -> float:
+    started = time.monotonic()
+    region.put(key, 1)
+    return time.monotonic() - started

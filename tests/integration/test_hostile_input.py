@@ -9,26 +9,34 @@
 - A catastrophic-backtracking regex (``(a+)+$``) with a key of ``a``s that fails to match
   does not stall the server: another client's put on another region answers in its normal
   time. With Python's ``re`` the server's one thread (and the GIL) stalled for seconds.
+- A compression bomb, a batch of 990,000 empty items and an undecodable record as large as
+  a topic takes are each dead-lettered once, as one record, and their bucket serves again;
+  another client's puts are not held up meanwhile.
 
 The tests only use names that exist before the fix, so they can be run against the old code.
 """
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from support import wait_until
+from fastavro import schemaless_writer
+from support import bystander_puts, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
-from regionbus.schemas.codec import encode
+from regionbus.schemas.codec import BATCH_TYPE, MAGIC, encode, load_avro_schema
 from regionbus.schemas.errors import InvalidInterestError, ServerOperationError
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
-from regionbus.schemas.naming import Topics
+from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.transport import watermarks
 
 POISON_REGEX = "(" * 500 + "a" + ")" * 500
 BACKTRACKING_REGEX = "(a+)+$"
@@ -220,3 +228,253 @@ def test_bad_region_names_are_refused_by_the_client(
         cache.create_region(name)
     assert type(raised.value).__name__ == "InvalidRegionNameError"
     assert cache.get_region(name) is None
+
+
+# --- records Kafka's client cannot read, and batches no legal client sends ----------------
+
+BYSTANDER_BOUND_S = 1.0
+"""Longest another client's put may take while a server deals with a hostile record (on a
+loaded machine the bound grows to ten times the put's own baseline)."""
+
+
+def _key_in(region: str, bucket: int, total_buckets: int = 16) -> str:
+    return next(
+        key
+        for key in (f"k{i}" for i in range(10_000))
+        if bucket_of(region, key, total_buckets) == bucket
+    )
+
+
+def _produce(config: dict[str, Any], topic: str, partition: int, values: list[bytes]) -> list[int]:
+    """Produce ``values`` to one partition with ``config`` (a producer of its own); their
+    offsets."""
+    offsets: list[int] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        offsets.append(message.offset())
+
+    producer = kafka_producer(config)
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    return sorted(offsets)
+
+
+def _bomb_config(kafka: str) -> dict[str, Any]:
+    """An attacker's producer: zstd, records of any size (Kafka checks the compressed
+    batch), all in one batch."""
+    return {
+        "bootstrap.servers": kafka,
+        "compression.type": "zstd",
+        "message.max.bytes": 1_000_000_000,
+        "batch.size": 1_000_000_000,
+        "linger.ms": 200,
+    }
+
+
+def _dead_letters_of(kafka: str, namespace: str) -> list[tuple[dict[str, str], int]]:
+    """Headers (as text) and value length of every record of ``{ns}.dead-letter``, read to
+    the high watermark asked first."""
+    topic = f"{namespace}.dead-letter"
+    consumer = kafka_consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": f"hostile-check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    out: list[tuple[dict[str, str], int]] = []
+    try:
+        _, high = watermarks(consumer, TopicPartition(topic, 0), 10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while len(out) < high and time.monotonic() < deadline:
+            for message in consumer.consume(500, 0.5):
+                if message.error() is not None:
+                    continue
+                headers = {
+                    str(name): (raw.decode() if isinstance(raw, bytes) else str(raw))
+                    for name, raw in message.headers() or []
+                }
+                out.append((headers, len(message.value() or b"")))
+    finally:
+        consumer.close()
+    return out
+
+
+def _dead_letter_count(kafka: str, namespace: str) -> int:
+    consumer = kafka_consumer({"bootstrap.servers": kafka, "group.id": "hostile-count"})
+    try:
+        low, high = watermarks(consumer, TopicPartition(f"{namespace}.dead-letter", 0), 10)
+    finally:
+        consumer.close()
+    return high - low
+
+
+def _from(dead: list[tuple[dict[str, str], int]], topic: str, offset: int) -> list[dict[str, str]]:
+    return [
+        headers
+        for headers, _ in dead
+        if headers.get("rb.source.topic") == topic
+        and headers.get("rb.source.offset") == str(offset)
+    ]
+
+
+def test_a_compression_bomb_on_ops_is_dead_lettered_once_and_its_bucket_serves_again(
+    server_settings: ServerSettings,
+    client_factory,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+) -> None:
+    """One zstd record of 200 MB zeros (about 6 KB on the wire): librdkafka cannot
+    decompress it within ``receive.message.max.bytes`` and reported ``_BAD_COMPRESSION`` at
+    the same offset forever, so the bucket answered nothing, even after a restart."""
+    settings = server_settings.model_copy(update={"regions": ["r", "s"]})
+    ops = Topics(namespace).ops
+    bucket = 5
+    server = CacheServer(settings)
+    server.start()
+    try:
+        victim = client_factory(read_timeout_ms=20_000).create_region("r")
+        key = _key_in("r", bucket)
+        victim.put(key, 0)
+        bystander = client_factory().create_region("s")
+        other = [_key_in("s", b) for b in range(16) if b != bucket][:5]
+        baseline_s = min(_timed_region_put(bystander, other[0], i) for i in range(3))
+
+        [bomb] = _produce(_bomb_config(kafka_bootstrap_servers), ops, bucket, [b"\0" * 200_000_000])
+        started = time.monotonic()
+        with bystander_puts(bystander, other) as latencies:
+            victim.put(key, 1)  # behind the bomb in its bucket
+            serving_again_s = time.monotonic() - started
+        print(
+            f"compression bomb at {ops}[{bucket}]@{bomb}: the bucket served again after "
+            f"{serving_again_s:.2f} s; another bucket's puts meanwhile: baseline "
+            f"{baseline_s * 1000:.0f} ms, worst {max(latencies) * 1000:.0f} ms"
+        )
+        assert max(latencies) <= max(BYSTANDER_BOUND_S, 10 * baseline_s), latencies
+        wait_until(
+            lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, bomb),
+            what="the bomb's dead letter",
+        )
+        assert server.alive and server.stats.dead_letters_by_category == {"unreadable": 1}
+    finally:
+        server.stop()
+
+    [reason] = [
+        h["rb.reason"]
+        for h in _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, bomb)
+    ]
+    assert "_BAD_COMPRESSION" in reason and f"offsets {bomb}-{bomb}" in reason
+
+    # A restart reads from the committed offsets: past the bomb, nothing dead-lettered again.
+    again = CacheServer(settings)
+    again.start()
+    try:
+        victim.put(key, 2)
+        assert victim.get(key) == 2
+        assert again.stats.dead_letters == 0
+    finally:
+        again.stop()
+    assert _dead_letter_count(kafka_bootstrap_servers, namespace) == 1
+
+
+def _timed_region_put(region: Any, key: str, value: int) -> float:
+    started = time.monotonic()
+    region.put(key, value)
+    return time.monotonic() - started
+
+
+def _avro_batch(items: list[bytes]) -> bytes:
+    """A Batch frame of ``items`` written with the batch schema itself (no item limit)."""
+    buf = io.BytesIO()
+    buf.write(bytes((MAGIC, BATCH_TYPE)))
+    schemaless_writer(buf, load_avro_schema("Batch"), {"messages": items})
+    return buf.getvalue()
+
+
+def test_a_batch_of_990000_empty_items_is_dead_lettered_whole_and_stalls_no_other_client(
+    two_region_server: CacheServer,
+    client_factory,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+) -> None:
+    """A 1 MB Avro ``Batch`` of 990,000 empty items on ``{ns}.ops`` made 990,000 dead
+    letters and held the server's loop for about 55 s; no legal client sends more than
+    ``MAX_BATCH_ITEMS`` items in one batch, so it is one bad record."""
+    ops = Topics(namespace).ops
+    bystander = client_factory().create_region("s")
+    baseline_s = min(_timed_region_put(bystander, "warm", i) for i in range(3))
+    huge = _avro_batch([b""] * 990_000)
+    [offset] = _produce({"bootstrap.servers": kafka_bootstrap_servers}, ops, 7, [huge])
+    started = time.monotonic()
+    with bystander_puts(bystander, [f"during{i}" for i in range(4)], at_least=10) as latencies:
+        wait_until(
+            lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, offset),
+            what="the batch's dead letter",
+        )
+        handled_s = time.monotonic() - started
+    dead = _dead_letter_count(kafka_bootstrap_servers, namespace)
+    print(
+        f"batch of 990,000 empty items ({len(huge):,} bytes): {dead:,} dead letters, "
+        f"seen dead-lettered after {handled_s:.2f} s; another client's puts: baseline "
+        f"{baseline_s * 1000:.0f} ms, worst {max(latencies) * 1000:.0f} ms"
+    )
+    assert dead == 1
+    [headers] = _from(_dead_letters_of(kafka_bootstrap_servers, namespace), ops, offset)
+    assert "more than 4096 items" in headers["rb.reason"]  # codec.MAX_BATCH_ITEMS
+    assert max(latencies) <= max(BYSTANDER_BOUND_S, 10 * baseline_s), latencies
+    assert two_region_server.alive
+
+
+@pytest.mark.parametrize("dead_letter_topic", ["made now", "made before its size limit"])
+def test_a_record_at_the_topics_size_limit_is_dead_lettered_once(
+    server_settings: ServerSettings,
+    client_factory,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    dead_letter_topic: str,
+) -> None:
+    """An undecodable record as large as ``{ns}.ops`` takes: its dead letter (the record
+    plus headers) was over the server producer's ``message.max.bytes``, the failed delivery
+    made the server rewind and read it again, for ever. A dead-letter topic made before its
+    limit left room for the headers refuses it too: it is then sent without its value."""
+    topics = Topics(namespace)
+    if dead_letter_topic != "made now":
+        ensure_topics(
+            kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}),
+            [TopicSpec(topics.dead_letter, 1, {"retention.ms": "604800000"})],
+        )
+    server = CacheServer(server_settings.model_copy(update={"regions": ["r", "s"]}))
+    server.start()
+    try:
+        bucket = 9
+        region = client_factory(read_timeout_ms=20_000).create_region("r")
+        key = _key_in("r", bucket)
+        # Kafka's default max.message.bytes (record_limits.RECORD_BATCH_MAX_BYTES) less the
+        # record batch's framing: its dead letter's headers take it over.
+        value = b"\xb1\x01" + b"x" * (1_048_588 - 200)
+        [offset] = _produce(
+            {"bootstrap.servers": kafka_bootstrap_servers, "message.max.bytes": 2_000_000},
+            topics.ops,
+            bucket,
+            [value],
+        )
+        region.put(key, 1)  # behind it in its bucket
+        wait_until(
+            lambda: _from(_dead_letters_of(kafka_bootstrap_servers, namespace), topics.ops, offset),
+            what="the record's dead letter",
+        )
+        assert server.alive and region.get(key) == 1
+    finally:
+        server.stop()
+    dead = [
+        (headers, length)
+        for headers, length in _dead_letters_of(kafka_bootstrap_servers, namespace)
+        if headers.get("rb.source.offset") == str(offset)
+    ]
+    if dead_letter_topic == "made now":
+        assert [length for _, length in dead] == [len(value)]
+    else:
+        assert [(h.get("rb.value-dropped"), length) for h, length in dead] == [(str(len(value)), 0)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaError
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from kafka_users import KafkaUsers
 from support import Recorder, wait_until
 
@@ -29,9 +29,9 @@ from regionbus.clients.subscription import SubscriptionQueue
 from regionbus.devstack import KafkaNode
 from regionbus.devstack.jvm import java_program, jvm_lib_dir
 from regionbus.schemas.errors import KafkaAuthorizationError
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.naming import Topics
-from regionbus.schemas.transport import kafka_error
+from regionbus.schemas.transport import committed_offsets, kafka_error
 
 SERVER_USER = "regionbus-server"
 FAST_FETCH_MS = 20
@@ -194,7 +194,7 @@ def test_a_client_cannot_read_another_clients_queue_and_is_told_so_with_a_typed_
     # Below the library: Kafka itself refuses the attacker's consumer of those topics, in
     # a consumer group the attacker may use, while the admin reads the queued event there.
     attacker = kafka_users.librdkafka(user)
-    group = f"{topics.client_group(own)}.probe"
+    group = topics.client_group(own)
     for topic in (topics.queue(victim), topics.reply(victim)):
         assert _subscribe_error(attacker, group, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert any(m.error() is None for m in kafka_users.read(topics.queue(victim)))
@@ -222,6 +222,100 @@ def test_a_client_cannot_produce_into_another_clients_queue_or_reply_topic(
     own_queue = topics.queue(own)
     refusal = _produce_error(kafka_users.librdkafka(user), own_queue, forged)
     assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _committed(config: dict[str, str], group: str, topic: str) -> int:
+    """The offset ``group`` committed on partition 0 of ``topic`` (negative: none)."""
+    consumer = kafka_consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        return committed_offsets(consumer, [TopicPartition(topic, 0)], 20)[0].offset
+    finally:
+        consumer.close()
+
+
+def _group_refusal(action: Callable[[], object]) -> int | None:
+    """The Kafka error code ``action`` raised (None when it succeeded)."""
+    try:
+        action()
+    except KafkaException as exc:
+        return int(exc.args[0].code())
+    return None
+
+
+def test_a_client_cannot_read_commit_or_delete_the_groups_of_a_client_whose_id_extends_it(
+    connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    """Client ids may hold dots. With its groups granted by the prefix
+    ``{ns}.client.desk.``, client ``desk`` deleted the group of durable client ``desk.2``,
+    whose committed offset (its place in its queue) was lost; granted literally, Kafka
+    refuses every reach, and ``desk`` itself works."""
+    topics = Topics(namespace)
+    writer = connect("app-writer", "writer").create_region("r")
+    away = connect("app-desk2", "desk.2", durable_client_id="desk.2", durable_client_timeout_s=600)
+    recorder = Recorder()
+    away.create_region("r", listeners=[recorder]).register_interest("ALL_KEYS", durable=True)
+    away.ready_for_events()
+    for i in range(5):
+        writer.put(f"k{i}", i)
+    wait_until(lambda: ("create", "k4", 4) in recorder.snapshot(), what="desk.2's events")
+    away.close(keep_alive=True)
+    admin = kafka_users.node.client_config()
+    queue2, group2 = topics.queue("desk.2"), topics.client_group("desk.2")
+    acked = _committed(admin, group2, queue2)
+    assert acked > 0
+
+    desk = connect("app-desk", "desk")
+    attacker = kafka_users.librdkafka("app-desk")
+    attacker_admin = kafka_admin(attacker)
+    refused = {
+        "delete": _group_refusal(
+            lambda: attacker_admin.delete_consumer_groups([group2])[group2].result(timeout=20)
+        ),
+        "delete replies": _group_refusal(
+            lambda: attacker_admin.delete_consumer_groups([topics.client_reply_group("desk.2")])[
+                topics.client_reply_group("desk.2")
+            ].result(timeout=20)
+        ),
+        "read offsets": _group_refusal(
+            lambda: attacker_admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group2, [TopicPartition(queue2, 0)])]
+            )[group2].result(timeout=20)
+        ),
+        "commit": _group_refusal(
+            lambda: attacker_admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group2, [TopicPartition(queue2, 0, 0)])]
+            )[group2].result(timeout=20)
+        ),
+    }
+    print(f"desk reaching desk.2: {refused}")
+    assert refused == dict.fromkeys(refused, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    assert _subscribe_error(attacker, topics.client_group("desk"), queue2) == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
+    assert _committed(admin, group2, queue2) == acked  # desk.2's place in its queue is kept
+
+    region = desk.create_region("r")
+    region.register_interest("ALL_KEYS")
+    region.put("from-desk", 1)
+    assert region.get("k3") == 3
+    # Its own groups it reads, commits and deletes.
+    own_group, own_queue = topics.client_group("desk"), topics.queue("desk")
+    _commit_as(attacker, own_group, TopicPartition(own_queue, 0, 0))
+    assert _committed(attacker, own_group, own_queue) == 0
+    assert (
+        _group_refusal(
+            lambda: attacker_admin.delete_consumer_groups([own_group])[own_group].result(timeout=20)
+        )
+        is None
+    )
+
+
+def _commit_as(config: dict[str, str], group: str, partition: TopicPartition) -> None:
+    consumer = kafka_consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[partition], asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def _subscribe_error(

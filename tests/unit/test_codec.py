@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from regionbus.schemas.codec import decode, decode_as, encode, encode_batches, is_batch, split_batch
+from regionbus.schemas.codec import (
+    BATCH_TYPE,
+    MAGIC,
+    MAX_BATCH_ITEMS,
+    decode,
+    decode_as,
+    encode,
+    encode_batches,
+    is_batch,
+    split_batch,
+)
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import (
@@ -134,3 +146,46 @@ def test_a_broken_batch_frame_is_a_typed_error_and_decode_refuses_batches() -> N
         split_batch(batch[:-3])
     with pytest.raises(MessageDecodeError, match="split_batch"):
         decode(batch)
+
+
+def _array_batch(block_counts: list[int], item: bytes = b"") -> bytes:
+    """A Batch frame whose Avro array is written in blocks of the given counts (positive:
+    items follow; negative: the block's byte size follows, as Avro allows)."""
+
+    def long(value: int) -> bytes:
+        zigzag = (value << 1) ^ (value >> 63)
+        out = bytearray()
+        while zigzag >= 0x80:
+            out.append((zigzag & 0x7F) | 0x80)
+            zigzag >>= 7
+        out.append(zigzag)
+        return bytes(out)
+
+    body = bytearray()
+    for count in block_counts:
+        items = (long(len(item)) + item) * abs(count)
+        body += long(count) + (long(len(items)) if count < 0 else b"") + items
+    body += long(0)
+    return bytes((MAGIC, BATCH_TYPE)) + bytes(body)
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [[990_000], [MAX_BATCH_ITEMS + 1], [MAX_BATCH_ITEMS, 1], [-3000, -3000], [1] * 5000],
+)
+def test_a_batch_of_more_items_than_any_writer_sends_is_refused_before_decoding(
+    blocks: list[int],
+) -> None:
+    data = _array_batch(blocks)
+    started = time.perf_counter()
+    with pytest.raises(MessageDecodeError, match=f"more than {MAX_BATCH_ITEMS} items"):
+        split_batch(data)
+    assert time.perf_counter() - started < 1.0  # no item decoded
+    assert len(split_batch(_array_batch([MAX_BATCH_ITEMS], b"\xb1\x01"))) == MAX_BATCH_ITEMS
+
+
+def test_batches_never_hold_more_items_than_a_reader_takes() -> None:
+    frame = encode(Reply(request_id=1, bucket=0, ok=True))
+    values = encode_batches([frame] * (3 * MAX_BATCH_ITEMS + 5))
+    counts = [len(split_batch(v)) for v in values]
+    assert counts == [MAX_BATCH_ITEMS, MAX_BATCH_ITEMS, MAX_BATCH_ITEMS, 5]

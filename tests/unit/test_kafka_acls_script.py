@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 
 from regionbus.broker.kafka_acls import CLUSTER_RESOURCE, KafkaAcl, client_acls, server_acls
+from regionbus.schemas.naming import Topics
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kafka-acls.sh"
 NAMESPACE = "geode.site1"
@@ -97,16 +98,32 @@ def test_the_script_creates_each_scram_user_with_its_password(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("client_id", ["desk", "desk-1.eu"])
-def test_a_clients_group_acls_do_not_reach_a_client_whose_id_extends_it(client_id: str) -> None:
+@pytest.mark.parametrize("other", ["{}x", "{}.2", "{}.reply", "{}.count"])
+def test_a_clients_acls_reach_no_topic_or_group_of_a_client_whose_id_extends_it(
+    client_id: str, other: str
+) -> None:
+    """Client ids may hold dots: ``desk``'s ACLs must not name anything of ``desk.2``
+    (a prefixed group ACL ``{ns}.client.desk.`` did, so ``desk`` could delete the group
+    whose committed offset is ``desk.2``'s place in its queue)."""
+    topics = Topics(NAMESPACE)
+    other_id = other.format(client_id)
     acls = client_acls(NAMESPACE, client_id)
-    other_group = f"{NAMESPACE}.client.{client_id}x"
-    own_group = f"{NAMESPACE}.client.{client_id}"
-    matched = [a for a in acls if a.resource_type == "group" and _matches(a, other_group)]
-    assert matched == []
-    assert all(
-        any(_matches(a, group) for a in acls if a.resource_type == "group")
-        for group in (own_group, f"{own_group}.reply", f"{own_group}.count")
-    )
+    theirs = {
+        ("group", topics.client_group(other_id)),
+        ("group", topics.client_reply_group(other_id)),
+        ("topic", topics.queue(other_id)),
+        ("topic", topics.reply(other_id)),
+    }
+    reached = [
+        (a, name)
+        for a in acls
+        for kind, name in theirs
+        if a.resource_type == kind and _matches(a, name)
+    ]
+    assert reached == []
+    own_groups = {topics.client_group(client_id), topics.client_reply_group(client_id)}
+    assert {a.resource_name for a in acls if a.resource_type == "group"} == own_groups
+    assert all(a.pattern_type == "literal" for a in acls)
 
 
 def _matches(acl: KafkaAcl, name: str) -> bool:

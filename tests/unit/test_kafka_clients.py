@@ -10,13 +10,29 @@ from pathlib import Path
 import pytest
 
 from regionbus.schemas.errors import ConfigurationError
-from regionbus.schemas.kafka_clients import AUTO_CREATE_KEY, client_config, factory_config
+from regionbus.schemas.kafka_clients import (
+    AUTO_CREATE_KEY,
+    CONSUMER_BOUNDS,
+    PRODUCER_BOUNDS,
+    client_config,
+    factory_config,
+    kafka_consumer,
+)
 from regionbus.schemas.kafka_outage import LIBRDKAFKA_LOGGER
+from regionbus.schemas.record_guard import GuardedConsumer
+from regionbus.schemas.record_limits import DEAD_LETTER_BATCH_MAX_BYTES
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FACTORY = _ROOT / "schemas" / "kafka_clients.py"
 _CLIENT_CLASSES = frozenset(
-    {"Consumer", "Producer", "AdminClient", "DeserializingConsumer", "SerializingProducer"}
+    {
+        "Consumer",
+        "GuardedConsumer",
+        "Producer",
+        "AdminClient",
+        "DeserializingConsumer",
+        "SerializingProducer",
+    }
 )
 _SKIPPED_DIRS = frozenset({".venv", "jvm", "build", "dist", ".git", "node_modules"})
 
@@ -97,3 +113,20 @@ def test_every_client_logs_through_python_logging_unless_given_a_logger() -> Non
 def test_asking_for_auto_creation_is_a_configuration_error(asked: object) -> None:
     with pytest.raises(ConfigurationError, match=AUTO_CREATE_KEY):
         client_config({"bootstrap.servers": "k:9092", AUTO_CREATE_KEY: asked})
+
+
+def test_every_consumer_skips_unreadable_batches_and_is_bounded_in_what_it_fetches() -> None:
+    """The factory's consumer is the guarded one, with the fetch bounds of record_limits
+    unless the caller sets its own (librdkafka itself refuses a receive limit below the
+    fetch limit, so the pair is checked where it is made)."""
+    consumer = kafka_consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit"})
+    try:
+        assert isinstance(consumer, GuardedConsumer)
+    finally:
+        consumer.close()
+    assert CONSUMER_BOUNDS["receive.message.max.bytes"] >= CONSUMER_BOUNDS["fetch.max.bytes"] + 512
+    assert CONSUMER_BOUNDS["fetch.max.bytes"] >= 2 * DEAD_LETTER_BATCH_MAX_BYTES
+    assert PRODUCER_BOUNDS == {
+        "message.max.bytes": DEAD_LETTER_BATCH_MAX_BYTES,
+        "compression.type": "none",
+    }
