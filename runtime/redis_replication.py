@@ -75,19 +75,21 @@ class ReplicaWait:
 
         Args:
             pipe: The pipeline the writes were queued on (non-transactional).
-            written_keys: One key of each hash slot written (more are harmless).
+            written_keys: One key of each hash slot written (more are harmless); none for a
+                pipeline that only reads, or whose writes need not survive a failover.
 
         Returns:
             The replicas each queued ``WAIT`` must report, in order; empty when waiting is
             off or nothing needs it.
         """
-        if not self.enabled:
+        keys = list(written_keys)
+        if not self.enabled or not keys:
             return []
         if not self._cluster:
             pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
             return [self.replicas]
         nodes: dict[str, ClusterNode] = {}
-        for key in written_keys:
+        for key in keys:
             node = self._client.get_node_from_key(key)
             nodes.setdefault(node.name, node)
         wanted = self._wanted(nodes)

@@ -74,6 +74,8 @@ def test_one_redis_waits_for_the_replicas_asked_for_after_the_writes() -> None:
     assert _single(2).queue(pipe, ["k"]) == [2]
     assert pipe.commands == [("WAIT", 2, 500)]
     assert _single(0).queue(_Pipe(), ["k"]) == []
+    reads = _Pipe()
+    assert _single(2).queue(reads, []) == [] and reads.commands == []
 
 
 def test_fewer_confirmations_or_a_failed_wait_do_not_acknowledge() -> None:
