@@ -65,50 +65,62 @@ class ClusterFigures:
     apply_ms: dict[str, tuple[float, float]]
 
 
-def store_round_trips(url: str, wait_replicas: int) -> tuple[float, float]:
-    """(f) Apply :data:`STORE_BATCHES` batches of :data:`STORE_BATCH_PUTS` puts of 16 buckets
-    through the region store, as a server does per poll batch, and time each.
+def store_round_trips(stores: dict[str, tuple[str, int]]) -> dict[str, tuple[float, float]]:
+    """(f) Apply :data:`STORE_BATCHES` batches of :data:`STORE_BATCH_PUTS` puts over 16
+    buckets through the region store, as a server does per poll batch, on each store in
+    turn, batch by batch: every store sees the same moments of a noisy machine, so their
+    difference is the cost of the store, not of what else ran meanwhile.
+
+    Args:
+        stores: ``{label: (Redis URL, redis_wait_replicas)}``.
 
     Returns:
-        p50 and p99 of one batch, ms.
+        ``{label: (p50, p99)}`` of one batch's apply, ms.
     """
-    client = connect_redis_url(url)
+    clients = {label: connect_redis_url(url) for label, (url, _) in stores.items()}
     try:
-        store = RegionStore(
-            client,
-            f"bench.{secrets.token_hex(3)}",
-            DEFAULT_TOTAL_BUCKETS,
-            ReplicaWait(client, wait_replicas, 1_000),
-        )
-        store.create_region(REGION)
-        took_ms = []
-        sequence = 0
+        regions = {}
+        for label, client in clients.items():
+            store = RegionStore(
+                client,
+                f"bench.{secrets.token_hex(3)}",
+                DEFAULT_TOTAL_BUCKETS,
+                ReplicaWait(client, stores[label][1], 1_000),
+            )
+            store.create_region(REGION)
+            regions[label] = store
+        took_ms: dict[str, list[float]] = {label: [] for label in stores}
         for n in range(STORE_BATCHES):
-            batch = []
-            for i in range(STORE_BATCH_PUTS):
-                key = f"k{(n * STORE_BATCH_PUTS + i) % 10_000}"
-                bucket = bucket_of(REGION, key, DEFAULT_TOTAL_BUCKETS)
-                sequence += 1
-                batch.append(
-                    store.entry_args(
-                        OperationKind.PUT,
-                        REGION,
-                        key,
-                        b"v" * 200,
-                        "bytes",
-                        EventID("bench", 1, sequence, bucket),
-                        bucket,
-                        sequence,
-                        False,
+            for label, store in regions.items():
+                batch = []
+                for i in range(STORE_BATCH_PUTS):
+                    key = f"k{(n * STORE_BATCH_PUTS + i) % 10_000}"
+                    bucket = bucket_of(REGION, key, DEFAULT_TOTAL_BUCKETS)
+                    sequence = n * STORE_BATCH_PUTS + i + 1
+                    batch.append(
+                        store.entry_args(
+                            OperationKind.PUT,
+                            REGION,
+                            key,
+                            b"v" * 200,
+                            "bytes",
+                            EventID("bench", 1, sequence, bucket),
+                            bucket,
+                            sequence,
+                            False,
+                        )
                     )
-                )
-            began = time.perf_counter()
-            store.run_batch(batch)
-            took_ms.append((time.perf_counter() - began) * 1000)
+                began = time.perf_counter()
+                store.run_batch(batch)
+                took_ms[label].append((time.perf_counter() - began) * 1000)
     finally:
-        client.close()
-    cuts = statistics.quantiles(took_ms, n=100)
-    return cuts[49], cuts[98]
+        for client in clients.values():
+            client.close()
+    out = {}
+    for label, values in took_ms.items():
+        cuts = statistics.quantiles(values, n=100)
+        out[label] = (cuts[49], cuts[98])
+    return out
 
 
 def run_on_redis_cluster(
@@ -121,12 +133,17 @@ def run_on_redis_cluster(
         StackError: the Redis Cluster could not be started.
     """
     figures: dict[int, tuple[Latency, Throughput]] = {}
-    progress.phase(console, f"(f) region store: {STORE_BATCHES:,} batches on one Redis ...")
-    apply_ms = {"one Redis": store_round_trips(local.redis_url, 0)}
     with EmbeddedRedisCluster() as cluster:
-        progress.phase(console, f"(f) region store: {STORE_BATCHES:,} batches on the cluster ...")
-        apply_ms["Redis Cluster"] = store_round_trips(cluster.url, 0)
-        apply_ms["Redis Cluster + WAIT 1"] = store_round_trips(cluster.url, 1)
+        progress.phase(
+            console, f"(f) region store: {STORE_BATCHES:,} batches on each store, interleaved ..."
+        )
+        apply_ms = store_round_trips(
+            {
+                "one Redis": (local.redis_url, 0),
+                "Redis Cluster": (cluster.url, 0),
+                "Redis Cluster + WAIT 1": (cluster.url, 1),
+            }
+        )
         redis_pids = [node.pid for node in cluster.nodes if node.pid is not None]
         for wait in (0, 1):
             label = "(e) Redis Cluster with WAIT 1" if wait else "(d) Redis Cluster"
