@@ -1,7 +1,8 @@
-# The regionbus image: the cache server, the gateway workers, the CLI and the client
-# library. `regionbus` is the entry point, so a compose `command` is its arguments
-# (default: `regionbus serve`). Spark jobs (`regionbus spark ...`) need a Java runtime,
-# which this image does not ship; everything else runs as is.
+# The regionbus image: the base package (the cache server, the gateway workers, the CLI and
+# the client library). `regionbus` is the entry point, so a compose `command` is its
+# arguments (default: `regionbus serve`). Spark jobs (`regionbus spark ...`) need the
+# `spark` extra and a Java runtime, which this image does not ship; the flights demo needs
+# the `demo` extra (build argument EXTRAS below).
 
 # Build a wheel of the package only, so no source tree or build tool reaches the runtime.
 FROM python:3.11-slim AS build
@@ -21,10 +22,15 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+# Extras of the package to install besides the base (client, cache server, gateways, CLI):
+# empty for the servers' image; docker-compose.yml builds the demo's image with
+# EXTRAS=demo, so the servers do not carry pandas and the flights data.
+ARG EXTRAS=""
 COPY --from=build /wheels /wheels
-# The dependencies (confluent-kafka with librdkafka, hiredis, pyspark, pandas) all come
-# as manylinux wheels: nothing is compiled, so no compiler is installed.
-RUN pip install /wheels/*.whl && rm -rf /wheels
+# The dependencies (confluent-kafka with librdkafka, hiredis, pandas) all come as
+# manylinux wheels: nothing is compiled, so no compiler is installed.
+RUN wheel="$(ls /wheels/*.whl)" && pip install "${wheel}${EXTRAS:+[$EXTRAS]}" \
+    && rm -rf /wheels
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin regionbus
 USER regionbus
 WORKDIR /home/regionbus

@@ -187,7 +187,8 @@ def client_acls(namespace: str, client_id: str) -> list[KafkaAcl]:
 
 def gateway_sender_acls(namespace: str, sender_id: str) -> list[KafkaAcl]:
     """A gateway sender's ACLs on its own site's Kafka: read its queue topic from its
-    group, and dead-letter what it cannot decode.
+    group, delete the records the remote site acknowledged (Kafka's DeleteRecords needs
+    the topic's Delete), and dead-letter what it cannot decode.
 
     Args:
         namespace: The sender's site namespace.
@@ -195,7 +196,7 @@ def gateway_sender_acls(namespace: str, sender_id: str) -> list[KafkaAcl]:
     """
     topics = Topics(namespace)
     return [
-        *_acls("topic", [topics.gateway(sender_id)], ["Read", "Describe"]),
+        *_acls("topic", [topics.gateway(sender_id)], ["Read", "Describe", "Delete"]),
         *_acls("group", [Topics(namespace).sender_group(sender_id)], ["Read", "Describe"]),
         *_acls("topic", [topics.dead_letter], ["Write", "Describe"]),
     ]

@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 from gateway_sites import Site, site_namespaces
 from kafka_users import KafkaUsers
 from support import wait_until
@@ -28,6 +29,7 @@ from regionbus.broker.kafka_acls import (
 )
 from regionbus.devstack import KafkaNode
 from regionbus.schemas.errors import KafkaAuthorizationError
+from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.naming import Topics
 
 SENDER = "to-b"
@@ -107,6 +109,27 @@ def test_a_sender_and_a_receiver_replicate_with_exactly_their_acls(
         assert kafka_users.granted(user) == set(granted), user
     assert a.senders[SENDER].failure is None
     assert b.receiver is not None and b.receiver.stats.acks_not_sent == 0
+    # The acked batches leave the queue topic (DeleteRecords), which Kafka allows with
+    # the topic's Delete permission only: without it the queue would grow for ever.
+    wait_until(
+        lambda: _deleted_records(kafka_users, Topics(a.namespace).gateway(SENDER)) >= 2,
+        60,
+        "the acknowledged events deleted from the sender's queue",
+    )
+
+
+def _deleted_records(kafka_users: KafkaUsers, topic: str) -> int:
+    """Records deleted from the front of ``topic``'s partitions: the sum of their low
+    watermarks, read as the admin."""
+    consumer = kafka_consumer({**kafka_users.node.client_config(), "group.id": "acl-check"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0]
+            for p in partitions
+        )
+    finally:
+        consumer.close()
 
 
 def test_a_sender_refused_the_remote_inbound_topic_keeps_the_batch_names_the_acl_and_resumes(

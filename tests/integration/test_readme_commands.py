@@ -92,8 +92,10 @@ _ELSEWHERE: dict[str, Callable[[str], bool]] = {
     # CI (.ci/run) runs ./scripts/test.sh; the demo's checks run in test_flights_demo.py
     # and test_demo_progress.py (a year of flights takes 8 minutes).
     "scripts": lambda line: _argv(line)[0] in ("./scripts/demo.sh", "./scripts/test.sh"),
-    # scripts/compose-check.sh brings every profile up on a Docker engine.
-    "compose": lambda line: _argv(line)[:2] == ["docker", "compose"],
+    # scripts/compose-check.sh brings every profile up on a Docker engine, and CI runs it;
+    # its --help runs here (test_the_compose_check_explains_itself).
+    "compose": lambda line: _argv(line)[:2] == ["docker", "compose"]
+    or _argv(line)[0] == "scripts/compose-check.sh",
     # test_wheel.py builds the wheel and installs it without extras.
     "pip": lambda line: _argv(line)[:2] == ["pip", "install"],
     # the loaded-machine recipe around the demo (busy loops, then kill them)
@@ -169,6 +171,20 @@ def test_the_readme_scripts_exist_and_the_test_script_is_what_ci_runs() -> None:
             path = REPOSITORY / program
             assert path.is_file() and os.access(path, os.X_OK), program
     assert "scripts/test.sh" in (REPOSITORY / ".ci" / "run").read_text()
+
+
+def test_the_compose_check_explains_itself_and_ci_runs_it() -> None:
+    lines = [line for line in _readme_command_lines() if line.startswith("scripts/compose-check")]
+    assert "scripts/compose-check.sh" in lines
+    for line in lines:
+        if "--help" in line:
+            ran = subprocess.run(
+                _argv(line), cwd=REPOSITORY, capture_output=True, text=True, timeout=60
+            )
+            assert ran.returncode == 0, ran.stderr
+            for profile in ("default", "two-sites", "secured", "demo"):
+                assert profile in ran.stdout
+    assert "scripts/compose-check.sh" in (REPOSITORY / ".ci" / "run").read_text()
 
 
 def test_the_readme_install_lines_name_extras_pyproject_defines() -> None:
