@@ -2,8 +2,9 @@
 each beside the raw Kafka / Redis baseline measured in the same run, with the ratio.
 
 ``python -m bench.all`` runs ``bench.core``, ``bench.durable_replay``, ``bench.failover``,
-``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read`` and the
-Apache Geode peer ``bench.peers.geode``, one child process each (each starts its own
+``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read``, ``bench.cq``
+and the Apache Geode peers ``bench.peers.geode`` and ``bench.peers.geode_cq``, one child
+process each (each starts its own
 embedded stack unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name one), collects the rows
 they emit (:mod:`bench.summary`) and writes ``--output`` (default ``bench/RESULTS.md``):
 the machine, the load average before each benchmark, the table, and any benchmark that
@@ -62,6 +63,28 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark("spark_read", ("--events", "200000", "--entries", "50000")),
+    # Continuous queries beside interest and raw Kafka, and their server CPU per change at 1,
+    # 10 and 100 holders / distinct CQs; then Geode's CQ on the same workload (its rows take
+    # regionbus's figure from bench.cq's).
+    Benchmark(
+        "cq",
+        (
+            "--ops",
+            "5000",
+            "--subscribers",
+            "10",
+            "--rate",
+            "500",
+            "--latency-seconds",
+            "5",
+            "--scaling-ops",
+            "1000",
+        ),
+    ),
+    Benchmark(
+        "peers.geode_cq",
+        ("--ops", "5000", "--subscribers", "10", "--rate", "500", "--latency-seconds", "5"),
+    ),
     # 1, 10 and 100 subscribers; 1, 16 and 64 buckets (its defaults). core's 10,000 puts:
     # at 2,000 the raw baselines measured mostly their own start-up.
     Benchmark("scaling", ("--ops", "10000", "--latency-seconds", "3")),

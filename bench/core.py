@@ -62,11 +62,10 @@ from bench.redis_cluster import (
     run_on_redis_cluster,
 )
 from bench.report import Figures, Latency, Targets, Throughput
-from bench.server import BenchError, ServerProcess
+from bench.server import BenchError, one_server_stack
 from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
-from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench")
 
@@ -154,36 +153,7 @@ def run(
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
-        work_dir = progress.log_dir("core", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
-        server = stack.enter_context(
-            ServerProcess(
-                namespace=namespace,
-                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
-                redis_url=local.redis_url,
-                regions=(REGION,),
-                fetch_wait_max_ms=options.fetch_wait_max_ms,
-                linger_ms=options.linger_ms,
-                log_path=work_dir / "server.log",
-            )
-        )
-        services = Services(
-            namespace,
-            local.kafka_bootstrap_servers,
-            local.redis_url,
-            {
-                "server": server.pid,
-                "kafka": local.kafka.pid if local.kafka else None,
-                "redis": local.redis.pid if local.redis else None,
-            },
-        )
-        console.print(
-            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "
-            f"redis {local.redis_url} ({local.redis_source}), namespace {namespace}, "
-            f"server pid {server.pid}, logs in {work_dir}",
-            style="dim",
-        )
+        local, services = one_server_stack(stack, "core", namespace, options, console)
         # A fresh broker spends seconds of CPU compiling its own code (the JVM's JIT) in
         # whichever phase comes first, which on 2 cores was most of the "kafka" CPU of
         # phase (a) while the raw phases, run later, found it warm: every phase now starts
@@ -209,7 +179,9 @@ def run(
         )
         fanout_relay = raw_fanout_relay(services, options, options.subscribers)
         on_cluster = (
-            run_on_redis_cluster(local, options, console, work_dir) if redis_cluster else None
+            run_on_redis_cluster(local, options, console, progress.current_log_dir())
+            if redis_cluster
+            else None
         )
         settings = {
             **asdict(options),

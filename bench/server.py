@@ -13,10 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from rich.console import Console
+
+from bench import progress
+from bench.services import REGION, BenchOptions, Services
+from regionbus.devstack import LocalStack
 from regionbus.schemas.errors import RegionBusError
 
 _READY_TEXT = "serving namespace"
@@ -172,3 +178,50 @@ class ServerProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def one_server_stack(
+    stack: ExitStack, benchmark: str, namespace: str, options: BenchOptions, console: Console
+) -> tuple[LocalStack, Services]:
+    """Start the local stack (unless env names one) and one cache server of region
+    ``bench`` on ``stack``, with the run's logs kept under the benchmark's log folder.
+
+    Returns:
+        The stack, and the :class:`Services` of the run (the server's, Kafka's and Redis'
+        pids for the CPU figures).
+
+    Raises:
+        BenchError: the server did not start.
+        StackError: Kafka or Redis could not be started.
+    """
+    work_dir = progress.log_dir(benchmark, console)
+    local = stack.enter_context(LocalStack(use_docker=False))
+    stack.enter_context(progress.keep_stack_logs(local))
+    server = stack.enter_context(
+        ServerProcess(
+            namespace=namespace,
+            kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+            redis_url=local.redis_url,
+            regions=(REGION,),
+            fetch_wait_max_ms=options.fetch_wait_max_ms,
+            linger_ms=options.linger_ms,
+            log_path=work_dir / "server.log",
+        )
+    )
+    services = Services(
+        namespace,
+        local.kafka_bootstrap_servers,
+        local.redis_url,
+        {
+            "server": server.pid,
+            "kafka": local.kafka.pid if local.kafka else None,
+            "redis": local.redis.pid if local.redis else None,
+        },
+    )
+    console.print(
+        f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "
+        f"redis {local.redis_url} ({local.redis_source}), namespace {namespace}, "
+        f"server pid {server.pid}, logs in {work_dir}",
+        style="dim",
+    )
+    return local, services

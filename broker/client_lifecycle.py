@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.client_registry import ClientRecord, ClientRegistry
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.queue_depth import QueueDepths
@@ -52,6 +53,7 @@ class ClientLifecycle:
         topics: The namespace's topic names.
         clients: The client records in Redis.
         registry: The interest registry (a client's interest goes with it).
+        cqs: The continuous queries (a client's CQs go with it, as its interest does).
         outbox: Replies, and the DISCONNECT operations sent to every bucket.
         depths: Queue depth bookkeeping (forgotten with the client).
         stats: The server's counters.
@@ -70,6 +72,7 @@ class ClientLifecycle:
         stats: ServerStats,
         security: SecurityGuard | None,
         reaper: Lease,
+        cqs: CqRegistry,
     ) -> None:
         self._settings = settings
         self._topics = topics
@@ -80,6 +83,7 @@ class ClientLifecycle:
         self._stats = stats
         self._security = security
         self._reaper = reaper
+        self._cqs = cqs
         self.records: dict[str, ClientRecord] = {}
         """The client records as of the last `reload`, kept current by control messages."""
 
@@ -208,14 +212,15 @@ class ClientLifecycle:
     # --- disconnecting -----------------------------------------------------------------
 
     def disconnect(self, op: Operation, bucket: int) -> None:
-        """A DISCONNECT operation in a bucket: drop the client's interest there (all of it,
-        or all but the durable registrations with ``keep_alive``), note that this bucket
-        did, and reply when the client asked.
+        """A DISCONNECT operation in a bucket: drop the client's interest and continuous
+        queries there (all of them, or all but the durable ones with ``keep_alive``), note
+        that this bucket did, and reply when the client asked.
 
         Raises:
             TransportError: Redis failed.
         """
         self._registry.drop_client(op.client_id, keep_durable=op.keep_alive)
+        self._cqs.drop_client(op.client_id, keep_durable=op.keep_alive)
         if not op.keep_alive:
             self.clients.mark_dropped(op.client_id, bucket)
         if op.request_id:
@@ -229,6 +234,7 @@ class ClientLifecycle:
         what is routed meanwhile would fill a new count to the limit."""
         self._disconnect_everywhere(client_id, keep_alive=False)
         self._registry.drop_client(client_id)
+        self._cqs.drop_client(client_id)
         self._depths.forget(client_id)
         self.clients.remove(client_id)
         self.records.pop(client_id, None)

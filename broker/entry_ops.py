@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqTable
 from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
@@ -43,6 +44,7 @@ class EntryOperations:
         gateways: Queues for gateway senders and async event queues.
         outbox: Replies.
         stats: The server's counters.
+        cqs: The continuous queries (a region with any gets old values from its applies).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class EntryOperations:
         gateways: GatewayEnqueuer,
         outbox: Outbox,
         stats: ServerStats,
+        cqs: CqTable,
     ) -> None:
         self._site_id = settings.distributed_system_id
         self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
@@ -65,6 +68,7 @@ class EntryOperations:
         self._gateways = gateways
         self._outbox = outbox
         self._stats = stats
+        self._cqs = cqs
         self._pending: list[_Pending] = []
 
     def add(self, op: Operation, bucket: int, offset: int) -> None:
@@ -113,7 +117,8 @@ class EntryOperations:
                     op.event_id._replace(bucket=bucket),
                     bucket,
                     offset,
-                    want_old=self._plugins.has_listeners(op.region),
+                    want_old=self._plugins.has_listeners(op.region)
+                    or self._cqs.has_queries(op.region),
                     epoch=owned[bucket],
                     gateway_version=GatewayVersion(
                         op.timestamp_ms, op.origin_site_id or self._site_id
@@ -177,7 +182,7 @@ class EntryOperations:
         if event is not None:
             if result.status != "DUP":
                 self._plugins.after_entry(event, result.old_value)
-            self._notifier.entry_event(event, bucket)
+            self._notifier.entry_event(event, bucket, result.old_value, result.old_serializer)
             if self._gateways:
                 self._gateways.enqueue(event, bucket, self._outbox.produce)
         reply_applied(op, bucket, result, self._outbox, self._stats)

@@ -75,6 +75,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqTable
 from regionbus.broker.expiration_attributes import RegionExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.lua_scripts import load_lua
@@ -121,6 +122,7 @@ class EntryExpiration:
         outbox: The server's producer.
         stats: The server's counters (``entries_expired``).
         security: Signs the expirations produced when security is on (None when off).
+        cqs: The continuous queries (a region with any gets old values from its applies).
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class EntryExpiration:
         outbox: Outbox,
         stats: ServerStats,
         security: SecurityGuard | None = None,
+        cqs: CqTable | None = None,
     ) -> None:
         self._regions: dict[str, RegionExpiration] = {
             r: e for r, e in settings.region_expiration.items() if e.enabled
@@ -149,6 +152,7 @@ class EntryExpiration:
         self._outbox = outbox
         self._stats = stats
         self._security = security
+        self._cqs = cqs or CqTable()
         self._claim = PipelinedScript(load_lua("claim_expiry.lua"))
         self._expire = PipelinedScript(load_lua("expire_entry.lua"))
         self._next_look = time.monotonic()
@@ -342,7 +346,8 @@ class EntryExpiration:
             self._plugins.after_entry(event, reply[2] or None)
         else:
             self._stats.duplicates += 1
-        self._notifier.entry_event(event, bucket)
+        old_serializer = _text(reply[3]) if len(reply) > 3 and reply[3] else None
+        self._notifier.entry_event(event, bucket, reply[2] or None, old_serializer)
         if self._gateways:
             self._gateways.enqueue(event, bucket, self._outbox.produce)
 
@@ -373,7 +378,9 @@ class EntryExpiration:
                     op.timestamp_ms,
                     "DESTROY" if op.kind is OperationKind.EXPIRE_DESTROY else "INVALIDATE",
                     epoch,
-                    "1" if self._plugins.has_listeners(region) else "0",
+                    "1"
+                    if self._plugins.has_listeners(region) or self._cqs.has_queries(region)
+                    else "0",
                     op.client_id,
                     f"{event_id.member}:{event_id.thread}",
                     event_id.sequence,

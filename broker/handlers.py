@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from regionbus.broker.client_lifecycle import ClientLifecycle
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.interest import InterestRegistry
@@ -24,7 +25,14 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import now_ms
-from regionbus.schemas.errors import CacheWriterError, InvalidOperationError, RegionNotFoundError
+from regionbus.schemas.cq import parse_cq
+from regionbus.schemas.errors import (
+    CacheWriterError,
+    CqEvaluationError,
+    InvalidOperationError,
+    RegionNotFoundError,
+    SerializationError,
+)
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.messages import (
     Entry,
@@ -57,6 +65,7 @@ class OperationHandlers:
         outbox: Replies.
         stats: The server's counters.
         expiration: Applies the ``EXPIRE_*`` operations.
+        cqs: The continuous queries.
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class OperationHandlers:
         outbox: Outbox,
         stats: ServerStats,
         expiration: EntryExpiration,
+        cqs: CqRegistry,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -83,6 +93,7 @@ class OperationHandlers:
         self._lifecycle = lifecycle
         self._outbox = outbox
         self._stats = stats
+        self._cqs = cqs
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -98,6 +109,10 @@ class OperationHandlers:
             OperationKind.READY_FOR_EVENTS: self.ready_for_events,
             OperationKind.EXPIRE_DESTROY: expiration.apply,
             OperationKind.EXPIRE_INVALIDATE: expiration.apply,
+            OperationKind.EXECUTE_CQ: self.execute_cq,
+            OperationKind.STOP_CQ: self.stop_cq,
+            OperationKind.CLOSE_CQ: self.close_cq,
+            OperationKind.GET_DURABLE_CQS: self.get_durable_cqs,
         }
         """The handler of each operation kind."""
 
@@ -147,6 +162,7 @@ class OperationHandlers:
                 self._plugins.after_region(event)
             if event.kind is EventKind.REGION_DESTROY:
                 self._registry.forget_region(op.region)
+                self._cqs.forget_region(op.region)
         reply_applied(op, bucket, result, self._outbox, self._stats)
 
     def keys(self, op: Operation, bucket: int, offset: int) -> None:
@@ -199,6 +215,68 @@ class OperationHandlers:
         assert op.interest is not None
         self._registry.unregister(op.client_id, op.region, op.interest)
         self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    # --- continuous queries ------------------------------------------------------------
+
+    def execute_cq(self, op: Operation, bucket: int, offset: int) -> None:
+        """Run a continuous query in this bucket from this point of its order, answering
+        with the bucket's entries in its result set when asked (Geode
+        ``executeWithInitialResults``): like a KEYS_VALUES registration, the snapshot and
+        the start of delivery happen at the same point, so the initial results and the
+        events after them leave no gap (SPEC §9).
+
+        Raises:
+            CqInvalidError: the query is outside the CQ subset, or its value schema is bad.
+            CqError: the client holds too many CQs.
+            TransportError: Redis failed.
+        """
+        if not self._ownership.still_primary(bucket):
+            return
+        spec = op.cq
+        assert spec is not None
+        parsed = parse_cq(spec.query)
+        entries: list[Entry] = []
+        if spec.initial_results:
+            exists, snapshot, _ = self._store.snapshot(op.region, bucket, with_values=True)
+        else:
+            exists, snapshot = self._store.region_exists(op.region, bucket), []
+        if not exists:
+            self._region_missing(op, bucket)
+            return
+        self._cqs.execute(op.client_id, spec, parsed, bucket)
+        for entry in snapshot:
+            if entry.value is None:
+                continue  # an invalid entry is in no result set
+            try:
+                value = self._cqs.table.value(entry.value, entry.serializer)
+                if parsed.selects(value):
+                    entries.append(entry)
+            except (CqEvaluationError, SerializationError):
+                continue  # Geode leaves a value the query cannot read out of the results
+        self._reply_entries(op, bucket, entries)
+
+    def stop_cq(self, op: Operation, bucket: int, offset: int) -> None:
+        """Deliver nothing more of a CQ from this bucket; it stays held (Geode ``stopCq``)."""
+        if not self._ownership.still_primary(bucket):
+            return
+        assert op.cq is not None
+        self._cqs.stop(op.client_id, op.cq, op.region, bucket)
+        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    def close_cq(self, op: Operation, bucket: int, offset: int) -> None:
+        """Forget a CQ (Geode ``closeCq``)."""
+        if not self._ownership.still_primary(bucket):
+            return
+        assert op.cq is not None
+        self._cqs.close(op.client_id, op.cq.name)
+        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+
+    def get_durable_cqs(self, op: Operation, bucket: int, offset: int) -> None:
+        """Answer with the names of the client's durable CQs the servers hold (Geode
+        ``getAllDurableCqsFromServer``)."""
+        names = tuple(self._cqs.durable_names(op.client_id))
+        reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, cq_names=names)
+        self._outbox.reply(reply, op.client_id)
 
     # --- clients -----------------------------------------------------------------------
 

@@ -210,6 +210,31 @@ def _activate(
     reg.buckets.update(buckets)
 
 
+def drop_stored(client: redis.Redis, key: str, *, keep_durable: bool) -> None:
+    """Delete a client's stored registrations (a hash of JSON records with a ``durable``
+    flag: interest, continuous queries), or all but the durable ones.
+
+    Raises:
+        TransportError: Redis failed.
+    """
+    with redis_errors():
+        if not keep_durable:
+            client.delete(key)
+            return
+        stored = client.hgetall(key)
+        gone = [f for f, v in stored.items() if not _is_durable(v)]
+        if gone:
+            client.hdel(key, *gone)
+
+
+def _is_durable(raw: bytes) -> bool:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and bool(record.get("durable"))
+
+
 class InterestRegistry:
     """The interest registry of one server: an :class:`InterestTable` for routing, persisted
     in Redis for failover and durable clients.
@@ -283,14 +308,7 @@ class InterestRegistry:
             TransportError: Redis failed.
         """
         self.table.drop_client(client_id, keep_durable=keep_durable)
-        with redis_errors():
-            if not keep_durable:
-                self._redis.delete(self._keys.interest(client_id))
-                return
-            stored = self._redis.hgetall(self._keys.interest(client_id))
-            gone = [f for f, v in stored.items() if not json.loads(v).get("durable")]
-            if gone:
-                self._redis.hdel(self._keys.interest(client_id), *gone)
+        drop_stored(self._redis, self._keys.interest(client_id), keep_durable=keep_durable)
 
     def load(self, client_ids: Iterable[str]) -> int:
         """Forget what is in memory and load the persisted registrations of these clients,
@@ -343,4 +361,4 @@ class InterestRegistry:
         self.table.forget_region(region)
 
 
-__all__ = ["InterestRegistry", "InterestTable"]
+__all__ = ["InterestRegistry", "InterestTable", "drop_stored"]

@@ -6,6 +6,13 @@ or, for a client that registered with ``receive_values=False``, as an invalidati
 §3). Every event also goes to ``{ns}.events`` (Spark, peers). Region clears and destroys go
 to every client with any interest in the region.
 
+Continuous queries (SPEC §9) are evaluated here too, by the CQ registry, and what a change
+does to a client's CQs goes to its subscription queue as a ``CqEvent`` beside the interest
+event (:meth:`CacheClientNotifier.queue_cq_events`): a change matching both a client's
+interest and one of its CQs reaches both its region listeners and its CQ listeners, as in
+Geode; unlike interest events, CQ events reach the originator too (Geode
+``CacheClientNotifier.getFilterClientIDs``).
+
 It also watches the queues' capacity (SPEC §4): when a client's queue holds
 ``maximum_message_count`` unacked events, the server stops taking operations for up to
 ``maximum_queue_full_wait_ms``; then the queue may grow, or the client is disconnected if
@@ -16,16 +23,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.queue_depth import QueueDepths
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.codec import encode
-from regionbus.schemas.messages import Event, EventKind, Marker
+from regionbus.schemas.messages import CqEvent, CqMatch, Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
 
 log = logging.getLogger("regionbus.server")
@@ -43,6 +52,7 @@ class CacheClientNotifier:
         settings: The server's settings (capacity limits).
         topics: The namespace's topic names.
         registry: The interest registry routing is computed from.
+        cqs: The continuous queries changes are evaluated against.
         outbox: Where events and markers go.
         depths: Each client's unacked queue depth.
         stats: The server's counters (events routed, holds).
@@ -54,6 +64,7 @@ class CacheClientNotifier:
         settings: ServerSettings,
         topics: Topics,
         registry: InterestRegistry,
+        cqs: CqRegistry,
         outbox: Outbox,
         depths: QueueDepths,
         stats: ServerStats,
@@ -62,6 +73,7 @@ class CacheClientNotifier:
         self._settings = settings
         self._topics = topics
         self._registry = registry
+        self._cqs = cqs.table
         self._outbox = outbox
         self.depths = depths
         self._stats = stats
@@ -73,9 +85,17 @@ class CacheClientNotifier:
 
     # --- routing -----------------------------------------------------------------------
 
-    def entry_event(self, event: Event, bucket: int) -> None:
+    def entry_event(
+        self,
+        event: Event,
+        bucket: int,
+        old_value: bytes | None = None,
+        old_serializer: str | None = None,
+    ) -> None:
         """Distribute an applied entry change of ``bucket`` (duplicates included: a client
-        drops what it has seen by EventID)."""
+        drops what it has seen by EventID), and what it does to the continuous queries of
+        its region, evaluated on ``old_value`` (the value before the change, written by
+        ``old_serializer``) and the new value."""
         assert event.key is not None
         full = encode(event)
         self._outbox.produce(self._topics.events, full, event.key.encode(), partition=bucket)
@@ -95,6 +115,9 @@ class CacheClientNotifier:
                 payload = invalidate
             queue(client_id, payload)
         self._stats.routed_to(targets)
+        if self._cqs.has_queries(event.region):
+            matches = self._cqs.entry_matches(event, bucket, old_value, old_serializer)
+            self.queue_cq_events(event, matches)
 
     def region_event(self, event: Event, bucket: int) -> None:
         """Distribute an applied region clear or destroy to every client with any interest
@@ -105,10 +128,40 @@ class CacheClientNotifier:
         self._outbox.produce(self._topics.events, payload, None, partition=bucket)
         if event.kind is EventKind.REGION_INVALIDATE:
             return
+        if self._cqs.has_queries(event.region):
+            self.queue_cq_events(event, self._cqs.region_matches(event.region, event.kind))
         recipients = self._registry.clients_of_region(event.region) - {event.originator}
         if self._security is not None:
             recipients = self._security.region_readers(recipients, event.region)
         for client_id in recipients:
+            self._outbox.queue(client_id, payload)
+            self._stats.routed(client_id)
+
+    def queue_cq_events(self, event: Event, matches: Mapping[str, Sequence[CqMatch]]) -> None:
+        """Queue what a change did to clients' continuous queries: one ``CqEvent`` (the
+        change, with the client's CQs it concerns and their query operations) into each
+        client's subscription queue, carrying the change's EventID, so message tracking,
+        failover, capacity and conflation treat it as any event. The one place CQ events
+        leave routing.
+
+        Args:
+            event: The applied change.
+            matches: ``{client id: its CQs' matches}`` (`regionbus.broker.cq_registry`).
+
+        Raises:
+            TransportError: Redis failed (checking read permissions, security on).
+        """
+        if not matches:
+            return
+        clients: Iterable[str] = matches
+        if self._security is not None:
+            clients = self._security.region_readers(matches, event.region)
+        encoded: dict[tuple[CqMatch, ...], bytes] = {}
+        for client_id in clients:
+            cqs = tuple(matches[client_id])
+            payload = encoded.get(cqs)
+            if payload is None:
+                payload = encoded[cqs] = encode(CqEvent(event, cqs))
             self._outbox.queue(client_id, payload)
             self._stats.routed(client_id)
 

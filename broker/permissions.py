@@ -18,10 +18,12 @@ get (key K of R)                             ``DATA:READ:R:K``
 register interest in keys of R               ``DATA:READ:R:K`` for each key
 register interest in all keys / a regex      ``DATA:READ:R``
 unregister interest, keys on server          ``DATA:READ:R``
+execute, stop, close a continuous query      ``DATA:READ:R`` (Geode ``ExecuteCQ``)
+on R
 receive an event of R in the queue           ``DATA:READ:R`` (and of its key)
 status, user management, gateway config      ``CLUSTER:MANAGE``
 connect, ping, close, ready-for-events,      none beyond authentication (and the client
-disconnect                                   id bound to the same principal)
+disconnect, list durable CQs                 id bound to the same principal)
 ============================================ ===============================
 """
 
@@ -136,8 +138,18 @@ def data_read(region: str, key: str = WILDCARD) -> ResourcePermission:
     return ResourcePermission(Resource.DATA, Action.READ, region, key)
 
 
-_READ_REGION: Final = (OperationKind.UNREGISTER_INTEREST, OperationKind.KEYS)
-_CLIENT_LIFECYCLE: Final = (OperationKind.READY_FOR_EVENTS, OperationKind.DISCONNECT)
+_READ_REGION: Final = (
+    OperationKind.UNREGISTER_INTEREST,
+    OperationKind.KEYS,
+    OperationKind.EXECUTE_CQ,
+    OperationKind.STOP_CQ,
+    OperationKind.CLOSE_CQ,
+)
+_CLIENT_LIFECYCLE: Final = (
+    OperationKind.READY_FOR_EVENTS,
+    OperationKind.DISCONNECT,
+    OperationKind.GET_DURABLE_CQS,
+)
 
 
 def required_permissions(op: Operation) -> tuple[ResourcePermission, ...]:

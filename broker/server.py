@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Final
@@ -43,6 +43,7 @@ from regionbus.broker.client_lifecycle import ClientLifecycle
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.client_topics import ClientTopicPresence
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
@@ -132,6 +133,7 @@ class CacheServer(BackgroundWorker):
             self._redis, settings.namespace, settings.total_buckets, replica_wait=waits
         )
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
+        self.cqs = CqRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.clients = ClientRegistry(
             self._redis, settings.namespace, settings.maximum_time_between_pings_ms
         )
@@ -242,7 +244,7 @@ class CacheServer(BackgroundWorker):
         )
         self._parts = self._wire(admin, topic_keeper, producer, consumer)
         lifecycle = self._parts.lifecycle
-        loaded = self.registry.load(lifecycle.reload())
+        loaded = self._load_subscriptions(lifecycle.reload())
         consumer.assign([])
         self.election.join()
         # Renewing from before the first election: taking over every bucket (assigning its
@@ -291,7 +293,7 @@ class CacheServer(BackgroundWorker):
             s.lease_ttl_ms,
         )
         notifier = CacheClientNotifier(
-            s, self.topics, self.registry, outbox, depths, self.stats, self.security
+            s, self.topics, self.registry, self.cqs, outbox, depths, self.stats, self.security
         )
         reaper = Lease(
             self._redis,
@@ -311,9 +313,18 @@ class CacheServer(BackgroundWorker):
             self.stats,
             self.security,
             reaper,
+            self.cqs,
         )
         entries = EntryOperations(
-            s, self.store, ownership, self.plugins, notifier, self._gateways, outbox, self.stats
+            s,
+            self.store,
+            ownership,
+            self.plugins,
+            notifier,
+            self._gateways,
+            outbox,
+            self.stats,
+            self.cqs.table,
         )
         expiration = EntryExpiration(
             s,
@@ -325,6 +336,7 @@ class CacheServer(BackgroundWorker):
             outbox,
             self.stats,
             self.security,
+            self.cqs.table,
         )
         handlers = OperationHandlers(
             s,
@@ -338,6 +350,7 @@ class CacheServer(BackgroundWorker):
             outbox,
             self.stats,
             expiration,
+            self.cqs,
         )
         admission = None if self.security is None else Admission(self.security, outbox, self.stats)
         return _Parts(
@@ -447,7 +460,13 @@ class CacheServer(BackgroundWorker):
             parts.ownership.stop_every_bucket()
             return
         if gained:
-            self.registry.load(parts.lifecycle.reload())
+            self._load_subscriptions(parts.lifecycle.reload())
+
+    def _load_subscriptions(self, client_ids: Iterable[str]) -> int:
+        """Load the persisted interest and continuous queries of these clients, active in
+        every bucket. Returns how many registrations and CQs were loaded."""
+        clients = list(client_ids)
+        return self.registry.load(clients) + self.cqs.load(clients)
 
     def _keep_topics(self, parts: _Parts) -> None:
         """Recreate server topics that disappeared (:class:`TopicKeeper`); read the

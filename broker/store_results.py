@@ -42,7 +42,9 @@ class ApplyResult:
             result already pruned).
         version: Region version the change got (None as for ``event_kind``).
         error_type: Class name of the error for ``"ERR"``.
-        old_value: Value before the change, when asked for and present.
+        old_value: Value before the change, when asked for and present (a recognised
+            duplicate's too: it is kept with the result until the offsets are committed).
+        old_serializer: The name of ``old_value``'s serializer.
     """
 
     status: str
@@ -50,6 +52,7 @@ class ApplyResult:
     version: int | None = None
     error_type: str | None = None
     old_value: bytes | None = None
+    old_serializer: str | None = None
 
 
 class Access(NamedTuple):
@@ -92,7 +95,14 @@ def to_apply_result(reply: Sequence[Any]) -> ApplyResult:
         return ApplyResult(status, error_type=error)
     kind, version = _parse_result(reply[1] or None)
     old = reply[2] if len(reply) > 2 and reply[2] else None
-    return ApplyResult(status, kind, version, old_value=old)
+    old_serializer = reply[3] if len(reply) > 3 and reply[3] else None
+    return ApplyResult(
+        status,
+        kind,
+        version,
+        old_value=old,
+        old_serializer=old_serializer.decode() if isinstance(old_serializer, bytes) else None,
+    )
 
 
 def to_entry(

@@ -5,14 +5,20 @@ from __future__ import annotations
 from typing import Final
 
 from regionbus.broker.config import ServerSettings
+from regionbus.schemas.cq import parse_cq
+from regionbus.schemas.cq_checks import check_cq_name
 from regionbus.schemas.entry_checks import check_key, check_region_name, check_value_size
-from regionbus.schemas.errors import InvalidOperationError, ValueTooLargeError
+from regionbus.schemas.errors import CqInvalidError, InvalidOperationError, ValueTooLargeError
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 
-_CLIENT_WIDE: Final = (OperationKind.READY_FOR_EVENTS, OperationKind.DISCONNECT)
+_CLIENT_WIDE: Final = (
+    OperationKind.READY_FOR_EVENTS,
+    OperationKind.DISCONNECT,
+    OperationKind.GET_DURABLE_CQS,
+)
 """Operations about a client, not a region: their region is empty."""
 
 
@@ -37,6 +43,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             argument over the clients' limit.
         InvalidInterestError: a REGEX registration whose pattern the clients would refuse
             (`regionbus.schemas.interest_regex.compile_interest_regex`).
+        CqInvalidError: a CQ operation without a CQ, with a name the clients would refuse,
+            or (to execute) a query outside the CQ subset or of another region.
     """
     kind = op.kind
     if kind not in _CLIENT_WIDE:
@@ -79,6 +87,18 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             compile_interest_regex(op.interest.regex)
         for key in op.interest.keys:
             check_key(key)
+    if kind.is_cq_operation:
+        if op.cq is None:
+            raise InvalidOperationError(f"{kind.value} needs a CQ")
+        check_cq_name(op.cq.name)
+        if kind is OperationKind.EXECUTE_CQ:
+            parsed = parse_cq(op.cq.query)
+            if parsed.region != op.region:
+                raise CqInvalidError(
+                    f"the query selects from /{parsed.region}, the operation is on {op.region!r}",
+                    rule="one-region",
+                    query=op.cq.query,
+                )
 
 
 __all__ = ["validate"]

@@ -4,6 +4,18 @@ Depends on :mod:`schemas` only.
 """
 
 from regionbus.clients.cache import ClientCache
+from regionbus.clients.cq_callbacks import (
+    CqAttributes,
+    CqEvent,
+    CqListener,
+    CqResult,
+    CqState,
+    CqStatistics,
+    CqStatusListener,
+    Operation,
+)
+from regionbus.clients.cq_query import CqQuery
+from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
@@ -23,10 +35,20 @@ __all__ = [
     "CacheWriter",
     "ClientCache",
     "ClientSettings",
+    "CqAttributes",
+    "CqEvent",
+    "CqListener",
+    "CqQuery",
+    "CqResult",
+    "CqState",
+    "CqStatistics",
+    "CqStatusListener",
     "EntryEvent",
     "EventKind",
     "InterestResultPolicy",
     "JsonSerializer",
+    "Operation",
+    "QueryService",
     "Region",
     "RegionEvent",
     "RegionShortcut",

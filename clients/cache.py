@@ -11,6 +11,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from regionbus.clients.pool import Pool
+from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
@@ -31,6 +32,7 @@ from regionbus.schemas.messages import (
     CLIENT_UNKNOWN,
     Control,
     ControlKind,
+    CqEvent,
     Event,
     Operation,
     OperationKind,
@@ -99,6 +101,8 @@ class ClientCache:
         self._conflate = False
         self.client_state = CLIENT_NEW
         self.pending_event_count = 0
+        self._query_service = QueryService(self, self)
+        self._servers_answer = True
         self.pool = Pool(self.settings, self.client_id, self.member_id)
         self.total_buckets = self.pool.total_buckets
         self.subscription: SubscriptionQueue | None = None
@@ -150,17 +154,23 @@ class ClientCache:
         return reply.client_state or CLIENT_NEW
 
     def _new_subscription(
-        self, *, replaying: bool, tracker: MessageTracker | None = None
+        self,
+        *,
+        replaying: bool,
+        tracker: MessageTracker | None = None,
+        cq_tracker: MessageTracker | None = None,
     ) -> SubscriptionQueue:
         return SubscriptionQueue(
             self.settings,
             self.client_id,
             self._on_event,
             self._on_live,
+            on_cq_event=self._on_cq_event,
             replaying=replaying,
             connection_id=self.member_id,
             total_buckets=self.total_buckets,
             tracker=tracker,
+            cq_tracker=cq_tracker,
             conflate=self._conflate,
             kafka_outage=self.pool.kafka_outage,
             signer=self.pool.signer,
@@ -271,6 +281,19 @@ class ClientCache:
         with self._regions_lock:
             return list(self._regions.values())
 
+    def region_serializer(self, name: str) -> Serializer | None:
+        """The serializer of this cache's region of that name, None when there is none."""
+        region = self._regions.get(name)
+        return None if region is None else region.serializer
+
+    # --- continuous queries ------------------------------------------------------------
+
+    def query_service(self) -> QueryService:
+        """The continuous queries of this cache (Geode ``ClientCache.getQueryService``):
+        ``new_cq``, ``get_cqs``, ``execute_cqs``, ``stop_cqs``, ``close_cqs``,
+        ``get_all_durable_cqs_from_server`` (SPEC §9)."""
+        return self._query_service
+
     # --- subscription ------------------------------------------------------------------
 
     def require_subscription(self) -> None:
@@ -289,6 +312,9 @@ class ClientCache:
         region = self._regions.get(event.region)
         if region is not None:
             region.on_event(event, apply=not replay)
+
+    def _on_cq_event(self, message: CqEvent) -> None:
+        self._query_service.on_event(message)
 
     def _on_live(self) -> None:
         for region in self.regions:
@@ -350,12 +376,20 @@ class ClientCache:
                     self._lost_id()
                 elif reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
                     self._reinitialize()
+                self._servers_answering(True)
             except RegionBusError as exc:
                 if self._closed:
                     continue
+                self._servers_answering(False)
                 # A Kafka outage was logged once as such; its failed pings add nothing.
                 outage = self.pool.kafka_outage.ongoing
                 log.log(logging.DEBUG if outage else logging.WARNING, "ping failed: %s", exc)
+
+    def _servers_answering(self, answering: bool) -> None:
+        """Tell the CQs' status listeners when the servers stop or start answering pings."""
+        if answering != self._servers_answer:
+            self._servers_answer = answering
+            self._query_service.connection_changed(answering)
 
     def _lost_id(self) -> None:
         """Another live process connected with this client id while this one was silent:
@@ -394,7 +428,9 @@ class ClientCache:
         if self.subscription is not None and self.client_state != CLIENT_RECONNECTED:
             old = self.subscription
             old.close()
-            self.subscription = self._new_subscription(replaying=False, tracker=old.tracker)
+            self.subscription = self._new_subscription(
+                replaying=False, tracker=old.tracker, cq_tracker=old.cq_tracker
+            )
             self.subscription.start()
         for region in self.regions:
             region.reinitialize()
@@ -412,12 +448,15 @@ class ClientCache:
                 once. A non-durable client's queue and interest are always removed.
 
         The cache stays readable afterwards (seed 001, "disconnected but operational"):
-        local entries can be read; every update raises ``UnconnectedError``.
+        local entries can be read; every update raises ``UnconnectedError``. Every CQ is
+        closed here (its listeners' ``close`` runs); the servers keep a durable client's
+        durable CQs with ``keep_alive``.
         """
         if self._closed:
             return
         self._closed = True
         self._stop_ping.set()
+        self._query_service.close_locally()
         keep = self.durable and keep_alive
         holds_id = False if self._id_taken else self._holds_id()
         if holds_id is False:

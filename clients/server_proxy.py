@@ -20,7 +20,14 @@ from regionbus.schemas.errors import (
     ServerTimeoutError,
     error_from_wire,
 )
-from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind, Reply
+from regionbus.schemas.messages import (
+    CqSpec,
+    InterestKind,
+    InterestSpec,
+    Operation,
+    OperationKind,
+    Reply,
+)
 from regionbus.schemas.naming import bucket_of, region_bucket
 
 if TYPE_CHECKING:
@@ -138,12 +145,13 @@ class ServerRegionProxy:
         with_event_id: bool = True,
         bucket: int = -1,
         request_id: int | None = None,
+        cq: CqSpec | None = None,
     ) -> Operation:
         """A new operation of this client on this region.
 
         Args:
             kind: What to do.
-            key, value, callback_argument, interest: Its fields, where the kind has them.
+            key, value, callback_argument, interest, cq: Its fields, where the kind has them.
             with_event_id: Give it a new EventID of the calling thread (every change has
                 one; reads do not).
             bucket: The bucket the EventID is widened with.
@@ -162,6 +170,7 @@ class ServerRegionProxy:
             serializer=self.serializer_name if value is not None else None,
             callback_argument=callback_argument,
             interest=interest,
+            cq=cq,
         )
 
     def wait(self, future: Future[list[Reply]], request_id: int) -> list[Reply]:
@@ -191,8 +200,9 @@ class ServerRegionProxy:
         raise_first_error([reply])
         return reply
 
-    def every_bucket(self, kind: OperationKind) -> list[Reply]:
-        """Send one operation of ``kind`` (a read: no EventID) to every bucket; wait for all.
+    def every_bucket(self, kind: OperationKind, cq: CqSpec | None = None) -> list[Reply]:
+        """Send one operation of ``kind`` (no EventID: a read, or a continuous query's
+        ``cq``) to every bucket; wait for all.
 
         Raises:
             RegionBusError: the error the first failed reply names.
@@ -201,7 +211,7 @@ class ServerRegionProxy:
         request_id = self._cache.pool.next_request_id()
         ops = [
             (
-                self.operation(kind, with_event_id=False, request_id=request_id),
+                self.operation(kind, with_event_id=False, request_id=request_id, cq=cq),
                 b,
             )
             for b in range(self._cache.total_buckets)

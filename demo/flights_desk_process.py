@@ -11,20 +11,23 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from regionbus.clients import ClientSettings
+from regionbus.demo.flights_cq_desk import CqDesk
 from regionbus.demo.flights_desks import Desk, DeskError, DeskKind, DeskResult, DeskSpec
 from regionbus.demo.flights_operations_desk import OperationsDesk
 from regionbus.schemas.errors import RegionBusError
 
 
-def make_desk(spec: DeskSpec, settings: ClientSettings) -> Desk | OperationsDesk:
-    """The in-process desk of a spec: :class:`OperationsDesk` for OPERATIONS, else
-    :class:`Desk`.
+def make_desk(spec: DeskSpec, settings: ClientSettings) -> Desk | OperationsDesk | CqDesk:
+    """The in-process desk of a spec: :class:`OperationsDesk` for OPERATIONS, :class:`CqDesk`
+    for CQ, else :class:`Desk`.
 
     Raises:
-        As :class:`Desk` and :class:`OperationsDesk`.
+        As :class:`Desk`, :class:`OperationsDesk` and :class:`CqDesk`.
     """
     if spec.kind is DeskKind.OPERATIONS:
         return OperationsDesk(spec, settings)
+    if spec.kind is DeskKind.CQ:
+        return CqDesk(spec, settings)
     return Desk(spec, settings)
 
 

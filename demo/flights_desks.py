@@ -9,6 +9,8 @@ Each desk is its own :class:`clients.ClientCache` with a ``CACHING_PROXY`` regio
   day it registers that day's keys (policy ``KEYS``, so they load as invalid entries) and
   drops the previous day's registration. Per SPEC §3 it then gets invalidates for the
   day's departures and arrivals and destroys for its cancellations;
+- the **CQ desk** (:class:`regionbus.demo.flights_cq_desk.CqDesk`) holds no interest but
+  continuous queries, each keeping a live result set (flights delayed over an hour);
 - the **operations desk** (:class:`regionbus.demo.flights_operations_desk.OperationsDesk`) is a
   *durable client* (SPEC §5) with durable interest in the keys of every flight arriving
   at one destination airport. When a given day is published it closes with
@@ -59,6 +61,8 @@ class DeskKind(enum.Enum):
     AIRPORT = "airport"
     DASHBOARD = "dashboard"
     OPERATIONS = "operations"
+    CQ = "cq"
+    """Continuous queries instead of interest (:mod:`regionbus.demo.flights_cq_desk`)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,8 @@ class DeskResult:
         days_shown: For the dashboard, how many day registrations it made.
         registration_s_max: For the dashboard, the longest day change, in seconds.
         durable: For the operations desk, what it saw per event and connection.
+        continuous_queries: For the CQ desk, per CQ name its live result set at the end,
+            its events by query operation and its error events.
     """
 
     name: str
@@ -184,6 +190,7 @@ class DeskResult:
     days_shown: int = 0
     registration_s_max: float = 0.0
     durable: DurableLog | None = None
+    continuous_queries: dict[str, tuple[dict[str, Any], EventCounts, int]] | None = None
 
 
 class DeskHandle(Protocol):

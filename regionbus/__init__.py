@@ -16,6 +16,18 @@ worker shares). Importing this package imports the client library only.
 from importlib.metadata import PackageNotFoundError, version
 
 from regionbus.clients.cache import ClientCache
+from regionbus.clients.cq_callbacks import (
+    CqAttributes,
+    CqEvent,
+    CqListener,
+    CqResult,
+    CqState,
+    CqStatistics,
+    CqStatusListener,
+    Operation,
+)
+from regionbus.clients.cq_query import CqQuery
+from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
@@ -24,6 +36,12 @@ from regionbus.schemas.errors import (
     BulkOperationError,
     CacheWriterError,
     ConfigurationError,
+    CqClosedError,
+    CqError,
+    CqEvaluationError,
+    CqExistsError,
+    CqInvalidError,
+    CqStateError,
     DuplicateClientError,
     DuplicateDurableClientError,
     EntryNotFoundError,
@@ -68,6 +86,20 @@ __all__ = [
     "ClientCache",
     "ClientSettings",
     "ConfigurationError",
+    "CqAttributes",
+    "CqClosedError",
+    "CqError",
+    "CqEvaluationError",
+    "CqEvent",
+    "CqExistsError",
+    "CqInvalidError",
+    "CqListener",
+    "CqQuery",
+    "CqResult",
+    "CqState",
+    "CqStateError",
+    "CqStatistics",
+    "CqStatusListener",
     "DuplicateClientError",
     "DuplicateDurableClientError",
     "EntryEvent",
@@ -81,6 +113,8 @@ __all__ = [
     "InvalidRegionNameError",
     "JsonSerializer",
     "NotAuthorizedError",
+    "Operation",
+    "QueryService",
     "Region",
     "RegionBusError",
     "RegionEvent",

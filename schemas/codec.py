@@ -3,7 +3,8 @@
 Frame: one magic byte ``0xB1``, one type byte (see :data:`TYPE_BYTES`), then the Avro
 binary body written with the schema of that type from this folder's ``*.avsc`` files.
 The type byte lets a reader with nothing but the bytes (Spark, a dead-letter tool) pick
-the schema; the magic byte rejects foreign data early.
+the schema; the magic byte rejects foreign data early. The records' Avro dicts are
+:mod:`regionbus.schemas.wire_records`'.
 
 Never pickle: values are bytes produced by a declared serializer
 (:mod:`regionbus.schemas.serializers`).
@@ -12,7 +13,6 @@ Never pickle: values are bytes produced by a declared serializer
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -20,27 +20,28 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import load_schema
 
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
-from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import (
     Control,
-    ControlKind,
-    Entry,
+    CqEvent,
     Event,
-    EventKind,
-    InterestKind,
-    InterestResultPolicy,
-    InterestSpec,
     Marker,
     Message,
     Operation,
-    OperationKind,
     Reply,
 )
+from regionbus.schemas.wire_records import FROM_AVRO, TO_AVRO
 
 MAGIC: Final = 0xB1
 _SCHEMA_DIR: Final = Path(__file__).parent
 
-TYPE_BYTES: Final[dict[type, int]] = {Operation: 1, Event: 2, Reply: 3, Control: 4, Marker: 5}
+TYPE_BYTES: Final[dict[type, int]] = {
+    Operation: 1,
+    Event: 2,
+    Reply: 3,
+    Control: 4,
+    Marker: 5,
+    CqEvent: 7,
+}
 BATCH_TYPE: Final = 6
 MAX_BATCH_BYTES: Final = 512 * 1024
 """Largest batch :func:`encode_batches` builds (below Kafka's default 1 MiB message)."""
@@ -60,6 +61,7 @@ _TYPE_NAMES: Final[dict[int, str]] = {
     3: "Reply",
     4: "Control",
     5: "Marker",
+    7: "CqEvent",
 }
 
 
@@ -77,244 +79,7 @@ def load_avro_schema(name: str) -> Any:
 
 _SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAMES.items()}
 _BATCH_SCHEMA: Final = load_avro_schema("Batch")
-_EVENT_KINDS: Final = {k.value: k for k in EventKind}
-_OPERATION_KINDS: Final = {k.value: k for k in OperationKind}
-_INT_MIN: Final = -(2**31)
-_INT_MAX: Final = 2**31 - 1
-
-
-def _int32(value: int, field: str) -> int:
-    """``value`` if it fits an Avro ``int``, else ValueError.
-
-    fastavro reads and writes an ``int`` as a variable-length long without a range check, so
-    without this a garbled varint decodes into a bucket or site id no peer (nor Spark's
-    32-bit column) can hold.
-    """
-    if not _INT_MIN <= value <= _INT_MAX:
-        raise ValueError(f"{field}={value} does not fit an Avro int")
-    return value
-
-
-# --- records <-> dicts ---------------------------------------------------------------
-
-
-def _eid_to(e: EventID) -> dict[str, Any]:
-    return {
-        "member": e.member,
-        "thread": e.thread,
-        "sequence": e.sequence,
-        "bucket": _int32(e.bucket, "bucket"),
-    }
-
-
-def _eid_from(d: dict[str, Any]) -> EventID:
-    return EventID(d["member"], d["thread"], d["sequence"], _int32(d["bucket"], "bucket"))
-
-
-def _interest_to(s: InterestSpec) -> dict[str, Any]:
-    return {
-        "kind": s.kind.value,
-        "keys": list(s.keys),
-        "regex": s.regex,
-        "policy": s.policy.value,
-        "durable": s.durable,
-        "receive_values": s.receive_values,
-    }
-
-
-def _interest_from(d: dict[str, Any]) -> InterestSpec:
-    return InterestSpec(
-        kind=InterestKind(d["kind"]),
-        keys=tuple(d["keys"]),
-        regex=d["regex"],
-        policy=InterestResultPolicy(d["policy"]),
-        durable=d["durable"],
-        receive_values=d["receive_values"],
-    )
-
-
-def _operation_to(o: Operation) -> dict[str, Any]:
-    return {
-        "request_id": o.request_id,
-        "client_id": o.client_id,
-        "event_id": _eid_to(o.event_id) if o.event_id is not None else None,
-        "kind": o.kind.value,
-        "region": o.region,
-        "key": o.key,
-        "value": o.value,
-        "serializer": o.serializer,
-        "callback_argument": o.callback_argument,
-        "timestamp_ms": o.timestamp_ms,
-        "possible_duplicate": o.possible_duplicate,
-        "interest": _interest_to(o.interest) if o.interest is not None else None,
-        "origin_site_id": _int32(o.origin_site_id, "origin_site_id"),
-        "sites_reached": [_int32(s, "sites_reached") for s in o.sites_reached],
-        "keep_alive": o.keep_alive,
-    }
-
-
-def _operation_from(d: dict[str, Any]) -> Operation:
-    return Operation(
-        request_id=d["request_id"],
-        client_id=d["client_id"],
-        event_id=_eid_from(d["event_id"]) if d["event_id"] is not None else None,
-        kind=_OPERATION_KINDS[d["kind"]],
-        region=d["region"],
-        key=d["key"],
-        value=d["value"],
-        serializer=d["serializer"],
-        callback_argument=d["callback_argument"],
-        timestamp_ms=d["timestamp_ms"],
-        possible_duplicate=d["possible_duplicate"],
-        interest=_interest_from(d["interest"]) if d["interest"] is not None else None,
-        origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
-        sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
-        keep_alive=d["keep_alive"],
-    )
-
-
-def _event_to(e: Event) -> dict[str, Any]:
-    return {
-        "event_id": _eid_to(e.event_id),
-        "kind": e.kind.value,
-        "region": e.region,
-        "key": e.key,
-        "value": e.value,
-        "serializer": e.serializer,
-        "version": e.version,
-        "timestamp_ms": e.timestamp_ms,
-        "originator": e.originator,
-        "possible_duplicate": e.possible_duplicate,
-        "callback_argument": e.callback_argument,
-        "origin_site_id": _int32(e.origin_site_id, "origin_site_id"),
-        "sites_reached": [_int32(s, "sites_reached") for s in e.sites_reached],
-        "expiration": e.expiration,
-    }
-
-
-def _event_from(d: dict[str, Any]) -> Event:
-    return Event(
-        event_id=_eid_from(d["event_id"]),
-        kind=_EVENT_KINDS[d["kind"]],
-        region=d["region"],
-        key=d["key"],
-        value=d["value"],
-        serializer=d["serializer"],
-        version=d["version"],
-        timestamp_ms=d["timestamp_ms"],
-        originator=d["originator"],
-        possible_duplicate=d["possible_duplicate"],
-        callback_argument=d["callback_argument"],
-        origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
-        sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
-        expiration=d["expiration"],
-    )
-
-
-def _reply_to(r: Reply) -> dict[str, Any]:
-    return {
-        "request_id": r.request_id,
-        "bucket": _int32(r.bucket, "bucket"),
-        "ok": r.ok,
-        "error_type": r.error_type,
-        "error_message": r.error_message,
-        "event_kind": r.event_kind.value if r.event_kind is not None else None,
-        "duplicate": r.duplicate,
-        "found": r.found,
-        "version": r.version,
-        "value": r.value,
-        "serializer": r.serializer,
-        "entries": [
-            {"key": e.key, "value": e.value, "serializer": e.serializer, "version": e.version}
-            for e in r.entries
-        ],
-        "more": r.more,
-        "client_state": r.client_state,
-        "subscription_conflation": r.subscription_conflation,
-    }
-
-
-def _reply_from(d: dict[str, Any]) -> Reply:
-    return Reply(
-        request_id=d["request_id"],
-        bucket=_int32(d["bucket"], "bucket"),
-        ok=d["ok"],
-        error_type=d["error_type"],
-        error_message=d["error_message"],
-        event_kind=_EVENT_KINDS[d["event_kind"]] if d["event_kind"] is not None else None,
-        duplicate=d["duplicate"],
-        found=d["found"],
-        version=d["version"],
-        value=d["value"],
-        serializer=d["serializer"],
-        entries=tuple(
-            Entry(key=e["key"], version=e["version"], value=e["value"], serializer=e["serializer"])
-            for e in d["entries"]
-        ),
-        more=d["more"],
-        client_state=d["client_state"],
-        subscription_conflation=d["subscription_conflation"],
-    )
-
-
-def _control_to(c: Control) -> dict[str, Any]:
-    return {
-        "kind": c.kind.value,
-        "client_id": c.client_id,
-        "durable_client_id": c.durable_client_id,
-        "durable_client_timeout_s": _int32(c.durable_client_timeout_s, "durable_client_timeout_s"),
-        "keep_alive": c.keep_alive,
-        "timestamp_ms": c.timestamp_ms,
-        "request_id": c.request_id,
-        "connection_id": c.connection_id,
-    }
-
-
-def _control_from(d: dict[str, Any]) -> Control:
-    return Control(
-        kind=ControlKind(d["kind"]),
-        client_id=d["client_id"],
-        durable_client_id=d["durable_client_id"],
-        durable_client_timeout_s=_int32(d["durable_client_timeout_s"], "durable_client_timeout_s"),
-        keep_alive=d["keep_alive"],
-        timestamp_ms=d["timestamp_ms"],
-        request_id=d["request_id"],
-        connection_id=d["connection_id"],
-    )
-
-
-def _marker_to(m: Marker) -> dict[str, Any]:
-    return {
-        "client_id": m.client_id,
-        "timestamp_ms": m.timestamp_ms,
-        "bucket": _int32(m.bucket, "bucket"),
-        "connection_id": m.connection_id,
-    }
-
-
-def _marker_from(d: dict[str, Any]) -> Marker:
-    return Marker(
-        client_id=d["client_id"],
-        timestamp_ms=d["timestamp_ms"],
-        bucket=_int32(d["bucket"], "bucket"),
-        connection_id=d["connection_id"],
-    )
-
-
-_TO: Final[dict[int, Callable[[Any], dict[str, Any]]]] = {
-    1: _operation_to,
-    2: _event_to,
-    3: _reply_to,
-    4: _control_to,
-    5: _marker_to,
-}
-_FROM: Final[dict[int, Callable[[dict[str, Any]], Any]]] = {
-    1: _operation_from,
-    2: _event_from,
-    3: _reply_from,
-    4: _control_from,
-    5: _marker_from,
-}
+_CLASSES: Final = {t: cls for cls, t in TYPE_BYTES.items()}
 
 
 # --- public --------------------------------------------------------------------------
@@ -324,8 +89,8 @@ def encode(message: Message) -> bytes:
     """Encode one wire record into its framed Avro bytes.
 
     Args:
-        message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`
-            or :class:`Marker`.
+        message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`,
+            :class:`Marker` or :class:`CqEvent`.
 
     Returns:
         ``0xB1``, the type byte, then the Avro body.
@@ -337,7 +102,7 @@ def encode(message: Message) -> bytes:
     buf = io.BytesIO()
     buf.write(bytes((MAGIC, type_byte)))
     try:
-        schemaless_writer(buf, _SCHEMAS[type_byte], _TO[type_byte](message))
+        schemaless_writer(buf, _SCHEMAS[type_byte], TO_AVRO[type(message)](message))
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
         raise SerializationError(
             f"cannot encode {type(message).__name__}: {exc}", message_ref=message
@@ -375,7 +140,7 @@ def decode(data: bytes | None) -> Message:
                 f"{len(data) - buf.tell()} trailing bytes after a {_TYPE_NAMES[type_byte]}",
                 message_ref=data,
             )
-        return _FROM[type_byte](record)  # type: ignore[arg-type]
+        return FROM_AVRO[_CLASSES[type_byte]](record)  # type: ignore[arg-type]
     except MessageDecodeError:
         raise
     except Exception as exc:  # fastavro raises many types on garbage: all mean "undecodable"
@@ -522,7 +287,7 @@ def _pack(group: list[bytes]) -> bytes:
     return buf.getvalue()
 
 
-T = TypeVar("T", Operation, Event, Reply, Control, Marker)
+T = TypeVar("T", Operation, Event, Reply, Control, Marker, CqEvent)
 
 
 def decode_as(data: bytes | None, expected: type[T]) -> T:

@@ -152,6 +152,51 @@ class KafkaAuthorizationError(NotAuthorizedError):
         self.kafka_error = kafka_error
 
 
+class CqError(RegionBusError):
+    """A continuous query could not be created, run, stopped or closed (Geode
+    ``CqException``)."""
+
+
+class CqInvalidError(CqError):
+    """A query is outside Geode's CQ subset of OQL, or does not parse (Geode
+    ``QueryInvalidException``, and the ``UnsupportedOperationException`` of
+    ``CqQueryImpl.validateCq``). Raised by ``QueryService.new_cq`` before anything is sent.
+
+    Attributes:
+        rule: The rule the query breaks, e.g. ``"projection"``, ``"distinct"``,
+            ``"one-iterator"``, ``"one-region"``, ``"order-by"``, ``"limit"``,
+            ``"region-path"``, ``"where-region"``, ``"bind-parameter"``, ``"syntax"``
+            (see :data:`regionbus.schemas.cq.rules.CQ_RULES`).
+        query: The query text.
+    """
+
+    def __init__(self, message: str, *, rule: str = "syntax", query: str = "") -> None:
+        super().__init__(message, message_ref=query)
+        self.rule = rule
+        self.query = query
+
+
+class CqExistsError(CqError):
+    """This client already has a CQ of that name (Geode ``CqExistsException``)."""
+
+
+class CqClosedError(CqError):
+    """The CQ is closed: it can no longer be executed or stopped (Geode
+    ``CqClosedException``)."""
+
+
+class CqStateError(CqError):
+    """The CQ is not in a state the call applies to: executing a running CQ, stopping one
+    that is not running (Geode ``IllegalStateException``: "CQ is in running state",
+    "CQ is not in running state, stop CQ does not apply")."""
+
+
+class CqEvaluationError(CqError):
+    """A CQ's predicate could not be evaluated on a value: a relational comparison of
+    values of different types (Geode ``TypeMismatchException``), a value that does not
+    decode. The server reports it to the CQ's listeners' ``on_error`` instead of an event."""
+
+
 class InvalidOperationError(RegionBusError):
     """An operation decoded but is malformed (missing key, wrong bucket, no EventID); the
     server dead-letters it and replies with this."""
@@ -212,6 +257,11 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         CacheWriterError,
         InvalidInterestError,
         ValueTooLargeError,
+        CqError,
+        CqInvalidError,
+        CqExistsError,
+        CqClosedError,
+        CqStateError,
         InvalidOperationError,
         InvalidKeyError,
         InvalidRegionNameError,

@@ -36,6 +36,15 @@ class OperationKind(enum.Enum):
     primary to its own partition, never by a client (:mod:`regionbus.broker.expiration`)."""
     EXPIRE_INVALIDATE = "EXPIRE_INVALIDATE"
     """An entry expiration that invalidates (Geode ``Operation.EXPIRE_INVALIDATE``)."""
+    EXECUTE_CQ = "EXECUTE_CQ"
+    """Register (or resume) a continuous query in a bucket, answering with the bucket's
+    entries in its result set when asked (Geode ``ExecuteCQ61``)."""
+    STOP_CQ = "STOP_CQ"
+    """Keep a continuous query, deliver nothing of it (Geode ``StopCQ``)."""
+    CLOSE_CQ = "CLOSE_CQ"
+    """Remove a continuous query (Geode ``CloseCQ``)."""
+    GET_DURABLE_CQS = "GET_DURABLE_CQS"
+    """The names of the client's durable CQs the servers hold (Geode ``GetDurableCQs``)."""
 
     @property
     def is_entry_change(self) -> bool:
@@ -65,12 +74,18 @@ class OperationKind(enum.Enum):
         """True for what changes a client's interest list on a bucket's primary."""
         return self in _INTEREST_CHANGES
 
+    @property
+    def is_cq_operation(self) -> bool:
+        """True for what executes, stops or closes one of a client's continuous queries."""
+        return self in _CQ_CHANGES
+
 
 _ENTRY_CHANGES = frozenset({OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE})
 _EXPIRATIONS = frozenset({OperationKind.EXPIRE_DESTROY, OperationKind.EXPIRE_INVALIDATE})
 _REGION_CHANGES = frozenset(
     {OperationKind.CLEAR, OperationKind.DESTROY_REGION, OperationKind.INVALIDATE_REGION}
 )
+_CQ_CHANGES = frozenset({OperationKind.EXECUTE_CQ, OperationKind.STOP_CQ, OperationKind.CLOSE_CQ})
 _INTEREST_CHANGES = frozenset(
     {
         OperationKind.REGISTER_INTEREST,
@@ -145,6 +160,20 @@ class InterestSpec(NamedTuple):
     receive_values: bool = True
 
 
+class CqSpec(NamedTuple):
+    """A client's continuous query as it travels to the servers (Geode ``newCq``).
+
+    ``value_schema`` is the Avro schema (JSON text) of the region's values when its
+    serializer is ``avro:<name>``, so the servers can read their attributes.
+    """
+
+    name: str
+    query: str
+    durable: bool = False
+    initial_results: bool = False
+    value_schema: str | None = None
+
+
 class Entry(NamedTuple):
     """One entry in a bulk-load or keys reply. ``value`` None means invalid or keys-only."""
 
@@ -172,6 +201,7 @@ class Operation(NamedTuple):
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
     keep_alive: bool = False
+    cq: CqSpec | None = None
 
 
 class Event(NamedTuple):
@@ -191,6 +221,30 @@ class Event(NamedTuple):
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
     expiration: bool = False
+
+
+class CqMatch(NamedTuple):
+    """One CQ of a client, and what a change did to its result set.
+
+    Attributes:
+        name: The CQ's name.
+        query_operation: CREATE, UPDATE, DESTROY, REGION_CLEAR or REGION_DESTROY (SPEC §9);
+            None when the CQ could not be evaluated on the change (``error`` says why).
+        error: Why the CQ could not be evaluated, or None.
+    """
+
+    name: str
+    query_operation: EventKind | None
+    error: str | None = None
+
+
+class CqEvent(NamedTuple):
+    """An applied change as it reaches a client's continuous queries: the change, and what
+    it did to each of the client's CQs it concerns. It travels in the client's
+    subscription queue beside the interest events, with the change's EventID."""
+
+    event: Event
+    cqs: tuple[CqMatch, ...]
 
 
 CLIENT_NEW = "NEW"
@@ -223,6 +277,7 @@ class Reply(NamedTuple):
     more: bool = False
     client_state: str | None = None
     subscription_conflation: bool = False
+    cq_names: tuple[str, ...] = ()
 
 
 class Control(NamedTuple):
@@ -247,4 +302,4 @@ class Marker(NamedTuple):
     connection_id: str | None = None
 
 
-Message = Operation | Event | Reply | Control | Marker
+Message = Operation | Event | Reply | Control | Marker | CqEvent

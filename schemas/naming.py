@@ -372,6 +372,11 @@ class RedisKeys:
         """Hash of a client's interest registrations (field = registration id)."""
         return f"{self.prefix}interest:{client_id}"
 
+    def cqs(self, client_id: str) -> str:
+        """Hash of a client's continuous queries (field = CQ name, value = JSON of its
+        region, query, durable flag and state)."""
+        return f"{self.prefix}cqs:{client_id}"
+
     @property
     def clients(self) -> str:
         """Hash client id -> JSON of the client's registry record (queue, durable, last seen)."""

@@ -88,6 +88,9 @@ class AvroSerializer:
     """
 
     def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema_json = json.dumps(schema, separators=(",", ":"))
+        """The schema as JSON text (sent with a continuous query, so the servers can read
+        the values' attributes)."""
         self._schema = parse_schema(schema)
         parsed: dict[str, Any] = self._schema  # type: ignore[assignment]
         self.name = f"avro:{parsed['name']}"

@@ -44,7 +44,7 @@ from pyspark.sql.types import (
 from regionbus import schemas
 from regionbus.schemas.codec import MAGIC, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
-from regionbus.schemas.messages import Control, Event, Marker, Operation, Reply
+from regionbus.schemas.messages import Control, CqEvent, Event, Marker, Operation, Reply
 from regionbus.schemas.serializers import AvroSerializer
 from regionbus.spark.format import kafka_reader
 
@@ -78,6 +78,9 @@ _NAMES: Final = [f.name for f in DECODED_SCHEMA.fields]
 
 def _row_of(index: int, message: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"index": index, "message_type": type(message).__name__}
+    if isinstance(message, CqEvent):
+        # A continuous query's event: the change's columns (its CQ list is not among them).
+        return {**_row_of(index, message.event), "message_type": "CqEvent"}
     if isinstance(message, Event | Operation):
         row.update(
             region=message.region,
@@ -159,7 +162,14 @@ def decode_record_values(values: list[bytes | None]) -> tuple[list[int], list[pa
     return source_rows, arrays
 
 
-_TYPES: Final = {1: "Operation", 2: "Event", 3: "Reply", 4: "Control", 5: "Marker"}
+_TYPES: Final = {
+    1: "Operation",
+    2: "Event",
+    3: "Reply",
+    4: "Control",
+    5: "Marker",
+    7: "CqEvent",
+}
 """Type byte -> record name (as :data:`regionbus.schemas.codec.TYPE_BYTES`)."""
 _BATCH_TYPE: Final = 6
 _SCHEMA_DIR: Final = Path(schemas.__file__).parent
@@ -170,6 +180,7 @@ _REQUIRED: Final = {
     "Reply": "request_id",
     "Control": "kind",
     "Marker": "client_id",
+    "CqEvent": "event",
     "Batch": "messages",
 }
 """A field each record always has: null after ``from_avro`` means the bytes did not decode
@@ -229,7 +240,8 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
         ``partition``, ``offset``, ``timestamp``, ``timestampType`` stay), repeated for each
         message of a batch, followed by :data:`DECODED_SCHEMA`: ``index`` (position in the
         batch), ``message_type`` (``Event``, ``Operation``, ``Marker``, ``Reply``,
-        ``Control``), ``region``, ``key``, ``operation`` (event kind such as ``CREATE``, or
+        ``Control``, ``CqEvent``: a continuous query's event, with its change's columns),
+        ``region``, ``key``, ``operation`` (event kind such as ``CREATE``, or
         operation kind such as ``PUT``; ``MARKER`` for a marker), the EventID (``member``,
         ``thread``, ``sequence``, ``bucket``), ``version``, ``timestamp_ms`` (milliseconds
         since the Unix epoch, UTC), ``originator`` (the client that made the change),
@@ -287,12 +299,14 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
         F.col("_record_error"),
         _frame_error(item),
         F.when(
-            ~kind.between(1, len(_TYPES)),
+            ~kind.isin(*_TYPES),
             F.concat(F.lit("unknown message type "), kind.cast("string")),
         ),
         undecodable,
     )
-    ev, op, rp, ct, mk = (decoded[n] for n in ("Event", "Operation", "Reply", "Control", "Marker"))
+    op, rp, ct, mk = (decoded[n] for n in ("Operation", "Reply", "Control", "Marker"))
+    # A CQ event's columns are those of the change it carries.
+    ev = F.coalesce(decoded["Event"], decoded["CqEvent"]["event"])
     columns = {
         "message_type": F.element_at(
             F.create_map(*[x for b, n in _TYPES.items() for x in (F.lit(b), F.lit(n))]), kind

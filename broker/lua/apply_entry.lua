@@ -15,9 +15,11 @@
 --       14 "1" when the operation came through a gateway receiver (conflict-checked),
 --       15 entry time-to-live ms, 16 entry idle timeout ms (0 = never; both 0: no expiration),
 --       17 now ms, 18 "1" when the region's expiration action destroys (else it invalidates)
--- Returns: {status, result, old_value}
+-- Returns: {status, result, old_value, old_serializer}
 --   status "OK":     result = "<EVENT_KIND>|<version>"
---   status "DUP":    result = stored result of that EventID or false (pruned)
+--   status "DUP":    result = stored result of that EventID or false (pruned); old_value =
+--                    the stored old value of that change, when it was asked for, and
+--                    old_serializer its serializer's name
 --   status "ERR":    result = error class name
 --   status "STALE":  a gateway event lost the conflict check; nothing changed
 --   status "FENCED": the caller's epoch is stale (another server is primary): nothing done
@@ -33,7 +35,8 @@ if last and tonumber(last) >= seq then
   -- Written again, unchanged, so a WAIT after this call also covers the first apply, which
   -- may have been made on another connection whose WAIT failed.
   redis.call('HSET', KEYS[5], ARGV[6], last)
-  return {'DUP', redis.call('HGET', KEYS[6], ARGV[8]), false}
+  return {'DUP', redis.call('HGET', KEYS[6], ARGV[8]), redis.call('HGET', KEYS[6], ARGV[8] .. '|old'),
+    redis.call('HGET', KEYS[6], ARGV[8] .. '|olds')}
 end
 local kind = ARGV[1]
 local key = ARGV[3]
@@ -105,5 +108,13 @@ if ARGV[12] ~= '' then
 end
 redis.call('HSET', KEYS[5], ARGV[6], seq)
 redis.call('HSET', KEYS[6], ARGV[8], result)
+-- The old value asked for is kept with the result, so the change read again after a
+-- failover is evaluated against the same old value (continuous queries, SPEC §9).
+local old_serializer = false
+if old then
+  old_serializer = string.match(meta, '|(.*)$') or ''
+  redis.call('HSET', KEYS[6], ARGV[8] .. '|old', old)
+  redis.call('HSET', KEYS[6], ARGV[8] .. '|olds', old_serializer)
+end
 redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
-return {'OK', result, old}
+return {'OK', result, old, old_serializer}

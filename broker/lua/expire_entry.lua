@@ -31,7 +31,8 @@ local stored = redis.call('HGET', KEYS[10], ARGV[10])
 if stored then
   -- Written again, unchanged, so a WAIT after this call also covers the first apply.
   redis.call('HSET', KEYS[10], ARGV[10], stored)
-  return {'DUP', stored, false}
+  return {'DUP', stored, redis.call('HGET', KEYS[10], ARGV[10] .. '|old'),
+    redis.call('HGET', KEYS[10], ARGV[10] .. '|olds')}
 end
 local key, at, seq = ARGV[2], ARGV[3], tonumber(ARGV[9])
 if redis.call('HGET', KEYS[8], key) ~= ARGV[9] .. '|' .. at .. '|' .. ARGV[7] then
@@ -77,5 +78,11 @@ end
 redis.call('ZREM', KEYS[6], key)
 redis.call('HSET', KEYS[9], ARGV[8], seq)
 redis.call('HSET', KEYS[10], ARGV[10], result)
+local old_serializer = false
+if old then
+  old_serializer = string.match(meta, '|(.*)$') or ''
+  redis.call('HSET', KEYS[10], ARGV[10] .. '|old', old)
+  redis.call('HSET', KEYS[10], ARGV[10] .. '|olds', old_serializer)
+end
 redis.call('ZADD', KEYS[11], tonumber(ARGV[11]), ARGV[10])
-return {'OK', result, old}
+return {'OK', result, old, old_serializer}

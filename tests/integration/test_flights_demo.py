@@ -16,7 +16,7 @@ def _assert_replay_matches(report: ReplayReport) -> None:
     assert not failed, failed
     assert report.operations_failed == 0, report.failures
     assert report.operations_applied == report.operations
-    assert len(report.desks) == 4
+    assert len(report.desks) == 5
     for desk in report.desks:
         assert desk.quiet, desk
         assert desk.events_delivered > 0, desk
@@ -37,6 +37,9 @@ def test_short_replay_leaves_redis_and_every_desk_right(
     assert dashboard.days_shown >= 1
     operations = next(d for d in report.desks if d.name.startswith("ops desk"))
     assert operations.events_replayed > 0, "the durable desk was not away during the replay"
+    assert report.verification is not None
+    cq_checks = [c for c in report.verification.checks if c.name.startswith("cq desk")]
+    assert len(cq_checks) == 4 and all(c.ok for c in cq_checks), cq_checks
 
 
 def test_a_replay_on_a_redis_cluster_with_two_servers_leaves_every_desk_right(
@@ -73,7 +76,7 @@ def test_cli_replays_and_verifies(
     assert result.exit_code == 0, result.output
     assert "operations applied" in result.output
     assert "MISMATCH" not in result.output
-    assert result.output.count("OK ") == 9
+    assert result.output.count("OK ") == 13
 
 
 @pytest.mark.slow

@@ -22,7 +22,15 @@ from support import Recorder, entry_operation, send_raw_operation, settle, wait_
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.broker.status import ClusterStatus, cluster_status
-from regionbus.clients import ALL_KEYS, CacheListener, EntryEvent, RegionShortcut
+from regionbus.clients import (
+    ALL_KEYS,
+    CacheListener,
+    CqAttributes,
+    CqEvent,
+    CqListener,
+    EntryEvent,
+    RegionShortcut,
+)
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from regionbus.schemas.naming import RedisKeys, bucket_of, bucket_role
 
@@ -112,6 +120,34 @@ class Tap(CacheListener):
     def snapshot(self) -> list[tuple[str, int, float, tuple[str, int, int, int], float]]:
         with self._lock:
             return list(self.events)
+
+
+class CqTap(CqListener):
+    """A :class:`Tap` of a continuous query's events (every put of the writers is in its
+    result set: a CREATE, then UPDATEs)."""
+
+    def __init__(self) -> None:
+        self.tap = Tap()
+        self.errors: list[CqEvent] = []
+        self.operations: dict[str, list[str]] = {}
+
+    def on_event(self, event: CqEvent) -> None:
+        eid = event.event_id
+        with self.tap._lock:
+            assert event.query_operation is not None
+            self.operations.setdefault(str(event.key), []).append(event.query_operation.name)
+            self.tap.events.append(
+                (
+                    str(event.key),
+                    event.new_value["i"],
+                    event.new_value["sent_ms"],
+                    (eid.member, eid.thread, eid.sequence, eid.bucket),
+                    time.time() * 1000,
+                )
+            )
+
+    def on_error(self, event: CqEvent) -> None:
+        self.errors.append(event)
 
 
 @pytest.fixture
@@ -218,6 +254,27 @@ def _check_delivery(
     return events
 
 
+def _kill_the_busiest_primary(
+    servers: dict[str, ServerProcess], redis_client: redis.Redis, namespace: str
+) -> dict[int, Any]:
+    """SIGKILL the server with the most primaries, wait until each of its buckets has a new
+    primary and two seconds more; returns the bucket views it was primary of."""
+    before = _status(redis_client, namespace)
+    victim = max(before.members, key=lambda m: m.primaries).member_id
+    orphaned = {b.bucket: b for b in before.buckets if b.primary == victim}
+    servers[victim].kill()
+    survivors = {m.member_id for m in before.members} - {victim}
+    wait_until(
+        lambda: all(
+            _status(redis_client, namespace).buckets[b].primary in survivors for b in orphaned
+        ),
+        timeout_s=_LEASE_TTL_MS / 1000 + 15,
+        what="the orphaned buckets to get new primaries",
+    )
+    time.sleep(2.0)
+    return orphaned
+
+
 @pytest.mark.redis_modes
 def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_in_time(
     cluster: Callable[..., ServerProcess],
@@ -241,20 +298,8 @@ def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_
     ]
     wait_until(lambda: len(tap.snapshot()) > 300, timeout_s=60, what="a steady stream")
 
-    before = _status(redis_client, namespace)
-    victim = max(before.members, key=lambda m: m.primaries).member_id
-    orphaned = {b.bucket: b for b in before.buckets if b.primary == victim}
     kill_ms = time.time() * 1000
-    servers[victim].kill()
-    survivors = {m.member_id for m in before.members} - {victim}
-    wait_until(
-        lambda: all(
-            _status(redis_client, namespace).buckets[b].primary in survivors for b in orphaned
-        ),
-        timeout_s=_LEASE_TTL_MS / 1000 + 15,
-        what="the orphaned buckets to get new primaries",
-    )
-    time.sleep(2.0)
+    orphaned = _kill_the_busiest_primary(servers, redis_client, namespace)
     acks = [a for w in writers for a in w.finish()]
     settle(listener, idle_s=1.0)
 
@@ -274,6 +319,46 @@ def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_
         assert min(resumed) <= _LEASE_TTL_MS + 2_000, (
             f"bucket {bucket} resumed {min(resumed):.0f} ms after the kill"
         )
+
+
+def test_cq_events_survive_the_kill_minus_9_of_a_primary_without_loss_or_duplicate(
+    cluster: Callable[..., ServerProcess],
+    redis_client: redis.Redis,
+    namespace: str,
+    kafka_bootstrap_servers: str,
+    client_factory: Any,
+    tmp_path: Path,
+) -> None:
+    """SPEC §9: CQ events travel in the subscription queue with EventIDs, so a bucket's new
+    primary re-evaluates the changes it processes again (against the old values kept with
+    their results) and the client's message tracking drops what it had."""
+    servers = _start_in_order(cluster, redis_client, namespace, ["s1", "s2", "s3"], 1)
+    cq_tap = CqTap()
+    listener = client_factory(read_timeout_ms=30_000)
+    listener.create_region("r", RegionShortcut.PROXY)
+    cq = listener.query_service().new_cq(
+        "all", "SELECT * FROM /r v WHERE v.i >= 0", CqAttributes([cq_tap])
+    )
+    cq.execute()
+    writers = [
+        WriterProcess(
+            tmp_path,
+            name,
+            {"namespace": namespace, "bootstrap": kafka_bootstrap_servers, "rate": 150},
+        )
+        for name in ("w1", "w2")
+    ]
+    wait_until(lambda: len(cq_tap.tap.snapshot()) > 300, timeout_s=60, what="a steady stream")
+    _kill_the_busiest_primary(servers, redis_client, namespace)
+    acks = [a for w in writers for a in w.finish()]
+    settle(listener, idle_s=1.0)
+    _check_delivery(acks, cq_tap.tap)
+    assert sum(a["ok"] for a in acks) > 600
+    assert cq_tap.errors == []
+    assert listener.subscription_stats.cq_events_delivered == len(cq_tap.tap.snapshot())
+    for key, operations in cq_tap.operations.items():
+        # re-evaluated on the old value kept with the result: an update stays an UPDATE
+        assert operations == ["CREATE"] + ["UPDATE"] * (len(operations) - 1), key
 
 
 def test_a_paused_primary_that_lost_its_lease_changes_nothing_when_it_resumes(

@@ -135,6 +135,22 @@ def _run_readme_stack(data_dir: Path) -> Iterator[tuple[dict[str, str], list[str
             process.wait()
 
 
+def _run_snippet(
+    snippet: str, exports: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a README snippet in a fresh interpreter configured only by the stack's exports."""
+    return subprocess.run(
+        [sys.executable, "-c", snippet],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**_without_regionbus_env(), **exports},
+        cwd=cwd,
+        timeout=_SNIPPET_TIMEOUT_S,
+        check=False,
+    )
+
+
 @pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
 def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
     stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
@@ -149,19 +165,29 @@ def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
     snippet = readme_snippet()
     assert "ClientCache(" in snippet
 
-    ran = subprocess.run(
-        [sys.executable, "-c", snippet],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env={**_without_regionbus_env(), **exports},
-        cwd=tmp_path,
-        timeout=_SNIPPET_TIMEOUT_S,
-        check=False,
-    )
+    ran = _run_snippet(snippet, exports, tmp_path)
 
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == [
         "created UA-1545-EWR-2013-01-01 {'dep_delay': 2}",
         "{'dep_delay': 2}",
+    ], ran.stderr
+
+
+@pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
+def test_the_readme_continuous_query_snippet_runs_as_written_against_regionbus_stack(
+    stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    exports, _ = stack_exports
+    snippet = readme_snippet("## Continuous queries")
+    assert "new_cq(" in snippet
+
+    ran = _run_snippet(snippet, exports, tmp_path)
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "['B6-725-JFK-2013-01-01']",
+        "UPDATE B6-725-JFK-2013-01-01 {'dep_delay': 90}",
+        "DESTROY B6-725-JFK-2013-01-01 {'dep_delay': 30}",
+        "CqStatistics(events=2, inserts=0, updates=1, deletes=1)",
     ], ran.stderr

@@ -57,6 +57,9 @@ from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import (
     Control,
     ControlKind,
+    CqEvent,
+    CqMatch,
+    CqSpec,
     Entry,
     Event,
     EventKind,
@@ -109,6 +112,14 @@ INTEREST_SPECS = st.builds(
     receive_values=st.booleans(),
 )
 ENTRIES = st.builds(Entry, key=TEXT, version=LONGS, value=OPT_BYTES, serializer=OPT_TEXT)
+CQ_SPECS = st.builds(
+    CqSpec,
+    name=TEXT,
+    query=TEXT,
+    durable=st.booleans(),
+    initial_results=st.booleans(),
+    value_schema=OPT_TEXT,
+)
 OPERATIONS = st.builds(
     Operation,
     request_id=LONGS,
@@ -126,6 +137,7 @@ OPERATIONS = st.builds(
     origin_site_id=INTS,
     sites_reached=SITES,
     keep_alive=st.booleans(),
+    cq=st.none() | CQ_SPECS,
 )
 EVENTS = st.builds(
     Event,
@@ -160,6 +172,7 @@ REPLIES = st.builds(
     more=st.booleans(),
     client_state=OPT_TEXT,
     subscription_conflation=st.booleans(),
+    cq_names=st.lists(TEXT, max_size=4).map(tuple),
 )
 CONTROLS = st.builds(
     Control,
@@ -175,7 +188,22 @@ CONTROLS = st.builds(
 MARKERS = st.builds(
     Marker, client_id=NAMES, timestamp_ms=LONGS, bucket=INTS, connection_id=OPT_TEXT
 )
-MESSAGES: st.SearchStrategy[Message] = st.one_of(OPERATIONS, EVENTS, REPLIES, CONTROLS, MARKERS)
+CQ_EVENTS = st.builds(
+    CqEvent,
+    event=EVENTS,
+    cqs=st.lists(
+        st.builds(
+            CqMatch,
+            name=TEXT,
+            query_operation=st.none() | st.sampled_from(EventKind),
+            error=OPT_TEXT,
+        ),
+        max_size=4,
+    ).map(tuple),
+)
+MESSAGES: st.SearchStrategy[Message] = st.one_of(
+    OPERATIONS, EVENTS, REPLIES, CONTROLS, MARKERS, CQ_EVENTS
+)
 FRAMES = MESSAGES.map(encode)
 
 GATEWAY_BATCHES = st.builds(

@@ -70,6 +70,7 @@ def test_the_control_state_shares_the_namespace_slot() -> None:
         KEYS.member_alive("server-1"),
         KEYS.clients,
         KEYS.interest("desk"),
+        KEYS.cqs("desk"),
         KEYS.dropped("desk"),
         KEYS.lease(REAPER_ROLE),
         KEYS.epoch(REAPER_ROLE),

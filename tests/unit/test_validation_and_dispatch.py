@@ -85,6 +85,7 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
             "lifecycle",
             "outbox",
             "stats",
+            "cqs",
         )
     }
     expiration = SimpleNamespace(apply=lambda *_: None)

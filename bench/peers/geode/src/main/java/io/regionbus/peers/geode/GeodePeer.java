@@ -39,6 +39,9 @@ import org.apache.geode.internal.GemFireVersion;
  *       primary go after --member-timeout-ms (Geode's member-timeout, 5000 by default).
  * </ol>
  *
+ * <p>With {@code --cq <query>} every subscriber of the latency and throughput phases holds
+ * that continuous query instead of ALL_KEYS interest (bench/cq.py's workload).
+ *
  * <p>It prints one JSON object on the last line of stdout; progress goes to stderr. Child
  * JVMs are {@code server} and {@code subscriber} ({@link Members}); a Geode client cache is
  * one per JVM, so each subscriber is a JVM of its own.
@@ -72,6 +75,11 @@ public final class GeodePeer {
     }
     // Geode leaves non-daemon threads behind a closed cache.
     System.exit(0);
+  }
+
+  /** The --cq query of the subscribers, "" for ALL_KEYS interest. */
+  private String cq() {
+    return options.getOrDefault("cq", "");
   }
 
   private int intOption(String name, int fallback) {
@@ -160,7 +168,7 @@ public final class GeodePeer {
     try (Child subscriber =
         new Child(
             "latency-subscriber", workDir, "512m",
-            "subscriber", "127.0.0.1:" + port, "0", logFile("latency-subscriber"))) {
+            "subscriber", "127.0.0.1:" + port, "0", logFile("latency-subscriber"), cq())) {
       subscriber.await("READY", 120);
       int total = Math.max(1, (int) (rate * seconds));
       long firstNs = Arrivals.nowNs();
@@ -190,7 +198,7 @@ public final class GeodePeer {
       for (int i = 0; i < subscribers; i++) {
         children.add(new Child(
             "subscriber-" + i, workDir, "512m",
-            "subscriber", "127.0.0.1:" + port, "0", logFile("subscriber-" + i)));
+            "subscriber", "127.0.0.1:" + port, "0", logFile("subscriber-" + i), cq()));
       }
       for (Child child : children) {
         child.await("READY", 60 + 10.0 * subscribers);

@@ -23,12 +23,16 @@ import org.apache.geode.cache.client.ClientCacheFactory;
 import org.apache.geode.cache.client.ClientRegionShortcut;
 import org.apache.geode.cache.client.PoolManager;
 import org.apache.geode.cache.client.internal.PoolImpl;
+import org.apache.geode.cache.query.CqAttributesFactory;
+import org.apache.geode.cache.query.CqEvent;
+import org.apache.geode.cache.query.CqListener;
+import org.apache.geode.cache.query.CqQuery;
 import org.apache.geode.cache.server.CacheServer;
 import org.apache.geode.cache.util.CacheListenerAdapter;
 
 /**
  * The child JVMs of the harness: a cache server, and a subscriber (one client cache with
- * interest in every key of the region). Each speaks a line protocol on stdin / stdout: it
+ * interest in every key of the region, or holding one continuous query of it). Each speaks a line protocol on stdin / stdout: it
  * prints {@code @@READY <json>} once serving, then answers commands with
  * {@code @@RESULT <json>}; it stops when stdin closes. Geode logs to a file, never stdout.
  */
@@ -94,7 +98,11 @@ final class Members {
     cache.close();
   }
 
-  /** {@code subscriber <servers host:port,...> <redundancy> <log-file>} */
+  /**
+   * {@code subscriber <servers host:port,...> <redundancy> <log-file> [<cq query>]}: with a
+   * query, the client holds it as a running CQ instead of registering interest, and its
+   * listener counts the CQ's events.
+   */
   static void subscriber(String[] args) throws Exception {
     Properties properties = memberProperties(args[3]);
     int redundancy = Integer.parseInt(args[2]);
@@ -124,7 +132,26 @@ final class Members {
                   }
                 })
             .create(REGION);
-    region.registerInterestForAllKeys(InterestResultPolicy.NONE);
+    if (args.length > 4 && !args[4].isEmpty()) {
+      CqAttributesFactory attributes = new CqAttributesFactory();
+      attributes.addCqListener(
+          new CqListener() {
+            @Override
+            public void onEvent(CqEvent event) {
+              arrivals.hit((String) event.getKey(), (byte[]) event.getNewValue());
+            }
+
+            @Override
+            public void onError(CqEvent event) {}
+
+            @Override
+            public void close() {}
+          });
+      CqQuery cq = cache.getQueryService().newCq("bench", args[4], attributes.create());
+      cq.execute();
+    } else {
+      region.registerInterestForAllKeys(InterestResultPolicy.NONE);
+    }
     PoolImpl pool = (PoolImpl) PoolManager.getAll().values().iterator().next();
     long deadline = System.nanoTime() + 60_000_000_000L;
     while (pool.getRedundantNames().size() < Math.min(redundancy, args[1].split(",").length - 1)

@@ -1,0 +1,303 @@
+"""``CqQuery``: one continuous query of a client (Geode ``CqQuery`` / ``ClientCQImpl``).
+
+A CQ is created STOPPED by ``QueryService.new_cq``. ``execute`` registers it in every
+bucket (each bucket's primary starts delivering at that point of the bucket's order);
+``execute_with_initial_results`` also returns the entries in its result set at that point,
+so together with the events that follow there is no gap (SPEC §9). Events that arrive while
+an execute is under way are held and handed to the listeners, in order, once it returned
+(Geode ``ClientCQImpl.executeWithInitialResults`` queues them the same way). ``stop`` keeps
+the CQ on the servers and delivers nothing; ``close`` removes it for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from regionbus.clients.cq_callbacks import (
+    CqAttributes,
+    CqEvent,
+    CqResult,
+    CqState,
+    CqStatistics,
+    call_cq_listeners,
+    notify_cq_listeners,
+)
+from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
+from regionbus.schemas.cq import ParsedCq
+from regionbus.schemas.errors import (
+    CqClosedError,
+    CqError,
+    CqStateError,
+    RegionBusError,
+    RegionNotFoundError,
+)
+from regionbus.schemas.messages import CqSpec, OperationKind, Reply
+from regionbus.schemas.serializers import Serializer, serializer_named
+
+log = logging.getLogger("regionbus.client")
+
+
+class CqRegionLookup(Protocol):
+    """What a CQ needs of its client cache beside its connection: the region's serializer."""
+
+    def region_serializer(self, name: str) -> Serializer | None:
+        """The serializer of the cache's region of that name, None when there is none."""
+        ...
+
+
+class CqQuery:
+    """A continuous query (Geode ``CqQuery``). Made by ``QueryService.new_cq``.
+
+    Attributes:
+        name: Its name, unique within the client.
+        query_string: The query as written.
+        is_durable: Kept by the servers while a durable client is away (SPEC §9).
+        cq_attributes: Its listeners.
+        statistics: Its event counters (events, inserts, updates, deletes).
+    """
+
+    def __init__(
+        self,
+        cache: CacheConnection,
+        regions: CqRegionLookup,
+        name: str,
+        parsed: ParsedCq,
+        attributes: CqAttributes,
+        durable: bool,
+        forget: Callable[[str], None],
+    ) -> None:
+        self._cache = cache
+        self._regions = regions
+        self.name = name
+        self.query_string = parsed.query
+        self.is_durable = durable
+        self.cq_attributes = attributes
+        self.statistics = CqStatistics()
+        self._parsed = parsed
+        self._forget = forget
+        self._state = CqState.STOPPED
+        self._state_lock = threading.RLock()
+        self._delivery_lock = threading.Lock()
+        self._held: list[CqEvent] | None = None
+
+    def __repr__(self) -> str:
+        return f"CqQuery({self.name!r}, {self.query_string!r}, {self._state.value})"
+
+    @property
+    def region_name(self) -> str:
+        """The region the query selects from."""
+        return self._parsed.region
+
+    @property
+    def state(self) -> CqState:
+        """RUNNING, STOPPED or CLOSED."""
+        return self._state
+
+    def is_running(self) -> bool:
+        """True while RUNNING."""
+        return self._state is CqState.RUNNING
+
+    def is_stopped(self) -> bool:
+        """True while STOPPED."""
+        return self._state is CqState.STOPPED
+
+    def is_closed(self) -> bool:
+        """True once CLOSED."""
+        return self._state is CqState.CLOSED
+
+    # --- the servers -------------------------------------------------------------------
+
+    def execute(self) -> None:
+        """Start (or resume) delivering the CQ's events (Geode ``execute``).
+
+        Raises:
+            CqClosedError: the CQ is closed.
+            CqStateError: the CQ is running already ("CQ is in running state").
+            RegionNotFoundError: this client cache has no region of the query's name (Geode:
+                "Region on which query is specified not found locally"), or the servers
+                have none.
+            CqInvalidError: the servers refused the query.
+            ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
+            UnconnectedError: the cache is closed, or has no subscription queue.
+        """
+        self._execute(initial_results=False)
+
+    def execute_with_initial_results(self) -> list[CqResult]:
+        """Like :meth:`execute`, returning the entries in the result set as it starts: every
+        change after them reaches the listeners, and they reflect every change before
+        (gap-free, like a KEYS_VALUES interest registration). Events that arrived meanwhile
+        reach the listeners after this returned, in order, on another thread.
+
+        Returns:
+            ``CqResult(key, value)`` per entry in the result set (in no order).
+
+        Raises:
+            CqClosedError, CqStateError, RegionNotFoundError, CqInvalidError,
+            ServerTimeoutError, UnconnectedError: as :meth:`execute`.
+        """
+        return self._execute(initial_results=True)
+
+    def stop(self) -> None:
+        """Stop delivering: the CQ stays on the servers, STOPPED, and can be executed again
+        (Geode ``stop``).
+
+        Raises:
+            CqClosedError: the CQ is closed.
+            CqStateError: the CQ is not running ("stop CQ does not apply").
+            CqError: the servers did not confirm (the cause is chained).
+        """
+        with self._state_lock:
+            self._check_open()
+            if self._state is not CqState.RUNNING:
+                raise CqStateError(
+                    f"CQ is not in running state, stop CQ does not apply, CqName : {self.name}"
+                )
+            try:
+                self._send(OperationKind.STOP_CQ)
+            except RegionBusError as exc:
+                raise CqError(f"Failed to stop the cq. CqName :{self.name}: {exc}") from exc
+            self._state = CqState.STOPPED
+
+    def close(self) -> None:
+        """Remove the CQ from the servers and this client; its listeners' ``close`` runs. A
+        closed CQ cannot be executed again (a new one of the same name can be made).
+        Closing twice does nothing.
+
+        Raises:
+            CqError: the servers did not confirm (the CQ is closed here all the same).
+        """
+        with self._state_lock:
+            if self._state is CqState.CLOSED:
+                return
+            failure: RegionBusError | None = None
+            try:
+                self._send(OperationKind.CLOSE_CQ)
+            except RegionBusError as exc:
+                failure = exc
+            self.closed_locally()
+        if failure is not None:
+            raise CqError(f"Failed to close the cq. CqName: {self.name}: {failure}") from failure
+
+    def closed_locally(self) -> None:
+        """Close the CQ on this client only (the servers forgot it: its region was
+        destroyed, or the cache closed): CLOSED, forgotten, its listeners' ``close`` run."""
+        with self._state_lock:
+            if self._state is CqState.CLOSED:
+                return
+            self._state = CqState.CLOSED
+            self._forget(self.name)
+        call_cq_listeners(self.cq_attributes.listeners, "close", self.name)
+
+    # --- events ------------------------------------------------------------------------
+
+    def deliver(self, event: CqEvent) -> None:
+        """Hand one event to the listeners (the subscription thread): held while an execute
+        is under way, dropped unless the CQ runs."""
+        with self._delivery_lock:
+            if self._held is not None:
+                self._held.append(event)
+                return
+            if self._state is not CqState.RUNNING:
+                return
+            self._notify(event)
+
+    def connection_changed(self, connected: bool) -> None:
+        """Tell the status listeners the servers answer again, or stopped answering."""
+        if self._state is CqState.RUNNING:
+            method = "on_cq_connected" if connected else "on_cq_disconnected"
+            call_cq_listeners(self.cq_attributes.listeners, method, self.name)
+
+    def decode(self, data: bytes | None, serializer: str | None) -> Any:
+        """A value of the CQ's region as the application sees it (the region's serializer,
+        or the named one).
+
+        Raises:
+            SerializationError: the bytes do not decode.
+        """
+        if data is None:
+            return None
+        own = self._regions.region_serializer(self.region_name)
+        if own is not None and serializer == own.name:
+            return own.loads(data)
+        return serializer_named(serializer, {own.name: own} if own else None).loads(data)
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _execute(self, *, initial_results: bool) -> list[CqResult]:
+        with self._state_lock:
+            self._check_open()
+            if self._state is CqState.RUNNING:
+                raise CqStateError(f"CQ is in running state, CqName : {self.name}")
+            serializer = self._regions.region_serializer(self.region_name)
+            if serializer is None:
+                raise RegionNotFoundError(
+                    "Region on which query is specified not found locally, regionName: "
+                    f"{self.region_name}"
+                )
+            self._cache.require_subscription()
+            with self._delivery_lock:
+                self._held = []
+            try:
+                replies = self._send(OperationKind.EXECUTE_CQ, initial_results, serializer)
+                results = self._results(replies) if initial_results else []
+            except BaseException:
+                with self._delivery_lock:
+                    self._held = None
+                self._close_after_failure()
+                raise
+            self._state = CqState.RUNNING
+        threading.Thread(target=self._release_held, name=f"cq-{self.name}", daemon=True).start()
+        call_cq_listeners(self.cq_attributes.listeners, "on_cq_connected", self.name)
+        return results
+
+    def _results(self, replies: list[Reply]) -> list[CqResult]:
+        return [
+            CqResult(entry.key, self.decode(entry.value, entry.serializer))
+            for reply in replies
+            for entry in reply.entries
+        ]
+
+    def _release_held(self) -> None:
+        with self._delivery_lock:
+            held, self._held = self._held or [], None
+            for event in held:
+                if self._state is CqState.RUNNING:
+                    self._notify(event)
+
+    def _notify(self, event: CqEvent) -> None:
+        self.statistics.count(event.query_operation)
+        notify_cq_listeners(self.cq_attributes.listeners, event)
+
+    def _close_after_failure(self) -> None:
+        """An execute that failed may have registered the CQ in some buckets: remove it
+        there (Geode ``ClientCQImpl`` closes it on the servers the same way)."""
+        try:
+            self._send(OperationKind.CLOSE_CQ)
+        except RegionBusError as exc:
+            log.warning("CQ %s: closing after a failed execute: %s", self.name, exc)
+
+    def _send(
+        self,
+        kind: OperationKind,
+        initial_results: bool = False,
+        serializer: Serializer | None = None,
+    ) -> list[Reply]:
+        spec = CqSpec(
+            self.name,
+            self.query_string,
+            self.is_durable,
+            initial_results,
+            getattr(serializer, "schema_json", None),
+        )
+        proxy = ServerRegionProxy(self._cache, self.region_name, "")
+        return proxy.every_bucket(kind, spec)
+
+    def _check_open(self) -> None:
+        if self._state is CqState.CLOSED:
+            raise CqClosedError(f"CQ is closed, CqName : {self.name}")
+
+
+__all__ = ["CqQuery", "CqRegionLookup"]

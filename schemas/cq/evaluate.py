@@ -1,0 +1,276 @@
+"""Evaluating a CQ predicate on one value, with Apache Geode's UNDEFINED rules.
+
+Values are what a region's serializer decodes: JSON-like values (dicts, lists, strings,
+numbers, booleans, None) or Avro records (fastavro decodes them to dicts). An attribute is
+read by key from a mapping; an attribute of anything else (a string, a number, None,
+UNDEFINED) or one a mapping does not have is :data:`UNDEFINED` (Geode
+``AttributeDescriptor.read``, with heterogeneous objects allowed as in Geode's default).
+
+Comparisons follow Geode's ``TypeUtils.compare``:
+
+============================== ======================================================
+operands                        result
+============================== ======================================================
+either is null                  ``=``: both null; ``<>``: not both null; else UNDEFINED
+either is UNDEFINED             ``<>``: True unless both are; ``=``: True when both are;
+                                else UNDEFINED
+two numbers                     numeric comparison (``int`` and ``float`` mix)
+two strings                     lexicographic
+a boolean and a boolean         ``=`` and ``<>`` only
+different kinds, or collections ``=``: equal values; ``<>``: not equal; ``< <= > >=``:
+                                :class:`CqEvaluationError` (Geode ``TypeMismatchException``)
+============================== ======================================================
+
+``AND`` / ``OR`` (Geode ``CompiledJunction``): a short-circuiting operand (False for AND,
+True for OR) decides; else UNDEFINED (or null) in any operand makes the junction
+UNDEFINED; else the booleans combine. Unlike Geode, which stops at the first operand that
+fails, an operand that cannot be evaluated does not hide a short-circuiting operand after
+it, so the answer does not depend on the operands' order (which normalization sorts).
+``NOT`` of UNDEFINED or null is UNDEFINED. ``IN``: True when an element compares ``=``
+True, UNDEFINED when the collection is null or UNDEFINED, else False. ``LIKE`` on null or
+UNDEFINED is UNDEFINED, on a non-string False. The WHERE clause selects a value only when
+the predicate is True: UNDEFINED and null count as False. So ``f.missing > 5`` is false,
+and ``f.missing <> 5`` is true (Geode's ``testCQEventsWithNotEqualsUndefined``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import re2
+
+from regionbus.schemas.cq.syntax import (
+    UNDEFINED,
+    Comparison,
+    Defined,
+    Expr,
+    Junction,
+    Like,
+    Literal,
+    Membership,
+    Not,
+    Path,
+)
+from regionbus.schemas.errors import CqEvaluationError
+
+_RELATIONAL: Final = frozenset({"<", "<=", ">", ">="})
+
+
+def selects(predicate: Expr | None, value: Any) -> bool:
+    """Whether a value is in the CQ's result set: the WHERE clause is True for it.
+
+    Args:
+        predicate: The predicate (None: no WHERE clause, every value is selected).
+        value: The decoded value of an entry.
+
+    Returns:
+        True only when the predicate evaluates to True (UNDEFINED and null are False).
+
+    Raises:
+        CqEvaluationError: a relational comparison of values of different kinds, an
+            operand of AND/OR/NOT or the WHERE clause that is not a boolean, an ``IN`` over
+            something that is not a collection.
+    """
+    if predicate is None:
+        return True
+    result = evaluate(predicate, value)
+    if result is True:
+        return True
+    if result is False or result is None or result is UNDEFINED:
+        return False
+    raise CqEvaluationError(
+        f"the WHERE clause was of type {type(result).__name__} instead of boolean"
+    )
+
+
+def evaluate(expr: Expr, value: Any) -> Any:
+    """The value of an expression for one region value: a boolean, None, UNDEFINED, or
+    what a path or literal holds.
+
+    Raises:
+        CqEvaluationError: as :func:`selects`.
+    """
+    kind = type(expr)
+    if kind is Path:
+        return read_path(value, expr.attributes)  # type: ignore[union-attr]
+    if kind is Literal:
+        return expr.value  # type: ignore[union-attr]
+    if kind is Comparison:
+        return compare(
+            evaluate(expr.left, value),  # type: ignore[union-attr]
+            evaluate(expr.right, value),  # type: ignore[union-attr]
+            expr.op,  # type: ignore[union-attr]
+        )
+    if kind is Junction:
+        return _junction(expr, value)  # type: ignore[arg-type]
+    if kind is Not:
+        return _negate(evaluate(expr.operand, value))  # type: ignore[union-attr]
+    if kind is Defined:
+        is_undefined = evaluate(expr.operand, value) is UNDEFINED  # type: ignore[union-attr]
+        return is_undefined is not expr.defined  # type: ignore[union-attr]
+    if kind is Membership:
+        return _membership(expr, value)  # type: ignore[arg-type]
+    return _like(expr, value)  # type: ignore[arg-type]
+
+
+def read_path(value: Any, attributes: tuple[str, ...]) -> Any:
+    """The value at an attribute path: a mapping's key at each step; UNDEFINED as soon as
+    a step has no such key or its target is not a mapping (null included)."""
+    current = value
+    for attribute in attributes:
+        if not isinstance(current, Mapping):
+            return UNDEFINED
+        current = current.get(attribute, UNDEFINED)
+    return current
+
+
+def compare(left: Any, right: Any, op: str) -> Any:
+    """Geode's ``TypeUtils.compare`` (see the module docstring): True, False or UNDEFINED.
+
+    Raises:
+        CqEvaluationError: a relational operator between values of different kinds, or
+            between values with no order (booleans, collections).
+    """
+    if left is None or right is None:
+        if op == "=":
+            return left is None and right is None
+        if op == "<>":
+            return not (left is None and right is None)
+        return UNDEFINED
+    if left is UNDEFINED or right is UNDEFINED:
+        both = left is UNDEFINED and right is UNDEFINED
+        if op == "<>" and not both:
+            return True
+        if op == "=" and both:
+            return True
+        return UNDEFINED
+    left_kind, right_kind = _kind(left), _kind(right)
+    if left_kind == right_kind and left_kind in ("number", "string"):
+        if op == "=":
+            return bool(left == right)
+        if op == "<>":
+            return bool(left != right)
+        if op == "<":
+            return bool(left < right)
+        if op == "<=":
+            return bool(left <= right)
+        if op == ">":
+            return bool(left > right)
+        return bool(left >= right)
+    if op == "=":
+        return left_kind == right_kind and bool(left == right)
+    if op == "<>":
+        return not (left_kind == right_kind and bool(left == right))
+    raise CqEvaluationError(
+        f"cannot compare {left_kind} {_shown(left)} with {right_kind} {_shown(right)} "
+        f"using {op} (Geode TypeMismatchException)"
+    )
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}..."
+
+
+def _junction(expr: Junction, value: Any) -> Any:
+    deciding = expr.op == "OR"  # the operand value that decides the junction at once
+    undefined = False
+    failure: CqEvaluationError | None = None
+    for operand in expr.operands:
+        try:
+            result = evaluate(operand, value)
+        except CqEvaluationError as exc:
+            failure = failure or exc
+            continue
+        if result is deciding:
+            return deciding
+        if result is None or result is UNDEFINED:
+            undefined = True
+        elif not isinstance(result, bool):
+            failure = failure or CqEvaluationError(
+                f"{expr.op} operands must be boolean, not {type(result).__name__}"
+            )
+    if failure is not None:
+        raise failure
+    return UNDEFINED if undefined else not deciding
+
+
+def _negate(result: Any) -> Any:
+    if isinstance(result, bool):
+        return not result
+    if result is None or result is UNDEFINED:
+        return UNDEFINED
+    raise CqEvaluationError(f"{type(result).__name__} cannot be negated")
+
+
+def _membership(expr: Membership, value: Any) -> Any:
+    element = evaluate(expr.element, value)
+    if isinstance(expr.collection, Path):
+        collection = read_path(value, expr.collection.attributes)
+        if collection is None or collection is UNDEFINED:
+            return UNDEFINED
+        if isinstance(collection, Mapping) or not isinstance(collection, list | tuple):
+            raise CqEvaluationError(f"IN needs a collection, got {type(collection).__name__}")
+        members: Any = collection
+    else:
+        members = (evaluate(m, value) for m in expr.collection)
+    # "=" never raises: values of different kinds are just not equal.
+    return any(compare(element, member, "=") is True for member in members)
+
+
+def like_pattern(pattern: str) -> Any:
+    """Compile a LIKE pattern (Geode ``CompiledLike.getRegexPattern``): ``%`` matches any
+    run of characters, ``_`` any one, a backslash makes the next character literal. RE2
+    runs it in time linear in the value's length."""
+    parts: list[str] = []
+    escaped = False
+    for char in pattern:
+        if escaped:
+            parts.append(re2.escape(char))
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "%":
+            parts.append(".*")
+        elif char == "_":
+            parts.append(".")
+        else:
+            parts.append(re2.escape(char))
+    if escaped:
+        parts.append(re2.escape("\\"))
+    options = re2.Options()
+    options.dot_nl = True
+    options.log_errors = False
+    return re2.compile("".join(parts), options)
+
+
+_LIKE_CACHE: dict[str, Any] = {}
+_LIKE_CACHE_MAX: Final = 1024
+
+
+def _like(expr: Like, value: Any) -> Any:
+    operand = evaluate(expr.operand, value)
+    if operand is None or operand is UNDEFINED:
+        return UNDEFINED
+    if not isinstance(operand, str):
+        return False
+    compiled = _LIKE_CACHE.get(expr.pattern)
+    if compiled is None:
+        if len(_LIKE_CACHE) >= _LIKE_CACHE_MAX:
+            _LIKE_CACHE.clear()
+        compiled = _LIKE_CACHE[expr.pattern] = like_pattern(expr.pattern)
+    return compiled.fullmatch(operand) is not None
+
+
+__all__ = ["compare", "evaluate", "like_pattern", "read_path", "selects"]
