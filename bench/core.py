@@ -12,6 +12,10 @@
     and a bare fan-out relay (the 16-partition operations topic copied by one process
     to one topic per subscriber, each read by its own consumer: the server's hot path
     without decoding or Redis) for (a);
+(d) phases (b) and (a) again with the store on a Redis Cluster of 3 masters and 3
+    replicas, beside one Redis: ops/s and CPU per operation (on 2 cores a cost, not a
+    speed-up), and (e) with ``WAIT 1`` after every batch: the latency of waiting for a
+    replica (``bench.redis_cluster``; ``--no-redis-cluster`` skips both);
 
 then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``). Before
 any timed phase the fan-out relay runs once untimed, so that every phase finds the broker's
@@ -28,7 +32,6 @@ import gc
 import json
 import logging
 import math
-import os
 import secrets
 import signal
 import sys
@@ -43,8 +46,6 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import progress
-from bench.cpu import CpuMeter
-from bench.load import Acks, paced_puts, write_async, write_put_all
 from bench.options import (
     fetch_wait_option,
     idle_timeout_option,
@@ -52,13 +53,19 @@ from bench.options import (
     linger_option,
     value_bytes_option,
 )
+from bench.phases import regionbus_latency, regionbus_throughput
 from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
-from bench.report import Figures, Latency, Targets, Throughput, latency, throughput
+from bench.redis_cluster import (
+    ClusterFigures,
+    cluster_rows,
+    print_cluster,
+    run_on_redis_cluster,
+)
+from bench.report import Figures, Latency, Targets, Throughput
 from bench.server import BenchError, one_server_stack
-from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
+from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
-from bench.workers import Child, run_subscribers
-from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 
 log = logging.getLogger("regionbus.bench")
 
@@ -66,83 +73,6 @@ _TABLE_WIDTH = 120
 _Figures = TypeVar("_Figures")
 _POSITIVE = click.IntRange(min=1)
 _AT_LEAST_8 = click.IntRange(min=8)  # the send time takes 8 bytes
-
-
-# --- phases ----------------------------------------------------------------------------
-
-
-def regionbus_latency(services: Services, options: BenchOptions, writer: Region) -> Latency:
-    """Phase (b): paced ``put_async`` to one remote client's listener."""
-    with Child(
-        run_subscribers,
-        "rb-latency-subscriber",
-        settings=services.client_settings(options),
-        region=REGION,
-        clients=1,
-        record_latency=True,
-        idle_timeout_s=options.idle_timeout_s,
-    ) as subscriber:
-        subscriber.wait_ready()
-        sent, acknowledged, first_ns, last_ns = paced_puts(
-            writer, options.rate, options.latency_seconds, options.value_bytes
-        )
-        subscriber.expect(acknowledged)
-        result = subscriber.wait_result(RESULT_TIMEOUT_S)
-    return latency(
-        sent=sent,
-        start_ns=first_ns,
-        end_ns=last_ns,
-        warmup_s=options.warmup_seconds,
-        readers=result,
-    )
-
-
-def _write(region: Region, options: BenchOptions) -> tuple[int, Acks]:
-    """The throughput phase's puts, as ``--writer`` says."""
-    if options.writer == "async":
-        return write_async(
-            region,
-            ops=options.ops,
-            window=options.window,
-            key_space=options.key_space,
-            value_bytes=options.value_bytes,
-        )
-    return write_put_all(
-        region,
-        ops=options.ops,
-        chunk=options.chunk,
-        key_space=options.key_space,
-        value_bytes=options.value_bytes,
-    )
-
-
-def regionbus_throughput(services: Services, options: BenchOptions, writer: Region) -> Throughput:
-    """Phase (a): pipelined puts with every subscriber receiving every event."""
-    with Child(
-        run_subscribers,
-        "rb-subscribers",
-        settings=services.client_settings(options),
-        region=REGION,
-        clients=options.subscribers,
-        record_latency=False,
-        idle_timeout_s=options.idle_timeout_s,
-    ) as subscribers:
-        subscribers.wait_ready(timeout_s=60.0 + 10.0 * options.subscribers)
-        cpu = CpuMeter({"writer": os.getpid(), **services.pids})
-        cpu.start()
-        start_ns, acks = _write(writer, options)
-        subscribers.expect(acks.acked)
-        result = subscribers.wait_result(RESULT_TIMEOUT_S)
-        cpu.stop()
-    return throughput(
-        sent=options.ops,
-        acked=acks.acked,
-        errors=acks.errors,
-        start_ns=start_ns,
-        last_ack_ns=acks.last_ns,
-        readers=result,
-        cpu_s=cpu.used_s,
-    )
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -202,11 +132,20 @@ def _latency_and_regionbus_phases(
     return rb_latency, relay_latency, rb_throughput
 
 
-def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
+def run(
+    options: BenchOptions, console: Console, redis_cluster: bool = True
+) -> tuple[Figures, Throughput, ClusterFigures | None]:
     """Start the stack (unless given by env) and one cache server; run every phase.
 
+    Args:
+        options: The load.
+        console: Where progress goes.
+        redis_cluster: Also run phases (b) and (a) with the store on a Redis Cluster,
+            without and with ``WAIT`` (:mod:`bench.redis_cluster`).
+
     Returns:
-        The figures, and the fan-out relay's (phase (c3)).
+        The figures, the fan-out relay's (phase (c3)), and the Redis Cluster's (None when
+        not run).
 
     Raises:
         BenchError: a child process failed or did not answer in time.
@@ -239,6 +178,11 @@ def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
             f"(c3) raw fan-out relay: {options.ops:,} messages to {options.subscribers} topics ..."
         )
         fanout_relay = raw_fanout_relay(services, options, options.subscribers)
+        on_cluster = (
+            run_on_redis_cluster(local, options, console, progress.current_log_dir())
+            if redis_cluster
+            else None
+        )
         settings = {
             **asdict(options),
             "kafka_source": local.kafka_source,
@@ -254,7 +198,7 @@ def run(options: BenchOptions, console: Console) -> tuple[Figures, Throughput]:
         raw_relay_latency=relay_latency,
         targets=Targets(),
     )
-    return figures, fanout_relay
+    return figures, fanout_relay, on_cluster
 
 
 FANOUT_RELAY_TARGET = 0.5
@@ -403,8 +347,15 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
 @click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
 @idle_timeout_option
 @json_option
+@click.option(
+    "--redis-cluster/--no-redis-cluster",
+    default=True,
+    show_default=True,
+    help="Also run (b) and (a) with the store on a Redis Cluster (3 masters, 3 replicas), "
+    "without and with WAIT 1.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
-def main(as_json: bool, verbose: bool, **values: Any) -> None:
+def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> None:
     """Measure regionbus throughput and latency against raw Kafka, in one run."""
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -417,12 +368,21 @@ def main(as_json: bool, verbose: bool, **values: Any) -> None:
             "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
         )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    figures, fanout_relay = run_or_exit(lambda: run(options, console), console)
+    figures, fanout_relay, on_cluster = run_or_exit(
+        lambda: run(options, console, redis_cluster), console
+    )
     figures.print_table(console)
     print_fanout_relay(figures, fanout_relay, console)
-    emit(summary_rows(figures, fanout_relay))
+    rows = summary_rows(figures, fanout_relay)
+    if on_cluster is not None:
+        single = figures.regionbus_throughput
+        print_cluster(single, figures.regionbus_latency, on_cluster, console)
+        rows += cluster_rows(single, figures.regionbus_latency, on_cluster)
+    emit(rows)
     if as_json:
         data = {**json.loads(figures.as_json()), "raw_fanout_relay": asdict(fanout_relay)}
+        if on_cluster is not None:
+            data["redis_cluster"] = asdict(on_cluster)
         print(json.dumps(data), flush=True)
 
 

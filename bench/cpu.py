@@ -9,7 +9,7 @@ figures are simply absent.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _UTIME_FIELD = 13
@@ -46,19 +46,29 @@ class CpuMeter:
     """CPU seconds used by named processes between :meth:`start` and :meth:`stop`.
 
     Args:
-        pids: ``{name: pid}``; a None pid (a service not started by this run) is skipped.
+        pids: ``{name: pid}``, or ``{name: [pid, ...]}`` for a service of several processes
+            (a Redis Cluster's nodes), whose CPU is summed; a None pid (a service not
+            started by this run) is skipped.
     """
 
-    def __init__(self, pids: Mapping[str, int | None]) -> None:
-        self._pids = {name: pid for name, pid in pids.items() if pid is not None}
+    def __init__(self, pids: Mapping[str, int | Sequence[int] | None]) -> None:
+        self._pids = {
+            name: [pid] if isinstance(pid, int) else list(pid)
+            for name, pid in pids.items()
+            if pid is not None
+        }
         self._start: dict[str, float] = {}
         self.used_s: dict[str, float] = {}
+
+    def _read(self, name: str) -> float | None:
+        values = [cpu_seconds(pid) for pid in self._pids[name]]
+        return None if not values or None in values else sum(v for v in values if v is not None)
 
     def start(self) -> None:
         """Take the first reading."""
         self._start = {}
-        for name, pid in self._pids.items():
-            value = cpu_seconds(pid)
+        for name in self._pids:
+            value = self._read(name)
             if value is not None:
                 self._start[name] = value
 
@@ -70,7 +80,7 @@ class CpuMeter:
         """
         self.used_s = {}
         for name, before in self._start.items():
-            after = cpu_seconds(self._pids[name])
+            after = self._read(name)
             if after is not None:
                 self.used_s[name] = after - before
         return self.used_s

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import redis
 from rich.console import Console
 
 from bench import progress
@@ -48,6 +47,7 @@ from bench.raw import raw_relay_latency, raw_throughput
 from bench.summary import emit
 from regionbus.broker.config import ServerSettings
 from regionbus.devstack import LocalStack
+from regionbus.runtime.redis_connect import connect_redis_url
 
 log = logging.getLogger("regionbus.bench")
 
@@ -77,7 +77,7 @@ def run(options: FailoverOptions, console: Console) -> Figures:
         work_dir = progress.log_dir("failover", console)
         local = stack.enter_context(LocalStack(use_docker=False))
         stack.enter_context(progress.keep_stack_logs(local))
-        redis_client = redis.Redis.from_url(local.redis_url)
+        redis_client = connect_redis_url(local.redis_url)
         stack.callback(redis_client.close)
         console.print(
             f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "

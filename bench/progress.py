@@ -132,6 +132,19 @@ def log_dir(benchmark: str, console: Console | None = None) -> Path:
     return logs.path
 
 
+def current_log_dir() -> Path:
+    """This run's log folder, as :func:`log_dir` made it.
+
+    Raises:
+        RuntimeError: :func:`log_dir` was not called in this run.
+    """
+    with _lock:
+        logs = _run_logs
+    if logs is None:
+        raise RuntimeError("no log folder yet: call log_dir first")
+    return logs.path
+
+
 @contextmanager
 def keep_stack_logs(stack: LocalStack) -> Iterator[None]:
     """Copy the embedded Kafka's and Redis' logs into the run's :func:`log_dir` when the

@@ -84,10 +84,16 @@ class ServerProcess:
     def command(self) -> list[str]:
         """The command line that starts the server."""
         command = [
-            sys.executable, "-m", "regionbus", "serve",
-            "--namespace", self.namespace,
-            "--kafka", self.kafka_bootstrap_servers,
-            "--redis", self.redis_url,
+            sys.executable,
+            "-m",
+            "regionbus",
+            "serve",
+            "--namespace",
+            self.namespace,
+            "--kafka",
+            self.kafka_bootstrap_servers,
+            "--redis",
+            self.redis_url,
         ]
         for region in self.regions:
             command += ["--region", region]

@@ -45,12 +45,13 @@ class BenchOptions:
 @dataclass(frozen=True, slots=True)
 class Services:
     """Where the run's Kafka and Redis are, its namespace, and the pids of its services
-    (``server``, and ``kafka`` / ``redis`` when this run started them)."""
+    (``server``, and ``kafka`` / ``redis`` when this run started them; a list for a
+    service of several processes, such as a Redis Cluster)."""
 
     namespace: str
     kafka_bootstrap_servers: str
     redis_url: str
-    pids: dict[str, int | None]
+    pids: dict[str, int | list[int] | None]
 
     @property
     def kafka_config(self) -> dict[str, Any]:

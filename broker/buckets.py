@@ -30,10 +30,11 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import redis
+from typing import Any
 
 from regionbus.runtime.leases import Lease, Member, Membership
+from regionbus.runtime.redis_connect import REDIS_ERRORS
+from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.naming import RedisKeys, bucket_role
 
@@ -176,16 +177,19 @@ class BucketElection:
             default 0).
         lease_ttl_ms: Lease and member liveness time to live; a dead primary's buckets move
             after at most this long (plus one tick).
+        replica_wait: Makes lease acquisitions wait for Redis replicas (see
+            :class:`regionbus.runtime.leases.Lease`); None waits for none.
     """
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         namespace: str,
         member_id: str,
         total_buckets: int,
         redundancy: int,
         lease_ttl_ms: int,
+        replica_wait: ReplicaWait | None = None,
     ) -> None:
         self._redis = client
         self._keys = RedisKeys(namespace)
@@ -195,7 +199,7 @@ class BucketElection:
         self.lease_ttl_ms = lease_ttl_ms
         self.membership = Membership(client, namespace, member_id, lease_ttl_ms)
         self._leases = {
-            b: Lease(client, namespace, bucket_role(b), member_id, lease_ttl_ms)
+            b: Lease(client, namespace, bucket_role(b), member_id, lease_ttl_ms, replica_wait)
             for b in range(total_buckets)
         }
         self._add_secondary = client.register_script(_ADD_SECONDARY)
@@ -374,7 +378,7 @@ class BucketElection:
         """
         try:
             self._redis.set(self._keys.handoff(bucket), receiver, px=self.lease_ttl_ms)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"handoff of bucket {bucket}: {exc}") from exc
         self.release(bucket)
         log.info("%s handed bucket %d over to %s", self.member_id, bucket, receiver)
@@ -402,7 +406,7 @@ class BucketElection:
                 pipe.get(self._keys.handoff(bucket))
                 pipe.smembers(self._keys.secondaries(bucket))
             raw = pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"cannot read the bucket election state: {exc}") from exc
         holders: list[tuple[str, int] | None] = []
         handoffs: list[str | None] = []

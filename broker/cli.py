@@ -170,13 +170,35 @@ def serve(verbose: bool, **options: Any) -> None:
     help="Where Kafka's log and Redis' append-only file live; a later stack on the same "
     "folder comes back on the same ports with every topic, queue, offset and entry.",
 )
-def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Kafka brokers (KRaft, each also a controller); 3 gives replication 3 with "
+    "min.insync.replicas 2, so one broker may die.",
+)
+@click.option(
+    "--redis-cluster",
+    is_flag=True,
+    help="Run a Redis Cluster of 3 masters and 3 replicas (append-only files on) instead of "
+    "one Redis; the server waits for a replica before acknowledging a change.",
+)
+def stack(
+    namespace: str,
+    regions: tuple[str, ...],
+    data_dir: Path,
+    brokers: int,
+    redis_cluster: bool,
+) -> None:
     """Start Apache Kafka (KRaft), redis-server and one cache server; stop on Ctrl-C.
 
     Kafka listens on 127.0.0.1:9092 and Redis on 6379 when those ports are free (the
     defaults every client reads), else on free ports, and says so. Needs Java 17 and the
     jars of scripts/bootstrap.sh, unless REGIONBUS_KAFKA_BOOTSTRAP_SERVERS names a running
-    Kafka (and REGIONBUS_REDIS_URL a running Redis).
+    Kafka (and REGIONBUS_REDIS_URL a running Redis). With --brokers 3 and --redis-cluster
+    it runs the cluster engines on loopback instead: three Kafka brokers, and a Redis
+    Cluster of three masters with a replica each.
     """
     _logging(False)
     stop = threading.Event()
@@ -188,6 +210,8 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
             data_dir=data_dir,
             kafka_port=CONVENTIONAL_KAFKA_PORT,
             redis_port=CONVENTIONAL_REDIS_PORT,
+            kafka_brokers=brokers,
+            redis_cluster=redis_cluster,
         ).start()
     except RegionBusError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -198,7 +222,20 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
                 f"{local.kafka.started_in_s:.1f} s; data in {data_dir}",
                 err=True,
             )
-        logs = [str(service.log_path) for service in (local.kafka, local.redis) if service]
+        if local.kafka_cluster is not None:
+            click.echo(
+                f"Apache Kafka {local.kafka_cluster.nodes[0].version}: {brokers} brokers at "
+                f"{local.kafka_bootstrap_servers}; data in {data_dir}",
+                err=True,
+            )
+        if local.redis_cluster is not None:
+            ports = ", ".join(str(node.port) for node in local.redis_cluster.nodes)
+            click.echo(
+                f"Redis Cluster: 3 masters and 3 replicas on 127.0.0.1 ports {ports}, "
+                f"started in {local.redis_cluster.started_in_s:.1f} s",
+                err=True,
+            )
+        logs = [str(path) for path in local.log_paths]
         if logs:
             click.echo(f"logs: {', '.join(logs)}", err=True)
         for taken in local.ports_not_taken:
@@ -207,16 +244,20 @@ def stack(namespace: str, regions: tuple[str, ...], data_dir: Path) -> None:
                 "port: export the variables below (clients read them) or pass the address",
                 err=True,
             )
+        cluster_options = {"redis_cluster": True, "redis_wait_replicas": 1} if redis_cluster else {}
         settings = _settings(
             namespace=namespace,
             kafka_bootstrap_servers=local.kafka_bootstrap_servers,
             redis_url=local.redis_url,
             regions=regions,
+            **cluster_options,
         )
         with CacheServer(settings) as server:
             click.echo(f"export REGIONBUS_NAMESPACE={namespace}")
             click.echo(f"export REGIONBUS_KAFKA_BOOTSTRAP_SERVERS={local.kafka_bootstrap_servers}")
             click.echo(f"export REGIONBUS_REDIS_URL={local.redis_url}")
+            for name, value in cluster_options.items():
+                click.echo(f"export REGIONBUS_{name.upper()}={str(value).lower()}")
             click.echo(
                 f"stack running (up in {time.monotonic() - began:.1f} s); Ctrl-C stops it",
                 err=True,
@@ -432,9 +473,7 @@ def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
     needs = f"needs the {extra} extra: pip install 'regionbus[{extra}]'"
 
     def refuse(**_: Any) -> None:
-        raise click.ClickException(
-            f"'{name}' {needs} ({', '.join(missing)} not installed)"
-        )
+        raise click.ClickException(f"'{name}' {needs} ({', '.join(missing)} not installed)")
 
     return click.Command(
         name,
@@ -472,11 +511,13 @@ def demo() -> None:
         "analytics": "regionbus.spark.cli:analytics_command",
         "delays": "regionbus.spark.cli:delays_command",
         "bulk-load": "regionbus.spark.cli:bulk_load_command",
+        "cluster": "regionbus.spark.cli:cluster_command",
     },
     extra=("spark", ("pyspark",)),
 )
 def spark_group() -> None:
-    """Spark jobs over the topics: queue analytics, flights delays, bulk load."""
+    """Spark jobs over the topics: queue analytics, flights delays, bulk load; and a Spark
+    standalone cluster on loopback to run them on."""
 
 
 main.add_command(user)

@@ -71,13 +71,14 @@ from __future__ import annotations
 
 import logging
 import time
-from importlib import resources
+from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqTable
 from regionbus.broker.expiration_attributes import RegionExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
+from regionbus.broker.lua_scripts import load_lua
 from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
@@ -86,6 +87,7 @@ from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore, redis_errors
 from regionbus.runtime.leases import now_ms
+from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
 from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind
@@ -151,9 +153,8 @@ class EntryExpiration:
         self._stats = stats
         self._security = security
         self._cqs = cqs or CqTable()
-        lua = resources.files("regionbus.broker").joinpath("lua")
-        self._claim = store.redis.register_script(lua.joinpath("claim_expiry.lua").read_text())
-        self._expire = store.redis.register_script(lua.joinpath("expire_entry.lua").read_text())
+        self._claim = PipelinedScript(load_lua("claim_expiry.lua"))
+        self._expire = PipelinedScript(load_lua("expire_entry.lua"))
         self._next_look = time.monotonic()
         self._in_flight: dict[tuple[int, str, str], tuple[int, float]] = {}
         """``{(bucket, region, key): (expiry ms, monotonic time produced)}`` of the
@@ -239,23 +240,24 @@ class EntryExpiration:
         groups: dict[tuple[int, str], list[_Due]] = {}
         for item in due:
             groups.setdefault((item.bucket, item.region), []).append(item)
-        with redis_errors():
-            pipe = self._store.redis.pipeline(transaction=False)
+
+        def build(pipe: Any) -> None:
             for (bucket, region), items in groups.items():
                 args: list[Any] = [owned[bucket], self._member]
                 for item in items:
                     args += [item.key, item.at_ms]
-                self._claim(
-                    keys=[
+                self._claim.queue(
+                    pipe,
+                    [
                         keys.epoch(bucket_role(bucket)),
                         keys.expiry_sequence(bucket),
                         keys.region_expiry_claims(region, bucket),
                         keys.region_expiry(region, bucket),
                     ],
-                    args=args,
-                    client=pipe,
+                    args,
                 )
-            replies = pipe.execute()
+
+        replies = self._run(build, {bucket for bucket, _ in groups})
         claimed: list[tuple[_Due, int]] = []
         for ((bucket, _), items), reply in zip(groups.items(), replies, strict=True):
             if not isinstance(reply, list):  # FENCED: another server is primary
@@ -354,13 +356,14 @@ class EntryExpiration:
         assert op.event_id is not None and op.key is not None
         keys = self._store.keys
         region, event_id = op.region, op.event_id._replace(bucket=bucket)
-        with redis_errors():
-            reply: list[Any] = self._expire(
-                keys=[
-                    keys.regions,
+        (reply,) = self._run(
+            lambda pipe: self._expire.queue(
+                pipe,
+                [
+                    keys.regions(bucket),
                     keys.region_values(region, bucket),
                     keys.region_meta(region, bucket),
-                    keys.region_version(region),
+                    keys.region_version(region, bucket),
                     keys.epoch(bucket_role(bucket)),
                     keys.region_expiry(region, bucket),
                     keys.region_entry_times(region, bucket),
@@ -369,7 +372,7 @@ class EntryExpiration:
                     keys.results(bucket),
                     keys.results_index(bucket),
                 ],
-                args=[
+                [
                     region,
                     op.key,
                     op.timestamp_ms,
@@ -384,8 +387,22 @@ class EntryExpiration:
                     str(event_id),
                     offset,
                 ],
+            ),
+            [bucket],
+        )
+        return list(reply)
+
+    def _run(self, build: Callable[[Any], None], buckets: Iterable[int]) -> list[Any]:
+        """Run the scripts ``build`` queues in one round trip, waiting for the replicas of
+        the buckets written as the store's changes do."""
+        with redis_errors():
+            return execute_with_scripts(
+                self._store.redis,
+                build,
+                (self._claim, self._expire),
+                replica_wait=self._store.replica_wait,
+                written_keys=[self._store.keys.tracking(b) for b in buckets],
             )
-        return reply
 
 
 def _text(raw: Any) -> str:

@@ -196,9 +196,9 @@ class OperationHandlers:
                 MAX_REGEXES_PER_CLIENT,
             )
         if spec.policy is InterestResultPolicy.NONE:
-            exists = self._store.region_exists(op.region)
+            exists = self._store.region_exists(op.region, bucket)
             entries: list[Entry] = []
-            version = self._store.region_version(op.region)
+            version = self._store.region_version(op.region, bucket)
         else:
             key_filter = None
             if spec.kind is InterestKind.REGEX:
@@ -253,7 +253,7 @@ class OperationHandlers:
         if spec.initial_results:
             exists, snapshot, _ = self._store.snapshot(op.region, bucket, with_values=True)
         else:
-            exists, snapshot = self._store.region_exists(op.region), []
+            exists, snapshot = self._store.region_exists(op.region, bucket), []
         if not exists:
             self._region_missing(op, bucket)
             return

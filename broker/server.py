@@ -63,7 +63,7 @@ from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
 from regionbus.runtime.leases import Lease
 from regionbus.runtime.observability import MetricsEndpoint
-from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.redis_connect import connect_redis, replica_wait
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
 from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
@@ -127,8 +127,11 @@ class CacheServer(BackgroundWorker):
         self.stats = ServerStats()
         self.plugins = ServerPlugins.load(settings.plugins, listeners, writers)
         self._redis = connect_redis(settings)
+        waits = replica_wait(self._redis, settings)
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
-        self.store = RegionStore(self._redis, settings.namespace, settings.total_buckets)
+        self.store = RegionStore(
+            self._redis, settings.namespace, settings.total_buckets, replica_wait=waits
+        )
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.cqs = CqRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.clients = ClientRegistry(
@@ -141,6 +144,7 @@ class CacheServer(BackgroundWorker):
             settings.total_buckets,
             settings.subscription_redundancy,
             settings.lease_ttl_ms,
+            replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
         self._parts: _Parts | None = None
@@ -247,8 +251,11 @@ class CacheServer(BackgroundWorker):
         loaded = self._load_subscriptions(lifecycle.reload())
         consumer.assign([])
         self.election.join()
-        self._elect()
+        # Renewing from before the first election: taking over every bucket (assigning its
+        # partitions from their committed offsets) can take longer than a lease lives on a
+        # loaded machine, and the leases taken first would lapse before any renewal.
         self.spawn(lambda: self.election.keep_leases(self.stopping), "leases")
+        self._elect()
         log.info(
             "cache server %s serving %s: primary of %d of %d buckets, %d clients, %d registrations",
             s.member_id,
@@ -301,6 +308,7 @@ class CacheServer(BackgroundWorker):
             REAPER_ROLE,
             s.member_id,
             ttl_ms=int(s.durable_client_reaper_interval_s * 3000),
+            replica_wait=self.store.replica_wait,
         )
         lifecycle = ClientLifecycle(
             s,

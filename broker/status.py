@@ -295,7 +295,7 @@ def _gateway_leases(client: redis.Redis, namespace: str) -> dict[str, tuple[str,
     Raises:
         TransportError: Redis failed.
     """
-    lease_prefix = RedisKeys(namespace).lease("")
+    lease_prefix = RedisKeys(namespace).lease_prefix()
     sender_role, aeq_role = sender_role_of(""), dispatcher_role("")
     with redis_errors():
         names = [k.decode() for k in client.scan_iter(match=f"{lease_prefix}*", count=500)]

@@ -1,199 +1,187 @@
 """The region store: authoritative region state in Redis, changed only through Lua scripts.
 
-Layout (keys from :class:`regionbus.schemas.naming.RedisKeys`): per region and bucket a values hash
-(key -> value bytes; a missing field is an invalid entry) and a meta hash
-(key -> ``"<version>|<serializer>"``; a field here means the entry exists); per region a
-version counter; per bucket the tracking hash (member:thread -> highest applied sequence id)
-and the stored results of recent EventIDs, so a re-processed or retried operation is
-recognised and its event re-emitted unchanged.
+Layout (keys from :class:`regionbus.schemas.naming.RedisKeys`, all of one bucket in one
+Redis Cluster hash slot; ``docs/redis-cluster.md`` says why): per region and bucket a values
+hash (key -> value bytes; a missing field is an invalid entry), a meta hash (key ->
+``"<version>|<serializer>"``; a field here means the entry exists) and a version counter;
+per bucket a copy of the region names, the tracking hash (member:thread -> highest applied
+sequence id) and the stored results of recent EventIDs, so a re-processed or retried
+operation is recognised and its event re-emitted unchanged.
+
+The same code runs on one Redis and on a Redis Cluster (a redis-py ``RedisCluster``
+client): every Lua call's keys are in one bucket's slot, a poll batch makes one call per
+slot it touches, and a region operation is applied bucket by bucket.
 
 Redis errors are translated here, at this one boundary, into :class:`TransportError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
-import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from regionbus.broker.expiration_attributes import RegionExpiration
-from regionbus.broker.lua_scripts import (
-    PipelinedScript,
-    apply_entries_source,
-    execute_with_scripts,
-    load_lua,
+from regionbus.broker.lua_scripts import load_lua
+from regionbus.broker.store_results import (
+    Access,
+    ApplyResult,
+    GatewayVersion,
+    Snapshot,
+    redis_errors,
+    text_of,
+    to_apply_result,
+    to_entry,
+    version_of,
 )
-from regionbus.schemas.errors import TransportError
+from regionbus.runtime.redis_replication import ReplicaWait
+from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Entry, EventKind, OperationKind
-from regionbus.schemas.naming import RedisKeys, bucket_role
+from regionbus.schemas.naming import RedisKeys, bucket_role, entry_version, region_bucket
 
 APPLY_CALL_MAX_CHANGES: Final = 500
 """Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
 runs (lease renewals of every server included), so a poll batch of many put_all chunks
 is cut into calls of a few milliseconds each, still in one round trip."""
 
+_REGION_EVENT: Final = {
+    OperationKind.CLEAR: EventKind.REGION_CLEAR,
+    OperationKind.DESTROY_REGION: EventKind.REGION_DESTROY,
+    OperationKind.INVALIDATE_REGION: EventKind.REGION_INVALIDATE,
+}
+
 
 _ENTRY_KEYS_CACHED: Final = 4096
 """Most (region, bucket) key lists :meth:`RegionStore.entry_args` keeps."""
 
 
-class GatewayVersion(NamedTuple):
-    """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
-
-    Attributes:
-        timestamp_ms: The change's timestamp, ms since the Unix epoch.
-        site_id: ``distributed_system_id`` of the site where the change was made.
-    """
-
-    timestamp_ms: int
-    site_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    """What applying one change did.
-
-    Attributes:
-        status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
-            ``"ERR"`` (refused; nothing changed), ``"STALE"`` (a gateway event that lost
-            the conflict check; nothing changed) or ``"FENCED"`` (the caller is no longer
-            the bucket's primary; nothing changed).
-        event_kind: The resulting event kind (None when refused, or DUP with the stored
-            result already pruned).
-        version: Region version the change got (None as for ``event_kind``).
-        error_type: Class name of the error for ``"ERR"``.
-        old_value: Value before the change, when asked for and present (a recognised
-            duplicate's too: it is kept with the result until the offsets are committed).
-        old_serializer: The name of ``old_value``'s serializer.
-    """
-
-    status: str
-    event_kind: EventKind | None = None
-    version: int | None = None
-    error_type: str | None = None
-    old_value: bytes | None = None
-    old_serializer: str | None = None
-
-
-class Access(NamedTuple):
-    """What a ``get`` of an entry of a region with an entry idle timeout records: the read
-    counts as an access and pushes the entry's expiry back (Geode
-    ``LocalRegion.updateStatsForGet``).
-
-    Attributes:
-        expiration: The region's expiration attributes.
-        now_ms: Time of the read, ms since the Unix epoch.
-    """
-
-    expiration: RegionExpiration
-    now_ms: int
-
-
-class Snapshot(NamedTuple):
-    """What :meth:`RegionStore.snapshot` read."""
-
-    exists: bool
-    entries: list[Entry]
-    region_version: int
-
-
-def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
-    if not raw:
-        return None, None
-    kind, _, version = raw.decode().partition("|")
-    return EventKind(kind), int(version)
-
-
-def _to_apply_result(reply: Sequence[Any]) -> ApplyResult:
-    status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-    if status == "ERR":
-        error = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        return ApplyResult(status, error_type=error)
-    kind, version = _parse_result(reply[1] or None)
-    old = reply[2] if len(reply) > 2 and reply[2] else None
-    old_serializer = reply[3] if len(reply) > 3 and reply[3] else None
-    return ApplyResult(
-        status,
-        kind,
-        version,
-        old_value=old,
-        old_serializer=old_serializer.decode() if isinstance(old_serializer, bytes) else None,
-    )
-
-
-def _to_entry(
-    key: str, exists: Any, meta: bytes | None, value: bytes | None
-) -> tuple[bool, Entry | None]:
-    if not exists:
-        return False, None
-    if meta is None:
-        return True, None
-    version, _, serializer = meta.decode().partition("|")
-    return True, Entry(key, int(version), value, serializer or None)
-
-
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    """Translate redis-py connection and response errors into :class:`TransportError`."""
-    try:
-        yield
-    except redis.exceptions.RedisError as exc:
-        raise TransportError(f"Redis: {type(exc).__name__}: {exc}") from exc
+_Run = list[tuple[list[str], list[Any]]] | tuple[str, str, int, "Access | None"]
+"""A run of consecutive changes of one slot (one script call), or one read."""
 
 
 class RegionStore:
     """Reads and changes region state of one namespace in Redis.
 
     Args:
-        client: A redis-py client created with ``decode_responses=False``.
+        client: A redis-py client (``redis.Redis`` or ``RedisCluster``) created with
+            ``decode_responses=False``.
         namespace: The site namespace.
         total_buckets: Number of buckets.
+        replica_wait: Makes every change wait for replicas before it counts as applied
+            (:mod:`regionbus.runtime.redis_replication`); None waits for none.
     """
 
-    def __init__(self, client: redis.Redis, namespace: str, total_buckets: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        namespace: str,
+        total_buckets: int,
+        replica_wait: ReplicaWait | None = None,
+    ) -> None:
         self.redis = client
         self.keys = RedisKeys(namespace)
         self.total_buckets = total_buckets
+        self.replica_wait = replica_wait
+        self.cluster = isinstance(client, RedisCluster)
+        self._slots = [
+            key_slot(self.keys.bucket_prefix(b).encode()) if self.cluster else 0
+            for b in range(total_buckets)
+        ]
+        """Hash slot of each bucket on a Redis Cluster; all 0 on one Redis, where a script
+        may take keys of several buckets."""
+        self._slot_of_tracking = {
+            self.keys.tracking(b): self._slots[b] for b in range(total_buckets)
+        }
         self._entry_keys: dict[tuple[str, int], list[str]] = {}
         """The KEYS of ``apply_entry.lua`` per (region, bucket): the same for every change
         of that bucket (callers only read them)."""
-        self._apply_entries = PipelinedScript(apply_entries_source())
+        self._apply_entries = PipelinedScript(load_lua("apply_entries.lua"))
         self._touch = PipelinedScript(load_lua("touch_entry.lua"))
-        self._apply_region = client.register_script(load_lua("apply_region.lua"))
-        self._prune = client.register_script(load_lua("prune_results.lua"))
+        self._region_begin = PipelinedScript(load_lua("region_begin.lua"))
+        self._region_bucket_op = PipelinedScript(load_lua("region_bucket_op.lua"))
+        self._region_finish = PipelinedScript(load_lua("region_finish.lua"))
+        self._prune = PipelinedScript(load_lua("prune_results.lua"))
+        self.scripts = (
+            self._apply_entries,
+            self._touch,
+            self._region_begin,
+            self._region_bucket_op,
+            self._region_finish,
+            self._prune,
+        )
+        """Every script this store queues (to load them all after a ``NOSCRIPT``)."""
+
+    def execute(
+        self, build: Callable[[Any], None], written_buckets: Iterable[int] = ()
+    ) -> list[Any]:
+        """Run what ``build`` queues in one pipeline, waiting for replicas of the buckets
+        written (see :func:`regionbus.broker.lua_scripts.execute_with_scripts`).
+
+        Raises:
+            TransportError: Redis failed, or too few replicas confirmed the writes
+                (:class:`regionbus.schemas.errors.ReplicationTimeoutError`).
+        """
+        with redis_errors():
+            return execute_with_scripts(
+                self.redis,
+                build,
+                self.scripts,
+                replica_wait=self.replica_wait,
+                written_keys=[self.keys.tracking(b) for b in written_buckets],
+            )
 
     # --- regions -----------------------------------------------------------------------
 
     def create_region(self, region: str) -> bool:
-        """Define a region (idempotent). Returns True when it was new.
+        """Define a region (idempotent): its name goes into every bucket's copy of the
+        region names, in one round trip. Calling it again completes a definition an outage
+        interrupted.
+
+        Returns:
+            True when it was new in some bucket.
 
         Raises:
             TransportError: Redis failed.
         """
-        with redis_errors():
-            return bool(self.redis.sadd(self.keys.regions, region))
+        buckets = range(self.total_buckets)
+
+        def build(pipe: Any) -> None:
+            for bucket in buckets:
+                pipe.sadd(self.keys.regions(bucket), region)
+
+        return any(self.execute(build, buckets))
 
     def region_names(self) -> set[str]:
-        """The names of every defined region.
+        """The names of every defined region (in any bucket's copy).
 
         Raises:
             TransportError: Redis failed.
         """
-        with redis_errors():
-            return {r.decode() for r in self.redis.smembers(self.keys.regions)}
 
-    def region_exists(self, region: str) -> bool:
-        """Whether the region is defined.
+        def build(pipe: Any) -> None:
+            for bucket in range(self.total_buckets):
+                pipe.smembers(self.keys.regions(bucket))
+
+        return {r.decode() for names in self.execute(build) for r in names}
+
+    def region_exists(self, region: str, bucket: int | None = None) -> bool:
+        """Whether the region is defined, as the bucket's scripts see it.
+
+        Args:
+            region: Region name.
+            bucket: The bucket whose copy of the region names to read; None reads the
+                region's own bucket (:func:`regionbus.schemas.naming.region_bucket`).
 
         Raises:
             TransportError: Redis failed.
         """
+        if bucket is None:
+            bucket = region_bucket(region, self.total_buckets)
         with redis_errors():
-            return bool(self.redis.sismember(self.keys.regions, region))
+            return bool(self.redis.sismember(self.keys.regions(bucket), region))
 
     def epoch(self, bucket: int) -> int | None:
         """The bucket's current fencing epoch (the only valid one), None before any.
@@ -205,14 +193,17 @@ class RegionStore:
             current = self.redis.get(self.keys.epoch(bucket_role(bucket)))
         return None if current is None else int(current)
 
-    def region_version(self, region: str) -> int:
-        """The region's version counter now (0 before its first change).
+    def region_version(self, region: str, bucket: int) -> int:
+        """The version of the last change of the region in one bucket (0 before any):
+        every later change of the bucket gets a higher one.
 
         Raises:
             TransportError: Redis failed.
         """
         with redis_errors():
-            return int(self.redis.get(self.keys.region_version(region)) or 0)
+            return version_of(
+                self.redis.hmget(self.keys.region_version(region, bucket), "gen", "n")
+            )
 
     # --- changes -----------------------------------------------------------------------
 
@@ -252,10 +243,10 @@ class RegionStore:
                 self._entry_keys.clear()  # region names come from clients: keep it bounded
             k = self.keys
             keys = self._entry_keys[(region, bucket)] = [
-                k.regions,
+                k.regions(bucket),
                 k.region_values(region, bucket),
                 k.region_meta(region, bucket),
-                k.region_version(region),
+                k.region_version(region, bucket),
                 k.tracking(bucket),
                 k.results(bucket),
                 k.results_index(bucket),
@@ -292,10 +283,13 @@ class RegionStore:
     ) -> list[ApplyResult | tuple[bool, Entry | None]]:
         """Apply entry operations and read entries in order, in one pipelined round trip.
 
-        Each run of consecutive changes is one call of ``apply_entries.lua`` (every change
-        as ``apply_entry.lua`` alone would apply it) of at most
-        :data:`APPLY_CALL_MAX_CHANGES`, so a poll batch of puts costs one Redis command, not
-        one per put; a read between changes sees the changes before it.
+        The items of each hash slot (each bucket's, on a Redis Cluster; all of them on one
+        Redis) keep their order, and each run of consecutive changes among them is one call
+        of ``apply_entries.lua`` (every change as ``apply_entry.lua`` alone would apply it)
+        of at most :data:`APPLY_CALL_MAX_CHANGES`. So a poll batch of puts costs one Redis
+        command per slot it touches, not one per put; a read between changes of its bucket
+        sees the changes before it. Buckets are independent (each is ordered by its own
+        partition of ``{ns}.ops``), so their items need no order between them.
 
         Args:
             batch: Items in processing order: ``(keys, args)`` from :meth:`entry_args` for a
@@ -308,54 +302,71 @@ class RegionStore:
             entry)`` as :meth:`get` for a read.
 
         Raises:
-            TransportError: Redis failed (some changes may have been applied; re-processing
-                the same operations is safe: their EventIDs are recognised).
+            TransportError: Redis failed, or too few replicas confirmed the changes (some
+                changes may have been applied; re-processing the same operations is safe:
+                their EventIDs are recognised).
         """
-        runs: list[list[tuple[list[str], list[Any]]] | tuple[str, str, int, Access | None]] = []
+        runs_of: dict[int, list[_Run]] = {}
+        written: dict[int, str] = {}
+        positions: list[tuple[int, int, int]] = []
+        """Per item: its slot, its run among the slot's, its index in that run (-1: a read)."""
         for item in batch:
             if isinstance(item[0], list):
-                if (
-                    not runs
-                    or not isinstance(runs[-1], list)
-                    or len(runs[-1]) >= APPLY_CALL_MAX_CHANGES
-                ):
-                    runs.append([])
-                changes = runs[-1]
-                assert isinstance(changes, list)
-                changes.append(item)
+                tracking = item[0][4]
+                slot = self._slot_of_tracking[tracking]
+                written.setdefault(slot, tracking)
+                runs = runs_of.setdefault(slot, [])
+                last = runs[-1] if runs else None
+                if not isinstance(last, list) or len(last) >= APPLY_CALL_MAX_CHANGES:
+                    last = []
+                    runs.append(last)
+                positions.append((slot, len(runs) - 1, len(last)))
+                last.append(item)
             else:
+                slot = self._slots[item[2]]
+                runs = runs_of.setdefault(slot, [])
+                positions.append((slot, len(runs), -1))
                 runs.append(item)
+        first_reply: dict[tuple[int, int], int] = {}
 
-        def build(pipe: redis.client.Pipeline) -> None:
-            for run in runs:
-                if isinstance(run, list):
-                    keys = [k for change_keys, _ in run for k in change_keys]
-                    args = [a for _, change_args in run for a in change_args]
-                    self._apply_entries.queue(pipe, keys, args)
-                    continue
-                region, key, bucket, access = run
-                pipe.sismember(self.keys.regions, region)
-                pipe.hget(self.keys.region_meta(region, bucket), key)
-                pipe.hget(self.keys.region_values(region, bucket), key)
-                if access is not None:
-                    self._touch_args(region, key, bucket, access, pipe)
+        def build(pipe: Any) -> None:
+            count = 0
+            for slot, runs in runs_of.items():
+                for index, run in enumerate(runs):
+                    first_reply[(slot, index)] = count
+                    if isinstance(run, list):
+                        keys = [k for change_keys, _ in run for k in change_keys]
+                        args = [a for _, change_args in run for a in change_args]
+                        self._apply_entries.queue(pipe, keys, args)
+                        count += 1
+                        continue
+                    region, key, bucket, access = run
+                    pipe.sismember(self.keys.regions(bucket), region)
+                    pipe.hget(self.keys.region_meta(region, bucket), key)
+                    pipe.hget(self.keys.region_values(region, bucket), key)
+                    count += 3
+                    if access is not None:
+                        self._touch_args(region, key, bucket, access, pipe)
+                        count += 1
 
         with redis_errors():
-            replies = execute_with_scripts(self.redis, build, (self._apply_entries, self._touch))
+            replies = execute_with_scripts(
+                self.redis,
+                build,
+                self.scripts,
+                replica_wait=self.replica_wait,
+                written_keys=written.values(),
+            )
         out: list[ApplyResult | tuple[bool, Entry | None]] = []
-        i = 0
-        for run in runs:
-            if isinstance(run, list):
-                out.extend(_to_apply_result(reply) for reply in replies[i])
-                i += 1
+        for (slot, index, within), item in zip(positions, batch, strict=True):
+            i = first_reply[(slot, index)]
+            if within >= 0:
+                out.append(to_apply_result(replies[i][within]))
             else:
-                out.append(_to_entry(str(run[1]), replies[i], replies[i + 1], replies[i + 2]))
-                i += 3 if run[3] is None else 4
+                out.append(to_entry(str(item[1]), replies[i], replies[i + 1], replies[i + 2]))
         return out
 
-    def _touch_args(
-        self, region: str, key: str, bucket: int, access: Access, pipe: redis.client.Pipeline
-    ) -> None:
+    def _touch_args(self, region: str, key: str, bucket: int, access: Access, pipe: Any) -> None:
         k = self.keys
         expiration = access.expiration
         self._touch.queue(
@@ -384,32 +395,84 @@ class RegionStore:
         offset: int,
         epoch: int | None = None,
     ) -> ApplyResult:
-        """Clear, destroy or invalidate a region over all its buckets, atomically (status
-        ``FENCED`` and nothing done when ``epoch`` is not the bucket's current fencing
-        epoch). An invalidate keeps every key, drops every value, and gives every entry
-        the operation's new region version.
+        """Clear, destroy or invalidate a region over all its buckets (status ``FENCED`` and
+        nothing done when ``epoch`` is not the bucket's current fencing epoch). An
+        invalidate keeps every key, drops every value, and gives every entry the
+        operation's version.
+
+        Three round trips, as a Redis Cluster runs no script over several slots:
+        ``region_begin.lua`` in the region's bucket (fencing, duplicate check, the
+        operation's generation), ``region_bucket_op.lua`` once per bucket (pipelined), and
+        ``region_finish.lua`` (EventID and result recorded). Each bucket changes at once,
+        not every bucket at the same instant: a read of another bucket meanwhile may see
+        it before the operation. An operation interrupted on the way is completed, with the
+        same version, when it is processed again (see the scripts).
+
+        Args:
+            kind: ``CLEAR``, ``DESTROY_REGION`` or ``INVALIDATE_REGION``.
+            region: Region name.
+            event_id: The operation's EventID (its thread widened with ``bucket``).
+            bucket: The region's own bucket (:func:`regionbus.schemas.naming.region_bucket`).
+            offset: The operation's offset in the bucket's partition of ``{ns}.ops``.
+            epoch: The caller's fencing epoch of ``bucket``; None applies unfenced.
 
         Raises:
-            TransportError: Redis failed.
+            TransportError: Redis failed, or too few replicas confirmed the changes.
         """
         k = self.keys
-        keys = [k.regions, k.region_version(region), k.tracking(bucket), k.results(bucket)]
-        keys += [k.results_index(bucket), k.epoch(bucket_role(bucket))]
-        for b in range(self.total_buckets):
-            keys += [k.region_values(region, b), k.region_meta(region, b)]
-            keys += [k.region_gateway_versions(region, b), k.region_expiry(region, b)]
-            keys.append(k.region_entry_times(region, b))
-        args = [
-            kind.value,
-            region,
-            f"{event_id.member}:{event_id.thread}",
-            event_id.sequence,
-            str(event_id),
-            offset,
-            "" if epoch is None else epoch,
-        ]
-        with redis_errors():
-            return _to_apply_result(self._apply_region(keys=keys, args=args))
+        tracking_field = f"{event_id.member}:{event_id.thread}"
+        fence = "" if epoch is None else epoch
+        (begun,) = self.execute(
+            lambda pipe: self._region_begin.queue(
+                pipe,
+                [
+                    k.regions(bucket),
+                    k.tracking(bucket),
+                    k.results(bucket),
+                    k.epoch(bucket_role(bucket)),
+                    k.region_version(region, bucket),
+                ],
+                [region, tracking_field, event_id.sequence, str(event_id), fence],
+            ),
+            [bucket],
+        )
+        if text_of(begun[0]) != "GO":
+            return to_apply_result(begun)
+        generation = int(begun[1])
+
+        def each_bucket(pipe: Any) -> None:
+            for b in range(self.total_buckets):
+                self._region_bucket_op.queue(
+                    pipe,
+                    [
+                        k.regions(b),
+                        k.region_version(region, b),
+                        k.region_values(region, b),
+                        k.region_meta(region, b),
+                        k.region_gateway_versions(region, b),
+                        k.region_expiry(region, b),
+                        k.region_entry_times(region, b),
+                    ],
+                    [kind.value, region, generation],
+                )
+
+        self.execute(each_bucket, range(self.total_buckets))
+        result = f"{_REGION_EVENT[kind].value}|{entry_version(generation, 0)}"
+        (finished,) = self.execute(
+            lambda pipe: self._region_finish.queue(
+                pipe,
+                [
+                    k.tracking(bucket),
+                    k.results(bucket),
+                    k.results_index(bucket),
+                    k.epoch(bucket_role(bucket)),
+                    k.region_version(region, bucket),
+                ],
+                [tracking_field, event_id.sequence, str(event_id), offset, fence, result],
+            ),
+            [bucket],
+        )
+        return to_apply_result(finished)
 
     def prune_results(self, below_offsets: Mapping[int, int]) -> int:
         """Forget stored results of operations below committed offsets of buckets, in one
@@ -426,12 +489,13 @@ class RegionStore:
         """
         if not below_offsets:
             return 0
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
+
+        def build(pipe: Any) -> None:
             for bucket, offset in below_offsets.items():
                 keys = [self.keys.results(bucket), self.keys.results_index(bucket)]
-                self._prune(keys=keys, args=[offset], client=pipe)
-            return sum(int(n) for n in pipe.execute())
+                self._prune.queue(pipe, keys, [offset])
+
+        return sum(int(n) for n in self.execute(build))
 
     # --- reads -------------------------------------------------------------------------
 
@@ -460,11 +524,11 @@ class RegionStore:
         """
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
-            pipe.sismember(self.keys.regions, region)
+            pipe.sismember(self.keys.regions(bucket), region)
             pipe.hget(self.keys.region_meta(region, bucket), key)
             pipe.hget(self.keys.region_values(region, bucket), key)
             exists, meta, value = pipe.execute()
-        return _to_entry(key, exists, meta, value)
+        return to_entry(key, exists, meta, value)
 
     def snapshot(
         self,
@@ -497,8 +561,8 @@ class RegionStore:
         meta_key = self.keys.region_meta(region, bucket)
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
-            pipe.sismember(self.keys.regions, region)
-            pipe.get(self.keys.region_version(region))
+            pipe.sismember(self.keys.regions(bucket), region)
+            pipe.hmget(self.keys.region_version(region, bucket), "gen", "n")
             if keys is not None:
                 pipe.hmget(meta_key, list(keys) or [""])
                 exists, version_counter, metas = pipe.execute()
@@ -518,7 +582,7 @@ class RegionStore:
         for (key, meta), value in zip(found, values, strict=True):
             version, _, serializer = meta.decode().partition("|")
             entries.append(Entry(key, int(version), value, serializer or None))
-        return Snapshot(bool(exists), entries, int(version_counter or 0))
+        return Snapshot(bool(exists), entries, version_of(version_counter))
 
     def entries(self, region: str) -> dict[str, Entry]:
         """Every entry of a region across all buckets (for tests, tools, verification).

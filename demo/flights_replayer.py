@@ -159,9 +159,7 @@ class Replayer:
             future.result(self.answer_timeout_s)
         except TimeoutError:
             self.check_server()
-            raise ReplayError(
-                f"no answer for {key!r} within {self.answer_timeout_s} s"
-            ) from None
+            raise ReplayError(f"no answer for {key!r} within {self.answer_timeout_s} s") from None
         except RegionBusError as exc:
             self.tally.fail(key, exc)
             return

@@ -104,12 +104,19 @@ class RunLogs:
         self.path = path.resolve()
 
     def keep_stack_logs(self, stack: LocalStack) -> None:
-        """Copy the embedded Kafka's and Redis' logs here (their folders are temporary);
-        best effort: a log that cannot be copied is left out."""
-        for service in (stack.kafka, stack.redis):
-            if service is not None and service.log_path.exists():
+        """Copy the embedded Kafka's and Redis' logs here (their folders are temporary): a
+        cluster node's as ``<node folder>-<log name>``; best effort: a log that cannot be
+        copied is left out."""
+        clustered = stack.kafka_cluster is not None or stack.redis_cluster is not None
+        for path in stack.log_paths:
+            name = (
+                f"{path.parent.parent.name}-{path.parent.name}-{path.name}"
+                if clustered
+                else path.name
+            )
+            if path.exists():
                 try:
-                    shutil.copyfile(service.log_path, self.path / service.log_path.name)
+                    shutil.copyfile(path, self.path / name)
                 except OSError:
                     continue
 

@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.broker.store import RegionStore
+from regionbus.runtime.redis_connect import connect_redis_url
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS
 
@@ -87,8 +86,16 @@ class ServerProcess:
         self.log_path = self._dir / "server.log"
         self._failed = False
         command = [
-            sys.executable, "-m", "regionbus", "serve", "--namespace", namespace,
-            "--kafka", kafka_bootstrap_servers, "--redis", redis_url,
+            sys.executable,
+            "-m",
+            "regionbus",
+            "serve",
+            "--namespace",
+            namespace,
+            "--kafka",
+            kafka_bootstrap_servers,
+            "--redis",
+            redis_url,
         ]
         for region in regions:
             command += ["--region", region]
@@ -99,7 +106,10 @@ class ServerProcess:
         try:
             with self.log_path.open("wb") as log:
                 self._process = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     env=env,
                 )
         except OSError as exc:
@@ -159,18 +169,20 @@ def running_server(
     regions: tuple[str, ...],
     settings: Mapping[str, Any] | None = None,
     log_dir: Path | None = None,
+    count: int = 1,
 ) -> Iterator[Callable[[], None]]:
-    """Run a cache server for the duration of the ``with`` block.
+    """Run cache servers for the duration of the ``with`` block.
 
     Args:
-        mode: Child process, thread, or a server that is already running.
+        mode: Child processes, threads, or servers that are already running.
         namespace: Site namespace.
         kafka_bootstrap_servers: Kafka ``bootstrap.servers``.
         redis_url: Redis URL.
-        regions: Regions the server defines at start.
+        regions: Regions the servers define at start.
         settings: Further :class:`regionbus.broker.config.ServerSettings` fields.
-        log_dir: Where a child server's ``server.log`` goes and stays; None for a
-            temporary directory.
+        log_dir: Where a child server's ``server.log`` goes and stays (``server-<n>/`` of
+            it for several); None for a temporary directory.
+        count: How many servers to start (they share the buckets; not for ``EXTERNAL``).
 
     Yields:
         A liveness check: raises :class:`ServerProcessError` once a child server exited
@@ -182,7 +194,7 @@ def running_server(
             be reached to define the regions for an external server.
     """
     if mode is ServerMode.EXTERNAL:
-        client = redis.Redis.from_url(redis_url)
+        client = connect_redis_url(redis_url)
         try:
             store = RegionStore(client, namespace, DEFAULT_TOTAL_BUCKETS)
             for region in regions:
@@ -192,26 +204,48 @@ def running_server(
         yield lambda: None
         return
     if mode is ServerMode.THREAD:
-        server = CacheServer(
-            ServerSettings(
-                namespace=namespace, kafka_bootstrap_servers=kafka_bootstrap_servers,
-                redis_url=redis_url, regions=list(regions), **(settings or {}),
+        servers = [
+            CacheServer(
+                ServerSettings(
+                    namespace=namespace,
+                    kafka_bootstrap_servers=kafka_bootstrap_servers,
+                    redis_url=redis_url,
+                    regions=list(regions),
+                    **(settings or {}),
+                )
             )
-        )
-        server.start()
+            for _ in range(count)
+        ]
+        for server in servers:
+            server.start()
         try:
             yield lambda: None
         finally:
-            server.stop()
+            for server in servers:
+                server.stop()
         return
-    process = ServerProcess(
-        namespace, kafka_bootstrap_servers, redis_url, regions, settings, log_dir
-    )
+    processes: list[ServerProcess] = []
     try:
-        process.wait_ready()
-        yield process.check_alive
+        for n in range(count):
+            folder = log_dir if log_dir is None or count == 1 else log_dir / f"server-{n + 1}"
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+            processes.append(
+                ServerProcess(
+                    namespace, kafka_bootstrap_servers, redis_url, regions, settings, folder
+                )
+            )
+        for process in processes:
+            process.wait_ready()
+
+        def check_alive() -> None:
+            for process in processes:
+                process.check_alive()
+
+        yield check_alive
     finally:
-        process.stop()
+        for process in processes:
+            process.stop()
 
 
 __all__ = ["ServerMode", "ServerProcess", "ServerProcessError", "running_server"]

@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from regionbus.broker.store import RegionStore
 from regionbus.demo.flights_desks import REGION, DeskKind, DeskResult, DeskSpec, DurableLog, Phase
+from regionbus.runtime.redis_connect import connect_redis_url
 
 _EXAMPLES_SHOWN = 3
 
@@ -75,7 +74,7 @@ def read_region(redis_url: str, namespace: str, total_buckets: int) -> dict[str,
     Raises:
         TransportError: Redis failed.
     """
-    client = redis.Redis.from_url(redis_url)
+    client = connect_redis_url(redis_url)
     try:
         entries = RegionStore(client, namespace, total_buckets).entries(REGION)
     finally:

@@ -4,8 +4,10 @@ and ``regionbus stack``. A developer tool, not part of the cache server."""
 from regionbus.devstack.kafka_broker import EmbeddedKafka, KafkaCluster, KafkaNode, ScramSecurity
 from regionbus.devstack.local import KAFKA_ENV_VAR, REDIS_ENV_VAR, LocalStack, docker_engine_answers
 from regionbus.devstack.process import LOOPBACK_HOST, ChildService, free_port
+from regionbus.devstack.redis_cluster import EmbeddedRedisCluster
 from regionbus.devstack.redis_secured import SecuredEmbeddedRedis
 from regionbus.devstack.redis_server import EmbeddedRedis
+from regionbus.devstack.spark_cluster import EmbeddedSparkCluster
 from regionbus.devstack.tls import TlsFiles
 
 __all__ = [
@@ -15,6 +17,8 @@ __all__ = [
     "ChildService",
     "EmbeddedKafka",
     "EmbeddedRedis",
+    "EmbeddedRedisCluster",
+    "EmbeddedSparkCluster",
     "KafkaCluster",
     "KafkaNode",
     "LocalStack",

@@ -15,9 +15,9 @@ that listener is SASL_SSL, the broker's key and certificate read from a PEM key 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,6 +41,8 @@ from regionbus.devstack.process import (
     PortInUseError,
     ServiceNotReadyError,
     free_port,
+    port_free,
+    run_tool,
 )
 from regionbus.devstack.tls import TlsFiles
 from regionbus.schemas.errors import StackError
@@ -325,23 +327,12 @@ class KafkaNode(ChildService):
                 f"{SCRAM_MECHANISM}=[name={self.security.admin_user},"
                 f"password={self.security.admin_password}]",
             ]
-        try:
-            result = subprocess.run(
-                command,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=_STORAGE_FORMAT_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise StackError(f"formatting Kafka storage in {self.data_dir} failed: {exc}") from exc
-        if result.returncode != 0:
-            raise StackError(
-                f"formatting Kafka storage in {self.data_dir} failed "
-                f"(status {result.returncode}):\n{(result.stdout + result.stderr)[-2000:]}"
-            )
+        run_tool(
+            command,
+            f"formatting Kafka storage in {self.data_dir}",
+            _STORAGE_FORMAT_TIMEOUT_S,
+            cwd=self.work_dir,
+        )
 
     def _command(self, port: int) -> list[str]:
         return self._java_command("kafka.Kafka", str(self.work_dir / "server.properties"))
@@ -429,7 +420,9 @@ class KafkaCluster:
 
     Topics default to replication factor ``min(3, nodes)`` with ``min.insync.replicas``
     one less (at least 1). Used as a context manager it starts on enter and on exit kills
-    every node and deletes the work dirs it created.
+    every node and deletes the work dirs it created. Started again on a ``work_dir`` used
+    before, every node comes back on its ports with its log (each node's ``kafka.json``
+    keeps its ports and the cluster id), as a `KafkaNode` does.
 
     Args:
         nodes: Number of nodes (3 gives a quorum that survives one node's loss).
@@ -467,6 +460,37 @@ class KafkaCluster:
         self.heap_max_mb = heap_max_mb
         self.start_timeout_s = start_timeout_s
         self.nodes: list[KafkaNode] = []
+        self._first_port: int | None = None
+
+    def prefer_port(self, port: int) -> bool:
+        """Give the first node ``port`` for its client listener when it is free and the
+        work dir keeps no ports (``regionbus stack`` asks for 9092).
+
+        Returns:
+            True when the first node will use ``port``.
+        """
+        kept = self._kept()
+        if kept:
+            return kept[0][0] == port
+        if port_free(port):
+            self._first_port = port
+        return self._first_port == port
+
+    def _kept(self) -> list[tuple[int, int, str]]:
+        """``(port, controller port, cluster id)`` of each node from a work dir used before,
+        or empty when there is none (or it is incomplete)."""
+        if self._work_dir is None:
+            return []
+        kept = []
+        for i in range(self.size):
+            try:
+                state = json.loads((self._work_dir / f"node-{i + 1}" / "kafka.json").read_text())
+                kept.append(
+                    (int(state["port"]), int(state["controller_port"]), state["cluster_id"])
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                return []
+        return kept if len({cluster for _, _, cluster in kept}) == 1 else []
 
     @property
     def bootstrap_servers(self) -> str:
@@ -481,11 +505,18 @@ class KafkaCluster:
         return config
 
     def _build(self) -> None:
-        ports = [(free_port(), free_port()) for _ in range(self.size)]
+        kept = self._kept()
+        if kept:
+            ports = [(port, controller) for port, controller, _ in kept]
+            cluster_id = kept[0][2]
+        else:
+            ports = [(free_port(), free_port()) for _ in range(self.size)]
+            if self._first_port is not None and port_free(self._first_port):
+                ports[0] = (self._first_port, ports[0][1])
+            cluster_id = new_cluster_id()
         voters = ",".join(
             f"{i + 1}@{LOOPBACK_HOST}:{controller}" for i, (_, controller) in enumerate(ports)
         )
-        cluster_id = new_cluster_id()
         self.nodes = [
             KafkaNode(
                 port=port,

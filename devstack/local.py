@@ -19,8 +19,9 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from regionbus.devstack.jvm import jvm_lib_dir, kafka_version
-from regionbus.devstack.kafka_broker import KafkaNode
+from regionbus.devstack.kafka_broker import KafkaCluster, KafkaNode
 from regionbus.devstack.process import LOOPBACK_HOST, free_port
+from regionbus.devstack.redis_cluster import EmbeddedRedisCluster
 from regionbus.devstack.redis_server import EmbeddedRedis
 
 _log = logging.getLogger(__name__)
@@ -104,6 +105,12 @@ class LocalStack:
             none (``regionbus stack`` passes 9092, so code written for a default Kafka
             finds it); None, or a taken port, picks a free one.
         redis_port: The same for the embedded Redis (``regionbus stack``: 6379).
+        kafka_brokers: Embedded Kafka brokers: 1 (a `KafkaNode`), or a `KafkaCluster` of
+            that many (3: replication 3, ``min.insync.replicas`` 2), in ``kafka-cluster/``
+            of ``data_dir``.
+        redis_cluster: Embed a Redis Cluster (`EmbeddedRedisCluster`: 3 masters and 3
+            replicas, append-only files on) instead of one Redis, in ``redis-cluster/`` of
+            ``data_dir``.
 
     Attributes:
         kafka_bootstrap_servers: ``host:port[,host:port]`` once started.
@@ -112,6 +119,8 @@ class LocalStack:
         redis_source: Same, for Redis.
         kafka: The embedded `KafkaNode` if one was started, else None.
         redis: The `EmbeddedRedis` if one was started, else None.
+        kafka_cluster: The embedded `KafkaCluster` if one was started, else None.
+        redis_cluster: The `EmbeddedRedisCluster` if one was started, else None.
         ports_not_taken: ``"kafka 9092"``-like notes of each asked port that was taken
             (the service then runs on another), for the caller to tell its user.
     """
@@ -126,8 +135,12 @@ class LocalStack:
         data_dir: Path | None = None,
         kafka_port: int | None = None,
         redis_port: int | None = None,
+        kafka_brokers: int = 1,
+        redis_cluster: bool = False,
     ) -> None:
         self._kafka_port = kafka_port
+        self._kafka_brokers = kafka_brokers
+        self._redis_cluster = redis_cluster
         self._redis_port = redis_port
         self.ports_not_taken: list[str] = []
         self._environ = os.environ if environ is None else environ
@@ -141,7 +154,28 @@ class LocalStack:
         self.redis_source = ""
         self.kafka: KafkaNode | None = None
         self.redis: EmbeddedRedis | None = None
+        self.kafka_cluster: KafkaCluster | None = None
+        self.redis_cluster: EmbeddedRedisCluster | None = None
         self._containers: list[_Stoppable] = []
+
+    @property
+    def kafka_nodes(self) -> list[KafkaNode]:
+        """Every embedded Kafka node (one, or each of the cluster's)."""
+        if self.kafka_cluster is not None:
+            return list(self.kafka_cluster.nodes)
+        return [self.kafka] if self.kafka is not None else []
+
+    @property
+    def redis_nodes(self) -> list[EmbeddedRedis]:
+        """Every embedded Redis node (one, or each of the cluster's)."""
+        if self.redis_cluster is not None:
+            return list(self.redis_cluster.nodes)
+        return [self.redis] if self.redis is not None else []
+
+    @property
+    def log_paths(self) -> list[Path]:
+        """The log file of every embedded process (Kafka's, then Redis')."""
+        return [node.log_path for node in (*self.kafka_nodes, *self.redis_nodes)]
 
     @property
     def source(self) -> str:
@@ -209,6 +243,19 @@ class LocalStack:
         if from_env:
             self.kafka_bootstrap_servers, self.kafka_source = from_env, "env"
             return
+        if self._kafka_brokers > 1:
+            self.kafka_cluster = KafkaCluster(
+                nodes=self._kafka_brokers,
+                work_dir=self._service_dir("kafka-cluster"),
+                start_timeout_s=self.start_timeout_s * 1.5,
+            )
+            if self._kafka_port is not None and not self.kafka_cluster.prefer_port(
+                self._kafka_port
+            ):
+                self.ports_not_taken.append(f"kafka {self._kafka_port}")
+            self.kafka_bootstrap_servers = self.kafka_cluster.start()
+            self.kafka_source = "embedded"
+            return
         if self._docker():
             bootstrap = self._kafka_container()
             if bootstrap is not None:
@@ -224,6 +271,13 @@ class LocalStack:
         from_env = self._from_env(REDIS_ENV_VAR)
         if from_env:
             self.redis_url, self.redis_source = from_env, "env"
+            return
+        if self._redis_cluster:
+            self.redis_cluster = EmbeddedRedisCluster(
+                work_dir=self._service_dir("redis-cluster"),
+                start_timeout_s=self.start_timeout_s,
+            )
+            self.redis_url, self.redis_source = self.redis_cluster.start(), "embedded"
             return
         if self._docker():
             url = self._redis_container()
@@ -294,11 +348,16 @@ class LocalStack:
 
         Clears the addresses and sources, so `start` can be called again.
         """
-        for service in (self.kafka, self.redis):
+        for service in (self.kafka, self.redis, self.redis_cluster):
             if service is not None:
                 service.close()
+        if self.kafka_cluster is not None:
+            self.kafka_cluster.stop()
+            self.kafka_cluster.close()
         self.kafka = None
         self.redis = None
+        self.kafka_cluster = None
+        self.redis_cluster = None
         self.kafka_bootstrap_servers = self.redis_url = ""
         self.kafka_source = self.redis_source = ""
         while self._containers:

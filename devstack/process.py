@@ -70,6 +70,42 @@ def free_port() -> int:
         return port
 
 
+def run_tool(command: list[str], what: str, timeout_s: float, cwd: Path | None = None) -> str:
+    """Run a one-off command of the stack's set-up (format Kafka's storage, form a Redis
+    Cluster) to its end.
+
+    Args:
+        command: The program and its arguments.
+        what: What it does, for the error message (``"formatting Kafka storage"``).
+        timeout_s: Longest run, seconds.
+        cwd: Its working directory; None keeps this process's.
+
+    Returns:
+        Its standard output.
+
+    Raises:
+        StackError: it could not be run, ran longer than ``timeout_s``, or failed (the
+            message ends with the tail of its output).
+    """
+    try:
+        done = subprocess.run(
+            command,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StackError(f"{what} failed: {exc}") from exc
+    if done.returncode != 0:
+        raise StackError(
+            f"{what} failed (status {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+        )
+    return done.stdout
+
+
 class ChildService:
     """One service run as a child process on a loopback port, logging to its work dir.
 

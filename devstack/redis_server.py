@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from regionbus.devstack.process import LOOPBACK_HOST, ChildService, ServiceNotReadyError
+from regionbus.devstack.process import (
+    LOOPBACK_HOST,
+    ChildService,
+    ServiceNotReadyError,
+    free_port,
+)
 from regionbus.schemas.errors import StackError
 
 
@@ -28,6 +34,13 @@ class EmbeddedRedis(ChildService):
             temporary one.
         start_timeout_s: Seconds `start` waits for PING to succeed.
         stop_timeout_s: Seconds `stop` waits after SIGTERM before SIGKILL.
+        cluster_node_timeout_ms: Run as a Redis Cluster node (``cluster-enabled``) with this
+            ``cluster-node-timeout``: how long a node may be unreachable before the others
+            mark it failed and promote its replica. None runs a stand-alone server. A
+            cluster node keeps its cluster configuration (``nodes.conf``) and its bus port
+            in ``work_dir``, so it rejoins its cluster on a restart; its slots need not all
+            be served for it to answer (``cluster-require-full-coverage no``), so the loss
+            of one master stops only that master's slots.
 
     Raises:
         StackError: ``redis-server`` is not on PATH.
@@ -44,6 +57,7 @@ class EmbeddedRedis(ChildService):
         work_dir: Path | None = None,
         start_timeout_s: float = 20.0,
         stop_timeout_s: float = 10.0,
+        cluster_node_timeout_ms: int | None = None,
     ) -> None:
         server_bin = shutil.which("redis-server")
         if server_bin is None:
@@ -60,6 +74,11 @@ class EmbeddedRedis(ChildService):
         self._server_bin = server_bin
         self.appendonly = appendonly
         self.appendfsync = appendfsync
+        self.cluster_node_timeout_ms = cluster_node_timeout_ms
+        kept_bus_port = self.kept_state().get("cluster_port")
+        self.cluster_port: int | None = kept_bus_port if isinstance(kept_bus_port, int) else None
+        """The cluster bus port of a cluster node (Redis' default, port + 10000, can pass
+        65535 for a free port), chosen at the first start and kept with the work dir."""
 
     @property
     def url(self) -> str:
@@ -72,7 +91,26 @@ class EmbeddedRedis(ChildService):
             raise StackError("EmbeddedRedis is not running")
         return self._address(self._port)
 
+    def _state(self) -> dict[str, Any]:
+        return {} if self.cluster_port is None else {"cluster_port": self.cluster_port}
+
     def _command(self, port: int) -> list[str]:
+        cluster: list[str] = []
+        if self.cluster_node_timeout_ms is not None:
+            if self.cluster_port is None:
+                self.cluster_port = free_port()
+            cluster = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                str(self.cluster_port),
+                "--cluster-node-timeout",
+                str(self.cluster_node_timeout_ms),
+                "--cluster-require-full-coverage",
+                "no",
+            ]
         return [
             self._server_bin,
             "--port",
@@ -87,6 +125,7 @@ class EmbeddedRedis(ChildService):
             self.appendfsync,
             "--dir",
             str(self.work_dir),
+            *cluster,
         ]
 
     def _address(self, port: int) -> str:

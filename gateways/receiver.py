@@ -59,7 +59,7 @@ from regionbus.gateways.receiver_pipeline import ApplyingBatch, ApplyPipeline, P
 from regionbus.gateways.receiver_settings import GatewayReceiverSettings
 from regionbus.gateways.receiver_stats import ReceiverStats, receiver_metric_families
 from regionbus.runtime.observability import Metric, MetricsEndpoint
-from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.redis_connect import connect_redis, replica_wait
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
 from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.codec import decode_as
@@ -142,7 +142,10 @@ class GatewayReceiver(BackgroundWorker):
         )
         self._pool = Pool(client_settings, self.client_id, s.member_id)
         if self.resolver is not None:
-            self._store = RegionStore(connect_redis(s), s.namespace, self._pool.total_buckets)
+            client = connect_redis(s)
+            self._store = RegionStore(
+                client, s.namespace, self._pool.total_buckets, replica_wait(client, s)
+            )
         self._producer = kafka_producer(
             {
                 **self._kafka,

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import redis
-
+from regionbus.runtime.redis_connect import REDIS_ERRORS
+from regionbus.runtime.redis_replication import ReplicaWait
+from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.naming import RedisKeys
 
@@ -84,7 +85,7 @@ class Membership:
         ttl_ms: A member whose heartbeat is older than this is not live.
     """
 
-    def __init__(self, client: redis.Redis, namespace: str, member_id: str, ttl_ms: int) -> None:
+    def __init__(self, client: Any, namespace: str, member_id: str, ttl_ms: int) -> None:
         self._redis = client
         self._keys = RedisKeys(namespace)
         self.member_id = member_id
@@ -102,7 +103,7 @@ class Membership:
             pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
             pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
             pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"cannot join the member list: {exc}") from exc
 
     def heartbeat(self) -> None:
@@ -118,7 +119,7 @@ class Membership:
             pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
             pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
             pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"member heartbeat failed: {exc}") from exc
 
     def leave(self) -> None:
@@ -128,7 +129,7 @@ class Membership:
             pipe.hdel(self._keys.members, self.member_id)
             pipe.delete(self._keys.member_alive(self.member_id))
             pipe.execute()
-        except redis.RedisError:
+        except REDIS_ERRORS:
             pass
 
     def live_members(self) -> list[Member]:
@@ -147,7 +148,7 @@ class Membership:
             dead = [m for m, a in zip(ids, alive, strict=True) if not a]
             if dead:
                 self._redis.hdel(self._keys.members, *dead)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"cannot read the member list: {exc}") from exc
         members = [
             Member(m, int(registered[m.encode()])) for m, a in zip(ids, alive, strict=True) if a
@@ -164,10 +165,19 @@ class Lease:
         role: Role name, e.g. ``"bucket:3"`` or ``"reaper"``.
         member_id: The member that wants or holds the role.
         ttl_ms: Lease time to live; the holder must renew well within it.
+        replica_wait: Makes an acquisition wait for replicas (the fencing epoch it takes
+            survives a Redis failover, so no later holder gets the same epoch); None waits
+            for none.
     """
 
     def __init__(
-        self, client: redis.Redis, namespace: str, role: str, member_id: str, ttl_ms: int
+        self,
+        client: Any,
+        namespace: str,
+        role: str,
+        member_id: str,
+        ttl_ms: int,
+        replica_wait: ReplicaWait | None = None,
     ) -> None:
         keys = RedisKeys(namespace)
         self._redis = client
@@ -177,7 +187,8 @@ class Lease:
         self.lease_key = keys.lease(role)
         self.epoch_key = keys.epoch(role)
         self.epoch: int | None = None
-        self._acquire = client.register_script(_ACQUIRE)
+        self._replica_wait = replica_wait
+        self._acquire = PipelinedScript(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
@@ -196,12 +207,17 @@ class Lease:
             TransportError: Redis failed.
         """
         try:
-            epoch = int(
-                self._acquire(
-                    keys=[self.lease_key, self.epoch_key], args=[self.member_id, self.ttl_ms]
-                )
+            (epoch,) = execute_with_scripts(
+                self._redis,
+                lambda pipe: self._acquire.queue(
+                    pipe, [self.lease_key, self.epoch_key], [self.member_id, self.ttl_ms]
+                ),
+                (self._acquire,),
+                replica_wait=self._replica_wait,
+                written_keys=[self.epoch_key],
             )
-        except redis.RedisError as exc:
+            epoch = int(epoch)
+        except (*REDIS_ERRORS, TransportError) as exc:
             raise TransportError(f"lease {self.role}: acquire failed: {exc}") from exc
         self.epoch = epoch if epoch >= 0 else None
         return self.epoch
@@ -219,7 +235,7 @@ class Lease:
                 keys=[self.lease_key, self.epoch_key],
                 args=[f"{self.member_id}|{self.epoch}", self.ttl_ms, self.epoch],
             )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self.epoch = None
             raise TransportError(f"lease {self.role}: renew failed: {exc}") from exc
         if not ok:
@@ -230,7 +246,7 @@ class Lease:
         """Give the role up (a clean stop), so a successor need not wait for the TTL."""
         if self.epoch is None:
             return
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(*REDIS_ERRORS):
             self._release(keys=[self.lease_key], args=[f"{self.member_id}|{self.epoch}"])
         self.epoch = None
 
@@ -242,7 +258,7 @@ class Lease:
         """
         try:
             raw = self._redis.get(self.lease_key)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise TransportError(f"lease {self.role}: read failed: {exc}") from exc
         if raw is None:
             return None

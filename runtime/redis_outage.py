@@ -3,10 +3,12 @@
 A Redis restart (or a network cut) makes every call of a worker fail with redis-py's
 ``ConnectionError`` or ``TimeoutError`` (``BusyLoadingError`` while a restarted Redis
 loads its append-only file), usually wrapped in our :class:`TransportError` by the
-translation boundary (:func:`regionbus.broker.store.redis_errors`). Such an error is retriable: the
-worker must not act on anything it could not write, must wait, and resume once Redis is
-back. One WARNING marks the start of an outage and one INFO its end (with its duration),
-never one line per retry.
+translation boundary (:func:`regionbus.broker.store.redis_errors`). A Redis Cluster whose
+master died answers ``CLUSTERDOWN`` / ``TRYAGAIN`` (or no node serves the slot) until its
+replica is promoted, and changes that too few replicas confirmed raise
+:class:`ReplicationTimeoutError`. Such an error is retriable: the worker must not act on
+anything it could not write, must wait, and resume once Redis is back. One WARNING marks
+the start of an outage and one INFO its end (with its duration), never one line per retry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 
 import redis
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 from tenacity import (
     RetryError,
     Retrying,
@@ -24,9 +27,19 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from regionbus.runtime.redis_connect import ping_every_master
+from regionbus.schemas.errors import ReplicationTimeoutError
+
 log = logging.getLogger("regionbus.redis")
 
-_UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    SlotNotCoveredError,
+    ReplicationTimeoutError,
+)
 # redis-py derives these from ConnectionError, but waiting does not cure them.
 _REFUSED = (
     redis.exceptions.AuthenticationError,
@@ -44,7 +57,9 @@ def is_redis_unavailable(exc: BaseException) -> bool:
 
     Returns:
         True for redis-py ``ConnectionError`` (which includes ``BusyLoadingError``) and
-        ``TimeoutError``; False for anything else, e.g. a script's ``ResponseError`` or a
+        ``TimeoutError``, a Redis Cluster without a master for a slot (``ClusterDownError``,
+        ``TryAgainError``, ``SlotNotCoveredError``) and a :class:`ReplicationTimeoutError`;
+        False for anything else, e.g. a script's ``ResponseError`` or a
         refused authentication (a ``ConnectionError`` subclass in redis-py that waiting
         does not cure).
     """
@@ -109,7 +124,8 @@ class RedisOutage:
         )
 
     def wait(self) -> bool:
-        """Probe Redis (``PING``) with exponential backoff until it answers.
+        """Probe Redis (``PING``; every master of a cluster) with exponential backoff until it
+        answers.
 
         Returns:
             True once Redis answers; False if ``stop`` was set first.
@@ -128,7 +144,7 @@ class RedisOutage:
             reraise=False,
         )
         try:
-            retrying(self._redis.ping)
+            retrying(ping_every_master, self._redis)
         except RetryError:
             return False
         return not self._stop.is_set()

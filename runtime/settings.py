@@ -33,6 +33,19 @@ class RedisConnectionSettings(RegionBusSettings):
             then counts as an outage, which servers wait out
             (:mod:`regionbus.runtime.redis_outage`),
             instead of blocking them forever. None waits forever (redis-py's default).
+        redis_cluster: True when ``redis_url`` names a node of a Redis Cluster (redis-py's
+            ``RedisCluster`` then learns the other nodes from it), False for one Redis;
+            None (the default) asks the node when connecting (``INFO cluster``). redis-py
+            names a cluster by the plain URL of any one node; see
+            :mod:`regionbus.runtime.redis_connect`.
+        redis_wait_replicas: Replicas every change must reach before it is acknowledged
+            (Redis ``WAIT`` after each batch's writes, on each master written), so a change
+            whose reply was sent survives the loss of its master; 0 (the default) does not
+            wait (Redis replication is asynchronous). On a Redis Cluster a master is waited
+            for by at most the replicas the cluster does not mark failed, so a failover does
+            not stop writes (:mod:`regionbus.runtime.redis_replication`).
+        redis_wait_timeout_ms: Longest wait for those replicas per batch, ms; fewer by then
+            and the batch is not acknowledged: it is applied again, as after a Redis outage.
     """
 
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -42,6 +55,9 @@ class RedisConnectionSettings(RegionBusSettings):
     redis_ssl_certfile: str | None = None
     redis_ssl_keyfile: str | None = None
     redis_socket_timeout_s: float | None = Field(default=10.0, gt=0)
+    redis_cluster: bool | None = None
+    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(default=1000, gt=0, le=60_000)
 
     @model_validator(mode="after")
     def _redis_tls_needs_rediss(self) -> RedisConnectionSettings:
@@ -53,6 +69,17 @@ class RedisConnectionSettings(RegionBusSettings):
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             shown = mask_url(self.redis_url)
             raise ValueError(f"redis_url {shown!r} is not a redis://, rediss:// or unix:// URL")
+        socket_timeout_ms = (self.redis_socket_timeout_s or 0) * 1000
+        if self.redis_wait_replicas and 0 < socket_timeout_ms <= self.redis_wait_timeout_ms:
+            raise ValueError(
+                f"redis_wait_timeout_ms ({self.redis_wait_timeout_ms}) must be shorter than "
+                f"redis_socket_timeout_s ({self.redis_socket_timeout_s} s): WAIT holds the "
+                "connection that long"
+            )
+        if self.redis_cluster and self.redis_url.startswith("unix://"):
+            raise ValueError(
+                "a Redis Cluster is reached over TCP: redis_url must be redis:// or rediss://"
+            )
         return self
 
 

@@ -272,6 +272,12 @@ class TransportError(RetriableError):
     """Kafka or Redis could not be reached or refused a request (translated at the boundary)."""
 
 
+class ReplicationTimeoutError(TransportError):
+    """Redis applied a change but too few replicas confirmed it within the wait
+    (``redis_wait_replicas``, ``redis_wait_timeout_ms``): it is not acknowledged, and is
+    applied again (recognised by its EventID) once the replicas catch up."""
+
+
 class WorkerStartError(RetriableError):
     """A worker (cache server, gateway worker) did not start: its set-up failed with an
     error of another kind (chained as the cause), or took longer than allowed."""

@@ -311,71 +311,121 @@ class Topics:
         return None
 
 
+def bucket_of_role(role: str) -> int | None:
+    """The bucket of a bucket primary's role (:func:`bucket_role`), None for any other role."""
+    kind, _, number = role.partition(":")
+    return int(number) if kind == "bucket" and number.isdigit() else None
+
+
+VERSION_COUNTER_DIGITS: Final = 12
+"""Decimal digits of the per-generation part of an entry version (see :class:`RedisKeys`):
+a bucket of a region takes 10**12 changes between two region operations, and a region
+9.2 million region operations (clear, destroy, invalidate) before a version passes an Avro
+``long``."""
+
+
+def entry_version(generation: int, counter: int) -> int:
+    """An entry version from its parts: ``generation * 10**12 + counter``.
+
+    The Lua scripts build the same number as text (the generation's digits, then the
+    counter's on 12 digits), as Redis' Lua numbers are doubles, exact only below 2**53.
+
+    Args:
+        generation: The region operation a bucket saw last (0 before any).
+        counter: Changes of the bucket since that region operation.
+    """
+    return generation * 10**VERSION_COUNTER_DIGITS + counter
+
+
 class RedisKeys:
-    """Redis key names of one namespace. Everything of a namespace starts ``rb:{ns}:``.
+    """Redis key names of one namespace, each in a deliberately chosen hash slot.
+
+    Every key starts ``rb:`` and carries a Redis Cluster hash tag, so the keys that one
+    Lua script or transaction touches share one slot (the layout and why:
+    ``docs/redis-cluster.md``):
+
+    - ``rb:{<ns>:<bucket>}:...``: everything of one bucket: its copy of the region names,
+      the entries of every region in it, their version counters, expiry schedules, the
+      bucket's EventID tracking and stored results, and its primary's lease, fencing epoch,
+      secondaries and handoff note;
+    - ``rb:{<ns>}:...``: the namespace's control state: members, client records, interest
+      lists, the leases and epochs of the singleton roles (reaper, gateway senders, async
+      event queue dispatchers) and the security principals.
+
+    A single Redis ignores the tags: the same names serve both.
 
     Args:
         namespace: The site namespace.
     """
 
     def __init__(self, namespace: str) -> None:
-        self.prefix = f"rb:{namespace}:"
+        self.namespace = namespace
+        self.prefix = f"rb:{{{namespace}}}:"
+        """Prefix of the namespace slot's keys (``rb:{<ns>}:``)."""
 
-    @property
-    def regions(self) -> str:
-        """Set of the defined region names."""
-        return f"{self.prefix}regions"
+    def bucket_prefix(self, bucket: int) -> str:
+        """Prefix of every key of one bucket: ``rb:{<ns>:<bucket>}:``."""
+        return f"rb:{{{self.namespace}:{bucket}}}:"
+
+    def regions(self, bucket: int) -> str:
+        """Set of the defined region names, one copy per bucket (the scripts of a bucket
+        check a region exists in its own slot)."""
+        return f"{self.bucket_prefix(bucket)}regions"
 
     def region_values(self, region: str, bucket: int) -> str:
         """Hash key -> value bytes of one bucket of a region (absent field = invalid entry)."""
-        return f"{self.prefix}r:{region}:{bucket}:val"
+        return f"{self.bucket_prefix(bucket)}r:{region}:val"
 
     def region_meta(self, region: str, bucket: int) -> str:
         """Hash key -> ``"<version>|<serializer>"`` of one bucket; a field = the entry exists."""
-        return f"{self.prefix}r:{region}:{bucket}:meta"
+        return f"{self.bucket_prefix(bucket)}r:{region}:meta"
 
     def region_gateway_versions(self, region: str, bucket: int) -> str:
         """Hash key -> ``"<timestamp_ms>|<site id>"`` of the last change of each entry of one
         bucket, kept on multi-site members for gateway conflict resolution (SPEC §6)."""
-        return f"{self.prefix}r:{region}:{bucket}:gwv"
+        return f"{self.bucket_prefix(bucket)}r:{region}:gwv"
 
     def region_expiry(self, region: str, bucket: int) -> str:
         """Sorted set key -> time it expires (ms since the Unix epoch) of the entries of one
         bucket of a region with entry expiration: what the bucket's primary reads with
         ``ZRANGEBYSCORE`` instead of scanning the region."""
-        return f"{self.prefix}r:{region}:{bucket}:exp"
+        return f"{self.bucket_prefix(bucket)}r:{region}:exp"
 
     def region_entry_times(self, region: str, bucket: int) -> str:
         """Hash key -> ``"<last modified ms>|<last accessed ms>"`` of the entries of one
         bucket of a region with entry expiration (Geode ``RegionEntry`` statistics)."""
-        return f"{self.prefix}r:{region}:{bucket}:times"
+        return f"{self.bucket_prefix(bucket)}r:{region}:times"
 
     def region_expiry_claims(self, region: str, bucket: int) -> str:
         """Hash key -> ``"<sequence id>|<expiry ms>|<member id>"``: the expirations of one
         bucket of a region that its primary produced to ``{ns}.ops`` and that are not
         applied yet, so a primary that takes over produces the same EventID again."""
-        return f"{self.prefix}r:{region}:{bucket}:expc"
+        return f"{self.bucket_prefix(bucket)}r:{region}:expc"
 
     def expiry_sequence(self, bucket: int) -> str:
         """Counter of the sequence ids of a bucket's expirations (one EventID thread per
         bucket, whichever server is its primary)."""
-        return f"{self.prefix}expseq:{bucket}"
+        return f"{self.bucket_prefix(bucket)}expseq"
 
-    def region_version(self, region: str) -> str:
-        """Counter giving each change of the region its version (monotonic per region)."""
-        return f"{self.prefix}rv:{region}"
+    def region_version(self, region: str, bucket: int) -> str:
+        """Hash of one bucket's version counter of a region: ``gen`` (the last region
+        operation applied to the bucket), ``n`` (changes since; an entry's version is
+        :func:`entry_version` of both) and, in the region's own bucket
+        (:func:`region_bucket`), ``ops`` (region operations begun) and ``op:<EventID>`` (the
+        generation of one begun and not finished)."""
+        return f"{self.bucket_prefix(bucket)}rv:{region}"
 
     def tracking(self, bucket: int) -> str:
         """Hash ``member:thread`` -> highest applied sequence id in a bucket."""
-        return f"{self.prefix}track:{bucket}"
+        return f"{self.bucket_prefix(bucket)}track"
 
     def results(self, bucket: int) -> str:
         """Hash EventID -> stored apply result, for re-emitting the event of a duplicate."""
-        return f"{self.prefix}res:{bucket}"
+        return f"{self.bucket_prefix(bucket)}res"
 
     def results_index(self, bucket: int) -> str:
         """Sorted set EventID scored by ``{ns}.ops`` offset, to prune :meth:`results`."""
-        return f"{self.prefix}resx:{bucket}"
+        return f"{self.bucket_prefix(bucket)}resx"
 
     def interest(self, client_id: str) -> str:
         """Hash of a client's interest registrations (field = registration id)."""
@@ -402,17 +452,29 @@ class RedisKeys:
         return f"{self.prefix}alive:{member_id}"
 
     def lease(self, role: str) -> str:
-        """Key ``"<member>|<epoch>"`` of the current holder of a role (bucket, reaper...)."""
+        """Key ``"<member>|<epoch>"`` of the current holder of a role (bucket, reaper...):
+        a bucket's in the bucket's slot, any other in the namespace slot."""
+        bucket = bucket_of_role(role)
+        if bucket is not None:
+            return f"{self.bucket_prefix(bucket)}lease"
         return f"{self.prefix}lease:{role}"
 
+    def lease_prefix(self) -> str:
+        """What the lease keys of the singleton roles (not buckets) begin with."""
+        return f"{self.prefix}lease:"
+
     def epoch(self, role: str) -> str:
-        """Counter of a role's fencing epoch; the current value is the only valid one."""
+        """Counter of a role's fencing epoch; the current value is the only valid one. In
+        the slot of the role's lease (acquiring takes both in one script)."""
+        bucket = bucket_of_role(role)
+        if bucket is not None:
+            return f"{self.bucket_prefix(bucket)}epoch"
         return f"{self.prefix}epoch:{role}"
 
     def secondaries(self, bucket: int) -> str:
         """Set of the member ids that are secondaries of a bucket."""
-        return f"{self.prefix}secondaries:{bucket}"
+        return f"{self.bucket_prefix(bucket)}secondaries"
 
     def handoff(self, bucket: int) -> str:
         """Member id a released bucket is handed over to (short TTL)."""
-        return f"{self.prefix}handoff:{bucket}"
+        return f"{self.bucket_prefix(bucket)}handoff"

@@ -1,4 +1,5 @@
-"""``regionbus spark ...``: the Spark jobs (queue analytics, flights delays, bulk load).
+"""``regionbus spark ...``: the Spark jobs (queue analytics, flights delays, bulk load), and
+a Spark standalone cluster on loopback to run them on.
 
 Loaded lazily by :mod:`regionbus.broker.cli`, so ``regionbus`` starts without importing pyspark.
 Kafka settings come from ``--namespace`` / ``--kafka`` or the ``REGIONBUS_*`` variables
@@ -9,7 +10,10 @@ use, ended with the process), so a command run inside a Spark application reuses
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,13 @@ _namespace = click.option("--namespace", help="Site namespace [env REGIONBUS_NAM
 _kafka = click.option(
     "--kafka", help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS]."
 )
-_master = click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+_master = click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master URL: local[N], or spark://host:port of a standalone cluster "
+    "(regionbus spark cluster starts one).",
+)
 
 
 def _session(master: str, app_name: str) -> Any:
@@ -265,3 +275,54 @@ def bulk_load_command(
 
 
 __all__ = ["analytics_command", "bulk_load_command", "delays_command"]
+
+
+@click.command("cluster")
+@click.option(
+    "--cores",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Cores the worker offers.",
+)
+@click.option(
+    "--memory-mb",
+    type=click.IntRange(min=512),
+    default=1536,
+    show_default=True,
+    help="Memory the worker offers executors, MiB.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
+    default=Path(".regionbus") / "spark",
+    show_default=True,
+    help="Where the master's and the worker's logs and the executors' folders live.",
+)
+def cluster_command(cores: int, memory_mb: int, data_dir: Path) -> None:
+    """Start a Spark standalone master and one worker on 127.0.0.1, from the installed
+    pyspark; print the master URL for the jobs' --master; stop on Ctrl-C."""
+    from regionbus.devstack.spark_cluster import EmbeddedSparkCluster
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    began = time.monotonic()
+    cluster = EmbeddedSparkCluster(cores=cores, memory_mb=memory_mb, work_dir=data_dir)
+    try:
+        url = cluster.start()
+    except RegionBusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        click.echo(url)
+        click.echo(
+            f"Spark master {url} (web UI {cluster.web_ui}) and a worker of {cores} cores, "
+            f"{memory_mb} MiB, up in {time.monotonic() - began:.0f} s; logs in {data_dir}; "
+            "Ctrl-C stops them",
+            err=True,
+        )
+        while not stop.wait(1.0):
+            if cluster.master.pid is None or cluster.worker.pid is None:
+                raise click.ClickException("a Spark daemon exited; see its log in " + str(data_dir))
+    finally:
+        cluster.stop()

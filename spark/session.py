@@ -1,4 +1,5 @@
-"""A local SparkSession set up for regionbus jobs and tests."""
+"""A SparkSession set up for regionbus jobs and tests: in this process (``local[N]``) or on
+a Spark standalone cluster (``spark://host:port``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Final
 from pyspark.sql import SparkSession
 
 from regionbus.devstack.jvm import jvm_lib_dir
+
+_LOOPBACK_MASTERS: Final = ("spark://127.0.0.1:", "spark://localhost:")
 
 CONNECTOR_MODULE: Final = "spark"
 """The ``jvm/pom.xml`` module whose jars are Spark's Kafka connector and Avro functions."""
@@ -44,7 +47,12 @@ def local_session(
     The connector jars come from the local folder the set-up filled (``spark.jars``), so
     nothing is resolved or downloaded when the session starts, and
     ``spark.read.format("kafka")``, ``readStream.format("kafka")`` and
-    ``df.write.format("kafka")`` work at once.
+    ``df.write.format("kafka")`` work at once. On a standalone cluster Spark ships the
+    ``spark.jars`` to every executor; their Python workers run this interpreter too, so
+    the executors must see the same Python environment (true of a cluster on this
+    machine, as ``regionbus spark cluster`` starts; elsewhere install regionbus there). A
+    master on loopback gets the driver on loopback as well, so its executors reach it
+    whatever the host name resolves to.
 
     Python UDFs run in worker processes; without ``PYSPARK_PYTHON`` /
     ``spark.pyspark.python`` they start whatever ``python3`` is first on ``PATH``, which
@@ -53,7 +61,8 @@ def local_session(
 
     Args:
         app_name: Spark application name.
-        master: Spark master URL (``local[2]``: two cores in this process's JVM).
+        master: Spark master URL (``local[2]``: two cores in this process's JVM;
+            ``spark://127.0.0.1:7077``: a standalone cluster's master).
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (Spark's 200 is far too many
             for small local jobs).
         conf: More Spark settings; a ``spark.jars`` given here is added to the connector's.
@@ -82,6 +91,10 @@ def local_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    if master.startswith(_LOOPBACK_MASTERS):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
     for key, value in extra.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

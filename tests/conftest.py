@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, settings
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ClientCache, ClientSettings
-from regionbus.devstack import KafkaNode, LocalStack, ScramSecurity
+from regionbus.devstack import EmbeddedRedisCluster, KafkaNode, LocalStack, ScramSecurity
+from regionbus.runtime.redis_connect import connect_redis_url
 from regionbus.schemas.kafka_clients import kafka_admin
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -44,6 +45,22 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "regionbus"))
+
+
+REDIS_MODES = ("single", "cluster")
+"""What the region store runs on: one Redis, or a Redis Cluster of 3 masters and 3
+replicas. Tests marked ``redis_modes`` run on both; every other test on one Redis."""
+
+CLUSTER_ENV_VAR = "TEST_REDIS_CLUSTER_URL"
+"""A running Redis Cluster for the ``cluster`` mode (any node's URL); unset starts one."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test marked ``redis_modes`` once per Redis mode, grouped by mode."""
+    if metafunc.definition.get_closest_marker("redis_modes") is None:
+        return
+    if "redis_mode" in metafunc.fixturenames:
+        metafunc.parametrize("redis_mode", REDIS_MODES, indirect=True, scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,8 +84,28 @@ def kafka_bootstrap_servers(local_stack: LocalStack) -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_url(local_stack: LocalStack) -> str:
-    """``redis://host:port/db`` of the session's Redis."""
+def redis_mode(request: pytest.FixtureRequest) -> str:
+    """``"single"``, or ``"cluster"`` for a test marked ``redis_modes`` in its second run."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[str]:
+    """URL of the session's Redis Cluster (3 masters, 3 replicas, append-only files on),
+    started on first use, or the one named by ``TEST_REDIS_CLUSTER_URL``."""
+    from_env = os.environ.get(CLUSTER_ENV_VAR, "").strip()
+    if from_env:
+        yield from_env
+        return
+    with EmbeddedRedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest, local_stack: LocalStack, redis_mode: str) -> str:
+    """URL of the session's Redis: its one Redis, or any node of its Redis Cluster."""
+    if redis_mode == "cluster":
+        return str(request.getfixturevalue("redis_cluster"))
     return local_stack.redis_url
 
 
@@ -112,8 +149,9 @@ def scram_kafka() -> Iterator[KafkaNode]:
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    """A client of the session's Redis returning bytes, closed after the test."""
-    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    """A client of the session's Redis returning bytes (a ``RedisCluster`` in the cluster
+    mode), closed after the test."""
+    client = connect_redis_url(redis_url, decode_responses=False)
     try:
         yield client
     finally:

@@ -2,7 +2,8 @@
 -- duplicate detection by EventID, fencing by the bucket primary's epoch and, on multi-site
 -- deployments, the gateway conflict check.
 --
--- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
+-- KEYS: 1 the bucket's regions set, 2 values hash, 3 meta hash, 4 the bucket's region version
+--       hash (version.lua),
 --       5 tracking hash, 6 results hash, 7 results index (zset by ops offset),
 --       8 the bucket's fencing epoch counter,
 --       9 gateway versions hash (key -> "<timestamp_ms>|<site id>", multi-site only),
@@ -31,6 +32,9 @@ end
 local seq = tonumber(ARGV[7])
 local last = redis.call('HGET', KEYS[5], ARGV[6])
 if last and tonumber(last) >= seq then
+  -- Written again, unchanged, so a WAIT after this call also covers the first apply, which
+  -- may have been made on another connection whose WAIT failed.
+  redis.call('HSET', KEYS[5], ARGV[6], last)
   return {'DUP', redis.call('HGET', KEYS[6], ARGV[8]), redis.call('HGET', KEYS[6], ARGV[8] .. '|old'),
     redis.call('HGET', KEYS[6], ARGV[8] .. '|olds')}
 end
@@ -59,19 +63,19 @@ if ARGV[10] == '1' then
 end
 local result
 if kind == 'PUT' then
-  local version = redis.call('INCR', KEYS[4])
+  local version = next_version(KEYS[4])
   redis.call('HSET', KEYS[2], key, ARGV[4])
   redis.call('HSET', KEYS[3], key, version .. '|' .. ARGV[5])
   if meta then result = 'UPDATE|' .. version else result = 'CREATE|' .. version end
 elseif kind == 'DESTROY' then
   if not meta then return {'ERR', 'EntryNotFoundError', false} end
-  local version = redis.call('INCR', KEYS[4])
+  local version = next_version(KEYS[4])
   redis.call('HDEL', KEYS[2], key)
   redis.call('HDEL', KEYS[3], key)
   result = 'DESTROY|' .. version
 elseif kind == 'INVALIDATE' then
   if not meta then return {'ERR', 'EntryNotFoundError', false} end
-  local version = redis.call('INCR', KEYS[4])
+  local version = next_version(KEYS[4])
   local serializer = string.match(meta, '|(.*)$') or ''
   redis.call('HDEL', KEYS[2], key)
   redis.call('HSET', KEYS[3], key, version .. '|' .. serializer)

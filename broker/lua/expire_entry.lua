@@ -6,7 +6,8 @@
 -- Its result is stored under its EventID like any change's (apply_entry.lua), so the
 -- operation read again after a failover gives the same event again (status DUP).
 --
--- KEYS: 1 regions set, 2 values hash, 3 meta hash, 4 region version counter,
+-- KEYS: 1 the bucket's regions set, 2 values hash, 3 meta hash, 4 the bucket's region
+--       version hash (version.lua),
 --       5 the bucket's fencing epoch counter, 6 expiry sorted set, 7 entry times hash,
 --       8 claims hash, 9 tracking hash, 10 results hash, 11 results index
 -- ARGV: 1 region, 2 key, 3 expiry ms, 4 action ("DESTROY" or "INVALIDATE"),
@@ -22,11 +23,14 @@
 --                       again with a new sequence id
 --   status "GONE":      the entry's schedule changed or nothing is left to expire
 --   status "FENCED":    the caller's epoch is stale (another server is primary)
+--@include version.lua@--
 if ARGV[5] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[5] then
   return {'FENCED', false, false}
 end
 local stored = redis.call('HGET', KEYS[10], ARGV[10])
 if stored then
+  -- Written again, unchanged, so a WAIT after this call also covers the first apply.
+  redis.call('HSET', KEYS[10], ARGV[10], stored)
   return {'DUP', stored, redis.call('HGET', KEYS[10], ARGV[10] .. '|old'),
     redis.call('HGET', KEYS[10], ARGV[10] .. '|olds')}
 end
@@ -55,7 +59,7 @@ if ARGV[6] == '1' then
 end
 local result
 if ARGV[4] == 'DESTROY' then
-  local version = redis.call('INCR', KEYS[4])
+  local version = next_version(KEYS[4])
   redis.call('HDEL', KEYS[2], key)
   redis.call('HDEL', KEYS[3], key)
   redis.call('HDEL', KEYS[7], key)
@@ -65,7 +69,7 @@ else
     redis.call('ZREM', KEYS[6], key)
     return {'GONE', false, false}
   end
-  local version = redis.call('INCR', KEYS[4])
+  local version = next_version(KEYS[4])
   local serializer = string.match(meta, '|(.*)$') or ''
   redis.call('HDEL', KEYS[2], key)
   redis.call('HSET', KEYS[3], key, version .. '|' .. serializer)

@@ -11,6 +11,8 @@ from regionbus.clients import ALL_KEYS, ClientCache, RegionShortcut
 from regionbus.schemas.errors import EntryNotFoundError, RegionNotFoundError
 from regionbus.schemas.messages import OperationKind
 
+pytestmark = pytest.mark.redis_modes
+
 
 @pytest.fixture
 def pair(cache_server: CacheServer, client_factory):  # type: ignore[no-untyped-def]

@@ -156,6 +156,7 @@ def _client_record(redis_client: redis.Redis, namespace: str) -> dict[str, Any] 
     return None if raw is None else json.loads(raw)
 
 
+@pytest.mark.redis_modes
 def test_keep_alive_close_then_reconnect_replays_the_missed_events_before_the_marker_without_changing_the_cache(  # noqa: E501
     durable_server: CacheServer, spawn: Callable[..., DurableProcess], client_factory: Any
 ) -> None:
@@ -211,6 +212,7 @@ def test_a_change_to_a_key_of_non_durable_interest_is_not_replayed(
     second.close(keep_alive=False)
 
 
+@pytest.mark.redis_modes
 def test_after_kill_minus_9_a_restart_gets_everything_queued_since_the_last_ack_once(
     durable_server: CacheServer,
     spawn: Callable[..., DurableProcess],
@@ -283,6 +285,7 @@ def test_close_without_keep_alive_removes_the_queue_and_interest_at_once(
     )
 
 
+@pytest.mark.redis_modes
 def test_a_client_away_past_its_timeout_is_unregistered_with_an_alert_and_reconnects_as_new(
     durable_server: CacheServer,
     client_factory: Any,
@@ -397,6 +400,7 @@ def test_interest_responses_do_not_override_application_operations_made_during_r
     assert "gone" not in entries, "a destroyed entry is not revived"
 
 
+@pytest.mark.redis_modes
 def test_a_client_whose_queue_is_gone_refetches_its_interest_without_listener_events(
     server_settings: ServerSettings,
     client_factory: Any,

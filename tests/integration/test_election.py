@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from regionbus.runtime.leases import Lease, Membership
+
+pytestmark = pytest.mark.redis_modes
 
 
 def test_a_free_role_goes_to_one_member_with_a_new_epoch(

@@ -123,4 +123,4 @@ def test_a_primary_killed_between_an_expiration_and_its_events_loses_none_of_the
     # The one expiration the killed server applied reached the client from its successor,
     # which read it again from the committed offset and found its EventID applied.
     assert len(heard.redelivered) == 1, heard.redelivered
-    assert not redis_client.keys(f"{RedisKeys(namespace).prefix}r:r:*:expc"), "claims left"
+    assert not redis_client.keys(f"rb:{{{namespace}:*}}:r:r:expc"), "claims left"

@@ -42,6 +42,27 @@ def test_short_replay_leaves_redis_and_every_desk_right(
     assert len(cq_checks) == 4 and all(c.ok for c in cq_checks), cq_checks
 
 
+def test_a_replay_on_a_redis_cluster_with_two_servers_leaves_every_desk_right(
+    kafka_bootstrap_servers: str, redis_cluster: str, namespace: str
+) -> None:
+    """The demo's store on the session's Redis Cluster (3 masters, 3 replicas), the servers
+    waiting for a replica before acknowledging, and two servers sharing the buckets with a
+    secondary each (``regionbus demo flights --redis-cluster --servers 2``; the 31-day run
+    on three Kafka brokers as well is in the README)."""
+    report = run_replay(
+        kafka_bootstrap_servers,
+        redis_cluster,
+        namespace,
+        days=3,
+        servers=2,
+        server_settings={"redis_wait_replicas": 1},
+    )
+
+    _assert_replay_matches(report)
+    operations = next(d for d in report.desks if d.name.startswith("ops desk"))
+    assert operations.events_replayed > 0, "the durable desk was not away during the replay"
+
+
 def test_cli_replays_and_verifies(
     kafka_bootstrap_servers: str, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -275,6 +275,7 @@ def _kill_the_busiest_primary(
     return orphaned
 
 
+@pytest.mark.redis_modes
 def test_kill_minus_9_of_a_primary_loses_nothing_duplicates_nothing_and_resumes_in_time(
     cluster: Callable[..., ServerProcess],
     redis_client: redis.Redis,
@@ -455,6 +456,7 @@ def test_failover_without_a_spare_completes_and_a_joining_server_restores_redund
     )
 
 
+@pytest.mark.redis_modes
 def test_a_primary_whose_fencing_epoch_is_stale_changes_nothing_and_drops_the_bucket(
     server_settings: ServerSettings,
     client_factory: Any,
@@ -508,6 +510,7 @@ def test_an_unanswered_change_is_sent_again_with_its_event_id_and_applied_once(
         reader.close()
 
 
+@pytest.mark.redis_modes
 def test_a_primary_whose_epoch_is_stale_writes_no_interest_registration(
     server_settings: ServerSettings,
     redis_client: redis.Redis,

@@ -129,7 +129,7 @@ def test_a_server_applies_operations_through_a_redis_with_acl_user_and_tls(
         region = client_factory().create_region("r")
         region.put("k", {"v": 1})
         assert region.get("k") == {"v": 1}
-    keys = _direct(secured).keys(f"rb:{namespace}:r:r:*:val")
+    keys = _direct(secured).keys(f"rb:{{{namespace}:*}}:r:r:val")
     values = [v for key in keys for v in _direct(secured).hvals(key)]
     assert values == [b'{"v":1}']
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import ConfigResource
+from redis.cluster import RedisCluster
 
 from regionbus.devstack import (
     KAFKA_ENV_VAR,
@@ -23,6 +25,7 @@ from regionbus.devstack import (
 )
 from regionbus.devstack import process as devstack_process
 from regionbus.devstack.local import DEPRECATED_ENV_VARS
+from regionbus.runtime.redis_connect import connect_redis_url
 from regionbus.schemas.errors import RegionBusError, StackError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.topics import TopicSpec, ensure_topics
@@ -349,3 +352,50 @@ def test_local_stack_without_env_or_docker_starts_embedded_processes(
     for pid in pids:
         assert pid is not None
         _assert_process_gone(pid)
+
+
+def test_the_cluster_stack_comes_back_on_its_data_dir_with_its_topics_and_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``regionbus stack --brokers 3 --redis-cluster``: three Kafka brokers (topics with
+    replication 3 and min.insync.replicas 2) and a Redis Cluster of three masters with a
+    replica each, stopped and started again on the same folder: same addresses, the topic,
+    its messages and the Redis entries are still there."""
+    for name in (KAFKA_ENV_VAR, REDIS_ENV_VAR, *DEPRECATED_ENV_VARS.values()):
+        monkeypatch.delenv(name, raising=False)
+    options = {"use_docker": False, "data_dir": tmp_path, "kafka_brokers": 3}
+    with LocalStack(**options, redis_cluster=True) as stack:
+        assert stack.redis_cluster is not None and stack.kafka_cluster is not None
+        bootstrap, url = stack.kafka_bootstrap_servers, stack.redis_url
+        admin = kafka_admin({"bootstrap.servers": bootstrap})
+        ensure_topics(admin, [TopicSpec("kept", 2, {})])
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "kept")])
+        (config,) = [f.result(30) for f in described.values()]
+        assert config["min.insync.replicas"].value == "2"
+        partitions = admin.list_topics("kept", timeout=30).topics["kept"].partitions
+        assert {len(p.replicas) for p in partitions.values()} == {3}
+        producer = kafka_producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        producer.produce("kept", b"m0", partition=0)
+        assert producer.flush(30) == 0
+        masters = {stack.redis_cluster.master_of(f"{{k{i}}}:v").port for i in range(40)}
+        client = connect_redis_url(url)
+        assert isinstance(client, RedisCluster) and len(masters) == 3
+        for i in range(40):
+            client.set(f"{{k{i}}}:v", i)
+        client.close()
+
+    with LocalStack(**options, redis_cluster=True) as again:
+        assert (again.kafka_bootstrap_servers, again.redis_url) == (bootstrap, url)
+        consumer = kafka_consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
+        consumer.assign([TopicPartition("kept", 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + _CONSUME_DEADLINE_S * 4
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        consumer.close()
+        assert message is not None and message.value() == b"m0"
+        client = connect_redis_url(url)
+        try:
+            assert [int(client.get(f"{{k{i}}}:v")) for i in range(40)] == list(range(40))
+        finally:
+            client.close()

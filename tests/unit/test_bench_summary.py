@@ -42,9 +42,7 @@ def test_the_table_has_one_line_per_figure_with_its_ratio() -> None:
     )
     lines = table.splitlines()
     assert lines[0].startswith("| benchmark | figure | regionbus | baseline | baseline is")
-    assert lines[2] == (
-        "| core | ops applied/s | 12,000 | 48,000 | produce→consume | 0.25x |"
-    )
+    assert lines[2] == ("| core | ops applied/s | 12,000 | 48,000 | produce→consume | 0.25x |")
     assert lines[3] == "| core | p99 (ms) | 30.00 | 10.00 | relay p99 | 3.00x (lower is better) |"
     assert lines[4] == "| failover | lost | 0.00 | n/a | must be 0 | n/a |"
 

@@ -29,18 +29,43 @@ from regionbus.demo.flights_data import (
 
 NAN = float("nan")
 _COLUMNS = (
-    "year", "month", "day", "dep_time", "sched_dep_time", "dep_delay", "arr_time",
-    "sched_arr_time", "arr_delay", "carrier", "flight", "tailnum", "origin", "dest",
-    "air_time", "distance",
+    "year",
+    "month",
+    "day",
+    "dep_time",
+    "sched_dep_time",
+    "dep_delay",
+    "arr_time",
+    "sched_arr_time",
+    "arr_delay",
+    "carrier",
+    "flight",
+    "tailnum",
+    "origin",
+    "dest",
+    "air_time",
+    "distance",
 )
 
 
 def _row(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "year": 2013, "month": 1, "day": 1, "dep_time": NAN, "sched_dep_time": 600,
-        "dep_delay": NAN, "arr_time": NAN, "sched_arr_time": 800, "arr_delay": NAN,
-        "carrier": "UA", "flight": 1, "tailnum": "N1", "origin": "EWR", "dest": "ORD",
-        "air_time": NAN, "distance": 700,
+        "year": 2013,
+        "month": 1,
+        "day": 1,
+        "dep_time": NAN,
+        "sched_dep_time": 600,
+        "dep_delay": NAN,
+        "arr_time": NAN,
+        "sched_arr_time": 800,
+        "arr_delay": NAN,
+        "carrier": "UA",
+        "flight": 1,
+        "tailnum": "N1",
+        "origin": "EWR",
+        "dest": "ORD",
+        "air_time": NAN,
+        "distance": 700,
     }
     base.update(fields)
     return base
@@ -59,20 +84,78 @@ NO_AIR_TIME = "EV-400-EWR-2013-01-02"
 def flights() -> pd.DataFrame:
     """Seven flights over two days covering every case the timeline distinguishes."""
     rows = [
-        _row(carrier="UA", flight=1545, origin="EWR", sched_dep_time=515, dep_time=517.0,
-             dep_delay=2.0, arr_time=830.0, sched_arr_time=819, arr_delay=11.0, air_time=227.0,
-             tailnum="N14228", dest="IAH", distance=1400),
-        _row(carrier="UA", flight=1545, origin="LGA", sched_dep_time=900, dep_time=905.0,
-             dep_delay=5.0, arr_time=1100.0, sched_arr_time=1050, arr_delay=10.0, air_time=120.0),
+        _row(
+            carrier="UA",
+            flight=1545,
+            origin="EWR",
+            sched_dep_time=515,
+            dep_time=517.0,
+            dep_delay=2.0,
+            arr_time=830.0,
+            sched_arr_time=819,
+            arr_delay=11.0,
+            air_time=227.0,
+            tailnum="N14228",
+            dest="IAH",
+            distance=1400,
+        ),
+        _row(
+            carrier="UA",
+            flight=1545,
+            origin="LGA",
+            sched_dep_time=900,
+            dep_time=905.0,
+            dep_delay=5.0,
+            arr_time=1100.0,
+            sched_arr_time=1050,
+            arr_delay=10.0,
+            air_time=120.0,
+        ),
         _row(carrier="AA", flight=100, origin="JFK", sched_dep_time=700, tailnum=NAN),
-        _row(carrier="B6", flight=200, origin="JFK", sched_dep_time=2330, dep_time=2340.0,
-             dep_delay=10.0),
-        _row(carrier="DL", flight=300, origin="LGA", sched_dep_time=2300, dep_time=15.0,
-             dep_delay=75.0, arr_time=155.0, sched_arr_time=40, arr_delay=75.0, air_time=100.0),
-        _row(day=2, carrier="UA", flight=1545, origin="EWR", sched_dep_time=515, dep_time=510.0,
-             dep_delay=-5.0, arr_time=800.0, sched_arr_time=819, arr_delay=-19.0, air_time=200.0),
-        _row(day=2, carrier="EV", flight=400, origin="EWR", sched_dep_time=1000,
-             sched_arr_time=1130, dep_time=1000.0, dep_delay=0.0, arr_time=1140.0),
+        _row(
+            carrier="B6",
+            flight=200,
+            origin="JFK",
+            sched_dep_time=2330,
+            dep_time=2340.0,
+            dep_delay=10.0,
+        ),
+        _row(
+            carrier="DL",
+            flight=300,
+            origin="LGA",
+            sched_dep_time=2300,
+            dep_time=15.0,
+            dep_delay=75.0,
+            arr_time=155.0,
+            sched_arr_time=40,
+            arr_delay=75.0,
+            air_time=100.0,
+        ),
+        _row(
+            day=2,
+            carrier="UA",
+            flight=1545,
+            origin="EWR",
+            sched_dep_time=515,
+            dep_time=510.0,
+            dep_delay=-5.0,
+            arr_time=800.0,
+            sched_arr_time=819,
+            arr_delay=-19.0,
+            air_time=200.0,
+        ),
+        _row(
+            day=2,
+            carrier="EV",
+            flight=400,
+            origin="EWR",
+            sched_dep_time=1000,
+            sched_arr_time=1130,
+            dep_time=1000.0,
+            dep_delay=0.0,
+            arr_time=1140.0,
+        ),
     ]
     return pd.DataFrame(rows, columns=list(_COLUMNS))
 
@@ -148,7 +231,11 @@ def test_a_days_creates_come_first_at_midnight_in_scheduled_order(flights: pd.Da
         assert sched == sorted(sched)
         assert all(op.stage is not Stage.CREATE and op.minute >= start for op in day.events)
     assert [op.key for op in days[0].creates] == [
-        NORMAL, CANCELLED, SAME_FLIGHT_OTHER_ORIGIN, PAST_MIDNIGHT, DIVERTED,
+        NORMAL,
+        CANCELLED,
+        SAME_FLIGHT_OTHER_ORIGIN,
+        PAST_MIDNIGHT,
+        DIVERTED,
     ]
     assert all(op.minute < MINUTES_PER_DAY for op in days[0].events)
 
@@ -163,15 +250,31 @@ def test_a_late_arrival_comes_after_the_next_days_creates(flights: pd.DataFrame)
 def test_values_grow_by_stage(flights: pd.DataFrame) -> None:
     create, departure, arrival = _ops_by_key(list(timeline(flights)))[NORMAL]
     assert create.value == {
-        "carrier": "UA", "flight": 1545, "tailnum": "N14228", "origin": "EWR", "dest": "IAH",
-        "year": 2013, "month": 1, "day": 1, "sched_dep_time": 515, "sched_arr_time": 819,
-        "distance": 1400, "status": "scheduled",
+        "carrier": "UA",
+        "flight": 1545,
+        "tailnum": "N14228",
+        "origin": "EWR",
+        "dest": "IAH",
+        "year": 2013,
+        "month": 1,
+        "day": 1,
+        "sched_dep_time": 515,
+        "sched_arr_time": 819,
+        "distance": 1400,
+        "status": "scheduled",
     }
     assert departure.value == {
-        **create.value, "dep_time": 517, "dep_delay": 2, "status": "departed",
+        **create.value,
+        "dep_time": 517,
+        "dep_delay": 2,
+        "status": "departed",
     }
     assert arrival.value == {
-        **departure.value, "arr_time": 830, "arr_delay": 11, "air_time": 227, "status": "arrived",
+        **departure.value,
+        "arr_time": 830,
+        "arr_delay": 11,
+        "air_time": 227,
+        "status": "arrived",
     }
 
 

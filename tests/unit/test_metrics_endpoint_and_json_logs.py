@@ -112,11 +112,7 @@ def test_an_endpoint_on_port_0_serves_its_own_registry_and_frees_the_port_when_s
     finally:
         first.stop()
         second.stop()
-    samples = {
-        s.name: s
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    samples = {s.name: s for family in text_string_to_metric_families(text) for s in family.samples}
     applied = samples["regionbus_operations_applied_total"]
     assert applied.value == 7
     assert applied.labels == {"namespace": "ns", "member": "m1", "region": "r", "kind": "put"}

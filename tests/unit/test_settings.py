@@ -220,6 +220,17 @@ def test_redis_tls_needs_a_rediss_url() -> None:
         )
 
 
+def test_a_replica_wait_must_end_before_the_redis_socket_times_out() -> None:
+    settings = ServerSettings.load(redis_wait_replicas=1, redis_wait_timeout_ms=2000)
+    assert settings.redis_wait_replicas == 1 and settings.redis_cluster is None
+    with pytest.raises(ConfigurationError, match="must be shorter than redis_socket_timeout_s"):
+        ServerSettings.load(
+            redis_wait_replicas=1, redis_wait_timeout_ms=5000, redis_socket_timeout_s=5.0
+        )
+    with pytest.raises(ConfigurationError, match="reached over TCP"):
+        ServerSettings.load(redis_cluster=True, redis_url="unix:///tmp/redis.sock")
+
+
 def test_the_gateway_receiver_applies_with_its_own_kafka_security(tmp_path: Path) -> None:
     receiver = GatewayReceiverSettings.load(
         distributed_system_id=2,
