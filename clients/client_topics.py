@@ -141,9 +141,7 @@ class ClientTopicAdmin:
             TransportError: Kafka did not answer within ``timeout_s``, or failed.
         """
         try:
-            futures = self._admin.describe_topics(
-                TopicCollection(names), request_timeout=timeout_s
-            )
+            futures = self._admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
         except KafkaException as exc:
             raise kafka_error(exc, "topic metadata") from exc
         counts: dict[str, int] = {}

@@ -94,8 +94,9 @@ _ELSEWHERE: dict[str, Callable[[str], bool]] = {
     "scripts": lambda line: _argv(line)[0] in ("./scripts/demo.sh", "./scripts/test.sh"),
     # scripts/compose-check.sh brings every profile up on a Docker engine, and CI runs it;
     # its --help runs here (test_the_compose_check_explains_itself).
-    "compose": lambda line: _argv(line)[:2] == ["docker", "compose"]
-    or _argv(line)[0] == "scripts/compose-check.sh",
+    "compose": lambda line: (
+        _argv(line)[:2] == ["docker", "compose"] or _argv(line)[0] == "scripts/compose-check.sh"
+    ),
     # test_wheel.py builds the wheel and installs it without extras.
     "pip": lambda line: _argv(line)[:2] == ["pip", "install"],
     # the loaded-machine recipe around the demo (busy loops, then kill them)

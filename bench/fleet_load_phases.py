@@ -1,0 +1,260 @@
+"""``bench.fleet``'s phases of greedy and slow clients: huge requests beside a bystander
+(goal 5), and a tenth of the subscribers stalled (goal 6)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from concurrent.futures import Future
+from contextlib import ExitStack
+from typing import Any
+
+from bench import progress
+from bench.fleet_run import (
+    SUBSCRIBERS_PER_PROCESS,
+    Figure,
+    FleetOptions,
+    Run,
+    client_settings,
+    fleet_server,
+    load_now,
+    writer_client,
+)
+from bench.load import paced
+from bench.report import NS_PER_S, latency, percentile
+from bench.scaling_figures import process_sizes
+from bench.server import BenchError
+from bench.services import REGION, RESULT_TIMEOUT_S, Services
+from bench.workers import Child, run_subscribers, stamped_value
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
+from regionbus.schemas.errors import BulkOperationError, RequestLimitError
+from regionbus.schemas.limits import MAX_BULK_ENTRIES, MAX_KEYS_PER_REGISTRATION
+
+log = logging.getLogger("regionbus.bench")
+
+# --- 5: huge requests -----------------------------------------------------------------------
+
+
+def requests_phase(run: Run, options: FleetOptions) -> None:
+    """Goal 5 (see the module's description)."""
+    with fleet_server(run, options, "requests") as (services, _server_process):
+        writer_cache, bystander = writer_client(services, options)
+        big_cache = ClientCache(
+            ClientSettings(**client_settings(services, options, read_timeout_ms=60_000))
+        )
+        try:
+            big = big_cache.create_region(REGION, serializer=BytesSerializer())
+            load = load_now()
+            alone = _bystander(bystander, lambda: time.sleep(5))
+            progress.phase(
+                run.console,
+                f"5: a registration of {MAX_KEYS_PER_REGISTRATION:,} keys (load {load_now()}) ...",
+            )
+            keys = [f"reg-{i}" for i in range(MAX_KEYS_PER_REGISTRATION)]
+            during_reg = _bystander(bystander, lambda: big.register_interest(keys))
+            progress.phase(
+                run.console, f"5: a put_all of {MAX_BULK_ENTRIES:,} entries (load {load_now()}) ..."
+            )
+            entries = {f"bulk-{i}": b"v" * 24 for i in range(MAX_BULK_ENTRIES)}
+            during_bulk = _bystander(bystander, lambda: _put_all(big, entries))
+            refused_ms = _refusals(big)
+        finally:
+            big_cache.close()
+            writer_cache.close()
+        base = percentile(alone[0], 0.99)
+        for name, (latencies, took_s) in (
+            (f"register_interest of {MAX_KEYS_PER_REGISTRATION:,} keys", during_reg),
+            (f"put_all of {MAX_BULK_ENTRIES:,} entries", during_bulk),
+        ):
+            p99 = percentile(latencies, 0.99)
+            run.add(
+                Figure(
+                    "requests",
+                    f"bystander put p99 during a {name} (ms)",
+                    p99,
+                    "<= 100",
+                    p99 <= 100,
+                    base,
+                    "bystander put p99 alone",
+                    load,
+                )
+            )
+            worst = latencies[-1] if latencies else math.nan
+            run.add(
+                Figure(
+                    "requests",
+                    "bystander worst put during it (ms)",
+                    worst,
+                    "<= 1000",
+                    worst <= 1000,
+                    base,
+                    "bystander put p99 alone",
+                    load,
+                )
+            )
+            run.add(Figure("requests", f"{name} took (s)", took_s, "-", None, load=load))
+        run.add(
+            Figure(
+                "requests",
+                "1,000,000 keys / 300,000 entries refused in (ms)",
+                refused_ms,
+                "refused before sending",
+                refused_ms < 5_000,
+                load=load,
+            )
+        )
+
+
+def _bystander(region: Region, during: Any) -> tuple[list[float], float]:
+    """Sync puts of a bystander, one after the other, while ``during()`` runs; their
+    latencies (ms, sorted) and how long ``during`` took (s)."""
+    import threading
+
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def put() -> None:
+        i = 0
+        while not stop.is_set():
+            began = time.perf_counter()
+            region.put(f"bystander-{i % 64}", stamped_value(24))
+            latencies.append((time.perf_counter() - began) * 1000)
+            i += 1
+
+    thread = threading.Thread(target=put, daemon=True)
+    thread.start()
+    began = time.monotonic()
+    try:
+        during()
+    finally:
+        took_s = time.monotonic() - began
+        stop.set()
+        thread.join(60)
+    return sorted(latencies), took_s
+
+
+def _put_all(region: Region, entries: dict[str, bytes]) -> None:
+    try:
+        region.put_all(entries)
+    except BulkOperationError as exc:
+        log.warning("put_all: %s", exc)
+
+
+def _refusals(region: Region) -> float:
+    began = time.perf_counter()
+    for ask in (
+        lambda: region.register_interest([f"k{i}" for i in range(1_000_000)]),
+        lambda: region.put_all({f"k{i}": b"v" for i in range(300_000)}),
+    ):
+        try:
+            ask()
+        except RequestLimitError:
+            continue
+        raise BenchError("a request over the limits was not refused")
+    return (time.perf_counter() - began) * 1000
+
+
+# --- 6: stalled subscribers -----------------------------------------------------------------
+
+
+def stalled_phase(run: Run, options: FleetOptions) -> None:
+    """Goal 6 (see the module's description)."""
+    with fleet_server(run, options, "stalled") as (services, _server_process):
+        settings = client_settings(services, options)
+        figures = {}
+        for stalled in (False, True):
+            progress.phase(
+                run.console,
+                f"6: {options.stalled_subscribers} subscribers, "
+                f"{'a tenth' if stalled else 'none'} stalled (load {load_now()}) ...",
+            )
+            figures[stalled] = _stalled_run(services, options, settings, stalled)
+        (p99_none, tput_none, load), (p99_some, tput_some, _) = figures[False], figures[True]
+        run.add(
+            Figure(
+                "stalled",
+                "others' put→listener p99, a tenth stalled (ms)",
+                p99_some,
+                "<= 1.1 x none stalled",
+                p99_some <= 1.1 * p99_none,
+                p99_none,
+                "p99 with none stalled",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "stalled",
+                "writer puts acked/s, a tenth stalled",
+                tput_some,
+                ">= 0.9 x none stalled",
+                tput_some >= 0.9 * tput_none,
+                tput_none,
+                "puts acked/s with none stalled",
+                load,
+                higher_is_better=True,
+            )
+        )
+
+
+def _stalled_run(
+    services: Services, options: FleetOptions, settings: dict[str, Any], stall: bool
+) -> tuple[float, float, str]:
+    sizes = process_sizes(options.stalled_subscribers, SUBSCRIBERS_PER_PROCESS)
+    with ExitStack() as stack:
+        children = [
+            stack.enter_context(
+                Child(
+                    run_subscribers,
+                    f"fleet-stall-{i}",
+                    settings=settings,
+                    region=REGION,
+                    clients=size,
+                    record_latency=True,
+                    idle_timeout_s=30.0,
+                )
+            )
+            for i, size in enumerate(sizes)
+        ]
+        for child in children:
+            child.wait_ready(60 + 10 * SUBSCRIBERS_PER_PROCESS)
+        stalled = children[: max(1, len(children) // 10)] if stall else []
+        for child in stalled:
+            assert child.pid is not None
+            os.kill(child.pid, signal.SIGSTOP)
+        for child in stalled:
+            assert child.pid is not None
+            stack.callback(os.kill, child.pid, signal.SIGCONT)
+        writer_cache, writer = writer_client(services, options)
+        stack.callback(writer_cache.close)
+        futures: list[Future[None]] = []
+        load = load_now()
+        sent, first_ns, last_ns = paced(
+            lambda i, value: futures.append(writer.put_async(f"s-{i}", value)),
+            options.stalled_rate,
+            options.stalled_seconds,
+            24,
+        )
+        done_ns = 0
+        acked = 0
+        for future in futures:
+            if future.exception(120) is None:
+                acked += 1
+        done_ns = time.time_ns()
+        healthy = [c for c in children if c not in stalled]
+        for child in healthy:
+            child.expect(acked)
+        results = [child.wait_result(RESULT_TIMEOUT_S) for child in healthy]
+        for child in stalled:
+            assert child.pid is not None
+            os.kill(child.pid, signal.SIGCONT)
+    merged = {
+        "counts": [c for r in results for c in r["counts"]],
+        "sent_ns": [s for r in results for s in r["sent_ns"]],
+        "received_ns": [s for r in results for s in r["received_ns"]],
+    }
+    figures = latency(sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=1.0, readers=merged)
+    return figures.p99_ms, acked / max((done_ns - first_ns) / NS_PER_S, 1e-9), load

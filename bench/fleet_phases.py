@@ -1,0 +1,424 @@
+"""``bench.fleet``'s phases of a fleet of clients: the fleet registered and away with its
+connects (goals 1 and 3), and crashed clients' cleanup (goal 2)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from concurrent.futures import Future
+from contextlib import ExitStack
+from typing import Any
+
+import redis
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from bench import progress
+from bench.fleet_run import (
+    CLEANUP_DURABLE_TIMEOUT_S,
+    CLEANUP_MARGIN_S,
+    CLEANUP_REAPER_S,
+    CLEANUP_SILENCE_MS,
+    SUBSCRIBERS_PER_PROCESS,
+    Figure,
+    FleetOptions,
+    Run,
+    client_settings,
+    consumer_groups,
+    fleet_server,
+    indexed_value,
+    load_now,
+    namespace_partitions,
+    rss_mb,
+    writer_client,
+)
+from bench.fleet_workers import (
+    durable_keys,
+    reconnect_durable,
+    run_durable_registrations,
+    run_killable_clients,
+)
+from bench.load import paced
+from bench.raw import raw_relay_latency
+from bench.report import latency, percentile
+from bench.scaling_figures import process_sizes
+from bench.server import BenchError
+from bench.services import REGION, RESULT_TIMEOUT_S, Services
+from bench.workers import Child, run_subscribers
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.naming import RedisKeys, Topics
+
+log = logging.getLogger("regionbus.bench")
+
+# --- 1 and 3: the fleet, and its connects ---------------------------------------------------
+
+
+def fleet_phase(run: Run, options: FleetOptions) -> None:
+    """Goals 1 and 3 (see the module's description)."""
+    with fleet_server(run, options, "fleet") as (services, server):
+        settings = client_settings(services, options)
+        before = namespace_partitions(services)
+        base_rss, _ = rss_mb(server.pid)
+        progress.phase(
+            run.console,
+            f"1: {options.durable_clients:,} durable clients register "
+            f"and go away (load {load_now()}) ...",
+        )
+        connect_s = _register_durables(services, options)
+        connect = sorted(connect_s[: options.connects])
+        raw = _raw_connects(services, min(options.connects, 50))
+        load = load_now()
+        run.add(
+            Figure(
+                "connect",
+                f"connect, median of {len(connect)} (ms)",
+                percentile(connect, 0.5) * 1000,
+                "<= 50 ms",
+                percentile(connect, 0.5) <= 0.05,
+                percentile(raw, 0.5) * 1000,
+                "raw Kafka client start",
+                load,
+            )
+        )
+        progress.phase(
+            run.console,
+            f"1: {options.live_subscribers} live subscribers, "
+            f"{options.rate} puts/s for {options.seconds} s (load {load_now()}) ...",
+        )
+        sampled = _sampled(options)
+        with ExitStack() as stack:
+            children = [
+                stack.enter_context(
+                    Child(
+                        run_subscribers,
+                        f"fleet-live-{i}",
+                        settings=settings,
+                        region=REGION,
+                        clients=size,
+                        record_latency=True,
+                        idle_timeout_s=30.0,
+                    )
+                )
+                for i, size in enumerate(
+                    process_sizes(options.live_subscribers, SUBSCRIBERS_PER_PROCESS)
+                )
+            ]
+            for child in children:
+                child.wait_ready(60 + 10 * SUBSCRIBERS_PER_PROCESS)
+            writer_cache, writer = writer_client(services, options)
+            stack.callback(writer_cache.close)
+            sent_keys: dict[str, list[int]] = {}
+            futures: list[Future[None]] = []
+
+            def send(i: int, _value: bytes) -> None:
+                if i % 2 == 0:
+                    index = sampled[(i // 2) % len(sampled)]
+                else:
+                    index = (i * 7919) % options.durable_clients
+                key = durable_keys(index)[i % 3]
+                sent_keys.setdefault(key, []).append(i)
+                futures.append(writer.put_async(key, indexed_value(i)))
+
+            load = load_now()
+            sent, first_ns, last_ns = paced(send, options.rate, options.seconds, 16)
+            failed = sum(1 for f in futures if f.exception(120) is not None)
+            for child in children:
+                child.expect(sent - failed)
+            results = [child.wait_result(RESULT_TIMEOUT_S) for child in children]
+        merged = {
+            "counts": [c for r in results for c in r["counts"]],
+            "sent_ns": [s for r in results for s in r["sent_ns"]],
+            "received_ns": [s for r in results for s in r["received_ns"]],
+        }
+        live = latency(sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=1.0, readers=merged)
+        after = namespace_partitions(services)
+        rss, peak = rss_mb(server.pid)
+        relay = raw_relay_latency(services, options.bench_options(1))
+        registered = options.durable_clients + options.live_subscribers
+        run.add(
+            Figure(
+                "fleet",
+                f"Kafka partitions added per registered client ({registered:,})",
+                (after - before) / registered,
+                "<= 0.1",
+                (after - before) / registered <= 0.1,
+                2.0,
+                "two topics per client before",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                "server RSS (MiB)",
+                rss,
+                "<= 1024",
+                rss <= 1024,
+                base_rss,
+                "server RSS before the fleet",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                "peak server RSS (MiB)",
+                peak,
+                "<= 1024",
+                peak <= 1024,
+                base_rss,
+                "server RSS before the fleet",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                f"live subscribers' put→listener p99 at {options.rate}/s (ms)",
+                live.p99_ms,
+                "<= 100",
+                live.p99_ms <= 100,
+                relay.p99_ms,
+                "raw two-hop relay p99",
+                load,
+            )
+        )
+        progress.phase(
+            run.console, f"1: {len(sampled)} durable clients come back (load {load_now()}) ..."
+        )
+        load = load_now()
+        ok, replay_s = _check_replays(settings, sampled, sent_keys)
+        run.add(
+            Figure(
+                "fleet",
+                f"sampled durable clients with their whole backlog, once, in "
+                f"order, before the marker (of {len(sampled)})",
+                ok,
+                f"= {len(sampled)}",
+                ok == len(sampled),
+                load=load,
+                higher_is_better=True,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                "reconnect + replay, median (s)",
+                percentile(sorted(replay_s), 0.5),
+                "-",
+                None,
+                load=load,
+            )
+        )
+
+
+def _sampled(options: FleetOptions) -> list[int]:
+    step = max(1, options.durable_clients // max(options.sampled, 1))
+    return list(range(0, options.durable_clients, step))[: options.sampled]
+
+
+def _register_durables(services: Services, options: FleetOptions) -> list[float]:
+    settings = client_settings(services, options)
+    counts = process_sizes(
+        options.durable_clients, -(-options.durable_clients // options.registering_processes)
+    )
+    connect_s: list[float] = []
+    with ExitStack() as stack:
+        children = []
+        first = 0
+        for i, count in enumerate(counts):
+            children.append(
+                stack.enter_context(
+                    Child(
+                        run_durable_registrations,
+                        f"fleet-register-{i}",
+                        settings=settings,
+                        region=REGION,
+                        first=first,
+                        count=count,
+                    )
+                )
+            )
+            first += count
+        for child in children:
+            child.wait_ready(120)
+        for child in children:
+            result = child.wait_result(3600)
+            connect_s += result["connect_s"]
+    return connect_s
+
+
+def _raw_connects(services: Services, count: int) -> list[float]:
+    """A raw Kafka client's start: a consumer assigned at the end of a partition and a
+    producer made, one message produced and consumed; seconds each, sorted."""
+    topic = f"{services.namespace}.raw.connect"
+    admin = kafka_admin(services.kafka_config)
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(20)
+    times = []
+    for i in range(count):
+        began = time.perf_counter()
+        consumer = kafka_consumer(
+            {**services.kafka_config, "group.id": f"raw-connect-{i}", "fetch.wait.max.ms": 100}
+        )
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, end)])
+        # Not idempotent: an idempotent producer's first message waits for its producer id.
+        producer = kafka_producer({**services.kafka_config, "acks": "all", "linger.ms": 0})
+        producer.produce(topic, b"x", partition=0)
+        producer.flush(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                break
+        else:
+            raise BenchError("raw connect: the message did not come back within 30 s")
+        times.append(time.perf_counter() - began)
+        consumer.close()
+    return sorted(times)
+
+
+def _check_replays(
+    settings: dict[str, Any], sampled: list[int], sent_keys: dict[str, list[int]]
+) -> tuple[int, list[float]]:
+    """How many sampled durable clients heard exactly their keys' puts, each once, in put
+    order per key, all before their marker; and each one's reconnect-and-replay time."""
+    good = 0
+    replay_s = []
+    for index in sampled:
+        got = reconnect_durable(settings, REGION, index, timeout_s=60)
+        replay_s.append(got["replay_s"])
+        expected = {k: sent_keys.get(k, []) for k in durable_keys(index)}
+        heard: dict[str, list[int]] = {}
+        for key, put, replayed in got["events"]:
+            heard.setdefault(key, []).append(put if replayed else -1)
+        if got["live"] and all(heard.get(k, []) == v for k, v in expected.items()):
+            good += 1
+        else:
+            log.warning("durable client %d: expected %s, heard %s", index, expected, heard)
+    return good, replay_s
+
+
+# --- 2: cleanup ---------------------------------------------------------------------------
+
+
+def cleanup_phase(run: Run, options: FleetOptions) -> None:
+    """Goal 2 (see the module's description)."""
+    env = {
+        "REGIONBUS_MAXIMUM_TIME_BETWEEN_PINGS_MS": str(CLEANUP_SILENCE_MS),
+        "REGIONBUS_DURABLE_CLIENT_REAPER_INTERVAL_S": str(CLEANUP_REAPER_S),
+    }
+    with fleet_server(run, options, "cleanup", env) as (services, _server_process):
+        settings = client_settings(services, options)
+        before = namespace_partitions(services)
+        half = options.cleanup_clients // 2
+        progress.phase(
+            run.console,
+            f"2: {options.cleanup_clients} clients, then SIGKILL (load {load_now()}) ...",
+        )
+        fleets = {
+            "plain": Child(
+                run_killable_clients,
+                "fleet-kill-plain",
+                settings=settings,
+                region=REGION,
+                prefix="kill-p",
+                count=half,
+                durable_client_timeout_s=None,
+            ),
+            "durable": Child(
+                run_killable_clients,
+                "fleet-kill-durable",
+                settings=settings,
+                region=REGION,
+                prefix="kill-d",
+                count=options.cleanup_clients - half,
+                durable_client_timeout_s=CLEANUP_DURABLE_TIMEOUT_S,
+            ),
+        }
+        ids = {
+            "plain": {f"kill-p-{n}" for n in range(half)},
+            "durable": {f"kill-d-{n}" for n in range(options.cleanup_clients - half)},
+        }
+        for child in fleets.values():
+            child.start()
+        try:
+            for child in fleets.values():
+                child.wait_ready(60 + 2 * options.cleanup_clients)
+            added = namespace_partitions(services) - before
+        finally:
+            load = load_now()
+            for child in fleets.values():
+                if child.pid is not None:
+                    os.kill(child.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        client = redis.Redis.from_url(services.redis_url)
+        gone_s: dict[str, float] = {}
+        deadline = killed + CLEANUP_SILENCE_MS / 1000 + CLEANUP_DURABLE_TIMEOUT_S + 120
+        while len(gone_s) < 2 and time.monotonic() < deadline:
+            left = _left(services, client)
+            for kind, kind_ids in ids.items():
+                if kind not in gone_s and not kind_ids & left:
+                    gone_s[kind] = time.monotonic() - killed
+            time.sleep(0.2)
+        for child in fleets.values():
+            child.stop()
+        plain_limit = CLEANUP_SILENCE_MS / 1000 + CLEANUP_MARGIN_S
+        durable_limit = CLEANUP_DURABLE_TIMEOUT_S + CLEANUP_MARGIN_S
+        plain = gone_s.get("plain", math.inf)
+        durable = gone_s.get("durable", math.inf)
+        run.add(
+            Figure(
+                "cleanup",
+                f"Kafka partitions added by {options.cleanup_clients} clients",
+                added,
+                "0",
+                added == 0,
+                2 * options.cleanup_clients,
+                "two topics per client before",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "cleanup",
+                "non-durable gone after SIGKILL (s)",
+                plain,
+                f"<= {plain_limit:.1f}",
+                plain <= plain_limit,
+                CLEANUP_SILENCE_MS / 1000,
+                "silence window",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "cleanup",
+                "durable gone after SIGKILL (s)",
+                durable,
+                f"<= {durable_limit:.1f}",
+                durable <= durable_limit,
+                CLEANUP_DURABLE_TIMEOUT_S,
+                "durable_client_timeout_s",
+                load,
+            )
+        )
+
+
+def _left(services: Services, client: redis.Redis) -> set[str]:
+    """Client ids of the namespace that still have anything: a record, a Redis key or a
+    consumer group."""
+    keys = RedisKeys(services.namespace)
+    left = {k.decode() for k in client.hkeys(keys.clients)}
+    for key in client.scan_iter(match=f"{keys.prefix}interest:*", count=1000):
+        left.add(key.decode().rsplit(":", 1)[-1])
+    topics = Topics(services.namespace)
+    for group in consumer_groups(services):
+        client_id = topics.client_of_group(group)
+        if client_id is not None:
+            left.add(client_id)
+    return left
