@@ -318,7 +318,8 @@ class InterestRegistry:
         """Install a registration for one bucket and persist it.
 
         Args:
-            client_id: The subscriber (its queue is ``{ns}.queue.<client_id>``).
+            client_id: The subscriber (its queue is its partition of the shared
+                ``{ns}.queues[.<principal>]``).
             region: Region name.
             spec: The registration.
             bucket: The bucket whose operations are routed by it from now on.

@@ -13,7 +13,8 @@ client produces (to ``{ns}.ops`` and ``{ns}.control``) carries three Kafka heade
     (which hold the operations and their EventIDs).
 
 The other direction uses the same headers: what a cache server produces for one client
-(replies to ``{ns}.reply.<client>``, events and markers to ``{ns}.queue.<client>``) is
+(replies to its partition of ``{ns}.replies[.<principal>]``, events and markers to its
+partition of ``{ns}.queues[.<principal>]``) is
 signed as :data:`SERVER_PRINCIPAL` with the MAC key of the *client's* principal, which the
 servers hold and the client derives from its secret. A client with a principal accepts
 only messages that verify so (:meth:`Signer.check_from_server`): whoever can produce to

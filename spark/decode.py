@@ -362,7 +362,7 @@ def read_messages(
         spark: A session with the connector on its classpath
         (:func:`regionbus.spark.session.local_session`).
         kafka_bootstrap_servers: Kafka.
-        subscribe: Topic name(s), comma separated (``{ns}.events``, ``{ns}.queue.<client>``,
+        subscribe: Topic name(s), comma separated (``{ns}.events``, ``{ns}.queues``,
             ``{ns}.gw.<sender>``, ...).
         kafka_config: librdkafka settings (without the ``kafka.`` prefix), translated for the
             JVM client by :func:`regionbus.spark.format.jvm_kafka_options`.

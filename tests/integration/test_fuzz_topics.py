@@ -3,8 +3,8 @@ them, valid traffic around it is applied, and every broken message on a server o
 topic is dead-lettered with its reason.
 
 Topics fuzzed, with a seeded ``random.Random`` (the same messages every run): site A's
-``{ns}.ops`` and ``{ns}.control`` (cache server), a client's ``{ns}.queue.<id>`` and
-``{ns}.reply.<id>`` (ClientCache), ``{ns}.gw.<sender>`` (gateway sender queue),
+``{ns}.ops`` and ``{ns}.control`` (cache server), a client's partition of the shared
+``{ns}.queues`` and ``{ns}.replies`` (ClientCache), ``{ns}.gw.<sender>`` (gateway sender queue),
 ``{ns}.aeq.<queue>`` (async event queue); site B's ``{ns}.gwr.<receiver>`` (gateway
 receiver) and the sender's ack topic ``{ns}.gwack.<site>.<sender>``. The garbage: random
 bytes, empty and null values, truncated, byte-flipped, retyped and re-magicked valid frames,
