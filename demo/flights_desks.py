@@ -43,11 +43,31 @@ from regionbus.clients import (
     ClientSettings,
     EntryEvent,
     InterestResultPolicy,
+    Region,
 )
 from regionbus.schemas.errors import RegionBusError
+from regionbus.schemas.limits import MAX_KEYS_PER_REGISTRATION
 
 REGION = "flights"
 """Name of the replayed region."""
+
+
+def register_keys(region: Region, keys: tuple[str, ...], **options: Any) -> None:
+    """Register interest in ``keys``, in as many calls as the limit of keys per registration
+    asks (``MAX_KEYS_PER_REGISTRATION``; a year's flights of one airport is over it).
+
+    Args:
+        region: The desk's region.
+        keys: The flight keys.
+        **options: ``Region.register_interest``'s keyword arguments (``durable``, ``policy``,
+            ``receive_values``), the same for every call.
+
+    Raises:
+        ServerTimeoutError: a registration was not answered within ``read_timeout_ms``.
+        RegionBusError: the servers refused a registration.
+    """
+    for start in range(0, len(keys), MAX_KEYS_PER_REGISTRATION):
+        region.register_interest(list(keys[start : start + MAX_KEYS_PER_REGISTRATION]), **options)
 
 
 class DeskError(RegionBusError):
@@ -251,7 +271,7 @@ class Desk:
                 assert spec.regex is not None
                 self.region.register_interest_regex(spec.regex)
             elif spec.kind is DeskKind.AIRPORT:
-                self.region.register_interest(list(spec.keys))
+                register_keys(self.region, spec.keys)
         except BaseException:
             self.cache.close()
             raise

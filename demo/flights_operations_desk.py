@@ -28,6 +28,7 @@ from regionbus.demo.flights_desks import (
     DurableLog,
     EventCounts,
     Phase,
+    register_keys,
 )
 
 
@@ -146,7 +147,7 @@ class OperationsDesk:
         self.log.cache_at_live = None
         self.log.applied_before_live = {}
         if register:
-            self.region.register_interest(list(self.spec.keys), durable=True)
+            register_keys(self.region, self.spec.keys, durable=True)
         cache.ready_for_events()
         if not listener.live.wait(self._wait_s):
             raise DeskError(f"{self.spec.name}: no marker within {self._wait_s} s")
