@@ -512,8 +512,10 @@ def main(
     )
     options = ScalingOptions(**values)
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    points = run_or_exit(lambda: run(options, console), console)
-    geode = run_or_exit(lambda: geode_points(options, console), console)
+    # One heartbeat and log folder for both: Geode's members log beside regionbus's.
+    points, geode = run_or_exit(
+        lambda: (run(options, console), geode_points(options, console)), console
+    )
     print_table(points, options, console, geode)
     table = markdown_table(points, options.fixed_subscribers, geode)
     if markdown is not None:

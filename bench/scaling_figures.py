@@ -334,7 +334,7 @@ def plot_lines(
         ]
         panels[(name, "cpu")] = [
             line("regionbus server", [p.server_cpu_us_per_op for p in members], "o-"),
-            line("Kafka", [p.kafka_cpu_us_per_op for p in members], "s--"),
+            line("Kafka broker", [p.kafka_cpu_us_per_op for p in members], "s-"),
         ]
     if geode:
         ordered = sorted(geode, key=lambda g: g.subscribers)
