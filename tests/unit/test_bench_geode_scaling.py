@@ -4,11 +4,17 @@ regionbus's, bench.all's rows and the plot's lines."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 
-from bench.peers.geode_figures import parse
+import pytest
+from rich.console import Console
+
+from bench import progress
+from bench.peers import geode_scaling
+from bench.peers.geode_figures import GeodeFigures, parse
 from bench.peers.geode_scaling import (
     DEFAULT_COUNTS,
     FIXED_BYTES,
@@ -19,6 +25,8 @@ from bench.peers.geode_scaling import (
     geode_point,
     point_bytes,
 )
+from bench.peers.jvm import PeerSetupError
+from bench.scaling import ScalingOptions, geode_points
 from bench.scaling_figures import (
     COLUMNS,
     GEODE_COLUMNS,
@@ -190,3 +198,59 @@ def test_geode_is_a_dotted_line_on_the_subscriber_series_cpu_and_rate_panels_onl
 def test_the_plot_with_geode_is_written(tmp_path: Path) -> None:
     path = plot(_RB, 10, tmp_path / "scaling.png", _GEODE)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=300), out
+
+
+def _measure(counts: list[int], console: Console) -> list[GeodePoint]:
+    return geode_scaling.measure(
+        counts, ops=10, value_bytes=100, key_space=10, idle_timeout_s=1.0, console=console
+    )
+
+
+def test_missing_geode_jars_skip_geode_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> Path:
+        raise PeerSetupError("scripts/bootstrap.sh --peers failed (1): no Maven")
+
+    monkeypatch.setattr(geode_scaling, "ensure_geode_jars", missing)
+    console, out = _console()
+    assert _measure([1, 10], console) == []
+    assert "Apache Geode skipped: its jars or Java are missing" in out.getvalue()
+    assert "no Maven" in out.getvalue() and "--no-geode" in out.getvalue()
+
+
+def test_a_count_that_does_not_fit_is_skipped_saying_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ran: list[int] = []
+    monkeypatch.setattr(geode_scaling, "ensure_geode_jars", lambda: tmp_path)
+    monkeypatch.setattr(geode_scaling, "available_bytes", lambda: 4 * GIB)
+    monkeypatch.setattr(progress, "current_log_dir", lambda: tmp_path)
+
+    def harness(options: dict[str, object], work_dir: Path, timeout_s: float) -> GeodeFigures:
+        subscribers = int(str(options["subscribers"]))
+        ran.append(subscribers)
+        answer = json.loads(json.dumps(SCALING_ANSWER))
+        answer["throughput"]["subscribers"] = subscribers
+        return parse(json.dumps(answer))
+
+    monkeypatch.setattr(geode_scaling, "run_harness", harness)
+    console, out = _console()
+    points = _measure([60, 1], console)
+    assert ran == [1] and [p.subscribers for p in points] == [1]
+    assert "Apache Geode at 60 subscribers skipped" in out.getvalue()
+
+
+def test_no_geode_runs_nothing_and_says_so() -> None:
+    console, out = _console()
+    options = ScalingOptions(
+        subscriber_counts=(1,), bucket_counts=(16,), fixed_subscribers=1,
+        subscribers_per_process=25, ops=10, rate=10, latency_seconds=1.0, value_bytes=100,
+        fetch_wait_max_ms=100, linger_ms=1, window=10, key_space=10, warmup_seconds=0.0,
+        idle_timeout_s=1.0, geode=False,
+    )  # fmt: skip
+    assert geode_points(options, console) == []
+    assert "Apache Geode not run (--no-geode)" in out.getvalue()
