@@ -16,6 +16,13 @@
     the subscribers share one registration (one record per partition of the shared queue
     topic, `regionbus.broker.audiences`), where routing client by client grew with it.
 
+Apache Geode stands beside the subscriber series (``--geode-subscribers``, off with
+``--no-geode``): its 1.15.1 cache server's CPU microseconds per put, puts/s and events/s
+with that many subscriber client caches holding ``ALL_KEYS`` interest, a JVM each, so
+memory bounds the count (``bench.peers.geode_scaling``). It runs after regionbus's points
+and their baselines, once the stack has stopped; it is skipped, saying why, when Java or
+the Geode jars are missing or a count does not fit in memory.
+
 Subscribers are ``bench.workers.run_subscribers`` children of at most
 ``--subscribers-per-process`` clients each (100 subscribers: 4 processes of 25; the raw
 fan-out baseline's consumers are spread the same way). A bucket
@@ -26,7 +33,8 @@ produce → N consumers msg/s beside events/s (once per subscriber count), the t
 beside the latency (once). Raw Kafka has no buckets, so a bucket point is compared with the
 same 16-partition baselines. The load average before each point is printed and kept.
 
-It prints a table, writes it as Markdown (``--markdown``, for ``bench/RESULTS.md``) and
+It prints the tables (with Geode's, a third: the subscriber series beside Geode), writes
+them as Markdown (``--markdown``, for ``bench/RESULTS.md``) and
 plots both series (``--plot``, default ``bench/scaling.png``); the figures, table and plot
 are ``bench.scaling_figures``. Machines are noisy: compare the shapes and ratios, not the
 absolute figures (``bench/README.md``).
@@ -60,12 +68,17 @@ from bench.options import (
     linger_option,
     value_bytes_option,
 )
+from bench.peers import geode_scaling
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.report import Latency, Throughput, latency, throughput
 from bench.scaling_figures import (
     COLUMNS,
+    GEODE_COLUMNS,
+    GeodePoint,
     PointFigures,
     cells,
+    geode_cells,
+    geode_title,
     markdown_table,
     merge_results,
     plot,
@@ -106,6 +119,8 @@ class ScalingOptions:
     key_space: int
     warmup_seconds: float
     idle_timeout_s: float
+    geode: bool = True
+    geode_subscriber_counts: tuple[int, ...] = geode_scaling.DEFAULT_COUNTS
 
     def bench_options(self, subscribers: int) -> BenchOptions:
         """The ``bench.core`` options of one point (what ``bench.raw`` and the writers take)."""
@@ -336,8 +351,30 @@ def raw_baselines(
     ]
 
 
-def print_table(points: Sequence[PointFigures], options: ScalingOptions, console: Console) -> None:
-    """Print both series, each rate with its ratio to the raw baseline."""
+def geode_points(options: ScalingOptions, console: Console) -> list[GeodePoint]:
+    """Apache Geode at every ``--geode-subscribers`` count that fits in memory (none with
+    ``--no-geode``), on ``--ops`` puts after as many not counted."""
+    if not options.geode:
+        console.print("Apache Geode not run (--no-geode)", style="dim")
+        return []
+    return geode_scaling.measure(
+        options.geode_subscriber_counts,
+        ops=options.ops,
+        value_bytes=options.value_bytes,
+        key_space=options.key_space,
+        idle_timeout_s=options.idle_timeout_s,
+        console=console,
+    )
+
+
+def print_table(
+    points: Sequence[PointFigures],
+    options: ScalingOptions,
+    console: Console,
+    geode: Sequence[GeodePoint] = (),
+) -> None:
+    """Print both series, each rate with its ratio to the raw baseline; then, with Geode's
+    points, the subscriber series beside them."""
     for name, members in series(points, options.fixed_subscribers).items():
         table = Table(
             title=f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s"
@@ -346,6 +383,13 @@ def print_table(points: Sequence[PointFigures], options: ScalingOptions, console
             table.add_column(column, justify="right")
         for point in members:
             table.add_row(*cells(point))
+        console.print(table)
+    if geode:
+        table = Table(title=f"{geode_title(geode)}: {options.ops:,} puts")
+        for column in GEODE_COLUMNS:
+            table.add_column(column, justify="right")
+        for row in geode_cells(points, geode):
+            table.add_row(*row)
         console.print(table)
 
 
@@ -423,6 +467,27 @@ def _counts(text: str) -> tuple[int, ...]:
 @click.option("--warmup-seconds", default=1.0, show_default=True, help="Latency not counted.")
 @idle_timeout_option
 @click.option(
+    "--geode/--no-geode",
+    default=True,
+    show_default=True,
+    help="Run Apache Geode beside the subscriber series (skipped, saying why, when Java or "
+    "its jars are missing).",
+)
+@click.option(
+    "--geode-subscribers",
+    "geode_subscriber_counts",
+    default=",".join(str(n) for n in geode_scaling.DEFAULT_COUNTS),
+    show_default=True,
+    callback=lambda _c, _p, v: _counts(v),
+    help="Subscriber counts of Apache Geode's points, a JVM each. Memory bounds them: a "
+    f"subscriber JVM (-Xmx{geode_scaling.SUBSCRIBER_HEAP}, serial GC, C1 only) was 123 MiB "
+    f"resident here, budgeted {geode_scaling.SUBSCRIBER_RSS_BYTES // geode_scaling.MIB} MiB, "
+    f"plus {geode_scaling.FIXED_BYTES // geode_scaling.GIB} GiB for the server and writer, "
+    f"within {geode_scaling.MEMORY_BUDGET_BYTES // geode_scaling.GIB} GiB (half this shared "
+    "machine): 64 fit. A count over that, or over 80% of the memory available at the "
+    "time, is skipped and said so.",
+)
+@click.option(
     "--markdown",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -447,16 +512,27 @@ def main(
     )
     options = ScalingOptions(**values)
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    points = run_or_exit(lambda: run(options, console), console)
-    print_table(points, options, console)
-    table = markdown_table(points, options.fixed_subscribers)
+    # One heartbeat and log folder for both: Geode's members log beside regionbus's.
+    points, geode = run_or_exit(
+        lambda: (run(options, console), geode_points(options, console)), console
+    )
+    print_table(points, options, console, geode)
+    table = markdown_table(points, options.fixed_subscribers, geode)
     if markdown is not None:
         markdown.write_text(table, encoding="utf-8")
         console.print(f"markdown written to {markdown}")
-    console.print(f"plot written to {plot(points, options.fixed_subscribers, plot_path)}")
-    emit(summary_rows(points))
+    console.print(f"plot written to {plot(points, options.fixed_subscribers, plot_path, geode)}")
+    emit(summary_rows(points, geode))
     if as_json:
-        print(json.dumps({**asdict(options), "points": [asdict(p) for p in points]}))
+        print(
+            json.dumps(
+                {
+                    **asdict(options),
+                    "points": [asdict(p) for p in points],
+                    "geode_points": [asdict(g) for g in geode],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The pure parts of ``bench.scaling``: one point's figures, the two series, the Markdown
-table, ``bench.all``'s summary rows and the plot (matplotlib, Agg: no display needed), and
-how subscribers are spread over child processes and their results joined.
+"""The pure parts of ``bench.scaling``: one point's figures, the two series, Apache Geode's
+points beside the subscriber series, the Markdown tables, ``bench.all``'s summary rows and
+the plot (matplotlib, Agg: no display needed), and how subscribers are spread over child
+processes and their results joined.
 """
 
 from __future__ import annotations
@@ -50,6 +51,33 @@ class PointFigures:
     raw_p99_ms: float = math.nan
     server_cpu_us_per_op: float = math.nan
     kafka_cpu_us_per_op: float = math.nan
+    load_average: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+
+
+@dataclass(frozen=True, slots=True)
+class GeodePoint:
+    """What the Apache Geode harness measured at one subscriber count
+    (``bench.peers.geode_scaling``).
+
+    Attributes:
+        subscribers: Subscriber client caches (a JVM each), each with ``ALL_KEYS`` interest.
+        version: Geode's version, e.g. ``"1.15.1"``.
+        ops_per_s: Acknowledged puts per second (16 writer threads, synchronous puts).
+        delivered_per_s: Events received per second, summed over the subscribers.
+        complete: Every subscriber got every acknowledged put.
+        server_cpu_us_per_op: The Geode cache server's CPU microseconds per put, until
+            every subscriber had them (NaN when unknown).
+        subscriber_rss_bytes: The largest resident size of a subscriber JVM, in bytes.
+        load_average: The 1, 5 and 15 minute load averages before the harness ran.
+    """
+
+    subscribers: int
+    version: str
+    ops_per_s: float
+    delivered_per_s: float
+    complete: bool
+    server_cpu_us_per_op: float
+    subscriber_rss_bytes: float = math.nan
     load_average: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
 
@@ -117,9 +145,75 @@ def cells(point: PointFigures) -> list[str]:
     ]
 
 
-def markdown_table(points: Iterable[PointFigures], fixed_subscribers: int) -> str:
+GEODE_COLUMNS: tuple[str, ...] = (
+    "subscribers",
+    "server CPU µs per put: regionbus / Geode",
+    "regionbus ÷ Geode",
+    "ops applied/s: regionbus / Geode",
+    "events delivered/s: regionbus / Geode",
+    "Geode subscriber JVM MiB",
+    "load avg before: regionbus / Geode",
+)
+
+
+def geode_cells(points: Iterable[PointFigures], geode: Iterable[GeodePoint]) -> list[list[str]]:
+    """The rows of the regionbus-beside-Geode table: one per subscriber count of either
+    (regionbus's subscriber series, Geode's points), by count; a side that did not run at
+    a count reads ``n/a``.
+
+    Args:
+        points: regionbus's points (only those at the default bucket count are used).
+        geode: Geode's points.
+    """
+    ours = {p.subscribers: p for p in points if p.buckets == DEFAULT_TOTAL_BUCKETS}
+    theirs = {g.subscribers: g for g in geode}
+    nan3 = (math.nan, math.nan, math.nan)
+    rows = []
+    for count in sorted(ours.keys() | theirs.keys()):
+        p, g = ours.get(count), theirs.get(count)
+        ours_cpu = p.server_cpu_us_per_op if p else math.nan
+        theirs_cpu = g.server_cpu_us_per_op if g else math.nan
+        rss = g.subscriber_rss_bytes / (1024 * 1024) if g else math.nan
+        rows.append(
+            [
+                str(count),
+                f"{_number(ours_cpu)} / {_number(theirs_cpu)}",
+                _ratio(ours_cpu, theirs_cpu),
+                f"{_number(p.ops_per_s if p else math.nan)}"
+                f" / {_number(g.ops_per_s if g else math.nan)}",
+                f"{_number(p.delivered_per_s if p else math.nan)}"
+                + ("" if p is None or p.complete else " incomplete")
+                + f" / {_number(g.delivered_per_s if g else math.nan)}"
+                + ("" if g is None or g.complete else " incomplete"),
+                _number(rss),
+                f"{_load(p.load_average if p else nan3)} / {_load(g.load_average if g else nan3)}",
+            ]
+        )
+    return rows
+
+
+def _load(load_average: tuple[float, float, float]) -> str:
+    if all(math.isnan(x) for x in load_average):
+        return "n/a"
+    return " ".join(f"{x:.1f}" for x in load_average)
+
+
+def geode_title(geode: Sequence[GeodePoint]) -> str:
+    """The title of the regionbus-beside-Geode table, naming Geode's version."""
+    version = geode[0].version if geode else "n/a"
+    return (
+        f"Subscribers sharing ALL_KEYS: regionbus ({DEFAULT_TOTAL_BUCKETS} buckets) beside "
+        f"Apache Geode {version} (one cache server, a JVM per subscriber)"
+    )
+
+
+def markdown_table(
+    points: Iterable[PointFigures], fixed_subscribers: int, geode: Sequence[GeodePoint] = ()
+) -> str:
     """Both series as Markdown: one table per series, each rate with its ratio to the raw
-    baseline in brackets; the shape to read is down a column."""
+    baseline in brackets; the shape to read is down a column. With Geode's points, a third
+    table puts them beside the subscriber series (:func:`geode_cells`)."""
+    points = list(points)
     lines: list[str] = []
     titles = {
         "subscribers": f"### Subscribers ({DEFAULT_TOTAL_BUCKETS} buckets)",
@@ -136,12 +230,30 @@ def markdown_table(points: Iterable[PointFigures], fixed_subscribers: int) -> st
             *("| " + " | ".join(cells(p)) + " |" for p in members),
             "",
         ]
+    if geode:
+        lines += [
+            f"### {geode_title(geode)}",
+            "",
+            "| " + " | ".join(GEODE_COLUMNS) + " |",
+            "|" + "---:|" * (len(GEODE_COLUMNS) - 1) + "---|",
+            *("| " + " | ".join(row) + " |" for row in geode_cells(points, geode)),
+            "",
+        ]
     return "\n".join(lines)
 
 
-def summary_rows(points: Iterable[PointFigures]) -> list[SummaryRow]:
-    """``bench.all``'s rows: ops/s, events/s and p99 of every point beside its baseline."""
-    rows = []
+SCALING_VS_GEODE = "scaling vs Apache Geode"
+
+
+def summary_rows(
+    points: Iterable[PointFigures], geode: Iterable[GeodePoint] = ()
+) -> list[SummaryRow]:
+    """``bench.all``'s rows: ops/s, events/s and p99 of every point beside its baseline;
+    and the server CPU per put of every Geode point beside regionbus's at its count (NaN
+    where regionbus's subscriber series has no such count)."""
+    points = list(points)
+    ours = {p.subscribers: p for p in points if p.buckets == DEFAULT_TOTAL_BUCKETS}
+    rows: list[SummaryRow] = []
     for p in points:
         at = f"{p.subscribers} subscribers, {p.buckets} buckets"
         rows += [
@@ -162,17 +274,97 @@ def summary_rows(points: Iterable[PointFigures]) -> list[SummaryRow]:
                 p.kafka_cpu_us_per_op, "Kafka CPU µs per put", higher_is_better=False,
             ),
         ]  # fmt: skip
+    rows += [
+        SummaryRow(
+            SCALING_VS_GEODE,
+            f"server CPU µs per put ({g.subscribers} subscribers)",
+            ours[g.subscribers].server_cpu_us_per_op if g.subscribers in ours else math.nan,
+            g.server_cpu_us_per_op,
+            f"Geode {g.version} server CPU µs per put",
+            higher_is_better=False,
+        )
+        for g in geode
+    ]
     return rows
 
 
-def plot(points: Iterable[PointFigures], fixed_subscribers: int, path: Path) -> Path:
-    """Write a PNG of both series: rates (log scale) and latencies against subscribers
-    and against buckets, raw baselines dashed.
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of a panel of the plot: ``style`` is matplotlib's format string (solid:
+    regionbus, dashed: raw Kafka, dotted: Apache Geode)."""
+
+    label: str
+    xs: list[int]
+    ys: list[float]
+    style: str
+
+
+PANELS: tuple[tuple[str, str], ...] = (
+    ("rates", "per second"),
+    ("latencies", "milliseconds"),
+    ("cpu", "CPU µs per put"),
+)
+"""The rows of the plot: its panels' names and y units."""
+
+
+def plot_lines(
+    points: Iterable[PointFigures], fixed_subscribers: int, geode: Sequence[GeodePoint] = ()
+) -> dict[tuple[str, str], list[Line]]:
+    """The lines of every panel, by ``(series, panel)``: series ``"subscribers"`` /
+    ``"buckets"``, panel one of :data:`PANELS`. Geode's points (by subscriber count) are on
+    the subscriber series' rates and CPU panels."""
+    panels: dict[tuple[str, str], list[Line]] = {}
+    for name, members in series(points, fixed_subscribers).items():
+        xs = [p.subscribers if name == "subscribers" else p.buckets for p in members]
+
+        def line(label: str, ys: list[float], style: str, xs: list[int] = xs) -> Line:
+            return Line(label, xs, ys, style)
+
+        panels[(name, "rates")] = [
+            line("ops applied/s", [p.ops_per_s for p in members], "o-"),
+            line("events delivered/s", [p.delivered_per_s for p in members], "s-"),
+            line("raw produce→consume", [p.raw_ops_per_s for p in members], "o--"),
+            line("raw produce→N consumers", [p.raw_delivered_per_s for p in members], "s--"),
+        ]
+        panels[(name, "latencies")] = [
+            line("put→listener p50", [p.p50_ms for p in members], "o-"),
+            line("put→listener p99", [p.p99_ms for p in members], "s-"),
+            line("raw relay p50", [p.raw_p50_ms for p in members], "o--"),
+            line("raw relay p99", [p.raw_p99_ms for p in members], "s--"),
+        ]
+        panels[(name, "cpu")] = [
+            line("regionbus server", [p.server_cpu_us_per_op for p in members], "o-"),
+            line("Kafka broker", [p.kafka_cpu_us_per_op for p in members], "s-"),
+        ]
+    if geode:
+        ordered = sorted(geode, key=lambda g: g.subscribers)
+        counts = [g.subscribers for g in ordered]
+        name = f"Geode {ordered[0].version}"
+        panels[("subscribers", "rates")] += [
+            Line(f"{name} puts/s", counts, [g.ops_per_s for g in ordered], "o:"),
+            Line(f"{name} events/s", counts, [g.delivered_per_s for g in ordered], "s:"),
+        ]
+        panels[("subscribers", "cpu")].append(
+            Line(f"{name} server", counts, [g.server_cpu_us_per_op for g in ordered], "^:")
+        )
+    return panels
+
+
+def plot(
+    points: Iterable[PointFigures],
+    fixed_subscribers: int,
+    path: Path,
+    geode: Sequence[GeodePoint] = (),
+) -> Path:
+    """Write a PNG of both series: rates, latencies and the server's CPU per put (log
+    scales) against subscribers and against buckets; raw baselines dashed, Apache Geode
+    dotted (:func:`plot_lines`).
 
     Args:
         points: The figures.
         fixed_subscribers: The subscriber count of the bucket series.
         path: Where the PNG goes (its folder must exist).
+        geode: Apache Geode's points, beside the subscriber series.
 
     Returns:
         ``path``.
@@ -182,35 +374,32 @@ def plot(points: Iterable[PointFigures], fixed_subscribers: int, path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_series = series(points, fixed_subscribers)
-    figure, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
-    for column, (name, members) in enumerate(by_series.items()):
-        xs = [p.subscribers if name == "subscribers" else p.buckets for p in members]
-        rates, latencies = axes[0][column], axes[1][column]
-        rates.plot(xs, [p.ops_per_s for p in members], "o-", label="ops applied/s")
-        rates.plot(xs, [p.delivered_per_s for p in members], "s-", label="events delivered/s")
-        rates.plot(xs, [p.raw_ops_per_s for p in members], "o--", label="raw produce→consume")
-        rates.plot(
-            xs, [p.raw_delivered_per_s for p in members], "s--", label="raw produce→N consumers"
-        )
-        latencies.plot(xs, [p.p50_ms for p in members], "o-", label="put→listener p50")
-        latencies.plot(xs, [p.p99_ms for p in members], "s-", label="put→listener p99")
-        latencies.plot(xs, [p.raw_p50_ms for p in members], "o--", label="raw relay p50")
-        latencies.plot(xs, [p.raw_p99_ms for p in members], "s--", label="raw relay p99")
+    panels = plot_lines(points, fixed_subscribers, geode)
+    figure, axes = plt.subplots(len(PANELS), 2, figsize=(11, 11), constrained_layout=True)
+    for column, name in enumerate(("subscribers", "buckets")):
         label = (
             f"subscribers ({DEFAULT_TOTAL_BUCKETS} buckets)"
             if name == "subscribers"
             else f"buckets ({fixed_subscribers} subscribers)"
         )
-        for axis, unit in ((rates, "per second"), (latencies, "milliseconds")):
+        for row, (panel, unit) in enumerate(PANELS):
+            axis = axes[row][column]
+            lines = panels[(name, panel)]
+            for line in lines:
+                axis.plot(line.xs, line.ys, line.style, label=line.label)
+            ticks = sorted({x for line in lines for x in line.xs})
             axis.set_xscale("log")
             axis.set_yscale("log")
             axis.set_xlabel(label)
             axis.set_ylabel(unit)
-            axis.set_xticks(xs, [str(x) for x in xs])
+            axis.set_xticks(ticks, [str(x) for x in ticks])
             axis.grid(True, which="both", alpha=0.3)
             axis.legend(fontsize="small")
-    figure.suptitle("regionbus scaling (dashed: raw Kafka, same run)")
+    figure.suptitle(
+        "regionbus scaling (dashed: raw Kafka, dotted: Apache Geode, same run)"
+        if geode
+        else "regionbus scaling (dashed: raw Kafka, same run)"
+    )
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
@@ -241,11 +430,19 @@ def process_sizes(clients: int, per_process: int) -> list[int]:
 
 __all__ = [
     "COLUMNS",
+    "GEODE_COLUMNS",
+    "PANELS",
+    "SCALING_VS_GEODE",
+    "GeodePoint",
+    "Line",
     "PointFigures",
     "cells",
+    "geode_cells",
+    "geode_title",
     "markdown_table",
     "merge_results",
     "plot",
+    "plot_lines",
     "process_sizes",
     "series",
     "summary_rows",

@@ -66,8 +66,15 @@ class GeodeFigures:
         p50_ms: put → listener latency, median, in ms (paced puts, after the warm-up).
         p99_ms: The same, 99th percentile.
         max_ms: The same, largest.
-        latency_samples: Puts counted in the latency figures.
+        latency_samples: Puts counted in the latency figures (0 when the latency phase
+            did not run; its figures are then NaN).
         failover: The failover phase, when it ran.
+        server_cpu_us_per_put: The cache server's user + system CPU microseconds per
+            acknowledged put of the throughput phase, until every subscriber had them
+            (fan-out to every subscriber included); NaN when the harness could not read it.
+        server_rss_bytes: The cache server's resident set size after the throughput phase.
+        subscriber_rss_max_bytes: The largest resident set size of a subscriber JVM after
+            the throughput phase (what a subscriber costs in memory).
     """
 
     version: str
@@ -82,10 +89,18 @@ class GeodeFigures:
     max_ms: float
     latency_samples: int
     failover: GeodeFailover | None
+    server_cpu_us_per_put: float = math.nan
+    server_rss_bytes: float = math.nan
+    subscriber_rss_max_bytes: float = math.nan
 
 
 def _float(value: Any) -> float:
     return math.nan if value is None else float(value)
+
+
+def _bytes(value: Any) -> float:
+    """A size the harness reports as -1 when it could not read it: NaN then."""
+    return math.nan if value is None or float(value) < 0 else float(value)
 
 
 def parse(stdout: str) -> GeodeFigures:
@@ -102,7 +117,9 @@ def parse(stdout: str) -> GeodeFigures:
         raise ValueError(f"the Geode harness printed no figures: {stdout[-500:]!r}")
     try:
         answer = json.loads(lines[-1])
-        throughput, latency = answer["throughput"], answer["latency"]
+        throughput = answer["throughput"]
+        # Absent when the harness ran with --latency false (bench.scaling's Geode points).
+        latency = answer.get("latency", {"latency_samples": 0})
         failover = answer.get("failover")
         return GeodeFigures(
             version=str(answer["geode_version"]),
@@ -112,10 +129,13 @@ def parse(stdout: str) -> GeodeFigures:
             writer_threads=int(throughput["writer_threads"]),
             acked=int(throughput["acked"]),
             complete=bool(throughput["complete"]),
-            p50_ms=_float(latency["p50_ms"]),
-            p99_ms=_float(latency["p99_ms"]),
-            max_ms=_float(latency["max_ms"]),
+            p50_ms=_float(latency.get("p50_ms")),
+            p99_ms=_float(latency.get("p99_ms")),
+            max_ms=_float(latency.get("max_ms")),
             latency_samples=int(latency["latency_samples"]),
+            server_cpu_us_per_put=_float(throughput.get("server_cpu_us_per_put")),
+            server_rss_bytes=_bytes(throughput.get("server_rss_bytes")),
+            subscriber_rss_max_bytes=_bytes(throughput.get("subscriber_rss_max_bytes")),
             failover=None
             if failover is None
             else GeodeFailover(

@@ -8,6 +8,9 @@ import java.io.OutputStreamWriter;
 import java.io.Writer;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -22,10 +25,17 @@ final class Child implements AutoCloseable {
   private final LinkedBlockingQueue<String> replies = new LinkedBlockingQueue<>();
 
   Child(String name, File workDir, String heap, String... args) throws IOException {
+    this(name, workDir, heap, List.of(), args);
+  }
+
+  /** A child JVM with {@code -Xmx<heap>} and the further JVM options jvmOptions. */
+  Child(String name, File workDir, String heap, List<String> jvmOptions, String... args)
+      throws IOException {
     this.name = name;
     List<String> command = new ArrayList<>();
     command.add(ProcessHandle.current().info().command().orElse("java"));
     command.add("-Xmx" + heap);
+    command.addAll(jvmOptions);
     // The module flags Geode needs on Java 17, as this JVM was started with them.
     for (String argument : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
       if (argument.startsWith("--add-")) {
@@ -66,6 +76,25 @@ final class Child implements AutoCloseable {
 
   long pid() {
     return process.pid();
+  }
+
+  /** User plus system CPU time of every thread of the child so far; null when unknown. */
+  Duration cpu() {
+    return process.info().totalCpuDuration().orElse(null);
+  }
+
+  /** The child's resident set size in bytes (VmRSS of /proc/<pid>/status); -1 when unknown. */
+  long rssBytes() {
+    try {
+      for (String line : Files.readAllLines(Path.of("/proc/" + process.pid() + "/status"))) {
+        if (line.startsWith("VmRSS:")) {
+          return Long.parseLong(line.replaceAll("[^0-9]", "")) * 1024;
+        }
+      }
+    } catch (IOException | NumberFormatException e) {
+      // not Linux, or the child is gone
+    }
+    return -1;
   }
 
   /** The payload of the next {@code @@<tag>} line, waiting up to timeoutS seconds. */

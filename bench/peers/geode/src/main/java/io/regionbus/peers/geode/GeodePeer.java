@@ -3,6 +3,7 @@ package io.regionbus.peers.geode;
 import java.io.File;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
@@ -32,12 +33,19 @@ import org.apache.geode.internal.GemFireVersion;
  *   <li>latency: puts paced at --rate for --latency-seconds to one cache server, one
  *       subscriber JVM (ALL_KEYS interest) recording put → listener latency;
  *   <li>throughput: --ops puts from --writer-threads threads (Geode's client put is
- *       synchronous; threads are its pipelining), --subscribers subscriber JVMs;
+ *       synchronous; threads are its pipelining), --subscribers subscriber JVMs, after
+ *       --warmup-ops puts (default 0) that every subscriber receives but no figure counts;
+ *       the cache server's CPU time over the counted puts (until every subscriber had them)
+ *       is its CPU per put, the cost of fanning out to the subscribers;
  *   <li>failover (unless --failover false): two servers, subscription-redundancy 1, puts of
  *       distinct keys at --failover-rate, and a SIGKILL of the subscriber's primary after
  *       --kill-after-s; lost and duplicate events at the listener. The survivor sees the
  *       primary go after --member-timeout-ms (Geode's member-timeout, 5000 by default).
  * </ol>
+ *
+ * <p>{@code --latency false} skips the latency phase. Subscriber JVMs get
+ * {@code -Xmx<--subscriber-heap>} (512m) and the space-separated {@code
+ * --subscriber-jvm-options} (none), so many of them fit in memory at once.
  *
  * <p>With {@code --cq <query>} every subscriber of the latency and throughput phases holds
  * that continuous query instead of ALL_KEYS interest (bench/cq.py's workload).
@@ -145,8 +153,11 @@ public final class GeodePeer {
             cache
                 .<String, byte[]>createClientRegionFactory(ClientRegionShortcut.PROXY)
                 .create(Members.REGION);
-        figures.put("latency", latency(region, port, valueBytes, idleTimeoutS));
-        figures.put("throughput", throughput(region, port, subscribers, valueBytes, idleTimeoutS));
+        if (Boolean.parseBoolean(options.getOrDefault("latency", "true"))) {
+          figures.put("latency", latency(region, port, valueBytes, idleTimeoutS));
+        }
+        figures.put(
+            "throughput", throughput(region, server, port, subscribers, valueBytes, idleTimeoutS));
         region.localDestroyRegion();
         if (failover) {
           figures.put("failover", failover(cache, valueBytes, idleTimeoutS));
@@ -167,7 +178,7 @@ public final class GeodePeer {
     progress("latency: " + rate + " puts/s for " + seconds + " s");
     try (Child subscriber =
         new Child(
-            "latency-subscriber", workDir, "512m",
+            "latency-subscriber", workDir, subscriberHeap(), subscriberJvmOptions(),
             "subscriber", "127.0.0.1:" + port, "0", logFile("latency-subscriber"), cq())) {
       subscriber.await("READY", 120);
       int total = Math.max(1, (int) (rate * seconds));
@@ -185,71 +196,123 @@ public final class GeodePeer {
     }
   }
 
+  /** The -Xmx of a subscriber JVM (--subscriber-heap, 512m). */
+  private String subscriberHeap() {
+    return options.getOrDefault("subscriber-heap", "512m");
+  }
+
+  /** Further JVM options of a subscriber JVM (--subscriber-jvm-options, space-separated). */
+  private List<String> subscriberJvmOptions() {
+    String text = options.getOrDefault("subscriber-jvm-options", "").trim();
+    return text.isEmpty() ? List.of() : List.of(text.split("\\s+"));
+  }
+
+  /** What one round of puts from the writer threads did. */
+  private record Round(long acked, long errors, long startNs, long lastAckNs) {}
+
+  private static Round write(
+      Region<String, byte[]> region, int ops, int keySpace, int writerThreads, int valueBytes)
+      throws InterruptedException {
+    AtomicLong next = new AtomicLong();
+    AtomicLong acked = new AtomicLong();
+    AtomicLong errors = new AtomicLong();
+    AtomicLong lastAckNs = new AtomicLong();
+    ExecutorService writers = Executors.newFixedThreadPool(writerThreads);
+    long startNs = Arrivals.nowNs();
+    for (int t = 0; t < writerThreads; t++) {
+      writers.execute(() -> {
+        for (long i = next.getAndIncrement(); i < ops; i = next.getAndIncrement()) {
+          try {
+            region.put("tp-" + (i % keySpace), stamped(valueBytes));
+            acked.incrementAndGet();
+          } catch (RuntimeException e) {
+            errors.incrementAndGet();
+          }
+          lastAckNs.accumulateAndGet(Arrivals.nowNs(), Math::max);
+        }
+      });
+    }
+    writers.shutdown();
+    writers.awaitTermination(1, TimeUnit.HOURS);
+    return new Round(acked.get(), errors.get(), startNs, lastAckNs.get());
+  }
+
+  /** Every subscriber's answer once it has {@code expected} events (or went idle). */
+  private static List<Map<String, Object>> expect(
+      List<Child> children, long expected, double idleTimeoutS) throws Exception {
+    for (Child child : children) {
+      child.send("EXPECT " + expected + " 0 " + (long) (idleTimeoutS * 1000));
+    }
+    List<Map<String, Object>> results = new ArrayList<>();
+    for (Child child : children) {
+      results.add(child.await("RESULT", idleTimeoutS + 180));
+    }
+    return results;
+  }
+
   private Map<String, Object> throughput(
-      Region<String, byte[]> region, int port, int subscribers, int valueBytes,
+      Region<String, byte[]> region, Child server, int port, int subscribers, int valueBytes,
       double idleTimeoutS) throws Exception {
     int ops = intOption("ops", 50_000);
+    int warmupOps = intOption("warmup-ops", 0);
     int keySpace = intOption("key-space", 10_000);
     int writerThreads = intOption("writer-threads", 16);
-    progress("throughput: " + ops + " puts from " + writerThreads + " threads, "
-        + subscribers + " subscribers");
+    progress("throughput: " + ops + " puts (after " + warmupOps + " not counted) from "
+        + writerThreads + " threads, " + subscribers + " subscribers");
     List<Child> children = new ArrayList<>();
     try {
       for (int i = 0; i < subscribers; i++) {
         children.add(new Child(
-            "subscriber-" + i, workDir, "512m",
+            "subscriber-" + i, workDir, subscriberHeap(), subscriberJvmOptions(),
             "subscriber", "127.0.0.1:" + port, "0", logFile("subscriber-" + i), cq()));
       }
       for (Child child : children) {
         child.await("READY", 60 + 10.0 * subscribers);
       }
-      AtomicLong next = new AtomicLong();
-      AtomicLong acked = new AtomicLong();
-      AtomicLong errors = new AtomicLong();
-      AtomicLong lastAckNs = new AtomicLong();
-      ExecutorService writers = Executors.newFixedThreadPool(writerThreads);
-      long startNs = Arrivals.nowNs();
-      for (int t = 0; t < writerThreads; t++) {
-        writers.execute(() -> {
-          for (long i = next.getAndIncrement(); i < ops; i = next.getAndIncrement()) {
-            try {
-              region.put("tp-" + (i % keySpace), stamped(valueBytes));
-              acked.incrementAndGet();
-            } catch (RuntimeException e) {
-              errors.incrementAndGet();
-            }
-            lastAckNs.accumulateAndGet(Arrivals.nowNs(), Math::max);
-          }
-        });
+      progress(subscribers + " subscribers ready");
+      long warmupAcked = 0;
+      if (warmupOps > 0) {
+        // The server's JIT compiles its put and fan-out paths here, not in the counted puts.
+        warmupAcked = write(region, warmupOps, keySpace, writerThreads, valueBytes).acked();
+        expect(children, warmupAcked, idleTimeoutS);
+        progress("warm-up: " + warmupAcked + " puts delivered");
       }
-      writers.shutdown();
-      writers.awaitTermination(1, TimeUnit.HOURS);
-      for (Child child : children) {
-        child.send("EXPECT " + acked.get() + " 0 " + (long) (idleTimeoutS * 1000));
-      }
+      Duration serverCpuBefore = server.cpu();
+      Round round = write(region, ops, keySpace, writerThreads, valueBytes);
+      long acked = round.acked();
+      List<Map<String, Object>> results = expect(children, warmupAcked + acked, idleTimeoutS);
+      Duration serverCpuAfter = server.cpu();
       long delivered = 0;
-      long lastDeliveryNs = startNs;
+      long lastDeliveryNs = round.startNs();
       List<Long> counts = new ArrayList<>();
-      for (Child child : children) {
-        Map<String, Object> result = child.await("RESULT", idleTimeoutS + 180);
-        long count = ((Number) result.get("count")).longValue();
+      for (Map<String, Object> result : results) {
+        long count = ((Number) result.get("count")).longValue() - warmupAcked;
         counts.add(count);
         delivered += count;
         lastDeliveryNs = Math.max(lastDeliveryNs, ((Number) result.get("last_ns")).longValue());
       }
-      double ackedS = Math.max(lastAckNs.get() - startNs, 1) / 1e9;
-      double deliveredS = Math.max(lastDeliveryNs - startNs, 1) / 1e9;
+      double serverCpuS = serverCpuBefore == null || serverCpuAfter == null
+          ? Double.NaN
+          : serverCpuAfter.minus(serverCpuBefore).toNanos() / 1e9;
+      double ackedS = Math.max(round.lastAckNs() - round.startNs(), 1) / 1e9;
+      double deliveredS = Math.max(lastDeliveryNs - round.startNs(), 1) / 1e9;
       return Members.ordered(
           "sent", ops,
-          "acked", acked.get(),
-          "errors", errors.get(),
+          "warmup_acked", warmupAcked,
+          "acked", acked,
+          "errors", round.errors(),
           "writer_threads", writerThreads,
-          "puts_per_s", acked.get() / ackedS,
+          "puts_per_s", acked / ackedS,
           "subscribers", subscribers,
           "counts", counts,
           "delivered", delivered,
           "events_per_s", delivered == 0 ? 0.0 : delivered / deliveredS,
-          "complete", counts.stream().allMatch(c -> c >= acked.get()));
+          "complete", counts.stream().allMatch(c -> c >= acked),
+          "server_cpu_s", serverCpuS,
+          "server_cpu_us_per_put", acked == 0 ? Double.NaN : serverCpuS * 1e6 / acked,
+          "server_rss_bytes", server.rssBytes(),
+          "subscriber_rss_max_bytes",
+          children.stream().mapToLong(Child::rssBytes).max().orElse(-1));
     } finally {
       for (Child child : children) {
         child.close();
