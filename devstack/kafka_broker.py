@@ -23,8 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -38,6 +37,7 @@ from regionbus.devstack.jvm import java_program, jvm_lib_dir, kafka_version
 from regionbus.devstack.process import (
     LOOPBACK_HOST,
     ChildService,
+    Closing,
     PortInUseError,
     ServiceNotReadyError,
     free_port,
@@ -415,7 +415,7 @@ def add_scram_users(client_config: Mapping[str, str], users: Mapping[str, str]) 
             raise StackError(f"cannot create SCRAM user {user}: {exc}") from exc
 
 
-class KafkaCluster:
+class KafkaCluster(Closing):
     """Several Apache Kafka KRaft nodes on loopback, each a broker and a voter.
 
     Topics default to replication factor ``min(3, nodes)`` with ``min.insync.replicas``
@@ -586,14 +586,3 @@ class KafkaCluster:
             node.kill()
             node.close()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -106,7 +106,32 @@ def run_tool(command: list[str], what: str, timeout_s: float, cwd: Path | None =
     return done.stdout
 
 
-class ChildService:
+class Closing:
+    """The ``with`` protocol every devstack service shares: entering starts it, leaving
+    closes it (stops it and removes what it made). Subclasses define both."""
+
+    def start(self) -> object:
+        """Start the service; what it returns is the subclass's."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the service and remove what it made."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ChildService(Closing):
     """One service run as a child process on a loopback port, logging to its work dir.
 
     Args:
@@ -383,14 +408,3 @@ class ChildService:
         if self._owns_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

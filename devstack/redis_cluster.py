@@ -13,13 +13,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from regionbus.devstack.process import LOOPBACK_HOST, ServiceNotReadyError, run_tool
+from regionbus.devstack.process import LOOPBACK_HOST, Closing, ServiceNotReadyError, run_tool
 from regionbus.devstack.redis_server import EmbeddedRedis
 from regionbus.schemas.errors import StackError
 
@@ -32,7 +31,7 @@ _READY_POLL_INTERVAL_S: Final = 0.2
 _CREATE_TIMEOUT_S: Final = 60.0
 
 
-class EmbeddedRedisCluster:
+class EmbeddedRedisCluster(Closing):
     """``masters`` Redis masters with ``replicas`` replicas each, on loopback, one cluster.
 
     Used as a context manager it starts on enter and on exit stops every node and deletes
@@ -260,17 +259,6 @@ class EmbeddedRedisCluster:
         if self._owns_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 __all__ = ["DEFAULT_NODE_TIMEOUT_MS", "EmbeddedRedisCluster"]

@@ -18,11 +18,16 @@ import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from regionbus.devstack.jvm import java_program
-from regionbus.devstack.process import LOOPBACK_HOST, ChildService, ServiceNotReadyError, free_port
+from regionbus.devstack.process import (
+    LOOPBACK_HOST,
+    ChildService,
+    Closing,
+    ServiceNotReadyError,
+    free_port,
+)
 from regionbus.schemas.errors import StackError
 
 _MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
@@ -190,7 +195,7 @@ class SparkWorker(ChildService):
             raise ServiceNotReadyError("Spark worker not registered with the master yet")
 
 
-class EmbeddedSparkCluster:
+class EmbeddedSparkCluster(Closing):
     """A Spark standalone master and one worker on loopback, for jobs run with
     ``--master spark://...``. Used as a context manager it starts on enter and on exit
     stops both and deletes the work dir if it created it.
@@ -273,17 +278,6 @@ class EmbeddedSparkCluster:
         if self._owns_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 __all__ = ["EmbeddedSparkCluster", "SparkMaster", "SparkWorker", "spark_home"]
