@@ -585,4 +585,3 @@ class KafkaCluster(Closing):
         for node in self.nodes:
             node.kill()
             node.close()
-

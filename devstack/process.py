@@ -407,4 +407,3 @@ class ChildService(Closing):
         self.stop()
         if self._owns_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-

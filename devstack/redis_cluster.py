@@ -260,5 +260,4 @@ class EmbeddedRedisCluster(Closing):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
-
 __all__ = ["DEFAULT_NODE_TIMEOUT_MS", "EmbeddedRedisCluster"]

@@ -279,5 +279,4 @@ class EmbeddedSparkCluster(Closing):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
-
 __all__ = ["EmbeddedSparkCluster", "SparkMaster", "SparkWorker", "spark_home"]
