@@ -58,7 +58,6 @@ from bench.fleet_run import (
 )
 from bench.options import fetch_wait_option, linger_option
 from bench.summary import SummaryRow, emit
-from regionbus.devstack import LocalStack
 
 # --- the run ----------------------------------------------------------------------------
 
@@ -71,14 +70,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
         StackError: Kafka or Redis could not be started.
     """
     with ExitStack() as stack:
-        work_dir = progress.log_dir("fleet", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
-        console.print(
-            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
-            f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
-            style="dim",
-        )
+        local, work_dir = progress.embedded_stack(stack, "fleet", console)
         state = Run(local, work_dir, console)
         phases = {
             "fleet": fleet_phase,

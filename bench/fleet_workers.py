@@ -12,7 +12,13 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.workers import Tally, child_signals, tallies_result, wait_until_done
+from bench.workers import (
+    CountingListener,
+    Tally,
+    child_signals,
+    tallies_result,
+    wait_until_done,
+)
 from regionbus.clients import (
     ALL_KEYS,
     BytesSerializer,
@@ -188,17 +194,6 @@ def reconnect_durable(
             cache.close(keep_alive=False)
 
 
-class _Counting(CacheListener):
-    def __init__(self, tally: Tally) -> None:
-        self._tally = tally
-
-    def after_create(self, event: EntryEvent) -> None:
-        self._tally.hit(event.new_value_bytes)
-
-    def after_update(self, event: EntryEvent) -> None:
-        self._tally.hit(event.new_value_bytes)
-
-
 def run_keyed_subscribers(
     conn: Connection,
     *,
@@ -228,7 +223,7 @@ def run_keyed_subscribers(
             cache = ClientCache(ClientSettings(**settings))
             caches.append(cache)
             cache.create_region(
-                region, listeners=[_Counting(tally)], serializer=BytesSerializer()
+                region, listeners=[CountingListener(tally)], serializer=BytesSerializer()
             ).register_interest(keys, InterestResultPolicy.NONE)
         cpu_start_s = time.process_time()
         conn.send(("ready", None))

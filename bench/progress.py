@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -159,6 +159,32 @@ def keep_stack_logs(stack: LocalStack) -> Iterator[None]:
             logs.keep_stack_logs(stack)
 
 
+def embedded_stack(stack: ExitStack, benchmark: str, console: Console) -> tuple[LocalStack, Path]:
+    """Start the embedded Kafka and Redis for a benchmark's run, keep their logs in its
+    :func:`log_dir`, and say where all of it is.
+
+    Args:
+        stack: Closes the stack (and copies its logs) when it unwinds.
+        benchmark: The benchmark's name (its log folder).
+        console: Where the addresses and the log folder are printed.
+
+    Returns:
+        The started stack and the run's log folder.
+
+    Raises:
+        StackError: Kafka or Redis could not be started.
+    """
+    work_dir = log_dir(benchmark, console)
+    local = stack.enter_context(LocalStack(use_docker=False))
+    stack.enter_context(keep_stack_logs(local))
+    console.print(
+        f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
+        f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
+        style="dim",
+    )
+    return local, work_dir
+
+
 def phase(console: Console, text: str, detail: Callable[[], str] | None = None) -> None:
     """Print ``text`` and make it the run's phase (the heartbeat's line).
 
@@ -189,6 +215,7 @@ __all__ = [
     "LOG_DIR_ENV",
     "BenchStatus",
     "counts",
+    "embedded_stack",
     "heartbeat",
     "keep_stack_logs",
     "last_line",

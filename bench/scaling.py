@@ -295,14 +295,7 @@ def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
     """
     points: list[PointFigures] = []
     with ExitStack() as stack:
-        work_dir = progress.log_dir("scaling", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
-        console.print(
-            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
-            f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
-            style="dim",
-        )
+        local, work_dir = progress.embedded_stack(stack, "scaling", console)
         last_services: Services | None = None
         for buckets in sorted({b for _, b in options.points()}):
             with bucket_server(local, options, buckets, work_dir) as (services, writer):

@@ -131,7 +131,7 @@ def child_signals() -> None:
 # --- regionbus subscribers ---------------------------------------------------------------
 
 
-class _CountingListener(CacheListener):
+class CountingListener(CacheListener):
     """Counts creates and updates (and their latency) into a :class:`Tally`."""
 
     def __init__(self, tally: Tally) -> None:
@@ -172,7 +172,7 @@ def run_subscribers(
             cache = ClientCache(client_settings, client_id=f"bench-sub-{uuid.uuid4().hex[:10]}")
             caches.append(cache)
             cache.create_region(
-                region, listeners=[_CountingListener(tally)], serializer=BytesSerializer()
+                region, listeners=[CountingListener(tally)], serializer=BytesSerializer()
             ).register_interest(ALL_KEYS, InterestResultPolicy.NONE)
         cpu_start_s = time.process_time()
         conn.send(("ready", None))
