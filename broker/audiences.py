@@ -15,6 +15,9 @@ An audience is a snapshot, taken at the event: a client that registers, or leave
 the audiences of the changes after that point of its bucket, and of none before (the
 routing of a registration is exactly per bucket, invariant 3). Audiences are computed once
 per bucket and kept until the region's registrations change.
+
+The registrations of a region, as routed (:class:`RegionRegistrations`), are kept here with
+the audiences they form; `regionbus.broker.interest` installs, stores and routes by them.
 """
 
 from __future__ import annotations
@@ -24,8 +27,42 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from regionbus.broker.interest import RegexRegistration, RegionRegistrations, Registration
     from regionbus.schemas.interest_regex import InterestRegex
+
+
+@dataclass(slots=True)
+class Registration:
+    """One registration of a client, as routed: values or invalidations, durable or
+    not, and the buckets it is installed in."""
+
+    receive_values: bool
+    durable: bool
+    buckets: set[int]
+
+
+@dataclass(slots=True)
+class RegexRegistration(Registration):
+    """A regex registration, with its compiled pattern."""
+
+    pattern: InterestRegex
+
+
+@dataclass(slots=True)
+class RegionRegistrations:
+    """Every registration on one region: all keys, by key, and by (client, pattern)."""
+
+    all_keys: dict[str, Registration] = field(default_factory=dict)
+    keys: dict[str, dict[str, Registration]] = field(default_factory=dict)
+    regexes: dict[tuple[str, str], RegexRegistration] = field(default_factory=dict)
+    audiences: RegionAudiences | None = None
+    """Built from the registrations when first routed by, dropped when they change."""
+
+    def clients(self) -> set[str]:
+        out = set(self.all_keys)
+        for by_client in self.keys.values():
+            out.update(by_client)
+        out.update(client for client, _ in self.regexes)
+        return out
 
 
 class Audience(NamedTuple):

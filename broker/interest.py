@@ -13,55 +13,24 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import redis
 
-from regionbus.broker.audiences import RegionAudiences, Route
+from regionbus.broker.audiences import (
+    RegexRegistration,
+    RegionRegistrations,
+    Registration,
+    Route,
+)
 from regionbus.broker.audiences import build as build_audiences
 from regionbus.broker.audiences import route as route_audiences
 from regionbus.broker.store import redis_errors
 from regionbus.schemas.errors import InvalidInterestError
-from regionbus.schemas.interest_regex import InterestRegex, compile_interest_regex
+from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.messages import InterestKind, InterestSpec
 from regionbus.schemas.naming import RedisKeys
 
 log = logging.getLogger("regionbus.interest")
-
-
-@dataclass(slots=True)
-class Registration:
-    """One registration of a client, as routed: values or invalidations, durable or
-    not, and the buckets it is installed in."""
-
-    receive_values: bool
-    durable: bool
-    buckets: set[int]
-
-
-@dataclass(slots=True)
-class RegexRegistration(Registration):
-    """A regex registration, with its compiled pattern."""
-
-    pattern: InterestRegex
-
-
-@dataclass(slots=True)
-class RegionRegistrations:
-    """Every registration on one region: all keys, by key, and by (client, pattern)."""
-
-    all_keys: dict[str, Registration] = field(default_factory=dict)
-    keys: dict[str, dict[str, Registration]] = field(default_factory=dict)
-    regexes: dict[tuple[str, str], RegexRegistration] = field(default_factory=dict)
-    audiences: RegionAudiences | None = None
-    """Built from the registrations when first routed by, dropped when they change."""
-
-    def clients(self) -> set[str]:
-        out = set(self.all_keys)
-        for by_client in self.keys.values():
-            out.update(by_client)
-        out.update(client for client, _ in self.regexes)
-        return out
 
 
 _NOBODY = Route((), {})

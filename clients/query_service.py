@@ -13,8 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from regionbus.clients.cq_callbacks import CqAttributes, CqEvent
-from regionbus.clients.cq_query import CqQuery, CqRegionLookup
+from regionbus.clients.cq_query import CqAttributes, CqEvent, CqQuery, CqRegionLookup
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
 from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.cq_checks import MAX_CQS_PER_CLIENT, check_cq_name

@@ -16,17 +16,17 @@ worker shares). Importing this package imports the client library only.
 from importlib.metadata import PackageNotFoundError, version
 
 from regionbus.clients.cache import ClientCache
-from regionbus.clients.cq_callbacks import (
+from regionbus.clients.cq_query import (
     CqAttributes,
     CqEvent,
     CqListener,
+    CqQuery,
     CqResult,
     CqState,
     CqStatistics,
     CqStatusListener,
     Operation,
 )
-from regionbus.clients.cq_query import CqQuery
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
