@@ -30,7 +30,11 @@ from regionbus.schemas.errors import RegionBusError, StackError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.topics import TopicSpec, ensure_topics
 
-_CONSUME_DEADLINE_S = 15.0
+# Upper bounds on waits for a condition, generous for a loaded shared machine: a step
+# that ends sooner returns at once.
+_CONSUME_DEADLINE_S = 60.0
+_FLUSH_TIMEOUT_S = 60.0
+_METADATA_TIMEOUT_S = 30.0
 
 
 def _child_pids() -> set[int]:
@@ -74,8 +78,8 @@ def _consume_all(bootstrap_servers: str, group: str, topic: str) -> list[bytes |
     )
     try:
         partition = TopicPartition(topic, 0)
-        _, high = consumer.get_watermark_offsets(partition, timeout=10)
-        committed = consumer.committed([partition], timeout=10)[0].offset
+        _, high = consumer.get_watermark_offsets(partition, timeout=_METADATA_TIMEOUT_S)
+        committed = consumer.committed([partition], timeout=_METADATA_TIMEOUT_S)[0].offset
         consumer.assign([TopicPartition(topic, 0, max(committed, 0))])
         values: list[bytes | None] = []
         deadline = time.monotonic() + _CONSUME_DEADLINE_S
@@ -190,19 +194,24 @@ def test_embedded_kafka_restarted_on_its_work_dir_keeps_topics_messages_and_offs
     topic, every acknowledged message and the group's committed offset."""
     work_dir = tmp_path / "kafka"
     first = EmbeddedKafka(work_dir=work_dir)
-    bootstrap = first.start()
-    _create_topic(bootstrap, "kept", partitions=1)
-    producer = kafka_producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for i in range(10):
-        producer.produce("kept", f"m{i}".encode(), partition=0)
-    assert producer.flush(10) == 0
-    assert _consume_all(bootstrap, "g", "kept")[:3] == [b"m0", b"m1", b"m2"]
-    producer.produce("kept", b"after-commit", partition=0)
-    assert producer.flush(10) == 0
-    if how == "kill":
+    try:
+        bootstrap = first.start()
+        _create_topic(bootstrap, "kept", partitions=1)
+        producer = kafka_producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(10):
+            producer.produce("kept", f"m{i}".encode(), partition=0)
+        assert producer.flush(_FLUSH_TIMEOUT_S) == 0
+        assert _consume_all(bootstrap, "g", "kept")[:3] == [b"m0", b"m1", b"m2"]
+        producer.produce("kept", b"after-commit", partition=0)
+        assert producer.flush(_FLUSH_TIMEOUT_S) == 0
+        if how == "kill":
+            first.kill()
+        else:
+            first.stop()
+    except BaseException:
+        # A failed step must not leave the broker running past the test.
         first.kill()
-    else:
-        first.stop()
+        raise
 
     again = EmbeddedKafka(work_dir=work_dir)
     try:
