@@ -29,7 +29,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from regionbus.clients.auth import signer_for
 from regionbus.clients.client_topics import ClientTopicAdmin
-from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT, LastReply, resend_delay_s
+from regionbus.clients.pending import (
+    PENDING_CHECK_INTERVAL_S,
+    PendingRequest,
+    ReplyCallback,
+    future_callback,
+)
+from regionbus.clients.resend import LastReply, due_for_resend
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.codec import decode_items, encode, encode_batches
@@ -46,71 +52,9 @@ from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import Signer
-from regionbus.schemas.transport import (
-    kafka_error,
-    poll_batch,
-    watermarks,
-)
+from regionbus.schemas.transport import kafka_error, poll_batch, watermarks
 
 log = logging.getLogger("regionbus.client")
-
-
-_PENDING_CHECK_INTERVAL_S = 0.25
-"""How often unanswered requests are checked for a resend or their timeout."""
-
-ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
-"""Called once with ``(replies, None)`` when a request completes, or ``(None, error)``."""
-
-
-class _Pending:
-    __slots__ = (
-        "attempts",
-        "callback",
-        "done",
-        "expected",
-        "expires_at",
-        "ops",
-        "replies",
-        "resend_at",
-        "sent_at",
-    )
-
-    def __init__(
-        self,
-        expected: int,
-        callback: ReplyCallback,
-        ops: Sequence[tuple[Operation, int]],
-        timeout_s: float,
-        retry_interval_s: float,
-    ) -> None:
-        self.expected = expected
-        self.done = 0
-        self.replies: list[Reply] = []
-        self.callback = callback
-        # Changes (with EventIDs) are sent again when unanswered; reads are not.
-        self.ops = (
-            ops
-            if all(op.event_id is not None for op, _ in ops)
-            else [(op, b) for op, b in ops if op.event_id is not None]
-        )
-        self.sent_at = time.monotonic()
-        """When the operations were last sent (monotonic s)."""
-        self.expires_at = self.sent_at + timeout_s
-        self.attempts = 0
-        """Resends so far."""
-        self.resend_at = self.sent_at + retry_interval_s
-
-
-def _future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
-    future: Future[list[Reply]] = Future()
-
-    def complete(replies: list[Reply] | None, error: BaseException | None) -> None:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(replies or [])
-
-    return future, complete
 
 
 class Pool:
@@ -163,7 +107,7 @@ class Pool:
         )
         self.total_buckets, self.address = self.client_topics.first_contact()
         """The buckets of the namespace, and where this client's queue and replies are."""
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingRequest] = {}
         # Delivery reports run on whichever thread polls the producer; the reply thread
         # fails the requests, so callbacks keep running on it alone.
         self._failed_deliveries: queue.SimpleQueue[tuple[tuple[int, ...], RegionBusError]] = (
@@ -260,7 +204,7 @@ class Pool:
                 (:attr:`reply_refusal`).
             TransportError: the producer refused the message.
         """
-        future, callback = _future_callback()
+        future, callback = future_callback()
         self.request_with_callback(ops, callback)
         return future
 
@@ -283,7 +227,7 @@ class Pool:
         Raises:
             UnconnectedError, TransportError: as :meth:`request`.
         """
-        made = [_future_callback() for _ in ops]
+        made = [future_callback() for _ in ops]
         self.request_each_with_callbacks(ops, [callback for _, callback in made])
         return [future for future, _ in made]
 
@@ -316,7 +260,7 @@ class Pool:
         interval_s = self.settings.retry_interval_ms / 1000
         with self._lock:
             for i, (request_id, expected, callback) in enumerate(requests):
-                self._pending[request_id] = _Pending(
+                self._pending[request_id] = PendingRequest(
                     expected, callback, ops[i] if i < len(ops) else (), timeout_s, interval_s
                 )
 
@@ -344,23 +288,10 @@ class Pool:
         if self.kafka_outage.ongoing:
             return
         interval_s = self.settings.retry_interval_ms / 1000
-        now = time.monotonic()
-        again: list[tuple[Operation, int]] = []
         with self._lock:
-            in_flight = sum(len(p.ops) for p in self._pending.values() if p.attempts)
-            for pending in self._pending.values():
-                if not pending.ops or now < pending.resend_at:
-                    continue
-                if not self._last_reply.quiet_since(pending.sent_at):
-                    continue
-                if not pending.attempts:
-                    if in_flight + len(pending.ops) > MAX_RESENDS_IN_FLIGHT:
-                        continue
-                    in_flight += len(pending.ops)
-                pending.attempts += 1
-                pending.sent_at = now
-                pending.resend_at = now + resend_delay_s(pending.attempts, interval_s)
-                again.extend((op._replace(possible_duplicate=True), b) for op, b in pending.ops)
+            again = due_for_resend(
+                self._pending.values(), time.monotonic(), interval_s, self._last_reply
+            )
         if not again:
             return
         log.info("resending %d unanswered operations with their EventIDs", len(again))
@@ -409,7 +340,7 @@ class Pool:
             KafkaAuthorizationError: Kafka refused it (no Write ACL on ``{ns}.control``).
             TransportError: it could not be delivered within ``read_timeout_ms``.
         """
-        future, callback = _future_callback()
+        future, callback = future_callback()
         self._register([(control.request_id, 1, callback)])
         topic = self.topics.control
         try:
@@ -561,12 +492,12 @@ class Pool:
     # --- replies -----------------------------------------------------------------------
 
     def _read_replies(self) -> None:
-        next_retry_check = time.monotonic() + _PENDING_CHECK_INTERVAL_S
+        next_retry_check = time.monotonic() + PENDING_CHECK_INTERVAL_S
         while not self._closed.is_set():
             if time.monotonic() >= next_retry_check:
                 self._expire_unanswered()
                 self._retry_unanswered()
-                next_retry_check = time.monotonic() + _PENDING_CHECK_INTERVAL_S
+                next_retry_check = time.monotonic() + PENDING_CHECK_INTERVAL_S
             try:
                 messages = poll_batch(self._reply_consumer, 500, 0.1)
             except KafkaException as exc:

@@ -21,6 +21,14 @@ The caller still fails every request at ``read_timeout_ms``, resent or not.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from regionbus.schemas.messages import Operation
+
+if TYPE_CHECKING:
+    from regionbus.clients.pending import PendingRequest
+
 RESEND_BACKOFF_CAP_S = 30.0
 """Longest wait between two resends of one change."""
 
@@ -64,9 +72,44 @@ class LastReply:
         return self._last_s is None or self._last_s < since_s
 
 
+def due_for_resend(
+    pending: Iterable[PendingRequest], now_s: float, retry_interval_s: float, last_reply: LastReply
+) -> list[tuple[Operation, int]]:
+    """The unanswered changes to send again now, marked ``possible_duplicate``, by the rules
+    above; each chosen request's attempt count and next resend time move on.
+
+    Args:
+        pending: The client's pending requests (the caller holds their lock).
+        now_s: Now (monotonic seconds).
+        retry_interval_s: The client's ``retry_interval_ms`` in seconds.
+        last_reply: When a server last answered this client.
+
+    Returns:
+        ``(operation, bucket)`` pairs to send, with the same EventIDs.
+    """
+    requests = list(pending)
+    in_flight = sum(len(p.ops) for p in requests if p.attempts)
+    again: list[tuple[Operation, int]] = []
+    for request in requests:
+        if not request.ops or now_s < request.resend_at:
+            continue
+        if not last_reply.quiet_since(request.sent_at):
+            continue
+        if not request.attempts:
+            if in_flight + len(request.ops) > MAX_RESENDS_IN_FLIGHT:
+                continue
+            in_flight += len(request.ops)
+        request.attempts += 1
+        request.sent_at = now_s
+        request.resend_at = now_s + resend_delay_s(request.attempts, retry_interval_s)
+        again.extend((op._replace(possible_duplicate=True), b) for op, b in request.ops)
+    return again
+
+
 __all__ = [
     "MAX_RESENDS_IN_FLIGHT",
     "RESEND_BACKOFF_CAP_S",
     "LastReply",
+    "due_for_resend",
     "resend_delay_s",
 ]
