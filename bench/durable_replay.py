@@ -54,7 +54,6 @@ from regionbus.clients import (
     EntryEvent,
     RegionEvent,
 )
-from regionbus.devstack import LocalStack
 from regionbus.schemas.codec import TYPE_BYTES, split_batch
 from regionbus.schemas.errors import BulkOperationError, MessageDecodeError
 from regionbus.schemas.kafka_clients import kafka_consumer
@@ -304,9 +303,7 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
-        work_dir = progress.log_dir("durable_replay", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
+        local, work_dir = progress.embedded_stack(stack, "durable_replay", console, announce=False)
         server = stack.enter_context(
             ServerProcess(
                 namespace=namespace,

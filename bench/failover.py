@@ -46,7 +46,6 @@ from bench.options import idle_timeout_option, json_option, value_bytes_option
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.summary import emit
 from regionbus.broker.config import ServerSettings
-from regionbus.devstack import LocalStack
 from regionbus.runtime.redis_connect import connect_redis_url
 
 log = logging.getLogger("regionbus.bench")
@@ -74,9 +73,7 @@ def run(options: FailoverOptions, console: Console) -> Figures:
     """
     load_start = _load_average()
     with ExitStack() as stack:
-        work_dir = progress.log_dir("failover", console)
-        local = stack.enter_context(LocalStack(use_docker=False))
-        stack.enter_context(progress.keep_stack_logs(local))
+        local, work_dir = progress.embedded_stack(stack, "failover", console, announce=False)
         redis_client = connect_redis_url(local.redis_url)
         stack.callback(redis_client.close)
         console.print(

@@ -159,7 +159,9 @@ def keep_stack_logs(stack: LocalStack) -> Iterator[None]:
             logs.keep_stack_logs(stack)
 
 
-def embedded_stack(stack: ExitStack, benchmark: str, console: Console) -> tuple[LocalStack, Path]:
+def embedded_stack(
+    stack: ExitStack, benchmark: str, console: Console, *, announce: bool = True
+) -> tuple[LocalStack, Path]:
     """Start the embedded Kafka and Redis for a benchmark's run, keep their logs in its
     :func:`log_dir`, and say where all of it is.
 
@@ -167,6 +169,8 @@ def embedded_stack(stack: ExitStack, benchmark: str, console: Console) -> tuple[
         stack: Closes the stack (and copies its logs) when it unwinds.
         benchmark: The benchmark's name (its log folder).
         console: Where the addresses and the log folder are printed.
+        announce: Print them here; False for a caller that prints its own line (with its
+            server's pid, say).
 
     Returns:
         The started stack and the run's log folder.
@@ -177,11 +181,12 @@ def embedded_stack(stack: ExitStack, benchmark: str, console: Console) -> tuple[
     work_dir = log_dir(benchmark, console)
     local = stack.enter_context(LocalStack(use_docker=False))
     stack.enter_context(keep_stack_logs(local))
-    console.print(
-        f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
-        f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
-        style="dim",
-    )
+    if announce:
+        console.print(
+            f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), redis "
+            f"{local.redis_url} ({local.redis_source}), logs in {work_dir}",
+            style="dim",
+        )
     return local, work_dir
 
 

@@ -194,9 +194,7 @@ def one_server_stack(
         BenchError: the server did not start.
         StackError: Kafka or Redis could not be started.
     """
-    work_dir = progress.log_dir(benchmark, console)
-    local = stack.enter_context(LocalStack(use_docker=False))
-    stack.enter_context(progress.keep_stack_logs(local))
+    local, work_dir = progress.embedded_stack(stack, benchmark, console, announce=False)
     server = stack.enter_context(
         ServerProcess(
             namespace=namespace,
