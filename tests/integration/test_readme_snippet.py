@@ -66,10 +66,16 @@ def _without_regionbus_env() -> dict[str, str]:
 def conventional_ports_taken() -> Iterator[None]:
     """Keep Kafka's and Redis' conventional ports taken (bound, not listening) for the
     test, so the stack must move to others whatever else runs on the machine. A port
-    something else already holds is taken as it is."""
+    something else already listens on is taken as it is.
+
+    The holder binds with SO_REUSEADDR: a service an earlier test ran on the port leaves
+    its connections in TIME_WAIT for up to 60 s, which refuses a plain bind, and that
+    TIME_WAIT could end before the stack probes the port, which it would then take. A
+    bound holder, even with SO_REUSEADDR, still refuses the stack's plain probe."""
     with contextlib.ExitStack() as held:
         for port in (CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT):
             holder = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             with contextlib.suppress(OSError):
                 holder.bind(("127.0.0.1", port))
         yield
