@@ -23,12 +23,13 @@ from bench.fleet_run import (
     load_now,
     writer_client,
 )
+from bench.fleet_workers import run_bystander
 from bench.load import paced
 from bench.report import NS_PER_S, latency, percentile
 from bench.scaling_figures import process_sizes
 from bench.server import BenchError
 from bench.services import REGION, RESULT_TIMEOUT_S, Services
-from bench.workers import Child, run_subscribers, stamped_value
+from bench.workers import Child, run_subscribers
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
 from regionbus.schemas.errors import BulkOperationError, RequestLimitError
 from regionbus.schemas.limits import MAX_BULK_ENTRIES, MAX_KEYS_PER_REGISTRATION
@@ -39,101 +40,103 @@ log = logging.getLogger("regionbus.bench")
 
 
 def requests_phase(run: Run, options: FleetOptions) -> None:
-    """Goal 5 (see the module's description)."""
-    with fleet_server(run, options, "requests") as (services, _server_process):
-        writer_cache, bystander = writer_client(services, options)
+    """Goal 5 (see the module's description).
+
+    The bystander is another client in a process of its own, as another application's
+    would be: in the big client's process its puts would also wait for that process's
+    own work on the big request (the GIL), which no other client sees.
+    """
+    with (
+        fleet_server(run, options, "requests") as (services, _server_process),
+        Child(
+            run_bystander,
+            "bystander",
+            settings=client_settings(services, options, subscription_enabled=False),
+            region=REGION,
+        ) as bystander,
+    ):
+        bystander.wait_ready()
         big_cache = ClientCache(
             ClientSettings(**client_settings(services, options, read_timeout_ms=60_000))
         )
         try:
             big = big_cache.create_region(REGION, serializer=BytesSerializer())
             load = load_now()
-            alone = _bystander(bystander, lambda: time.sleep(5))
+            alone = _window(lambda: time.sleep(5))
             progress.phase(
                 run.console,
                 f"5: a registration of {MAX_KEYS_PER_REGISTRATION:,} keys (load {load_now()}) ...",
             )
             keys = [f"reg-{i}" for i in range(MAX_KEYS_PER_REGISTRATION)]
-            during_reg = _bystander(bystander, lambda: big.register_interest(keys))
+            during_reg = _window(lambda: big.register_interest(keys))
             progress.phase(
                 run.console, f"5: a put_all of {MAX_BULK_ENTRIES:,} entries (load {load_now()}) ..."
             )
             entries = {f"bulk-{i}": b"v" * 24 for i in range(MAX_BULK_ENTRIES)}
-            during_bulk = _bystander(bystander, lambda: _put_all(big, entries))
+            during_bulk = _window(lambda: _put_all(big, entries))
             refused_ms = _refusals(big)
         finally:
             big_cache.close()
-            writer_cache.close()
-        base = percentile(alone[0], 0.99)
-        for name, (latencies, took_s) in (
-            (f"register_interest of {MAX_KEYS_PER_REGISTRATION:,} keys", during_reg),
-            (f"put_all of {MAX_BULK_ENTRIES:,} entries", during_bulk),
-        ):
-            p99 = percentile(latencies, 0.99)
-            run.add(
-                Figure(
-                    "requests",
-                    f"bystander put p99 during a {name} (ms)",
-                    p99,
-                    "<= 100",
-                    p99 <= 100,
-                    base,
-                    "bystander put p99 alone",
-                    load,
-                )
-            )
-            worst = latencies[-1] if latencies else math.nan
-            run.add(
-                Figure(
-                    "requests",
-                    "bystander worst put during it (ms)",
-                    worst,
-                    "<= 1000",
-                    worst <= 1000,
-                    base,
-                    "bystander put p99 alone",
-                    load,
-                )
-            )
-            run.add(Figure("requests", f"{name} took (s)", took_s, "-", None, load=load))
+        puts: list[tuple[float, float]] = bystander.result(RESULT_TIMEOUT_S)["puts"]
+    base = percentile(_latencies_in(puts, alone), 0.99)
+    for name, window in (
+        (f"register_interest of {MAX_KEYS_PER_REGISTRATION:,} keys", during_reg),
+        (f"put_all of {MAX_BULK_ENTRIES:,} entries", during_bulk),
+    ):
+        latencies = _latencies_in(puts, window)
+        p99 = percentile(latencies, 0.99)
         run.add(
             Figure(
                 "requests",
-                "1,000,000 keys / 300,000 entries refused in (ms)",
-                refused_ms,
-                "refused before sending",
-                refused_ms < 5_000,
-                load=load,
+                f"bystander put p99 during a {name} (ms)",
+                p99,
+                "<= 100",
+                p99 <= 100,
+                base,
+                "bystander put p99 alone",
+                load,
             )
         )
+        worst = latencies[-1] if latencies else math.nan
+        run.add(
+            Figure(
+                "requests",
+                "bystander worst put during it (ms)",
+                worst,
+                "<= 1000",
+                worst <= 1000,
+                base,
+                "bystander put p99 alone",
+                load,
+            )
+        )
+        run.add(Figure("requests", f"{name} took (s)", window[1] - window[0], "-", None, load=load))
+    run.add(
+        Figure(
+            "requests",
+            "1,000,000 keys / 300,000 entries refused in (ms)",
+            refused_ms,
+            "refused before sending",
+            refused_ms < 5_000,
+            load=load,
+        )
+    )
 
 
-def _bystander(region: Region, during: Any) -> tuple[list[float], float]:
-    """Sync puts of a bystander, one after the other, while ``during()`` runs; their
-    latencies (ms, sorted) and how long ``during`` took (s)."""
-    import threading
-
-    latencies: list[float] = []
-    stop = threading.Event()
-
-    def put() -> None:
-        i = 0
-        while not stop.is_set():
-            began = time.perf_counter()
-            region.put(f"bystander-{i % 64}", stamped_value(24))
-            latencies.append((time.perf_counter() - began) * 1000)
-            i += 1
-
-    thread = threading.Thread(target=put, daemon=True)
-    thread.start()
+def _window(during: Any) -> tuple[float, float]:
+    """Run ``during()``; its start and end on ``time.monotonic()``'s clock (s)."""
     began = time.monotonic()
     try:
         during()
     finally:
-        took_s = time.monotonic() - began
-        stop.set()
-        thread.join(60)
-    return sorted(latencies), took_s
+        ended = time.monotonic()
+    return began, ended
+
+
+def _latencies_in(puts: list[tuple[float, float]], window: tuple[float, float]) -> list[float]:
+    """Latencies (ms, sorted) of the bystander's puts sent within ``window``."""
+    began, ended = window
+    return sorted(latency_ms for sent, latency_ms in puts if began <= sent < ended)
 
 
 def _put_all(region: Region, entries: dict[str, bytes]) -> None:

@@ -16,6 +16,7 @@ from bench.workers import (
     CountingListener,
     Tally,
     child_signals,
+    stamped_value,
     tallies_result,
     wait_until_done,
 )
@@ -235,11 +236,42 @@ def run_keyed_subscribers(
                 cache.close()
 
 
+def run_bystander(conn: Connection, *, settings: dict[str, Any], region: str) -> None:
+    """Child: one client putting, each put sent once the last is answered, from ``ready``
+    until ``stop``. Result: ``puts``, a ``(began, latency_ms)`` pair per put, ``began``
+    being ``time.monotonic()`` (one clock for every process of the machine), so that the
+    parent can tell which puts fell in which of its windows.
+
+    Args:
+        conn: The pipe to the parent.
+        settings: ``ClientSettings`` fields.
+        region: The region put to.
+    """
+    child_signals()
+    cache = ClientCache(ClientSettings(**settings))
+    try:
+        bystander = cache.create_region(region, serializer=BytesSerializer())
+        puts: list[tuple[float, float]] = []
+        conn.send(("ready", None))
+        i = 0
+        while not conn.poll():
+            began = time.monotonic()
+            bystander.put(f"bystander-{i % 64}", stamped_value(24))
+            puts.append((began, (time.monotonic() - began) * 1000))
+            i += 1
+        conn.recv()
+        conn.send(("result", {"puts": puts}))
+    finally:
+        with suppress(Exception):
+            cache.close()
+
+
 __all__ = [
     "DURABLE_KEYS_PER_CLIENT",
     "durable_id",
     "durable_keys",
     "reconnect_durable",
+    "run_bystander",
     "run_durable_registrations",
     "run_keyed_subscribers",
     "run_killable_clients",

@@ -54,15 +54,17 @@ class RegionRegistrations:
     all_keys: dict[str, Registration] = field(default_factory=dict)
     keys: dict[str, dict[str, Registration]] = field(default_factory=dict)
     regexes: dict[tuple[str, str], RegexRegistration] = field(default_factory=dict)
+    keys_of: dict[str, set[str]] = field(default_factory=dict)
+    """``{client id: its keys in keys}``: what touches one client's registrations (forget
+    it, count them for its audiences) costs its own keys, not every registered key (a
+    fleet's clients come and go, and a large registration arrives in many steps)."""
+    patterns_of: dict[str, set[str]] = field(default_factory=dict)
+    """``{client id: its patterns in regexes}``, for the same reason."""
     audiences: RegionAudiences | None = None
     """Built from the registrations when first routed by, dropped when they change."""
 
     def clients(self) -> set[str]:
-        out = set(self.all_keys)
-        for by_client in self.keys.values():
-            out.update(by_client)
-        out.update(client for client, _ in self.regexes)
-        return out
+        return set(self.all_keys) | set(self.keys_of) | set(self.patterns_of)
 
 
 class Audience(NamedTuple):
@@ -116,9 +118,8 @@ def build(region: str, ri: RegionRegistrations) -> RegionAudiences:
     entries: dict[str, int] = {}
     for client_id in ri.all_keys:
         entries[client_id] = 1
-    for by_client in ri.keys.values():
-        for client_id in by_client:
-            entries[client_id] = entries.get(client_id, 0) + 1
+    for client_id, keys in ri.keys_of.items():
+        entries[client_id] = entries.get(client_id, 0) + len(keys)
     client_patterns: dict[str, list[str]] = {}
     for client_id, pattern in ri.regexes:
         entries[client_id] = entries.get(client_id, 0) + 1

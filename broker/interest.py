@@ -57,11 +57,6 @@ class InterestTable:
         """``{(region, bucket): route}`` of regions whose registrations are all ALL_KEYS,
         where every key of a bucket has the same route: computed once per bucket instead
         of once per event, and forgotten at every change of the table."""
-        self._keys_of: dict[str, dict[str, set[str]]] = {}
-        """``{client id: {region: keys}}`` of its key registrations, and
-        ``_patterns_of`` of its regex registrations: forgetting a client touches its own
-        registrations, not every registered key (a fleet's clients come and go)."""
-        self._patterns_of: dict[str, dict[str, set[str]]] = {}
 
     def add(
         self,
@@ -95,13 +90,13 @@ class InterestTable:
                 reg = RegexRegistration(spec.receive_values, spec.durable, set(), pattern)
                 ri.regexes[(client_id, pattern.pattern)] = reg
                 self._regex_counts[client_id] = self._regex_counts.get(client_id, 0) + 1
-                _index(self._patterns_of, client_id, region).add(pattern.pattern)
+                ri.patterns_of.setdefault(client_id, set()).add(pattern.pattern)
             reg.receive_values = reg.receive_values or spec.receive_values
             reg.durable = reg.durable or spec.durable
             reg.buckets.update(buckets)
         else:
             bucket_set = set(buckets)
-            indexed = _index(self._keys_of, client_id, region)
+            indexed = ri.keys_of.setdefault(client_id, set())
             for key in keys:
                 _activate(ri.keys.setdefault(key, {}), client_id, spec, bucket_set)
                 indexed.add(key)
@@ -119,27 +114,25 @@ class InterestTable:
         elif spec.kind is InterestKind.REGEX:
             if ri.regexes.pop((client_id, spec.regex or ""), None) is not None:
                 self._uncount_regex(client_id)
-                _unindex(self._patterns_of, client_id, region, (spec.regex or "",))
+                _unindex(ri.patterns_of, client_id, (spec.regex or "",))
         else:
             for key in spec.keys:
                 if key in ri.keys:
                     ri.keys[key].pop(client_id, None)
                     if not ri.keys[key]:
                         del ri.keys[key]
-            _unindex(self._keys_of, client_id, region, spec.keys)
+            _unindex(ri.keys_of, client_id, spec.keys)
 
     def drop_client(self, client_id: str, *, keep_durable: bool = False) -> None:
         """Forget a client's registrations (all, or all but the durable ones)."""
         self._all_keys_routes.clear()
-        keys_of = self._keys_of.get(client_id, {})
-        patterns_of = self._patterns_of.get(client_id, {})
-        for region, ri in self._regions.items():
+        for ri in self._regions.values():
             ri.audiences = None
             reg = ri.all_keys.get(client_id)
             if reg is not None and not (keep_durable and reg.durable):
                 del ri.all_keys[client_id]
             dropped_keys: list[str] = []
-            for key in keys_of.get(region, ()):
+            for key in ri.keys_of.get(client_id, ()):
                 by_client = ri.keys.get(key, {})
                 reg = by_client.get(client_id)
                 if reg is not None and keep_durable and reg.durable:
@@ -149,9 +142,9 @@ class InterestTable:
                     if not by_client:
                         del ri.keys[key]
                 dropped_keys.append(key)
-            _unindex(self._keys_of, client_id, region, dropped_keys)
+            _unindex(ri.keys_of, client_id, dropped_keys)
             dropped_patterns: list[str] = []
-            for pattern in patterns_of.get(region, ()):
+            for pattern in ri.patterns_of.get(client_id, ()):
                 regex_reg = ri.regexes.get((client_id, pattern))
                 if regex_reg is not None and keep_durable and regex_reg.durable:
                     continue
@@ -159,7 +152,7 @@ class InterestTable:
                     del ri.regexes[(client_id, pattern)]
                     self._uncount_regex(client_id)
                 dropped_patterns.append(pattern)
-            _unindex(self._patterns_of, client_id, region, dropped_patterns)
+            _unindex(ri.patterns_of, client_id, dropped_patterns)
 
     def _uncount_regex(self, client_id: str) -> None:
         left = self._regex_counts.get(client_id, 0) - 1
@@ -242,37 +235,23 @@ class InterestTable:
         ri = self._regions.pop(region, None)
         for client_id, _ in ri.regexes if ri is not None else ():
             self._uncount_regex(client_id)
-        for index in (self._keys_of, self._patterns_of):
-            for client_id in [c for c, by_region in index.items() if region in by_region]:
-                _unindex(index, client_id, region, set(index[client_id][region]))
 
     def clear(self) -> None:
         """Forget everything."""
         self._all_keys_routes.clear()
         self._regions.clear()
         self._regex_counts.clear()
-        self._keys_of.clear()
-        self._patterns_of.clear()
 
 
-def _index(index: dict[str, dict[str, set[str]]], client_id: str, region: str) -> set[str]:
-    """The set of a client's registrations of one kind on a region in ``index``, made if new."""
-    return index.setdefault(client_id, {}).setdefault(region, set())
-
-
-def _unindex(
-    index: dict[str, dict[str, set[str]]], client_id: str, region: str, items: Iterable[str]
-) -> None:
-    """Take ``items`` out of a client's registrations on a region in ``index``, dropping
-    what is left empty."""
-    by_region = index.get(client_id)
-    if by_region is None or region not in by_region:
+def _unindex(index: dict[str, set[str]], client_id: str, items: Iterable[str]) -> None:
+    """Take ``items`` out of a client's registrations in a region's ``index``, dropping the
+    client's entry when nothing is left."""
+    mine = index.get(client_id)
+    if mine is None:
         return
-    by_region[region].difference_update(items)
-    if not by_region[region]:
-        del by_region[region]
-        if not by_region:
-            del index[client_id]
+    mine.difference_update(items)
+    if not mine:
+        del index[client_id]
 
 
 def _activate(
