@@ -9,7 +9,8 @@ goal of the fleet issue, each beside a baseline measured in the same run:
    writer puts ``--rate`` puts per second for ``--seconds`` (half to the keys of the
    ``--sampled`` durable clients, half spread over the others). Measured: Kafka partitions
    added per registered client, the server's RSS, the live subscribers' put → listener
-   p99 (beside the raw two-hop relay's), and whether each sampled durable client, coming
+   p99 (beside raw Kafka's own fan-out: one producer at the same rate, as many consumers
+   each reading every message, as many per process), and whether each sampled durable client, coming
    back, gets its whole backlog once, in order, before its marker.
 2. **cleanup**: ``--cleanup-clients`` clients (half durable) killed with SIGKILL; seconds
    until no record, Redis key, consumer group or partition of theirs is left, beside their
@@ -17,7 +18,8 @@ goal of the fleet issue, each beside a baseline measured in the same run:
 3. **connect**: the median time to construct a ``ClientCache`` over the fleet's first
    ``--connects`` durable clients, beside a raw Kafka client's start (a consumer and a
    producer made, one message through).
-5. **requests**: a bystander's put p99 and worst while another client registers
+5. **requests**: a bystander's put p99 and worst (another client, in a process of its
+   own, as another application's) while a client registers
    ``MAX_KEYS_PER_REGISTRATION`` keys and puts ``MAX_BULK_ENTRIES`` entries at once,
    beside its p99 alone; and how fast requests over the limits are refused.
 6. **stalled**: ``--stalled-subscribers`` subscribers, a tenth of them stalled (SIGSTOP):

@@ -160,6 +160,66 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
     )
 
 
+def raw_fanout_latency(
+    services: Services,
+    options: BenchOptions,
+    consumers: int,
+    per_process: int,
+    label: str = "fanout-latency",
+) -> Latency:
+    """The raw Kafka shape of live subscribers' latency: a paced producer at
+    ``options.rate`` to a one-partition topic that ``consumers`` consumers read, each every
+    message, ``per_process`` of them per child process (as the subscribers it is beside).
+
+    No server hop, nothing decoded: what any fan-out over Kafka pays on this machine at
+    this rate (a fetch per consumer per message), the baseline of a many-subscriber
+    latency.
+
+    Raises:
+        BenchError: the topic cannot be created, or a child failed or did not answer.
+    """
+    topic = f"{services.namespace}.raw.{label}"
+    _create_topics(services, {topic: 1})
+    with ExitStack() as stack:
+        children = [
+            stack.enter_context(
+                Child(
+                    run_raw_consumers,
+                    f"raw-{label}-{i}",
+                    kafka_config=services.kafka_config,
+                    topic=topic,
+                    partitions=1,
+                    consumers=size,
+                    fetch_wait_max_ms=options.fetch_wait_max_ms,
+                    record_latency=True,
+                    idle_timeout_s=options.idle_timeout_s,
+                )
+            )
+            for i, size in enumerate(process_sizes(consumers, per_process))
+        ]
+        for child in children:
+            child.wait_ready()
+        producer = raw_producer(services.kafka_config, options.linger_ms)
+
+        def send(i: int, value: bytes) -> None:
+            produce(producer, topic, value, f"lat-{i}".encode(), 0)
+
+        sent, first_ns, last_ns = paced(
+            send, options.rate, options.latency_seconds, options.value_bytes
+        )
+        remaining = producer.flush(ACK_TIMEOUT_S)
+        for child in children:
+            child.expect(sent - remaining)
+        result = merge_results([child.wait_result(RESULT_TIMEOUT_S) for child in children])
+    return latency(
+        sent=sent,
+        start_ns=first_ns,
+        end_ns=last_ns,
+        warmup_s=options.warmup_seconds,
+        readers=result,
+    )
+
+
 def raw_fanout_relay(
     services: Services, options: BenchOptions, fanout: int, label: str = "fanout"
 ) -> Throughput:
@@ -245,4 +305,4 @@ def _partition(key: str) -> int:
     return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
 
 
-__all__ = ["raw_fanout_relay", "raw_relay_latency", "raw_throughput"]
+__all__ = ["raw_fanout_latency", "raw_fanout_relay", "raw_relay_latency", "raw_throughput"]
