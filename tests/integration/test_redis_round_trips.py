@@ -212,5 +212,8 @@ def test_a_running_server_applies_many_puts_in_few_redis_commands(
     ender.close()
     watcher.join(30)
     assert not watcher.is_alive()
-    # One call per poll batch; one per put before (a thousand).
-    assert 0 < len(applies) <= len(entries) // 20, len(applies)
+    # One call per poll batch; one per put before (a thousand). A put_all goes a window
+    # at a time (BULK_ENTRIES_IN_FLIGHT, sent BULK_SEND_GROUP at a time and split by
+    # bucket), so a poll holds what arrived since the last: on a quiet machine about six
+    # entries a call (~170 calls), more the busier the server (~55 under load).
+    assert 0 < len(applies) <= len(entries) // 4, len(applies)
