@@ -100,6 +100,8 @@ class InterestTable:
             for key in keys:
                 _activate(ri.keys.setdefault(key, {}), client_id, spec, bucket_set)
                 indexed.add(key)
+            if not indexed:
+                del ri.keys_of[client_id]  # no keys: no registration to count or forget
 
     def remove(self, client_id: str, region: str, spec: InterestSpec) -> None:
         """Remove a registration in every bucket: the keys of a KEYS spec, the all-keys

@@ -172,6 +172,14 @@ def test_nothing_of_a_forgotten_client_or_region_stays_in_the_table() -> None:
     assert all(ri.keys_of == {} and ri.patterns_of == {} for ri in _regions(table))
 
 
+def test_a_registration_of_no_keys_leaves_no_interest() -> None:
+    table = InterestTable()
+    table.add("a", "r", ALL, [0])
+    table.add("c", "r", KEYS, [0], [])
+    assert table.clients_of_region("r") == {"a"}
+    assert table.audiences("r", "k", 0).individual == {}
+
+
 def test_region_events_go_to_every_client_with_any_interest_in_the_region() -> None:
     table = InterestTable()
     table.add("a", "r", ALL, [0])
