@@ -48,6 +48,44 @@ def _create_topics(services: Services, topics: dict[str, int]) -> None:
             raise BenchError(f"cannot create topic {name}: {exc}") from exc
 
 
+def _raw_readers(
+    stack: ExitStack,
+    services: Services,
+    options: BenchOptions,
+    topic: str,
+    partitions: int,
+    sizes: list[int],
+    label: str,
+    *,
+    record_latency: bool = False,
+) -> list[Child]:
+    """Children of ``run_raw_consumers`` reading the whole ``topic``, ``sizes[i]`` consumers
+    in child ``i``, entered on ``stack`` and ready.
+
+    Raises:
+        BenchError: a child exited or was not ready in time.
+    """
+    children = [
+        stack.enter_context(
+            Child(
+                run_raw_consumers,
+                f"raw-{label}-{index}",
+                kafka_config=services.kafka_config,
+                topic=topic,
+                partitions=partitions,
+                consumers=size,
+                fetch_wait_max_ms=options.fetch_wait_max_ms,
+                record_latency=record_latency,
+                idle_timeout_s=options.idle_timeout_s,
+            )
+        )
+        for index, size in enumerate(sizes)
+    ]
+    for child in children:
+        child.wait_ready()
+    return children
+
+
 def raw_throughput(
     services: Services,
     options: BenchOptions,
@@ -61,24 +99,9 @@ def raw_throughput(
     _create_topics(services, {topic: DEFAULT_TOTAL_BUCKETS})
     sizes = process_sizes(readers, per_process) if per_process else [readers]
     with ExitStack() as stack:
-        children = [
-            stack.enter_context(
-                Child(
-                    run_raw_consumers,
-                    f"raw-consumers-{label}-{index}",
-                    kafka_config=services.kafka_config,
-                    topic=topic,
-                    partitions=DEFAULT_TOTAL_BUCKETS,
-                    consumers=size,
-                    fetch_wait_max_ms=options.fetch_wait_max_ms,
-                    record_latency=False,
-                    idle_timeout_s=options.idle_timeout_s,
-                )
-            )
-            for index, size in enumerate(sizes)
-        ]
-        for child in children:
-            child.wait_ready()
+        children = _raw_readers(
+            stack, services, options, topic, DEFAULT_TOTAL_BUCKETS, sizes, f"consumers-{label}"
+        )
         producer = raw_producer(services.kafka_config, options.linger_ms)
         services_pids = {k: v for k, v in services.pids.items() if k != "server"}
         cpu = CpuMeter({"writer": os.getpid(), **services_pids})
@@ -181,24 +204,16 @@ def raw_fanout_latency(
     topic = f"{services.namespace}.raw.{label}"
     _create_topics(services, {topic: 1})
     with ExitStack() as stack:
-        children = [
-            stack.enter_context(
-                Child(
-                    run_raw_consumers,
-                    f"raw-{label}-{i}",
-                    kafka_config=services.kafka_config,
-                    topic=topic,
-                    partitions=1,
-                    consumers=size,
-                    fetch_wait_max_ms=options.fetch_wait_max_ms,
-                    record_latency=True,
-                    idle_timeout_s=options.idle_timeout_s,
-                )
-            )
-            for i, size in enumerate(process_sizes(consumers, per_process))
-        ]
-        for child in children:
-            child.wait_ready()
+        children = _raw_readers(
+            stack,
+            services,
+            options,
+            topic,
+            1,
+            process_sizes(consumers, per_process),
+            label,
+            record_latency=True,
+        )
         producer = raw_producer(services.kafka_config, options.linger_ms)
 
         def send(i: int, value: bytes) -> None:
