@@ -30,9 +30,9 @@ many keys of one bucket, each registered and bulk-loaded in one step of its buck
 (so each key's registration is still gap-free). Servers refuse an operation with more.
 
 With :data:`REGISTRATION_MESSAGES_IN_FLIGHT`, it bounds what another client's put may wait
-behind: ``bench.fleet`` measured another client's put p99 at 65 ms during a registration
-of 100,000 keys (which took 1.6 s), against about 110 ms with 1,000 keys and 4 in flight
-(1.1 s)."""
+behind: ``bench.fleet`` measured another client's put p99 at 65-79 ms during a
+registration of 100,000 keys (which took 1.5-1.7 s), against about 110 ms with 1,000
+keys and 4 in flight (1.1 s)."""
 
 REGISTRATION_MESSAGES_IN_FLIGHT: Final = 2
 """Registration operations of one call sent and not yet answered, at most: one being
@@ -50,8 +50,8 @@ BULK_ENTRIES_IN_FLIGHT: Final = 128
 """Entries of one ``put_all`` / ``remove_all`` sent and not yet answered, at most: the
 server works through at most this many of its entries before taking another client's
 operation, and at most this many are in flight when the call gives up on a timeout.
-``bench.fleet`` measured another client's put p99 at 45 ms during a ``put_all`` of 100,000
-entries (22 s), against about 100 ms with 256 in flight (20 s)."""
+``bench.fleet`` measured another client's put p99 at 42-46 ms during a ``put_all`` of
+100,000 entries (21-23 s), against about 100 ms with 256 in flight (20 s)."""
 
 BULK_SEND_GROUP: Final = 32
 """Entries sent together once that many places of the window are free (one Kafka message
