@@ -185,6 +185,8 @@ class ClientCache:
             target=self._ping, name=f"ping-{self.client_id}", daemon=True
         )
         self._ping_thread.start()
+        # Connected: the admin client is needed again only to re-initialise or to close.
+        self.pool.client_topics.release()
 
     def _connect(self) -> str:
         """CONNECT and wait for the answer; returns ``NEW`` or ``RECONNECTED``."""

@@ -1,6 +1,11 @@
 """The admin side of one client: its first contact with Kafka (the servers' ``{ns}.ops``
 topic must exist), the shared queue and reply topics of its Kafka principal (made if it is
-the principal's first client), its partition of each, and the deletion of its acks."""
+the principal's first client), its partition of each, and the deletion of its acks.
+
+A client cache needs its admin client only while it connects and when it closes, so it
+holds one only then: a connected cache is three librdkafka clients (producer, queue and
+reply consumers), not four, and a fleet of thousands keeps that many fewer broker
+connections and threads."""
 
 from __future__ import annotations
 
@@ -44,6 +49,9 @@ class ClientAddress(NamedTuple):
 class ClientTopicAdmin:
     """The admin client of one client cache, for its own topics.
 
+    The admin client made at construction is kept until :meth:`release` (the cache is
+    connected); a later call makes one for itself and drops it when done.
+
     Args:
         settings: The client's settings (address, namespace, timeouts, security).
         topics: The namespace's topic names.
@@ -57,23 +65,44 @@ class ClientTopicAdmin:
         self._settings = settings
         self._topics = topics
         self._client_id = client_id
-        self._handle: AdminClient | None = kafka_admin(settings.librdkafka(**quiet_config()))
+        self._handle: AdminClient | None = self._new_admin()
+        self._held = True
+        self._closed = False
+
+    def _new_admin(self) -> AdminClient:
+        return kafka_admin(self._settings.librdkafka(**quiet_config()))
 
     @property
     def _admin(self) -> AdminClient:
-        """The admin client, until :meth:`close`.
+        """The admin client: the held one, or a new one for a call after :meth:`release`
+        (dropped again by :meth:`_done`).
 
         Raises:
             UnconnectedError: the client cache was closed.
         """
-        if self._handle is None:
+        if self._closed:
             raise UnconnectedError("the client cache was closed")
-        return self._handle
+        handle = self._handle
+        if handle is None:
+            handle = self._handle = self._new_admin()
+        return handle
+
+    def _done(self) -> None:
+        """A call is over: drop its admin client unless it is held (while connecting)."""
+        if not self._held:
+            self._handle = None
+
+    def release(self) -> None:
+        """The cache is connected: drop the admin client (each later call makes its own).
+        An admin client has no close of its own; dropping the last reference destroys it."""
+        self._held = False
+        self._handle = None
 
     def close(self) -> None:
-        """Destroy the admin client now. It has no close of its own, and a Region <->
-        ClientCache cycle would otherwise keep it, reconnecting to a broker that may be
-        gone, until garbage collection."""
+        """Destroy the admin client now and refuse later calls. A Region <-> ClientCache
+        cycle would otherwise keep it, reconnecting to a broker that may be gone, until
+        garbage collection."""
+        self._closed = True
         self._handle = None
 
     def first_contact(self) -> tuple[int, ClientAddress]:
@@ -182,6 +211,7 @@ class ClientTopicAdmin:
         """
         timeout_s = self._settings.metadata_timeout_s
         wanted = [TopicPartition(t, p) for t, p in partitions]
+        admin = self._admin
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(timeout_s),
@@ -190,7 +220,7 @@ class ClientTopicAdmin:
                 reraise=True,
             ):
                 with attempt:
-                    answers = self._admin.list_offsets(
+                    answers = admin.list_offsets(
                         {tp: OffsetSpec.latest() for tp in wanted}, request_timeout=timeout_s
                     )
                     offsets = [answers[tp].result(timeout=timeout_s).offset for tp in wanted]
@@ -199,6 +229,8 @@ class ClientTopicAdmin:
             raise kafka_error(exc, f"end of {topic}", f"topic {topic}") from exc
         except TimeoutError as exc:
             raise TransportError(f"end of {partitions}: no answer in {timeout_s} s") from exc
+        finally:
+            self._done()
         return [max(int(offset), 0) for offset in offsets]
 
     def delete_acks(self) -> None:
@@ -211,6 +243,7 @@ class ClientTopicAdmin:
             for future in deleted.values():
                 with suppress(Exception):
                     future.result(timeout=5)
+        self._done()
 
 
 __all__ = ["ClientAddress", "ClientTopicAdmin"]
