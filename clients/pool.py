@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import suppress
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -35,6 +35,7 @@ from regionbus.clients.pending import (
     ReplyCallback,
     future_callback,
 )
+from regionbus.clients.poll_pace import BUSY_POLL_S, PollPace
 from regionbus.clients.resend import LastReply, due_for_resend
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -55,6 +56,10 @@ from regionbus.schemas.signing import Signer
 from regionbus.schemas.transport import kafka_error, poll_batch, watermarks
 
 log = logging.getLogger("regionbus.client")
+
+REPLY_FETCH_WAIT_MAX_MS: Final = 5_000
+"""librdkafka ``fetch.wait.max.ms`` of the reply consumer (the queue's is
+``fetch_wait_max_ms``): how long the broker holds an idle client's fetch of its replies."""
 
 
 class Pool:
@@ -127,6 +132,7 @@ class Pool:
         self._threads = threading.local()
         self._thread_ids = itertools.count(1)
         self._closed = threading.Event()
+        self._pace = PollPace()
         self._reply_consumer = kafka_consumer(
             settings.librdkafka(
                 **{
@@ -136,9 +142,14 @@ class Pool:
                     # log start (retention), fall back to the earliest offset.
                     "auto.offset.reset": "earliest",
                     "enable.auto.commit": False,
-                    "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+                    # A fetch returns as soon as a reply arrives (fetch.min.bytes 1), and
+                    # this consumer never commits nor asks an offset once reading, which
+                    # would wait behind the fetch: its wait only sets how often an idle
+                    # client fetches.
+                    "fetch.wait.max.ms": max(settings.fetch_wait_max_ms, REPLY_FETCH_WAIT_MAX_MS),
                     "client.id": member_id,
-                    **self.kafka_outage.client_config("replies"),
+                    # The producer and the queue consumer watch the same brokers.
+                    **self.kafka_outage.client_config("replies", watched=False),
                 }
             )
         )
@@ -302,6 +313,7 @@ class Pool:
             log.warning("resend failed: %s", exc)
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
+        self._pace.busy()
         if len(ops) == 1:
             op, bucket = ops[0]
             self._produce(self.topics.ops, encode(op), bucket, op.key, (op.request_id,))
@@ -498,8 +510,10 @@ class Pool:
                 self._expire_unanswered()
                 self._retry_unanswered()
                 next_retry_check = time.monotonic() + PENDING_CHECK_INTERVAL_S
+            # A pending ping polls briskly until answered, without keeping the pace busy.
+            poll_s = BUSY_POLL_S if self._pending else self._pace.timeout_s()
             try:
-                messages = poll_batch(self._reply_consumer, 500, 0.1)
+                messages = poll_batch(self._reply_consumer, 500, poll_s)
             except KafkaException as exc:
                 log.warning("reply consumer: %s", exc)
                 continue

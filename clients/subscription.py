@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicPartition
 
 from regionbus.clients.client_topics import ClientAddress
+from regionbus.clients.poll_pace import PollPace
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.tracking import MessageTracker
@@ -322,15 +323,18 @@ class SubscriptionQueue:
         prefetched, self._prefetched = self._prefetched, []
         if prefetched:
             self._take(prefetched)
+        pace = PollPace()
         while not self._stop.is_set():
             try:
-                messages = poll_batch(self._consumer, 500, 0.1)
+                messages = poll_batch(self._consumer, 500, pace.timeout_s())
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
             except RuntimeError:
                 return  # close() gave up waiting for a listener and closed the consumer
             self._idle.clear() if messages else self._idle.set()
+            if messages or self._position > self._acked:
+                pace.busy()
             self._take(messages)
             if time.monotonic() >= next_ack:
                 self.ack()

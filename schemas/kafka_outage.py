@@ -197,17 +197,23 @@ class KafkaOutage:
         with self._lock:
             return self._began is not None
 
-    def client_config(self, client: str) -> dict[str, Any]:
+    def client_config(self, client: str, *, watched: bool = True) -> dict[str, Any]:
         """librdkafka keys that make a client report to this tracker (and log quietly).
 
         Args:
             client: A name for the client, unique in this tracker (e.g. ``"producer"``);
                 pass it to :meth:`forget` when the client is closed.
+            watched: False for a client whose process has other watched clients of the
+                same brokers: it reports errors but no statistics (which librdkafka builds
+                every ``statistics_interval_ms``, a cost per client of a fleet), and its
+                "all brokers are down" is left to those others to confirm.
 
         Returns:
-            ``error_cb``, ``stats_cb``, ``statistics.interval.ms`` and ``logger``. The
-            client must be polled for them to be served.
+            ``error_cb`` and ``logger``, and when watched ``stats_cb`` and
+            ``statistics.interval.ms``. The client must be polled for them to be served.
         """
+        if not watched:
+            return {**quiet_config(), "error_cb": self._error_callback(client, suspects=False)}
         return {
             **quiet_config(),
             "error_cb": self._error_callback(client),
@@ -225,10 +231,14 @@ class KafkaOutage:
             if not self._down:
                 self._began = None
 
-    def _error_callback(self, client: str) -> Callable[[KafkaError], None]:
+    def _error_callback(
+        self, client: str, *, suspects: bool = True
+    ) -> Callable[[KafkaError], None]:
         def on_error(error: KafkaError) -> None:
             code = error.code()
-            if code == KafkaError._ALL_BROKERS_DOWN:
+            if code == KafkaError._ALL_BROKERS_DOWN and not suspects:
+                log.debug("%s: %s: %s", self.who, client, error.str())
+            elif code == KafkaError._ALL_BROKERS_DOWN:
                 with self._lock:
                     if client not in self._down:
                         self._suspects.setdefault(client, (time.monotonic(), error.str()))

@@ -77,6 +77,30 @@ def test_an_outage_is_logged_once_at_its_start_and_once_at_its_end_whatever_the_
     assert "Kafka available again for cache server s1 after 6.0 s" in lines[1][1]
 
 
+def test_an_unwatched_client_reports_no_statistics_and_leaves_outages_to_the_watched(
+    clock: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = KafkaOutage("client c1")
+    unwatched = outage.client_config("replies", watched=False)
+    assert "stats_cb" not in unwatched and "statistics.interval.ms" not in unwatched
+    producer_error, producer_stats = _callbacks(outage, "producer")
+    with caplog.at_level(logging.DEBUG, logger="regionbus.kafka"):
+        unwatched["error_cb"](_ALL_DOWN)
+        clock[0] += 5.0
+        producer_stats(_stats("DOWN"))
+        assert not outage.ongoing, "the watched producer never saw its brokers down"
+        producer_error(_ALL_DOWN)
+        clock[0] += 1.0
+        producer_stats(_stats("DOWN"))
+        assert outage.ongoing
+        producer_stats(_stats("UP"))
+    assert not outage.ongoing, "the unwatched client holds no outage open"
+    assert [r.levelno for r in caplog.records if r.levelno >= logging.INFO] == [
+        logging.WARNING,
+        logging.INFO,
+    ]
+
+
 def test_all_brokers_down_followed_by_a_connection_to_another_broker_is_a_failover(
     clock: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
