@@ -24,6 +24,9 @@ goal of the fleet issue, each beside a baseline measured in the same run:
    beside its p99 alone; and how fast requests over the limits are refused.
 6. **stalled**: ``--stalled-subscribers`` subscribers, a tenth of them stalled (SIGSTOP):
    the others' p99 and the writer's throughput, beside a run with none stalled.
+7. **idle**: ``--idle-caches`` connected client caches that receive nothing: the CPU of
+   their processes and of the Kafka broker per cache, beside a raw consumer per client
+   (what bounds how many caches a machine holds; see :mod:`bench.fleet_idle`).
 
 Goal 4 (fan-out flat in the subscribers sharing an interest) is ``bench.scaling``'s.
 
@@ -48,6 +51,7 @@ from rich.console import Console
 
 from bench import progress
 from bench.core import run_or_exit
+from bench.fleet_idle import idle_phase
 from bench.fleet_load_phases import requests_phase, stalled_phase
 from bench.fleet_phases import cleanup_phase, fleet_phase
 from bench.fleet_run import (
@@ -79,6 +83,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
             "cleanup": cleanup_phase,
             "requests": requests_phase,
             "stalled": stalled_phase,
+            "idle": idle_phase,
         }
         for name in options.phases:
             phases[name](state, options)
@@ -192,6 +197,13 @@ def _phases(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--stalled-seconds", default=15.0, show_default=True, help="Length of each stalled run."
+)
+@click.option(
+    "--idle-caches",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Connected client caches of the idle phase (and raw consumers beside them).",
 )
 @fetch_wait_option()
 @linger_option()

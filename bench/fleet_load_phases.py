@@ -14,22 +14,21 @@ from typing import Any
 
 from bench import progress
 from bench.fleet_run import (
-    SUBSCRIBERS_PER_PROCESS,
     Figure,
     FleetOptions,
     Run,
     client_settings,
     fleet_server,
     load_now,
+    subscriber_children,
     writer_client,
 )
 from bench.fleet_workers import run_bystander
 from bench.load import paced
 from bench.report import NS_PER_S, latency, percentile
-from bench.scaling_figures import process_sizes
 from bench.server import BenchError
 from bench.services import REGION, RESULT_TIMEOUT_S, Services
-from bench.workers import Child, run_subscribers
+from bench.workers import Child
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
 from regionbus.schemas.errors import BulkOperationError, RequestLimitError
 from regionbus.schemas.limits import MAX_BULK_ENTRIES, MAX_KEYS_PER_REGISTRATION
@@ -206,24 +205,10 @@ def stalled_phase(run: Run, options: FleetOptions) -> None:
 def _stalled_run(
     services: Services, options: FleetOptions, settings: dict[str, Any], stall: bool
 ) -> tuple[float, float, str]:
-    sizes = process_sizes(options.stalled_subscribers, SUBSCRIBERS_PER_PROCESS)
     with ExitStack() as stack:
-        children = [
-            stack.enter_context(
-                Child(
-                    run_subscribers,
-                    f"fleet-stall-{i}",
-                    settings=settings,
-                    region=REGION,
-                    clients=size,
-                    record_latency=True,
-                    idle_timeout_s=30.0,
-                )
-            )
-            for i, size in enumerate(sizes)
-        ]
-        for child in children:
-            child.wait_ready(60 + 10 * SUBSCRIBERS_PER_PROCESS)
+        children = subscriber_children(
+            stack, settings, options.stalled_subscribers, "stall", record_latency=True
+        )
         stalled = children[: max(1, len(children) // 10)] if stall else []
         for child in stalled:
             assert child.pid is not None

@@ -33,6 +33,7 @@ from bench.fleet_run import (
     load_now,
     namespace_partitions,
     rss_mb,
+    subscriber_children,
     writer_client,
 )
 from bench.fleet_workers import (
@@ -47,7 +48,7 @@ from bench.report import latency, percentile
 from bench.scaling_figures import process_sizes
 from bench.server import BenchError
 from bench.services import REGION, RESULT_TIMEOUT_S, Services
-from bench.workers import Child, run_subscribers
+from bench.workers import Child
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.naming import RedisKeys, Topics
 
@@ -90,24 +91,9 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
         )
         sampled = _sampled(options)
         with ExitStack() as stack:
-            children = [
-                stack.enter_context(
-                    Child(
-                        run_subscribers,
-                        f"fleet-live-{i}",
-                        settings=settings,
-                        region=REGION,
-                        clients=size,
-                        record_latency=True,
-                        idle_timeout_s=30.0,
-                    )
-                )
-                for i, size in enumerate(
-                    process_sizes(options.live_subscribers, SUBSCRIBERS_PER_PROCESS)
-                )
-            ]
-            for child in children:
-                child.wait_ready(60 + 10 * SUBSCRIBERS_PER_PROCESS)
+            children = subscriber_children(
+                stack, settings, options.live_subscribers, "live", record_latency=True
+            )
             writer_cache, writer = writer_client(services, options)
             stack.callback(writer_cache.close)
             sent_keys: dict[str, list[int]] = {}

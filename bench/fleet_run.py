@@ -7,22 +7,23 @@ import math
 import os
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from bench.scaling_figures import process_sizes
 from bench.server import ServerProcess
 from bench.services import REGION, BenchOptions, Services
-from bench.workers import stamped_value
+from bench.workers import Child, run_subscribers, stamped_value
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
 from regionbus.devstack import LocalStack
 from regionbus.schemas.kafka_clients import kafka_admin
 
 TABLE_WIDTH = 140
-PHASES = ("fleet", "cleanup", "requests", "stalled")
+PHASES = ("fleet", "cleanup", "requests", "stalled", "idle")
 SUBSCRIBERS_PER_PROCESS = 10
 CLEANUP_SILENCE_MS = 3_000
 CLEANUP_DURABLE_TIMEOUT_S = 8
@@ -47,6 +48,7 @@ class FleetOptions:
     stalled_subscribers: int
     stalled_rate: int
     stalled_seconds: float
+    idle_caches: int
     fetch_wait_max_ms: int
     linger_ms: int
 
@@ -142,6 +144,34 @@ def fleet_server(
             ),
             server,
         )
+
+
+def subscriber_children(
+    stack: ExitStack, settings: dict[str, Any], count: int, label: str, *, record_latency: bool
+) -> list[Child]:
+    """``count`` subscribers with ``ALL_KEYS`` interest, ``SUBSCRIBERS_PER_PROCESS`` to a
+    child process, entered on ``stack`` and ready.
+
+    Raises:
+        BenchError: a child exited or was not ready in time.
+    """
+    children = [
+        stack.enter_context(
+            Child(
+                run_subscribers,
+                f"fleet-{label}-{i}",
+                settings=settings,
+                region=REGION,
+                clients=size,
+                record_latency=record_latency,
+                idle_timeout_s=30.0,
+            )
+        )
+        for i, size in enumerate(process_sizes(count, SUBSCRIBERS_PER_PROCESS))
+    ]
+    for child in children:
+        child.wait_ready(60 + 10 * SUBSCRIBERS_PER_PROCESS)
+    return children
 
 
 def rss_mb(pid: int | None) -> tuple[float, float]:

@@ -235,6 +235,25 @@ def raw_fanout_latency(
     )
 
 
+def raw_idle_readers(
+    stack: ExitStack,
+    services: Services,
+    options: BenchOptions,
+    sizes: list[int],
+    label: str = "idle",
+) -> list[Child]:
+    """Raw consumers with nothing to read: ``sizes[i]`` in child ``i``, each an ``assign()``
+    consumer of a one-partition topic no one writes, entered on ``stack`` and ready (the
+    baseline of an idle client's cost).
+
+    Raises:
+        BenchError: the topic cannot be created, or a child failed or was not ready.
+    """
+    topic = f"{services.namespace}.raw.{label}"
+    _create_topics(services, {topic: 1})
+    return _raw_readers(stack, services, options, topic, 1, sizes, label)
+
+
 def raw_fanout_relay(
     services: Services, options: BenchOptions, fanout: int, label: str = "fanout"
 ) -> Throughput:
@@ -320,4 +339,10 @@ def _partition(key: str) -> int:
     return zlib.crc32(f"{REGION}\x00{key}".encode()) % DEFAULT_TOTAL_BUCKETS
 
 
-__all__ = ["raw_fanout_latency", "raw_fanout_relay", "raw_relay_latency", "raw_throughput"]
+__all__ = [
+    "raw_fanout_latency",
+    "raw_fanout_relay",
+    "raw_idle_readers",
+    "raw_relay_latency",
+    "raw_throughput",
+]
