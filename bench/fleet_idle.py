@@ -49,7 +49,9 @@ def idle_phase(run: Run, options: FleetOptions) -> None:
     count = options.idle_caches
     sizes = process_sizes(count, SUBSCRIBERS_PER_PROCESS)
     with fleet_server(run, options, "idle") as (services, _server):
-        progress.phase(run.console, f"idle: the broker alone for {IDLE_SECONDS:.0f} s ...")
+        progress.phase(
+            run.console, f"idle: the broker with the server alone, {IDLE_SECONDS:.0f} s ..."
+        )
         broker_alone_s = _cpu_s({"kafka": kafka_pid}, [])["kafka"]
         progress.phase(
             run.console, f"idle: {count} client caches connect, then idle (load {load_now()}) ..."
@@ -63,6 +65,11 @@ def idle_phase(run: Run, options: FleetOptions) -> None:
         with ExitStack() as stack:
             readers = raw_idle_readers(stack, services, options.bench_options(count), sizes)
             raw = _cpu_s({"kafka": kafka_pid}, [c.pid for c in readers])
+    run.console.print(
+        f"  CPU s over {IDLE_SECONDS:.0f} s: broker alone {broker_alone_s:.2f}; caches "
+        f"{caches['clients']:.2f}, broker {caches['kafka']:.2f}; raw consumers "
+        f"{raw['clients']:.2f}, broker {raw['kafka']:.2f}"
+    )
     per_cache_ms = 1000 / IDLE_SECONDS / count
     run.add(
         Figure(
@@ -92,9 +99,9 @@ def idle_phase(run: Run, options: FleetOptions) -> None:
 
 def _cpu_s(services: dict[str, int], clients: list[int | None]) -> dict[str, float]:
     """CPU seconds of ``services`` and of the ``clients`` processes together, over
-    ``IDLE_SECONDS`` after ``SETTLE_S`` (no settling without clients)."""
-    if clients:
-        time.sleep(SETTLE_S)
+    ``IDLE_SECONDS`` after ``SETTLE_S`` (the server just started, or clients just
+    connected)."""
+    time.sleep(SETTLE_S)
     pids: dict[str, int | list[int] | None] = dict(services)
     pids["clients"] = [pid for pid in clients if pid is not None]
     meter = CpuMeter(pids)
