@@ -119,7 +119,8 @@ class SubscriptionQueue:
             together, only the last is delivered; creates, destroys, invalidates, region
             events and markers never are dropped.
         kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
-            to; None gives the queue one of its own.
+            errors to (the client's producer, watching the same brokers, reports their
+            states); None gives the queue one of its own, which the consumer feeds alone.
         end_of_queue: Where the queue partition ends now (asked by the caller's admin
             client: this consumer, fetching once assigned, answers such a question only
             after its fetch wait); None asks this consumer.
@@ -186,7 +187,9 @@ class SubscriptionQueue:
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
                     "client.id": client_id,
-                    **self._kafka_outage.client_config("queue"),
+                    # A tracker shared with the pool is fed by its producer, which watches
+                    # the same brokers.
+                    **self._kafka_outage.client_config("queue", watched=kafka_outage is None),
                 }
             )
         )
