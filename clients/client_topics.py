@@ -237,9 +237,9 @@ class ClientTopicAdmin:
         """Delete this client's consumer group (its acks), best effort, at a non-durable
         close; the reaper deletes it otherwise once the servers have forgotten it."""
         with suppress(Exception):
-            deleted = self._admin.delete_consumer_groups(
-                [self._topics.client_group(self._client_id)]
-            )
+            # Held here until the futures are done, whatever another call drops meanwhile.
+            admin = self._admin
+            deleted = admin.delete_consumer_groups([self._topics.client_group(self._client_id)])
             for future in deleted.values():
                 with suppress(Exception):
                     future.result(timeout=5)

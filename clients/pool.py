@@ -148,7 +148,7 @@ class Pool:
                     # client fetches.
                     "fetch.wait.max.ms": max(settings.fetch_wait_max_ms, REPLY_FETCH_WAIT_MAX_MS),
                     "client.id": member_id,
-                    # The producer and the queue consumer watch the same brokers.
+                    # The producer watches the same brokers for the outage tracker.
                     **self.kafka_outage.client_config("replies", watched=False),
                 }
             )
