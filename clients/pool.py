@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import suppress
-from typing import Any, Final
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from regionbus.clients.auth import signer_for
 from regionbus.clients.client_topics import ClientTopicAdmin
@@ -36,6 +36,7 @@ from regionbus.clients.pending import (
     future_callback,
 )
 from regionbus.clients.poll_pace import BUSY_POLL_S, PollPace
+from regionbus.clients.reply_consumer import open_reply_consumer
 from regionbus.clients.resend import LastReply, due_for_resend
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -47,19 +48,15 @@ from regionbus.schemas.errors import (
     UnconnectedError,
 )
 from regionbus.schemas.eventid import EventID
-from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import Signer
-from regionbus.schemas.transport import kafka_error, poll_batch, watermarks
+from regionbus.schemas.transport import kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.client")
-
-REPLY_FETCH_WAIT_MAX_MS: Final = 5_000
-"""librdkafka ``fetch.wait.max.ms`` of the reply consumer (the queue's is
-``fetch_wait_max_ms``): how long the broker holds an idle client's fetch of its replies."""
 
 
 class Pool:
@@ -133,37 +130,9 @@ class Pool:
         self._thread_ids = itertools.count(1)
         self._closed = threading.Event()
         self._pace = PollPace()
-        self._reply_consumer = kafka_consumer(
-            settings.librdkafka(
-                **{
-                    "group.id": self.topics.client_reply_group(client_id),
-                    # An explicit offset, not OFFSET_BEGINNING: librdkafka resolves a logical
-                    # offset on a just-created topic only on a 500 ms retry timer. Past the
-                    # log start (retention), fall back to the earliest offset.
-                    "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False,
-                    # A fetch returns as soon as a reply arrives (fetch.min.bytes 1), and
-                    # this consumer never commits nor asks an offset once reading, which
-                    # would wait behind the fetch: its wait only sets how often an idle
-                    # client fetches.
-                    "fetch.wait.max.ms": max(settings.fetch_wait_max_ms, REPLY_FETCH_WAIT_MAX_MS),
-                    "client.id": member_id,
-                    # The producer watches the same brokers for the outage tracker.
-                    **self.kafka_outage.client_config("replies", watched=False),
-                }
-            )
+        self._reply_consumer = open_reply_consumer(
+            settings, client_id, member_id, self.address, self.kafka_outage
         )
-        # Replies to this process come after its start: begin at the high watermark.
-        reply_topic = self.address.reply_topic
-        reply_partition = TopicPartition(reply_topic, self.address.reply_partition)
-        try:
-            _, high = watermarks(
-                self._reply_consumer, reply_partition, self.settings.metadata_timeout_s
-            )
-        except KafkaException as exc:
-            raise kafka_error(exc, f"reply topic of {client_id}", f"topic {reply_topic}") from exc
-        reply_partition.offset = max(high, 0)
-        self._reply_consumer.assign([reply_partition])
         self._reply_thread = threading.Thread(
             target=self._read_replies, name=f"replies-{client_id}", daemon=True
         )
