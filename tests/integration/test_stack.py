@@ -29,6 +29,7 @@ from regionbus.runtime.redis_connect import connect_redis_url
 from regionbus.schemas.errors import RegionBusError, StackError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.transport import committed_offsets, watermarks
 
 # Upper bounds on waits for a condition, generous for a loaded shared machine: a step
 # that ends sooner returns at once.
@@ -78,8 +79,10 @@ def _consume_all(bootstrap_servers: str, group: str, topic: str) -> list[bytes |
     )
     try:
         partition = TopicPartition(topic, 0)
-        _, high = consumer.get_watermark_offsets(partition, timeout=_METADATA_TIMEOUT_S)
-        committed = consumer.committed([partition], timeout=_METADATA_TIMEOUT_S)[0].offset
+        # Just after a restart the group's coordinator may still be loading its offsets
+        # ("not coordinator"): these helpers ask again, as the server's own readers do.
+        _, high = watermarks(consumer, partition, _METADATA_TIMEOUT_S)
+        committed = committed_offsets(consumer, [partition], _METADATA_TIMEOUT_S)[0].offset
         consumer.assign([TopicPartition(topic, 0, max(committed, 0))])
         values: list[bytes | None] = []
         deadline = time.monotonic() + _CONSUME_DEADLINE_S
