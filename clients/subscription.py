@@ -40,6 +40,7 @@ from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import CqEvent, Event, EventKind, Marker
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
+from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
 from regionbus.schemas.signing import Signer
 from regionbus.schemas.transport import (
     assign_from,
@@ -54,6 +55,15 @@ log = logging.getLogger("regionbus.client")
 
 _QUEUED = (Event, Marker, CqEvent)
 """What a subscription queue holds."""
+
+_POLL_MAX_MESSAGES = 500
+"""Most Kafka messages one poll of the queue takes (conflation looks across them)."""
+
+_READ_ON_MARGIN_S = 0.2
+"""How much longer than ``queue_fetch_backoff_ms`` reading on waits for the next fetch."""
+
+_READ_ON_MAX_S = 1.0
+"""Longest a poll reads on to gather what was queued (a listener call waits that long)."""
 
 _PREFETCH_MAX_BYTES = 64 * 1024 * 1024
 """Most bytes of queued messages a durable reconnection keeps from counting its pending
@@ -186,6 +196,7 @@ class SubscriptionQueue:
                     "auto.offset.reset": "earliest",
                     "enable.auto.commit": False,
                     "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+                    **queue_fetch_pacing(settings.queue_fetch_backoff_ms),
                     "client.id": client_id,
                     # A tracker shared with the pool is fed by its producer, which watches
                     # the same brokers.
@@ -329,7 +340,9 @@ class SubscriptionQueue:
         pace = PollPace()
         while not self._stop.is_set():
             try:
-                messages = poll_batch(self._consumer, 500, pace.timeout_s())
+                messages = poll_batch(self._consumer, _POLL_MAX_MESSAGES, pace.timeout_s())
+                if messages and self.conflate:
+                    messages = self._read_on(messages)
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
@@ -346,6 +359,29 @@ class SubscriptionQueue:
         # during a Kafka outage it would hold close() until Kafka is back.
         if not self._kafka_outage.ongoing:
             self.ack(asynchronous=False)
+
+    def _read_on(self, messages: list[Polled]) -> list[Polled]:
+        """``messages`` and whatever more the queue held when they were fetched, up to
+        ``_POLL_MAX_MESSAGES``: conflation looks across what is read together.
+
+        A paced consumer (``queue_fetch_pacing``) holds one fetch locally, not everything
+        queued, so a client that was slow, or is catching up, would otherwise read its
+        backlog in pieces and conflate each piece alone. The high watermark of the last
+        fetch (cached by librdkafka, no request) says whether more was queued; the next
+        fetch comes within ``queue_fetch_backoff_ms``.
+        """
+        partition = TopicPartition(self._topic, self._partition)
+        wait_s = self._settings.queue_fetch_backoff_ms / 1000 + _READ_ON_MARGIN_S
+        deadline = time.monotonic() + _READ_ON_MAX_S
+        while len(messages) < _POLL_MAX_MESSAGES and time.monotonic() < deadline:
+            _, high = self._consumer.get_watermark_offsets(partition, cached=True)
+            if high < 0 or _next_offset(messages[-1]) >= high:
+                break
+            more = poll_batch(self._consumer, _POLL_MAX_MESSAGES - len(messages), wait_s)
+            if not more:
+                break
+            messages = [*messages, *more]
+        return messages
 
     def _take(self, messages: list[Polled]) -> None:
         """Decode, track and deliver one poll's messages, then move the ack position.
@@ -522,6 +558,45 @@ class SubscriptionQueue:
         with suppress(Exception):
             self._consumer.close()
         self._kafka_outage.forget("queue")
+
+
+def _next_offset(message: Polled) -> int:
+    """The offset after ``message`` (-1 when it has none: an error)."""
+    if isinstance(message, UnreadableRecords):
+        return message.next_offset
+    offset = message.offset()
+    return -1 if offset is None or offset < 0 else offset + 1
+
+
+def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
+    """librdkafka settings that make a subscription queue's consumer fetch at most once per
+    ``backoff_ms`` while it holds events not yet taken.
+
+    A consumer fetches again as soon as a fetch returns, and Apache Kafka answers a fetch
+    at its first record, so at a steady rate each event costs a fetch round trip and a
+    wake-up of the reading thread: half of a busy subscriber's CPU. With
+    ``queued.min.messages`` 1, one record still held locally is enough to postpone the next
+    fetch by ``fetch.queue.backoff.ms``; an empty local queue (an idle client) fetches at
+    once, and the broker holds that fetch until a record arrives. As a paced fetch is one
+    per backoff, it may bring a whole response's worth of the queue's one partition
+    (``fetch.max.bytes``, not the 1 MiB per partition other consumers ask for): a
+    reconnecting durable client counts its backlog a response per backoff.
+
+    Args:
+        backoff_ms: ``ClientSettings.queue_fetch_backoff_ms``, in ms; 0 keeps librdkafka's
+            defaults.
+
+    Returns:
+        The librdkafka keys to add to the consumer's configuration (empty for 0, which
+        also keeps ``max.partition.fetch.bytes`` at 1 MiB).
+    """
+    if backoff_ms <= 0:
+        return {}
+    return {
+        "queued.min.messages": 1,
+        "fetch.queue.backoff.ms": backoff_ms,
+        "max.partition.fetch.bytes": CONSUMER_FETCH_MAX_BYTES,
+    }
 
 
 def superseded_updates(messages: list[Event | Marker | CqEvent]) -> set[int]:
