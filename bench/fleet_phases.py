@@ -118,6 +118,7 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
             "counts": [c for r in results for c in r["counts"]],
             "sent_ns": [s for r in results for s in r["sent_ns"]],
             "received_ns": [s for r in results for s in r["received_ns"]],
+            "cpu_s": sum(float(r["cpu_s"]) for r in results),
         }
         live = latency(sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=1.0, readers=merged)
         after = namespace_partitions(services)
@@ -174,6 +175,30 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
                 live.p99_ms <= 100,
                 raw_fanout.p99_ms,
                 f"raw Kafka: 1 producer → {options.live_subscribers} consumers p99",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                f"live subscribers' put→listener p50 at {options.rate}/s (ms)",
+                live.p50_ms,
+                "-",
+                None,
+                raw_fanout.p50_ms,
+                f"raw Kafka: 1 producer → {options.live_subscribers} consumers p50",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                "live subscribers' CPU per event delivered, in their processes (µs)",
+                live.readers_cpu_us_per_message,
+                "-",
+                None,
+                raw_fanout.readers_cpu_us_per_message,
+                "raw Kafka consumers' CPU per message",
                 load,
             )
         )

@@ -70,6 +70,8 @@ class Latency:
         p50_ms: Median, in milliseconds.
         p99_ms: 99th percentile, in milliseconds.
         max_ms: Largest, in milliseconds.
+        readers_cpu_s: CPU seconds the reader processes used, from ready to done (NaN
+            when not reported).
     """
 
     sent: int
@@ -79,6 +81,12 @@ class Latency:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    readers_cpu_s: float = math.nan
+
+    @property
+    def readers_cpu_us_per_message(self) -> float:
+        """Reader CPU per message received, in µs (NaN when none was received)."""
+        return self.readers_cpu_s / self.received * 1e6 if self.received else math.nan
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -145,7 +153,8 @@ def latency(
         start_ns: Wall-clock time of the first send.
         end_ns: Wall-clock time of the last send.
         warmup_s: Messages sent in the first ``warmup_s`` seconds are not counted.
-        readers: The reader child's result (``sent_ns``, ``received_ns``, ``counts``).
+        readers: The reader child's result (``sent_ns``, ``received_ns``, ``counts``, and
+            ``cpu_s`` if known).
     """
     cutoff_ns = start_ns + int(warmup_s * NS_PER_S)
     values = sorted(
@@ -161,6 +170,7 @@ def latency(
         p50_ms=percentile(values, 0.50),
         p99_ms=percentile(values, 0.99),
         max_ms=values[-1] if values else math.nan,
+        readers_cpu_s=float(readers.get("cpu_s", math.nan)),
     )
 
 
