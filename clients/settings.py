@@ -50,15 +50,18 @@ class ClientSettings(KafkaConnectionSettings):
             answers as soon as data arrives, so this bounds idle polls, not latency; 500 ms
             (librdkafka's default) costs the broker a third of the CPU of 100 ms per idle
             client (measured on the embedded Apache Kafka).
-        queue_fetch_backoff_ms: How long the subscription queue's consumer waits, after a
-            fetch brought events the client has not taken yet, before it fetches again
-            (librdkafka ``fetch.queue.backoff.ms``, with ``queued.min.messages`` 1). Under
-            load one fetch then carries every event of that interval, not one: at 200
-            events/s, 20 ms (the default) cut a subscriber's CPU per event from 192-231 to
-            104-151 µs and added about 8 ms to put → listener p50. An idle queue's fetch is
-            not delayed, and no event waits longer than this for its fetch. 0: librdkafka's
-            defaults (fetch as soon as the previous fetch returns, prefetching up to
-            100,000 messages or 64 MiB).
+        queue_fetch_backoff_ms: 0 (the default) or how long the subscription queue's
+            consumer waits, after a fetch brought events the client has not taken yet,
+            before it fetches again (librdkafka ``fetch.queue.backoff.ms``, with
+            ``queued.min.messages`` 1). A subscriber at a steady rate otherwise fetches
+            once per event. Set it for subscribers whose CPU matters more than a few
+            milliseconds: ten subscribers in one process at 200 events/s each, 20 ms cut
+            the CPU per event from 192-231 to 104-151 µs and added about 8 ms to put →
+            listener p50. On a saturated machine it gains nothing (consumers that fall
+            behind fetch many events at once anyway: ``bench.fleet``, 100 subscribers,
+            53-55 µs per event either way) and costs latency. An idle queue's fetch is not
+            delayed. 0: librdkafka's defaults (fetch as soon as the previous fetch returns,
+            prefetching up to 100,000 messages or 64 MiB).
         linger_ms: librdkafka producer ``linger.ms``: 1 ms cuts each producer hop's wait
             from 5 ms (put → listener p50 12.7 → 5.0 ms at 500 puts/s) and keeps most of the
             batching of bulk writes (ops/s within 5 % of 5 ms; 0 ms lost 20 %).
@@ -94,7 +97,7 @@ class ClientSettings(KafkaConnectionSettings):
     subscription_conflation: Literal["server", "true", "false"] = "server"
     ping_interval_ms: int = Field(default=10_000, ge=10)
     fetch_wait_max_ms: int = Field(default=500, ge=1)
-    queue_fetch_backoff_ms: int = Field(default=20, ge=0, le=1_000)
+    queue_fetch_backoff_ms: int = Field(default=0, ge=0, le=1_000)
     linger_ms: int = Field(default=1, ge=0)
     metadata_timeout_s: float = Field(default=30.0, gt=0)
     kafka_principal: str | None = None
