@@ -102,6 +102,11 @@ def _readers(bootstrap_servers: str, topic: str) -> Iterator[tuple[_PacedReader,
         plain.close()
 
 
+def _fetches(paced: _PacedReader, plain: _PacedReader) -> tuple[int, int]:
+    """Both readers' fetch requests so far."""
+    return paced.fetches(), plain.fetches()
+
+
 def test_pacing_off_keeps_librdkafkas_defaults() -> None:
     assert queue_fetch_pacing(0) == {}
     assert queue_fetch_pacing(20) == {
@@ -116,8 +121,7 @@ def test_a_busy_paced_consumer_fetches_once_per_backoff_not_once_per_record(
 ) -> None:
     topic = f"{namespace}.paced"
     with _readers(kafka_bootstrap_servers, topic) as (paced, plain):
-        paced_before = paced.fetches()
-        plain_before = plain.fetches()
+        before = _fetches(paced, plain)
         producer = kafka_producer({"bootstrap.servers": kafka_bootstrap_servers, "linger.ms": 0})
         for i in range(_RECORDS):
             producer.produce(topic, str(i).encode(), partition=0)
@@ -130,8 +134,8 @@ def test_a_busy_paced_consumer_fetches_once_per_backoff_not_once_per_record(
             timeout_s=60,
             what="both consumers to read every record",
         )
-        paced_fetches = paced.fetches() - paced_before
-        plain_fetches = plain.fetches() - plain_before
+        after = _fetches(paced, plain)
+    paced_fetches, plain_fetches = after[0] - before[0], after[1] - before[1]
 
     # 1 s of records: the paced consumer fetches about once per 100 ms (10-20 fetches), the
     # plain one about once per record (each fetch returns at the next record).
@@ -144,13 +148,12 @@ def test_an_idle_paced_consumer_fetches_no_more_often_than_a_plain_one(
     topic = f"{namespace}.idle"
     with _readers(kafka_bootstrap_servers, topic) as (paced, plain):
         start = time.monotonic()
-        paced_before = paced.fetches()
-        plain_before = plain.fetches()
+        before = _fetches(paced, plain)
         # Idle for 2 s: each consumer's fetch is held by the broker for fetch.wait.max.ms.
         wait_until(lambda: time.monotonic() - start >= 2.0, what="2 s to pass")
-        paced_fetches = paced.fetches() - paced_before
-        plain_fetches = plain.fetches() - plain_before
+        after = _fetches(paced, plain)
         elapsed_s = time.monotonic() - start
+    paced_fetches, plain_fetches = after[0] - before[0], after[1] - before[1]
 
     most = elapsed_s * 1000 / _FETCH_WAIT_MAX_MS + 2
     assert paced_fetches <= most, (paced_fetches, most)
