@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicPartition
 
 from regionbus.clients.client_topics import ClientAddress
+from regionbus.clients.conflation import superseded_updates
 from regionbus.clients.poll_pace import PollPace
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
@@ -37,7 +38,7 @@ from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, RegionBusError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.kafka_outage import KafkaOutage
-from regionbus.schemas.messages import CqEvent, Event, EventKind, Marker
+from regionbus.schemas.messages import CqEvent, Event, Marker
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
@@ -597,58 +598,3 @@ def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
         "fetch.queue.backoff.ms": backoff_ms,
         "max.partition.fetch.bytes": CONSUMER_FETCH_MAX_BYTES,
     }
-
-
-def superseded_updates(messages: list[Event | Marker | CqEvent]) -> set[int]:
-    """Indexes of updates followed, in ``messages``, by a newer update of the same key with
-    no other change of that key (or of its region) in between: those conflation drops.
-
-    A CQ event is conflated the same way, apart from the interest events: when every CQ
-    it names has query operation UPDATE and a newer CQ event of the key names the same CQs,
-    all UPDATE (Geode conflates a CQ message only when each of its CQ operations is an
-    update).
-    """
-    superseded: set[int] = set()
-    newer_update: set[tuple[str, str]] = set()
-    newer_cq_update: dict[tuple[str, str], tuple[str, ...]] = {}
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, CqEvent):
-            _conflate_cq(message, index, newer_cq_update, superseded)
-            continue
-        if not isinstance(message, Event):
-            continue
-        if message.kind.is_region_event:
-            newer_update = {k for k in newer_update if k[0] != message.region}
-            continue
-        if message.key is None:
-            continue
-        entry = (message.region, message.key)
-        if message.kind is EventKind.UPDATE:
-            if entry in newer_update:
-                superseded.add(index)
-            newer_update.add(entry)
-        else:
-            newer_update.discard(entry)
-    return superseded
-
-
-def _conflate_cq(
-    message: CqEvent,
-    index: int,
-    newer_update: dict[tuple[str, str], tuple[str, ...]],
-    superseded: set[int],
-) -> None:
-    event = message.event
-    if event.key is None:
-        for entry in [k for k in newer_update if k[0] == event.region]:
-            del newer_update[entry]
-        return
-    entry = (event.region, event.key)
-    if not all(m.query_operation is EventKind.UPDATE for m in message.cqs):
-        newer_update.pop(entry, None)
-        return
-    names = tuple(m.name for m in message.cqs)
-    if newer_update.get(entry) == names:
-        superseded.add(index)
-    newer_update[entry] = names

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from regionbus.clients.subscription import superseded_updates
+from regionbus.clients.conflation import superseded_updates
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Event, EventKind, Marker
 
