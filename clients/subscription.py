@@ -342,7 +342,7 @@ class SubscriptionQueue:
         while not self._stop.is_set():
             try:
                 messages = poll_batch(self._consumer, _POLL_MAX_MESSAGES, pace.timeout_s())
-                if messages and self.conflate:
+                if messages and self.conflate and self._settings.queue_fetch_backoff_ms:
                     messages = self._read_on(messages)
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
@@ -365,9 +365,10 @@ class SubscriptionQueue:
         """``messages`` and whatever more the queue held when they were fetched, up to
         ``_POLL_MAX_MESSAGES``: conflation looks across what is read together.
 
-        A paced consumer (``queue_fetch_pacing``) holds one fetch locally, not everything
-        queued, so a client that was slow, or is catching up, would otherwise read its
-        backlog in pieces and conflate each piece alone. The high watermark of the last
+        Only for a paced consumer (``queue_fetch_pacing``): it holds one fetch locally, not
+        everything queued (as librdkafka's prefetch does), so a client that was slow, or
+        is catching up, would otherwise read its backlog in pieces and conflate each
+        piece alone. The high watermark of the last
         fetch (cached by librdkafka, no request) says whether more was queued; the next
         fetch comes within ``queue_fetch_backoff_ms``.
         """
