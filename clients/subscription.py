@@ -366,11 +366,9 @@ class SubscriptionQueue:
         ``_POLL_MAX_MESSAGES``: conflation looks across what is read together.
 
         Only for a paced consumer (``queue_fetch_pacing``): it holds one fetch locally, not
-        everything queued (as librdkafka's prefetch does), so a client that was slow, or
-        is catching up, would otherwise read its backlog in pieces and conflate each
-        piece alone. The high watermark of the last
-        fetch (cached by librdkafka, no request) says whether more was queued; the next
-        fetch comes within ``queue_fetch_backoff_ms``.
+        the backlog librdkafka prefetches, so a slow client would conflate its backlog in
+        pieces. The last fetch's high watermark (cached by librdkafka, no request) says
+        whether more was queued; the next fetch comes within ``queue_fetch_backoff_ms``.
         """
         partition = TopicPartition(self._topic, self._partition)
         wait_s = self._settings.queue_fetch_backoff_ms / 1000 + _READ_ON_MARGIN_S
