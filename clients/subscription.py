@@ -60,12 +60,6 @@ _QUEUED = (Event, Marker, CqEvent)
 _POLL_MAX_MESSAGES = 500
 """Most Kafka messages one poll of the queue takes (conflation looks across them)."""
 
-_READ_ON_MARGIN_S = 0.2
-"""How much longer than ``queue_fetch_backoff_ms`` reading on waits for the next fetch."""
-
-_READ_ON_MAX_S = 1.0
-"""Longest a poll reads on to gather what was queued (a listener call waits that long)."""
-
 _PREFETCH_MAX_BYTES = 64 * 1024 * 1024
 """Most bytes of queued messages a durable reconnection keeps from counting its pending
 events to deliver them (the rest is read again)."""
@@ -342,8 +336,6 @@ class SubscriptionQueue:
         while not self._stop.is_set():
             try:
                 messages = poll_batch(self._consumer, _POLL_MAX_MESSAGES, pace.timeout_s())
-                if messages and self.conflate and self._settings.queue_fetch_backoff_ms:
-                    messages = self._read_on(messages)
             except KafkaException as exc:
                 log.warning("subscription queue %s: %s", self._topic, exc)
                 continue
@@ -360,28 +352,6 @@ class SubscriptionQueue:
         # during a Kafka outage it would hold close() until Kafka is back.
         if not self._kafka_outage.ongoing:
             self.ack(asynchronous=False)
-
-    def _read_on(self, messages: list[Polled]) -> list[Polled]:
-        """``messages`` and whatever more the queue held when they were fetched, up to
-        ``_POLL_MAX_MESSAGES``: conflation looks across what is read together.
-
-        Only for a paced consumer (``queue_fetch_pacing``): it holds one fetch locally, not
-        the backlog librdkafka prefetches, so a slow client would conflate its backlog in
-        pieces. The last fetch's high watermark (cached by librdkafka, no request) says
-        whether more was queued; the next fetch comes within ``queue_fetch_backoff_ms``.
-        """
-        partition = TopicPartition(self._topic, self._partition)
-        wait_s = self._settings.queue_fetch_backoff_ms / 1000 + _READ_ON_MARGIN_S
-        deadline = time.monotonic() + _READ_ON_MAX_S
-        while len(messages) < _POLL_MAX_MESSAGES and time.monotonic() < deadline:
-            _, high = self._consumer.get_watermark_offsets(partition, cached=True)
-            if high < 0 or _next_offset(messages[-1]) >= high:
-                break
-            more = poll_batch(self._consumer, _POLL_MAX_MESSAGES - len(messages), wait_s)
-            if not more:
-                break
-            messages = [*messages, *more]
-        return messages
 
     def _take(self, messages: list[Polled]) -> None:
         """Decode, track and deliver one poll's messages, then move the ack position.
@@ -560,14 +530,6 @@ class SubscriptionQueue:
         self._kafka_outage.forget("queue")
 
 
-def _next_offset(message: Polled) -> int:
-    """The offset after ``message`` (-1 when it has none: an error)."""
-    if isinstance(message, UnreadableRecords):
-        return message.next_offset
-    offset = message.offset()
-    return -1 if offset is None or offset < 0 else offset + 1
-
-
 def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
     """librdkafka settings that make a subscription queue's consumer fetch at most once per
     ``backoff_ms`` while it holds events not yet taken.
@@ -581,6 +543,10 @@ def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
     per backoff, it may bring a whole response's worth of the queue's one partition
     (``fetch.max.bytes``, not the 1 MiB per partition other consumers ask for): a
     reconnecting durable client counts its backlog a response per backoff.
+
+    A paced consumer holds one fetch locally, not the backlog librdkafka would prefetch:
+    with conflation, a slow client conflates what each fetch brought (as a Geode client
+    gets, unconflated, what was already dispatched to it), not its whole backlog at once.
 
     Args:
         backoff_ms: ``ClientSettings.queue_fetch_backoff_ms``, in ms; 0 keeps librdkafka's
