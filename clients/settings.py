@@ -57,11 +57,11 @@ class ClientSettings(KafkaConnectionSettings):
             once per event. Set it for subscribers whose CPU matters more than a few
             milliseconds: ``bench.fleet``, 10 subscribers at 200 puts/s, 20 ms cut their
             CPU per event from 146-163 to 114-128 µs (raw Kafka consumers: 108-122) and
-            added 4-12 ms to put → listener p50. On a saturated machine it gains nothing (consumers that fall
-            behind fetch many events at once anyway: ``bench.fleet``, 100 subscribers,
-            53-55 µs per event either way) and costs latency. An idle queue's fetch is not
-            delayed. 0: librdkafka's defaults (fetch as soon as the previous fetch returns,
-            prefetching up to 100,000 messages or 64 MiB).
+            added 4-12 ms to put → listener p50. On a saturated machine it gains nothing
+            (consumers that fall behind fetch many events at once anyway: ``bench.fleet``,
+            100 subscribers, 53-55 µs per event either way) and costs latency. An idle
+            queue's fetch is not delayed. 0: librdkafka's defaults (fetch as soon as the
+            previous fetch returns, prefetching up to 100,000 messages or 64 MiB).
         linger_ms: librdkafka producer ``linger.ms``: 1 ms cuts each producer hop's wait
             from 5 ms (put → listener p50 12.7 → 5.0 ms at 500 puts/s) and keeps most of the
             batching of bulk writes (ops/s within 5 % of 5 ms; 0 ms lost 20 %).
