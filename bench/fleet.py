@@ -28,6 +28,10 @@ goal of the fleet issue, each beside a baseline measured in the same run:
    their processes and of the Kafka broker per cache, beside a raw consumer per client
    (what bounds how many caches a machine holds; see :mod:`bench.fleet_idle`).
 
+Before the phases, an untimed warm-up (raw Kafka's fan-out at ``--rate`` for
+``--seconds``) lets the broker compile its code (the JVM's JIT), so that no phase, and
+no baseline, is measured on a cold broker.
+
 Goal 4 (fan-out flat in the subscribers sharing an interest) is ``bench.scaling``'s.
 
 It prints a table (``--markdown`` writes it for ``bench/RESULTS.md``) with the load
@@ -53,7 +57,7 @@ from bench import progress
 from bench.core import run_or_exit
 from bench.fleet_idle import idle_phase
 from bench.fleet_load_phases import requests_phase, stalled_phase
-from bench.fleet_phases import cleanup_phase, fleet_phase
+from bench.fleet_phases import cleanup_phase, fleet_phase, warm_up
 from bench.fleet_run import (
     PHASES,
     TABLE_WIDTH,
@@ -78,6 +82,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
     with ExitStack() as stack:
         local, work_dir = progress.embedded_stack(stack, "fleet", console)
         state = Run(local, work_dir, console)
+        warm_up(state, options)
         phases = {
             "fleet": fleet_phase,
             "cleanup": cleanup_phase,
