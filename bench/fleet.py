@@ -18,6 +18,11 @@ goal of the fleet issue, each beside a baseline measured in the same run:
 3. **connect**: the median time to construct a ``ClientCache`` over the fleet's first
    ``--connects`` durable clients, beside a raw Kafka client's start (a consumer and a
    producer made, one message through).
+4. **fanout**: the cache server's CPU per put as ``--fanout-subscribers`` subscribers
+   (1 to 1,000) share ``ALL_KEYS``, each step beside the first (:mod:`bench.fleet_fanout`):
+   the subscribers are durable clients away, which the server routes to as to connected
+   ones, because 1,000 live caches do not fit on the benchmark machine. ``bench.scaling``
+   measures the same with live subscribers, up to what fits.
 5. **requests**: a bystander's put p99 and worst (another client, in a process of its
    own, as another application's) while a client registers
    ``MAX_KEYS_PER_REGISTRATION`` keys and puts ``MAX_BULK_ENTRIES`` entries at once,
@@ -31,8 +36,6 @@ goal of the fleet issue, each beside a baseline measured in the same run:
 Before the phases, an untimed warm-up (raw Kafka's fan-out at ``--rate`` for
 ``--seconds``) lets the broker compile its code (the JVM's JIT), so that no phase, and
 no baseline, is measured on a cold broker.
-
-Goal 4 (fan-out flat in the subscribers sharing an interest) is ``bench.scaling``'s.
 
 It prints a table (``--markdown`` writes it for ``bench/RESULTS.md``) with the load
 average before each phase, and hands ``bench.all`` its rows (:mod:`bench.summary`).
@@ -55,6 +58,7 @@ from rich.console import Console
 
 from bench import progress
 from bench.core import run_or_exit
+from bench.fleet_fanout import fanout_phase
 from bench.fleet_idle import idle_phase
 from bench.fleet_load_phases import requests_phase, stalled_phase
 from bench.fleet_phases import cleanup_phase, fleet_phase, warm_up
@@ -66,7 +70,7 @@ from bench.fleet_run import (
     Run,
     verdict,
 )
-from bench.options import fetch_wait_option, linger_option
+from bench.options import counts, fetch_wait_option, linger_option
 from bench.summary import SummaryRow, emit
 
 # --- the run ----------------------------------------------------------------------------
@@ -89,6 +93,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
             "requests": requests_phase,
             "stalled": stalled_phase,
             "idle": idle_phase,
+            "fanout": fanout_phase,
         }
         for name in options.phases:
             phases[name](state, options)
@@ -209,6 +214,20 @@ def _phases(text: str) -> tuple[str, ...]:
     show_default=True,
     type=click.IntRange(1),
     help="Connected client caches of the idle phase (and raw consumers beside them).",
+)
+@click.option(
+    "--fanout-subscribers",
+    default="1,10,100,1000",
+    show_default=True,
+    callback=lambda _c, _p, v: counts(v),
+    help="Subscriber counts of the fan-out phase (durable clients sharing ALL_KEYS, away).",
+)
+@click.option(
+    "--fanout-ops",
+    default=5_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Puts at each count of the fan-out phase.",
 )
 @fetch_wait_option()
 @linger_option()

@@ -105,7 +105,7 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
             f"1: {options.durable_clients:,} durable clients register "
             f"and go away (load {load_now()}) ...",
         )
-        connect_s = _register_durables(services, options)
+        connect_s = register_durables(services, options)
         connect = sorted(connect_s[: options.connects])
         raw = _raw_connects(services, min(options.connects, 50))
         load = load_now()
@@ -273,16 +273,31 @@ def _sampled(options: FleetOptions) -> list[int]:
     return list(range(0, options.durable_clients, step))[: options.sampled]
 
 
-def _register_durables(services: Services, options: FleetOptions) -> list[float]:
+def register_durables(
+    services: Services,
+    options: FleetOptions,
+    *,
+    first: int = 0,
+    count: int | None = None,
+    all_keys: bool = False,
+) -> list[float]:
+    """Register durable clients ``first`` .. ``first + count - 1`` (default: the fleet's
+    ``--durable-clients``) and leave them away, spread over ``--registering-processes``
+    children (:func:`bench.fleet_workers.run_durable_registrations`).
+
+    Returns:
+        Each client's construction time, in seconds.
+
+    Raises:
+        BenchError: a child failed or did not answer in time.
+    """
     settings = client_settings(services, options)
-    counts = process_sizes(
-        options.durable_clients, -(-options.durable_clients // options.registering_processes)
-    )
+    total = options.durable_clients if count is None else count
+    counts = process_sizes(total, -(-total // options.registering_processes))
     connect_s: list[float] = []
     with ExitStack() as stack:
         children = []
-        first = 0
-        for i, count in enumerate(counts):
+        for i, size in enumerate(counts):
             children.append(
                 stack.enter_context(
                     Child(
@@ -291,11 +306,12 @@ def _register_durables(services: Services, options: FleetOptions) -> list[float]
                         settings=settings,
                         region=REGION,
                         first=first,
-                        count=count,
+                        count=size,
+                        all_keys=all_keys,
                     )
                 )
             )
-            first += count
+            first += size
         for child in children:
             child.wait_ready(120)
         for child in children:

@@ -23,7 +23,7 @@ from regionbus.devstack import LocalStack
 from regionbus.schemas.kafka_clients import kafka_admin
 
 TABLE_WIDTH = 140
-PHASES = ("fleet", "cleanup", "requests", "stalled", "idle")
+PHASES = ("fleet", "cleanup", "requests", "stalled", "idle", "fanout")
 SUBSCRIBERS_PER_PROCESS = 10
 CLEANUP_SILENCE_MS = 3_000
 CLEANUP_DURABLE_TIMEOUT_S = 8
@@ -51,6 +51,8 @@ class FleetOptions:
     idle_caches: int
     fetch_wait_max_ms: int
     linger_ms: int
+    fanout_subscribers: tuple[int, ...] = (1, 10, 100, 1_000)
+    fanout_ops: int = 5_000
 
     def bench_options(self, subscribers: int) -> BenchOptions:
         """The ``bench.core`` options the raw baselines take."""

@@ -49,7 +49,13 @@ def durable_keys(index: int) -> list[str]:
 
 
 def run_durable_registrations(
-    conn: Connection, *, settings: dict[str, Any], region: str, first: int, count: int
+    conn: Connection,
+    *,
+    settings: dict[str, Any],
+    region: str,
+    first: int,
+    count: int,
+    all_keys: bool = False,
 ) -> None:
     """Child: connect durable clients ``first`` .. ``first + count - 1`` one after the
     other, each registering durable interest in its keys, then closing with keep-alive
@@ -62,6 +68,8 @@ def run_durable_registrations(
         region: The region of interest.
         first: Index of the first durable client.
         count: How many.
+        all_keys: Register ``ALL_KEYS`` (one interest every client shares) instead of
+            each client's own keys (:func:`durable_keys`).
     """
     child_signals()
     connect_s: list[float] = []
@@ -80,7 +88,9 @@ def run_durable_registrations(
         connect_s.append(time.perf_counter() - began)
         try:
             cache.create_region(region, serializer=BytesSerializer()).register_interest(
-                durable_keys(index), InterestResultPolicy.NONE, durable=True
+                ALL_KEYS if all_keys else durable_keys(index),
+                InterestResultPolicy.NONE,
+                durable=True,
             )
         finally:
             cache.close(keep_alive=True)

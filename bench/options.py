@@ -32,6 +32,22 @@ idle_timeout_option = click.option(
     help="Readers give up after this long without a message once the writer is done.",
 )
 
+
+def counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of counts (``"1,10,100"``), each at least 1.
+
+    Raises:
+        click.BadParameter: not integers, none, or one below 1.
+    """
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError as exc:
+        raise click.BadParameter(f"comma-separated counts, not {text!r}") from exc
+    if not values or min(values) < 1:
+        raise click.BadParameter("every count must be at least 1")
+    return values
+
+
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Also print the figures as one JSON line."
 )

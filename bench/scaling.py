@@ -62,6 +62,7 @@ from bench.core import run_or_exit
 from bench.cpu import CpuMeter
 from bench.load import paced_puts, write_async
 from bench.options import (
+    counts,
     fetch_wait_option,
     idle_timeout_option,
     json_option,
@@ -389,23 +390,13 @@ def print_table(
         console.print(table)
 
 
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError as exc:
-        raise click.BadParameter(f"comma-separated counts, not {text!r}") from exc
-    if not counts or min(counts) < 1:
-        raise click.BadParameter("every count must be at least 1")
-    return counts
-
-
 @click.command()
 @click.option(
     "--subscribers",
     "subscriber_counts",
     default="1,10,100,1000",
     show_default=True,
-    callback=lambda _c, _p, v: _counts(v),
+    callback=lambda _c, _p, v: counts(v),
     help="Subscriber counts of the subscriber series (16 buckets).",
 )
 @click.option(
@@ -413,7 +404,7 @@ def _counts(text: str) -> tuple[int, ...]:
     "bucket_counts",
     default="1,16,64",
     show_default=True,
-    callback=lambda _c, _p, v: _counts(v),
+    callback=lambda _c, _p, v: counts(v),
     help="Bucket counts of the bucket series (--fixed-subscribers).",
 )
 @click.option(
@@ -474,7 +465,7 @@ def _counts(text: str) -> tuple[int, ...]:
     "geode_subscriber_counts",
     default=",".join(str(n) for n in geode_scaling.DEFAULT_COUNTS),
     show_default=True,
-    callback=lambda _c, _p, v: _counts(v),
+    callback=lambda _c, _p, v: counts(v),
     help="Subscriber counts of Apache Geode's points, a JVM each. Memory bounds them: a "
     f"subscriber JVM (-Xmx{geode_scaling.SUBSCRIBER_HEAP}, serial GC, C1 only) was 123 MiB "
     f"resident here, budgeted {geode_scaling.SUBSCRIBER_RSS_BYTES // geode_scaling.MIB} MiB, "

@@ -1,0 +1,67 @@
+"""``bench.fleet``'s fan-out phase on a tiny scale, on the session's Kafka and Redis: durable
+clients sharing ``ALL_KEYS`` registered in two steps and left away, the cache server's CPU
+per put read at each step, and the first of them coming back to replay every put. Times
+are not asserted (benchmarks are not timed tests); that each figure is there and the
+replay complete are."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+from rich.console import Console
+
+from bench.fleet import markdown_table
+from bench.fleet_fanout import fanout_phase
+from bench.fleet_run import FleetOptions, Run
+
+_OPS = 150
+
+_TINY = FleetOptions(
+    phases=("fanout",),
+    durable_clients=1,
+    registering_processes=2,
+    live_subscribers=1,
+    sampled=1,
+    rate=10,
+    seconds=1.0,
+    connects=1,
+    cleanup_clients=2,
+    stalled_subscribers=10,
+    stalled_rate=1,
+    stalled_seconds=1.0,
+    idle_caches=1,
+    fetch_wait_max_ms=100,
+    linger_ms=1,
+    fanout_subscribers=(1, 3),
+    fanout_ops=_OPS,
+)
+
+
+def test_the_fanout_phase_reads_the_server_cpu_per_put_at_each_count_and_routes_to_those_away(
+    kafka_bootstrap_servers: str, redis_url: str, tmp_path: Path
+) -> None:
+    # Kafka is the session's, not the run's: the broker's CPU is not read.
+    local = SimpleNamespace(
+        kafka_bootstrap_servers=kafka_bootstrap_servers, redis_url=redis_url, kafka=None
+    )
+    run = Run(cast(Any, local), tmp_path, Console(quiet=True))
+
+    fanout_phase(run, _TINY)
+
+    server = [f for f in run.figures if f.figure.startswith("server CPU per put")]
+    assert [f.figure for f in server] == [
+        "server CPU per put, 1 subscriber sharing ALL_KEYS (µs)",
+        "server CPU per put, 3 subscribers sharing ALL_KEYS (µs)",
+    ]
+    assert all(f.value > 0 for f in server)
+    first, second = server
+    assert first.met is None and math.isnan(first.baseline), "the first step is the baseline"
+    assert second.baseline == first.value and second.met is not None
+    kafka = [f for f in run.figures if f.figure.startswith("Kafka broker CPU")]
+    assert len(kafka) == 2 and all(math.isnan(f.value) for f in kafka)
+    (replay,) = [f for f in run.figures if "replayed before its marker" in f.figure]
+    assert replay.value == 2 * _OPS and replay.met is True
+    assert "| fanout | server CPU per put, 3 subscribers" in markdown_table(run.figures)
