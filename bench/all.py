@@ -101,7 +101,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             *("--durable-clients", "1000", "--live-subscribers", "20", "--sampled", "20"),
             *("--seconds", "10", "--connects", "100", "--cleanup-clients", "50"),
             *("--stalled-subscribers", "20", "--stalled-seconds", "8"),
-            *("--idle-caches", "50"),
+            *("--idle-caches", "50", "--fanout-subscribers", "1,10,100"),
         ),
     ),
 )
