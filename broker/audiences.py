@@ -8,8 +8,9 @@ that reaches them: every key, one regex, or one key, with the same ``receive_val
 The members of such a group get the same payload of an event, so the notifier sends it
 once per partition of the shared queue topic they read, addressed to all of them
 (`regionbus.schemas.addressing`), whatever their number. A client with two or more
-registrations on a region is routed alone there (its union, SPEC §3: values when any
-matching registration wants them), as before.
+registrations on a region that can match the same change (every key, a regex, its keys)
+is routed alone there (its union, SPEC §3: values when any matching registration wants
+them), as before; a client's exact keys never match the same change, and count as one.
 
 An audience is a snapshot, taken at the event: a client that registers, or leaves, is in
 the audiences of the changes after that point of its bucket, and of none before (the
@@ -87,7 +88,8 @@ class Route(NamedTuple):
     """Who an event reaches.
 
     Attributes:
-        audiences: The clients with one registration on the region, by registration.
+        audiences: The clients with one registration on the region that can match a
+            change (a client's keys count as one), by registration.
         individual: ``{client id: receive_values}`` of the clients with two or more (the
             union of theirs).
     """
@@ -114,12 +116,21 @@ class RegionAudiences:
 
 
 def build(region: str, ri: RegionRegistrations) -> RegionAudiences:
-    """The audiences of a region: who has one registration there and who has more."""
+    """The audiences of a region: who has registrations there that can match the same
+    change, routed alone with their union, and who has not.
+
+    Two exact keys never match the same change, so a client's keys count as one
+    registration: a client of several keys and nothing else on the region is in each of
+    its keys' audiences. Routed alone, a fleet of durable clients of a few keys each made
+    every change of the region walk all of them (10,000 such clients held a server at
+    200 puts/s to seconds of latency).
+    """
     entries: dict[str, int] = {}
     for client_id in ri.all_keys:
         entries[client_id] = 1
     for client_id, keys in ri.keys_of.items():
-        entries[client_id] = entries.get(client_id, 0) + len(keys)
+        if keys:
+            entries[client_id] = entries.get(client_id, 0) + 1
     client_patterns: dict[str, list[str]] = {}
     for client_id, pattern in ri.regexes:
         entries[client_id] = entries.get(client_id, 0) + 1
