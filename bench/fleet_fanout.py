@@ -16,6 +16,7 @@ of subscribers sharing the interest (one record per partition of the shared queu
 from __future__ import annotations
 
 import math
+import time
 from typing import Final
 
 from bench import progress
@@ -53,6 +54,11 @@ VALUE_BYTES: Final = 24
 REPLAY_TIMEOUT_S: Final = 120.0
 """Longest wait for the first subscriber's replay once back."""
 
+IDLE_S: Final = 5.0
+"""How long the server's CPU is read without puts at each step: what it spends on its
+registered clients whatever is put (liveness, the reaper, queue depths), which the CPU per
+put also holds."""
+
 
 def fanout_phase(run: Run, options: FleetOptions) -> None:
     """Goal 4 with registered subscribers (see the module's description).
@@ -84,10 +90,14 @@ def fanout_phase(run: Run, options: FleetOptions) -> None:
                     run.console,
                     f"4: {options.fanout_ops:,} puts to {count:,} subscribers (load {load}) ...",
                 )
-                server_us, kafka_us = _cpu_per_put(run, services, server, writer, options)
+                idle = _idle_cpu(server)
+                server_us, kafka_us, above_idle_us = _cpu_per_put(
+                    run, services, server, writer, options, idle
+                )
                 if first is None:
                     first = (count, server_us)
                 _add_figures(run, count, server_us, kafka_us, first, load)
+                _add_idle_figures(run, count, idle, above_idle_us, load)
             _check_routed(run, services, options, len(counts))
         finally:
             writer_cache.close()
@@ -100,25 +110,41 @@ def _puts(writer: Region, ops: int) -> int:
     return acks.acked
 
 
+def _idle_cpu(server: ServerProcess) -> float:
+    """The server's CPU seconds per second over :data:`IDLE_S` without puts."""
+    meter = CpuMeter({"server": server.pid})
+    began = time.monotonic()
+    meter.start()
+    time.sleep(IDLE_S)  # a reading over a span of time, not a wait on a condition
+    used = meter.stop()
+    return used.get("server", math.nan) / (time.monotonic() - began)
+
+
 def _cpu_per_put(
     run: Run,
     services: Services,
     server: ServerProcess,
     writer: Region,
     options: FleetOptions,
-) -> tuple[float, float]:
-    """``--fanout-ops`` puts; the server's and the broker's CPU per acked put, in µs (the
-    broker's NaN when this run did not start it)."""
+    idle_cpu: float,
+) -> tuple[float, float, float]:
+    """``--fanout-ops`` puts; the server's and the broker's CPU per acked put, and the
+    server's above what it used at ``idle_cpu`` (CPU seconds per second) over as long, in
+    µs (the broker's NaN when this run did not start it)."""
     kafka_pid = run.local.kafka.pid if run.local.kafka is not None else None
     meter = CpuMeter({"server": server.pid, "kafka": kafka_pid})
+    began = time.monotonic()
     meter.start()
     acked = _puts(writer, options.fanout_ops)
     used = meter.stop()
+    elapsed_s = time.monotonic() - began
     if acked == 0:
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
+    server_s = used.get("server", math.nan)
     return (
-        used.get("server", math.nan) / acked * 1e6,
+        server_s / acked * 1e6,
         used.get("kafka", math.nan) / acked * 1e6,
+        (server_s - idle_cpu * elapsed_s) / acked * 1e6,
     )
 
 
@@ -169,6 +195,31 @@ def _add_figures(
             "fanout",
             f"Kafka broker CPU per put, {_subscribers(count)} sharing ALL_KEYS (µs)",
             kafka_us,
+            "-",
+            None,
+            load=load,
+        )
+    )
+
+
+def _add_idle_figures(
+    run: Run, count: int, idle_cpu: float, above_idle_us: float, load: str
+) -> None:
+    run.add(
+        Figure(
+            "fanout",
+            f"server CPU without puts, {_subscribers(count)} registered (ms per s)",
+            idle_cpu * 1e3,
+            "-",
+            None,
+            load=load,
+        )
+    )
+    run.add(
+        Figure(
+            "fanout",
+            f"server CPU per put above that, {_subscribers(count)} sharing ALL_KEYS (µs)",
+            above_idle_us,
             "-",
             None,
             load=load,
