@@ -113,6 +113,10 @@ class RegionAudiences:
         default_factory=dict
     )
     by_key: dict[tuple[str, int], tuple[Audience, ...]] = field(default_factory=dict)
+    interned: dict[Audience, Audience] = field(default_factory=dict)
+    """One object per distinct audience, whatever the bucket: the notifier keeps an
+    audience's targets by it, and a lookup by the same object stops at identity instead of
+    comparing its clients one by one."""
 
 
 def build(region: str, ri: RegionRegistrations) -> RegionAudiences:
@@ -150,18 +154,25 @@ def build(region: str, ri: RegionRegistrations) -> RegionAudiences:
 
 
 def _split(
-    source: tuple[str, ...], members: Mapping[str, Registration], bucket: int, skip: frozenset[str]
+    audiences: RegionAudiences,
+    source: tuple[str, ...],
+    members: Mapping[str, Registration],
+    bucket: int,
+    skip: frozenset[str],
 ) -> tuple[Audience, ...]:
-    """One audience per ``receive_values`` of the members active in ``bucket``."""
+    """One audience per ``receive_values`` of the members active in ``bucket``, the same
+    object as an equal one of another bucket (:attr:`RegionAudiences.interned`)."""
     with_values: set[str] = set()
     without: set[str] = set()
     for client_id, reg in members.items():
         if bucket in reg.buckets and client_id not in skip:
             (with_values if reg.receive_values else without).add(client_id)
+    interned = audiences.interned
     return tuple(
-        Audience(source, receive_values, frozenset(clients))
+        interned.setdefault(audience, audience)
         for receive_values, clients in ((True, with_values), (False, without))
         if clients
+        for audience in (Audience(source, receive_values, frozenset(clients)),)
     )
 
 
@@ -172,7 +183,7 @@ def route(audiences: RegionAudiences, ri: RegionRegistrations, key: str, bucket:
     everyone = audiences.by_bucket_all.get(bucket)
     if everyone is None:
         everyone = audiences.by_bucket_all[bucket] = _split(
-            ("all", region), audiences.all_keys, bucket, audiences.overlapping
+            audiences, ("all", region), audiences.all_keys, bucket, audiences.overlapping
         )
     found.extend(everyone)
     patterns = audiences.by_bucket_regex.get(bucket)
@@ -180,7 +191,7 @@ def route(audiences: RegionAudiences, ri: RegionRegistrations, key: str, bucket:
         patterns = audiences.by_bucket_regex[bucket] = tuple(
             (compiled, split)
             for text, (compiled, members) in audiences.regexes.items()
-            if (split := _split(("regex", region, text), members, bucket, frozenset()))
+            if (split := _split(audiences, ("regex", region, text), members, bucket, frozenset()))
         )
     for compiled, split in patterns:
         if compiled.fullmatch(key) is not None:
@@ -190,7 +201,7 @@ def route(audiences: RegionAudiences, ri: RegionRegistrations, key: str, bucket:
         keyed = audiences.by_key.get((key, bucket))
         if keyed is None:
             keyed = audiences.by_key[(key, bucket)] = _split(
-                ("key", region, key), by_client, bucket, audiences.overlapping
+                audiences, ("key", region, key), by_client, bucket, audiences.overlapping
             )
         found.extend(keyed)
     return Route(tuple(found), _individual(audiences, ri, key, bucket))

@@ -120,8 +120,9 @@ class CacheClientNotifier:
         self._limit = settings.maximum_message_count
         self._depth_cursor = 0
         self._audience_targets: dict[
-            Audience, tuple[tuple[ClientProxy | Recipients, Any], ...]
+            Audience, tuple[Audience, tuple[tuple[ClientProxy | Recipients, Any], ...]]
         ] = {}
+        """``{audience: (the audience object keyed, its targets)}``."""
         self._targets_version = -1
 
     def serve(self, client_id: str, kafka_principal: str | None) -> ClientProxy:
@@ -221,8 +222,15 @@ class CacheClientNotifier:
         without security). Kept until the audience changes."""
         if self._targets_version != self.proxies.version:
             self._audience_targets.clear()
-        found = self._audience_targets.get(audience)
-        if found is not None:
+        kept = self._audience_targets.get(audience)
+        if kept is not None:
+            keyed, found = kept
+            if keyed is not audience:
+                # An equal audience of another object (rebuilt routing, a CQ event's) is
+                # found by comparing its clients, one by one: keyed by this object
+                # instead, the next lookups stop at identity.
+                del self._audience_targets[audience]
+                self._audience_targets[audience] = (audience, found)
             return found
         if len(self._audience_targets) >= _AUDIENCE_TARGETS_KEPT:
             self._audience_targets.clear()
@@ -261,7 +269,7 @@ class CacheClientNotifier:
             )
         found = tuple(targets)
         if complete:
-            self._audience_targets[audience] = found
+            self._audience_targets[audience] = (audience, found)
         self._targets_version = self.proxies.version
         return found
 

@@ -262,6 +262,21 @@ def test_clients_sharing_a_registration_are_one_audience_per_receive_values() ->
     assert table.audiences("r", "k", 1).audiences == ()  # installed in bucket 0 only
 
 
+def test_equal_audiences_of_different_buckets_are_one_object() -> None:
+    # The notifier keeps an audience's targets by it: the same object stops the lookup at
+    # identity, where an equal one of another bucket compared every client of it, on
+    # every change.
+    table = InterestTable()
+    for n in range(1000):
+        table.add(f"all{n}", "r", ALL, range(16))
+    table.add("keys", "r", KEYS, range(16), ["k1", "k2"])
+    first = table.audiences("r", "k1", 3).audiences
+    second = table.audiences("r", "k2", 11).audiences
+    assert [a.source for a in first] == [("all", "r"), ("key", "r", "k1")]
+    assert first[0] is second[0]
+    assert len(first[0].clients) == 1000
+
+
 def test_a_client_with_two_registrations_on_a_region_is_routed_alone_with_their_union() -> None:
     table = InterestTable()
     table.add("shared", "r", ALL, [0])
