@@ -102,6 +102,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             *("--seconds", "10", "--connects", "100", "--cleanup-clients", "50"),
             *("--stalled-subscribers", "20", "--stalled-seconds", "8"),
             *("--idle-caches", "50", "--fanout-subscribers", "1,10,100"),
+            *("--fanout-ops", "5000"),
         ),
     ),
 )

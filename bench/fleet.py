@@ -224,7 +224,7 @@ def _phases(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--fanout-ops",
-    default=5_000,
+    default=20_000,
     show_default=True,
     type=click.IntRange(1),
     help="Puts at each count of the fan-out phase.",

@@ -52,7 +52,7 @@ class FleetOptions:
     fetch_wait_max_ms: int
     linger_ms: int
     fanout_subscribers: tuple[int, ...] = (1, 10, 100, 1_000)
-    fanout_ops: int = 5_000
+    fanout_ops: int = 20_000
 
     def bench_options(self, subscribers: int) -> BenchOptions:
         """The ``bench.core`` options the raw baselines take."""
