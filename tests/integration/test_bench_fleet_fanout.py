@@ -51,7 +51,7 @@ def test_the_fanout_phase_reads_the_server_cpu_per_put_at_each_count_and_routes_
 
     fanout_phase(run, _TINY)
 
-    server = [f for f in run.figures if f.figure.startswith("server CPU per put")]
+    server = [f for f in run.figures if f.figure.startswith("server CPU per put,")]
     assert [f.figure for f in server] == [
         "server CPU per put, 1 subscriber sharing ALL_KEYS (µs)",
         "server CPU per put, 3 subscribers sharing ALL_KEYS (µs)",
