@@ -6,8 +6,10 @@ librdkafka clients, and 1,000 of them do not fit on a 2-core machine beside the 
 (bench/RESULTS.md). The server does not route by whether a client is connected: a durable
 client's events are queued the same while it is away. So here the subscribers are
 durable clients that register ``ALL_KEYS`` and go away, added in steps up to each count of
-``--fanout-subscribers``; at each step a writer puts ``--fanout-ops`` puts and the
-server's (and the broker's, when this run started it) CPU per put is read. The baseline of
+``--fanout-subscribers``; at each step the server's CPU is read over a few seconds
+without puts (what its registered clients cost it whatever is put), then a writer puts
+``--fanout-ops`` puts and the server's (and the broker's, when this run started it) CPU per
+put is read, and the server's above its reading without puts. The baseline of
 each step is the first step's figure: flat means the same CPU per put, whatever the number
 of subscribers sharing the interest (one record per partition of the shared queue topic,
 :mod:`regionbus.broker.audiences`).
@@ -88,7 +90,8 @@ def fanout_phase(run: Run, options: FleetOptions) -> None:
                 load = load_now()
                 progress.phase(
                     run.console,
-                    f"4: {options.fanout_ops:,} puts to {count:,} subscribers (load {load}) ...",
+                    f"4: the server's CPU for {IDLE_S:g} s without puts, then "
+                    f"{options.fanout_ops:,} puts to {count:,} subscribers (load {load}) ...",
                 )
                 idle = _idle_cpu(server)
                 server_us, kafka_us, above_idle_us = _cpu_per_put(
