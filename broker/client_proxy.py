@@ -10,7 +10,8 @@ them in one call, so nothing a client owned on a server outlives it there.
 
 A :class:`SharedQueue` is the same account for the records this server sends to the
 clients that share an interest (`regionbus.broker.audiences`) in one partition: one record
-for all of them. Its depth is that of its slowest member.
+for all of them. Its depth is that of its slowest member (what the capacity holds a writer
+for); each member's own depth is what it has not acked itself (what the gauges show).
 
 A queue's depth counts the events this server queued, as they are queued (not as Kafka
 confirms them), less those acked. A client's ack is its committed offset on its partition
@@ -99,12 +100,22 @@ class QueueAccount:
 
     def unacked_after(self, committed: int) -> int:
         """Events queued here that a reader who committed ``committed`` has not acked."""
+        return self.queued - self.acked_by_each({"": committed})[""] - self.lost
+
+    def acked_by_each(self, committed: dict[str, int]) -> dict[str, int]:
+        """``{reader: events it acked}`` of readers who committed the given offsets, found
+        in one walk of :attr:`marks` (readers in offset order), however many readers
+        share it."""
+        found: dict[str, int] = {}
         acked = self.acked
-        for offset, queued_through in self.marks:
-            if offset >= committed:
-                break
-            acked = queued_through
-        return self.queued - acked - self.lost
+        marks = iter(self.marks)
+        mark = next(marks, None)
+        for reader, offset in sorted(committed.items(), key=lambda item: item[1]):
+            while mark is not None and mark[0] < offset:
+                acked = mark[1]
+                mark = next(marks, None)
+            found[reader] = acked
+        return found
 
 
 class ClientProxy(QueueAccount):
@@ -144,9 +155,21 @@ class SharedQueue(QueueAccount):
         joined: ``{client id: events}`` routed into it before each member joined (so a
             member's own count is ``events - joined``).
         last_used: Monotonic seconds of its latest event.
+        member_committed: ``{client id: offset}`` each member had committed at the last
+            read of its ack.
+        member_acked: ``{client id: events}`` each member had acked then (a member not
+            read yet counts as the slowest).
     """
 
-    __slots__ = ("events", "identity", "joined", "last_used", "members")
+    __slots__ = (
+        "events",
+        "identity",
+        "joined",
+        "last_used",
+        "member_acked",
+        "member_committed",
+        "members",
+    )
 
     def __init__(self, identity: tuple[Any, ...], queue_topic: str, queue_partition: int) -> None:
         super().__init__(queue_topic, queue_partition)
@@ -155,6 +178,8 @@ class SharedQueue(QueueAccount):
         self.events = 0
         self.joined: dict[str, int] = {}
         self.last_used = 0.0
+        self.member_acked: dict[str, int] = {}
+        self.member_committed: dict[str, int] = {}
 
     def set_members(self, members: frozenset[str]) -> None:
         """The clients of its records from now on."""
@@ -162,7 +187,25 @@ class SharedQueue(QueueAccount):
             return
         joined = self.joined
         self.joined = {c: joined.get(c, self.events) for c in members}
+        acked = self.member_acked
+        self.member_acked = {c: acked[c] for c in members if c in acked}
+        committed = self.member_committed
+        self.member_committed = {c: committed[c] for c in members if c in committed}
         self.members = members
+
+    def read_acks(self, committed: dict[str, int]) -> None:
+        """Some members' committed offsets were read: their own depths follow, and once
+        every member's is known, the records below the slowest one's are acked."""
+        self.member_committed.update(committed)
+        self.member_acked.update(self.acked_by_each(committed))
+        known = self.member_committed
+        if known and all(c in known for c in self.members):
+            self.acked_below(min(known[c] for c in self.members))
+
+    def member_depth(self, client_id: str) -> int:
+        """Events queued here that ``client_id`` has not acked (as of the last ack read)."""
+        acked = max(self.member_acked.get(client_id, self.acked), self.acked)
+        return self.queued - acked - self.lost
 
 
 class ClientProxies:
@@ -279,20 +322,30 @@ class ClientProxies:
         if account.queue_partition < 0:
             return account.depth
         committed = self.committed(account)
-        if committed:
+        if isinstance(account, SharedQueue):
+            account.read_acks(committed)
+        elif committed:
             account.acked_below(min(committed.values()))
         return account.depth
 
-    def committed(self, account: QueueAccount) -> dict[str, int]:
-        """``{client id: committed offset}`` of the queue's reader(s) on its partition, as
-        far as Kafka answered within 5 s (asked all at once)."""
-        readers = (
-            [account.client_id]
-            if isinstance(account, ClientProxy)
-            else sorted(account.members)
-            if isinstance(account, SharedQueue)
-            else []
-        )
+    def refresh_member(self, queue: SharedQueue, client_id: str) -> None:
+        """Read one member's ack of a shared queue (its own depth, for the gauges: one
+        admin request, however many members the queue has). Never raises."""
+        if queue.queue_partition >= 0:
+            queue.read_acks(self.committed(queue, [client_id]))
+
+    def committed(self, account: QueueAccount, readers: list[str] | None = None) -> dict[str, int]:
+        """``{client id: committed offset}`` of the queue's reader(s) on its partition (or
+        of ``readers`` among them), as far as Kafka answered within 5 s (asked all at
+        once)."""
+        if readers is None:
+            readers = (
+                [account.client_id]
+                if isinstance(account, ClientProxy)
+                else sorted(account.members)
+                if isinstance(account, SharedQueue)
+                else []
+            )
         partition = TopicPartition(account.queue_topic, account.queue_partition)
         asked: dict[str, Future[Any]] = {}
         for client_id in readers:
@@ -313,12 +366,13 @@ class ClientProxies:
         return found
 
     def snapshot(self) -> dict[str, int]:
-        """``{client id: depth}``: its own queue's, or its deepest shared queue's when
-        deeper; safe to call from another thread (the metrics endpoint's)."""
+        """``{client id: depth}``: what it has not acked of its own records and of each
+        shared queue it is a member of (not the slowest member's backlog); safe to call
+        from another thread (the metrics endpoint's)."""
         depths = {c: p.depth for c, p in list(self._proxies.items())}
         for queue in list(self._shared.values()):
             for client_id in queue.members:
-                depths[client_id] = max(depths.get(client_id, 0), queue.depth)
+                depths[client_id] = depths.get(client_id, 0) + queue.member_depth(client_id)
         return depths
 
     def routed(self) -> dict[str, int]:

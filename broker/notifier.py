@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from regionbus.broker.audiences import Audience
-from regionbus.broker.client_proxy import ClientProxies, ClientProxy, QueueAccount
+from regionbus.broker.client_proxy import ClientProxies, ClientProxy, QueueAccount, SharedQueue
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
@@ -52,7 +52,7 @@ from regionbus.schemas.naming import Topics
 log = logging.getLogger("regionbus.server")
 
 DEPTH_REFRESHES_PER_SYNC: Final = 8
-"""Clients whose acks are re-read per sync for the queue depth gauges (round robin):
+"""Readers whose acks are re-read per sync for the queue depth gauges (round robin):
 bounds the admin requests a sync may make when many clients are connected."""
 FULL_RECHECK_S: Final = 0.02
 """A queue found full is believed full for this long before its ack is read again."""
@@ -406,22 +406,31 @@ class CacheClientNotifier:
 
     def refresh_depths(self, gauges: bool) -> None:
         """Per sync: re-read the acks of the queues that were let grow, so a drained one is
-        held for again when it fills up; with ``gauges``, also of a few other clients
-        (round robin), so the depth gauges stay current."""
+        held for again when it fills up; with ``gauges``, also of a few other queues,
+        clients' own and shared ones (round robin), so the depth gauges stay current."""
         limit = self._limit
-        for account in (*self.proxies, *self.proxies.shared_queues()):
+        accounts: list[QueueAccount] = [*self.proxies, *self.proxies.shared_queues()]
+        for account in accounts:
             if account.overflowing and self.proxies.refresh(account) < limit:
                 account.overflowing = False
         self.proxies.forget_idle_shared()
         if not gauges:
             return
-        proxies = list(self.proxies)
-        if not proxies:
+        # One ack read per reader: a shared queue's members are read one at a time, so a
+        # sync makes at most DEPTH_REFRESHES_PER_SYNC admin requests however large it is.
+        readers: list[tuple[QueueAccount, str | None]] = [(p, None) for p in self.proxies]
+        for queue in self.proxies.shared_queues():
+            readers.extend((queue, member) for member in sorted(queue.members))
+        if not readers:
             return
-        count = min(DEPTH_REFRESHES_PER_SYNC, len(proxies))
+        count = min(DEPTH_REFRESHES_PER_SYNC, len(readers))
         for step in range(count):
-            self.proxies.refresh(proxies[(self._depth_cursor + step) % len(proxies)])
-        self._depth_cursor = (self._depth_cursor + count) % len(proxies)
+            account, member = readers[(self._depth_cursor + step) % len(readers)]
+            if isinstance(account, SharedQueue) and member is not None:
+                self.proxies.refresh_member(account, member)
+            else:
+                self.proxies.refresh(account)
+        self._depth_cursor = (self._depth_cursor + count) % len(readers)
 
 
 __all__ = ["DEPTH_REFRESHES_PER_SYNC", "CacheClientNotifier"]

@@ -28,7 +28,7 @@ from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
 from regionbus.schemas.kafka_clients import kafka_producer
-from regionbus.schemas.naming import Topics
+from regionbus.schemas.naming import Topics, client_partition
 
 _PUTS = 20
 _REGIONBUS = Path(sys.executable).with_name("regionbus")
@@ -175,9 +175,18 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
     receiver.start()
     stack.callback(receiver.stop)
 
-    # A subscribed client, a durable client that goes away, and a writer.
+    # A subscribed client, a durable client that goes away, and a writer. The subscriber
+    # reads the durable client's partition of the queue topic, so the two share one record
+    # per event (one interest): the subscriber's depth must still be its own, not the
+    # backlog the away client leaves in that shared queue.
+    partitions = server.settings.client_topic_partitions
+    live_id = next(
+        f"live-{n}"
+        for n in range(10_000)
+        if client_partition(f"live-{n}", partitions) == client_partition("desk", partitions)
+    )
     recorder = Recorder()
-    subscriber = site.client()
+    subscriber = site.client(client_id=live_id)
     subscriber.create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
     durable = site.client(durable_client_id="desk", durable_client_timeout_s=600)
     durable.create_region("r").register_interest(ALL_KEYS, durable=True)
