@@ -86,11 +86,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "peers.geode_cq",
         ("--ops", "5000", "--subscribers", "10", "--rate", "500", "--latency-seconds", "5"),
     ),
-    # 1, 10 and 100 subscribers (full: and 1,000); 1, 16 and 64 buckets. core's 10,000
-    # puts: at 2,000 the raw baselines measured mostly their own start-up.
+    # 1, 10 and 100 live subscribers; 1, 16 and 64 buckets; 1, 10 and 100 subscribers
+    # registered and away (full: and 1,000). core's 10,000 puts: at 2,000 the raw baselines
+    # measured mostly their own start-up.
     Benchmark(
         "scaling",
-        ("--ops", "10000", "--latency-seconds", "3", "--subscribers", "1,10,100"),
+        (
+            *("--ops", "10000", "--latency-seconds", "3", "--subscribers", "1,10,100"),
+            *("--registered-subscribers", "1,10,100", "--registered-ops", "5000"),
+        ),
         ("--subscribers-per-process", "50"),
     ),
     # The fleet issue's goals: registered, crashed, connecting, oversized, stalled clients.

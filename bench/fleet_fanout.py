@@ -18,12 +18,16 @@ of subscribers sharing the interest (one record per partition of the shared queu
 from __future__ import annotations
 
 import math
+import os
 import time
-from typing import Final
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+from rich.console import Console
 
 from bench import progress
 from bench.cpu import CpuMeter
-from bench.fleet_phases import register_durables
+from bench.fleet_phases import register_durable_clients
 from bench.fleet_run import (
     Figure,
     FleetOptions,
@@ -35,7 +39,7 @@ from bench.fleet_run import (
 )
 from bench.fleet_workers import reconnect_durable
 from bench.load import write_async
-from bench.server import ServerProcess
+from bench.scaling_figures import RegisteredPoint
 from bench.services import REGION, Services
 from regionbus.clients import Region
 
@@ -68,42 +72,72 @@ def fanout_phase(run: Run, options: FleetOptions) -> None:
     Raises:
         BenchError: the server, a registering child or the writer failed or did not answer.
     """
-    counts = sorted(set(options.fanout_subscribers))
     with fleet_server(run, options, "fanout") as (services, server):
         writer_cache, writer = writer_client(services, options)
         try:
-            # Untimed: the writer's and the server's first puts open connections and
-            # load the Redis scripts.
-            _puts(writer, min(options.fanout_ops, WINDOW))
-            first: tuple[int, float] | None = None
-            registered = 0
-            for count in counts:
-                progress.phase(
-                    run.console,
-                    f"4: {count - registered:,} more durable clients register ALL_KEYS "
-                    f"and go away, {count:,} in all (load {load_now()}) ...",
-                )
-                register_durables(
-                    services, options, first=registered, count=count - registered, all_keys=True
-                )
-                registered = count
-                load = load_now()
-                progress.phase(
-                    run.console,
-                    f"4: the server's CPU for {IDLE_S:g} s without puts, then "
-                    f"{options.fanout_ops:,} puts to {count:,} subscribers (load {load}) ...",
-                )
-                idle = _idle_cpu(server)
-                server_us, kafka_us, above_idle_us = _cpu_per_put(
-                    run, services, server, writer, options, idle
-                )
-                if first is None:
-                    first = (count, server_us)
-                _add_figures(run, count, server_us, kafka_us, first, load)
-                _add_idle_figures(run, count, idle, above_idle_us, load)
-            _check_routed(run, services, options, len(counts))
+            first: RegisteredPoint | None = None
+            steps = fanout_steps(
+                server.pid,
+                writer,
+                client_settings(services, options),
+                counts=options.fanout_subscribers,
+                ops=options.fanout_ops,
+                processes=options.registering_processes,
+                console=run.console,
+                kafka_pid=run.local.kafka.pid if run.local.kafka is not None else None,
+            )
+            for step in steps:
+                first = first or step
+                _add_figures(run, step, first)
+            _check_routed(run, services, options, len(set(options.fanout_subscribers)))
         finally:
             writer_cache.close()
+
+
+def fanout_steps(
+    server_pid: int | None,
+    writer: Region,
+    settings: dict[str, Any],
+    *,
+    counts: Iterable[int],
+    ops: int,
+    processes: int,
+    console: Console,
+    kafka_pid: int | None,
+) -> Iterator[RegisteredPoint]:
+    """Durable clients of ``settings`` (``ClientSettings`` fields) register ``ALL_KEYS``
+    and go away, in steps up to each of ``counts``, spread over at most ``processes``
+    children; at each step the CPU of the server (process ``server_pid``) is read for
+    :data:`IDLE_S` without puts, then over ``ops`` puts of ``writer`` (the broker's too,
+    with ``kafka_pid``). Durable clients 0 .. max(counts) - 1 stay registered.
+
+    Raises:
+        BenchError: a registering child failed or did not answer.
+    """
+    # Untimed: the writer's and the server's first puts open connections and load the
+    # Redis scripts.
+    _puts(writer, min(ops, WINDOW))
+    registered = 0
+    for count in sorted(set(counts)):
+        progress.phase(
+            console,
+            f"{count - registered:,} more durable clients register ALL_KEYS and go away, "
+            f"{count:,} in all (load {load_now()}) ...",
+        )
+        register_durable_clients(
+            settings, processes=processes, first=registered, count=count - registered,
+            all_keys=True,
+        )  # fmt: skip
+        registered = count
+        load = os.getloadavg()
+        progress.phase(
+            console,
+            f"the server's CPU for {IDLE_S:g} s without puts, then {ops:,} puts to "
+            f"{count:,} subscribers (load {load_now()}) ...",
+        )
+        idle = _idle_cpu(server_pid)
+        server_us, kafka_us, above_idle_us = _cpu_per_put(server_pid, kafka_pid, writer, ops, idle)
+        yield RegisteredPoint(count, server_us, kafka_us, idle * 1e3, above_idle_us, load)
 
 
 def _puts(writer: Region, ops: int) -> int:
@@ -113,9 +147,9 @@ def _puts(writer: Region, ops: int) -> int:
     return acks.acked
 
 
-def _idle_cpu(server: ServerProcess) -> float:
+def _idle_cpu(server_pid: int | None) -> float:
     """The server's CPU seconds per second over :data:`IDLE_S` without puts."""
-    meter = CpuMeter({"server": server.pid})
+    meter = CpuMeter({"server": server_pid})
     began = time.monotonic()
     meter.start()
     time.sleep(IDLE_S)  # a reading over a span of time, not a wait on a condition
@@ -124,21 +158,15 @@ def _idle_cpu(server: ServerProcess) -> float:
 
 
 def _cpu_per_put(
-    run: Run,
-    services: Services,
-    server: ServerProcess,
-    writer: Region,
-    options: FleetOptions,
-    idle_cpu: float,
+    server_pid: int | None, kafka_pid: int | None, writer: Region, ops: int, idle_cpu: float
 ) -> tuple[float, float, float]:
-    """``--fanout-ops`` puts; the server's and the broker's CPU per acked put, and the
-    server's above what it used at ``idle_cpu`` (CPU seconds per second) over as long, in
-    µs (the broker's NaN when this run did not start it)."""
-    kafka_pid = run.local.kafka.pid if run.local.kafka is not None else None
-    meter = CpuMeter({"server": server.pid, "kafka": kafka_pid})
+    """``ops`` puts; the server's and the broker's CPU per acked put, and the server's
+    above what it used at ``idle_cpu`` (CPU seconds per second) over as long, in µs (the
+    broker's NaN without ``kafka_pid``)."""
+    meter = CpuMeter({"server": server_pid, "kafka": kafka_pid})
     began = time.monotonic()
     meter.start()
-    acked = _puts(writer, options.fanout_ops)
+    acked = _puts(writer, ops)
     used = meter.stop()
     elapsed_s = time.monotonic() - began
     if acked == 0:
@@ -171,67 +199,37 @@ def _check_routed(run: Run, services: Services, options: FleetOptions, steps: in
     )
 
 
-def _add_figures(
-    run: Run,
-    count: int,
-    server_us: float,
-    kafka_us: float,
-    first: tuple[int, float],
-    load: str,
-) -> None:
-    first_count, first_us = first
-    is_first = count == first_count
+def _add_figures(run: Run, step: RegisteredPoint, first: RegisteredPoint) -> None:
+    count = step.subscribers
+    is_first = step is first
+    load = " ".join(f"{x:.1f}" for x in step.load_average)
     run.add(
         Figure(
             "fanout",
             f"server CPU per put, {_subscribers(count)} sharing ALL_KEYS (µs)",
-            server_us,
-            "-" if is_first else f"<= {FLAT_FACTOR:g} x at {first_count:,}",
-            None if is_first else server_us <= FLAT_FACTOR * first_us,
-            math.nan if is_first else first_us,
-            "" if is_first else f"the same at {_subscribers(first_count)}",
+            step.server_cpu_us_per_op,
+            "-" if is_first else f"<= {FLAT_FACTOR:g} x at {first.subscribers:,}",
+            None
+            if is_first
+            else step.server_cpu_us_per_op <= FLAT_FACTOR * first.server_cpu_us_per_op,
+            math.nan if is_first else first.server_cpu_us_per_op,
+            "" if is_first else f"the same at {_subscribers(first.subscribers)}",
             load,
         )
     )
-    run.add(
-        Figure(
-            "fanout",
-            f"Kafka broker CPU per put, {_subscribers(count)} sharing ALL_KEYS (µs)",
-            kafka_us,
-            "-",
-            None,
-            load=load,
-        )
-    )
-
-
-def _add_idle_figures(
-    run: Run, count: int, idle_cpu: float, above_idle_us: float, load: str
-) -> None:
-    run.add(
-        Figure(
-            "fanout",
-            f"server CPU without puts, {_subscribers(count)} registered (ms per s)",
-            idle_cpu * 1e3,
-            "-",
-            None,
-            load=load,
-        )
-    )
-    run.add(
-        Figure(
-            "fanout",
-            f"server CPU per put above that, {_subscribers(count)} sharing ALL_KEYS (µs)",
-            above_idle_us,
-            "-",
-            None,
-            load=load,
-        )
-    )
+    for figure, value in (
+        (f"Kafka broker CPU per put, {_subscribers(count)} sharing ALL_KEYS (µs)",
+         step.kafka_cpu_us_per_op),
+        (f"server CPU without puts, {_subscribers(count)} registered (ms per s)",
+         step.idle_server_ms_per_s),
+        (f"server CPU per put above that, {_subscribers(count)} sharing ALL_KEYS (µs)",
+         step.above_idle_us_per_op),
+    ):  # fmt: skip
+        run.add(Figure("fanout", figure, value, "-", None, load=load))
 
 
 def _subscribers(count: int) -> str:
     return f"{count:,} subscriber" + ("" if count == 1 else "s")
 
 
-__all__ = ["FLAT_FACTOR", "fanout_phase"]
+__all__ = ["FLAT_FACTOR", "fanout_phase", "fanout_steps"]

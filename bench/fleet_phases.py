@@ -283,7 +283,7 @@ def register_durables(
 ) -> list[float]:
     """Register durable clients ``first`` .. ``first + count - 1`` (default: the fleet's
     ``--durable-clients``) and leave them away, spread over ``--registering-processes``
-    children (:func:`bench.fleet_workers.run_durable_registrations`).
+    children (:func:`register_durable_clients`).
 
     Returns:
         Each client's construction time, in seconds.
@@ -291,9 +291,30 @@ def register_durables(
     Raises:
         BenchError: a child failed or did not answer in time.
     """
-    settings = client_settings(services, options)
-    total = options.durable_clients if count is None else count
-    counts = process_sizes(total, -(-total // options.registering_processes))
+    return register_durable_clients(
+        client_settings(services, options),
+        processes=options.registering_processes,
+        first=first,
+        count=options.durable_clients if count is None else count,
+        all_keys=all_keys,
+    )
+
+
+def register_durable_clients(
+    settings: dict[str, Any], *, processes: int, first: int, count: int, all_keys: bool
+) -> list[float]:
+    """Register durable clients ``first`` .. ``first + count - 1`` of ``settings``
+    (``ClientSettings`` fields) and leave them away, spread over at most ``processes``
+    children (:func:`bench.fleet_workers.run_durable_registrations`): each registers
+    ``ALL_KEYS`` with ``all_keys``, else keys of its own.
+
+    Returns:
+        Each client's construction time, in seconds.
+
+    Raises:
+        BenchError: a child failed or did not answer in time.
+    """
+    counts = process_sizes(count, -(-count // processes))
     connect_s: list[float] = []
     with ExitStack() as stack:
         children = []

@@ -3,9 +3,12 @@
 ``python -m bench.scaling`` measures, on one Kafka and Redis (the local stack unless
 ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others), at every point of two series:
 
-* subscribers: ``--subscribers`` counts (default 1, 10, 100, 1,000) with the default 16
+* subscribers: ``--subscribers`` counts (default 1, 10, 100) with the default 16
   buckets;
 * buckets: ``--buckets`` counts (default 1, 16, 64) with ``--fixed-subscribers`` (10);
+* registered subscribers: ``--registered-subscribers`` counts (default 1, 10, 100, 1,000)
+  of durable clients that register ``ALL_KEYS`` and go away, on a 16-bucket server of
+  their own (``bench.fleet_fanout``; off with ``--no-registered``);
 
 (a) operations applied per second and events delivered per second: ``--ops`` pipelined
     ``put_async`` (``bench.load``) with every subscriber holding ``ALL_KEYS`` interest;
@@ -14,7 +17,12 @@
 (c) the cache server's CPU microseconds per put during (a), routing to every subscriber
     included (beside Kafka's when this run started it): flat in the subscriber count when
     the subscribers share one registration (one record per partition of the shared queue
-    topic, `regionbus.broker.audiences`), where routing client by client grew with it.
+    topic, `regionbus.broker.audiences`), where routing client by client grew with it;
+(d) for the registered subscribers, the server's CPU per put over ``--registered-ops`` puts
+    at each count: a live cache is a process's worth of librdkafka clients, and 1,000 of
+    them do not fit on a 2-core machine beside the broker (bench/RESULTS.md), but the
+    server routes to a durable client the same whether it is connected or not. Plotted
+    beside the live subscribers' and Geode's.
 
 Apache Geode stands beside the subscriber series (``--geode-subscribers``, off with
 ``--no-geode``): its 1.15.1 cache server's CPU microseconds per put, puts/s and events/s
@@ -60,6 +68,7 @@ from rich.table import Table
 from bench import progress
 from bench.core import run_or_exit
 from bench.cpu import CpuMeter
+from bench.fleet_fanout import fanout_steps
 from bench.load import paced_puts, write_async
 from bench.options import (
     counts,
@@ -75,8 +84,11 @@ from bench.report import Latency, Throughput, latency, throughput
 from bench.scaling_figures import (
     COLUMNS,
     GEODE_COLUMNS,
+    REGISTERED_COLUMNS,
+    REGISTERED_TITLE,
     GeodePoint,
     PointFigures,
+    RegisteredPoint,
     cells,
     geode_cells,
     geode_title,
@@ -84,6 +96,7 @@ from bench.scaling_figures import (
     merge_results,
     plot,
     process_sizes,
+    registered_cells,
     series,
     summary_rows,
 )
@@ -100,6 +113,8 @@ log = logging.getLogger("regionbus.bench")
 _TABLE_WIDTH = 140
 _POSITIVE = click.IntRange(min=1)
 _READY_S_PER_CLIENT = 10.0
+REGISTERING_PROCESSES = 4
+"""Children registering the registered subscribers' durable clients."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +137,9 @@ class ScalingOptions:
     idle_timeout_s: float
     geode: bool = True
     geode_subscriber_counts: tuple[int, ...] = geode_scaling.DEFAULT_COUNTS
+    registered: bool = True
+    registered_subscriber_counts: tuple[int, ...] = (1, 10, 100, 1_000)
+    registered_ops: int = 20_000
 
     def bench_options(self, subscribers: int) -> BenchOptions:
         """The ``bench.core`` options of one point (what ``bench.raw`` and the writers take)."""
@@ -260,10 +278,11 @@ def measure_point(
 
 @contextmanager
 def bucket_server(
-    local: LocalStack, options: ScalingOptions, buckets: int, work_dir: Path
+    local: LocalStack, options: ScalingOptions, buckets: int, work_dir: Path, name: str = ""
 ) -> Iterator[tuple[Services, Region]]:
-    """A cache server of ``buckets`` buckets in a namespace of its own, and a writer."""
-    namespace = f"bench.{secrets.token_hex(3)}.b{buckets}"
+    """A cache server of ``buckets`` buckets in a namespace of its own (``name`` tells
+    two of the same bucket count apart), and a writer."""
+    namespace = f"bench.{secrets.token_hex(3)}.b{buckets}{name}"
     with ExitStack() as stack:
         server = stack.enter_context(
             ServerProcess(
@@ -273,7 +292,7 @@ def bucket_server(
                 regions=(REGION,),
                 fetch_wait_max_ms=options.fetch_wait_max_ms,
                 linger_ms=options.linger_ms,
-                log_path=work_dir / f"server-{buckets}.log",
+                log_path=work_dir / f"server-{buckets}{name}.log",
                 env={"REGIONBUS_TOTAL_BUCKETS": str(buckets)},
             )
         )
@@ -289,15 +308,18 @@ def bucket_server(
         yield services, writer_cache.create_region(REGION, serializer=BytesSerializer())
 
 
-def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
+def run(
+    options: ScalingOptions, console: Console
+) -> tuple[list[PointFigures], list[RegisteredPoint]]:
     """Start the stack (unless given by env) and a server per bucket count; measure every
-    point, then the raw baselines.
+    point, then the raw baselines, then the registered subscribers' series.
 
     Raises:
         BenchError: a server or child process failed or did not answer in time.
         StackError: Kafka or Redis could not be started.
     """
     points: list[PointFigures] = []
+    registered: list[RegisteredPoint] = []
     with ExitStack() as stack:
         local, work_dir = progress.embedded_stack(stack, "scaling", console)
         last_services: Services | None = None
@@ -315,7 +337,34 @@ def run(options: ScalingOptions, console: Console) -> list[PointFigures]:
                 last_services = services
         assert last_services is not None
         points = raw_baselines(last_services, options, points, console)
-    return points
+        if options.registered:
+            registered = registered_points(local, options, work_dir, console)
+    return points, registered
+
+
+def registered_points(
+    local: LocalStack, options: ScalingOptions, work_dir: Path, console: Console
+) -> list[RegisteredPoint]:
+    """The registered subscribers' series, on a 16-bucket server of its own (its durable
+    clients would otherwise stay registered beside the live series' subscribers)."""
+    with bucket_server(local, options, DEFAULT_TOTAL_BUCKETS, work_dir, "registered") as (
+        services,
+        writer,
+    ):
+        server = services.pids["server"]
+        assert isinstance(server, int)
+        return list(
+            fanout_steps(
+                server,
+                writer,
+                services.client_settings(options.bench_options(1)),
+                counts=options.registered_subscriber_counts,
+                ops=options.registered_ops,
+                processes=REGISTERING_PROCESSES,
+                console=console,
+                kafka_pid=local.kafka.pid if local.kafka is not None else None,
+            )
+        )
 
 
 def raw_baselines(
@@ -369,9 +418,10 @@ def print_table(
     options: ScalingOptions,
     console: Console,
     geode: Sequence[GeodePoint] = (),
+    registered: Sequence[RegisteredPoint] = (),
 ) -> None:
     """Print both series, each rate with its ratio to the raw baseline; then, with Geode's
-    points, the subscriber series beside them."""
+    points, the subscriber series beside them; then the registered subscribers' series."""
     for name, members in series(points, options.fixed_subscribers).items():
         table = Table(
             title=f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s"
@@ -388,16 +438,23 @@ def print_table(
         for row in geode_cells(points, geode):
             table.add_row(*row)
         console.print(table)
+    if registered:
+        table = Table(title=f"{REGISTERED_TITLE}: {options.registered_ops:,} puts a count")
+        for column in REGISTERED_COLUMNS:
+            table.add_column(column, justify="right")
+        for row in registered_cells(points, registered):
+            table.add_row(*row)
+        console.print(table)
 
 
 @click.command()
 @click.option(
     "--subscribers",
     "subscriber_counts",
-    default="1,10,100,1000",
+    default="1,10,100",
     show_default=True,
     callback=lambda _c, _p, v: counts(v),
-    help="Subscriber counts of the subscriber series (16 buckets).",
+    help="Subscriber counts of the subscriber series (16 buckets), live caches each.",
 )
 @click.option(
     "--buckets",
@@ -475,6 +532,29 @@ def print_table(
     "time, is skipped and said so.",
 )
 @click.option(
+    "--registered/--no-registered",
+    default=True,
+    show_default=True,
+    help="Measure the server's CPU per put with durable clients registered with ALL_KEYS "
+    "and away (the fan-out of counts live caches do not reach on one machine).",
+)
+@click.option(
+    "--registered-subscribers",
+    "registered_subscriber_counts",
+    default="1,10,100,1000",
+    show_default=True,
+    callback=lambda _c, _p, v: counts(v),
+    help="Durable client counts of the registered series, added in steps.",
+)
+@click.option(
+    "--registered-ops",
+    default=20_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Puts at each registered count (at 60 µs a put, 20,000 are 120 clock ticks of "
+    "server CPU).",
+)
+@click.option(
     "--markdown",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -500,16 +580,17 @@ def main(
     options = ScalingOptions(**values)
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
     # One heartbeat and log folder for both: Geode's members log beside regionbus's.
-    points, geode = run_or_exit(
+    (points, registered), geode = run_or_exit(
         lambda: (run(options, console), geode_points(options, console)), console
     )
-    print_table(points, options, console, geode)
-    table = markdown_table(points, options.fixed_subscribers, geode)
+    print_table(points, options, console, geode, registered)
+    table = markdown_table(points, options.fixed_subscribers, geode, registered)
     if markdown is not None:
         markdown.write_text(table, encoding="utf-8")
         console.print(f"markdown written to {markdown}")
-    console.print(f"plot written to {plot(points, options.fixed_subscribers, plot_path, geode)}")
-    emit(summary_rows(points, geode))
+    written = plot(points, options.fixed_subscribers, plot_path, geode, registered)
+    console.print(f"plot written to {written}")
+    emit(summary_rows(points, geode, registered))
     if as_json:
         print(
             json.dumps(
@@ -517,6 +598,7 @@ def main(
                     **asdict(options),
                     "points": [asdict(p) for p in points],
                     "geode_points": [asdict(g) for g in geode],
+                    "registered_points": [asdict(r) for r in registered],
                 }
             )
         )

@@ -81,6 +81,31 @@ class GeodePoint:
     load_average: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
 
+@dataclass(frozen=True, slots=True)
+class RegisteredPoint:
+    """The cache server's CPU per put with ``subscribers`` durable clients registered with
+    ``ALL_KEYS`` and away (``bench.fleet_fanout``): the server routes to a durable client
+    the same whether it is connected or not, so this is fan-out past what fits on one
+    machine as live caches.
+
+    Attributes:
+        subscribers: Durable clients registered with ``ALL_KEYS``, all away.
+        server_cpu_us_per_op: The cache server's CPU microseconds per acknowledged put.
+        kafka_cpu_us_per_op: Kafka's, when this run started it (else NaN).
+        idle_server_ms_per_s: The server's CPU milliseconds per second without puts (what
+            its registered clients cost it whatever is put).
+        above_idle_us_per_op: The server's CPU microseconds per put above that.
+        load_average: The 1, 5 and 15 minute load averages before the puts.
+    """
+
+    subscribers: int
+    server_cpu_us_per_op: float
+    kafka_cpu_us_per_op: float
+    idle_server_ms_per_s: float
+    above_idle_us_per_op: float
+    load_average: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+
+
 # --- the pure parts: series, table, summary rows, plot ---------------------------------
 
 
@@ -207,12 +232,59 @@ def geode_title(geode: Sequence[GeodePoint]) -> str:
     )
 
 
+REGISTERED_TITLE = (
+    f"Subscribers registered with ALL_KEYS and away ({DEFAULT_TOTAL_BUCKETS} buckets): "
+    "the server's CPU per put"
+)
+
+REGISTERED_COLUMNS: tuple[str, ...] = (
+    "subscribers",
+    "server CPU µs per put",
+    "÷ at the first count",
+    "live subscribers' server CPU µs per put",
+    "Kafka CPU µs per put",
+    "server CPU without puts ms/s",
+    "server CPU µs per put above that",
+    "load avg before",
+)
+
+
+def registered_cells(
+    points: Iterable[PointFigures], registered: Sequence[RegisteredPoint]
+) -> list[list[str]]:
+    """The rows of the registered subscribers' table, by count: each server CPU per put
+    with its ratio to the first count's, and the live subscriber series' figure at the
+    same count (``n/a`` where it has none)."""
+    live = {p.subscribers: p for p in points if p.buckets == DEFAULT_TOTAL_BUCKETS}
+    ordered = sorted(registered, key=lambda r: r.subscribers)
+    first = ordered[0].server_cpu_us_per_op if ordered else math.nan
+    return [
+        [
+            f"{r.subscribers:,}",
+            _number(r.server_cpu_us_per_op),
+            _ratio(r.server_cpu_us_per_op, first),
+            _number(
+                live[r.subscribers].server_cpu_us_per_op if r.subscribers in live else math.nan
+            ),
+            _number(r.kafka_cpu_us_per_op),
+            _number(r.idle_server_ms_per_s),
+            _number(r.above_idle_us_per_op),
+            _load(r.load_average),
+        ]
+        for r in ordered
+    ]
+
+
 def markdown_table(
-    points: Iterable[PointFigures], fixed_subscribers: int, geode: Sequence[GeodePoint] = ()
+    points: Iterable[PointFigures],
+    fixed_subscribers: int,
+    geode: Sequence[GeodePoint] = (),
+    registered: Sequence[RegisteredPoint] = (),
 ) -> str:
     """Both series as Markdown: one table per series, each rate with its ratio to the raw
     baseline in brackets; the shape to read is down a column. With Geode's points, a third
-    table puts them beside the subscriber series (:func:`geode_cells`)."""
+    table puts them beside the subscriber series (:func:`geode_cells`); with the registered
+    subscribers' points, a last one (:func:`registered_cells`)."""
     points = list(points)
     lines: list[str] = []
     titles = {
@@ -239,6 +311,15 @@ def markdown_table(
             *("| " + " | ".join(row) + " |" for row in geode_cells(points, geode)),
             "",
         ]
+    if registered:
+        lines += [
+            f"### {REGISTERED_TITLE}",
+            "",
+            "| " + " | ".join(REGISTERED_COLUMNS) + " |",
+            "|" + "---:|" * (len(REGISTERED_COLUMNS) - 1) + "---|",
+            *("| " + " | ".join(row) + " |" for row in registered_cells(points, registered)),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -246,11 +327,14 @@ SCALING_VS_GEODE = "scaling vs Apache Geode"
 
 
 def summary_rows(
-    points: Iterable[PointFigures], geode: Iterable[GeodePoint] = ()
+    points: Iterable[PointFigures],
+    geode: Iterable[GeodePoint] = (),
+    registered: Sequence[RegisteredPoint] = (),
 ) -> list[SummaryRow]:
     """``bench.all``'s rows: ops/s, events/s and p99 of every point beside its baseline;
-    and the server CPU per put of every Geode point beside regionbus's at its count (NaN
-    where regionbus's subscriber series has no such count)."""
+    the server CPU per put of every Geode point beside regionbus's at its count (NaN
+    where regionbus's subscriber series has no such count); and the server CPU per put at
+    every registered count beside the first count's."""
     points = list(points)
     ours = {p.subscribers: p for p in points if p.buckets == DEFAULT_TOTAL_BUCKETS}
     rows: list[SummaryRow] = []
@@ -285,6 +369,18 @@ def summary_rows(
         )
         for g in geode
     ]
+    ordered = sorted(registered, key=lambda r: r.subscribers)
+    rows += [
+        SummaryRow(
+            "scaling",
+            f"server CPU µs per put ({r.subscribers:,} subscribers registered and away)",
+            r.server_cpu_us_per_op,
+            ordered[0].server_cpu_us_per_op,
+            f"the same at {ordered[0].subscribers:,}",
+            higher_is_better=False,
+        )
+        for r in ordered
+    ]
     return rows
 
 
@@ -308,11 +404,15 @@ PANELS: tuple[tuple[str, str], ...] = (
 
 
 def plot_lines(
-    points: Iterable[PointFigures], fixed_subscribers: int, geode: Sequence[GeodePoint] = ()
+    points: Iterable[PointFigures],
+    fixed_subscribers: int,
+    geode: Sequence[GeodePoint] = (),
+    registered: Sequence[RegisteredPoint] = (),
 ) -> dict[tuple[str, str], list[Line]]:
     """The lines of every panel, by ``(series, panel)``: series ``"subscribers"`` /
     ``"buckets"``, panel one of :data:`PANELS`. Geode's points (by subscriber count) are on
-    the subscriber series' rates and CPU panels."""
+    the subscriber series' rates and CPU panels, the registered subscribers' on its CPU
+    panel."""
     panels: dict[tuple[str, str], list[Line]] = {}
     for name, members in series(points, fixed_subscribers).items():
         xs = [p.subscribers if name == "subscribers" else p.buckets for p in members]
@@ -347,6 +447,16 @@ def plot_lines(
         panels[("subscribers", "cpu")].append(
             Line(f"{name} server", counts, [g.server_cpu_us_per_op for g in ordered], "^:")
         )
+    if registered:
+        steps = sorted(registered, key=lambda r: r.subscribers)
+        panels.setdefault(("subscribers", "cpu"), []).append(
+            Line(
+                "regionbus server, subscribers registered and away",
+                [r.subscribers for r in steps],
+                [r.server_cpu_us_per_op for r in steps],
+                "D-",
+            )
+        )
     return panels
 
 
@@ -355,6 +465,7 @@ def plot(
     fixed_subscribers: int,
     path: Path,
     geode: Sequence[GeodePoint] = (),
+    registered: Sequence[RegisteredPoint] = (),
 ) -> Path:
     """Write a PNG of both series: rates, latencies and the server's CPU per put (log
     scales) against subscribers and against buckets; raw baselines dashed, Apache Geode
@@ -365,6 +476,8 @@ def plot(
         fixed_subscribers: The subscriber count of the bucket series.
         path: Where the PNG goes (its folder must exist).
         geode: Apache Geode's points, beside the subscriber series.
+        registered: The registered subscribers' points, on the subscriber series' CPU
+            panel.
 
     Returns:
         ``path``.
@@ -374,7 +487,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = plot_lines(points, fixed_subscribers, geode)
+    panels = plot_lines(points, fixed_subscribers, geode, registered)
     figure, axes = plt.subplots(len(PANELS), 2, figsize=(11, 11), constrained_layout=True)
     for column, name in enumerate(("subscribers", "buckets")):
         label = (
@@ -432,10 +545,13 @@ __all__ = [
     "COLUMNS",
     "GEODE_COLUMNS",
     "PANELS",
+    "REGISTERED_COLUMNS",
+    "REGISTERED_TITLE",
     "SCALING_VS_GEODE",
     "GeodePoint",
     "Line",
     "PointFigures",
+    "RegisteredPoint",
     "cells",
     "geode_cells",
     "geode_title",
@@ -444,6 +560,7 @@ __all__ = [
     "plot",
     "plot_lines",
     "process_sizes",
+    "registered_cells",
     "series",
     "summary_rows",
 ]

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
 
-from bench.scaling import ScalingOptions, measure_point, raw_baselines
-from bench.scaling_figures import markdown_table
+from bench.scaling import ScalingOptions, measure_point, raw_baselines, registered_points
+from bench.scaling_figures import markdown_table, plot_lines
 from bench.services import REGION, Services
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
@@ -63,3 +67,26 @@ def test_one_point_with_two_subscriber_processes_measures_everything_against_raw
     assert measured.raw_ops_per_s > 0 and measured.raw_delivered_per_s > 0
     assert 0 < measured.raw_p50_ms <= measured.raw_p99_ms
     assert "| 2 | 16 |" in markdown_table([measured], 2)
+
+
+def test_the_registered_series_reads_the_server_cpu_per_put_at_each_count(
+    kafka_bootstrap_servers: str, redis_url: str, tmp_path: Path
+) -> None:
+    # Kafka is the session's, not the run's: the broker's CPU is not read.
+    local = SimpleNamespace(
+        kafka_bootstrap_servers=kafka_bootstrap_servers, redis_url=redis_url, kafka=None
+    )
+    options = replace(_TINY, registered_subscriber_counts=(2, 1), registered_ops=150)
+
+    registered = registered_points(cast(Any, local), options, tmp_path, Console(quiet=True))
+
+    assert [r.subscribers for r in registered] == [1, 2]
+    assert all(r.server_cpu_us_per_op > 0 for r in registered)
+    assert all(r.idle_server_ms_per_s >= 0 for r in registered)
+    assert all(math.isnan(r.kafka_cpu_us_per_op) for r in registered)
+    (line,) = [
+        x
+        for x in plot_lines([], 2, registered=registered)[("subscribers", "cpu")]
+        if "registered" in x.label
+    ]
+    assert line.xs == [1, 2]

@@ -8,11 +8,15 @@ from pathlib import Path
 
 from bench.scaling_figures import (
     COLUMNS,
+    REGISTERED_COLUMNS,
     PointFigures,
+    RegisteredPoint,
     markdown_table,
     merge_results,
     plot,
+    plot_lines,
     process_sizes,
+    registered_cells,
     series,
     summary_rows,
 )
@@ -117,3 +121,46 @@ def test_children_results_join_per_reader_and_sum_cpu() -> None:
     assert merged["cpu_s"] == 2.0
     assert merged["status"] == "idle"
     assert merge_results([first, first])["status"] == "complete"
+
+
+_REGISTERED = [
+    RegisteredPoint(1_000, 92.0, 57.5, 10.0, 90.7, (1.4, 1.2, 1.2)),
+    RegisteredPoint(1, 73.0, 168.0, 8.0, 71.7, (0.7, 0.9, 1.1)),
+    RegisteredPoint(10, 85.0, math.nan, 8.0, 83.8, (0.8, 0.9, 1.1)),
+]
+
+
+def test_the_registered_series_is_a_line_on_the_subscriber_cpu_panel_past_the_live_counts() -> None:
+    panels = plot_lines(_RUN, 10, registered=_REGISTERED)
+    (line,) = [x for x in panels[("subscribers", "cpu")] if "registered" in x.label]
+    assert (line.xs, line.ys) == ([1, 10, 1_000], [73.0, 85.0, 92.0])
+    assert line.style.endswith("-"), "regionbus's own lines are solid"
+    assert not any("registered" in x.label for x in panels[("buckets", "cpu")])
+    assert not any("registered" in x.label for x in plot_lines(_RUN, 10)[("subscribers", "cpu")])
+
+
+def test_the_registered_table_gives_the_ratio_to_the_first_count_and_the_live_figure() -> None:
+    one, ten, thousand = registered_cells(_RUN, _REGISTERED)
+    assert one == ["1", "73.0", "1.00x", "120", "168", "8.0", "71.7", "0.7 0.9 1.1"]
+    assert ten[:5] == ["10", "85.0", "1.16x", "120", "n/a"]
+    assert thousand[:4] == ["1,000", "92.0", "1.26x", "n/a"]
+    lines = markdown_table(_RUN, 10, registered=_REGISTERED).splitlines()
+    header = "| " + " | ".join(REGISTERED_COLUMNS) + " |"
+    assert lines.count(header) == 1
+    assert lines[lines.index(header) + 4].startswith("| 1,000 | 92.0 | 1.26x |")
+    assert header not in markdown_table(_RUN, 10).splitlines()
+
+
+def test_summary_rows_put_each_registered_count_beside_the_first() -> None:
+    rows = [r for r in summary_rows(_RUN, registered=_REGISTERED) if "registered" in r.figure]
+    assert [(r.figure, r.regionbus, r.baseline) for r in rows] == [
+        ("server CPU µs per put (1 subscribers registered and away)", 73.0, 73.0),
+        ("server CPU µs per put (10 subscribers registered and away)", 85.0, 73.0),
+        ("server CPU µs per put (1,000 subscribers registered and away)", 92.0, 73.0),
+    ]
+    assert all(not r.higher_is_better and r.baseline_name == "the same at 1" for r in rows)
+
+
+def test_the_plot_with_the_registered_series_is_a_png(tmp_path: Path) -> None:
+    path = plot(_RUN, 10, tmp_path / "scaling.png", registered=_REGISTERED)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
