@@ -423,28 +423,37 @@ def print_table(
     """Print both series, each rate with its ratio to the raw baseline; then, with Geode's
     points, the subscriber series beside them; then the registered subscribers' series."""
     for name, members in series(points, options.fixed_subscribers).items():
-        table = Table(
-            title=f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s"
+        _print_table(
+            console,
+            f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s",
+            COLUMNS,
+            [cells(point) for point in members],
         )
-        for column in COLUMNS:
-            table.add_column(column, justify="right")
-        for point in members:
-            table.add_row(*cells(point))
-        console.print(table)
     if geode:
-        table = Table(title=f"{geode_title(geode)}: {options.ops:,} puts")
-        for column in GEODE_COLUMNS:
-            table.add_column(column, justify="right")
-        for row in geode_cells(points, geode):
-            table.add_row(*row)
-        console.print(table)
+        _print_table(
+            console,
+            f"{geode_title(geode)}: {options.ops:,} puts",
+            GEODE_COLUMNS,
+            geode_cells(points, geode),
+        )
     if registered:
-        table = Table(title=f"{REGISTERED_TITLE}: {options.registered_ops:,} puts a count")
-        for column in REGISTERED_COLUMNS:
-            table.add_column(column, justify="right")
-        for row in registered_cells(points, registered):
-            table.add_row(*row)
-        console.print(table)
+        _print_table(
+            console,
+            f"{REGISTERED_TITLE}: {options.registered_ops:,} puts a count",
+            REGISTERED_COLUMNS,
+            registered_cells(points, registered),
+        )
+
+
+def _print_table(
+    console: Console, title: str, columns: Sequence[str], rows: Sequence[list[str]]
+) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 @click.command()

@@ -292,35 +292,29 @@ def markdown_table(
         "buckets": f"### Buckets ({fixed_subscribers} subscribers)",
     }
     for name, members in series(points, fixed_subscribers).items():
-        if not members:
-            continue
-        lines += [
-            titles[name],
-            "",
-            "| " + " | ".join(COLUMNS) + " |",
-            "|" + "---:|" * (len(COLUMNS) - 1) + "---|",
-            *("| " + " | ".join(cells(p)) + " |" for p in members),
-            "",
-        ]
+        if members:
+            lines += _markdown_section(titles[name], COLUMNS, [cells(p) for p in members])
     if geode:
-        lines += [
-            f"### {geode_title(geode)}",
-            "",
-            "| " + " | ".join(GEODE_COLUMNS) + " |",
-            "|" + "---:|" * (len(GEODE_COLUMNS) - 1) + "---|",
-            *("| " + " | ".join(row) + " |" for row in geode_cells(points, geode)),
-            "",
-        ]
+        lines += _markdown_section(
+            f"### {geode_title(geode)}", GEODE_COLUMNS, geode_cells(points, geode)
+        )
     if registered:
-        lines += [
-            f"### {REGISTERED_TITLE}",
-            "",
-            "| " + " | ".join(REGISTERED_COLUMNS) + " |",
-            "|" + "---:|" * (len(REGISTERED_COLUMNS) - 1) + "---|",
-            *("| " + " | ".join(row) + " |" for row in registered_cells(points, registered)),
-            "",
-        ]
+        lines += _markdown_section(
+            f"### {REGISTERED_TITLE}", REGISTERED_COLUMNS, registered_cells(points, registered)
+        )
     return "\n".join(lines)
+
+
+def _markdown_section(title: str, columns: Sequence[str], rows: Iterable[list[str]]) -> list[str]:
+    """A titled Markdown table: numbers right-aligned, the last column (the load) left."""
+    return [
+        title,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---:|" * (len(columns) - 1) + "---|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
 
 
 SCALING_VS_GEODE = "scaling vs Apache Geode"
