@@ -7,13 +7,12 @@ and a durable member's replay before its marker (SPEC §5)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from support import Recorder, wait_until
+from support import Recorder, settle, wait_until
 from test_continuous_queries import _cq
 
 from regionbus import Operation
@@ -152,7 +151,9 @@ def test_a_shared_record_leaves_out_the_originator_and_gives_each_member_its_pay
     # operation), and the other's once. Each key's changes come in order; whether the
     # other member hears "a" = 2 before its own put of "b" is a race (put returns once the
     # server applied it, not once every member heard it).
-    time.sleep(0.5)
+    wait_until(lambda: len(other_calls.snapshot()) == 3, what="the first member's puts")
+    for cache in (writer_cache, other_cache):
+        settle(cache)  # and nothing after them: no change heard twice
     for calls in (writer_calls, other_calls):
         assert sorted(calls.snapshot(), key=lambda call: call[1]) == everything
     [records] = _queued(kafka_bootstrap_servers, namespace).values()
@@ -269,7 +270,8 @@ def test_holders_of_the_same_cq_in_one_partition_share_its_records_and_each_hear
     ]
     for recorder in holders:
         wait_until(lambda r=recorder: len(r.entry_calls()) == 3, what="the CQ events")  # type: ignore[misc]
-    time.sleep(0.5)
+    for cache in caches:
+        settle(cache)  # and nothing after them: no change heard twice
     # CQ events reach the originator too (Geode); each holder hears each change once.
     assert all(recorder.entry_calls() == expected for recorder in holders)
     [records] = _queued(kafka_bootstrap_servers, namespace, CqEvent).values()
