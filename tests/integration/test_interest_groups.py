@@ -134,15 +134,19 @@ def test_a_shared_record_leaves_out_the_originator_and_gives_each_member_its_pay
     ids = _ids_sharing_a_partition(5, "member")
     writer_cache, writer_calls = subscribe(client_id=ids[0])
     other_cache, other_calls = subscribe(client_id=ids[1])
-    _, values = subscribe(client_id=ids[2])
-    _, values_too = subscribe(client_id=ids[3])
-    _, invalidations = subscribe(client_id=ids[4], receive_values=False)
+    values_cache, values = subscribe(client_id=ids[2])
+    values_too_cache, values_too = subscribe(client_id=ids[3])
+    invalidations_cache, invalidations = subscribe(client_id=ids[4], receive_values=False)
     writer = writer_cache.get_region("r")
     writer.put("a", 1)
     writer.put("a", 2)
     other_cache.get_region("r").put("b", 3)
-    wait_until(lambda: len(values.snapshot()) == 3, what="the values")
-    wait_until(lambda: len(writer_calls.snapshot()) == 3, what="the other member's put")
+    # Each member reads the shared records with a consumer of its own: wait for every one,
+    # then for every queue to stay quiet (nothing comes twice).
+    for recorder in (values, values_too, writer_calls, other_calls):
+        wait_until(lambda r=recorder: len(r.snapshot()) == 3, what="each member's events")  # type: ignore[misc]
+    for cache in (writer_cache, other_cache, values_cache, values_too_cache, invalidations_cache):
+        settle(cache)
     everything = [("create", "a", 1), ("update", "a", 2), ("create", "b", 3)]
     assert values.snapshot() == values_too.snapshot() == everything
     # Invalidations of entries it does not hold fire no listener (Geode): see the records.
@@ -151,9 +155,6 @@ def test_a_shared_record_leaves_out_the_originator_and_gives_each_member_its_pay
     # operation), and the other's once. Each key's changes come in order; whether the
     # other member hears "a" = 2 before its own put of "b" is a race (put returns once the
     # server applied it, not once every member heard it).
-    wait_until(lambda: len(other_calls.snapshot()) == 3, what="the first member's puts")
-    for cache in (writer_cache, other_cache):
-        settle(cache)  # and nothing after them: no change heard twice
     for calls in (writer_calls, other_calls):
         assert sorted(calls.snapshot(), key=lambda call: call[1]) == everything
     [records] = _queued(kafka_bootstrap_servers, namespace).values()
