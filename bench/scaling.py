@@ -346,7 +346,11 @@ def registered_points(
     local: LocalStack, options: ScalingOptions, work_dir: Path, console: Console
 ) -> list[RegisteredPoint]:
     """The registered subscribers' series, on a 16-bucket server of its own (its durable
-    clients would otherwise stay registered beside the live series' subscribers)."""
+    clients would otherwise stay registered beside the live series' subscribers).
+
+    Raises:
+        BenchError: the server or a registering child failed or did not answer in time.
+    """
     with bucket_server(local, options, DEFAULT_TOTAL_BUCKETS, work_dir, "registered") as (
         services,
         writer,
