@@ -2,13 +2,15 @@
 
 On a 2-core machine every process of the run (writer, server, readers, Kafka, Redis)
 competes for the same cores, so operations per second follow CPU time per operation.
-Read from ``/proc/<pid>/stat`` (Linux; all threads of the process). Elsewhere the
-figures are simply absent.
+Read from ``/proc/<pid>/stat`` (Linux; all threads of the process), and the machine's
+busy cores from ``/proc/stat``. Elsewhere the figures are simply absent.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -84,3 +86,60 @@ class CpuMeter:
             if after is not None:
                 self.used_s[name] = after - before
         return self.used_s
+
+
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+"""Of ``/proc/stat``'s ``cpu`` line after its name: user, nice, system, irq, softirq, steal
+(idle and iowait are the rest)."""
+
+
+def busy_seconds(proc_stat: str) -> float:
+    """CPU seconds every core of the machine spent busy since boot, from ``/proc/stat``'s text.
+
+    Args:
+        proc_stat: The text of ``/proc/stat`` (its first line, ``cpu  user nice system idle
+            iowait irq softirq steal ...``, in clock ticks, summed over the cores).
+
+    Raises:
+        ValueError: the text does not start with an aggregate ``cpu`` line.
+    """
+    first = proc_stat.split("\n", 1)[0].split()
+    if not first or first[0] != "cpu" or len(first) < 9:
+        raise ValueError(f"not /proc/stat's aggregate cpu line: {proc_stat[:60]!r}")
+    ticks = [int(value) for value in first[1:]]
+    return sum(ticks[i] for i in _BUSY_FIELDS) / _TICKS_PER_S
+
+
+class MachineCpu:
+    """How many of the machine's cores were busy, on average, between :meth:`start` and
+    :meth:`stop`, whatever process kept them busy.
+
+    A phase whose figure is this close to ``os.cpu_count()`` left nothing spare: its
+    latencies then include waits for a core, as any other run at that load would.
+    """
+
+    def __init__(self, path: Path = Path("/proc/stat")) -> None:
+        self._path = path
+        self._start: tuple[float, float] | None = None
+
+    def _read(self) -> tuple[float, float] | None:
+        try:
+            return time.monotonic(), busy_seconds(self._path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def start(self) -> None:
+        """Take the first reading."""
+        self._start = self._read()
+
+    def stop(self) -> float:
+        """Take the second reading.
+
+        Returns:
+            Busy cores on average since :meth:`start` (0 to the core count); NaN when the
+            machine's figures cannot be read (not Linux) or :meth:`start` did not run.
+        """
+        end = self._read()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return math.nan
+        return (end[1] - self._start[1]) / (end[0] - self._start[0])

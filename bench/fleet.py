@@ -10,8 +10,10 @@ goal of the fleet issue, each beside a baseline measured in the same run:
    ``--sampled`` durable clients, half spread over the others). Measured: Kafka partitions
    added per registered client, the server's RSS, the live subscribers' put → listener
    p99 (beside raw Kafka's own fan-out: one producer at the same rate, as many consumers
-   each reading every message, as many per process), and whether each sampled durable client, coming
-   back, gets its whole backlog once, in order, before its marker.
+   each reading every message, as many per process), the machine's busy cores while each
+   of the two sent (how much of the machine the shape itself takes), and whether each
+   sampled durable client, coming back, gets its whole backlog once, in order, before its
+   marker.
 2. **cleanup**: ``--cleanup-clients`` clients (half durable) killed with SIGKILL; seconds
    until no record, Redis key, consumer group or partition of theirs is left, beside their
    silence window and durable timeout.

@@ -18,6 +18,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from bench import progress
+from bench.cpu import MachineCpu
 from bench.fleet_run import (
     CLEANUP_DURABLE_TIMEOUT_S,
     CLEANUP_MARGIN_S,
@@ -146,7 +147,10 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
                 futures.append(writer.put_async(key, indexed_value(i)))
 
             load = load_now()
+            machine = MachineCpu()
+            machine.start()
             sent, first_ns, last_ns = paced(send, options.rate, options.seconds, 16)
+            busy_cores = machine.stop()
             failed = sum(1 for f in futures if f.exception(120) is not None)
             for child in children:
                 child.expect(sent - failed)
@@ -157,7 +161,14 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
             "received_ns": [s for r in results for s in r["received_ns"]],
             "cpu_s": sum(float(r["cpu_s"]) for r in results),
         }
-        live = latency(sent=sent, start_ns=first_ns, end_ns=last_ns, warmup_s=1.0, readers=merged)
+        live = latency(
+            sent=sent,
+            start_ns=first_ns,
+            end_ns=last_ns,
+            warmup_s=1.0,
+            readers=merged,
+            machine_busy_cores=busy_cores,
+        )
         after = namespace_partitions(services)
         rss, peak = rss_mb(server.pid)
         raw_fanout = raw_fanout_latency(
@@ -236,6 +247,18 @@ def fleet_phase(run: Run, options: FleetOptions) -> None:
                 None,
                 raw_fanout.readers_cpu_us_per_message,
                 "raw Kafka consumers' CPU per message",
+                load,
+            )
+        )
+        run.add(
+            Figure(
+                "fleet",
+                f"machine's busy cores during the puts (of {os.cpu_count()})",
+                live.machine_busy_cores,
+                "-",
+                None,
+                raw_fanout.machine_busy_cores,
+                "the same during raw Kafka's fan-out",
                 load,
             )
         )

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 
 from confluent_kafka.admin import NewTopic
 
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, MachineCpu
 from bench.load import paced
 from bench.raw_workers import (
     fanout_topic,
@@ -196,7 +196,8 @@ def raw_fanout_latency(
 
     No server hop, nothing decoded: what any fan-out over Kafka pays on this machine at
     this rate (a fetch per consumer per message), the baseline of a many-subscriber
-    latency.
+    latency. The machine's busy cores while the producer sent are in the result
+    (``machine_busy_cores``): how close this shape alone comes to using every core.
 
     Raises:
         BenchError: the topic cannot be created, or a child failed or did not answer.
@@ -219,9 +220,12 @@ def raw_fanout_latency(
         def send(i: int, value: bytes) -> None:
             produce(producer, topic, value, f"lat-{i}".encode(), 0)
 
+        machine = MachineCpu()
+        machine.start()
         sent, first_ns, last_ns = paced(
             send, options.rate, options.latency_seconds, options.value_bytes
         )
+        busy_cores = machine.stop()
         remaining = producer.flush(ACK_TIMEOUT_S)
         for child in children:
             child.expect(sent - remaining)
@@ -232,6 +236,7 @@ def raw_fanout_latency(
         end_ns=last_ns,
         warmup_s=options.warmup_seconds,
         readers=result,
+        machine_busy_cores=busy_cores,
     )
 
 

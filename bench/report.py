@@ -72,6 +72,8 @@ class Latency:
         max_ms: Largest, in milliseconds.
         readers_cpu_s: CPU seconds the reader processes used, from ready to done (NaN
             when not reported).
+        machine_busy_cores: Cores of the whole machine busy on average while the writer
+            sent (`bench.cpu.MachineCpu`; NaN when not measured).
     """
 
     sent: int
@@ -82,6 +84,7 @@ class Latency:
     p99_ms: float
     max_ms: float
     readers_cpu_s: float = math.nan
+    machine_busy_cores: float = math.nan
 
     @property
     def readers_cpu_us_per_message(self) -> float:
@@ -144,7 +147,13 @@ def throughput(
 
 
 def latency(
-    *, sent: int, start_ns: int, end_ns: int, warmup_s: float, readers: dict[str, Any]
+    *,
+    sent: int,
+    start_ns: int,
+    end_ns: int,
+    warmup_s: float,
+    readers: dict[str, Any],
+    machine_busy_cores: float = math.nan,
 ) -> Latency:
     """Latency figures from a paced writer's timings and a reader child's result.
 
@@ -155,6 +164,7 @@ def latency(
         warmup_s: Messages sent in the first ``warmup_s`` seconds are not counted.
         readers: The reader child's result (``sent_ns``, ``received_ns``, ``counts``, and
             ``cpu_s`` if known).
+        machine_busy_cores: The machine's busy cores while the writer sent, if measured.
     """
     cutoff_ns = start_ns + int(warmup_s * NS_PER_S)
     values = sorted(
@@ -171,6 +181,7 @@ def latency(
         p99_ms=percentile(values, 0.99),
         max_ms=values[-1] if values else math.nan,
         readers_cpu_s=float(readers.get("cpu_s", math.nan)),
+        machine_busy_cores=machine_busy_cores,
     )
 
 

@@ -39,3 +39,17 @@ def test_without_the_readers_cpu_the_figure_is_not_a_number() -> None:
         readers={"counts": [], "sent_ns": [], "received_ns": [], "cpu_s": 1.0},
     )
     assert math.isnan(nothing.readers_cpu_us_per_message)
+
+
+def test_the_machines_busy_cores_are_carried_when_measured_and_nan_when_not() -> None:
+    measured = latency(
+        sent=3,
+        start_ns=0,
+        end_ns=20 * _MS,
+        warmup_s=0.0,
+        readers=_readers(),
+        machine_busy_cores=1.75,
+    )
+    assert measured.machine_busy_cores == 1.75
+    unmeasured = latency(sent=3, start_ns=0, end_ns=20 * _MS, warmup_s=0.0, readers=_readers())
+    assert math.isnan(unmeasured.machine_busy_cores)
