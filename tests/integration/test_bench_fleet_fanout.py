@@ -7,47 +7,26 @@ there and the replay complete are."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
 
 from rich.console import Console
 
 from bench.fleet import markdown_table
 from bench.fleet_fanout import fanout_phase
-from bench.fleet_run import FleetOptions, Run
+from bench.fleet_run import Run
+from tests.integration.bench_session import TINY_FLEET, session_stack
 
 _OPS = 150
 
-_TINY = FleetOptions(
-    phases=("fanout",),
-    durable_clients=1,
-    registering_processes=2,
-    live_subscribers=1,
-    sampled=1,
-    rate=10,
-    seconds=1.0,
-    connects=1,
-    cleanup_clients=2,
-    stalled_subscribers=10,
-    stalled_rate=1,
-    stalled_seconds=1.0,
-    idle_caches=1,
-    fetch_wait_max_ms=100,
-    linger_ms=1,
-    fanout_subscribers=(1, 3),
-    fanout_ops=_OPS,
-)
+_TINY = replace(TINY_FLEET, phases=("fanout",), fanout_subscribers=(1, 3), fanout_ops=_OPS)
 
 
 def test_the_fanout_phase_reads_the_server_cpu_per_put_at_each_count_and_routes_to_those_away(
     kafka_bootstrap_servers: str, redis_url: str, tmp_path: Path
 ) -> None:
     # Kafka is the session's, not the run's: the broker's CPU is not read.
-    local = SimpleNamespace(
-        kafka_bootstrap_servers=kafka_bootstrap_servers, redis_url=redis_url, kafka=None
-    )
-    run = Run(cast(Any, local), tmp_path, Console(quiet=True))
+    run = Run(session_stack(kafka_bootstrap_servers, redis_url), tmp_path, Console(quiet=True))
 
     fanout_phase(run, _TINY)
 

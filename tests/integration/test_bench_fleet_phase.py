@@ -8,42 +8,32 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
 
 from rich.console import Console
 
 from bench.fleet import markdown_table
 from bench.fleet_phases import fleet_phase
-from bench.fleet_run import FleetOptions, Run
+from bench.fleet_run import Run
+from tests.integration.bench_session import TINY_FLEET, session_stack
 
-_TINY = FleetOptions(
+_TINY = replace(
+    TINY_FLEET,
     phases=("fleet",),
     durable_clients=4,
-    registering_processes=2,
     live_subscribers=2,
     sampled=2,
     rate=20,
     seconds=3.0,
     connects=2,
-    cleanup_clients=2,
-    stalled_subscribers=10,
-    stalled_rate=1,
-    stalled_seconds=1.0,
-    idle_caches=1,
-    fetch_wait_max_ms=100,
-    linger_ms=1,
 )
 
 
 def test_the_fleet_phase_gives_every_figure_with_the_machines_busy_cores_beside_raw_kafkas(
     kafka_bootstrap_servers: str, redis_url: str, tmp_path: Path
 ) -> None:
-    local = SimpleNamespace(
-        kafka_bootstrap_servers=kafka_bootstrap_servers, redis_url=redis_url, kafka=None
-    )
-    run = Run(cast(Any, local), tmp_path, Console(quiet=True))
+    run = Run(session_stack(kafka_bootstrap_servers, redis_url), tmp_path, Console(quiet=True))
 
     fleet_phase(run, _TINY)
 

@@ -8,8 +8,6 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
 
 import pytest
 from rich.console import Console
@@ -20,6 +18,7 @@ from bench.services import REGION, Services
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
+from tests.integration.bench_session import session_stack
 
 _TINY = ScalingOptions(
     subscriber_counts=(2,),
@@ -73,12 +72,10 @@ def test_the_registered_series_reads_the_server_cpu_per_put_at_each_count(
     kafka_bootstrap_servers: str, redis_url: str, tmp_path: Path
 ) -> None:
     # Kafka is the session's, not the run's: the broker's CPU is not read.
-    local = SimpleNamespace(
-        kafka_bootstrap_servers=kafka_bootstrap_servers, redis_url=redis_url, kafka=None
-    )
+    local = session_stack(kafka_bootstrap_servers, redis_url)
     options = replace(_TINY, registered_subscriber_counts=(2, 1), registered_ops=150)
 
-    registered = registered_points(cast(Any, local), options, tmp_path, Console(quiet=True))
+    registered = registered_points(local, options, tmp_path, Console(quiet=True))
 
     assert [r.subscribers for r in registered] == [1, 2]
     assert all(r.server_cpu_us_per_op > 0 for r in registered)
