@@ -116,6 +116,9 @@ class MachineCpu:
 
     A phase whose figure is this close to ``os.cpu_count()`` left nothing spare: its
     latencies then include waits for a core, as any other run at that load would.
+
+    Args:
+        path: Where the kernel's CPU counters are (``/proc/stat``; tests give a file).
     """
 
     def __init__(self, path: Path = Path("/proc/stat")) -> None:
