@@ -18,11 +18,18 @@ group holding its acks, the reaper deletes for every client that has no record
 (:meth:`ClientLifecycle.reap`). So everything a client owned is gone within its silence
 window (non-durable) or its ``durable_client_timeout_s`` (durable), plus at most two reaper
 intervals and a DISCONNECT's trip through the buckets' backlogs.
+
+No wall clock decides a client's fate (a server's clock may step: NTP, a VM resumed, skew
+between servers). Silence is timed on this server's monotonic clock and starts afresh for
+every client when a server takes the records over (as Geode's client health monitor does
+on the server a client fails over to); a durable client's time away is timed on Redis's
+clock (`ClientRegistry.now_ms`), the one clock every server reads the records by.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, Final
@@ -38,7 +45,7 @@ from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
-from regionbus.runtime.leases import Lease, now_ms
+from regionbus.runtime.leases import Lease, wall_clock_ms
 from regionbus.schemas.codec import encode
 from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
 from regionbus.schemas.messages import (
@@ -117,7 +124,14 @@ class ClientLifecycle:
         Raises:
             TransportError: Redis failed.
         """
-        self.records = self.clients.all()
+        loaded = self.clients.all()
+        for client_id, record in loaded.items():
+            # A client this server was already timing keeps its silence so far; any other
+            # starts a full liveness window now (its last ping was timed elsewhere).
+            known = self.records.get(client_id)
+            if known is not None and known.connection_id == record.connection_id:
+                record.heard_at_s = known.heard_at_s
+        self.records = loaded
         for client_id in self._notifier.proxies.retain(set(self.records)):
             self._forget_here(client_id)
         for client_id, record in self.records.items():
@@ -128,14 +142,14 @@ class ClientLifecycle:
         """A connected client sent something: it is alive."""
         record = self.records.get(client_id)
         if record is not None and record.connected:
-            record.last_seen_ms = now_ms()
+            record.heard_at_s = time.monotonic()
 
     def outage_ended(self) -> None:
         """Do not count a Redis outage as the clients' silence."""
-        now = now_ms()
+        now = time.monotonic()
         for record in self.records.values():
             if record.connected:
-                record.last_seen_ms = max(record.last_seen_ms, now)
+                record.heard_at_s = max(record.heard_at_s, now)
 
     # --- control messages --------------------------------------------------------------
 
@@ -157,21 +171,23 @@ class ClientLifecycle:
         client_id = control.client_id
         durable = control.durable_client_id is not None
         connection_id = control.connection_id or client_id
-        now = now_ms()
+        known = self.records.get(client_id)
+        live = known if known is not None and known.connected and self._live(known) else None
         result = self.clients.connect(
             client_id,
             connection_id,
             durable=durable,
             durable_client_timeout_s=control.durable_client_timeout_s,
-            now_ms=now,
+            live_connection_id=live.connection_id if live is not None else None,
             kafka_principal=control.kafka_principal,
         )
         if result.state == "REFUSED":
             kind = DuplicateDurableClientError if durable else DuplicateClientError
+            silent_ms = (time.monotonic() - live.heard_at_s) * 1000 if live is not None else 0.0
             error = kind(
                 f"{'durable ' if durable else ''}client {client_id!r} is already connected "
                 f"(connection {result.live_connection_id}, last heard from "
-                f"{now - (result.live_last_seen_ms or now)} ms ago)"
+                f"{silent_ms:.0f} ms ago)"
             )
             log.warning("refused a second connection %s: %s", connection_id, error)
             self._outbox.reply(
@@ -190,7 +206,7 @@ class ClientLifecycle:
             durable,
             connection_id,
             True,
-            now,
+            result.connected_at_ms,
             control.durable_client_timeout_s,
             kafka_principal=control.kafka_principal,
         )
@@ -231,8 +247,7 @@ class ClientLifecycle:
         )
         if current:
             assert record is not None
-            record.last_seen_ms = now_ms()
-            self.clients.save(control.client_id, record)
+            record.heard_at_s = time.monotonic()
         if control.request_id:
             state = None
             if not current:
@@ -245,7 +260,9 @@ class ClientLifecycle:
             )
 
     def _live(self, record: ClientRecord) -> bool:
-        return now_ms() - record.last_seen_ms <= self._settings.maximum_time_between_pings_ms
+        """Heard from within the liveness window, on this server's monotonic clock."""
+        silent_ms = (time.monotonic() - record.heard_at_s) * 1000
+        return silent_ms <= self._settings.maximum_time_between_pings_ms
 
     def _close(self, control: Control) -> None:
         client_id = control.client_id
@@ -256,7 +273,7 @@ class ClientLifecycle:
             return
         # The client has already had every bucket drop its interest (DISCONNECT).
         if record.durable and control.keep_alive:
-            self._disconnect_durable(client_id, record, now_ms())
+            self._disconnect_durable(client_id, record, away_for_ms=0)
         else:
             self.forget(client_id)
         log.info("client %s closed (keep_alive=%s)", client_id, control.keep_alive)
@@ -301,7 +318,7 @@ class ClientLifecycle:
             client_id=client_id,
             kind=OperationKind.DISCONNECT,
             region="",
-            timestamp_ms=now_ms(),
+            timestamp_ms=wall_clock_ms(),
             keep_alive=keep_alive,
         )
         value = encode(op)
@@ -311,10 +328,13 @@ class ClientLifecycle:
                 headers = self._security.server_headers(self._topics.ops, bucket, value)
             self._outbox.produce(self._topics.ops, value, None, partition=bucket, headers=headers)
 
-    def _disconnect_durable(self, client_id: str, record: ClientRecord, at_ms: int) -> None:
-        """Keep a durable client's queue and durable interest; start its timeout clock."""
+    def _disconnect_durable(
+        self, client_id: str, record: ClientRecord, *, away_for_ms: int
+    ) -> None:
+        """Keep a durable client's queue and durable interest; start its timeout on Redis's
+        clock, ``away_for_ms`` ago (it went silent that long before it was noticed)."""
         record.connected = False
-        record.disconnected_at_ms = at_ms
+        record.disconnected_at_ms = self.clients.now_ms() - away_for_ms
         self.clients.save(client_id, record)
 
     def forget(self, client_id: str) -> None:
@@ -345,11 +365,17 @@ class ClientLifecycle:
     def expire_silent(self) -> None:
         """Treat a client silent for ``maximum_time_between_pings_ms`` as gone: drop a
         non-durable one; keep a durable one's queue and durable interest (seed 001:
-        abnormal disconnect) until its timeout."""
-        now = now_ms()
+        abnormal disconnect) until its timeout. Silence is timed on this server's
+        monotonic clock.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        now = time.monotonic()
         limit_ms = self._settings.maximum_time_between_pings_ms
         for client_id, record in list(self.records.items()):
-            if not record.connected or now - record.last_seen_ms <= limit_ms:
+            silent_ms = int((now - record.heard_at_s) * 1000)
+            if not record.connected or silent_ms <= limit_ms:
                 continue
             log.warning(
                 "client %s sent nothing for more than %d ms: %s",
@@ -359,7 +385,7 @@ class ClientLifecycle:
             )
             self._disconnect_everywhere(client_id, keep_alive=record.durable)
             if record.durable:
-                self._disconnect_durable(client_id, record, record.last_seen_ms)
+                self._disconnect_durable(client_id, record, away_for_ms=silent_ms)
             else:
                 self.forget(client_id)
 
@@ -381,7 +407,8 @@ class ClientLifecycle:
         """As the reaper (a singleton role): unregister the durable clients away longer
         than their timeout (every bucket's primary drops their interest, bucket 0's then
         forgets them), and delete the consumer groups of clients that have no record any
-        more (listed at one call, deleted at the next, without waiting on Kafka).
+        more (listed at one call, deleted at the next, without waiting on Kafka). Time
+        away is read on Redis's clock, the one the records were stamped by.
 
         Raises:
             TransportError: Redis failed.
@@ -389,7 +416,7 @@ class ClientLifecycle:
         if self._reaper.try_acquire() is None:
             self._listing = None
             return
-        now = now_ms()
+        now = self.clients.now_ms()
         listing, self._listing = self._listing, None
         records = self.clients.all()
         for client_id, record in records.items():

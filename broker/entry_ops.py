@@ -21,7 +21,7 @@ from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import Access, ApplyResult, GatewayVersion, RegionStore
-from regionbus.runtime.leases import now_ms
+from regionbus.runtime.leases import wall_clock_ms
 from regionbus.schemas.errors import CacheWriterError, RegionNotFoundError
 from regionbus.schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
 
@@ -94,7 +94,7 @@ class EntryOperations:
         pending = [p for p in self._pending if p.bucket in owned]
         self._pending = []
         batch: list[Any] = []
-        now = now_ms()
+        now = wall_clock_ms()
         for op, bucket, offset in pending:
             assert op.key is not None
             expiration = self._expiration.get(op.region)

@@ -86,7 +86,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore, redis_errors
-from regionbus.runtime.leases import now_ms
+from regionbus.runtime.leases import wall_clock_ms
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
@@ -186,7 +186,7 @@ class EntryExpiration:
         self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] in owned}
         if not owned:
             return 0
-        due = [d for d in self._due(owned, now_ms()) if not self._produced(d, now_monotonic)]
+        due = [d for d in self._due(owned, wall_clock_ms()) if not self._produced(d, now_monotonic)]
         if not due:
             return 0
         claimed = self._claim_all(due, owned)

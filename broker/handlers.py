@@ -24,7 +24,7 @@ from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
-from regionbus.runtime.leases import now_ms
+from regionbus.runtime.leases import wall_clock_ms
 from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.errors import (
     CacheWriterError,
@@ -305,7 +305,7 @@ class OperationHandlers:
         bucket before it was queued while the client was away (seed 001, step 1)."""
         connection_id = op.event_id.member if op.event_id is not None else None
         self._notifier.marker(
-            Marker(op.client_id, now_ms(), bucket, connection_id), op.kafka_principal
+            Marker(op.client_id, wall_clock_ms(), bucket, connection_id), op.kafka_principal
         )
         self._outbox.reply(
             Reply(request_id=op.request_id, bucket=bucket, ok=True),

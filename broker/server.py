@@ -134,9 +134,7 @@ class CacheServer(BackgroundWorker):
         )
         self.registry = InterestRegistry(self._redis, settings.namespace, settings.total_buckets)
         self.cqs = CqRegistry(self._redis, settings.namespace, settings.total_buckets)
-        self.clients = ClientRegistry(
-            self._redis, settings.namespace, settings.maximum_time_between_pings_ms
-        )
+        self.clients = ClientRegistry(self._redis, settings.namespace)
         self.election = BucketElection(
             self._redis,
             settings.namespace,

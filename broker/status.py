@@ -225,7 +225,7 @@ def cluster_status(
         )
         for m in members
     )
-    records = ClientRegistry(client, namespace, 0).all()
+    records = ClientRegistry(client, namespace).all()
     topics = Topics(namespace)
     figures = KafkaFigures(namespace, kafka_config, kafka_timeout_s) if kafka_config else None
     partitions = figures.topic_partitions() if figures is not None else {}

@@ -70,8 +70,11 @@ class LeaseHolder(NamedTuple):
     epoch: int
 
 
-def now_ms() -> int:
-    """Wall-clock time in ms since the Unix epoch (shared by every member)."""
+def wall_clock_ms() -> int:
+    """Wall-clock time in ms since the Unix epoch: a stamp (an event's time, a member's
+    start), never a measure of how long something took or is allowed to take: the wall
+    clock may step (NTP, a VM resumed, skew between servers). Durations are timed on
+    ``time.monotonic()`` or on Redis's clock."""
     return time.time_ns() // 1_000_000
 
 
@@ -90,7 +93,7 @@ class Membership:
         self._keys = RedisKeys(namespace)
         self.member_id = member_id
         self.ttl_ms = ttl_ms
-        self.started_at_ms = now_ms()
+        self.started_at_ms = wall_clock_ms()
 
     def join(self) -> None:
         """Register with this process's start time and a first heartbeat.

@@ -30,7 +30,7 @@ from regionbus.broker.store import RegionStore
 from regionbus.clients import ALL_KEYS
 from regionbus.devstack import EmbeddedRedis, free_port
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
-from regionbus.runtime.leases import Membership, now_ms
+from regionbus.runtime.leases import Membership, wall_clock_ms
 from regionbus.schemas.naming import RedisKeys
 
 _TOTAL_BUCKETS = 16
@@ -241,7 +241,7 @@ def test_a_member_dropped_as_dead_while_redis_was_away_registers_again_on_its_he
     redis_client.delete(RedisKeys(namespace).member_alive("late"))
     # Members are ordered by start time in ms, ties by id ("early" < "late"): let the
     # clock move on so that "late" is the longer-lived one, as the last assert says.
-    wait_until(lambda: now_ms() > late.started_at_ms, 5, "the clock to tick")
+    wait_until(lambda: wall_clock_ms() > late.started_at_ms, 5, "the clock to tick")
     early = Membership(redis_client, namespace, "early", ttl_ms=60_000)
     early.join()
     assert [m.member_id for m in early.live_members()] == ["early"]
