@@ -26,6 +26,7 @@ from regionbus.schemas.errors import (
     error_from_wire,
 )
 from regionbus.schemas.messages import (
+    CLIENT_EVENTS_LOST,
     CLIENT_NEW,
     CLIENT_RECONNECTED,
     CLIENT_TAKEN,
@@ -95,8 +96,10 @@ class ClientCache:
     read until :meth:`ready_for_events`; the events queued while it was away are then
     replayed to listeners without changing the cache, up to the marker, where every
     region's listeners get ``after_region_live``. :attr:`client_state` says whether the
-    servers kept its registration (``RECONNECTED``) or treat it as new (``NEW``), and
-    :attr:`pending_event_count` how many events wait in its queue.
+    servers kept its registration (``RECONNECTED``) or treat it as new (``NEW``), or that
+    they kept it but its queue lost records it had not read (``EVENTS_LOST``: the queue
+    topic deleted them; :attr:`lost_queue_records` says how many, each of one or more
+    events), and :attr:`pending_event_count` how many events wait in its queue.
 
     Args:
         settings: Client settings; when None they are read from the environment.
@@ -143,6 +146,9 @@ class ClientCache:
         self._conflate = False
         self.client_state = CLIENT_NEW
         self.pending_event_count = 0
+        self.lost_queue_records = 0
+        """Of a durable client that reconnected: queue records deleted before it read them
+        (``client_state`` is then ``EVENTS_LOST``); 0 otherwise."""
         self.max_value_size_bytes = MAX_VALUE_SIZE_BYTES
         """The largest value the servers take: their ``max_value_size_bytes``, as they
         said when this client connected, and at most what one message carries."""
@@ -170,9 +176,19 @@ class ClientCache:
                 self.pending_event_count = self.subscription.count_pending(
                     self.settings.read_timeout_ms / 1000
                 )
+                self.lost_queue_records = self.subscription.lost_records
             else:
                 self.subscription.start()
-        if self.client_state == CLIENT_RECONNECTED:
+        if self.client_state == CLIENT_RECONNECTED and self.lost_queue_records:
+            self.client_state = CLIENT_EVENTS_LOST
+            log.warning(
+                "durable client %s reconnected, but %d records of its queue were deleted "
+                "before it read them (the queue topic's retention): %d events pending",
+                self.client_id,
+                self.lost_queue_records,
+                self.pending_event_count,
+            )
+        elif self.client_state == CLIENT_RECONNECTED:
             log.info(
                 "durable client %s reconnected: %d events pending",
                 self.client_id,
@@ -238,6 +254,7 @@ class ClientCache:
             kafka_outage=self.pool.kafka_outage,
             signer=self.pool.signer,
             end_of_queue=self.pool.queue_end,
+            start_of_queue=self.pool.queue_start,
         )
 
     def ready_for_events(self) -> None:
@@ -499,6 +516,7 @@ class ClientCache:
         queue_end = self.pool.queue_end()
         self.client_state = self._connect()
         if self.subscription is not None and self.client_state != CLIENT_RECONNECTED:
+            # A queue the servers no longer keep for this client: start at its end.
             old = self.subscription
             old.close()
             self.subscription = self._new_subscription(

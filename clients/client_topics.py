@@ -209,6 +209,18 @@ class ClientTopicAdmin:
             KafkaAuthorizationError: the principal may not describe a topic.
             TransportError: Kafka did not answer within ``metadata_timeout_s``.
         """
+        return self._offsets(partitions, OffsetSpec.latest())
+
+    def starts(self, partitions: list[tuple[str, int]]) -> list[int]:
+        """The log start offsets (the first offset kept) of partitions, in one request.
+
+        Raises:
+            KafkaAuthorizationError: the principal may not describe a topic.
+            TransportError: Kafka did not answer within ``metadata_timeout_s``.
+        """
+        return self._offsets(partitions, OffsetSpec.earliest())
+
+    def _offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> list[int]:
         timeout_s = self._settings.metadata_timeout_s
         wanted = [TopicPartition(t, p) for t, p in partitions]
         admin = self._admin
@@ -221,14 +233,14 @@ class ClientTopicAdmin:
             ):
                 with attempt:
                     answers = admin.list_offsets(
-                        {tp: OffsetSpec.latest() for tp in wanted}, request_timeout=timeout_s
+                        {tp: spec for tp in wanted}, request_timeout=timeout_s
                     )
                     offsets = [answers[tp].result(timeout=timeout_s).offset for tp in wanted]
         except KafkaException as exc:
             topic = wanted[0].topic
-            raise kafka_error(exc, f"end of {topic}", f"topic {topic}") from exc
+            raise kafka_error(exc, f"offsets of {topic}", f"topic {topic}") from exc
         except TimeoutError as exc:
-            raise TransportError(f"end of {partitions}: no answer in {timeout_s} s") from exc
+            raise TransportError(f"offsets of {partitions}: no answer in {timeout_s} s") from exc
         finally:
             self._done()
         return [max(int(offset), 0) for offset in offsets]

@@ -150,6 +150,17 @@ class Pool:
         address = self.address
         return self.client_topics.ends([(address.queue_topic, address.queue_partition)])[0]
 
+    def queue_start(self) -> int:
+        """The log start of this client's queue partition now: the first offset Kafka still
+        keeps (retention deletes records before it, read or not).
+
+        Raises:
+            KafkaAuthorizationError: the principal may not read the queue topic.
+            TransportError: Kafka did not answer within ``metadata_timeout_s``.
+        """
+        address = self.address
+        return self.client_topics.starts([(address.queue_topic, address.queue_partition)])[0]
+
     # --- identities --------------------------------------------------------------------
 
     def next_event_id(self, bucket: int) -> EventID:

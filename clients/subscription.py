@@ -129,6 +129,10 @@ class SubscriptionQueue:
         end_of_queue: Where the queue partition ends now (asked by the caller's admin
             client: this consumer, fetching once assigned, answers such a question only
             after its fetch wait); None asks this consumer.
+        start_of_queue: Where the queue partition's log starts now, by the same admin
+            client: a start past the last ack means records were deleted unread
+            (:attr:`lost_records`); None asks this consumer (with ``end_of_queue`` None)
+            or does not look.
         signer: The client's signer: with one, only messages a cache server signed for its
             principal are taken (`regionbus.clients.server_trust`); None takes every message.
 
@@ -157,6 +161,7 @@ class SubscriptionQueue:
         kafka_outage: KafkaOutage | None = None,
         signer: Signer | None = None,
         end_of_queue: Callable[[], int] | None = None,
+        start_of_queue: Callable[[], int] | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -181,6 +186,7 @@ class SubscriptionQueue:
         self._server_messages = ServerMessages(signer)
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
         self._end_of_queue = end_of_queue
+        self._start_of_queue = start_of_queue
         self._consumer = kafka_consumer(
             settings.librdkafka(
                 **{
@@ -229,6 +235,10 @@ class SubscriptionQueue:
             raise kafka_error(exc, f"committing the head of {group}", f"group {group}") from exc
         self._acked = start
         self._position = start
+        self._committed = committed.offset
+        self.lost_records = 0
+        """Records of the queue partition deleted past this client's last ack before it
+        read them (found by :meth:`count_pending`)."""
         # Messages count_pending read before the thread started, delivered first.
         self._prefetched: list[Polled] = []
         self._stop = threading.Event()
@@ -275,13 +285,17 @@ class SubscriptionQueue:
             return 0
         event_types = (TYPE_BYTES[Event], TYPE_BYTES[CqEvent])
         deadline = time.monotonic() + timeout_s
+        head = TopicPartition(self._topic, self._partition)
         try:
             if self._end_of_queue is not None:
                 low, high = 0, self._end_of_queue()
+                if self._committed >= 0 and self._start_of_queue is not None:
+                    # Records past the last ack may have been deleted (retention).
+                    low = self._start_of_queue()
             else:
-                low, high = watermarks(
-                    self._consumer, TopicPartition(self._topic, self._partition), timeout_s
-                )
+                low, high = watermarks(self._consumer, head, timeout_s)
+            if self._committed >= 0:
+                self.lost_records = max(0, low - self._committed)
         except (KafkaException, RegionBusError) as exc:
             log.warning("subscription queue %s: no watermarks to count: %s", self._topic, exc)
             return 0

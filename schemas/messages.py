@@ -253,6 +253,11 @@ CLIENT_NEW = "NEW"
 CLIENT_RECONNECTED = "RECONNECTED"
 """``Reply.client_state`` of a CONNECT: a durable client's queue and durable interest were
 kept while it was away."""
+CLIENT_EVENTS_LOST = "EVENTS_LOST"
+"""``ClientCache.client_state`` of a durable client the servers answered ``RECONNECTED``
+whose queue no longer holds everything queued since its last ack: the queue topic deleted
+records it had not read (retention, or an operator's delete). The events still there are
+replayed before the marker; the client should reload what it caches (never on the wire)."""
 CLIENT_UNKNOWN = "UNKNOWN"
 """``Reply.client_state`` of a PING: the servers no longer know this connection."""
 CLIENT_TAKEN = "TAKEN"
