@@ -38,6 +38,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.client_registry import ClientRecord, ClientRegistry
+from regionbus.broker.client_topics import SharedTopicGuard
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
@@ -47,7 +48,12 @@ from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.runtime.leases import Lease, wall_clock_ms
 from regionbus.schemas.codec import encode
-from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
+from regionbus.schemas.errors import (
+    ConfigurationError,
+    DuplicateClientError,
+    DuplicateDurableClientError,
+    RegionBusError,
+)
 from regionbus.schemas.messages import (
     CLIENT_TAKEN,
     CLIENT_UNKNOWN,
@@ -58,7 +64,7 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import Topics
-from regionbus.schemas.topics import DEFAULT_RETENTION_MS, ensure_retention, queue_retention_ms
+from regionbus.schemas.topics import queue_retention_ms
 
 log = logging.getLogger("regionbus.server")
 
@@ -81,7 +87,8 @@ class ClientLifecycle:
         stats: The server's counters.
         security: Signs the DISCONNECT operations when security is on.
         reaper: The reaper role's lease.
-        admin: Kafka admin client (queue retention, consumer groups of forgotten clients).
+        admin: Kafka admin client (the shared topics' configs checked at each connect,
+            consumer groups of forgotten clients).
     """
 
     def __init__(
@@ -109,9 +116,14 @@ class ClientLifecycle:
         self._reaper = reaper
         self._admin = admin
         self._cqs = cqs
+        self._topic_guard = SharedTopicGuard(
+            admin,
+            topics,
+            outbox.client_topics,
+            queue_retention_ms(settings.max_durable_client_timeout_s),
+        )
         self.records: dict[str, ClientRecord] = {}
         """The client records as of the last `reload`, kept current by control messages."""
-        self._retention_ms: dict[str, int] = {}
         self._listing: Future[Any] | None = None
         self.groups_deleted = 0
         """Consumer groups of forgotten clients this server deleted as the reaper."""
@@ -167,10 +179,28 @@ class ClientLifecycle:
             self._close(control)
 
     def _connect(self, control: Control) -> None:
-        """Record a (re)connection, or refuse a second live connection of the client id."""
+        """Record a (re)connection; or refuse it: a second live connection of the client
+        id, a durable-client timeout above the servers' bound, or shared topics of its
+        principal that would lose its records and cannot be set back."""
         client_id = control.client_id
         durable = control.durable_client_id is not None
         connection_id = control.connection_id or client_id
+        limit_s = self._settings.max_durable_client_timeout_s
+        if durable and not 0 < control.durable_client_timeout_s <= limit_s:
+            self._refuse(
+                control,
+                ConfigurationError(
+                    f"durable_client_timeout_s {control.durable_client_timeout_s} is out of "
+                    f"the servers' range of 1 to {limit_s} s (max_durable_client_timeout_s)"
+                ),
+            )
+            return
+        try:
+            self._topic_guard.check(control.kafka_principal)
+        except RegionBusError as exc:
+            log.error("refused the connection of %s: %s", client_id, exc)
+            self._refuse(control, exc)
+            return
         known = self.records.get(client_id)
         live = known if known is not None and known.connected and self._live(known) else None
         result = self.clients.connect(
@@ -190,17 +220,7 @@ class ClientLifecycle:
                 f"{silent_ms:.0f} ms ago)"
             )
             log.warning("refused a second connection %s: %s", connection_id, error)
-            self._outbox.reply(
-                Reply(
-                    request_id=control.request_id,
-                    bucket=-1,
-                    ok=False,
-                    error_type=type(error).__name__,
-                    error_message=str(error),
-                ),
-                client_id,
-                control.kafka_principal,
-            )
+            self._refuse(control, error)
             return
         self.records[client_id] = ClientRecord(
             durable,
@@ -210,8 +230,6 @@ class ClientLifecycle:
             control.durable_client_timeout_s,
             kafka_principal=control.kafka_principal,
         )
-        if durable:
-            self._keep_queue_for(control.kafka_principal, control.durable_client_timeout_s)
         log.info("client %s connected (%s, %s)", client_id, connection_id, result.state)
         self._outbox.reply(
             Reply(
@@ -226,17 +244,23 @@ class ClientLifecycle:
             control.kafka_principal,
         )
 
-    def _keep_queue_for(self, kafka_principal: str | None, timeout_s: int) -> None:
-        """Make the shared queue topic keep records at least the durable client's timeout
-        plus an hour (SPEC §5: it finds every event it missed)."""
-        wanted_ms = queue_retention_ms(timeout_s)
-        topic = self._topics.client_queues(kafka_principal)
-        if wanted_ms <= max(DEFAULT_RETENTION_MS, self._retention_ms.get(topic, 0)):
-            return
-        try:
-            self._retention_ms[topic] = ensure_retention(self._admin, topic, wanted_ms)
-        except KafkaException as exc:
-            log.warning("cannot raise the retention of %s to %d ms: %s", topic, wanted_ms, exc)
+    def _refuse(self, control: Control, error: RegionBusError) -> None:
+        """Answer a connect with ``error`` (its class name and message)."""
+        self._outbox.reply(
+            Reply(
+                request_id=control.request_id,
+                bucket=-1,
+                ok=False,
+                error_type=type(error).__name__,
+                error_message=str(error),
+            ),
+            control.client_id,
+            control.kafka_principal,
+        )
+
+    def new_poll_batch(self) -> None:
+        """A new poll batch begins: the connects in it check their shared topics afresh."""
+        self._topic_guard.new_batch()
 
     def _ping(self, control: Control) -> None:
         record = self.records.get(control.client_id)

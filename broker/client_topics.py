@@ -13,12 +13,20 @@ that never started) is dropped instead.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from typing import Final
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
+
+from regionbus.schemas.errors import ConfigurationError, RegionBusError, TransportError
+from regionbus.schemas.naming import Topics
+from regionbus.schemas.topics import client_topic_specs, ensure_topic_configs
+from regionbus.schemas.transport import kafka_error
+
+log = logging.getLogger("regionbus.server.topics")
 
 KNOWN_TOPICS_MAX: Final = 10_000
 """Most topic answers remembered (oldest first out), so forged principals cannot grow the
@@ -88,6 +96,11 @@ class ClientTopicPartitions:
         """Drop what is known of ``topic``; the next question asks Kafka again."""
         self._answers.pop(topic, None)
 
+    def known(self, topic: str) -> int:
+        """The partition count remembered for ``topic`` without asking Kafka; 0 if none."""
+        answer = self._answers.get(topic)
+        return answer[0] if answer is not None else 0
+
     def __len__(self) -> int:
         """Answers currently remembered."""
         return len(self._answers)
@@ -105,4 +118,112 @@ class ClientTopicPartitions:
         return len(found.partitions)
 
 
-__all__ = ["ClientTopicPartitions"]
+_ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
+class SharedTopicGuard:
+    """Checks the shared queue and reply topics of a client's Kafka principal when the
+    client connects, on what the brokers hold (not on what a server remembers), and sets
+    back what would lose or refuse the principal's records (`config_repairs`).
+
+    A principal's first client creates its pair, with whatever configs it chose; another
+    client of the principal may be durable and trust that the queue keeps what it misses.
+    So every connect is checked, and a pair that cannot be repaired refuses the connect.
+    The connects of one poll batch share one check (:meth:`new_batch`): a storm of
+    connects costs one round trip per principal per batch, not one per client.
+
+    Args:
+        admin: An AdminClient allowed to describe and alter the topics' configs.
+        topics: The namespace's topic names.
+        partitions: The partition counts the server addresses clients by; each check
+            notes the count the brokers report.
+        queue_retention_ms: The least ``retention.ms`` of a queue topic, in ms (the longest
+            durable-client timeout the servers accept, plus an hour).
+        timeout_s: Longest wait for each admin request, in seconds.
+    """
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        topics: Topics,
+        partitions: ClientTopicPartitions,
+        queue_retention_ms: int,
+        timeout_s: float = _METADATA_TIMEOUT_S,
+    ) -> None:
+        self._admin = admin
+        self._topics = topics
+        self._partitions = partitions
+        self._queue_retention_ms = queue_retention_ms
+        self._timeout_s = timeout_s
+        self._checked: dict[str | None, RegionBusError | None] = {}
+        self.repaired_total = 0
+        """Topics whose configs a check set back since the server started."""
+
+    def new_batch(self) -> None:
+        """A new poll batch: its connects are checked afresh."""
+        self._checked.clear()
+
+    def check(self, kafka_principal: str | None) -> None:
+        """Check (and repair) the principal's shared topics, once per poll batch.
+
+        Args:
+            kafka_principal: The principal whose pair is checked; None for the namespace's
+                unscoped pair.
+
+        Raises:
+            ConfigurationError: a topic of the pair does not exist, or needed a repair the
+                cluster refused.
+            KafkaAuthorizationError: the server's principal may not describe the topics.
+            TransportError: the cluster did not answer within ``timeout_s``.
+        """
+        if kafka_principal in self._checked:
+            error = self._checked[kafka_principal]
+            if error is not None:
+                raise error
+            return
+        try:
+            self._check(kafka_principal)
+        except RegionBusError as exc:
+            self._checked[kafka_principal] = exc
+            raise
+        self._checked[kafka_principal] = None
+
+    def _check(self, kafka_principal: str | None) -> None:
+        specs = client_topic_specs(
+            self._topics, kafka_principal, queue_retention=self._queue_retention_ms
+        )
+        names = [spec.name for spec in specs]
+        try:
+            described = self._admin.describe_topics(
+                TopicCollection(names), request_timeout=self._timeout_s
+            )
+            counts = {
+                name: len(future.result(timeout=self._timeout_s).partitions)
+                for name, future in described.items()
+            }
+        except KafkaException as exc:
+            if exc.args[0].code() in _ABSENT:
+                raise ConfigurationError(
+                    f"the shared client topics {' and '.join(names)} do not all exist"
+                ) from exc
+            raise kafka_error(exc, "shared client topics") from exc
+        except TimeoutError as exc:
+            raise TransportError(f"shared client topics: no answer in {self._timeout_s} s") from exc
+        repaired = ensure_topic_configs(self._admin, specs, timeout_s=self._timeout_s)
+        for name, configs in repaired.items():
+            self.repaired_total += 1
+            log.warning("topic %s would lose or refuse clients' records: set %s", name, configs)
+        for name, count in counts.items():
+            before = self._partitions.known(name)
+            if before and before != count:
+                log.error(
+                    "topic %s has %d partitions, not %d as when first seen: clients that "
+                    "connected before read their records by the old count",
+                    name,
+                    count,
+                    before,
+                )
+            self._partitions.note(name, count)
+
+
+__all__ = ["ClientTopicPartitions", "SharedTopicGuard"]

@@ -18,7 +18,10 @@ from regionbus.schemas.entry_checks import check_region_name
 from regionbus.schemas.errors import ConfigurationError, RegionBusError
 from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
 from regionbus.schemas.settings import KafkaConnectionSettings
-from regionbus.schemas.topics import DEFAULT_CLIENT_PARTITIONS
+from regionbus.schemas.topics import (
+    DEFAULT_CLIENT_PARTITIONS,
+    DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S,
+)
 
 
 def _generated_member_id() -> str:
@@ -147,6 +150,12 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             election tick (a quarter of it). Geode's ``member-timeout`` is 5000 ms.
         durable_client_reaper_interval_s: How often the reaper (one server at a time)
             looks for durable clients away longer than their ``durable_client_timeout_s``.
+        max_durable_client_timeout_s: Longest ``durable_client_timeout_s`` a durable client
+            may ask for, in seconds (default 7 days); a connect asking more is refused with
+            ``ConfigurationError``. The shared queue topics keep records this long plus an
+            hour, so a client that asks for a longer timeout cannot make every topic of its
+            principal grow for it (Geode's ``durable-client-timeout`` is an int of seconds:
+            bounded too).
         poll_batch_size: Most messages taken from Kafka per poll.
         poll_timeout_ms: Longest wait of one poll when idle.
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the server's consumer. Apache
@@ -203,6 +212,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     subscription_redundancy: int = Field(default=0, ge=0)
     lease_ttl_ms: int = Field(default=5_000, ge=200)
     durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)
+    max_durable_client_timeout_s: int = Field(default=DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S, ge=1)
     poll_batch_size: int = Field(default=1000, ge=1)
     poll_timeout_ms: int = Field(default=100, ge=1)
     fetch_wait_max_ms: int = Field(default=100, ge=1)

@@ -51,6 +51,22 @@ TOPIC_GONE: Final = frozenset(
 )
 """Client errors that mean the topic (or its partition) does not exist (any more)."""
 
+REFUSED_BY_TOPIC: Final = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    }
+)
+"""Errors by which a topic refuses a record for what the topic is (its configs, its
+ACLs), so sending the record again would be refused again."""
+
+RECIPIENT_HEADER: Final = "rb.recipient"
+"""Of a dead letter a client topic refused: the record key addressing its client(s)."""
+
 _BUFFER_FULL_POLL_S = 0.05
 
 VALUE_DROPPED_HEADER: Final = "rb.value-dropped"
@@ -237,13 +253,20 @@ class Outbox:
     def on_delivery(self, error: KafkaError | None, message: KafkaMessage) -> None:
         """Count a message Kafka did not take (see :meth:`_delivery_failed`)."""
         if error is not None:
-            self._delivery_failed(message.topic() or "", error)
+            self._delivery_failed(message.topic() or "", error, message)
 
-    def _delivery_failed(self, topic: str, error: KafkaError) -> None:
+    def _delivery_failed(
+        self, topic: str, error: KafkaError, message: KafkaMessage | None = None
+    ) -> None:
         """One for a client's queue or reply topic that is gone is moot (the client closed
-        and deleted it) and must not hold back the commit of everything else; any other
-        is counted, so the offsets are rewound."""
+        and deleted it) and must not hold back the commit of everything else; one such a
+        topic refuses for what it is (`REFUSED_BY_TOPIC`: its ``max.message.bytes``, its
+        ACLs) is dead-lettered for its recipients, who alone miss it, while the others go
+        on; any other is counted, so the offsets are rewound and it is sent again."""
         parsed = self.topics.client_topic(topic)
+        if parsed is not None and message is not None and error.code() in REFUSED_BY_TOPIC:
+            self._dead_letter_refused(message, error)
+            return
         if error.code() in TOPIC_GONE and parsed is not None and parsed.kafka_principal:
             self.client_topics.forget(topic)
             log.info("dropped a message for %s: the topic is gone (%s)", topic, error)
@@ -277,6 +300,19 @@ class Outbox:
         ]
         sent = partial(self._dead_letter_sent, headers)
         self.produce(self.topics.dead_letter, raw, None, on_delivery=sent, headers=headers)
+
+    def _dead_letter_refused(self, message: KafkaMessage, error: KafkaError) -> None:
+        """Set a record a client topic refused aside, with its key and headers (the
+        recipients, the signature) and the topic and partition it was for."""
+        topic, partition = message.topic() or "", message.partition()
+        key = message.key()
+        self.dead_letter(
+            message.value(),
+            Source(topic, -1 if partition is None else partition, -1),
+            f"{topic} refused the record for its recipients: {error.str()}",
+            [(RECIPIENT_HEADER, key), *(message.headers() or [])],
+            category="refused_by_recipient_topic",
+        )
 
     def _dead_letter_sent(
         self, headers: HeaderList, error: KafkaError | None, message: KafkaMessage
@@ -444,4 +480,12 @@ class Outbox:
         return self.producer.flush(timeout_s)
 
 
-__all__ = ["TOPIC_GONE", "VALUE_DROPPED_HEADER", "DeliveryReport", "Outbox", "Recipients"]
+__all__ = [
+    "RECIPIENT_HEADER",
+    "REFUSED_BY_TOPIC",
+    "TOPIC_GONE",
+    "VALUE_DROPPED_HEADER",
+    "DeliveryReport",
+    "Outbox",
+    "Recipients",
+]

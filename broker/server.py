@@ -73,7 +73,12 @@ from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_p
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import REAPER_ROLE, Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
-from regionbus.schemas.topics import acked_queue_spec, client_topic_specs, server_topic_specs
+from regionbus.schemas.topics import (
+    acked_queue_spec,
+    client_topic_specs,
+    queue_retention_ms,
+    server_topic_specs,
+)
 from regionbus.schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -203,7 +208,12 @@ class CacheServer(BackgroundWorker):
         topic_keeper = TopicKeeper(
             admin,
             [
-                *server_topic_specs(self.topics, s.total_buckets, s.client_topic_partitions),
+                *server_topic_specs(
+                    self.topics,
+                    s.total_buckets,
+                    s.client_topic_partitions,
+                    queue_retention_ms(s.max_durable_client_timeout_s),
+                ),
                 *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
             ],
             check_interval_s=s.message_sync_interval_s,
@@ -517,6 +527,7 @@ class CacheServer(BackgroundWorker):
         end, or every :data:`SEND_EVERY_S` while the batch lasts longer."""
         parts = self._parts
         assert parts is not None
+        parts.lifecycle.new_poll_batch()
         started = time.monotonic()
         deadline = started + self.settings.lease_ttl_ms / 4000
         send_at = started + SEND_EVERY_S

@@ -18,7 +18,8 @@ Counters (``_total``) and gauges, with their labels besides those two:
   queue (the series goes when the server forgets the client).
 - ``regionbus_dead_letters_total{category}``: messages sent to ``{ns}.dead-letter``;
   category ``undecodable``, ``unexpected_type``, ``invalid_operation``, ``refused``,
-  ``processing_failed`` or ``unreadable``.
+  ``processing_failed``, ``unreadable`` or ``refused_by_recipient_topic`` (a client's
+  topic refused a record for it: its clients miss those events).
 - ``regionbus_bucket_primaries_gained_total``, ``..._lost_total`` (fenced included),
   ``..._fenced_total``: bucket takeovers and losses (failovers, handoffs).
 - ``regionbus_bucket_primaries``, ``regionbus_bucket_secondaries`` (gauges): buckets this

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from regionbus.schemas.errors import ConfigurationError, TransportError
-from regionbus.schemas.topics import TopicSpec, ensure_topics
+from regionbus.schemas.topics import TopicSpec, ensure_topic_configs, ensure_topics
 
 log = logging.getLogger("regionbus.server.topics")
 
@@ -80,16 +80,22 @@ class TopicKeeper:
         return frozenset(self._specs)
 
     def ensure(self, timeout_s: float = 30.0) -> list[str]:
-        """Create the topics that do not exist yet (server start) and note their ids.
+        """Create the topics that do not exist yet (server start), set back the configs of
+        existing ones that would lose or refuse records (`config_repairs`), and note their
+        ids.
 
         Returns:
             The names created.
 
         Raises:
-            ConfigurationError: an existing topic has another partition count.
+            ConfigurationError: an existing topic has another partition count, or needed
+                a config repair the cluster refused.
             TransportError: the cluster did not answer or refused, within ``timeout_s``.
         """
         created = ensure_topics(self._admin, self._specs.values(), timeout_s=timeout_s)
+        existing = [spec for name, spec in self._specs.items() if name not in created]
+        for name, configs in ensure_topic_configs(self._admin, existing).items():
+            log.warning("topic %s would lose or refuse records: set %s", name, configs)
         try:
             described = self._describe(self._specs)
         except (KafkaException, TimeoutError) as exc:

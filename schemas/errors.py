@@ -286,6 +286,7 @@ class WorkerStartError(RetriableError):
 _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
     cls.__name__: cls
     for cls in (
+        ConfigurationError,
         RegionNotFoundError,
         EntryNotFoundError,
         CacheWriterError,

@@ -10,10 +10,10 @@ Retention, per topic kind (``retention.ms``):
   of 7 days, set explicitly. Servers commit ``{ns}.ops`` within ``message_sync_interval``,
   so 7 days is the longest a whole site may be down without losing an operation.
 - ``{ns}.queues`` and ``{ns}.queues.<principal>`` (the shared, partitioned subscription
-  queues of the clients of one Kafka principal): 7 days, raised by the servers to a
-  durable client's ``durable_client_timeout_s`` plus one hour when it connects with a
-  longer timeout, so a durable client that comes back within its timeout finds every
-  event it missed (SPEC §5).
+  queues of the clients of one Kafka principal): at least the longest
+  ``durable_client_timeout_s`` the servers accept (their ``max_durable_client_timeout_s``)
+  plus one hour, and at least 7 days, so a durable client that comes back within its
+  timeout finds every event it missed. The servers set it at start and at each connect.
 - ``{ns}.replies`` and ``{ns}.replies.<principal>``: one hour. A reply is read within
   ``read_timeout_ms`` of its request, and a client starts reading its reply partition at
   the end.
@@ -22,6 +22,12 @@ Retention, per topic kind (``retention.ms``):
   offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
   per partition: `regionbus.gateways.queue_trim`), as Geode removes a batch.
 - gateway link topics (inbound, ack): one day; each message is consumed within seconds.
+
+Whatever made a topic, what it keeps is checked (`config_repairs`, `ensure_topic_configs`):
+the servers check their topics at start and a principal's shared topics at each of its
+clients' connects, on the configuration the brokers hold, and set back what would lose
+records: ``cleanup.policy`` other than ``delete``, a ``retention.ms`` shorter than the
+kind's, any ``retention.bytes`` limit, a ``max.message.bytes`` below the kind's.
 
 Size and compression, per topic kind (``max.message.bytes``, ``compression.type``; why:
 `regionbus.schemas.record_limits`): ``{ns}.control`` takes record batches of at most
@@ -67,6 +73,9 @@ LINK_RETENTION_MS: Final = DAY_MS
 QUEUE_RETENTION_MARGIN_MS: Final = HOUR_MS
 KEEP_UNTIL_ACKED: Final = -1
 """``retention.ms`` of queues whose records are deleted only once acknowledged."""
+
+DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S: Final = 7 * 24 * 3600
+"""The longest ``durable_client_timeout_s`` servers accept by default (7 days)."""
 
 DEFAULT_CLIENT_PARTITIONS: Final = 16
 """Partitions of a shared client topic created by regionbus: a client reads about
@@ -116,6 +125,124 @@ def retention(
     }
 
 
+_RETENTION_MS: Final = "retention.ms"
+_RETENTION_BYTES: Final = "retention.bytes"
+_MAX_MESSAGE_BYTES: Final = "max.message.bytes"
+_CLEANUP_POLICY: Final = "cleanup.policy"
+_UNLIMITED: Final = "-1"
+
+
+def config_repairs(spec: TopicSpec, current: Mapping[str, str | None]) -> dict[str, str]:
+    """The configs to set on an existing topic so it keeps every record ``spec`` needs kept
+    and takes every record ``spec`` lets be written.
+
+    - ``cleanup.policy`` must be ``delete``: compaction keeps one record per key, and the
+      records of a shared client topic are keyed by client, a gateway queue's by nothing.
+    - ``retention.ms`` must be ``-1`` where ``spec`` says ``-1`` (kept until acknowledged),
+      else ``-1`` or at least ``spec``'s.
+    - ``retention.bytes`` must be ``-1``: a size limit deletes records unread, whatever
+      their age.
+    - ``max.message.bytes`` must be at least ``spec``'s: a smaller one refuses batches
+      every reader expects to be there.
+
+    Args:
+        spec: The topic as regionbus needs it (its ``config`` names the wanted values).
+        current: The topic's configs as the brokers hold them (a missing or None value:
+            the broker's default, taken as Kafka's own, which meets each rule but
+            ``retention.ms`` below 7 days).
+
+    Returns:
+        ``{config: value}`` to set; empty when the topic is as needed.
+    """
+    wanted = spec.config
+    repairs: dict[str, str] = {}
+    if (current.get(_CLEANUP_POLICY) or "delete") != "delete":
+        repairs[_CLEANUP_POLICY] = "delete"
+    if _RETENTION_MS in wanted:
+        need = int(wanted[_RETENTION_MS])
+        have = int(current.get(_RETENTION_MS) or DEFAULT_RETENTION_MS)
+        if (need < 0 and have >= 0) or (need >= 0 and 0 <= have < need):
+            repairs[_RETENTION_MS] = str(need)
+    if (current.get(_RETENTION_BYTES) or _UNLIMITED) != _UNLIMITED:
+        repairs[_RETENTION_BYTES] = _UNLIMITED
+    if _MAX_MESSAGE_BYTES in wanted:
+        have_bytes = int(current.get(_MAX_MESSAGE_BYTES) or RECORD_BATCH_MAX_BYTES)
+        if have_bytes < int(wanted[_MAX_MESSAGE_BYTES]):
+            repairs[_MAX_MESSAGE_BYTES] = wanted[_MAX_MESSAGE_BYTES]
+    return repairs
+
+
+def ensure_topic_configs(
+    admin: AdminClient, specs: Iterable[TopicSpec], *, timeout_s: float = 10.0
+) -> dict[str, dict[str, str]]:
+    """Check existing topics' configs as the brokers hold them (never as remembered), and
+    set back what `config_repairs` names, in one describe and at most one alter request.
+
+    Args:
+        admin: An AdminClient allowed to describe and alter the topics' configs.
+        specs: The topics, which must exist.
+        timeout_s: Longest wait for each request, in seconds.
+
+    Returns:
+        ``{topic: {config: value set}}`` of the topics repaired; empty when none needed it.
+
+    Raises:
+        ConfigurationError: a topic needed a repair the cluster refused (the message names
+            the topic and the configs).
+        TransportError: the cluster did not describe the topics within ``timeout_s``, or
+            failed.
+    """
+    wanted = {spec.name: spec for spec in specs}
+    if not wanted:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in wanted]
+    try:
+        described = admin.describe_configs(resources, request_timeout=timeout_s)
+        current = {
+            resource.name: {k: v.value for k, v in future.result(timeout=timeout_s).items()}
+            for resource, future in described.items()
+        }
+    except KafkaException as exc:
+        raise kafka_error(exc, "topic configs") from exc
+    except TimeoutError as exc:
+        raise TransportError(f"topic configs: no answer in {timeout_s} s") from exc
+    repairs = {
+        name: found
+        for name, spec in wanted.items()
+        if (found := config_repairs(spec, current.get(name, {})))
+    }
+    if not repairs:
+        return {}
+    altered = []
+    for name, configs in repairs.items():
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        for config, value in configs.items():
+            resource.add_incremental_config(
+                ConfigEntry(config, value, incremental_operation=AlterConfigOpType.SET)
+            )
+        altered.append(resource)
+    try:
+        answers = admin.incremental_alter_configs(altered, request_timeout=timeout_s)
+        for resource, future in answers.items():
+            try:
+                future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                raise ConfigurationError(
+                    f"topic {resource.name} would lose or refuse records "
+                    f"({_described(current.get(resource.name, {}), repairs[resource.name])}) "
+                    f"and setting {repairs[resource.name]} was refused: {exc.args[0].str()}"
+                ) from exc
+    except KafkaException as exc:
+        raise kafka_error(exc, "altering topic configs") from exc
+    except TimeoutError as exc:
+        raise TransportError(f"altering topic configs: no answer in {timeout_s} s") from exc
+    return repairs
+
+
+def _described(current: Mapping[str, str | None], repairs: Mapping[str, str]) -> str:
+    return ", ".join(f"{config}={current.get(config)}" for config in repairs)
+
+
 def queue_retention_ms(durable_client_timeout_s: float) -> int:
     """``retention.ms`` of a client's subscription queue topic.
 
@@ -131,44 +258,28 @@ def queue_retention_ms(durable_client_timeout_s: float) -> int:
     )
 
 
-def ensure_retention(
-    admin: AdminClient, topic: str, retention_ms: int, timeout_s: float = 10.0
-) -> int:
-    """Raise a topic's ``retention.ms`` to at least ``retention_ms`` (never lower it).
-
-    Args:
-        admin: An AdminClient allowed to describe and alter the topic's configs.
-        topic: The topic.
-        retention_ms: The least retention wanted, in milliseconds (-1 keeps forever).
-        timeout_s: Longest wait for each of the two requests, in seconds.
-
-    Returns:
-        The retention in force afterwards, in milliseconds.
-
-    Raises:
-        KafkaException: the cluster refused or did not answer.
-    """
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    described = admin.describe_configs([resource], request_timeout=timeout_s)
-    entries = next(iter(described.values())).result(timeout=timeout_s)
-    current = int(entries["retention.ms"].value) if "retention.ms" in entries else 0
-    if current < 0 or 0 <= retention_ms <= current:
-        return current
-    resource.add_incremental_config(
-        ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)
-    )
-    altered = admin.incremental_alter_configs([resource], request_timeout=timeout_s)
-    next(iter(altered.values())).result(timeout=timeout_s)
-    return retention_ms
+DEFAULT_QUEUE_RETENTION_MS: Final = queue_retention_ms(DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S)
+"""``retention.ms`` of a shared queue topic by default: 7 days and an hour."""
 
 
 def server_topic_specs(
-    topics: Topics, total_buckets: int, client_topic_partitions: int = DEFAULT_CLIENT_PARTITIONS
+    topics: Topics,
+    total_buckets: int,
+    client_topic_partitions: int = DEFAULT_CLIENT_PARTITIONS,
+    queue_retention: int = DEFAULT_QUEUE_RETENTION_MS,
 ) -> list[TopicSpec]:
     """The topics every cache server of a namespace needs: ``{ns}.ops`` and ``{ns}.events``
     with one partition per bucket, ``{ns}.control`` and ``{ns}.dead-letter`` with one, and
     the unscoped shared client topics ``{ns}.queues`` and ``{ns}.replies``
-    (`client_topic_specs`)."""
+    (`client_topic_specs`).
+
+    Args:
+        topics: The namespace's topic names.
+        total_buckets: Partitions of ``{ns}.ops`` and ``{ns}.events``.
+        client_topic_partitions: Partitions of the shared client topics if created now.
+        queue_retention: ``retention.ms`` of the shared queue topic (`queue_retention_ms`
+            of the longest durable-client timeout the servers accept).
+    """
     kept = retention(DEFAULT_RETENTION_MS)
     return [
         TopicSpec(topics.ops, total_buckets, kept),
@@ -177,12 +288,15 @@ def server_topic_specs(
         TopicSpec(
             topics.dead_letter, 1, retention(DEFAULT_RETENTION_MS, DEAD_LETTER_BATCH_MAX_BYTES)
         ),
-        *client_topic_specs(topics, None, client_topic_partitions),
+        *client_topic_specs(topics, None, client_topic_partitions, queue_retention),
     ]
 
 
 def client_topic_specs(
-    topics: Topics, kafka_principal: str | None, partitions: int = DEFAULT_CLIENT_PARTITIONS
+    topics: Topics,
+    kafka_principal: str | None,
+    partitions: int = DEFAULT_CLIENT_PARTITIONS,
+    queue_retention: int = DEFAULT_QUEUE_RETENTION_MS,
 ) -> list[TopicSpec]:
     """The shared subscription-queue and reply topics of the clients of one Kafka principal
     (None: the namespace's unscoped ones). Whoever creates them first sets the partition
@@ -192,12 +306,14 @@ def client_topic_specs(
         topics: The namespace's topic names.
         kafka_principal: The principal, or None.
         partitions: Partitions if created now.
+        queue_retention: ``retention.ms`` of the queue topic (the servers check it is at
+            least `queue_retention_ms` of the longest durable-client timeout they accept).
     """
     return [
         TopicSpec(
             topics.client_queues(kafka_principal),
             partitions,
-            retention(DEFAULT_RETENTION_MS),
+            retention(queue_retention),
             any_partitions=True,
         ),
         TopicSpec(
@@ -325,6 +441,8 @@ def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, TopicSpec], deadl
 
 __all__ = [
     "DEFAULT_CLIENT_PARTITIONS",
+    "DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S",
+    "DEFAULT_QUEUE_RETENTION_MS",
     "DEFAULT_RETENTION_MS",
     "KEEP_UNTIL_ACKED",
     "LINK_RETENTION_MS",
@@ -332,7 +450,8 @@ __all__ = [
     "TopicSpec",
     "acked_queue_spec",
     "client_topic_specs",
-    "ensure_retention",
+    "config_repairs",
+    "ensure_topic_configs",
     "ensure_topics",
     "link_topic_spec",
     "queue_retention_ms",

@@ -213,3 +213,36 @@ def consumer_groups(kafka_bootstrap_servers: str) -> set[str]:
     admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})  # kept until answered
     listed = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
     return {g.group_id for g in listed.valid}
+
+
+def dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[str, bytes]]]:
+    """Every record of ``{ns}.dead-letter`` so far, with its headers."""
+    from confluent_kafka import TopicPartition
+
+    from regionbus.schemas.kafka_clients import kafka_consumer
+
+    consumer = kafka_consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": f"dead-letter-check-{time.monotonic_ns()}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(f"{namespace}.dead-letter", 0, 0)])
+    out: list[tuple[bytes | None, dict[str, bytes]]] = []
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                break  # partition EOF: read to the end
+            headers: dict[str, bytes] = {}
+            for name, raw in list(message.headers() or []):
+                headers[str(name)] = raw.encode() if isinstance(raw, str) else raw or b""
+            out.append((message.value(), headers))
+    finally:
+        consumer.close()
+    return out

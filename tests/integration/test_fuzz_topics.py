@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 from gateway_sites import Site, running_sites, start_async_event_queue
-from support import Recorder, bystander_puts, wait_until
+from support import Recorder, bystander_puts, dead_letters, wait_until
 
 from regionbus.clients import ALL_KEYS
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
@@ -255,35 +255,6 @@ def _whole(decoder: Callable[[bytes | None], Any]) -> Callable[[bytes | None], l
     return broken
 
 
-def _dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[str, bytes]]]:
-    """Every record of ``{ns}.dead-letter`` so far, with its headers."""
-    consumer = kafka_consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": f"fuzz-check-{time.monotonic_ns()}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(f"{namespace}.dead-letter", 0, 0)])
-    out: list[tuple[bytes | None, dict[str, bytes]]] = []
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            if message.error() is not None:
-                break  # partition EOF: read to the end
-            headers: dict[str, bytes] = {}
-            for name, raw in list(message.headers() or []):
-                headers[str(name)] = raw.encode() if isinstance(raw, str) else raw or b""
-            out.append((message.value(), headers))
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.fixture
 def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Iterator[list[Site]]:
     with running_sites(namespace, kafka_bootstrap_servers, redis_url, 2) as started:
@@ -437,11 +408,11 @@ def test_fuzz_on_every_consumed_topic_kills_no_worker_and_dead_letters_every_bro
     for dead_ns, expected in expected_dead.items():
 
         def all_dead_lettered(ns: str = dead_ns, want: Counter[bytes | None] = expected) -> bool:
-            got = Counter(v for v, h in _dead_letters(a.kafka, ns) if h.get("rb.reason"))
+            got = Counter(v for v, h in dead_letters(a.kafka, ns) if h.get("rb.reason"))
             return not (want - got)
 
         wait_until(all_dead_lettered, 60, f"every broken message in {dead_ns}.dead-letter")
-        sources = {h["rb.source.topic"].decode() for _, h in _dead_letters(a.kafka, dead_ns)}
+        sources = {h["rb.source.topic"].decode() for _, h in dead_letters(a.kafka, dead_ns)}
         assert sources <= set(server_topics), sources
 
     w.assert_alive()
@@ -715,7 +686,7 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
             """(partition, first offset) of each unreadable batch of ``t`` dead-lettered."""
             return [
                 (int(h["rb.source.partition"]), int(h["rb.source.offset"]))
-                for v, h in _dead_letters(a.kafka, ns)
+                for v, h in dead_letters(a.kafka, ns)
                 if v is None and h.get("rb.source.topic", b"").decode() == t
             ]
 
@@ -734,7 +705,7 @@ def test_hostile_records_on_every_consumed_topic_stop_no_worker_and_lose_or_repe
         assert len(found) == len(set(found)), f"{topic}: a batch dead-lettered twice: {found}"
     misplaced_dead = [
         h
-        for _, h in _dead_letters(a.kafka, a.namespace)
+        for _, h in dead_letters(a.kafka, a.namespace)
         if h.get("rb.source.offset") == str(misplaced_at).encode()
         and h.get("rb.source.partition") == str(wrong_partition).encode()
         and h.get("rb.source.topic") == topics_a.ops.encode()

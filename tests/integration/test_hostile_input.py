@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from fastavro import schemaless_writer
 from support import bystander_puts, wait_until
 
@@ -35,7 +36,6 @@ from regionbus.schemas.errors import InvalidInterestError, ServerOperationError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from regionbus.schemas.naming import Topics, bucket_of
-from regionbus.schemas.topics import TopicSpec, ensure_topics
 from regionbus.schemas.transport import watermarks
 
 POISON_REGEX = "(" * 500 + "a" + ")" * 500
@@ -428,7 +428,26 @@ def test_a_batch_of_990000_empty_items_is_dead_lettered_whole_and_stalls_no_othe
     assert two_region_server.alive
 
 
-@pytest.mark.parametrize("dead_letter_topic", ["made now", "made before its size limit"])
+def _narrow(kafka_bootstrap_servers: str, topic: str, max_message_bytes: int) -> None:
+    """Lower a topic's ``max.message.bytes`` and wait until the broker reports it."""
+    admin = kafka_admin({"bootstrap.servers": kafka_bootstrap_servers})
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    resource.add_incremental_config(
+        ConfigEntry(
+            "max.message.bytes", str(max_message_bytes), incremental_operation=AlterConfigOpType.SET
+        )
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=10)
+
+    def narrowed() -> bool:
+        (described,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+        return described.result(timeout=10)["max.message.bytes"].value == str(max_message_bytes)
+
+    wait_until(narrowed, what=f"{topic} narrowed")
+
+
+@pytest.mark.parametrize("dead_letter_topic", ["as made", "narrowed while serving"])
 def test_a_record_at_the_topics_size_limit_is_dead_lettered_once(
     server_settings: ServerSettings,
     client_factory,
@@ -438,16 +457,14 @@ def test_a_record_at_the_topics_size_limit_is_dead_lettered_once(
 ) -> None:
     """An undecodable record as large as ``{ns}.ops`` takes: its dead letter (the record
     plus headers) was over the server producer's ``message.max.bytes``, the failed delivery
-    made the server rewind and read it again, for ever. A dead-letter topic made before its
-    limit left room for the headers refuses it too: it is then sent without its value."""
+    made the server rewind and read it again, for ever. A dead-letter topic whose limit
+    leaves no room for the headers (an operator lowered it while the server runs: at
+    start the server sets it back) refuses it too: it is then sent without its value."""
     topics = Topics(namespace)
-    if dead_letter_topic != "made now":
-        ensure_topics(
-            kafka_admin({"bootstrap.servers": kafka_bootstrap_servers}),
-            [TopicSpec(topics.dead_letter, 1, {"retention.ms": "604800000"})],
-        )
     server = CacheServer(server_settings.model_copy(update={"regions": ["r", "s"]}))
     server.start()
+    if dead_letter_topic != "as made":
+        _narrow(kafka_bootstrap_servers, topics.dead_letter, 1_048_588)
     try:
         bucket = 9
         region = client_factory(read_timeout_ms=20_000).create_region("r")
@@ -474,7 +491,7 @@ def test_a_record_at_the_topics_size_limit_is_dead_lettered_once(
         for headers, length in _dead_letters_of(kafka_bootstrap_servers, namespace)
         if headers.get("rb.source.offset") == str(offset)
     ]
-    if dead_letter_topic == "made now":
+    if dead_letter_topic == "as made":
         assert [length for _, length in dead] == [len(value)]
     else:
         assert [(h.get("rb.value-dropped"), length) for h, length in dead] == [(str(len(value)), 0)]
