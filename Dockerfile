@@ -9,15 +9,7 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY regionbus ./regionbus
-COPY broker ./broker
-COPY clients ./clients
-COPY schemas ./schemas
-COPY gateways ./gateways
-COPY spark ./spark
-COPY demo ./demo
-COPY devstack ./devstack
-COPY runtime ./runtime
+COPY src ./src
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -56,8 +56,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$wanted" >"$stamp"
 fi
-# mypy reads the package in its installed shape through links (scripts/typecheck_tree.py).
-.venv/bin/python scripts/typecheck_tree.py
 # Resolve the JVM jars only when a pom changed since the last successful resolution.
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   echo "bootstrap: java and mvn are needed (Java 17, Maven 3.8): apt-get install openjdk-17-jre-headless maven" >&2

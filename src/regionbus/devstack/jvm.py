@@ -22,8 +22,9 @@ JVM_LIB_ENV_VAR = "REGIONBUS_JVM_LIB"
 KAFKA_HOME_ENV_VAR = "KAFKA_HOME"
 """An Apache Kafka binary distribution; its ``libs/`` is used when no resolved jars exist."""
 
-CHECKOUT_LIB = Path(__file__).resolve().parents[1] / "jvm" / "lib"
-"""``jvm/lib`` of the checkout this package runs from."""
+CHECKOUT_LIB = Path(__file__).resolve().parents[3] / "jvm" / "lib"
+"""``jvm/lib`` of the checkout this package runs from (this file is
+``src/regionbus/devstack/jvm.py`` there)."""
 _KAFKA_JAR = re.compile(r"^kafka_2\.13-(\d+\.\d+\.\d+)\.jar$")
 _BOOTSTRAP_HINT = "run scripts/bootstrap.sh (needs Java 17 and Maven 3.8 with Maven Central)"
 
