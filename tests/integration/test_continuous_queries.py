@@ -597,3 +597,27 @@ def test_status_listeners_hear_when_the_servers_stop_and_start_answering(
             what="on_cq_connected again",
         )
     assert cq.is_running()
+
+
+def test_every_cq_operation_of_a_client_with_a_kafka_principal_is_answered(
+    cache_server: CacheServer, client_factory: Any
+) -> None:
+    """A client with a Kafka principal reads the replies of its principal's topic: stop,
+    close and the durable CQ list were answered in the unscoped one, and timed out."""
+    cache = client_factory(
+        kafka_principal="desk", durable_client_id="desk-1", read_timeout_ms=8_000
+    )
+    service = cache.query_service()
+    cq, recorder = _cq(cache, durable=True)
+    cq.execute()
+    cache.ready_for_events()
+    writer = client_factory().create_region("r", RegionShortcut.PROXY)
+    writer.put("a", {"delay": 70})
+    wait_until(lambda: recorder.entry_calls(), what="the CQ's event")
+    assert service.get_all_durable_cqs_from_server() == ["delayed"]
+    cq.stop()
+    assert cq.is_stopped()
+    cq.execute_with_initial_results()
+    service.stop_cqs()
+    cq.close()
+    assert cq.is_closed() and service.get_all_durable_cqs_from_server() == []

@@ -276,7 +276,11 @@ class OperationHandlers:
             return
         assert op.cq is not None
         self._cqs.stop(op.client_id, op.cq, op.region, bucket)
-        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        self._outbox.reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True),
+            op.client_id,
+            op.kafka_principal,
+        )
 
     def close_cq(self, op: Operation, bucket: int, offset: int) -> None:
         """Forget a CQ (Geode ``closeCq``)."""
@@ -284,14 +288,18 @@ class OperationHandlers:
             return
         assert op.cq is not None
         self._cqs.close(op.client_id, op.cq.name)
-        self._outbox.reply(Reply(request_id=op.request_id, bucket=bucket, ok=True), op.client_id)
+        self._outbox.reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True),
+            op.client_id,
+            op.kafka_principal,
+        )
 
     def get_durable_cqs(self, op: Operation, bucket: int, offset: int) -> None:
         """Answer with the names of the client's durable CQs the servers hold (Geode
         ``getAllDurableCqsFromServer``)."""
         names = tuple(self._cqs.durable_names(op.client_id))
         reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, cq_names=names)
-        self._outbox.reply(reply, op.client_id)
+        self._outbox.reply(reply, op.client_id, op.kafka_principal)
 
     # --- clients -----------------------------------------------------------------------
 

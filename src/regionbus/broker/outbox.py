@@ -342,10 +342,18 @@ class Outbox:
 
     # --- gathered per poll batch -------------------------------------------------------
 
-    def reply(self, reply: Reply, client_id: str, kafka_principal: str | None = None) -> None:
+    def reply(self, reply: Reply, client_id: str, kafka_principal: str | None) -> None:
         """Queue a reply to a client, in the shared reply topic of its Kafka principal;
         dropped (and counted) when that topic does not exist (a forged principal, a
-        client that never started)."""
+        client that never started).
+
+        Args:
+            reply: The reply.
+            client_id: The client asked (its partition of the topic, the record key).
+            kafka_principal: The principal whose reply topic the client reads: the one its
+                request named. Required: a default would send every reply of a client
+                with a principal to the unscoped topic, where it never looks.
+        """
         topic = self.topics.client_replies(kafka_principal)
         partitions = self.client_topics.partitions(topic)
         if not partitions:
