@@ -7,6 +7,12 @@ client's interest. A change of a region is evaluated once per distinct canonical
 on its old and its new value, however many clients hold that query (Geode's
 ``matchingCqMap``); the query operation it gives goes to every holder (SPEC §9).
 
+A client's CQs have a budget of the server's time per change
+(:data:`MAX_CQ_EVALUATION_S_PER_CLIENT`): once a change's evaluation has spent it on the
+queries a client holds, its other queries of the region are not evaluated for that change
+and their listeners get an error event, so no client's queries hold another client's
+change for long. One evaluation is itself bounded (`regionbus.schemas.cq.evaluate`).
+
 A CQ is executed, stopped and closed bucket by bucket, each in the order of that bucket's
 operations (as an interest registration is), so delivery in a bucket starts exactly where
 that bucket's initial results were read.
@@ -16,7 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -48,6 +55,11 @@ _MAX_AVRO_SCHEMAS: Final = 256
 
 _NOT_READ: Final = object()
 
+MAX_CQ_EVALUATION_S_PER_CLIENT: Final = 0.02
+"""Most of a server's time the queries one client holds may take to evaluate one change,
+in seconds (20 ms: with one evaluation at most about 12 ms, a change waits at most some
+30 ms for one client's queries, however many it holds). Geode sets no limit."""
+
 
 @dataclass(slots=True)
 class _Holder:
@@ -66,9 +78,21 @@ class _SharedQuery:
 
 
 class CqTable:
-    """The CQs in memory: who holds which query, and the evaluation of a change."""
+    """The CQs in memory: who holds which query, and the evaluation of a change.
 
-    def __init__(self) -> None:
+    Args:
+        budget_s: Most seconds the queries of one client may take per change
+            (:data:`MAX_CQ_EVALUATION_S_PER_CLIENT`).
+        clock: Seconds of a monotonic clock (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        budget_s: float = MAX_CQ_EVALUATION_S_PER_CLIENT,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._budget_s = budget_s
+        self._clock = clock
         self._regions: dict[str, dict[str, _SharedQuery]] = {}
         self._by_client: dict[str, dict[str, tuple[str, str]]] = {}
         self._avro: dict[str, Serializer] = {}
@@ -205,7 +229,9 @@ class CqTable:
         Each canonical query of the region is evaluated once: on the new value (a create or
         update), and on the old one when there was one, giving the query operation of
         every holder (SPEC §9 table). A value that does not decode, or a predicate that
-        cannot be evaluated on it, gives each holder an error match instead.
+        cannot be evaluated on it, gives each holder an error match instead; so does a
+        query whose every holder has spent its budget of this change's evaluation (the
+        time of a query held by several clients counts for each of them).
 
         Returns:
             ``{client id: [CqMatch, ...]}``, only for CQs with a query operation or an error.
@@ -217,30 +243,58 @@ class CqTable:
         old: Any = _NOT_READ
         with_new = has_new_value(event.kind)
         out: dict[str, list[CqMatch]] = {}
+        spent_s: dict[str, float] = {}
         for shared in queries.values():
             active = [key for key, h in shared.holders.items() if bucket in h.running]
             if not active:
                 continue
+            holders = {client_id for client_id, _ in active}
+            match: CqMatch | None
             try:
-                is_in = False
-                if with_new:
-                    if new is _NOT_READ:
-                        new = self.value(event.value, event.serializer)
-                    is_in = shared.parsed.selects(new)
-                was_in = False
-                if old_value is not None:
-                    if old is _NOT_READ:
-                        old = self.value(old_value, old_serializer or event.serializer)
-                    was_in = shared.parsed.selects(old)
-                operation = query_operation(was_in, is_in)
-                if operation is None:
-                    continue
-                match = CqMatch("", operation)
-            except (CqEvaluationError, SerializationError) as exc:
+                if with_new and new is _NOT_READ:
+                    new = self.value(event.value, event.serializer)
+                if old_value is not None and old is _NOT_READ:
+                    old = self.value(old_value, old_serializer or event.serializer)
+                if all(spent_s.get(c, 0.0) >= self._budget_s for c in holders):
+                    match = CqMatch("", None, self._over_budget())
+                else:
+                    match = self._evaluate(shared.parsed, new, old, holders, spent_s)
+            except SerializationError as exc:
                 match = CqMatch("", None, str(exc))
+            if match is None:
+                continue
             for client_id, name in active:
                 out.setdefault(client_id, []).append(match._replace(name=name))
         return out
+
+    def _evaluate(
+        self,
+        parsed: ParsedCq,
+        new: Any,
+        old: Any,
+        holders: set[str],
+        spent_s: dict[str, float],
+    ) -> CqMatch | None:
+        """One query on a change's new and old values (``_NOT_READ``: none), its time
+        counted for each holder."""
+        started = self._clock()
+        try:
+            is_in = new is not _NOT_READ and parsed.selects(new)
+            was_in = old is not _NOT_READ and parsed.selects(old)
+            operation = query_operation(was_in, is_in)
+            return None if operation is None else CqMatch("", operation)
+        except CqEvaluationError as exc:
+            return CqMatch("", None, str(exc))
+        finally:
+            took_s = self._clock() - started
+            for client_id in holders:
+                spent_s[client_id] = spent_s.get(client_id, 0.0) + took_s
+
+    def _over_budget(self) -> str:
+        return (
+            f"not evaluated: this client's CQs took their {self._budget_s * 1000:.0f} ms of "
+            "this change's evaluation (MAX_CQ_EVALUATION_S_PER_CLIENT)"
+        )
 
     def region_matches(self, region: str, kind: EventKind) -> dict[str, list[CqMatch]]:
         """A region clear or destroy reaches every CQ of the region that runs (in any

@@ -31,6 +31,15 @@ True, UNDEFINED when the collection is null or UNDEFINED, else False. ``LIKE`` o
 UNDEFINED is UNDEFINED, on a non-string False. The WHERE clause selects a value only when
 the predicate is True: UNDEFINED and null count as False. So ``f.missing > 5`` is false,
 and ``f.missing <> 5`` is true (Geode's ``testCQEventsWithNotEqualsUndefined``).
+
+A LIKE runs on RE2, whose cost is at most about the text's length times the compiled
+pattern's size (its NFA; most patterns run on its DFA, in time linear in the text). Geode
+bounds neither, and one query of a hostile client could hold a server for seconds per
+change. So a query's LIKE patterns compile to at most :data:`MAX_LIKE_PROGRAM_SIZE`
+instructions together (the parser refuses more), and one evaluation of a query reads at
+most :data:`MAX_LIKE_WORK` characters times instructions (:class:`LikePatterns`; past it
+the evaluation fails with :class:`CqEvaluationError`, which the CQ's listener gets as an
+error event).
 """
 
 from __future__ import annotations
@@ -56,13 +65,88 @@ from regionbus.schemas.errors import CqEvaluationError
 
 _RELATIONAL: Final = frozenset({"<", "<=", ">", ">="})
 
+MAX_LIKE_PROGRAM_SIZE: Final = 500
+"""Most RE2 instructions the LIKE patterns of one query compile to, together: as an interest
+regex (`regionbus.schemas.interest_regex.MAX_INTEREST_REGEX_PROGRAM_SIZE`). ``'%UA-%'`` is
+about 15; ``'%a_'`` repeated 160 times is 2,404."""
 
-def selects(predicate: Expr | None, value: Any) -> bool:
+MAX_LIKE_WORK: Final = 10_000_000
+"""Most characters times instructions one evaluation of a query's LIKEs may read: about
+12 ms of a server's time at RE2's worst (measured 1.2 ns each, a 20,434-instruction
+pattern on 30,000 characters). A 500-instruction pattern reads 20,000 characters of a
+value, a 20-instruction one 500,000."""
+
+_LIKE_MAX_MEM_BYTES: Final = 1 << 20
+"""RE2's memory budget for one compiled LIKE pattern (its default is 8 MiB)."""
+
+
+class LikePatterns:
+    """The compiled LIKE patterns of one query, and what the evaluation under way has read.
+
+    Compiled once, when the query is parsed, and kept with it, so a pattern lives as long
+    as a CQ holds its query.
+
+    Args:
+        compiled: ``{pattern: (compiled pattern, RE2 program size)}`` (`like_pattern`,
+            `like_program_size`); an evaluation that meets another pattern compiles it.
+
+    Attributes:
+        work: Characters times instructions read since the last :meth:`begin`.
+    """
+
+    __slots__ = ("_compiled", "work")
+
+    def __init__(self, compiled: Mapping[str, tuple[Any, int]] | None = None) -> None:
+        self._compiled = dict(compiled or {})
+        self.work = 0
+
+    @property
+    def program_size(self) -> int:
+        """The instructions of every pattern together."""
+        return sum(size for _, size in self._compiled.values())
+
+    def begin(self) -> None:
+        """A new evaluation: nothing read yet."""
+        self.work = 0
+
+    def fullmatch(self, pattern: str, text: str) -> bool:
+        """Whether ``text`` matches ``pattern`` whole.
+
+        Raises:
+            CqEvaluationError: reading ``text`` would take this evaluation past
+                :data:`MAX_LIKE_WORK`.
+        """
+        found = self._compiled.get(pattern)
+        if found is None:
+            compiled = like_pattern(pattern)
+            found = (compiled, like_program_size(compiled))
+        compiled, size = found
+        units = len(text) * size
+        if self.work + units > MAX_LIKE_WORK:
+            raise CqEvaluationError(
+                f"LIKE would read {len(text):,} characters with a {size}-instruction pattern, "
+                f"past the {MAX_LIKE_WORK:,} characters x instructions one evaluation may read"
+            )
+        self.work += units
+        return compiled.fullmatch(text) is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LikePatterns) and self._compiled.keys() == other._compiled.keys()
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._compiled))
+
+    def __repr__(self) -> str:
+        return f"LikePatterns({sorted(self._compiled)!r})"
+
+
+def selects(predicate: Expr | None, value: Any, likes: LikePatterns | None = None) -> bool:
     """Whether a value is in the CQ's result set: the WHERE clause is True for it.
 
     Args:
         predicate: The predicate (None: no WHERE clause, every value is selected).
         value: The decoded value of an entry.
+        likes: The query's compiled LIKE patterns (None: compiled as met).
 
     Returns:
         True only when the predicate evaluates to True (UNDEFINED and null are False).
@@ -70,11 +154,15 @@ def selects(predicate: Expr | None, value: Any) -> bool:
     Raises:
         CqEvaluationError: a relational comparison of values of different kinds, an
             operand of AND/OR/NOT or the WHERE clause that is not a boolean, an ``IN`` over
-            something that is not a collection.
+            something that is not a collection, LIKEs that would read more than
+            :data:`MAX_LIKE_WORK`.
     """
     if predicate is None:
         return True
-    result = evaluate(predicate, value)
+    if likes is None:
+        likes = LikePatterns()
+    likes.begin()
+    result = evaluate(predicate, value, likes)
     if result is True:
         return True
     if result is False or result is None or result is UNDEFINED:
@@ -84,13 +172,21 @@ def selects(predicate: Expr | None, value: Any) -> bool:
     )
 
 
-def evaluate(expr: Expr, value: Any) -> Any:
+def evaluate(expr: Expr, value: Any, likes: LikePatterns | None = None) -> Any:
     """The value of an expression for one region value: a boolean, None, UNDEFINED, or
     what a path or literal holds.
+
+    Args:
+        expr: The expression.
+        value: The decoded value of an entry.
+        likes: The query's compiled LIKE patterns, metering what they read (None: a fresh
+            meter, patterns compiled as met).
 
     Raises:
         CqEvaluationError: as :func:`selects`.
     """
+    if likes is None:
+        likes = LikePatterns()
     kind = type(expr)
     if kind is Path:
         return read_path(value, expr.attributes)  # type: ignore[union-attr]
@@ -98,20 +194,20 @@ def evaluate(expr: Expr, value: Any) -> Any:
         return expr.value  # type: ignore[union-attr]
     if kind is Comparison:
         return compare(
-            evaluate(expr.left, value),  # type: ignore[union-attr]
-            evaluate(expr.right, value),  # type: ignore[union-attr]
+            evaluate(expr.left, value, likes),  # type: ignore[union-attr]
+            evaluate(expr.right, value, likes),  # type: ignore[union-attr]
             expr.op,  # type: ignore[union-attr]
         )
     if kind is Junction:
-        return _junction(expr, value)  # type: ignore[arg-type]
+        return _junction(expr, value, likes)  # type: ignore[arg-type]
     if kind is Not:
-        return _negate(evaluate(expr.operand, value))  # type: ignore[union-attr]
+        return _negate(evaluate(expr.operand, value, likes))  # type: ignore[union-attr]
     if kind is Defined:
-        is_undefined = evaluate(expr.operand, value) is UNDEFINED  # type: ignore[union-attr]
+        is_undefined = evaluate(expr.operand, value, likes) is UNDEFINED  # type: ignore[union-attr]
         return is_undefined is not expr.defined  # type: ignore[union-attr]
     if kind is Membership:
-        return _membership(expr, value)  # type: ignore[arg-type]
-    return _like(expr, value)  # type: ignore[arg-type]
+        return _membership(expr, value, likes)  # type: ignore[arg-type]
+    return _like(expr, value, likes)  # type: ignore[arg-type]
 
 
 def read_path(value: Any, attributes: tuple[str, ...]) -> Any:
@@ -183,13 +279,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:40]}..."
 
 
-def _junction(expr: Junction, value: Any) -> Any:
+def _junction(expr: Junction, value: Any, likes: LikePatterns) -> Any:
     deciding = expr.op == "OR"  # the operand value that decides the junction at once
     undefined = False
     failure: CqEvaluationError | None = None
     for operand in expr.operands:
         try:
-            result = evaluate(operand, value)
+            result = evaluate(operand, value, likes)
         except CqEvaluationError as exc:
             failure = failure or exc
             continue
@@ -214,8 +310,8 @@ def _negate(result: Any) -> Any:
     raise CqEvaluationError(f"{type(result).__name__} cannot be negated")
 
 
-def _membership(expr: Membership, value: Any) -> Any:
-    element = evaluate(expr.element, value)
+def _membership(expr: Membership, value: Any, likes: LikePatterns) -> Any:
+    element = evaluate(expr.element, value, likes)
     if isinstance(expr.collection, Path):
         collection = read_path(value, expr.collection.attributes)
         if collection is None or collection is UNDEFINED:
@@ -224,15 +320,18 @@ def _membership(expr: Membership, value: Any) -> Any:
             raise CqEvaluationError(f"IN needs a collection, got {type(collection).__name__}")
         members: Any = collection
     else:
-        members = (evaluate(m, value) for m in expr.collection)
+        members = (evaluate(m, value, likes) for m in expr.collection)
     # "=" never raises: values of different kinds are just not equal.
     return any(compare(element, member, "=") is True for member in members)
 
 
 def like_pattern(pattern: str) -> Any:
     """Compile a LIKE pattern (Geode ``CompiledLike.getRegexPattern``): ``%`` matches any
-    run of characters, ``_`` any one, a backslash makes the next character literal. RE2
-    runs it in time linear in the value's length."""
+    run of characters, ``_`` any one, a backslash makes the next character literal.
+
+    Raises:
+        re2.error: the pattern does not compile within RE2's memory budget of 1 MiB.
+    """
     parts: list[str] = []
     escaped = False
     for char in pattern:
@@ -251,26 +350,33 @@ def like_pattern(pattern: str) -> Any:
         parts.append(re2.escape("\\"))
     options = re2.Options()
     options.dot_nl = True
+    options.max_mem = _LIKE_MAX_MEM_BYTES
     options.log_errors = False
     return re2.compile("".join(parts), options)
 
 
-_LIKE_CACHE: dict[str, Any] = {}
-_LIKE_CACHE_MAX: Final = 1024
+def like_program_size(compiled: Any) -> int:
+    """The RE2 instructions of a compiled LIKE pattern (forward or reverse, the larger)."""
+    return int(max(compiled.programsize, compiled.reverseprogramsize))
 
 
-def _like(expr: Like, value: Any) -> Any:
-    operand = evaluate(expr.operand, value)
+def _like(expr: Like, value: Any, likes: LikePatterns) -> Any:
+    operand = evaluate(expr.operand, value, likes)
     if operand is None or operand is UNDEFINED:
         return UNDEFINED
     if not isinstance(operand, str):
         return False
-    compiled = _LIKE_CACHE.get(expr.pattern)
-    if compiled is None:
-        if len(_LIKE_CACHE) >= _LIKE_CACHE_MAX:
-            _LIKE_CACHE.clear()
-        compiled = _LIKE_CACHE[expr.pattern] = like_pattern(expr.pattern)
-    return compiled.fullmatch(operand) is not None
+    return likes.fullmatch(expr.pattern, operand)
 
 
-__all__ = ["compare", "evaluate", "like_pattern", "read_path", "selects"]
+__all__ = [
+    "MAX_LIKE_PROGRAM_SIZE",
+    "MAX_LIKE_WORK",
+    "LikePatterns",
+    "compare",
+    "evaluate",
+    "like_pattern",
+    "like_program_size",
+    "read_path",
+    "selects",
+]

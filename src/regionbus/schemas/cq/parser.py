@@ -13,14 +13,22 @@ import functools
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
+import re2
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from regionbus.schemas.cq.evaluate import selects
+from regionbus.schemas.cq.evaluate import (
+    MAX_LIKE_PROGRAM_SIZE,
+    LikePatterns,
+    like_pattern,
+    like_program_size,
+    selects,
+)
 from regionbus.schemas.cq.rules import (
     BIND_PARAMETER,
     DISTINCT,
     GROUP_BY,
+    LIKE_PATTERN,
     LIMIT,
     ONE_ITERATOR,
     ONE_REGION,
@@ -51,6 +59,12 @@ MAX_CQ_QUERY_CHARS: Final = 4096
 """Longest query text accepted: it bounds the predicate each change is evaluated against
 on the servers' thread (Geode sets no limit)."""
 
+MAX_CQ_NESTING: Final = 100
+"""Deepest the parsed query may nest (parentheses, NOT, AND/OR, comparisons each add a level
+or two; a plain query of a few predicates nests about 20). Checked here, where the client
+and the servers parse, before anything walks the query recursively: past some 980 levels
+Python's recursion limit was met, at the client or only at the server."""
+
 _REGION_ATTRIBUTES: Final = ("entries", "entryset", "values", "keys", "keyset")
 """What follows a region path in ``/r.entries`` and the like: an iterator over something
 other than the region's values, which CQs refuse (Geode: "CQ queries must have a region
@@ -67,21 +81,24 @@ class ParsedCq(NamedTuple):
             `regionbus.schemas.cq.syntax.normalized`), None when there is none.
         canonical: The canonical query text: equal for equivalent queries, so the servers
             evaluate them once.
+        likes: Its LIKE patterns, compiled (they live as long as the query is held).
     """
 
     query: str
     region: str
     predicate: Expr | None
     canonical: str
+    likes: LikePatterns | None = None
 
     def selects(self, value: Any) -> bool:
         """Whether ``value`` is in the result set (see
         `regionbus.schemas.cq.evaluate.selects`).
 
         Raises:
-            CqEvaluationError: the predicate cannot be evaluated on this value.
+            CqEvaluationError: the predicate cannot be evaluated on this value, or its
+                LIKEs would read too much of it.
         """
-        return selects(self.predicate, value)
+        return selects(self.predicate, value, self.likes)
 
 
 @functools.cache
@@ -102,8 +119,11 @@ def parse_cq(query: object) -> ParsedCq:
         The parsed query.
 
     Raises:
-        CqInvalidError: the query does not parse (rule ``syntax``) or breaks a rule of the
-            CQ subset; ``rule`` names it (see :mod:`regionbus.schemas.cq.rules`).
+        CqInvalidError: the query does not parse or nests deeper than
+            :data:`MAX_CQ_NESTING` (rule ``syntax``), breaks a rule of the CQ subset, or
+            its LIKE patterns compile larger than
+            `regionbus.schemas.cq.evaluate.MAX_LIKE_PROGRAM_SIZE` together (rule
+            ``like-pattern``); ``rule`` names it (see :mod:`regionbus.schemas.cq.rules`).
     """
     if not isinstance(query, str):
         raise CqInvalidError(
@@ -124,9 +144,27 @@ def parse_cq(query: object) -> ParsedCq:
         ) from None
     except RecursionError:
         raise CqInvalidError("the query nests too deeply", rule=SYNTAX, query=query) from None
+    depth = _depth(tree)
+    if depth > MAX_CQ_NESTING:
+        raise CqInvalidError(
+            f"the query nests {depth} levels deep, more than {MAX_CQ_NESTING}",
+            rule=SYNTAX,
+            query=query,
+        )
     select = tree.children[-1]
     assert isinstance(select, Tree)
     return _Checker(query).check(select)
+
+
+def _depth(tree: Tree) -> int:
+    """How deep a parse tree nests, walked without recursion."""
+    deepest = 0
+    stack: list[tuple[Tree, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+    return deepest
 
 
 def _unexpected(exc: UnexpectedInput) -> str:
@@ -143,6 +181,7 @@ class _Checker:
     def __init__(self, query: str) -> None:
         self._query = query
         self._alias: str | None = None
+        self._likes: dict[str, tuple[Any, int]] = {}
 
     def refuse(self, rule: str, message: str) -> CqInvalidError:
         return CqInvalidError(f"{message} (rule {rule})", rule=rule, query=self._query)
@@ -176,7 +215,27 @@ class _Checker:
         if any(True for _ in select.find_data("bind_parameter")):
             raise self.refuse(BIND_PARAMETER, "CQ queries do not support bind parameters")
         predicate = None if where is None else normalized(self._expr(where.children[1]))
-        return ParsedCq(self._query, region, predicate, canonical_text(region, predicate))
+        likes = LikePatterns(self._likes)
+        if likes.program_size > MAX_LIKE_PROGRAM_SIZE:
+            raise self.refuse(
+                LIKE_PATTERN,
+                f"the LIKE patterns compile to {likes.program_size} instructions, more than "
+                f"{MAX_LIKE_PROGRAM_SIZE}",
+            )
+        return ParsedCq(self._query, region, predicate, canonical_text(region, predicate), likes)
+
+    def _like(self, pattern: str) -> None:
+        """Compile a LIKE pattern once per query, within RE2's memory budget."""
+        if pattern in self._likes:
+            return
+        try:
+            compiled = like_pattern(pattern)
+        except re2.error:
+            shown = pattern if len(pattern) <= 80 else f"{pattern[:80]}..."
+            raise self.refuse(
+                LIKE_PATTERN, f"LIKE pattern {shown!r} does not compile within 1 MiB"
+            ) from None
+        self._likes[pattern] = (compiled, like_program_size(compiled))
 
     def _iterator(self, iterator: Tree) -> str:
         alias_tree: Tree | None
@@ -235,6 +294,7 @@ class _Checker:
             if not (isinstance(pattern, Tree) and pattern.data == "string"):
                 raise self.refuse(UNSUPPORTED_EXPRESSION, "LIKE needs a string literal pattern")
             like = Like(self._expr(operand), str(_literal("string", pattern)))
+            self._like(like.pattern)
             return Not(like) if negated else like
         if data == "function_call":
             name = _name(node.children[0])

@@ -39,6 +39,10 @@ UNSUPPORTED_EXPRESSION: Final = "unsupported-expression"
 """A function or method call other than ``IS_DEFINED`` / ``IS_UNDEFINED``, an ``IN`` set
 of non-literals, a LIKE pattern that is not a string literal."""
 
+LIKE_PATTERN: Final = "like-pattern"
+"""LIKE patterns that compile larger than RE2 may run on every change within bounds
+(`regionbus.schemas.cq.evaluate.MAX_LIKE_PROGRAM_SIZE`; Geode sets none)."""
+
 CQ_RULES: Final = (
     SYNTAX,
     DISTINCT,
@@ -52,6 +56,7 @@ CQ_RULES: Final = (
     LIMIT,
     BIND_PARAMETER,
     UNSUPPORTED_EXPRESSION,
+    LIKE_PATTERN,
 )
 """Every rule, in the order a query is checked."""
 
@@ -60,6 +65,7 @@ __all__ = [
     "CQ_RULES",
     "DISTINCT",
     "GROUP_BY",
+    "LIKE_PATTERN",
     "LIMIT",
     "ONE_ITERATOR",
     "ONE_REGION",
