@@ -12,7 +12,7 @@ import redis
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
-from regionbus.clients.interest import regex_interest
+from regionbus.clients.interest import keys_interest, regex_interest
 from regionbus.clients.server_proxy import ServerRegionProxy
 from regionbus.schemas.callbacks import CacheListener, EntryEvent
 from regionbus.schemas.errors import BulkOperationError, RequestLimitError, ValueTooLargeError
@@ -65,6 +65,41 @@ def test_a_client_holds_at_most_the_regex_limit_and_a_server_refuses_one_more(
     with pytest.raises(RequestLimitError, match="regexes per client"):
         remote.interest(OperationKind.REGISTER_INTEREST, regex_interest("one-more-.*"))
     assert cache_server.registry.table.regexes_of(cache.client_id) == MAX_REGEXES_PER_CLIENT
+
+
+def test_a_client_holds_at_most_the_key_limit_over_its_calls_and_a_server_refuses_more(
+    server_settings: ServerSettings, client_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit of keys per call alone let three calls of 100,000 keys grow a server by
+    160 MB. Here the limit is 1,000 (the real one, 250,000, takes minutes to reach)."""
+    limit = 1_000
+    monkeypatch.setattr("regionbus.clients.interest.MAX_KEYS_PER_CLIENT", limit)
+    monkeypatch.setattr("regionbus.broker.handlers.MAX_KEYS_PER_CLIENT", limit)
+    cache_server = CacheServer(server_settings.model_copy(update={"regions": ["r", "r2"]}))
+    cache_server.start()
+    try:
+        _hold_keys_up_to(cache_server, client_factory(), limit)
+    finally:
+        cache_server.stop()
+
+
+def _hold_keys_up_to(cache_server: CacheServer, cache: Any, limit: int) -> None:
+    region = cache.create_region("r")
+    other = cache.create_region("r2")
+    region.register_interest([f"k{i}" for i in range(600)])
+    region.register_interest([f"k{i}" for i in range(300, 700)])  # 100 new keys
+    with pytest.raises(RequestLimitError, match="keys per client") as refused:
+        other.register_interest([f"k{i}" for i in range(301)])
+    assert (refused.value.limit, refused.value.requested) == (limit, 1_001)
+    other.register_interest([f"k{i}" for i in range(300)])
+    assert cache_server.registry.table.keys_of(cache.client_id) == limit
+    # A request that skips the region's check is refused by the servers, bucket by bucket.
+    remote = ServerRegionProxy(cache, "r2", "json")
+    with pytest.raises(RequestLimitError, match="keys per client"):
+        remote.interest(
+            OperationKind.REGISTER_INTEREST, keys_interest([f"x{i}" for i in range(50)])
+        )
+    assert cache_server.registry.table.keys_of(cache.client_id) == limit
 
 
 def test_a_bulk_verdict_reports_failed_only_what_was_not_applied(

@@ -34,7 +34,7 @@ from regionbus.schemas.errors import (
     SerializationError,
 )
 from regionbus.schemas.interest_regex import compile_interest_regex
-from regionbus.schemas.limits import MAX_REGEXES_PER_CLIENT, check_count
+from regionbus.schemas.limits import MAX_KEYS_PER_CLIENT, MAX_REGEXES_PER_CLIENT, check_count
 from regionbus.schemas.messages import (
     Entry,
     EventKind,
@@ -187,6 +187,13 @@ class OperationHandlers:
         keys = [
             k for k in spec.keys if bucket_of(op.region, k, self._settings.total_buckets) == bucket
         ]
+        table = self._registry.table
+        if spec.kind is InterestKind.KEYS:
+            check_count(
+                "keys per client",
+                table.keys_of(op.client_id) + table.new_keys(op.client_id, op.region, keys),
+                MAX_KEYS_PER_CLIENT,
+            )
         if spec.kind is InterestKind.REGEX and not self._registry.table.has_regex(
             op.client_id, op.region, spec.regex or ""
         ):

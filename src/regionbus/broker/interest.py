@@ -163,6 +163,16 @@ class InterestTable:
         else:
             self._regex_counts.pop(client_id, None)
 
+    def keys_of(self, client_id: str) -> int:
+        """How many keys a client holds registered here, over every region."""
+        return sum(len(ri.keys_of.get(client_id, ())) for ri in self._regions.values())
+
+    def new_keys(self, client_id: str, region: str, keys: Iterable[str]) -> int:
+        """How many of ``keys`` the client does not hold registered on the region yet."""
+        ri = self._regions.get(region)
+        held = ri.keys_of.get(client_id, set()) if ri is not None else set()
+        return sum(1 for key in set(keys) if key not in held)
+
     def regexes_of(self, client_id: str) -> int:
         """How many regex registrations a client holds, over every region."""
         return self._regex_counts.get(client_id, 0)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
+from regionbus.clients.interest import registered_keys
 from regionbus.clients.pool import Pool
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import Region, RegionShortcut
@@ -387,6 +388,11 @@ class ClientCache:
         self._check_open()
         if self.subscription is None:
             raise UnconnectedError("subscription_enabled is False: this client has no queue")
+
+    def key_registrations(self) -> int:
+        """How many keys this cache holds registered, over all its regions (at most
+        `regionbus.schemas.limits.MAX_KEYS_PER_CLIENT`)."""
+        return sum(len(registered_keys(r.interest)) for r in self.regions)
 
     def regex_registrations(self) -> int:
         """How many regex registrations this cache holds, over all its regions (at most

@@ -19,6 +19,7 @@ from regionbus.clients.arguments import check_interest
 from regionbus.clients.local_store import LocalStore
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
 from regionbus.schemas.limits import (
+    MAX_KEYS_PER_CLIENT,
     MAX_KEYS_PER_REGISTRATION,
     MAX_REGEXES_PER_CLIENT,
     check_count,
@@ -39,6 +40,11 @@ class _AllKeys:
 ALL_KEYS: Any = _AllKeys()
 """Pass to ``register_interest`` for every key of the region (Geode ``"ALL_KEYS"``; that
 string is accepted too)."""
+
+
+def registered_keys(specs: Iterable[InterestSpec]) -> set[str]:
+    """The keys of the key registrations among ``specs``."""
+    return {key for spec in specs if spec.kind is InterestKind.KEYS for key in spec.keys}
 
 
 def keys_interest(
@@ -96,6 +102,10 @@ class RegionInterest:
         with self._lock:
             return list(self._specs)
 
+    def keys(self) -> set[str]:
+        """The keys of this region's key registrations."""
+        return registered_keys(self.specs)
+
     def register(self, spec: InterestSpec) -> None:
         """Drop the local entries ``spec`` may affect, add it on the server, and load what
         its policy asks for (no listener fires).
@@ -106,11 +116,17 @@ class RegionInterest:
             UnconnectedError: the cache is closed or has no subscription queue.
             InvalidInterestError, InvalidKeyError: ``spec`` is refused (nothing is sent).
             RequestLimitError: more keys than `regionbus.schemas.limits.MAX_KEYS_PER_REGISTRATION`,
-                or a regex past the client's `regionbus.schemas.limits.MAX_REGEXES_PER_CLIENT`
-                (nothing is sent).
+                keys past the client's `regionbus.schemas.limits.MAX_KEYS_PER_CLIENT`, or a
+                regex past its `regionbus.schemas.limits.MAX_REGEXES_PER_CLIENT` (nothing is
+                sent).
         """
         check_interest(spec)
         check_count("keys per registration", len(spec.keys), MAX_KEYS_PER_REGISTRATION)
+        if spec.kind is InterestKind.KEYS:
+            new = len(set(spec.keys) - self.keys())
+            check_count(
+                "keys per client", self._cache.key_registrations() + new, MAX_KEYS_PER_CLIENT
+            )
         if spec.kind is InterestKind.REGEX and spec not in self.specs:
             check_count(
                 "regexes per client", self._cache.regex_registrations() + 1, MAX_REGEXES_PER_CLIENT

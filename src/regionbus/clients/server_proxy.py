@@ -74,6 +74,10 @@ class CacheConnection(Protocol):
         """How many regex registrations the cache holds, over all its regions."""
         ...
 
+    def key_registrations(self) -> int:
+        """How many keys the cache holds registered, over all its regions."""
+        ...
+
     def forget_region(self, name: str) -> None:
         """Remove a destroyed region from the cache."""
         ...

@@ -34,6 +34,12 @@ behind: ``bench.fleet`` measured another client's put p99 at 65-79 ms during a
 registration of 100,000 keys (which took 1.5-1.7 s), against about 110 ms with 1,000
 keys and 4 in flight (1.1 s)."""
 
+MAX_KEYS_PER_CLIENT: Final = 250_000
+"""Keys one client may hold registered, over all its regions and calls: the per-call limit
+alone let a client grow a server by 160 MB in three calls of 100,000. 250,000 keys are
+about 130 MiB of a server's memory; a year of one airport's flights (some 120,000) fits.
+A server counts the keys of the buckets it holds."""
+
 REGISTRATION_MESSAGES_IN_FLIGHT: Final = 2
 """Registration operations of one call sent and not yet answered, at most: one being
 worked on while the next travels."""
@@ -83,6 +89,7 @@ __all__ = [
     "BULK_SEND_GROUP",
     "KEYS_PER_REGISTRATION_MESSAGE",
     "MAX_BULK_ENTRIES",
+    "MAX_KEYS_PER_CLIENT",
     "MAX_KEYS_PER_REGISTRATION",
     "MAX_REGEXES_PER_CLIENT",
     "REGISTRATION_MESSAGES_IN_FLIGHT",
