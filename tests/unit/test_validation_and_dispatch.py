@@ -15,6 +15,7 @@ from regionbus.schemas.errors import InvalidInterestError, InvalidOperationError
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
+from regionbus.schemas.operation_kinds import kind_row
 
 SETTINGS = ServerSettings(namespace="unit", total_buckets=16, max_value_size_bytes=64)
 
@@ -92,10 +93,10 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
     handlers = OperationHandlers(settings=SETTINGS, entries=entries, expiration=expiration, **parts)
     assert set(handlers.table) == set(OperationKind)
     for kind in OperationKind:
-        if kind.is_expiration:
+        if kind_row(kind).expiration:
             assert handlers.table[kind] == expiration.apply
         else:
-            assert (handlers.table[kind] == entries.add) is kind.is_entry_operation
+            assert (handlers.table[kind] == entries.add) is kind_row(kind).batched
 
 
 EXPIRY_ID = EventID(EXPIRY_MEMBER, EXPIRY_THREAD, 7, BUCKET)

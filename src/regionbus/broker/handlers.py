@@ -46,6 +46,7 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import bucket_of, region_bucket
+from regionbus.schemas.operation_kinds import kind_row
 
 Handler = Callable[[Operation, int, int], None]
 """``handler(operation, bucket, offset)``: the bucket (partition) and offset it was read at."""
@@ -124,7 +125,7 @@ class OperationHandlers:
         Raises:
             RegionBusError: the handler refused the operation (the caller replies it).
         """
-        if op.kind.is_expiration or not op.kind.is_entry_operation:
+        if not kind_row(op.kind).batched:
             self._entries.apply()
         self.table[op.kind](op, bucket, offset)
 

@@ -33,7 +33,8 @@ import enum
 from typing import Final, NamedTuple
 
 from regionbus.schemas.errors import ConfigurationError
-from regionbus.schemas.messages import InterestKind, Operation, OperationKind
+from regionbus.schemas.messages import InterestKind, Operation
+from regionbus.schemas.operation_kinds import Access, kind_row
 
 WILDCARD: Final = "*"
 
@@ -138,46 +139,35 @@ def data_read(region: str, key: str = WILDCARD) -> ResourcePermission:
     return ResourcePermission(Resource.DATA, Action.READ, region, key)
 
 
-_READ_REGION: Final = (
-    OperationKind.UNREGISTER_INTEREST,
-    OperationKind.KEYS,
-    OperationKind.EXECUTE_CQ,
-    OperationKind.STOP_CQ,
-    OperationKind.CLOSE_CQ,
-)
-_CLIENT_LIFECYCLE: Final = (
-    OperationKind.READY_FOR_EVENTS,
-    OperationKind.DISCONNECT,
-    OperationKind.GET_DURABLE_CQS,
-)
-
-
 def required_permissions(op: Operation) -> tuple[ResourcePermission, ...]:
-    """The permissions an operation needs (all of them), per the table in this module.
+    """The permissions an operation needs (all of them), by its kind's
+    `regionbus.schemas.operation_kinds.Access`.
 
     Args:
         op: A decoded operation.
 
     Returns:
-        The permissions; empty for client lifecycle operations.
+        The permissions; empty for client lifecycle operations; one no client principal
+        holds for what only the servers produce.
     """
     region = op.region
-    if op.kind.is_entry_change:
+    access = kind_row(op.kind).access
+    if access is Access.WRITE_KEY:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region, op.key or WILDCARD),)
-    if op.kind in (OperationKind.CLEAR, OperationKind.INVALIDATE_REGION):
+    if access is Access.WRITE_REGION:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region),)
-    if op.kind is OperationKind.DESTROY_REGION:
+    if access is Access.MANAGE_REGION:
         return (ResourcePermission(Resource.DATA, Action.MANAGE, region),)
-    if op.kind is OperationKind.GET:
+    if access is Access.READ_KEY:
         return (data_read(region, op.key or WILDCARD),)
-    if op.kind is OperationKind.REGISTER_INTEREST:
+    if access is Access.READ_KEYS_OF_INTEREST:
         spec = op.interest
         if spec is not None and spec.kind is InterestKind.KEYS and spec.keys:
             return tuple(data_read(region, k) for k in spec.keys)
         return (data_read(region),)
-    if op.kind in _READ_REGION:
+    if access is Access.READ_REGION:
         return (data_read(region),)
-    if op.kind in _CLIENT_LIFECYCLE:
+    if access is Access.NONE:
         return ()
     return (ResourcePermission(Resource.ALL, Action.ALL, region),)
 

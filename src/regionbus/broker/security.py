@@ -36,6 +36,7 @@ from regionbus.broker.permissions import (
 from regionbus.broker.principals import SERVER_PRINCIPAL, Principal, PrincipalStore
 from regionbus.schemas.errors import AuthenticationError, NotAuthorizedError
 from regionbus.schemas.messages import Control, Operation
+from regionbus.schemas.operation_kinds import kind_row
 from regionbus.schemas.signing import HeaderList, Headers, Signer, parse_headers, signed_headers
 
 audit = logging.getLogger("regionbus.audit")
@@ -156,7 +157,7 @@ class SecurityGuard:
         """
         if principal.name == SERVER_PRINCIPAL:
             return
-        if op.kind.is_expiration:
+        if kind_row(op.kind).expiration:
             raise NotAuthorizedError(
                 f"{op.kind.value} is produced by bucket primaries only, not by principal "
                 f"{principal.name!r}"

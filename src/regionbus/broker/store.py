@@ -38,20 +38,15 @@ from regionbus.broker.store_results import (
 )
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
+from regionbus.schemas.callbacks import region_event_kind
 from regionbus.schemas.eventid import EventID
-from regionbus.schemas.messages import Entry, EventKind, OperationKind
+from regionbus.schemas.messages import Entry, OperationKind
 from regionbus.schemas.naming import RedisKeys, bucket_role, entry_version, region_bucket
 
 APPLY_CALL_MAX_CHANGES: Final = 500
 """Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
 runs (lease renewals of every server included), so a poll batch of many put_all chunks
 is cut into calls of a few milliseconds each, still in one round trip."""
-
-_REGION_EVENT: Final = {
-    OperationKind.CLEAR: EventKind.REGION_CLEAR,
-    OperationKind.DESTROY_REGION: EventKind.REGION_DESTROY,
-    OperationKind.INVALIDATE_REGION: EventKind.REGION_INVALIDATE,
-}
 
 
 _ENTRY_KEYS_CACHED: Final = 4096
@@ -457,7 +452,7 @@ class RegionStore:
                 )
 
         self.execute(each_bucket, range(self.total_buckets))
-        result = f"{_REGION_EVENT[kind].value}|{entry_version(generation, 0)}"
+        result = f"{region_event_kind(kind).value}|{entry_version(generation, 0)}"
         (finished,) = self.execute(
             lambda pipe: self._region_finish.queue(
                 pipe,

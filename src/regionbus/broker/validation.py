@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 from regionbus.broker.config import ServerSettings
 from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.cq_checks import check_cq_name
@@ -12,15 +10,9 @@ from regionbus.schemas.errors import CqInvalidError, InvalidOperationError, Valu
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.limits import KEYS_PER_REGISTRATION_MESSAGE, check_count
-from regionbus.schemas.messages import InterestKind, Operation, OperationKind
+from regionbus.schemas.messages import InterestKind, Operation
 from regionbus.schemas.naming import bucket_of
-
-_CLIENT_WIDE: Final = (
-    OperationKind.READY_FOR_EVENTS,
-    OperationKind.DISCONNECT,
-    OperationKind.GET_DURABLE_CQS,
-)
-"""Operations about a client, not a region: their region is empty."""
+from regionbus.schemas.operation_kinds import Scope, kind_row
 
 
 def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
@@ -50,10 +42,11 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             or (to execute) a query outside the CQ subset or of another region.
     """
     kind = op.kind
-    if kind not in _CLIENT_WIDE:
+    row = kind_row(kind)
+    if row.scope is not Scope.CLIENT:
         check_region_name(op.region)
     check_value_size(None, op.callback_argument)
-    if kind.is_entry_operation:
+    if row.scope is Scope.ENTRY:
         if op.key is None:
             raise InvalidOperationError(f"{kind.value} needs a key")
         check_key(op.key)
@@ -62,11 +55,9 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             raise InvalidOperationError(
                 f"key {op.key!r} of region {op.region!r} belongs to bucket {expected}, not {bucket}"
             )
-    if (kind.is_entry_change or kind.is_region_change or kind.is_expiration) and (
-        op.event_id is None
-    ):
+    if row.change and op.event_id is None:
         raise InvalidOperationError(f"{kind.value} needs an EventID")
-    if op.event_id is not None and kind.is_expiration != (
+    if op.event_id is not None and row.expiration != (
         op.event_id.member == EXPIRY_MEMBER and op.event_id.thread == EXPIRY_THREAD
     ):
         # The expirations' EventID thread is theirs alone: another operation in it would
@@ -75,15 +66,15 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             f"{kind.value} with EventID {op.event_id}: only an expiration, and every "
             f"expiration, has member {EXPIRY_MEMBER!r} and thread {EXPIRY_THREAD}"
         )
-    if kind is OperationKind.PUT:
+    if row.needs_value:
         if op.value is None:
-            raise InvalidOperationError("PUT needs a value")
+            raise InvalidOperationError(f"{kind.value} needs a value")
         if len(op.value) > settings.max_value_size_bytes:
             raise ValueTooLargeError(
                 f"value of {len(op.value)} bytes exceeds max_value_size_bytes="
                 f"{settings.max_value_size_bytes}"
             )
-    if kind in (OperationKind.REGISTER_INTEREST, OperationKind.UNREGISTER_INTEREST):
+    if row.needs_interest:
         if op.interest is None:
             raise InvalidOperationError(f"{kind.value} needs an interest spec")
         if op.interest.kind is InterestKind.REGEX:
@@ -93,11 +84,11 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
         )
         for key in op.interest.keys:
             check_key(key)
-    if kind.is_cq_operation:
+    if row.needs_cq:
         if op.cq is None:
             raise InvalidOperationError(f"{kind.value} needs a CQ")
         check_cq_name(op.cq.name)
-        if kind is OperationKind.EXECUTE_CQ:
+        if row.parses_query:
             parsed = parse_cq(op.cq.query)
             if parsed.region != op.region:
                 raise CqInvalidError(

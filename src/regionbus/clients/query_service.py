@@ -140,7 +140,7 @@ class QueryService:
             UnconnectedError: the cache is closed.
         """
         proxy = ServerRegionProxy(self._cache, "", "")
-        op = proxy.operation(OperationKind.GET_DURABLE_CQS, with_event_id=False)
+        op = proxy.operation(OperationKind.GET_DURABLE_CQS)
         return list(proxy.one(op, 0).cq_names)
 
     # --- from the cache ----------------------------------------------------------------

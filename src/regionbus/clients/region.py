@@ -119,7 +119,7 @@ class Region:
             if local is not None:
                 assert local.value is not None
                 return self._values.decode(local.value, local.serializer)
-        op = self._server.operation(OperationKind.GET, key=key, with_event_id=False)
+        op = self._server.operation(OperationKind.GET, key=key)
         reply = self._server.one(op, self._server.bucket(key))
         if not reply.found or reply.value is None:
             return None

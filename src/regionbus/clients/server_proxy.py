@@ -33,6 +33,7 @@ from regionbus.schemas.messages import (
     Reply,
 )
 from regionbus.schemas.naming import bucket_of, region_bucket
+from regionbus.schemas.operation_kinds import kind_row
 
 if TYPE_CHECKING:
     from regionbus.clients.pool import Pool
@@ -156,7 +157,6 @@ class ServerRegionProxy:
         value: bytes | None = None,
         callback_argument: bytes | None = None,
         interest: InterestSpec | None = None,
-        with_event_id: bool = True,
         bucket: int = -1,
         request_id: int | None = None,
         cq: CqSpec | None = None,
@@ -166,8 +166,6 @@ class ServerRegionProxy:
         Args:
             kind: What to do.
             key, value, callback_argument, interest, cq: Its fields, where the kind has them.
-            with_event_id: Give it a new EventID of the calling thread (every change has
-                one; reads do not).
             bucket: The bucket the EventID is widened with.
             request_id: Share a request id across several operations; None for a new one.
         """
@@ -178,7 +176,8 @@ class ServerRegionProxy:
             kind=kind,
             region=self.region,
             timestamp_ms=int(time.time() * 1000),
-            event_id=pool.next_event_id(bucket) if with_event_id else None,
+            # Every change has an EventID of the calling thread; nothing else has one.
+            event_id=pool.next_event_id(bucket) if kind_row(kind).change else None,
             key=key,
             value=value,
             serializer=self.serializer_name if value is not None else None,
@@ -226,7 +225,7 @@ class ServerRegionProxy:
         request_id = self._cache.pool.next_request_id()
         ops = [
             (
-                self.operation(kind, with_event_id=False, request_id=request_id, cq=cq),
+                self.operation(kind, request_id=request_id, cq=cq),
                 b,
             )
             for b in range(self._cache.total_buckets)
@@ -286,7 +285,7 @@ class ServerRegionProxy:
             request_id = self._cache.pool.next_request_id()
             ops = [
                 (
-                    self.operation(kind, interest=spec, with_event_id=False, request_id=request_id),
+                    self.operation(kind, interest=spec, request_id=request_id),
                     b,
                 )
                 for b in range(self._cache.total_buckets)
@@ -333,7 +332,7 @@ class ServerRegionProxy:
             step = KEYS_PER_REGISTRATION_MESSAGE
             for i in range(0, len(bucket_keys), step):
                 chunk = spec._replace(keys=tuple(bucket_keys[i : i + step]))
-                ops.append((self.operation(kind, interest=chunk, with_event_id=False), bucket))
+                ops.append((self.operation(kind, interest=chunk), bucket))
         return ops
 
     def _undo(self, registered: Sequence[tuple[Operation, int]], cause: RegionBusError) -> None:
@@ -342,9 +341,7 @@ class ServerRegionProxy:
         says whether that was confirmed."""
         undo = [
             (
-                self.operation(
-                    OperationKind.UNREGISTER_INTEREST, interest=op.interest, with_event_id=False
-                ),
+                self.operation(OperationKind.UNREGISTER_INTEREST, interest=op.interest),
                 bucket,
             )
             for op, bucket in registered

@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple
 from regionbus.schemas.errors import CacheWriterError
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Event, EventKind, OperationKind
+from regionbus.schemas.operation_kinds import kind_row
 
 ValueDecoder = Callable[[bytes | None, str | None], Any]
 """Turns a value's bytes and serializer name into the application's value."""
@@ -213,10 +214,15 @@ BEFORE: Final[Mapping[EventKind, str]] = {
 
 def region_event_kind(kind: OperationKind) -> EventKind:
     """The region event a region operation causes (CLEAR -> REGION_CLEAR, DESTROY_REGION ->
-    REGION_DESTROY, INVALIDATE_REGION -> REGION_INVALIDATE)."""
-    if kind is OperationKind.INVALIDATE_REGION:
-        return EventKind.REGION_INVALIDATE
-    return EventKind.REGION_CLEAR if kind is OperationKind.CLEAR else EventKind.REGION_DESTROY
+    REGION_DESTROY, INVALIDATE_REGION -> REGION_INVALIDATE: its row's ``region_event``).
+
+    Raises:
+        ValueError: ``kind`` is not a region change.
+    """
+    event = kind_row(kind).region_event
+    if event is None:
+        raise ValueError(f"{kind.value} is not a region change")
+    return event
 
 
 def notify_listeners(

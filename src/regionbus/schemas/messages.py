@@ -17,7 +17,8 @@ from regionbus.schemas.eventid import EventID
 
 class OperationKind(enum.Enum):
     """What a client asks of the server (SPEC §1, §3); the ``EXPIRE_*`` kinds are what a
-    bucket's primary asks of itself."""
+    bucket's primary asks of itself. What each kind is (its scope, whether it is a change,
+    the permission it needs, ...) is its row in `regionbus.schemas.operation_kinds`."""
 
     PUT = "PUT"
     DESTROY = "DESTROY"
@@ -45,54 +46,6 @@ class OperationKind(enum.Enum):
     """Remove a continuous query (Geode ``CloseCQ``)."""
     GET_DURABLE_CQS = "GET_DURABLE_CQS"
     """The names of the client's durable CQs the servers hold (Geode ``GetDurableCQs``)."""
-
-    @property
-    def is_entry_change(self) -> bool:
-        """True for the changes of one entry (put, destroy, invalidate)."""
-        return self in _ENTRY_CHANGES
-
-    @property
-    def is_entry_operation(self) -> bool:
-        """True for what names one key and lives in that key's bucket: the entry changes,
-        ``GET`` and the expirations."""
-        return self in _ENTRY_CHANGES or self is OperationKind.GET or self in _EXPIRATIONS
-
-    @property
-    def is_expiration(self) -> bool:
-        """True for the expirations a bucket's primary produces (``EXPIRE_*``), which no
-        client may send."""
-        return self in _EXPIRATIONS
-
-    @property
-    def is_region_change(self) -> bool:
-        """True for the changes of a whole region (clear, destroy), ordered in the region's
-        bucket (`regionbus.schemas.naming.region_bucket`)."""
-        return self in _REGION_CHANGES
-
-    @property
-    def changes_interest(self) -> bool:
-        """True for what changes a client's interest list on a bucket's primary."""
-        return self in _INTEREST_CHANGES
-
-    @property
-    def is_cq_operation(self) -> bool:
-        """True for what executes, stops or closes one of a client's continuous queries."""
-        return self in _CQ_CHANGES
-
-
-_ENTRY_CHANGES = frozenset({OperationKind.PUT, OperationKind.DESTROY, OperationKind.INVALIDATE})
-_EXPIRATIONS = frozenset({OperationKind.EXPIRE_DESTROY, OperationKind.EXPIRE_INVALIDATE})
-_REGION_CHANGES = frozenset(
-    {OperationKind.CLEAR, OperationKind.DESTROY_REGION, OperationKind.INVALIDATE_REGION}
-)
-_CQ_CHANGES = frozenset({OperationKind.EXECUTE_CQ, OperationKind.STOP_CQ, OperationKind.CLOSE_CQ})
-_INTEREST_CHANGES = frozenset(
-    {
-        OperationKind.REGISTER_INTEREST,
-        OperationKind.UNREGISTER_INTEREST,
-        OperationKind.DISCONNECT,
-    }
-)
 
 
 class EventKind(enum.Enum):

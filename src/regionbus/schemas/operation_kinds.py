@@ -1,0 +1,149 @@
+"""One row per operation kind: what an operation of that kind is, in one place.
+
+Validation (`regionbus.broker.validation`), permissions (`regionbus.broker.permissions`),
+the server's batch of entry operations (`regionbus.broker.handlers`), the event a region
+change causes (`regionbus.schemas.callbacks.region_event_kind`, the store) and the client's
+operation builder (`regionbus.clients.server_proxy.ServerRegionProxy.operation`) all read
+this table, so a new kind is its row, its Lua branch where it changes Redis, its handler
+and its client method. ``tests/unit/test_operation_kinds.py`` checks that every kind has a
+row and that the rows agree with themselves.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from regionbus.schemas.messages import EventKind, OperationKind
+
+
+class Scope(enum.Enum):
+    """What an operation is about, and so which bucket reads it."""
+
+    ENTRY = "entry"
+    """One key of a region, read in that key's bucket (``bucket_of(region, key)``)."""
+    REGION_CHANGE = "region change"
+    """A whole region's entries, read in the region's bucket (``region_bucket``)."""
+    REGION = "region"
+    """A region, in the buckets the client sends it to (each answers for its part)."""
+    CLIENT = "client"
+    """The client itself; its region is empty."""
+
+
+class Access(enum.Enum):
+    """The permission an operation needs (Geode's ``ResourcePermission``s, per
+    `regionbus.broker.permissions`)."""
+
+    WRITE_KEY = "DATA:WRITE:region:key"
+    WRITE_REGION = "DATA:WRITE:region"
+    MANAGE_REGION = "DATA:MANAGE:region"
+    READ_KEY = "DATA:READ:region:key"
+    READ_KEYS_OF_INTEREST = "DATA:READ:region:key of each registered key, else region"
+    READ_REGION = "DATA:READ:region"
+    NONE = "none"
+    """The client's own lifecycle: any authenticated principal, for its own client id."""
+    SERVERS_ONLY = "servers only"
+    """Produced by a bucket's primary; no client principal may send it."""
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """What operations of one kind are.
+
+    Attributes:
+        scope: What it is about (:class:`Scope`).
+        change: It changes stored state and so carries an EventID (the entry and region
+            changes, the expirations).
+        batched: It joins the batch of entry operations applied together in one Redis
+            round trip; an operation of any other kind first applies that batch.
+        access: The permission it needs.
+        needs_value: It carries a value (PUT).
+        needs_interest: It carries an interest spec.
+        needs_cq: It carries a CQ spec.
+        parses_query: Its CQ's query is parsed and checked by the servers (EXECUTE_CQ).
+        region_event: The region event it causes, for a region change; else None.
+    """
+
+    scope: Scope
+    change: bool = False
+    batched: bool = False
+    access: Access = Access.NONE
+    needs_value: bool = False
+    needs_interest: bool = False
+    needs_cq: bool = False
+    parses_query: bool = False
+    region_event: EventKind | None = None
+
+    @property
+    def expiration(self) -> bool:
+        """Produced by a bucket's primary for its own partition, never by a client."""
+        return self.access is Access.SERVERS_ONLY
+
+    @property
+    def entry_change(self) -> bool:
+        """A change of one entry a client asks for (put, destroy, invalidate)."""
+        return self.scope is Scope.ENTRY and self.change and not self.expiration
+
+
+_ENTRY_CHANGE: Final = KindRow(Scope.ENTRY, change=True, batched=True, access=Access.WRITE_KEY)
+_CQ: Final = KindRow(Scope.REGION, access=Access.READ_REGION, needs_cq=True)
+
+OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
+    {
+        OperationKind.PUT: KindRow(
+            Scope.ENTRY, change=True, batched=True, access=Access.WRITE_KEY, needs_value=True
+        ),
+        OperationKind.DESTROY: _ENTRY_CHANGE,
+        OperationKind.INVALIDATE: _ENTRY_CHANGE,
+        OperationKind.GET: KindRow(Scope.ENTRY, batched=True, access=Access.READ_KEY),
+        OperationKind.EXPIRE_DESTROY: KindRow(Scope.ENTRY, change=True, access=Access.SERVERS_ONLY),
+        OperationKind.EXPIRE_INVALIDATE: KindRow(
+            Scope.ENTRY, change=True, access=Access.SERVERS_ONLY
+        ),
+        OperationKind.CLEAR: KindRow(
+            Scope.REGION_CHANGE,
+            change=True,
+            access=Access.WRITE_REGION,
+            region_event=EventKind.REGION_CLEAR,
+        ),
+        OperationKind.INVALIDATE_REGION: KindRow(
+            Scope.REGION_CHANGE,
+            change=True,
+            access=Access.WRITE_REGION,
+            region_event=EventKind.REGION_INVALIDATE,
+        ),
+        OperationKind.DESTROY_REGION: KindRow(
+            Scope.REGION_CHANGE,
+            change=True,
+            access=Access.MANAGE_REGION,
+            region_event=EventKind.REGION_DESTROY,
+        ),
+        OperationKind.REGISTER_INTEREST: KindRow(
+            Scope.REGION, access=Access.READ_KEYS_OF_INTEREST, needs_interest=True
+        ),
+        OperationKind.UNREGISTER_INTEREST: KindRow(
+            Scope.REGION, access=Access.READ_REGION, needs_interest=True
+        ),
+        OperationKind.KEYS: KindRow(Scope.REGION, access=Access.READ_REGION),
+        OperationKind.EXECUTE_CQ: KindRow(
+            Scope.REGION, access=Access.READ_REGION, needs_cq=True, parses_query=True
+        ),
+        OperationKind.STOP_CQ: _CQ,
+        OperationKind.CLOSE_CQ: _CQ,
+        OperationKind.READY_FOR_EVENTS: KindRow(Scope.CLIENT),
+        OperationKind.DISCONNECT: KindRow(Scope.CLIENT),
+        OperationKind.GET_DURABLE_CQS: KindRow(Scope.CLIENT),
+    }
+)
+"""The row of every operation kind."""
+
+
+def kind_row(kind: OperationKind) -> KindRow:
+    """The row of an operation kind (every kind has one: a unit test checks it)."""
+    return OPERATION_KINDS[kind]
+
+
+__all__ = ["OPERATION_KINDS", "Access", "KindRow", "Scope", "kind_row"]
