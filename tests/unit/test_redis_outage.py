@@ -8,7 +8,7 @@ import threading
 import pytest
 import redis
 
-from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
 from regionbus.schemas.errors import TransportError
 

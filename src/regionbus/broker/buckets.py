@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from regionbus.runtime.leases import Lease, Member, Membership
-from regionbus.runtime.redis_connect import REDIS_ERRORS
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.naming import RedisKeys, bucket_role
+from regionbus.schemas.redis_values import parse_lease
 
 log = logging.getLogger("regionbus.server")
 
@@ -376,10 +377,8 @@ class BucketElection:
         Raises:
             TransportError: Redis failed.
         """
-        try:
+        with redis_errors(f"handoff of bucket {bucket}"):
             self._redis.set(self._keys.handoff(bucket), receiver, px=self.lease_ttl_ms)
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"handoff of bucket {bucket}: {exc}") from exc
         self.release(bucket)
         log.info("%s handed bucket %d over to %s", self.member_id, bucket, receiver)
 
@@ -399,15 +398,13 @@ class BucketElection:
     def _read_state(
         self,
     ) -> tuple[list[tuple[str, int] | None], list[str | None], list[list[str]]]:
-        try:
+        with redis_errors("cannot read the bucket election state"):
             pipe = self._redis.pipeline(transaction=False)
             for bucket in range(self.total_buckets):
                 pipe.get(self._keys.lease(bucket_role(bucket)))
                 pipe.get(self._keys.handoff(bucket))
                 pipe.smembers(self._keys.secondaries(bucket))
             raw = pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"cannot read the bucket election state: {exc}") from exc
         holders: list[tuple[str, int] | None] = []
         handoffs: list[str | None] = []
         secondaries: list[list[str]] = []
@@ -416,8 +413,8 @@ class BucketElection:
             if lease is None:
                 holders.append(None)
             else:
-                member, _, epoch = lease.decode().rpartition("|")
-                holders.append((member, int(epoch)))
+                member, epoch = parse_lease(lease)
+                holders.append((member, epoch))
             handoffs.append(handoff.decode() if handoff is not None else None)
             secondaries.append([m.decode() for m in members])
         return holders, handoffs, secondaries

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.naming import RedisKeys
 
 # Redis's clock in ms since the Unix epoch. Keyed on the clients hash, so in a Redis

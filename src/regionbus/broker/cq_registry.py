@@ -30,7 +30,7 @@ from typing import Any, Final
 import redis
 
 from regionbus.broker.interest import drop_stored
-from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.cq import ParsedCq, has_new_value, parse_cq, query_operation
 from regionbus.schemas.cq.operations import region_query_operation
 from regionbus.schemas.cq_checks import MAX_CQS_PER_CLIENT

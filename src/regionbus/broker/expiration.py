@@ -85,13 +85,15 @@ from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
-from regionbus.broker.store import RegionStore, redis_errors
+from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import wall_clock_ms
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
-from regionbus.schemas.messages import Event, EventKind, Operation, OperationKind
+from regionbus.schemas.messages import Event, Operation, OperationKind
 from regionbus.schemas.naming import bucket_role
+from regionbus.schemas.redis_values import parse_result
 
 log = logging.getLogger("regionbus.server.expiration")
 
@@ -329,12 +331,12 @@ class EntryExpiration:
                     status,
                 )
             return
-        kind, _, version = _text(reply[1]).partition("|")
+        kind, version = parse_result(_text(reply[1]))
         event = Event(
             event_id=op.event_id._replace(bucket=bucket),
-            kind=EventKind(kind),
+            kind=kind,
             region=op.region,
-            version=int(version),
+            version=version,
             timestamp_ms=op.timestamp_ms,
             originator=op.client_id,
             key=op.key,

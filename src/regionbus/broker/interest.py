@@ -24,7 +24,7 @@ from regionbus.broker.audiences import (
 )
 from regionbus.broker.audiences import build as build_audiences
 from regionbus.broker.audiences import route as route_audiences
-from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.errors import InvalidInterestError
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.messages import InterestKind, InterestSpec

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import redis
 
 from regionbus.broker.permissions import ResourcePermission
-from regionbus.broker.store import redis_errors
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.naming import RedisKeys, check_name
 from regionbus.schemas.signing import KDF_ITERATIONS, KDF_NAME, SERVER_PRINCIPAL, derive_key

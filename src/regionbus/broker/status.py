@@ -28,8 +28,8 @@ import redis
 
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.kafka_figures import KafkaFigures
-from regionbus.broker.store import redis_errors
 from regionbus.runtime.leases import Membership
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.naming import (
     RedisKeys,
     Topics,
@@ -38,6 +38,7 @@ from regionbus.schemas.naming import (
     dispatcher_role,
 )
 from regionbus.schemas.naming import sender_role as sender_role_of
+from regionbus.schemas.redis_values import parse_lease
 
 
 @dataclass(frozen=True)
@@ -210,8 +211,7 @@ def cluster_status(
         lease, secondaries = raw[2 * bucket], raw[2 * bucket + 1]
         primary, epoch = None, 0
         if lease is not None:
-            holder, _, number = lease.decode().rpartition("|")
-            primary, epoch = holder, int(number)
+            primary, epoch = parse_lease(lease)
         alive = sorted(
             (s.decode() for s in secondaries if s.decode() in live), key=order.__getitem__
         )
@@ -304,8 +304,8 @@ def _gateway_leases(client: redis.Redis, namespace: str) -> dict[str, tuple[str,
     leases: dict[str, tuple[str, int]] = {}
     for name, value in zip(wanted, values, strict=True):
         if value is not None:
-            holder, _, epoch = value.decode().rpartition("|")
-            leases[name[len(lease_prefix) :]] = (holder, int(epoch))
+            holder, epoch = parse_lease(value)
+            leases[name[len(lease_prefix) :]] = (holder, epoch)
     return leases
 
 

@@ -30,18 +30,19 @@ from regionbus.broker.store_results import (
     ApplyResult,
     GatewayVersion,
     Snapshot,
-    redis_errors,
     text_of,
     to_apply_result,
     to_entry,
     version_of,
 )
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.callbacks import region_event_kind
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Entry, OperationKind
 from regionbus.schemas.naming import RedisKeys, bucket_role, entry_version, region_bucket
+from regionbus.schemas.redis_values import format_result, parse_gateway_version, parse_meta
 
 APPLY_CALL_MAX_CHANGES: Final = 500
 """Most changes one ``apply_entries.lua`` call applies: a script blocks Redis while it
@@ -452,7 +453,7 @@ class RegionStore:
                 )
 
         self.execute(each_bucket, range(self.total_buckets))
-        result = f"{region_event_kind(kind).value}|{entry_version(generation, 0)}"
+        result = format_result(region_event_kind(kind), entry_version(generation, 0))
         (finished,) = self.execute(
             lambda pipe: self._region_finish.queue(
                 pipe,
@@ -504,8 +505,7 @@ class RegionStore:
             raw = self.redis.hget(self.keys.region_gateway_versions(region, bucket), key)
         if raw is None:
             return None
-        timestamp_ms, _, site_id = raw.decode().partition("|")
-        return GatewayVersion(int(timestamp_ms), int(site_id))
+        return parse_gateway_version(raw)
 
     def get(self, region: str, key: str, bucket: int) -> tuple[bool, Entry | None]:
         """Read one entry.
@@ -575,8 +575,8 @@ class RegionStore:
                 )
         entries = []
         for (key, meta), value in zip(found, values, strict=True):
-            version, _, serializer = meta.decode().partition("|")
-            entries.append(Entry(key, int(version), value, serializer or None))
+            version, serializer = parse_meta(meta)
+            entries.append(Entry(key, version, value, serializer))
         return Snapshot(bool(exists), entries, version_of(version_counter))
 
     def entries(self, region: str) -> dict[str, Entry]:

@@ -1,32 +1,16 @@
-"""What the region store's calls return, read from the Lua scripts' replies, and the
-translation of redis-py's errors into :class:`TransportError` (the store's one boundary)."""
+"""What the region store's calls return, read from the Lua scripts' replies (the values'
+formats are `regionbus.schemas.redis_values`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import redis
-from redis.exceptions import RedisClusterException
-
 from regionbus.broker.expiration_attributes import RegionExpiration
-from regionbus.schemas.errors import TransportError
 from regionbus.schemas.messages import Entry, EventKind
 from regionbus.schemas.naming import entry_version
-
-
-class GatewayVersion(NamedTuple):
-    """When and where an entry last changed, for gateway conflict resolution (SPEC §6).
-
-    Attributes:
-        timestamp_ms: The change's timestamp, ms since the Unix epoch.
-        site_id: ``distributed_system_id`` of the site where the change was made.
-    """
-
-    timestamp_ms: int
-    site_id: int
+from regionbus.schemas.redis_values import GatewayVersion, parse_meta, parse_result
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +68,7 @@ def text_of(raw: Any) -> str:
 def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
     if not raw:
         return None, None
-    kind, _, version = raw.decode().partition("|")
-    return EventKind(kind), int(version)
+    return parse_result(raw)
 
 
 def to_apply_result(reply: Sequence[Any]) -> ApplyResult:
@@ -112,8 +95,8 @@ def to_entry(
         return False, None
     if meta is None:
         return True, None
-    version, _, serializer = meta.decode().partition("|")
-    return True, Entry(key, int(version), value, serializer or None)
+    version, serializer = parse_meta(meta)
+    return True, Entry(key, version, value, serializer)
 
 
 def version_of(raw: Sequence[Any]) -> int:
@@ -122,22 +105,11 @@ def version_of(raw: Sequence[Any]) -> int:
     return entry_version(int(gen or 0), int(n or 0))
 
 
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    """Translate redis-py connection and response errors (and its Redis Cluster client's,
-    which do not all derive from ``RedisError``) into :class:`TransportError`."""
-    try:
-        yield
-    except (redis.exceptions.RedisError, RedisClusterException) as exc:
-        raise TransportError(f"Redis: {type(exc).__name__}: {exc}") from exc
-
-
 __all__ = [
     "Access",
     "ApplyResult",
     "GatewayVersion",
     "Snapshot",
-    "redis_errors",
     "text_of",
     "to_apply_result",
     "to_entry",

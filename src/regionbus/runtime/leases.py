@@ -19,11 +19,12 @@ import contextlib
 import time
 from typing import Any, NamedTuple
 
-from regionbus.runtime.redis_connect import REDIS_ERRORS
+from regionbus.runtime.redis_connect import REDIS_ERRORS, redis_errors
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.naming import RedisKeys
+from regionbus.schemas.redis_values import format_lease, parse_lease
 
 _ACQUIRE = """
 local current = redis.call('GET', KEYS[1])
@@ -101,13 +102,11 @@ class Membership:
         Raises:
             TransportError: Redis failed.
         """
-        try:
+        with redis_errors("cannot join the member list"):
             pipe = self._redis.pipeline()
             pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
             pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
             pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"cannot join the member list: {exc}") from exc
 
     def heartbeat(self) -> None:
         """Prolong this member's liveness by ``ttl_ms``, registering it again if it had
@@ -117,13 +116,11 @@ class Membership:
         Raises:
             TransportError: Redis failed.
         """
-        try:
+        with redis_errors("member heartbeat failed"):
             pipe = self._redis.pipeline()
             pipe.hset(self._keys.members, self.member_id, self.started_at_ms)
             pipe.set(self._keys.member_alive(self.member_id), 1, px=self.ttl_ms)
             pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"member heartbeat failed: {exc}") from exc
 
     def leave(self) -> None:
         """Remove this member (a clean stop); failures are ignored, the TTL covers them."""
@@ -141,7 +138,7 @@ class Membership:
         Raises:
             TransportError: Redis failed.
         """
-        try:
+        with redis_errors("cannot read the member list"):
             registered = self._redis.hgetall(self._keys.members)
             ids = [k.decode() for k in registered]
             pipe = self._redis.pipeline()
@@ -151,8 +148,6 @@ class Membership:
             dead = [m for m, a in zip(ids, alive, strict=True) if not a]
             if dead:
                 self._redis.hdel(self._keys.members, *dead)
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"cannot read the member list: {exc}") from exc
         members = [
             Member(m, int(registered[m.encode()])) for m, a in zip(ids, alive, strict=True) if a
         ]
@@ -220,7 +215,9 @@ class Lease:
                 written_keys=[self.epoch_key],
             )
             epoch = int(epoch)
-        except (*REDIS_ERRORS, TransportError) as exc:
+        except REDIS_ERRORS as exc:
+            raise TransportError(f"lease {self.role}: acquire failed: {exc}") from exc
+        except TransportError as exc:  # the replicas did not confirm the new epoch
             raise TransportError(f"lease {self.role}: acquire failed: {exc}") from exc
         self.epoch = epoch if epoch >= 0 else None
         return self.epoch
@@ -234,13 +231,14 @@ class Lease:
         if self.epoch is None:
             return False
         try:
-            ok = self._renew(
-                keys=[self.lease_key, self.epoch_key],
-                args=[f"{self.member_id}|{self.epoch}", self.ttl_ms, self.epoch],
-            )
-        except REDIS_ERRORS as exc:
+            with redis_errors(f"lease {self.role}: renew failed"):
+                ok = self._renew(
+                    keys=[self.lease_key, self.epoch_key],
+                    args=[format_lease(self.member_id, self.epoch), self.ttl_ms, self.epoch],
+                )
+        except TransportError:
             self.epoch = None
-            raise TransportError(f"lease {self.role}: renew failed: {exc}") from exc
+            raise
         if not ok:
             self.epoch = None
         return bool(ok)
@@ -250,7 +248,7 @@ class Lease:
         if self.epoch is None:
             return
         with contextlib.suppress(*REDIS_ERRORS):
-            self._release(keys=[self.lease_key], args=[f"{self.member_id}|{self.epoch}"])
+            self._release(keys=[self.lease_key], args=[format_lease(self.member_id, self.epoch)])
         self.epoch = None
 
     def holder(self) -> LeaseHolder | None:
@@ -259,11 +257,8 @@ class Lease:
         Raises:
             TransportError: Redis failed.
         """
-        try:
+        with redis_errors(f"lease {self.role}: read failed"):
             raw = self._redis.get(self.lease_key)
-        except REDIS_ERRORS as exc:
-            raise TransportError(f"lease {self.role}: read failed: {exc}") from exc
         if raw is None:
             return None
-        member_id, _, epoch = raw.decode().rpartition("|")
-        return LeaseHolder(member_id, int(epoch))
+        return LeaseHolder(*parse_lease(raw))

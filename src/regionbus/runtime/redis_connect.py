@@ -16,6 +16,8 @@ default) to ask the node (``INFO cluster``: ``cluster_enabled:1``) when connecti
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import redis
@@ -35,6 +37,24 @@ RedisClient = redis.Redis | RedisCluster
 REDIS_ERRORS: Final = (redis.RedisError, RedisClusterException)
 """What redis-py raises when Redis fails; its Redis Cluster client raises some errors
 (no node serves a slot, a key spread over slots) that do not derive from ``RedisError``."""
+
+
+@contextmanager
+def redis_errors(what: str = "Redis") -> Iterator[None]:
+    """Translate what redis-py raises (:data:`REDIS_ERRORS`) into :class:`TransportError`:
+    the one place regionbus turns a Redis failure into its own error.
+
+    Args:
+        what: What was being done, starting the message (``"lease bucket:3: renew"``).
+
+    Raises:
+        TransportError: redis-py raised; the original is its cause.
+    """
+    try:
+        yield
+    except REDIS_ERRORS as exc:
+        raise TransportError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
 
 _PROBE_TIMEOUT_S: Final = 5.0
 
