@@ -83,6 +83,7 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
             "ownership",
             "plugins",
             "notifier",
+            "distribution",
             "lifecycle",
             "outbox",
             "stats",

@@ -3,9 +3,8 @@
 The entry operations of one poll batch are applied to Redis in one pipelined round trip of
 Lua scripts (entry versions, duplicate detection by EventID, fencing epochs); a region with
 server writers takes its changes one at a time, as each writer must see the state before
-its change. Each applied change then runs the server listeners, is distributed to the
-interested clients and queued for gateways, and its originator gets the reply (SPEC §1:
-writer -> apply -> listeners -> distribution).
+its change. What follows each applied change is `regionbus.broker.distribution`'s, then
+its originator gets the reply (SPEC §1: writer -> apply -> listeners -> distribution).
 """
 
 from __future__ import annotations
@@ -13,9 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from regionbus.broker.config import ServerSettings
-from regionbus.broker.cq_registry import CqTable
-from regionbus.broker.gateway_queues import GatewayEnqueuer
-from regionbus.broker.notifier import CacheClientNotifier
+from regionbus.broker.distribution import Distribution
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
@@ -39,12 +36,10 @@ class EntryOperations:
         settings: The server's settings (``distributed_system_id`` for gateway versions).
         store: The region store.
         ownership: The buckets held (epochs to apply with; a fenced write drops a bucket).
-        plugins: Server writers (before) and listeners (after).
-        notifier: Distribution to subscription queues and ``{ns}.events``.
-        gateways: Queues for gateway senders and async event queues.
+        plugins: Server writers, asked before a change.
+        distribution: What follows each applied change (listeners, routing, gateways).
         outbox: Replies.
         stats: The server's counters.
-        cqs: The continuous queries (a region with any gets old values from its applies).
     """
 
     def __init__(
@@ -53,22 +48,18 @@ class EntryOperations:
         store: RegionStore,
         ownership: BucketOwnership,
         plugins: ServerPlugins,
-        notifier: CacheClientNotifier,
-        gateways: GatewayEnqueuer,
+        distribution: Distribution,
         outbox: Outbox,
         stats: ServerStats,
-        cqs: CqTable,
     ) -> None:
         self._site_id = settings.distributed_system_id
         self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
         self._store = store
         self._ownership = ownership
         self._plugins = plugins
-        self._notifier = notifier
-        self._gateways = gateways
+        self._distribution = distribution
         self._outbox = outbox
         self._stats = stats
-        self._cqs = cqs
         self._pending: list[_Pending] = []
 
     def add(self, op: Operation, bucket: int, offset: int) -> None:
@@ -117,8 +108,7 @@ class EntryOperations:
                     op.event_id._replace(bucket=bucket),
                     bucket,
                     offset,
-                    want_old=self._plugins.has_listeners(op.region)
-                    or self._cqs.has_queries(op.region),
+                    want_old=self._distribution.wants_old_value(op.region),
                     epoch=owned[bucket],
                     gateway_version=GatewayVersion(
                         op.timestamp_ms, op.origin_site_id or self._site_id
@@ -181,11 +171,13 @@ class EntryOperations:
             return
         event = applied_event(op, bucket, result)
         if event is not None:
-            if result.status != "DUP":
-                self._plugins.after_entry(event, result.old_value)
-            self._notifier.entry_event(event, bucket, result.old_value, result.old_serializer)
-            if self._gateways:
-                self._gateways.enqueue(event, bucket, self._outbox.produce)
+            self._distribution.entry_changed(
+                event,
+                bucket,
+                result.old_value,
+                result.old_serializer,
+                duplicate=result.status == "DUP",
+            )
         reply_applied(op, bucket, result, self._outbox, self._stats)
 
 

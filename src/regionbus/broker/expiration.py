@@ -75,14 +75,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from regionbus.broker.config import ServerSettings
-from regionbus.broker.cq_registry import CqTable
+from regionbus.broker.distribution import Distribution
 from regionbus.broker.expiration_attributes import RegionExpiration
-from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.lua_scripts import load_lua
-from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
-from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
@@ -118,13 +115,11 @@ class EntryExpiration:
             ``expiration_batch_size``, ``member_id``).
         store: The region store (its Redis and key names).
         ownership: The buckets held and their fencing epochs.
-        plugins: Server listeners (they hear expirations, as Geode's do).
-        notifier: Distribution to subscription queues and ``{ns}.events``.
-        gateways: Queues for gateway senders and async event queues.
+        distribution: What follows each applied expiration (server listeners, which hear
+            expirations as Geode's do; routing; gateways).
         outbox: The server's producer.
         stats: The server's counters (``entries_expired``).
         security: Signs the expirations produced when security is on (None when off).
-        cqs: The continuous queries (a region with any gets old values from its applies).
     """
 
     def __init__(
@@ -132,13 +127,10 @@ class EntryExpiration:
         settings: ServerSettings,
         store: RegionStore,
         ownership: BucketOwnership,
-        plugins: ServerPlugins,
-        notifier: CacheClientNotifier,
-        gateways: GatewayEnqueuer,
+        distribution: Distribution,
         outbox: Outbox,
         stats: ServerStats,
         security: SecurityGuard | None = None,
-        cqs: CqTable | None = None,
     ) -> None:
         self._regions: dict[str, RegionExpiration] = {
             r: e for r, e in settings.region_expiration.items() if e.enabled
@@ -148,13 +140,10 @@ class EntryExpiration:
         self._member = settings.member_id
         self._store = store
         self._ownership = ownership
-        self._plugins = plugins
-        self._notifier = notifier
-        self._gateways = gateways
+        self._distribution = distribution
         self._outbox = outbox
         self._stats = stats
         self._security = security
-        self._cqs = cqs or CqTable()
         self._claim = PipelinedScript(load_lua("claim_expiry.lua"))
         self._expire = PipelinedScript(load_lua("expire_entry.lua"))
         self._next_look = time.monotonic()
@@ -345,13 +334,12 @@ class EntryExpiration:
         )
         if status == "OK":
             self._stats.entries_expired += 1
-            self._plugins.after_entry(event, reply[2] or None)
         else:
             self._stats.duplicates += 1
         old_serializer = _text(reply[3]) if len(reply) > 3 and reply[3] else None
-        self._notifier.entry_event(event, bucket, reply[2] or None, old_serializer)
-        if self._gateways:
-            self._gateways.enqueue(event, bucket, self._outbox.produce)
+        self._distribution.entry_changed(
+            event, bucket, reply[2] or None, old_serializer, duplicate=status != "OK"
+        )
 
     def _run_expire(self, op: Operation, bucket: int, offset: int, epoch: int) -> list[Any]:
         """Run ``expire_entry.lua`` for one expiration (see the script)."""
@@ -380,9 +368,7 @@ class EntryExpiration:
                     op.timestamp_ms,
                     "DESTROY" if op.kind is OperationKind.EXPIRE_DESTROY else "INVALIDATE",
                     epoch,
-                    "1"
-                    if self._plugins.has_listeners(region) or self._cqs.has_queries(region)
-                    else "0",
+                    "1" if self._distribution.wants_old_value(region) else "0",
                     op.client_id,
                     f"{event_id.member}:{event_id.thread}",
                     event_id.sequence,

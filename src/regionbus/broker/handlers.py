@@ -15,6 +15,7 @@ from collections.abc import Callable
 from regionbus.broker.client_lifecycle import ClientLifecycle
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
+from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.interest import InterestRegistry
@@ -61,8 +62,9 @@ class OperationHandlers:
         registry: The interest registry.
         ownership: The buckets held.
         entries: The batch of entry operations.
-        plugins: Server writers and listeners.
-        notifier: Distribution to subscription queues.
+        plugins: Server writers (a region change is vetoed before it is applied).
+        notifier: The client proxies (markers, serving a client that registers).
+        distribution: What follows each applied region change.
         lifecycle: Clients' lives (DISCONNECT).
         outbox: Replies.
         stats: The server's counters.
@@ -79,6 +81,7 @@ class OperationHandlers:
         entries: EntryOperations,
         plugins: ServerPlugins,
         notifier: CacheClientNotifier,
+        distribution: Distribution,
         lifecycle: ClientLifecycle,
         outbox: Outbox,
         stats: ServerStats,
@@ -92,6 +95,7 @@ class OperationHandlers:
         self._entries = entries
         self._plugins = plugins
         self._notifier = notifier
+        self._distribution = distribution
         self._lifecycle = lifecycle
         self._outbox = outbox
         self._stats = stats
@@ -159,9 +163,7 @@ class OperationHandlers:
             return
         event = applied_event(op, bucket, result)
         if event is not None:
-            self._notifier.region_event(event, bucket)
-            if result.status != "DUP":
-                self._plugins.after_region(event)
+            self._distribution.region_changed(event, bucket, duplicate=result.status == "DUP")
             if event.kind is EventKind.REGION_DESTROY:
                 self._registry.forget_region(op.region)
                 self._cqs.forget_region(op.region)

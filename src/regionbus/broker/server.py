@@ -45,6 +45,7 @@ from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
+from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
@@ -332,28 +333,12 @@ class CacheServer(BackgroundWorker):
             self.cqs,
         )
         notifier.disconnect = lifecycle.disconnect_unresponsive
+        distribution = Distribution(self.plugins, notifier, self._gateways, outbox, self.cqs.table)
         entries = EntryOperations(
-            s,
-            self.store,
-            ownership,
-            self.plugins,
-            notifier,
-            self._gateways,
-            outbox,
-            self.stats,
-            self.cqs.table,
+            s, self.store, ownership, self.plugins, distribution, outbox, self.stats
         )
         expiration = EntryExpiration(
-            s,
-            self.store,
-            ownership,
-            self.plugins,
-            notifier,
-            self._gateways,
-            outbox,
-            self.stats,
-            self.security,
-            self.cqs.table,
+            s, self.store, ownership, distribution, outbox, self.stats, self.security
         )
         handlers = OperationHandlers(
             s,
@@ -363,6 +348,7 @@ class CacheServer(BackgroundWorker):
             entries,
             self.plugins,
             notifier,
+            distribution,
             lifecycle,
             outbox,
             self.stats,
