@@ -107,6 +107,12 @@ class _Parts:
     admission: Admission | None
     intake: OperationIntake
 
+    def end_batch(self) -> None:
+        """The end of a batch of work: apply the entry operations batched so far, then send
+        what the batch produced (their events and replies with the rest), in that order."""
+        self.entries.apply()
+        self.outbox.send()
+
 
 class CacheServer(BackgroundWorker):
     """A cache server of one namespace, on its own thread (:meth:`start`, :meth:`stop`).
@@ -524,8 +530,7 @@ class CacheServer(BackgroundWorker):
                 self._read_again(parts, messages[index:])
                 break
             if now >= send_at:
-                parts.entries.apply()
-                parts.outbox.send()
+                parts.end_batch()
                 send_at = time.monotonic() + SEND_EVERY_S
             if isinstance(message, UnreadableRecords):
                 # Dead-lettered once and committed past, as any record it cannot decode.
@@ -550,16 +555,14 @@ class CacheServer(BackgroundWorker):
                 if is_infrastructure_error(exc):
                     raise
                 set_aside(parts.outbox, message.value(), source, exc)
-        parts.entries.apply()
-        parts.outbox.send()
+        parts.end_batch()
 
     def _read_again(self, parts: _Parts, messages: Sequence[Polled]) -> None:
         try:
             parts.ownership.read_again(messages)
         except KafkaException as exc:
             log.warning("cannot seek back, processing again from the committed offsets: %s", exc)
-            parts.entries.apply()
-            parts.outbox.send()
+            parts.end_batch()
             parts.ownership.rewind_to_committed()
 
 
