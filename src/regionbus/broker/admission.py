@@ -23,7 +23,7 @@ from regionbus.schemas.errors import (
     NotAuthorizedError,
     RegionBusError,
 )
-from regionbus.schemas.messages import Control, Operation, Reply
+from regionbus.schemas.messages import Control, Operation
 from regionbus.schemas.signing import HEADER_PRINCIPAL, HeaderList, Headers
 
 
@@ -91,17 +91,7 @@ class Admission:
                 audit_refusal(principal, item.kind.value, None, item.client_id, str(exc), where)
                 if item.request_id:
                     self._stats.errors += 1
-                    self._outbox.reply(
-                        Reply(
-                            request_id=item.request_id,
-                            bucket=-1,
-                            ok=False,
-                            error_type=type(exc).__name__,
-                            error_message=str(exc),
-                        ),
-                        item.client_id,
-                        item.kafka_principal,
-                    )
+                    self._outbox.refuse_control(item, exc)
         pairs = list(headers.items()) if isinstance(headers, dict) else headers or []
         signing: HeaderList = [(k, v) for k, v in pairs if k.startswith("rb.")]
         self._outbox.dead_letter(

@@ -187,7 +187,7 @@ class ClientLifecycle:
         connection_id = control.connection_id or client_id
         limit_s = self._settings.max_durable_client_timeout_s
         if durable and not 0 < control.durable_client_timeout_s <= limit_s:
-            self._refuse(
+            self._outbox.refuse_control(
                 control,
                 ConfigurationError(
                     f"durable_client_timeout_s {control.durable_client_timeout_s} is out of "
@@ -199,7 +199,7 @@ class ClientLifecycle:
             self._topic_guard.check(control.kafka_principal)
         except RegionBusError as exc:
             log.error("refused the connection of %s: %s", client_id, exc)
-            self._refuse(control, exc)
+            self._outbox.refuse_control(control, exc)
             return
         known = self.records.get(client_id)
         live = known if known is not None and known.connected and self._live(known) else None
@@ -220,7 +220,7 @@ class ClientLifecycle:
                 f"{silent_ms:.0f} ms ago)"
             )
             log.warning("refused a second connection %s: %s", connection_id, error)
-            self._refuse(control, error)
+            self._outbox.refuse_control(control, error)
             return
         self.records[client_id] = ClientRecord(
             durable,
@@ -241,20 +241,6 @@ class ClientLifecycle:
                 max_value_size_bytes=self._settings.max_value_size_bytes,
             ),
             client_id,
-            control.kafka_principal,
-        )
-
-    def _refuse(self, control: Control, error: RegionBusError) -> None:
-        """Answer a connect with ``error`` (its class name and message)."""
-        self._outbox.reply(
-            Reply(
-                request_id=control.request_id,
-                bucket=-1,
-                ok=False,
-                error_type=type(error).__name__,
-                error_message=str(error),
-            ),
-            control.client_id,
             control.kafka_principal,
         )
 

@@ -33,7 +33,7 @@ from regionbus.schemas.addressing import RECIPIENTS_HEADER, recipients
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
-from regionbus.schemas.messages import Operation, Reply
+from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import HeaderList
@@ -366,6 +366,21 @@ class Outbox:
             self._runs.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1
+
+    def refuse_control(self, control: Control, exc: RegionBusError) -> None:
+        """Reply that a connect, ping or close was refused with ``exc`` (its class name and
+        message), to the client it names."""
+        self.reply(
+            Reply(
+                request_id=control.request_id,
+                bucket=-1,
+                ok=False,
+                error_type=type(exc).__name__,
+                error_message=str(exc),
+            ),
+            control.client_id,
+            control.kafka_principal,
+        )
 
     def reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
         """Reply that ``op`` failed with ``exc`` (its class name and message)."""
