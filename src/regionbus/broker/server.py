@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from regionbus.broker.admission import Admission
 from regionbus.broker.buckets import BucketElection
@@ -70,7 +69,7 @@ from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
 from regionbus.schemas.dead_letter import Source
 from regionbus.schemas.errors import TransportError
-from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import KafkaAdmin, kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import REAPER_ROLE, Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
@@ -93,7 +92,7 @@ all of it the wait of its first event and reply); a quicker batch is still sent 
 class _Parts:
     """What the server wires at start, once Kafka is reachable."""
 
-    admin: AdminClient
+    admin: KafkaAdmin
     topic_keeper: TopicKeeper
     producer: Producer
     consumer: Consumer
@@ -283,7 +282,7 @@ class CacheServer(BackgroundWorker):
 
     def _wire(
         self,
-        admin: AdminClient,
+        admin: KafkaAdmin,
         topic_keeper: TopicKeeper,
         producer: Producer,
         consumer: Consumer,

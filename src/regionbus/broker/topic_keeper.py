@@ -28,9 +28,9 @@ from concurrent.futures import Future
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
 
 from regionbus.schemas.errors import ConfigurationError, TransportError
+from regionbus.schemas.kafka_clients import KafkaAdmin
 from regionbus.schemas.topics import TopicSpec, ensure_topic_configs, ensure_topics
 
 log = logging.getLogger("regionbus.server.topics")
@@ -55,7 +55,7 @@ class TopicKeeper:
 
     def __init__(
         self,
-        admin: AdminClient,
+        admin: KafkaAdmin,
         specs: Sequence[TopicSpec],
         *,
         check_interval_s: float,

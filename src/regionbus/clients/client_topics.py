@@ -14,12 +14,12 @@ from contextlib import suppress
 from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.errors import ConfigurationError, TransportError, UnconnectedError
-from regionbus.schemas.kafka_clients import kafka_admin
+from regionbus.schemas.kafka_clients import KafkaAdmin, kafka_admin
 from regionbus.schemas.kafka_outage import quiet_config
 from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.topics import client_topic_specs, ensure_topics
@@ -65,15 +65,15 @@ class ClientTopicAdmin:
         self._settings = settings
         self._topics = topics
         self._client_id = client_id
-        self._handle: AdminClient | None = self._new_admin()
+        self._handle: KafkaAdmin | None = self._new_admin()
         self._held = True
         self._closed = False
 
-    def _new_admin(self) -> AdminClient:
+    def _new_admin(self) -> KafkaAdmin:
         return kafka_admin(self._settings.librdkafka(**quiet_config()))
 
     @property
-    def _admin(self) -> AdminClient:
+    def _admin(self) -> KafkaAdmin:
         """The admin client: the held one, or a new one for a call after :meth:`release`
         (dropped again by :meth:`_done`).
 

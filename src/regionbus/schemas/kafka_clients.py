@@ -126,15 +126,47 @@ def kafka_producer(config: Mapping[str, Any]) -> Producer:
     return Producer(factory_config({**PRODUCER_BOUNDS, **config}))
 
 
-def kafka_admin(config: Mapping[str, Any]) -> AdminClient:
-    """An admin client with :func:`factory_config` applied (its metadata requests then
-    never create a topic they name either).
+class KafkaAdmin(AdminClient):
+    """An AdminClient that keeps the settings it was made with, so that another one, for
+    one broker of the same cluster, can be made with the same security settings
+    (:meth:`on_broker`).
+
+    librdkafka sends a metadata request to whichever broker it is connected to, and each
+    broker answers from its own metadata cache, which learns a new topic a moment after the
+    controller created it. `regionbus.schemas.topics.ensure_topics` asks every broker
+    through :meth:`on_broker`.
+
+    Args:
+        config: librdkafka settings (``bootstrap.servers`` at least); :func:`factory_config`
+            is applied.
 
     Raises:
         ConfigurationError: as :func:`client_config`.
         confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
     """
-    return AdminClient(factory_config(config))
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(factory_config(config))
+        self.settings: dict[str, Any] = dict(config)
+        """The settings this client was made with, before :func:`factory_config`."""
+
+    def on_broker(self, host: str, port: int) -> KafkaAdmin:
+        """A new admin client bootstrapped from the one broker ``host:port`` only (the
+        address the cluster's metadata advertises), with this one's other settings. Its
+        first requests go to that broker, the only one it knows until metadata tells it of
+        the others."""
+        return KafkaAdmin({**self.settings, "bootstrap.servers": f"{host}:{port}"})
+
+
+def kafka_admin(config: Mapping[str, Any]) -> KafkaAdmin:
+    """An admin client with :func:`factory_config` applied (its metadata requests then
+    never create a topic they name either), which keeps its settings (:class:`KafkaAdmin`).
+
+    Raises:
+        ConfigurationError: as :func:`client_config`.
+        confluent_kafka.KafkaException: librdkafka refused a setting (callers translate).
+    """
+    return KafkaAdmin(config)
 
 
 __all__ = [
@@ -142,6 +174,7 @@ __all__ = [
     "CONSUMER_BOUNDS",
     "PRODUCER_BOUNDS",
     "RECONNECT_BACKOFF_MS",
+    "KafkaAdmin",
     "client_config",
     "factory_config",
     "kafka_admin",

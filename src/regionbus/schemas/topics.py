@@ -52,9 +52,11 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
     ResourceType,
+    TopicMetadata,
 )
 
 from regionbus.schemas.errors import ConfigurationError, TransportError
+from regionbus.schemas.kafka_clients import KafkaAdmin
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_limits import (
     CONTROL_BATCH_MAX_BYTES,
@@ -85,6 +87,7 @@ every client of the principal (two topics per client capped a three-broker clust
 
 MAX_REPLICATION_FACTOR: Final = 3
 _LEADER_POLL_INTERVAL_S: Final = 0.05
+_METADATA_REQUEST_TIMEOUT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -350,16 +353,23 @@ def _topic_config(spec: TopicSpec, replicas: int) -> dict[str, str]:
 
 
 def ensure_topics(
-    admin: AdminClient, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0
+    admin: KafkaAdmin, specs: Iterable[TopicSpec], *, timeout_s: float = 30.0
 ) -> list[str]:
-    """Create the topics that do not exist, check the others, and wait for their leaders.
+    """Create the topics that do not exist, check the others, and wait until every broker
+    knows them.
 
-    A topic is ready when every partition has a leader: before that, producing to it or
-    asking its offsets fails with "not leader". Replication follows the brokers the
+    A topic is ready when every live broker's own metadata has it with a leader for every
+    partition. Before that, producing to it or asking its offsets fails with "not leader",
+    and a broker whose metadata cache has not yet learned it (a moment after the
+    controller created it) answers ``UNKNOWN_TOPIC_OR_PART`` to any request about it. So
+    this call asks each broker in turn, through an admin client bootstrapped from that
+    broker alone (`KafkaAdmin.on_broker`), and counts an answer for the broker that gave
+    it; callers then need no retry of that error. Replication follows the brokers the
     cluster has (`replication_factor`).
 
     Args:
-        admin: An AdminClient of the cluster (with the caller's security settings).
+        admin: An admin client of the cluster (with the caller's security settings), made
+            by `regionbus.schemas.kafka_clients.kafka_admin`.
         specs: The topics wanted.
         timeout_s: Longest wait, in seconds, for metadata, creation and leaders.
 
@@ -371,7 +381,7 @@ def ensure_topics(
         KafkaAuthorizationError: the principal may not create (or describe) a topic: with
             ACLs, Kafka says so also for a topic that exists but is not the principal's.
         TransportError: the cluster cannot be reached, refused to create a topic, or a
-            partition had no leader within ``timeout_s``.
+            broker did not show every partition with a leader within ``timeout_s``.
     """
     wanted = {spec.name: spec for spec in specs}
     if not wanted:
@@ -408,35 +418,63 @@ def ensure_topics(
     return created
 
 
-def _wait_for_leaders(admin: AdminClient, wanted: Mapping[str, TopicSpec], deadline: float) -> None:
-    pending = set(wanted)
+def _wait_for_leaders(admin: KafkaAdmin, wanted: Mapping[str, TopicSpec], deadline: float) -> None:
+    """Return when every live broker's own metadata has each wanted topic with a leader
+    for every partition; the live brokers are those the latest metadata answer lists."""
+    askers: dict[int, KafkaAdmin] = {}
+    """Per broker id, an admin client bootstrapped from that broker alone."""
+    confirmed: dict[int, set[str]] = {}
+    """Per broker id, the wanted topics its own metadata showed ready."""
+    brokers: dict[int, tuple[str, int]] = {}
     reason = ""
-    while pending:
-        for name in sorted(pending):
-            try:
-                topic = admin.list_topics(topic=name, timeout=5).topics.get(name)
-            except KafkaException as exc:
-                reason = str(exc)
-                continue
-            refused = topic.error if topic is not None else None
-            if refused is not None and is_authorization_error(refused):
-                raise kafka_error(refused, f"metadata of {name}", f"topic {name}")
-            if topic is None or topic.error is not None:
-                reason = f"{name}: {topic.error if topic is not None else 'absent'}"
-                continue
-            leaderless = [p for p in topic.partitions.values() if p.leader < 0 or p.error]
-            counted = len(topic.partitions) == wanted[name].partitions or (
-                wanted[name].any_partitions and topic.partitions
-            )
-            if counted and not leaderless:
-                pending.discard(name)
-            else:
-                reason = f"{name}: {len(leaderless)} partitions without a leader"
-        if not pending:
+    while True:
+        rounds = [(broker_id, askers[broker_id]) for broker_id in sorted(askers)] or [(-1, admin)]
+        for broker_id, asker in rounds:
+            for name in sorted(set(wanted) - confirmed.get(broker_id, set())):
+                try:
+                    answer = asker.list_topics(topic=name, timeout=_METADATA_REQUEST_TIMEOUT_S)
+                except KafkaException as exc:
+                    reason = str(exc)
+                    continue
+                brokers = {b.id: (str(b.host), b.port) for b in answer.brokers.values()}
+                topic = answer.topics.get(name)
+                refused = topic.error if topic is not None else None
+                if refused is not None and is_authorization_error(refused):
+                    raise kafka_error(refused, f"metadata of {name}", f"topic {name}")
+                ready, why = _ready(topic, wanted[name])
+                if ready:
+                    # Counted for the broker that answered, whichever was asked.
+                    confirmed.setdefault(answer.orig_broker_id, set()).add(name)
+                else:
+                    reason = f"{name} on broker {answer.orig_broker_id}: {why}"
+                if broker_id >= 0 and answer.orig_broker_id != broker_id:
+                    del askers[broker_id]  # it reached another broker: a new one next round
+                    break
+        if len(brokers) == 1:
+            # One broker: ``admin`` asks it, and its answer is the broker's own.
+            askers = {broker_id: admin for broker_id in brokers}
+        else:
+            askers = {
+                broker_id: askers.get(broker_id) or admin.on_broker(host, port)
+                for broker_id, (host, port) in brokers.items()
+            }
+        if brokers and all(set(wanted) <= confirmed.get(b, set()) for b in brokers):
             return
         if time.monotonic() > deadline:
-            raise TransportError(f"topics not ready in time: {reason}")
+            raise TransportError(f"topics not ready on every broker in time: {reason}")
         time.sleep(_LEADER_POLL_INTERVAL_S)
+
+
+def _ready(topic: TopicMetadata | None, spec: TopicSpec) -> tuple[bool, str]:
+    if topic is None or topic.error is not None:
+        return False, str(topic.error) if topic is not None else "absent"
+    leaderless = [p for p in topic.partitions.values() if p.leader < 0 or p.error]
+    if leaderless:
+        return False, f"{len(leaderless)} partitions without a leader"
+    counted = len(topic.partitions) == spec.partitions or (
+        spec.any_partitions and bool(topic.partitions)
+    )
+    return counted, "" if counted else f"{len(topic.partitions)} partitions"
 
 
 __all__ = [
