@@ -27,6 +27,7 @@ def _notifier() -> CacheClientNotifier:
         proxies,
         unused,
         None,
+        unused,
     )
 
 

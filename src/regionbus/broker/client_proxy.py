@@ -53,6 +53,8 @@ class QueueAccount:
         refreshed_at: When the ack was last read (monotonic seconds; 0 = never).
         overflowing: The queue stayed full through one hold and may grow; it is not held
             for again until its depth falls below the capacity.
+        parked: Of :attr:`queued`, the events the outbox holds back while the queue is
+            full (not sent yet, so its client cannot ack them).
         marks: ``(offset, events queued up to and including that record)`` of each record
             Kafka confirmed, oldest first, until acked past.
     """
@@ -62,6 +64,7 @@ class QueueAccount:
         "lost",
         "marks",
         "overflowing",
+        "parked",
         "queue_partition",
         "queue_topic",
         "queued",
@@ -76,6 +79,7 @@ class QueueAccount:
         self.lost = 0
         self.refreshed_at = 0.0
         self.overflowing = False
+        self.parked = 0
         self.marks: deque[tuple[int, int]] = deque()
 
     @property
@@ -208,6 +212,37 @@ class SharedQueue(QueueAccount):
         return self.queued - acked - self.lost
 
 
+class AckRead:
+    """Committed offsets of a queue's readers, asked of Kafka and answered later.
+
+    Args:
+        asked: ``{client id: the admin request's future}``.
+    """
+
+    __slots__ = ("_asked",)
+
+    def __init__(self, asked: dict[str, Future[Any]]) -> None:
+        self._asked = asked
+
+    def done(self) -> bool:
+        """Whether every reader's request has its answer (or failed)."""
+        return all(future.done() for future in self._asked.values())
+
+    def answers(self, timeout_s: float = 0.0) -> dict[str, int]:
+        """``{client id: committed offset}`` of the readers Kafka answered for, waiting up
+        to ``timeout_s`` for each (0: only those answered already). Never raises."""
+        found: dict[str, int] = {}
+        for client_id, future in self._asked.items():
+            if timeout_s <= 0 and not future.done():
+                continue
+            try:
+                answer = future.result(timeout=max(timeout_s, 0.0))
+                found[client_id] = answer.topic_partitions[0].offset
+            except (KafkaException, TimeoutError, IndexError):
+                continue
+        return found
+
+
 class ClientProxies:
     """The client proxies and shared queues of one server, and the reading of their acks.
 
@@ -321,7 +356,11 @@ class ClientProxies:
         account.refreshed_at = self._clock()
         if account.queue_partition < 0:
             return account.depth
-        committed = self.committed(account)
+        return self.take_acks(account, self.committed(account))
+
+    def take_acks(self, account: QueueAccount, committed: dict[str, int]) -> int:
+        """Note the committed offsets read of a queue's readers (:meth:`committed`,
+        :meth:`ask_acks`); return its depth after them."""
         if isinstance(account, SharedQueue):
             account.read_acks(committed)
         elif committed:
@@ -338,6 +377,12 @@ class ClientProxies:
         """``{client id: committed offset}`` of the queue's reader(s) on its partition (or
         of ``readers`` among them), as far as Kafka answered within 5 s (asked all at
         once)."""
+        return self.ask_acks(account, readers).answers(timeout_s=5)
+
+    def ask_acks(self, account: QueueAccount, readers: list[str] | None = None) -> AckRead:
+        """Ask the committed offsets of the queue's reader(s) (or of ``readers`` among
+        them) without waiting for them: the answers come in the returned read."""
+        account.refreshed_at = self._clock()
         if readers is None:
             readers = (
                 [account.client_id]
@@ -346,6 +391,8 @@ class ClientProxies:
                 if isinstance(account, SharedQueue)
                 else []
             )
+        if account.queue_partition < 0:
+            return AckRead({})
         partition = TopicPartition(account.queue_topic, account.queue_partition)
         asked: dict[str, Future[Any]] = {}
         for client_id in readers:
@@ -357,13 +404,7 @@ class ClientProxies:
                 asked[client_id] = next(iter(answers.values()))
             except KafkaException:
                 continue
-        found: dict[str, int] = {}
-        for client_id, future in asked.items():
-            try:
-                found[client_id] = future.result(timeout=5).topic_partitions[0].offset
-            except (KafkaException, TimeoutError, IndexError):
-                continue
-        return found
+        return AckRead(asked)
 
     def snapshot(self) -> dict[str, int]:
         """``{client id: depth}``: what it has not acked of its own records and of each
@@ -387,6 +428,7 @@ class ClientProxies:
 
 __all__ = [
     "SHARED_QUEUE_IDLE_S",
+    "AckRead",
     "ClientProxies",
     "ClientProxy",
     "PartitionsOf",

@@ -18,14 +18,15 @@ group does.
 Each client is served through its :class:`regionbus.broker.client_proxy.ClientProxy`, which
 knows where its queue is and how full it is. Capacity is checked when an event is queued
 (SPEC §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client whose queue holds
-``maximum_message_count`` unacked events holds the writer (the server takes no other
-operation) until the client acks or ``maximum_queue_full_wait_ms`` has passed; then its
-queue may grow (not held for again until it drains below the capacity), or, if the
-operator chose ``disconnect_unresponsive_clients``, the client is disconnected and the
-event, and every later one, is not queued for it. The records a group shares are counted
-in the group's own account (:class:`regionbus.broker.client_proxy.SharedQueue`, as deep as
-its slowest member): the capacity applies to each stream of records a client reads, its
-own and each group's.
+``maximum_message_count`` unacked events holds the writers of its events (their events for
+it, and their replies, wait in the outbox) until the client acks or
+``maximum_queue_full_wait_ms`` has passed; then its queue may grow (not held for again
+until it drains below the capacity), or, if the operator chose
+``disconnect_unresponsive_clients``, the client is disconnected and what waited for it is
+dropped (`regionbus.broker.queue_holds`). Other writers and other clients do not wait. The
+records a group shares are counted in the group's own account
+(:class:`regionbus.broker.client_proxy.SharedQueue`, as deep as its slowest member): the
+capacity applies to each stream of records a client reads, its own and each group's.
 """
 
 from __future__ import annotations
@@ -36,12 +37,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from regionbus.broker.audiences import Audience
-from regionbus.broker.client_proxy import ClientProxies, ClientProxy, QueueAccount, SharedQueue
+from regionbus.broker.client_proxy import (
+    AckRead,
+    ClientProxies,
+    ClientProxy,
+    QueueAccount,
+    SharedQueue,
+)
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import Outbox, Recipients
 from regionbus.broker.permissions import data_read
+from regionbus.broker.queue_holds import QueueHolds
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.addressing import shared_key
@@ -54,10 +62,6 @@ log = logging.getLogger("regionbus.server")
 DEPTH_REFRESHES_PER_SYNC: Final = 8
 """Readers whose acks are re-read per sync for the queue depth gauges (round robin):
 bounds the admin requests a sync may make when many clients are connected."""
-FULL_RECHECK_S: Final = 0.02
-"""A queue found full is believed full for this long before its ack is read again."""
-HOLD_POLL_S: Final = 0.05
-"""How often a held writer's full queue is looked at again."""
 _AUDIENCE_TARGETS_KEPT: Final = 10_000
 """Audiences whose records are kept made (all forgotten past this many)."""
 _ANYONE: Final = object()
@@ -89,8 +93,8 @@ class CacheClientNotifier:
         proxies: The clients this server serves (their queues' addresses and depths).
         stats: The server's counters (events routed, holds).
         security: Filters recipients by their read permission when security is on.
-        disconnect: Disconnects a client as unresponsive (its queue stayed full through
-            a whole wait, and the operator chose ``disconnect_unresponsive_clients``).
+        holds: The full queues held now; routing starts a hold when it counts a queue at
+            its capacity.
         clock: Monotonic seconds (tests pass their own).
     """
 
@@ -104,7 +108,7 @@ class CacheClientNotifier:
         proxies: ClientProxies,
         stats: ServerStats,
         security: SecurityGuard | None,
-        disconnect: Callable[[str], object] = lambda _client_id: None,
+        holds: QueueHolds,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
@@ -115,10 +119,12 @@ class CacheClientNotifier:
         self.proxies = proxies
         self._stats = stats
         self._security = security
-        self.disconnect = disconnect
+        self._holds = holds
         self._clock = clock
         self._limit = settings.maximum_message_count
         self._depth_cursor = 0
+        self._depth_reads: dict[tuple[QueueAccount, str | None], AckRead] = {}
+        """Ack reads asked for the depths, answered by a later sync."""
         self._audience_targets: dict[
             Audience, tuple[Audience, tuple[tuple[ClientProxy | Recipients, Any], ...]]
         ] = {}
@@ -166,7 +172,7 @@ class CacheClientNotifier:
                     invalidate = _invalidation(event)
                 payload = full if receive_values or not carries_value else invalidate
                 assert payload is not None
-                routed += self._to_client(self._proxy(client_id), payload)
+                routed += self._to_client(self._proxy(client_id), payload, event.originator)
         if route.audiences:
             now = self._clock()
             for audience in route.audiences:
@@ -179,32 +185,32 @@ class CacheClientNotifier:
                         continue
                     if isinstance(target, ClientProxy):
                         if target.client_id != event.originator:
-                            routed += self._to_client(target, payload)
+                            routed += self._to_client(target, payload, event.originator)
                     else:
-                        routed += self._to_audience(target, payload, now)
+                        routed += self._to_audience(target, payload, now, event.originator)
         self._stats.events_routed += routed
         if self._cqs.has_queries(event.region):
             matches = self._cqs.entry_matches(event, bucket, old_value, old_serializer)
             self.queue_cq_events(event, matches)
 
-    def _to_client(self, proxy: ClientProxy, payload: bytes) -> int:
-        """Queue one event for one client, capacity allowing; how many got it (0 or 1)."""
-        if proxy.depth >= self._limit and not proxy.overflowing and not self._room(proxy):
-            return 0
-        self._outbox.queue(proxy, payload)
+    def _to_client(self, proxy: ClientProxy, payload: bytes, originator: str) -> int:
+        """Queue one event of ``originator``'s operation for one client, holding its queue
+        when it is counted full; how many got it (1)."""
+        if proxy.depth >= self._limit and not proxy.overflowing:
+            self._holds.full(proxy, proxy.client_id)
+        self._outbox.queue(proxy, payload, originator)
         proxy.events_routed += 1
         return 1
 
-    def _to_audience(self, recipients: Recipients, payload: bytes, now: float) -> int:
-        """Queue one event for the clients of one record, capacity allowing; how many got
-        it."""
+    def _to_audience(
+        self, recipients: Recipients, payload: bytes, now: float, originator: str
+    ) -> int:
+        """Queue one event of ``originator``'s operation for the clients of one record,
+        holding their shared queue when it is counted full; how many got it."""
         queue = recipients.queue
-        if queue.depth >= self._limit and not queue.overflowing:
-            narrowed = self._room_shared(recipients)
-            if narrowed is None:
-                return 0
-            recipients = narrowed
-        self._outbox.queue_shared(recipients, payload)
+        if queue.depth >= self._limit and not queue.overflowing and not self._holds.is_held(queue):
+            self._holds.full(queue, ", ".join(sorted(queue.members)))
+        self._outbox.queue_shared(recipients, payload, originator)
         queue.events += 1
         queue.last_used = now
         return len(queue.members)
@@ -287,13 +293,10 @@ class CacheClientNotifier:
         recipients = self._registry.clients_of_region(event.region) - {event.originator}
         if self._security is not None:
             recipients = self._security.region_readers(recipients, event.region)
+        routed = 0
         for client_id in recipients:
-            proxy = self._proxy(client_id)
-            if proxy.depth >= self._limit and not proxy.overflowing and not self._room(proxy):
-                continue
-            self._outbox.queue(proxy, payload)
-            proxy.events_routed += 1
-            self._stats.events_routed += 1
+            routed += self._to_client(self._proxy(client_id), payload, event.originator)
+        self._stats.events_routed += routed
 
     def queue_cq_events(self, event: Event, matches: Mapping[str, Sequence[CqMatch]]) -> None:
         """Queue what a change did to clients' continuous queries: one ``CqEvent`` (the
@@ -323,14 +326,14 @@ class CacheClientNotifier:
         for cqs, ids in holders.items():
             payload = encode(CqEvent(event, cqs))
             if len(ids) == 1:
-                routed += self._to_client(self._proxy(ids[0]), payload)
+                routed += self._to_client(self._proxy(ids[0]), payload, event.originator)
                 continue
             audience = Audience(("cq", event.region, *_cq_source(cqs)), True, frozenset(ids))
             for target, _principal in self._targets(audience):
                 if isinstance(target, ClientProxy):
-                    routed += self._to_client(target, payload)
+                    routed += self._to_client(target, payload, event.originator)
                 else:
-                    routed += self._to_audience(target, payload, now)
+                    routed += self._to_audience(target, payload, now, event.originator)
         self._stats.events_routed += routed
 
     def marker(self, marker: Marker, kafka_principal: str | None) -> None:
@@ -340,79 +343,24 @@ class CacheClientNotifier:
 
     # --- capacity ----------------------------------------------------------------------
 
-    def _room(self, proxy: ClientProxy) -> bool:
-        """Whether an event may be queued for a client whose queue looked full: after a
-        fresh read of its ack it has room; or it was held for (the writer waited up to
-        ``maximum_queue_full_wait_ms``) and then may grow; False when it was disconnected
-        as unresponsive instead (nothing more is queued for it)."""
-        if self._hold(proxy, proxy.client_id):
-            return True
-        log.warning("disconnecting unresponsive client %s (queue full)", proxy.client_id)
-        self._stats.clients_disconnected += 1
-        self.disconnect(proxy.client_id)
-        return False
-
-    def _room_shared(self, recipients: Recipients) -> Recipients | None:
-        """The recipients an event may be queued for when their shared queue looked full:
-        all of them when it has room (or may grow); else, the operator having chose to
-        disconnect unresponsive clients, those who are not over the capacity (the others
-        are disconnected); None when none is left."""
-        queue = recipients.queue
-        if self._hold(queue, ", ".join(sorted(queue.members))):
-            return recipients
-        committed = self.proxies.committed(queue)
-        late = {c for c, offset in committed.items() if queue.unacked_after(offset) >= self._limit}
-        for client_id in sorted(late):
-            log.warning("disconnecting unresponsive client %s (queue full)", client_id)
-            self._stats.clients_disconnected += 1
-            self.disconnect(client_id)
-        kept = queue.members - late
-        if not kept:
-            return None
-        queue.set_members(kept)
-        return Recipients(recipients.topic, recipients.partition, recipients.key, kept, queue)
-
-    def _hold(self, account: QueueAccount, whose: str) -> bool:
-        """Hold the writer while a queue is full (Geode ``HARegionQueue``): True once it has
-        room again (a fresh read of its ack) or, after ``maximum_queue_full_wait_ms``, may
-        grow (not held for again until it drains); False when it stayed full and the
-        operator chose ``disconnect_unresponsive_clients``."""
-        limit = self._limit
-        now = self._clock()
-        if now - account.refreshed_at >= FULL_RECHECK_S and self.proxies.refresh(account) < limit:
-            return True
-        wait_ms = self._settings.maximum_queue_full_wait_ms
-        log.warning(
-            "subscription queues full (%d unacked events): %s; holding operations for up to %d ms",
-            limit,
-            whose,
-            wait_ms,
-        )
-        self._stats.queue_full_waits += 1
-        # What this batch gathered goes now: the full client may be waiting on nothing else,
-        # and the other clients need not wait for the hold.
-        self._outbox.send()
-        deadline = now + wait_ms / 1000
-        while self._clock() < deadline:
-            self._outbox.producer.poll(min(HOLD_POLL_S, max(0.0, deadline - self._clock())))
-            if self.proxies.refresh(account) < limit:
-                log.info("subscription queue of %s has room again", whose)
-                return True
-        if self._settings.disconnect_unresponsive_clients:
-            return False
-        log.warning("queue of %s stays over its capacity: not waiting again", whose)
-        account.overflowing = True
-        return True
-
     def refresh_depths(self, gauges: bool) -> None:
         """Per sync: re-read the acks of the queues that were let grow, so a drained one is
         held for again when it fills up; with ``gauges``, also of a few other queues,
-        clients' own and shared ones (round robin), so the depth gauges stay current."""
+        clients' own and shared ones (round robin), so the depth gauges stay current.
+
+        Each read is asked now and its answer taken at a later sync: the loop never waits
+        on Kafka for a depth."""
         limit = self._limit
+        for asked, read in list(self._depth_reads.items()):
+            if read.done():
+                del self._depth_reads[asked]
+                account = asked[0]
+                if self.proxies.take_acks(account, read.answers()) < limit:
+                    account.overflowing = False
         accounts: list[QueueAccount] = [*self.proxies, *self.proxies.shared_queues()]
         for account in accounts:
-            if account.overflowing and self.proxies.refresh(account) < limit:
-                account.overflowing = False
+            if account.overflowing:
+                self._read_depth(account, None)
         self.proxies.forget_idle_shared()
         if not gauges:
             return
@@ -426,11 +374,14 @@ class CacheClientNotifier:
         count = min(DEPTH_REFRESHES_PER_SYNC, len(readers))
         for step in range(count):
             account, member = readers[(self._depth_cursor + step) % len(readers)]
-            if isinstance(account, SharedQueue) and member is not None:
-                self.proxies.refresh_member(account, member)
-            else:
-                self.proxies.refresh(account)
+            self._read_depth(account, member if isinstance(account, SharedQueue) else None)
         self._depth_cursor = (self._depth_cursor + count) % len(readers)
+
+    def _read_depth(self, account: QueueAccount, member: str | None) -> None:
+        """Ask a queue's ack (all its readers', or one member's), unless asked already."""
+        if (account, member) not in self._depth_reads:
+            readers = None if member is None else [member]
+            self._depth_reads[(account, member)] = self.proxies.ask_acks(account, readers)
 
 
 __all__ = ["DEPTH_REFRESHES_PER_SYNC", "CacheClientNotifier"]

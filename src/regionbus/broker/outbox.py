@@ -19,6 +19,7 @@ client can tell a server's message from a forged one.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Final
@@ -28,6 +29,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
 from regionbus.broker.client_topics import ClientTopicPartitions
+from regionbus.broker.queue_holds import QueueHolds
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.addressing import RECIPIENTS_HEADER, recipients
 from regionbus.schemas.codec import encode, encode_batches, split_batch
@@ -106,9 +108,23 @@ class _Addressed:
     """What one poll batch gathered for one address, in a row: where it goes, its framed
     messages, whose principal signs them, the queue's account (None for replies) and how
     many events it had queued before them, and the recipients of a record for several
-    clients."""
+    clients; the clients whose queue it goes to (none for replies) and the originators of
+    its events (whose replies wait while it is parked); the number reserved for it while
+    it is parked (-1 when it is not)."""
 
-    __slots__ = ("account", "client_id", "framed", "key", "listed", "partition", "start", "topic")
+    __slots__ = (
+        "account",
+        "client_id",
+        "framed",
+        "key",
+        "listed",
+        "members",
+        "originators",
+        "partition",
+        "reserved",
+        "start",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -118,6 +134,7 @@ class _Addressed:
         client_id: str,
         account: QueueAccount | None,
         listed: bytes | None = None,
+        members: frozenset[str] = frozenset(),
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -127,6 +144,9 @@ class _Addressed:
         self.start = account.queued if account is not None else 0
         self.listed = listed
         self.framed: list[bytes] = []
+        self.members = members
+        self.originators: set[str] = set()
+        self.reserved = -1
 
 
 class _OpenRuns:
@@ -154,6 +174,8 @@ class Outbox:
         client_topics: The partition counts of the shared client topics.
         topic_gone: Told the name of a server topic a delivery found missing (the topic
             keeper checks it at once instead of at its next period).
+        holds: The full queues held now (`regionbus.broker.queue_holds`): what goes to
+            them is parked until :meth:`release`; None parks nothing.
     """
 
     def __init__(
@@ -164,6 +186,7 @@ class Outbox:
         stats: ServerStats,
         client_topics: ClientTopicPartitions,
         topic_gone: Callable[[str], object] = lambda _topic: None,
+        holds: QueueHolds | None = None,
     ) -> None:
         self.producer = producer
         self.topics = topics
@@ -182,6 +205,15 @@ class Outbox:
         self._numbered = 0
         self._settled_below = 0
         self._settled_above: set[int] = set()
+        self._holds = holds
+        self._parked: list[_Addressed] = []
+        """Runs held back, in the order they were gathered (see :meth:`send`)."""
+        self._parked_members: Counter[str] = Counter()
+        """Of the parked runs: how many go to each client's queue."""
+        self._parked_writers: Counter[str] = Counter()
+        """Of the parked runs: how many hold events of each originator, or its replies."""
+        self.parked_bytes = 0
+        """Bytes of events and replies parked."""
 
     # --- sending now -------------------------------------------------------------------
 
@@ -193,12 +225,15 @@ class Outbox:
         partition: int = -1,
         on_delivery: DeliveryReport | None = None,
         headers: HeaderList | None = None,
+        also_settles: int = -1,
     ) -> None:
         """Hand one message to the producer, waiting (serving delivery reports) while its
-        buffer is full; ``partition=-1`` lets the producer choose."""
+        buffer is full; ``partition=-1`` lets the producer choose. ``also_settles`` is a
+        number reserved for a parked run, settled with this message."""
         number = self._numbered
         self._numbered += 1
-        callback = partial(self._settle, number, on_delivery or self.on_delivery)
+        settles = (number,) if also_settles < 0 else (number, also_settles)
+        callback = partial(self._settle, settles, on_delivery or self.on_delivery)
         while True:
             try:
                 if partition >= 0:
@@ -218,7 +253,8 @@ class Outbox:
             except KafkaException as exc:
                 # The producer already knows the topic is gone (deleted): a failed delivery.
                 self._delivery_failed(topic, exc.args[0])
-                self._settled(number)
+                for settled in settles:
+                    self._settled(settled)
                 return
 
     def mark(self) -> int:
@@ -232,12 +268,17 @@ class Outbox:
         return self._settled_below >= mark
 
     def _settle(
-        self, number: int, report: DeliveryReport, error: KafkaError | None, message: KafkaMessage
+        self,
+        numbers: tuple[int, ...],
+        report: DeliveryReport,
+        error: KafkaError | None,
+        message: KafkaMessage,
     ) -> None:
         try:
             report(error, message)
         finally:
-            self._settled(number)
+            for number in numbers:
+                self._settled(number)
 
     def _settled(self, number: int) -> None:
         # Reports of different partitions come in any order: keep those above the lowest
@@ -400,9 +441,10 @@ class Outbox:
         except RegionBusError:
             log.warning("cannot reply to %r: %s", op.client_id, exc)
 
-    def queue(self, proxy: ClientProxy, framed: bytes) -> None:
+    def queue(self, proxy: ClientProxy, framed: bytes, originator: str | None = None) -> None:
         """Queue an encoded event or marker for a client's subscription queue, counting it
-        in the client's queue depth now."""
+        in the client's queue depth now; ``originator``: the client whose operation made
+        the event (its reply waits while the event is parked)."""
         if proxy.queue_partition < 0:
             self.stats.events_unaddressed += 1
             return
@@ -416,14 +458,21 @@ class Outbox:
                 del runs.groups[group]
         addressed = runs.own.get(client_id)
         if addressed is None:
-            addressed = runs.own[client_id] = _Addressed(*place, proxy.key, client_id, proxy)
+            addressed = runs.own[client_id] = _Addressed(
+                *place, proxy.key, client_id, proxy, members=frozenset((client_id,))
+            )
             self._runs.append(addressed)
         addressed.framed.append(framed)
+        if originator:
+            addressed.originators.add(originator)
         proxy.queued += 1
 
-    def queue_shared(self, recipients: Recipients, framed: bytes) -> None:
+    def queue_shared(
+        self, recipients: Recipients, framed: bytes, originator: str | None = None
+    ) -> None:
         """Queue an encoded event for several clients of one partition, in one record
-        listing them, counting it in their shared queue's depth now."""
+        listing them, counting it in their shared queue's depth now (``originator`` as in
+        :meth:`queue`)."""
         place = (recipients.topic, recipients.partition)
         runs = self._open.get(place)
         if runs is None:
@@ -447,40 +496,160 @@ class Outbox:
                 recipients.signer,
                 recipients.queue,
                 recipients.listed,
+                members,
             )
             self._runs.append(addressed)
         addressed.framed.append(framed)
+        if originator:
+            addressed.originators.add(originator)
         recipients.queue.queued += 1
 
     def send(self) -> None:
         """Produce what the poll batch gathered, per address, as few messages as possible,
         in the order each client's events were queued; each queue message's delivery
-        report tells its account where it landed."""
+        report tells its account where it landed.
+
+        What goes to a held queue (:class:`regionbus.broker.queue_holds.QueueHolds`) is
+        parked instead, and so is, in each client's order, everything after it for any of
+        that queue's clients, and the replies to the writers of its events: those wait for
+        :meth:`release`, everything else goes now. A parked run keeps a number of its own
+        unsettled, so no offset is committed past its operations until it is delivered.
+        """
         runs, self._runs = self._runs, []
         self._replies = {}
         self._open = {}
+        if self._holds is None or (not self._holds and not self._parked):
+            for addressed in runs:
+                self._produce_run(addressed)
+            return
+        # Which queue runs park: decided in order, as one parked run blocks its clients'
+        # later runs. Then the replies, once every parked writer of the batch is known.
+        members = set(self._parked_members)
+        writers = set(self._parked_writers)
+        parks: list[bool] = []
         for addressed in runs:
-            topic, partition, key = addressed.topic, addressed.partition, addressed.key
-            framed, account, listed = addressed.framed, addressed.account, addressed.listed
-            values = encode_batches(framed)
-            queued_through = addressed.start
-            for value in values:
-                # Signed per message: the signature covers topic, partition, value (and
-                # the recipients of a record for several clients).
-                headers: HeaderList | None = None
-                if self.seal is not None:
-                    signed = value if listed is None else listed + value
-                    headers = self.seal(addressed.client_id, topic, partition, signed)
-                if listed is not None:
-                    headers = [(RECIPIENTS_HEADER, listed), *(headers or [])]
-                report = None
-                if account is not None:
-                    count = len(framed) if len(values) == 1 else len(split_batch(value))
-                    queued_through += count
-                    report = self._queue_delivery(account, queued_through, count)
-                self.produce(
-                    topic, value, key, partition=partition, on_delivery=report, headers=headers
-                )
+            account = addressed.account
+            park = account is not None and (
+                self._holds.is_held(account) or not members.isdisjoint(addressed.members)
+            )
+            if park:
+                members |= addressed.members
+                writers |= addressed.originators
+            parks.append(park)
+        for addressed, park in zip(runs, parks, strict=True):
+            if park or (addressed.account is None and addressed.client_id in writers):
+                self._park(addressed)
+            else:
+                self._produce_run(addressed)
+
+    def _park(self, addressed: _Addressed) -> None:
+        addressed.reserved = self._numbered
+        self._numbered += 1
+        self._parked.append(addressed)
+        self._count_parked(addressed, 1)
+
+    def _count_parked(self, addressed: _Addressed, sign: int) -> None:
+        self.parked_bytes += sign * sum(len(framed) for framed in addressed.framed)
+        if addressed.account is not None:
+            addressed.account.parked += sign * len(addressed.framed)
+        for client_id in addressed.members:
+            self._parked_members[client_id] += sign
+        writers = addressed.originators if addressed.account is not None else (addressed.client_id,)
+        for client_id in writers:
+            self._parked_writers[client_id] += sign
+        if sign < 0:
+            self._parked_members = +self._parked_members
+            self._parked_writers = +self._parked_writers
+
+    def release(self, disconnected: set[str] | None = None) -> int:
+        """Send the parked runs that may go now, in the order they were gathered: those
+        whose queue is no longer held and that follow no parked run of the same clients
+        (or, for a reply, of its writer's events). What was parked for ``disconnected``
+        clients alone (clients just disconnected as unresponsive) is dropped.
+
+        Returns:
+            How many runs went (or were dropped).
+        """
+        if not self._parked:
+            return 0
+        gone = disconnected or set()
+        # As in send: the queue runs first, in order; then the replies, once every writer
+        # with events still parked is known (a reply may have been gathered before them).
+        members: set[str] = set()
+        writers: set[str] = set()
+        holds: dict[int, bool] = {}
+        for index, addressed in enumerate(self._parked):
+            account = addressed.account
+            if account is None:
+                continue
+            if addressed.listed is None and addressed.members <= gone:
+                holds[index] = False  # dropped below
+                continue
+            hold = (self._holds is not None and self._holds.is_held(account)) or (
+                not members.isdisjoint(addressed.members)
+            )
+            if hold:
+                members |= addressed.members
+                writers |= addressed.originators
+            holds[index] = hold
+        kept: list[_Addressed] = []
+        moved = 0
+        for index, addressed in enumerate(self._parked):
+            # A reply waits while its writer has events parked.
+            hold = holds.get(index, addressed.client_id in writers)
+            if hold:
+                kept.append(addressed)
+                continue
+            self._count_parked(addressed, -1)
+            moved += 1
+            if (
+                addressed.account is not None
+                and addressed.listed is None
+                and (addressed.members <= gone)
+            ):
+                self._settled(addressed.reserved)
+            else:
+                self._produce_run(addressed)
+        self._parked = kept
+        return moved
+
+    def release_all(self) -> None:
+        """Send every parked run now, held or not (the server is stopping)."""
+        parked, self._parked = self._parked, []
+        for addressed in parked:
+            self._count_parked(addressed, -1)
+            self._produce_run(addressed)
+
+    def _produce_run(self, addressed: _Addressed) -> None:
+        """Produce one run's messages; the last settles the run's reserved number, if it
+        was parked."""
+        topic, partition, key = addressed.topic, addressed.partition, addressed.key
+        framed, account, listed = addressed.framed, addressed.account, addressed.listed
+        values = encode_batches(framed)
+        queued_through = addressed.start
+        for index, value in enumerate(values):
+            # Signed per message: the signature covers topic, partition, value (and the
+            # recipients of a record for several clients).
+            headers: HeaderList | None = None
+            if self.seal is not None:
+                signed = value if listed is None else listed + value
+                headers = self.seal(addressed.client_id, topic, partition, signed)
+            if listed is not None:
+                headers = [(RECIPIENTS_HEADER, listed), *(headers or [])]
+            report = None
+            if account is not None:
+                count = len(framed) if len(values) == 1 else len(split_batch(value))
+                queued_through += count
+                report = self._queue_delivery(account, queued_through, count)
+            self.produce(
+                topic,
+                value,
+                key,
+                partition=partition,
+                on_delivery=report,
+                headers=headers,
+                also_settles=addressed.reserved if index == len(values) - 1 else -1,
+            )
 
     def _queue_delivery(
         self, account: QueueAccount, queued_through: int, events: int

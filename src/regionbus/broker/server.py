@@ -56,6 +56,7 @@ from regionbus.broker.outbox import TOPIC_GONE, Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
+from regionbus.broker.queue_holds import PARKED_BYTES_MAX, QueueHolds
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.server_metrics import server_metric_families
 from regionbus.broker.stats import ServerStats
@@ -106,11 +107,23 @@ class _Parts:
     admission: Admission | None
     intake: OperationIntake
 
+    holds: QueueHolds
+
     def end_batch(self) -> None:
         """The end of a batch of work: apply the entry operations batched so far, then send
         what the batch produced (their events and replies with the rest), in that order."""
         self.entries.apply()
         self.outbox.send()
+
+    def release_holds(self) -> None:
+        """At each turn of the loop: end the holds of full queues that have room again or
+        waited long enough, disconnect the clients the operator chose to drop for it, and
+        send what waited for them."""
+        ended = self.holds.tick(over_budget=self.outbox.parked_bytes > PARKED_BYTES_MAX)
+        for client_id in sorted(ended.disconnected):
+            self.lifecycle.disconnect_unresponsive(client_id)
+        if ended.any or not self.holds:
+            self.outbox.release(ended.disconnected)
 
 
 class CacheServer(BackgroundWorker):
@@ -291,8 +304,22 @@ class CacheServer(BackgroundWorker):
         client_topics = ClientTopicPartitions(admin)
         for spec in client_topic_specs(self.topics, None):
             client_topics.partitions(spec.name)
+        proxies = ClientProxies(admin, self.topics, client_topics.partitions)
+        holds = QueueHolds(
+            proxies,
+            self.stats,
+            s.maximum_message_count,
+            s.maximum_queue_full_wait_ms,
+            s.disconnect_unresponsive_clients,
+        )
         outbox = Outbox(
-            producer, self.topics, s.member_id, self.stats, client_topics, topic_keeper.suspect
+            producer,
+            self.topics,
+            s.member_id,
+            self.stats,
+            client_topics,
+            topic_keeper.suspect,
+            holds,
         )
         if self.security is not None:
             outbox.seal = self.security.client_headers
@@ -312,9 +339,10 @@ class CacheServer(BackgroundWorker):
             self.registry,
             self.cqs,
             outbox,
-            ClientProxies(admin, self.topics, client_topics.partitions),
+            proxies,
             self.stats,
             self.security,
+            holds,
         )
         reaper = Lease(
             self._redis,
@@ -337,7 +365,6 @@ class CacheServer(BackgroundWorker):
             admin,
             self.cqs,
         )
-        notifier.disconnect = lifecycle.disconnect_unresponsive
         distribution = Distribution(self.plugins, notifier, self._gateways, outbox, self.cqs.table)
         entries = EntryOperations(
             s, self.store, ownership, self.plugins, distribution, outbox, self.stats
@@ -375,6 +402,7 @@ class CacheServer(BackgroundWorker):
             handlers,
             admission,
             OperationIntake(s, self.topics, outbox, lifecycle, entries, handlers, admission),
+            holds,
         )
 
     def _teardown(self) -> None:
@@ -387,6 +415,7 @@ class CacheServer(BackgroundWorker):
             self.election.leave()
         finally:
             parts.consumer.close()
+            parts.outbox.release_all()
             parts.producer.flush(10)
 
     def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
@@ -421,6 +450,7 @@ class CacheServer(BackgroundWorker):
                 if messages:
                     self._process(messages)
                 parts.expiration.tick(time.monotonic())
+                parts.release_holds()
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()
                 now = time.monotonic()
