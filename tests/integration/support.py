@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from regionbus.broker.interest import InterestRegistry
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from regionbus.schemas.errors import CacheWriterError
 from regionbus.schemas.kafka_clients import kafka_producer
@@ -245,4 +246,15 @@ def dead_letters(kafka: str, namespace: str) -> list[tuple[bytes | None, dict[st
             out.append((message.value(), headers))
     finally:
         consumer.close()
+    return out
+
+
+def routed(registry: InterestRegistry, region: str, key: str, bucket: int) -> dict[str, bool]:
+    """``{client id: receive_values}`` a change of ``key`` in ``bucket`` is routed to, by
+    the server's interest registry (its audiences and the clients routed alone)."""
+    route = registry.table.audiences(region, key, bucket)
+    out = dict(route.individual)
+    for audience in route.audiences:
+        for client_id in audience.clients:
+            out[client_id] = audience.receive_values
     return out

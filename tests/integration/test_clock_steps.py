@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support import Recorder, wait_until
+from support import Recorder, routed, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
@@ -121,7 +121,7 @@ def test_a_wall_clock_step_of_an_hour_drops_no_live_client_and_reaps_no_durable_
 
     dropped = [r.getMessage() for r in caplog.records if "sent nothing" in r.getMessage()]
     assert dropped == [], "a client that pings was taken as silent"
-    assert live.client_id in server.registry.route("r", "k0", 0)
+    assert live.client_id in routed(server.registry, "r", "k0", 0)
     writer.put("after", 1)
     wait_until(lambda: ("create", "after", 1) in heard.snapshot(), what="a live put after it")
 
@@ -151,7 +151,7 @@ def test_after_a_step_back_a_silent_client_is_dropped_and_a_durable_one_reaped_o
     _step_wall_clock(monkeypatch, -_HOUR_S)
 
     wait_until(
-        lambda: silent.client_id not in server.registry.route("r", "k", 0),
+        lambda: silent.client_id not in routed(server.registry, "r", "k", 0),
         timeout_s=_LIVENESS_MS / 1000 + 10,
         what="the silent client to be dropped",
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import Recorder, Sentinel, consumer_groups, wait_until
+from support import Recorder, Sentinel, consumer_groups, routed, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
@@ -66,4 +66,4 @@ def test_a_connection_that_lost_its_id_to_another_deletes_nothing_when_it_closes
         writer = client_factory().create_region("r")
         writer.put("k", 1)
         assert Sentinel(writer, recorder).fence() == [("create", "k", 1)]
-        assert server.registry.route("r", "k", 0) == {"desk": True}
+        assert routed(server.registry, "r", "k", 0) == {"desk": True}

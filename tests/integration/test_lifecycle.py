@@ -10,7 +10,7 @@ import time
 
 from confluent_kafka import TopicPartition
 from readme_commands import REPOSITORY, fresh_default_stack_dir, readme_stack_command
-from support import Recorder, Sentinel, consumer_groups, wait_until
+from support import Recorder, Sentinel, consumer_groups, routed, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
@@ -70,9 +70,9 @@ def test_closing_a_client_drops_its_interest_and_its_acks(
     leaving.create_region("r").register_interest(ALL_KEYS)
     group = Topics(namespace).client_group(leaving.client_id)
     wait_until(lambda: group in consumer_groups(kafka_bootstrap_servers), what="its first ack")
-    assert cache_server.registry.route("r", "k", 0) == {leaving.client_id: True}
+    assert routed(cache_server.registry, "r", "k", 0) == {leaving.client_id: True}
     leaving.close()
-    wait_until(lambda: cache_server.registry.route("r", "k", 0) == {}, what="interest dropped")
+    wait_until(lambda: routed(cache_server.registry, "r", "k", 0) == {}, what="interest dropped")
     wait_until(
         lambda: (
             not cache_server.store.redis.exists(cache_server.store.keys.interest(leaving.client_id))
@@ -93,14 +93,14 @@ def test_a_silent_client_is_dropped_after_maximum_time_between_pings(
         silent.create_region("r").register_interest(ALL_KEYS)
         pinging: ClientCache = client_factory(ping_interval_ms=200)
         pinging.create_region("r").register_interest(ALL_KEYS)
-        assert set(server.registry.route("r", "k", 0)) == {silent.client_id, pinging.client_id}
+        assert set(routed(server.registry, "r", "k", 0)) == {silent.client_id, pinging.client_id}
         wait_until(
-            lambda: set(server.registry.route("r", "k", 0)) == {pinging.client_id},
+            lambda: set(routed(server.registry, "r", "k", 0)) == {pinging.client_id},
             timeout_s=10,
             what="the silent client to be dropped",
         )
         time.sleep(1.5)
-        assert set(server.registry.route("r", "k", 0)) == {pinging.client_id}
+        assert set(routed(server.registry, "r", "k", 0)) == {pinging.client_id}
 
 
 def test_a_restarted_server_keeps_routing_by_the_registrations_in_redis(

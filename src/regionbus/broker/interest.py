@@ -53,10 +53,6 @@ class InterestTable:
         self._regions: dict[str, RegionRegistrations] = {}
         self._regex_counts: dict[str, int] = {}
         """``{client id: regex registrations}`` over every region."""
-        self._all_keys_routes: dict[tuple[str, int], dict[str, bool]] = {}
-        """``{(region, bucket): route}`` of regions whose registrations are all ALL_KEYS,
-        where every key of a bucket has the same route: computed once per bucket instead
-        of once per event, and forgotten at every change of the table."""
 
     def add(
         self,
@@ -78,7 +74,6 @@ class InterestTable:
         Raises:
             InvalidInterestError: a REGEX spec whose pattern does not compile.
         """
-        self._all_keys_routes.clear()
         ri = self._regions.setdefault(region, RegionRegistrations())
         ri.audiences = None
         if spec.kind is InterestKind.ALL_KEYS:
@@ -106,7 +101,6 @@ class InterestTable:
     def remove(self, client_id: str, region: str, spec: InterestSpec) -> None:
         """Remove a registration in every bucket: the keys of a KEYS spec, the all-keys
         registration, or the spec's pattern."""
-        self._all_keys_routes.clear()
         ri = self._regions.get(region)
         if ri is None:
             return
@@ -127,7 +121,6 @@ class InterestTable:
 
     def drop_client(self, client_id: str, *, keep_durable: bool = False) -> None:
         """Forget a client's registrations (all, or all but the durable ones)."""
-        self._all_keys_routes.clear()
         for ri in self._regions.values():
             ri.audiences = None
             reg = ri.all_keys.get(client_id)
@@ -182,47 +175,11 @@ class InterestTable:
         ri = self._regions.get(region)
         return ri is not None and (client_id, pattern) in ri.regexes
 
-    def route(self, region: str, key: str, bucket: int) -> dict[str, bool]:
-        """The clients interested in a change of one entry.
-
-        Args:
-            region: Region name.
-            key: Entry key.
-            bucket: The bucket the change was applied in.
-
-        Returns:
-            ``{client_id: receive_values}`` for every client with a registration active in
-            that bucket that matches the key (union; values if any match wants them).
-        """
-        ri = self._regions.get(region)
-        if ri is None:
-            return {}
-        if not ri.keys and not ri.regexes:
-            route = self._all_keys_routes.get((region, bucket))
-            if route is None:
-                route = {c: r.receive_values for c, r in ri.all_keys.items() if bucket in r.buckets}
-                self._all_keys_routes[(region, bucket)] = route
-            return dict(route)
-        out: dict[str, bool] = {}
-        for client_id, reg in ri.all_keys.items():
-            if bucket in reg.buckets:
-                out[client_id] = reg.receive_values
-        by_key = ri.keys.get(key)
-        if by_key:
-            for client_id, reg in by_key.items():
-                if bucket in reg.buckets:
-                    out[client_id] = out.get(client_id, False) or reg.receive_values
-        for (client_id, _), rreg in ri.regexes.items():
-            if bucket in rreg.buckets and (
-                not out.get(client_id) and rreg.pattern.fullmatch(key) is not None
-            ):
-                out[client_id] = out.get(client_id, False) or rreg.receive_values
-        return out
-
     def audiences(self, region: str, key: str, bucket: int) -> Route:
         """Who a change of one entry reaches, as audiences of clients that share a
-        registration and the clients routed alone (`regionbus.broker.audiences`): the same
-        clients, with the same ``receive_values``, as :meth:`route`.
+        registration and the clients routed alone (`regionbus.broker.audiences`): every
+        client with a registration active in that bucket that matches the key, once, with
+        ``receive_values`` if any of its matching registrations wants values.
 
         Args:
             region: Region name.
@@ -243,14 +200,12 @@ class InterestTable:
 
     def forget_region(self, region: str) -> None:
         """Drop the routing of a destroyed region."""
-        self._all_keys_routes.clear()
         ri = self._regions.pop(region, None)
         for client_id, _ in ri.regexes if ri is not None else ():
             self._uncount_regex(client_id)
 
     def clear(self) -> None:
         """Forget everything."""
-        self._all_keys_routes.clear()
         self._regions.clear()
         self._regex_counts.clear()
 
@@ -416,10 +371,6 @@ class InterestRegistry:
         return count
 
     # --- routing -----------------------------------------------------------------------
-
-    def route(self, region: str, key: str, bucket: int) -> dict[str, bool]:
-        """The clients interested in a change of one entry (see `InterestTable.route`)."""
-        return self.table.route(region, key, bucket)
 
     def clients_of_region(self, region: str) -> set[str]:
         """Every client with any interest in the region (receives region clear/destroy)."""
