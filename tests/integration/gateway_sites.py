@@ -15,7 +15,8 @@ from regionbus.broker.server import CacheServer
 from regionbus.clients import ClientCache, ClientSettings
 from regionbus.gateways.filters import GatewayConflictResolver
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.gateways.sender import GatewaySender
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.schemas.messages import Entry
 
 TEST_FETCH_WAIT_MAX_MS = 100

@@ -148,7 +148,8 @@ def test_undecodable_messages_are_dead_lettered_and_sender_and_receiver_keep_goi
 
 
 def test_one_sender_is_primary_and_a_standby_takes_over_when_it_stops(sites: list[Site]) -> None:
-    from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+    from regionbus.gateways.sender import GatewaySender
+    from regionbus.gateways.sender_settings import GatewaySenderSettings
 
     a, b = sites
     b.start_server()

@@ -26,7 +26,8 @@ from regionbus.broker.status import cluster_status
 from regionbus.clients import ALL_KEYS
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.gateways.sender import GatewaySender
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.schemas.kafka_clients import kafka_producer
 from regionbus.schemas.naming import Topics, client_partition
 

@@ -18,7 +18,7 @@ from regionbus.gateways.protocol import (
     encode_ack,
     encode_batch,
 )
-from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.schemas.codec import encode
 from regionbus.schemas.errors import ConfigurationError, MessageDecodeError
 from regionbus.schemas.eventid import EventID

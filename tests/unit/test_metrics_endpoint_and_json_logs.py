@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from regionbus.broker.config import ServerSettings
 from regionbus.gateways.async_event_queue import AsyncEventQueueSettings
 from regionbus.gateways.receiver import GatewayReceiverSettings
-from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.runtime.observability import (
     TEXT_LOG_FORMAT,
     MetricFamilies,

@@ -22,7 +22,7 @@ from regionbus.broker.cli import main
 from regionbus.broker.config import ServerSettings
 from regionbus.clients.settings import ClientSettings
 from regionbus.gateways.receiver import GatewayReceiverSettings
-from regionbus.gateways.sender import GatewaySenderSettings
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.kafka_clients import kafka_producer
 from regionbus.schemas.settings import (

@@ -18,7 +18,8 @@ import click
 
 from regionbus.gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
-from regionbus.gateways.sender import GatewaySender, GatewaySenderSettings
+from regionbus.gateways.sender import GatewaySender
+from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.runtime.observability import configure_logging
 from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.errors import RegionBusError

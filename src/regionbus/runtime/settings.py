@@ -2,8 +2,8 @@
 exposes itself to operators (cache servers, gateway workers, the CLI).
 
 Each process kind's settings class (``regionbus.broker.config.ServerSettings``,
-``regionbus.gateways.sender.GatewaySenderSettings``, ...) mixes these in; loading and validation
-are :mod:`regionbus.schemas.settings`'.
+``regionbus.gateways.sender_settings.GatewaySenderSettings``, ...) mixes these in; loading
+and validation are :mod:`regionbus.schemas.settings`'.
 """
 
 from __future__ import annotations

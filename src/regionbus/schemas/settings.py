@@ -315,7 +315,7 @@ def _dotenv_values(settings_cls: type[RegionBusSettings], path: Path) -> dict[st
 SECTIONS: dict[str, str] = {
     "server": "regionbus.broker.config:ServerSettings",
     "client": "regionbus.clients.settings:ClientSettings",
-    "gateway_sender": "regionbus.gateways.sender:GatewaySenderSettings",
+    "gateway_sender": "regionbus.gateways.sender_settings:GatewaySenderSettings",
     "gateway_receiver": "regionbus.gateways.receiver:GatewayReceiverSettings",
     "async_event_queue": "regionbus.gateways.async_event_queue:AsyncEventQueueSettings",
 }
