@@ -25,7 +25,8 @@ from regionbus.broker.cli import main
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.kafka_acls import KafkaAcl, client_acls, server_acls
 from regionbus.broker.server import CacheServer
-from regionbus.clients import ClientCache, ClientSettings
+from regionbus.clients import ClientCache, ClientSettings, RegionShortcut
+from regionbus.clients.cq_query import CqAttributes, CqEvent, CqListener
 from regionbus.clients.subscription import SubscriptionQueue
 from regionbus.devstack import KafkaNode
 from regionbus.devstack.jvm import java_program, jvm_lib_dir
@@ -153,6 +154,41 @@ def test_puts_interest_and_a_durable_client_work_with_exactly_the_servers_and_cl
         timeout_s=30,
         what="the servers to delete the expired durable client's acks",
     )
+
+
+def test_every_cq_operation_works_with_exactly_the_clients_acls(
+    connect: ClientMaker, kafka_users: KafkaUsers, namespace: str
+) -> None:
+    """A durable client of its own Kafka user runs, stops, runs with initial results,
+    lists and closes a durable CQ: each is answered in its user's reply topic and its CQ
+    events reach it in its user's queue topic, with no ACL beyond the client's."""
+    holder = connect("app-cq", "cq-desk", durable_client_id="cq-desk", durable_client_timeout_s=60)
+    holder.create_region("r", RegionShortcut.PROXY)
+    service = holder.query_service()
+    events: list[tuple[str, Any]] = []
+
+    class Listener(CqListener):
+        def on_event(self, event: CqEvent) -> None:
+            events.append((event.key, event.new_value))
+
+    cq = service.new_cq(
+        "delayed", "SELECT * FROM /r f WHERE f.delay > 60", CqAttributes([Listener()]), True
+    )
+    cq.execute()
+    holder.ready_for_events()
+    writer = connect("app-writer", "cq-writer").create_region("r", RegionShortcut.PROXY)
+    writer.put("late", {"delay": 70})
+    writer.put("on-time", {"delay": 5})
+    wait_until(lambda: ("late", {"delay": 70}) in events, what="the CQ's event")
+    assert service.get_all_durable_cqs_from_server() == ["delayed"]
+    cq.stop()
+    assert cq.is_stopped()
+    results = cq.execute_with_initial_results()
+    assert [(e.key, e.value) for e in results] == [("late", {"delay": 70})]
+    cq.close()
+    assert cq.is_closed() and service.get_all_durable_cqs_from_server() == []
+    assert ("on-time", {"delay": 5}) not in events
+    assert kafka_users.granted("app-cq") == set(client_acls(namespace, "cq-desk", "app-cq"))
 
 
 # --- one Kafka user against another's topics ---------------------------------------
