@@ -1,16 +1,20 @@
-"""A request of a client waiting for its replies, and how its caller hears the outcome.
+"""The requests of a client waiting for their replies, and how callers hear the outcome.
 
-`regionbus.clients.pool.Pool` keeps one :class:`PendingRequest` per request id until every
+A :class:`RequestTable` keeps one :class:`PendingRequest` per request id until every
 bucket it went to has answered, it fails, or ``read_timeout_ms`` passes; the unanswered
-changes among its operations are what `regionbus.clients.resend` sends again.
+changes among its operations are what `regionbus.clients.resend` sends again. The table
+is the bookkeeping alone, under its own lock: `regionbus.clients.pool.Pool` does the Kafka
+I/O and calls the callbacks the table hands back, outside the lock.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
+from regionbus.clients.resend import LastReply, due_for_resend
 from regionbus.schemas.messages import Operation, Reply
 
 PENDING_CHECK_INTERVAL_S = 0.25
@@ -70,6 +74,74 @@ class PendingRequest:
         self.resend_at = self.sent_at + retry_interval_s
 
 
+class RequestTable:
+    """The pending requests of one client, by request id; thread-safe.
+
+    Args:
+        timeout_s: ``read_timeout_ms``, in seconds: how long a request waits.
+        retry_interval_s: ``retry_interval_ms``, in seconds: the first resend's wait.
+    """
+
+    def __init__(self, timeout_s: float, retry_interval_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._retry_interval_s = retry_interval_s
+        self._pending: dict[int, PendingRequest] = {}
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def add(
+        self,
+        requests: Sequence[tuple[int, int, ReplyCallback]],
+        ops: Sequence[Sequence[tuple[Operation, int]]] = (),
+    ) -> None:
+        """Wait for ``(request id, replies expected, callback)`` each, with ``ops[i]`` the
+        ``(operation, bucket)`` pairs of the i-th (what a resend sends again)."""
+        with self._lock:
+            for i, (request_id, expected, callback) in enumerate(requests):
+                self._pending[request_id] = PendingRequest(
+                    expected,
+                    callback,
+                    ops[i] if i < len(ops) else (),
+                    self._timeout_s,
+                    self._retry_interval_s,
+                )
+
+    def answered(self, reply: Reply) -> PendingRequest | None:
+        """Note a reply; the request it completed (now forgotten), if it did."""
+        with self._lock:
+            pending = self._pending.get(reply.request_id)
+            if pending is None:
+                return None
+            pending.replies.append(reply)
+            if not reply.more:
+                pending.done += 1
+            if pending.done < pending.expected:
+                return None
+            del self._pending[reply.request_id]
+        return pending
+
+    def expired(self, now_s: float) -> list[PendingRequest]:
+        """Forget and return the requests unanswered past their timeout."""
+        with self._lock:
+            expired = [rid for rid, p in self._pending.items() if now_s >= p.expires_at]
+            return [self._pending.pop(rid) for rid in expired]
+
+    def due_for_resend(self, now_s: float, last_reply: LastReply) -> list[tuple[Operation, int]]:
+        """The unanswered changes to send again now (`regionbus.clients.resend`)."""
+        with self._lock:
+            return due_for_resend(self._pending.values(), now_s, self._retry_interval_s, last_reply)
+
+    def take(self, request_ids: Sequence[int] | None = None) -> list[PendingRequest]:
+        """Forget and return these requests (those still pending), or every one (None)."""
+        with self._lock:
+            if request_ids is None:
+                taken, self._pending = list(self._pending.values()), {}
+                return taken
+            return [self._pending.pop(rid) for rid in request_ids if rid in self._pending]
+
+
 def future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
     """A future and the callback that completes it (with the replies, or the error)."""
     future: Future[list[Reply]] = Future()
@@ -83,4 +155,10 @@ def future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
     return future, complete
 
 
-__all__ = ["PENDING_CHECK_INTERVAL_S", "PendingRequest", "ReplyCallback", "future_callback"]
+__all__ = [
+    "PENDING_CHECK_INTERVAL_S",
+    "PendingRequest",
+    "ReplyCallback",
+    "RequestTable",
+    "future_callback",
+]

@@ -31,13 +31,13 @@ from regionbus.clients.auth import signer_for
 from regionbus.clients.client_topics import ClientTopicAdmin
 from regionbus.clients.pending import (
     PENDING_CHECK_INTERVAL_S,
-    PendingRequest,
     ReplyCallback,
+    RequestTable,
     future_callback,
 )
 from regionbus.clients.poll_pace import BUSY_POLL_S, PollPace
 from regionbus.clients.reply_consumer import open_reply_consumer
-from regionbus.clients.resend import LastReply, due_for_resend
+from regionbus.clients.resend import LastReply
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.codec import decode_items, encode, encode_batches
@@ -109,7 +109,9 @@ class Pool:
         )
         self.total_buckets, self.address = self.client_topics.first_contact()
         """The buckets of the namespace, and where this client's queue and replies are."""
-        self._pending: dict[int, PendingRequest] = {}
+        self._pending = RequestTable(
+            settings.read_timeout_ms / 1000, settings.retry_interval_ms / 1000
+        )
         # Delivery reports run on whichever thread polls the producer; the reply thread
         # fails the requests, so callbacks keep running on it alone.
         self._failed_deliveries: queue.SimpleQueue[tuple[tuple[int, ...], RegionBusError]] = (
@@ -124,7 +126,6 @@ class Pool:
         self.undecodable_replies = 0
         """Messages on the reply topic that were not a decodable Reply (logged, skipped: a
         client may lack the rights to produce to the dead-letter topic)."""
-        self._lock = threading.Lock()
         self._request_ids = itertools.count(random.getrandbits(40) << 16)
         self._threads = threading.local()
         self._thread_ids = itertools.count(1)
@@ -247,22 +248,12 @@ class Pool:
             raise UnconnectedError("the client cache is closed")
         if self.reply_refusal is not None:
             raise self.reply_refusal
-        timeout_s = self.settings.read_timeout_ms / 1000
-        interval_s = self.settings.retry_interval_ms / 1000
-        with self._lock:
-            for i, (request_id, expected, callback) in enumerate(requests):
-                self._pending[request_id] = PendingRequest(
-                    expected, callback, ops[i] if i < len(ops) else (), timeout_s, interval_s
-                )
+        self._pending.add(requests, ops)
 
     def _expire_unanswered(self) -> None:
         """Fail requests unanswered for ``read_timeout_ms`` with :class:`ServerTimeoutError`
         (a caller that waits gives up at the same time; a pipelined one learns it here)."""
-        now = time.monotonic()
-        with self._lock:
-            expired = [rid for rid, p in self._pending.items() if now >= p.expires_at]
-            requests = [self._pending.pop(rid) for rid in expired]
-        for pending in requests:
+        for pending in self._pending.expired(time.monotonic()):
             pending.callback(
                 None,
                 ServerTimeoutError(
@@ -278,11 +269,7 @@ class Pool:
         number at a time."""
         if self.kafka_outage.ongoing:
             return
-        interval_s = self.settings.retry_interval_ms / 1000
-        with self._lock:
-            again = due_for_resend(
-                self._pending.values(), time.monotonic(), interval_s, self._last_reply
-            )
+        again = self._pending.due_for_resend(time.monotonic(), self._last_reply)
         if not again:
             return
         log.info("resending %d unanswered operations with their EventIDs", len(again))
@@ -310,8 +297,7 @@ class Pool:
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for a request (after a timeout)."""
-        with self._lock:
-            self._pending.pop(request_id, None)
+        self._pending.take([request_id])
 
     def request_control(self, control: Control, *, first: bool = False) -> Future[list[Reply]]:
         """Send a lifecycle message the servers answer (CONNECT, PING with a request id).
@@ -475,10 +461,9 @@ class Pool:
             log.warning("%s", failure)
             self._fail(request_ids, failure)
 
-    def _fail(self, request_ids: Sequence[int], failure: RegionBusError) -> None:
-        with self._lock:
-            failed = [self._pending.pop(rid) for rid in request_ids if rid in self._pending]
-        for pending in failed:
+    def _fail(self, request_ids: Sequence[int] | None, failure: RegionBusError) -> None:
+        """Fail these pending requests (every one: None) with ``failure``."""
+        for pending in self._pending.take(request_ids):
             pending.callback(None, failure)
 
     # --- replies -----------------------------------------------------------------------
@@ -540,22 +525,12 @@ class Pool:
         failure = kafka_error(error, f"reading {topic}", f"topic {topic}")
         log.error("%s; this client cache can send no more requests", failure)
         self.reply_refusal = failure
-        with self._lock:
-            request_ids = list(self._pending)
-        self._fail(request_ids, failure)
+        self._fail(None, failure)
 
     def _complete(self, reply: Reply) -> None:
-        with self._lock:
-            pending = self._pending.get(reply.request_id)
-            if pending is None:
-                return
-            pending.replies.append(reply)
-            if not reply.more:
-                pending.done += 1
-            if pending.done < pending.expected:
-                return
-            del self._pending[reply.request_id]
-        pending.callback(pending.replies, None)
+        pending = self._pending.answered(reply)
+        if pending is not None:
+            pending.callback(pending.replies, None)
 
     def close(self, delete_acks: bool = False) -> None:
         """Flush, stop the reply reader and fail every pending request with ``UnconnectedError``.
@@ -571,10 +546,7 @@ class Pool:
         with suppress(Exception):
             self._reply_consumer.close()
         self.kafka_outage.forget("replies")
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for p in pending.values():
-            p.callback(None, UnconnectedError("the client cache was closed"))
+        self._fail(None, UnconnectedError("the client cache was closed"))
         if delete_acks:
             self.client_topics.delete_acks()
         # librdkafka clients otherwise live until garbage collection, reconnecting to a
