@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from regionbus.broker.client_proxy import ClientProxy, SharedQueue
-from regionbus.broker.outbox import Outbox, Recipients
+from regionbus.broker.outbox import Outbox
+from regionbus.broker.queue_runs import Recipients
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.codec import encode, split_batch
 from regionbus.schemas.messages import Marker

@@ -47,9 +47,10 @@ from regionbus.broker.client_proxy import (
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
-from regionbus.broker.outbox import Outbox, Recipients
+from regionbus.broker.outbox import Outbox
 from regionbus.broker.permissions import data_read
 from regionbus.broker.queue_holds import QueueHolds
+from regionbus.broker.queue_runs import Recipients
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.addressing import shared_key

@@ -27,11 +27,12 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
+from regionbus.broker.client_proxy import ClientProxy, QueueAccount
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.queue_holds import QueueHolds
+from regionbus.broker.queue_runs import Addressed, OpenRuns, Recipients
 from regionbus.broker.stats import ServerStats
-from regionbus.schemas.addressing import RECIPIENTS_HEADER, recipients
+from regionbus.schemas.addressing import RECIPIENTS_HEADER
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
@@ -76,93 +77,6 @@ VALUE_DROPPED_HEADER: Final = "rb.value-dropped"
 the value's size in bytes."""
 
 
-class Recipients:
-    """The clients of one record for several (`regionbus.schemas.addressing`): an audience's
-    members who read one partition, as they were when an event was routed to them.
-
-    Attributes:
-        topic: Their shared queue topic.
-        partition: Their partition of it.
-        key: The record key (`regionbus.schemas.addressing.shared_key`).
-        members: The client ids.
-        listed: The :data:`regionbus.schemas.addressing.RECIPIENTS_HEADER` value.
-        signer: A member whose principal's key signs the record (all members share it).
-        queue: The account of what is queued for them.
-    """
-
-    __slots__ = ("key", "listed", "members", "partition", "queue", "signer", "topic")
-
-    def __init__(
-        self, topic: str, partition: int, key: bytes, members: frozenset[str], queue: SharedQueue
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.key = key
-        self.members = members
-        self.listed = recipients(members)
-        self.signer = min(members)
-        self.queue = queue
-
-
-class _Addressed:
-    """What one poll batch gathered for one address, in a row: where it goes, its framed
-    messages, whose principal signs them, the queue's account (None for replies) and how
-    many events it had queued before them, and the recipients of a record for several
-    clients; the clients whose queue it goes to (none for replies) and the originators of
-    its events (whose replies wait while it is parked); the number reserved for it while
-    it is parked (-1 when it is not)."""
-
-    __slots__ = (
-        "account",
-        "client_id",
-        "framed",
-        "key",
-        "listed",
-        "members",
-        "originators",
-        "partition",
-        "reserved",
-        "start",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes,
-        client_id: str,
-        account: QueueAccount | None,
-        listed: bytes | None = None,
-        members: frozenset[str] = frozenset(),
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.key = key
-        self.client_id = client_id
-        self.account = account
-        self.start = account.queued if account is not None else 0
-        self.listed = listed
-        self.framed: list[bytes] = []
-        self.members = members
-        self.originators: set[str] = set()
-        self.reserved = -1
-
-
-class _OpenRuns:
-    """The runs of one queue partition still open to more events in this poll batch: a
-    client's events must reach it in the order they were queued, and they may go in its
-    own records and in those of the groups it is in, so queuing for one address closes
-    the open runs of the others that share a client with it (their next events start a
-    new run, produced after this one)."""
-
-    __slots__ = ("groups", "own")
-
-    def __init__(self) -> None:
-        self.own: dict[str, _Addressed] = {}
-        self.groups: dict[Recipients, _Addressed] = {}
-
-
 class Outbox:
     """The server's producer, with its batching per client topic and delivery bookkeeping.
 
@@ -196,17 +110,17 @@ class Outbox:
         self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
-        self._runs: list[_Addressed] = []
+        self._runs: list[Addressed] = []
         """What this poll batch gathered, in the order the runs began."""
-        self._replies: dict[tuple[str, int, bytes], _Addressed] = {}
-        self._open: dict[tuple[str, int], _OpenRuns] = {}
+        self._replies: dict[tuple[str, int, bytes], Addressed] = {}
+        self._open: dict[tuple[str, int], OpenRuns] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
         self._numbered = 0
         self._settled_below = 0
         self._settled_above: set[int] = set()
         self._holds = holds
-        self._parked: list[_Addressed] = []
+        self._parked: list[Addressed] = []
         """Runs held back, in the order they were gathered (see :meth:`send`)."""
         self._parked_members: Counter[str] = Counter()
         """Of the parked runs: how many go to each client's queue."""
@@ -403,7 +317,7 @@ class Outbox:
         address = (topic, client_partition(client_id, partitions), client_id.encode())
         addressed = self._replies.get(address)
         if addressed is None:
-            addressed = self._replies[address] = _Addressed(*address, client_id, None)
+            addressed = self._replies[address] = Addressed(*address, client_id, None)
             self._runs.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1
@@ -451,14 +365,14 @@ class Outbox:
         place = (proxy.queue_topic, proxy.queue_partition)
         runs = self._open.get(place)
         if runs is None:
-            runs = self._open[place] = _OpenRuns()
+            runs = self._open[place] = OpenRuns()
         client_id = proxy.client_id
         if runs.groups:
             for group in [g for g in runs.groups if client_id in g.members]:
                 del runs.groups[group]
         addressed = runs.own.get(client_id)
         if addressed is None:
-            addressed = runs.own[client_id] = _Addressed(
+            addressed = runs.own[client_id] = Addressed(
                 *place, proxy.key, client_id, proxy, members=frozenset((client_id,))
             )
             self._runs.append(addressed)
@@ -476,7 +390,7 @@ class Outbox:
         place = (recipients.topic, recipients.partition)
         runs = self._open.get(place)
         if runs is None:
-            runs = self._open[place] = _OpenRuns()
+            runs = self._open[place] = OpenRuns()
         members = recipients.members
         own = runs.own
         if own:
@@ -490,7 +404,7 @@ class Outbox:
                 del runs.groups[group]
         addressed = runs.groups.get(recipients)
         if addressed is None:
-            addressed = runs.groups[recipients] = _Addressed(
+            addressed = runs.groups[recipients] = Addressed(
                 *place,
                 recipients.key,
                 recipients.signer,
@@ -542,13 +456,13 @@ class Outbox:
             else:
                 self._produce_run(addressed)
 
-    def _park(self, addressed: _Addressed) -> None:
+    def _park(self, addressed: Addressed) -> None:
         addressed.reserved = self._numbered
         self._numbered += 1
         self._parked.append(addressed)
         self._count_parked(addressed, 1)
 
-    def _count_parked(self, addressed: _Addressed, sign: int) -> None:
+    def _count_parked(self, addressed: Addressed, sign: int) -> None:
         self.parked_bytes += sign * sum(len(framed) for framed in addressed.framed)
         if addressed.account is not None:
             addressed.account.parked += sign * len(addressed.framed)
@@ -592,7 +506,7 @@ class Outbox:
                 members |= addressed.members
                 writers |= addressed.originators
             holds[index] = hold
-        kept: list[_Addressed] = []
+        kept: list[Addressed] = []
         moved = 0
         for index, addressed in enumerate(self._parked):
             # A reply waits while its writer has events parked.
@@ -620,7 +534,7 @@ class Outbox:
             self._count_parked(addressed, -1)
             self._produce_run(addressed)
 
-    def _produce_run(self, addressed: _Addressed) -> None:
+    def _produce_run(self, addressed: Addressed) -> None:
         """Produce one run's messages; the last settles the run's reserved number, if it
         was parked."""
         topic, partition, key = addressed.topic, addressed.partition, addressed.key
@@ -679,5 +593,4 @@ __all__ = [
     "VALUE_DROPPED_HEADER",
     "DeliveryReport",
     "Outbox",
-    "Recipients",
 ]
