@@ -71,39 +71,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Final, NamedTuple
+from typing import Final
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.distribution import Distribution
 from regionbus.broker.expiration_attributes import RegionExpiration
-from regionbus.broker.lua_scripts import load_lua
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
-from regionbus.broker.store import RegionStore
+from regionbus.broker.store import DueExpiry, RegionStore
 from regionbus.runtime.leases import wall_clock_ms
-from regionbus.runtime.redis_connect import redis_errors
-from regionbus.runtime.redis_scripts import PipelinedScript, execute_with_scripts
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
 from regionbus.schemas.messages import Event, Operation, OperationKind
-from regionbus.schemas.naming import bucket_role
-from regionbus.schemas.redis_values import parse_result
 
 log = logging.getLogger("regionbus.server.expiration")
 
 _PRODUCE_AGAIN_AFTER_S: Final = 10.0
 """An expiration produced this long ago and not applied yet is produced again (with the
 same EventID): Kafka may not have taken it."""
-
-
-class _Due(NamedTuple):
-    at_ms: int
-    region: str
-    bucket: int
-    key: str
 
 
 class EntryExpiration:
@@ -144,8 +131,6 @@ class EntryExpiration:
         self._outbox = outbox
         self._stats = stats
         self._security = security
-        self._claim = PipelinedScript(load_lua("claim_expiry.lua"))
-        self._expire = PipelinedScript(load_lua("expire_entry.lua"))
         self._next_look = time.monotonic()
         self._in_flight: dict[tuple[int, str, str], tuple[int, float]] = {}
         """``{(bucket, region, key): (expiry ms, monotonic time produced)}`` of the
@@ -177,7 +162,13 @@ class EntryExpiration:
         self._in_flight = {k: v for k, v in self._in_flight.items() if k[0] in owned}
         if not owned:
             return 0
-        due = [d for d in self._due(owned, wall_clock_ms()) if not self._produced(d, now_monotonic)]
+        due = [
+            d
+            for d in self._store.due_expiries(
+                self._regions, owned, wall_clock_ms(), self._batch_size
+            )
+            if not self._produced(d, now_monotonic)
+        ]
         if not due:
             return 0
         claimed = self._claim_all(due, owned)
@@ -186,7 +177,7 @@ class EntryExpiration:
         self._produce(claimed)
         return len(claimed)
 
-    def _produced(self, item: _Due, now_monotonic: float) -> bool:
+    def _produced(self, item: DueExpiry, now_monotonic: float) -> bool:
         """Whether this expiry was produced here lately and is still to be applied."""
         known = self._in_flight.get((item.bucket, item.region, item.key))
         return (
@@ -195,70 +186,22 @@ class EntryExpiration:
             and now_monotonic - known[1] < _PRODUCE_AGAIN_AFTER_S
         )
 
-    def _due(self, owned: dict[int, int], now: int) -> list[_Due]:
-        """The earliest ``expiration_batch_size`` entries due by ``now``, over every region
-        with expiration and every bucket held: one pipelined round trip."""
-        keys = self._store.keys
-        looked = [(region, bucket) for region in self._regions for bucket in sorted(owned)]
-        with redis_errors():
-            pipe = self._store.redis.pipeline(transaction=False)
-            for region, bucket in looked:
-                pipe.zrangebyscore(
-                    keys.region_expiry(region, bucket),
-                    "-inf",
-                    now,
-                    start=0,
-                    num=self._batch_size,
-                    withscores=True,
-                )
-            replies = pipe.execute()
-        due = [
-            _Due(int(score), region, bucket, member.decode())
-            for (region, bucket), found in zip(looked, replies, strict=True)
-            for member, score in found
-        ]
-        due.sort()
-        return due[: self._batch_size]
-
-    def _claim_all(self, due: list[_Due], owned: dict[int, int]) -> list[tuple[_Due, int]]:
-        """Claim the due entries, one script per bucket and region, in one round trip.
+    def _claim_all(
+        self, due: list[DueExpiry], owned: dict[int, int]
+    ) -> list[tuple[DueExpiry, int]]:
+        """Claim the due entries (:meth:`RegionStore.claim_expiries`); a bucket found fenced
+        is given up.
 
         Returns:
             ``(entry, sequence id)`` of each entry claimed, by bucket and sequence id (the
             order they must be applied in).
         """
-        keys = self._store.keys
-        groups: dict[tuple[int, str], list[_Due]] = {}
-        for item in due:
-            groups.setdefault((item.bucket, item.region), []).append(item)
+        claims = self._store.claim_expiries(due, owned, self._member)
+        for bucket in claims.fenced:
+            self._ownership.fenced(bucket)
+        return claims.claimed
 
-        def build(pipe: Any) -> None:
-            for (bucket, region), items in groups.items():
-                args: list[Any] = [owned[bucket], self._member]
-                for item in items:
-                    args += [item.key, item.at_ms]
-                self._claim.queue(
-                    pipe,
-                    [
-                        keys.epoch(bucket_role(bucket)),
-                        keys.expiry_sequence(bucket),
-                        keys.region_expiry_claims(region, bucket),
-                        keys.region_expiry(region, bucket),
-                    ],
-                    args,
-                )
-
-        replies = self._run(build, {bucket for bucket, _ in groups})
-        claimed: list[tuple[_Due, int]] = []
-        for ((bucket, _), items), reply in zip(groups.items(), replies, strict=True):
-            if not isinstance(reply, list):  # FENCED: another server is primary
-                self._ownership.fenced(bucket)
-                continue
-            claimed += [(item, int(seq)) for item, seq in zip(items, reply, strict=True) if seq]
-        claimed.sort(key=lambda c: (c[0].bucket, c[1]))
-        return claimed
-
-    def _produce(self, claimed: list[tuple[_Due, int]]) -> None:
+    def _produce(self, claimed: list[tuple[DueExpiry, int]]) -> None:
         """Produce the claimed expirations to their buckets' partitions of ``{ns}.ops``, in
         order, as few Kafka messages as possible (signed as the servers' when security is
         on)."""
@@ -303,8 +246,19 @@ class EntryExpiration:
         if op.client_id == self._member:
             # Another server's copy of a claim this server took over leaves its own pending.
             self._in_flight.pop((bucket, op.region, op.key), None)
-        reply = self._run_expire(op, bucket, offset, epoch)
-        status = _text(reply[0])
+        result = self._store.expire_entry(
+            region=op.region,
+            key=op.key,
+            expiry_ms=op.timestamp_ms,
+            destroy=op.kind is OperationKind.EXPIRE_DESTROY,
+            event_id=op.event_id._replace(bucket=bucket),
+            producer=op.client_id,
+            bucket=bucket,
+            offset=offset,
+            epoch=epoch,
+            want_old=self._distribution.wants_old_value(op.region),
+        )
+        status = result.status
         if status == "FENCED":
             self._ownership.fenced(bucket)
             return
@@ -320,12 +274,13 @@ class EntryExpiration:
                     status,
                 )
             return
-        kind, version = parse_result(_text(reply[1]))
+        if result.event_kind is None or result.version is None:
+            return  # a duplicate whose stored result was pruned: its event went out then
         event = Event(
             event_id=op.event_id._replace(bucket=bucket),
-            kind=kind,
+            kind=result.event_kind,
             region=op.region,
-            version=version,
+            version=result.version,
             timestamp_ms=op.timestamp_ms,
             originator=op.client_id,
             key=op.key,
@@ -336,65 +291,13 @@ class EntryExpiration:
             self._stats.entries_expired += 1
         else:
             self._stats.duplicates += 1
-        old_serializer = _text(reply[3]) if len(reply) > 3 and reply[3] else None
         self._distribution.entry_changed(
-            event, bucket, reply[2] or None, old_serializer, duplicate=status != "OK"
+            event,
+            bucket,
+            result.old_value,
+            result.old_serializer,
+            duplicate=status != "OK",
         )
-
-    def _run_expire(self, op: Operation, bucket: int, offset: int, epoch: int) -> list[Any]:
-        """Run ``expire_entry.lua`` for one expiration (see the script)."""
-        assert op.event_id is not None and op.key is not None
-        keys = self._store.keys
-        region, event_id = op.region, op.event_id._replace(bucket=bucket)
-        (reply,) = self._run(
-            lambda pipe: self._expire.queue(
-                pipe,
-                [
-                    keys.regions(bucket),
-                    keys.region_values(region, bucket),
-                    keys.region_meta(region, bucket),
-                    keys.region_version(region, bucket),
-                    keys.epoch(bucket_role(bucket)),
-                    keys.region_expiry(region, bucket),
-                    keys.region_entry_times(region, bucket),
-                    keys.region_expiry_claims(region, bucket),
-                    keys.tracking(bucket),
-                    keys.results(bucket),
-                    keys.results_index(bucket),
-                ],
-                [
-                    region,
-                    op.key,
-                    op.timestamp_ms,
-                    "DESTROY" if op.kind is OperationKind.EXPIRE_DESTROY else "INVALIDATE",
-                    epoch,
-                    "1" if self._distribution.wants_old_value(region) else "0",
-                    op.client_id,
-                    f"{event_id.member}:{event_id.thread}",
-                    event_id.sequence,
-                    str(event_id),
-                    offset,
-                ],
-            ),
-            [bucket],
-        )
-        return list(reply)
-
-    def _run(self, build: Callable[[Any], None], buckets: Iterable[int]) -> list[Any]:
-        """Run the scripts ``build`` queues in one round trip, waiting for the replicas of
-        the buckets written as the store's changes do."""
-        with redis_errors():
-            return execute_with_scripts(
-                self._store.redis,
-                build,
-                (self._claim, self._expire),
-                replica_wait=self._store.replica_wait,
-                written_keys=[self._store.keys.tracking(b) for b in buckets],
-            )
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 __all__ = ["EXPIRY_MEMBER", "EXPIRY_THREAD", "EntryExpiration"]

@@ -3,7 +3,7 @@
 A Redis restart (or a network cut) makes every call of a worker fail with redis-py's
 ``ConnectionError`` or ``TimeoutError`` (``BusyLoadingError`` while a restarted Redis
 loads its append-only file), usually wrapped in our :class:`TransportError` by the
-translation boundary (:func:`regionbus.broker.store.redis_errors`). A Redis Cluster whose
+translation boundary (:func:`regionbus.runtime.redis_connect.redis_errors`). A Redis Cluster whose
 master died answers ``CLUSTERDOWN`` / ``TRYAGAIN`` (or no node serves the slot) until its
 replica is promoted, and changes that too few replicas confirmed raise
 :class:`ReplicationTimeoutError`. Such an error is retriable: the worker must not act on
