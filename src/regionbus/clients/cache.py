@@ -1,4 +1,8 @@
-"""``ClientCache``: a client's connection to the cache servers of one namespace."""
+"""``ClientCache``: a client cache, its regions kept current by the events the servers push.
+
+Its connection to the servers (connect, pings, goodbye) is
+:class:`regionbus.clients.connection.ServerConnection`.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
+from regionbus.clients.connection import ServerConnection
 from regionbus.clients.interest import registered_keys
-from regionbus.clients.pool import Pool
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
@@ -21,24 +24,15 @@ from regionbus.schemas.callbacks import CacheListener, CacheWriter
 from regionbus.schemas.entry_checks import MAX_VALUE_SIZE_BYTES, check_region_name
 from regionbus.schemas.errors import (
     ConfigurationError,
-    RegionBusError,
-    ServerTimeoutError,
     UnconnectedError,
-    error_from_wire,
 )
 from regionbus.schemas.messages import (
     CLIENT_EVENTS_LOST,
     CLIENT_NEW,
     CLIENT_RECONNECTED,
-    CLIENT_TAKEN,
-    CLIENT_UNKNOWN,
-    Control,
-    ControlKind,
     CqEvent,
     Event,
     InterestKind,
-    Operation,
-    OperationKind,
 )
 from regionbus.schemas.naming import generated_member_id
 from regionbus.schemas.serializers import JsonSerializer, Serializer
@@ -46,9 +40,6 @@ from regionbus.schemas.serializers import JsonSerializer, Serializer
 log = logging.getLogger("regionbus.client")
 
 T = TypeVar("T")
-
-_CLOSE_CHECK_MS = 2_000
-"""Longest wait at close for the servers to confirm this connection still holds its id."""
 
 
 class _Background(Generic[T]):
@@ -142,7 +133,6 @@ class ClientCache:
         self._regions: dict[str, Region] = {}
         self._regions_lock = threading.Lock()
         self._closed = False
-        self._id_taken = False
         self._ready = False
         self._conflate = False
         self.client_state = CLIENT_NEW
@@ -154,9 +144,9 @@ class ClientCache:
         """The largest value the servers take: their ``max_value_size_bytes``, as they
         said when this client connected, and at most what one message carries."""
         self._query_service = QueryService(self, self)
-        self._servers_answer = True
-        self.pool = Pool(self.settings, self.client_id, self.member_id)
-        self.total_buckets = self.pool.total_buckets
+        self.connection = ServerConnection(self.settings, self.client_id, self.member_id)
+        self.pool = self.connection.pool
+        self.total_buckets = self.connection.total_buckets
         self.subscription: SubscriptionQueue | None = None
         # The queue's reader is made while the servers answer the connection (its own
         # round trips to Kafka need nothing from that answer).
@@ -197,33 +187,19 @@ class ClientCache:
             )
         elif self.durable:
             log.info("durable client %s connected as a new client", self.client_id)
-        self._stop_ping = threading.Event()
-        self._ping_thread = threading.Thread(
-            target=self._ping, name=f"ping-{self.client_id}", daemon=True
+        self.connection.start_pings(
+            on_unknown=self._reinitialize, on_answering=self._query_service.connection_changed
         )
-        self._ping_thread.start()
         # Connected: the admin client is needed again only to re-initialise or to close.
         self.pool.client_topics.release()
 
     def _connect(self) -> str:
-        """CONNECT and wait for the answer; returns ``NEW`` or ``RECONNECTED``."""
-        control = self._control(ControlKind.CONNECT, request_id=self.pool.next_request_id())
-        future = self.pool.request_control(control, first=True)
-        try:
-            reply = future.result(self.settings.read_timeout_ms / 1000)[0]
-        except FutureTimeout as exc:
-            self.pool.forget(control.request_id)
-            raise ServerTimeoutError(
-                f"no cache server of namespace {self.settings.namespace!r} answered the "
-                f"connection within {self.settings.read_timeout_ms} ms"
-            ) from exc
-        if not reply.ok:
-            raise error_from_wire(reply.error_type, reply.error_message)
-        chosen = self.settings.subscription_conflation
-        self._conflate = reply.subscription_conflation if chosen == "server" else chosen == "true"
-        if reply.max_value_size_bytes > 0:
-            self.max_value_size_bytes = min(reply.max_value_size_bytes, MAX_VALUE_SIZE_BYTES)
-        return reply.client_state or CLIENT_NEW
+        """Connect (:meth:`ServerConnection.connect`) and keep what the servers said;
+        returns ``NEW`` or ``RECONNECTED``."""
+        answer = self.connection.connect()
+        self._conflate = answer.conflate
+        self.max_value_size_bytes = answer.max_value_size_bytes
+        return answer.client_state
 
     def _open_queue(self) -> SubscriptionQueue:
         """The reader of this client's queue, from its last ack or, never acked, from where
@@ -279,28 +255,7 @@ class ClientCache:
         self.require_subscription()
         if self._ready:
             return
-        request_id = self.pool.next_request_id()
-        ops = []
-        for bucket in range(self.total_buckets):
-            op = Operation(
-                request_id=request_id,
-                client_id=self.client_id,
-                kind=OperationKind.READY_FOR_EVENTS,
-                region="",
-                timestamp_ms=int(time.time() * 1000),
-                event_id=self.pool.next_event_id(bucket),
-                kafka_principal=self.pool.kafka_principal,
-            )
-            ops.append((op, bucket))
-        future = self.pool.request(ops)
-        try:
-            future.result(self.settings.read_timeout_ms / 1000)
-        except FutureTimeout as exc:
-            self.pool.forget(request_id)
-            raise ServerTimeoutError(
-                f"ready_for_events: not every bucket answered within "
-                f"{self.settings.read_timeout_ms} ms"
-            ) from exc
+        self.connection.ready_for_events()
         self._ready = True
         assert self.subscription is not None
         self.subscription.start()
@@ -440,80 +395,6 @@ class ClientCache:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def _control(
-        self, kind: ControlKind, *, keep_alive: bool = False, request_id: int = 0
-    ) -> Control:
-        return Control(
-            kind=kind,
-            client_id=self.client_id,
-            timestamp_ms=int(time.time() * 1000),
-            durable_client_id=self.settings.durable_client_id,
-            durable_client_timeout_s=self.settings.durable_client_timeout_s,
-            keep_alive=keep_alive,
-            request_id=request_id,
-            connection_id=self.member_id,
-            kafka_principal=self.pool.kafka_principal,
-        )
-
-    def _ping(self) -> None:
-        interval_s = self.settings.ping_interval_ms / 1000
-        while not self._stop_ping.wait(interval_s):
-            try:
-                control = self._control(ControlKind.PING, request_id=self.pool.next_request_id())
-                future = self.pool.request_control(control)
-                try:
-                    reply = future.result(self.settings.read_timeout_ms / 1000)[0]
-                except FutureTimeout:
-                    self.pool.forget(control.request_id)
-                    raise ServerTimeoutError(
-                        f"no server answered a ping within {self.settings.read_timeout_ms} ms"
-                    ) from None
-                if reply.client_state == CLIENT_TAKEN:
-                    self._lost_id()
-                elif reply.client_state == CLIENT_UNKNOWN and not self._stop_ping.is_set():
-                    self._reinitialize()
-                self._servers_answering(True)
-            except RegionBusError as exc:
-                if self._closed:
-                    continue
-                self._servers_answering(False)
-                # A Kafka outage was logged once as such; its failed pings add nothing.
-                outage = self.pool.kafka_outage.ongoing
-                log.log(logging.DEBUG if outage else logging.WARNING, "ping failed: %s", exc)
-
-    def _servers_answering(self, answering: bool) -> None:
-        """Tell the CQs' status listeners when the servers stop or start answering pings."""
-        if answering != self._servers_answer:
-            self._servers_answer = answering
-            self._query_service.connection_changed(answering)
-
-    def _lost_id(self) -> None:
-        """Another live process connected with this client id while this one was silent:
-        the id's queue and acks are its now. This connection neither reconnects nor, when
-        closed, disconnects or deletes anything."""
-        if not self._id_taken:
-            log.error(
-                "client id %s was taken by another live connection while this one was "
-                "silent: this client cache no longer receives events; close it",
-                self.client_id,
-            )
-        self._id_taken = True
-
-    def _holds_id(self) -> bool | None:
-        """Ask the servers whether this connection still holds the client id: True, False
-        (another live connection took it), or None when no server answered in time."""
-        control = self._control(ControlKind.PING, request_id=self.pool.next_request_id())
-        try:
-            future = self.pool.request_control(control)
-            reply = future.result(min(self.settings.read_timeout_ms, _CLOSE_CHECK_MS) / 1000)[0]
-        except (FutureTimeout, RegionBusError):
-            self.pool.forget(control.request_id)
-            return None
-        if reply.client_state == CLIENT_TAKEN:
-            self._lost_id()
-            return False
-        return True
-
     def _reinitialize(self) -> None:
         """The servers no longer know this client (it was silent past the ping limit, or
         a durable client past its timeout): connect again and, if the queue is gone,
@@ -552,10 +433,10 @@ class ClientCache:
         if self._closed:
             return
         self._closed = True
-        self._stop_ping.set()
+        self.connection.stop_pings()
         self._query_service.close_locally()
         keep = self.durable and keep_alive
-        holds_id = False if self._id_taken else self._holds_id()
+        holds_id = False if self.connection.id_taken else self.connection.holds_id()
         if holds_id is False:
             # Disconnecting would drop the interest of the live connection that has this
             # client id now, and deleting would pull its acks from under it.
@@ -565,44 +446,9 @@ class ClientCache:
             return
         if self.subscription is not None:
             self.subscription.close()
-            self._disconnect_buckets(keep, wait=holds_id is True)
-        try:
-            self.pool.send_control(self._control(ControlKind.CLOSE, keep_alive=keep_alive))
-        except RegionBusError as exc:
-            log.warning("close message not delivered: %s", exc)
+            self.connection.disconnect_buckets(keep, wait=holds_id is True)
+        self.connection.say_goodbye(keep_alive)
         self.pool.close(delete_acks=not keep)
-
-    def _disconnect_buckets(self, keep_alive: bool, *, wait: bool = True) -> None:
-        """Have every bucket's primary drop this client's interest (all but the durable
-        registrations when ``keep_alive``) and wait for all, so no event is routed to the
-        queue once this returns (and the acks can go). Without ``wait`` (no server
-        answered just now) they are sent for a later primary to process."""
-        request_id = self.pool.next_request_id()
-        ops = [
-            (
-                Operation(
-                    request_id=request_id,
-                    client_id=self.client_id,
-                    kind=OperationKind.DISCONNECT,
-                    region="",
-                    timestamp_ms=int(time.time() * 1000),
-                    keep_alive=keep_alive,
-                    kafka_principal=self.pool.kafka_principal,
-                ),
-                bucket,
-            )
-            for bucket in range(self.total_buckets)
-        ]
-        try:
-            future = self.pool.request(ops)
-            if not wait:
-                self.pool.forget(request_id)
-                return
-            # Bounded: closing must stay quick when no server answers any more.
-            future.result(min(self.settings.read_timeout_ms, 5_000) / 1000)
-        except (FutureTimeout, RegionBusError) as exc:
-            self.pool.forget(request_id)
-            log.warning("not every bucket confirmed the disconnect: %r", exc)
 
     def __enter__(self) -> ClientCache:
         return self
