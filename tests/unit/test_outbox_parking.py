@@ -15,8 +15,9 @@ from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.queue_runs import Recipients
 from regionbus.broker.stats import ServerStats
+from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.codec import encode, split_batch
-from regionbus.schemas.messages import Marker, Reply
+from regionbus.schemas.messages import Marker, Operation, OperationKind, Reply
 from regionbus.schemas.naming import Topics
 
 _QUEUES = "t.queues"
@@ -86,7 +87,7 @@ def _setup() -> tuple[_Producer, Outbox, _Holds, dict[str, ClientProxy]]:
 
 
 def _reply(outbox: Outbox, client_id: str, request_id: int) -> None:
-    outbox.reply(Reply(request_id=request_id, bucket=0, ok=True), client_id, None)
+    outbox.reply(Reply(request_id=request_id, bucket=0, ok=True), ClientAddress(client_id, None))
 
 
 def _sent(producer: _Producer) -> list[tuple[str, list[bytes]]]:
@@ -182,3 +183,24 @@ def test_release_all_sends_what_is_still_held() -> None:
     assert producer.records == []
     outbox.release_all()
     assert [kind for kind, _ in _sent(producer)] == ["A"]
+
+
+def test_a_reply_goes_to_the_reply_topic_of_its_requests_principal() -> None:
+    # The principal is part of the address a reply is given: a handler that answered a
+    # request of principal "desk" in the unscoped topic would leave that client waiting.
+    producer, outbox, _, _ = _setup()
+    op = Operation(
+        request_id=3,
+        client_id="A",
+        kind=OperationKind.STOP_CQ,
+        region="",
+        timestamp_ms=0,
+        kafka_principal="desk",
+    )
+    outbox.reply(Reply(request_id=3, bucket=0, ok=True), ClientAddress.of(op))
+    outbox.reply(Reply(request_id=4, bucket=0, ok=True), ClientAddress("B", None))
+    outbox.send()
+    assert [(topic, key) for topic, key, _ in producer.records] == [
+        ("t.replies.desk", b"A"),
+        ("t.replies", b"B"),
+    ]

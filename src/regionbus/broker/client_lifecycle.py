@@ -47,6 +47,7 @@ from regionbus.broker.outbox import Outbox
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.runtime.leases import Lease, wall_clock_ms
+from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.codec import encode
 from regionbus.schemas.errors import (
     ConfigurationError,
@@ -240,8 +241,7 @@ class ClientLifecycle:
                 subscription_conflation=self._settings.enable_subscription_conflation,
                 max_value_size_bytes=self._settings.max_value_size_bytes,
             ),
-            client_id,
-            control.kafka_principal,
+            ClientAddress.of(control),
         )
 
     def new_poll_batch(self) -> None:
@@ -265,8 +265,7 @@ class ClientLifecycle:
                 state = CLIENT_TAKEN if taken else CLIENT_UNKNOWN
             self._outbox.reply(
                 Reply(request_id=control.request_id, bucket=-1, ok=True, client_state=state),
-                control.client_id,
-                control.kafka_principal,
+                ClientAddress.of(control),
             )
 
     def _live(self, record: ClientRecord) -> bool:
@@ -309,8 +308,7 @@ class ClientLifecycle:
         if op.request_id:
             self._outbox.reply(
                 Reply(request_id=op.request_id, bucket=bucket, ok=True),
-                op.client_id,
-                op.kafka_principal,
+                ClientAddress.of(op),
             )
 
     def disconnect_unresponsive(self, client_id: str) -> None:

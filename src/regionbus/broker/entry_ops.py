@@ -19,6 +19,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import Access, ApplyResult, GatewayVersion, RegionStore
 from regionbus.runtime.leases import wall_clock_ms
+from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.errors import CacheWriterError, RegionNotFoundError
 from regionbus.schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
 
@@ -162,8 +163,7 @@ class EntryOperations:
                 value=entry.value if entry else None,
                 serializer=entry.serializer if entry else None,
             ),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
 
     def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
@@ -237,8 +237,7 @@ def refused(
                 error_type=result.error_type,
                 error_message=_error_text(result.error_type, op),
             ),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
         return True
     return False
@@ -262,8 +261,7 @@ def reply_applied(
             duplicate=duplicate,
             version=result.version,
         ),
-        op.client_id,
-        op.kafka_principal,
+        ClientAddress.of(op),
     )
 
 

@@ -26,6 +26,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import wall_clock_ms
+from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.errors import (
     CacheWriterError,
@@ -236,8 +237,7 @@ class OperationHandlers:
         self._registry.unregister(op.client_id, op.region, op.interest)
         self._outbox.reply(
             Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
 
     # --- continuous queries ------------------------------------------------------------
@@ -288,8 +288,7 @@ class OperationHandlers:
         self._cqs.stop(op.client_id, op.cq, op.region, bucket)
         self._outbox.reply(
             Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
 
     def close_cq(self, op: Operation, bucket: int, offset: int) -> None:
@@ -300,8 +299,7 @@ class OperationHandlers:
         self._cqs.close(op.client_id, op.cq.name)
         self._outbox.reply(
             Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
 
     def get_durable_cqs(self, op: Operation, bucket: int, offset: int) -> None:
@@ -309,7 +307,7 @@ class OperationHandlers:
         ``getAllDurableCqsFromServer``)."""
         names = tuple(self._cqs.durable_names(op.client_id))
         reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, cq_names=names)
-        self._outbox.reply(reply, op.client_id, op.kafka_principal)
+        self._outbox.reply(reply, ClientAddress.of(op))
 
     # --- clients -----------------------------------------------------------------------
 
@@ -327,8 +325,7 @@ class OperationHandlers:
         )
         self._outbox.reply(
             Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            op.client_id,
-            op.kafka_principal,
+            ClientAddress.of(op),
         )
 
     # --- replies -----------------------------------------------------------------------
@@ -360,7 +357,7 @@ class OperationHandlers:
                 more=not last,
                 version=version if last else None,
             )
-            self._outbox.reply(reply, op.client_id, op.kafka_principal)
+            self._outbox.reply(reply, ClientAddress.of(op))
 
 
 __all__ = ["Handler", "OperationHandlers"]

@@ -32,7 +32,7 @@ from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.queue_holds import QueueHolds
 from regionbus.broker.queue_runs import Addressed, OpenRuns, Recipients
 from regionbus.broker.stats import ServerStats
-from regionbus.schemas.addressing import RECIPIENTS_HEADER
+from regionbus.schemas.addressing import RECIPIENTS_HEADER, ClientAddress
 from regionbus.schemas.codec import encode, encode_batches, split_batch
 from regionbus.schemas.dead_letter import Source, dead_letter_headers
 from regionbus.schemas.errors import RegionBusError
@@ -297,19 +297,18 @@ class Outbox:
 
     # --- gathered per poll batch -------------------------------------------------------
 
-    def reply(self, reply: Reply, client_id: str, kafka_principal: str | None) -> None:
+    def reply(self, reply: Reply, to: ClientAddress) -> None:
         """Queue a reply to a client, in the shared reply topic of its Kafka principal;
         dropped (and counted) when that topic does not exist (a forged principal, a
         client that never started).
 
         Args:
             reply: The reply.
-            client_id: The client asked (its partition of the topic, the record key).
-            kafka_principal: The principal whose reply topic the client reads: the one its
-                request named. Required: a default would send every reply of a client
-                with a principal to the unscoped topic, where it never looks.
+            to: The client asked: the address of its request
+                (:meth:`ClientAddress.of`), whose principal names the reply topic it reads.
         """
-        topic = self.topics.client_replies(kafka_principal)
+        client_id = to.client_id
+        topic = self.topics.client_replies(to.kafka_principal)
         partitions = self.client_topics.partitions(topic)
         if not partitions:
             self.stats.replies_dropped += 1
@@ -333,8 +332,7 @@ class Outbox:
                 error_type=type(exc).__name__,
                 error_message=str(exc),
             ),
-            control.client_id,
-            control.kafka_principal,
+            ClientAddress.of(control),
         )
 
     def reply_error(self, op: Operation, bucket: int, exc: RegionBusError) -> None:
@@ -349,8 +347,7 @@ class Outbox:
                     error_type=type(exc).__name__,
                     error_message=str(exc),
                 ),
-                op.client_id,
-                op.kafka_principal,
+                ClientAddress.of(op),
             )
         except RegionBusError:
             log.warning("cannot reply to %r: %s", op.client_id, exc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple, Protocol
 
 from regionbus.schemas.signing import Headers
 
@@ -28,6 +28,34 @@ RECIPIENTS_HEADER: Final = "rb.to"
 """Header of a record for several clients: ``NUL id NUL id ... NUL``."""
 
 _SHARED: Final = 0
+
+
+class _Request(Protocol):
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def kafka_principal(self) -> str | None: ...
+
+
+class ClientAddress(NamedTuple):
+    """Where a server's records for one client go: the client's id (its partition of a
+    shared topic, and the record key) and its Kafka principal (whose shared queue and reply
+    topics it reads; None: the namespace's unscoped ones).
+
+    A reply goes to the address of the request it answers (:meth:`of`): the principal is
+    part of the address, so no reply can lose it on the way (a client with a principal
+    never reads the unscoped topics).
+    """
+
+    client_id: str
+    kafka_principal: str | None
+
+    @classmethod
+    def of(cls, request: _Request) -> ClientAddress:
+        """The address of the client that sent ``request`` (an operation or a control
+        message): the client id and the principal it named."""
+        return cls(request.client_id, request.kafka_principal)
 
 
 def own_marker(client_id: str) -> bytes:
