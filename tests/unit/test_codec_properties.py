@@ -139,6 +139,7 @@ OPERATIONS = st.builds(
     keep_alive=st.booleans(),
     cq=st.none() | CQ_SPECS,
     kafka_principal=OPT_TEXT,
+    expected_value=OPT_BYTES,
 )
 EVENTS = st.builds(
     Event,
@@ -175,6 +176,7 @@ REPLIES = st.builds(
     subscription_conflation=st.booleans(),
     cq_names=st.lists(TEXT, max_size=4).map(tuple),
     max_value_size_bytes=INTS,
+    entry_count=LONGS,
 )
 CONTROLS = st.builds(
     Control,

@@ -41,11 +41,17 @@ def test_the_changes_are_the_entry_changes_region_changes_and_expirations() -> N
         OperationKind.DESTROY_REGION,
         OperationKind.EXPIRE_DESTROY,
         OperationKind.EXPIRE_INVALIDATE,
+        OperationKind.PUT_IF_ABSENT,
+        OperationKind.REPLACE,
+        OperationKind.REMOVE,
     }
     assert {k for k in OperationKind if kind_row(k).entry_change} == {
         OperationKind.PUT,
         OperationKind.DESTROY,
         OperationKind.INVALIDATE,
+        OperationKind.PUT_IF_ABSENT,
+        OperationKind.REPLACE,
+        OperationKind.REMOVE,
     }
 
 

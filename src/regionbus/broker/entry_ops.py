@@ -1,4 +1,5 @@
-"""Entry operations (put, destroy, invalidate, get): applied in batches, then distributed.
+"""Entry operations (put, destroy, invalidate, Geode's conditional put-if-absent, replace
+and remove, and the reads get and contains-key): applied in batches, then distributed.
 
 The entry operations of one poll batch are applied to Redis in one pipelined round trip of
 Lua scripts (entry versions, duplicate detection by EventID, fencing epochs); a region with
@@ -66,7 +67,7 @@ class EntryOperations:
     def add(self, op: Operation, bucket: int, offset: int) -> None:
         """Add an entry operation to the batch; a change of a region with writers first
         applies the batch so far, then asks the writers (an abort is replied now)."""
-        if op.kind is not OperationKind.GET and self._plugins.has_writers(op.region):
+        if op.kind not in _READS and self._plugins.has_writers(op.region):
             self.apply()
             if not self._writers_allow(op, bucket):
                 return
@@ -90,11 +91,15 @@ class EntryOperations:
         for op, bucket, offset in pending:
             assert op.key is not None
             expiration = self._expiration.get(op.region)
-            if op.kind is OperationKind.GET:
+            if op.kind in _READS:
                 # A server get is an access: it pushes an idle timeout back (Geode
-                # LocalRegion.updateStatsForGet).
+                # LocalRegion.updateStatsForGet); containsKeyOnServer is not one.
                 access = None
-                if expiration is not None and expiration.entry_idle_timeout.timeout_s:
+                if (
+                    op.kind is OperationKind.GET
+                    and expiration is not None
+                    and expiration.entry_idle_timeout.timeout_s
+                ):
                     access = Access(expiration, now)
                 batch.append((op.region, op.key, bucket, access))
                 continue
@@ -109,7 +114,9 @@ class EntryOperations:
                     op.event_id._replace(bucket=bucket),
                     bucket,
                     offset,
-                    want_old=self._distribution.wants_old_value(op.region),
+                    # A replace answers the value it replaced (Geode Region.replace).
+                    want_old=op.kind is OperationKind.REPLACE
+                    or self._distribution.wants_old_value(op.region),
                     epoch=owned[bucket],
                     gateway_version=GatewayVersion(
                         op.timestamp_ms, op.origin_site_id or self._site_id
@@ -119,6 +126,7 @@ class EntryOperations:
                     from_gateway=op.origin_site_id not in (0, self._site_id),
                     expiration=expiration,
                     now_ms=now,
+                    expected_value=op.expected_value,
                 )
             )
         results = self._store.run_batch(batch)
@@ -129,17 +137,14 @@ class EntryOperations:
                 self._reply_get(op, bucket, result)
 
     def _writers_allow(self, op: Operation, bucket: int) -> bool:
-        """Run server writers before an entry change; False (error replied) if one aborts."""
+        """Run server writers before an entry change; False (error replied) if one aborts.
+        A conditional operation whose condition does not hold now asks no writer (nothing
+        will change; the apply script answers it)."""
         assert op.key is not None
         exists, entry = self._store.get(op.region, op.key, bucket)
-        if not exists or (entry is None and op.kind is not OperationKind.PUT):
+        kind = _writer_event_kind(op, entry) if exists else None
+        if kind is None:
             return True  # the apply script reports the missing region / entry
-        if op.kind is OperationKind.PUT:
-            kind = EventKind.UPDATE if entry is not None else EventKind.CREATE
-        elif op.kind is OperationKind.DESTROY:
-            kind = EventKind.DESTROY
-        else:
-            kind = EventKind.INVALIDATE
         try:
             self._plugins.veto_entry(op, kind, entry.value if entry else None)
         except CacheWriterError as exc:
@@ -152,6 +157,10 @@ class EntryOperations:
         if not exists:
             error = RegionNotFoundError(f"region {op.region!r} not found")
             self._outbox.reply_error(op, bucket, error)
+            return
+        if op.kind is OperationKind.CONTAINS_KEY:
+            reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, found=entry is not None)
+            self._outbox.reply(reply, ClientAddress.of(op))
             return
         self._outbox.reply(
             Reply(
@@ -168,6 +177,21 @@ class EntryOperations:
 
     def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
         if refused(op, bucket, result, self._ownership, self._outbox, self._stats):
+            return
+        if result.status == "NOOP":
+            # A condition that did not hold: no event; the answer is the current value
+            # (what Geode's putIfAbsent returns; replace and remove return nothing then).
+            self._outbox.reply(
+                Reply(
+                    request_id=op.request_id,
+                    bucket=bucket,
+                    ok=True,
+                    found=result.old_value is not None,
+                    value=result.old_value,
+                    serializer=result.old_serializer,
+                ),
+                ClientAddress.of(op),
+            )
             return
         event = applied_event(op, bucket, result)
         if event is not None:
@@ -252,6 +276,7 @@ def reply_applied(
         stats.duplicates += 1
     else:
         stats.applied(op.region, op.kind)
+    replaced = op.kind is OperationKind.REPLACE
     outbox.reply(
         Reply(
             request_id=op.request_id,
@@ -260,9 +285,36 @@ def reply_applied(
             event_kind=result.event_kind,
             duplicate=duplicate,
             version=result.version,
+            # A replace answers the value it replaced (Geode Region.replace(k, v)).
+            found=replaced and result.old_value is not None,
+            value=result.old_value if replaced else None,
+            serializer=result.old_serializer if replaced else None,
         ),
         ClientAddress.of(op),
     )
+
+
+_READS = frozenset((OperationKind.GET, OperationKind.CONTAINS_KEY))
+"""The batched entry operations that read (an item of the batch's reads, not a change)."""
+
+
+def _writer_event_kind(op: Operation, entry: Entry | None) -> EventKind | None:
+    """The event a change would cause, as server writers are asked about it; None when it
+    changes nothing (a missing entry to destroy or invalidate, a condition that does not
+    hold: Geode asks writers only for a change that will happen)."""
+    kind = op.kind
+    if kind is OperationKind.PUT:
+        return EventKind.UPDATE if entry is not None else EventKind.CREATE
+    if kind is OperationKind.PUT_IF_ABSENT:
+        return EventKind.CREATE if entry is None else None
+    if entry is None:
+        return None
+    if kind is OperationKind.REPLACE:
+        holds = op.expected_value is None or entry.value == op.expected_value
+        return EventKind.UPDATE if holds else None
+    if kind is OperationKind.REMOVE:
+        return EventKind.DESTROY if entry.value == op.expected_value else None
+    return EventKind.DESTROY if kind is OperationKind.DESTROY else EventKind.INVALIDATE
 
 
 def _error_text(error_type: str | None, op: Operation) -> str:

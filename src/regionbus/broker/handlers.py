@@ -120,6 +120,11 @@ class OperationHandlers:
             OperationKind.STOP_CQ: self.stop_cq,
             OperationKind.CLOSE_CQ: self.close_cq,
             OperationKind.GET_DURABLE_CQS: self.get_durable_cqs,
+            OperationKind.PUT_IF_ABSENT: entries.add,
+            OperationKind.REPLACE: entries.add,
+            OperationKind.REMOVE: entries.add,
+            OperationKind.CONTAINS_KEY: entries.add,
+            OperationKind.SIZE: self.size,
         }
         """The handler of each operation kind."""
 
@@ -177,6 +182,16 @@ class OperationHandlers:
             self._region_missing(op, bucket)
             return
         self._reply_entries(op, bucket, [Entry(e.key, e.version) for e in entries])
+
+    def size(self, op: Operation, bucket: int, offset: int) -> None:
+        """How many entries the region has in this bucket, invalid ones included
+        (``size_on_server``; Geode ``Region.sizeOnServer``)."""
+        exists, count = self._store.region_size(op.region, bucket)
+        if not exists:
+            self._region_missing(op, bucket)
+            return
+        reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, entry_count=count)
+        self._outbox.reply(reply, ClientAddress.of(op))
 
     # --- interest ----------------------------------------------------------------------
 

@@ -74,6 +74,11 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
                 f"value of {len(op.value)} bytes exceeds max_value_size_bytes="
                 f"{settings.max_value_size_bytes}"
             )
+    if op.expected_value is not None and len(op.expected_value) > settings.max_value_size_bytes:
+        raise ValueTooLargeError(
+            f"expected value of {len(op.expected_value)} bytes exceeds max_value_size_bytes="
+            f"{settings.max_value_size_bytes}"
+        )
     if row.needs_interest:
         if op.interest is None:
             raise InvalidOperationError(f"{kind.value} needs an interest spec")

@@ -24,8 +24,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from regionbus.clients.arguments import check_entry
-from regionbus.clients.interest import ALL_KEYS, RegionInterest, keys_interest, regex_interest
+from regionbus.clients.interest import ALL_KEYS, RegionInterest
 from regionbus.clients.local_store import LocalStore
+from regionbus.clients.region_interest_ops import RegionInterestOperations
+from regionbus.clients.region_server_ops import RegionServerOperations
 from regionbus.clients.region_values import RegionValues
 from regionbus.clients.server_events import apply_server_event
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy, raise_first_error
@@ -43,9 +45,6 @@ from regionbus.schemas.limits import MAX_BULK_ENTRIES, check_count
 from regionbus.schemas.messages import (
     Event,
     EventKind,
-    InterestKind,
-    InterestResultPolicy,
-    InterestSpec,
     Operation,
     OperationKind,
     Reply,
@@ -62,10 +61,15 @@ class RegionShortcut(enum.Enum):
     CACHING_PROXY = "CACHING_PROXY"
 
 
-class Region:
+class Region(RegionServerOperations, RegionInterestOperations):
     """A region of a :class:`ClientCache`. Create it with ``ClientCache.create_region``.
 
     Keys are strings; values are anything the region's serializer encodes (JSON default).
+    Geode's conditional operations and server reads (``put_if_absent``, ``replace``,
+    ``remove``, ``get_all``, ``contains_key_on_server``, ``size_on_server``) are
+    :class:`regionbus.clients.region_server_ops.RegionServerOperations`'; its interest
+    registrations are
+    :class:`regionbus.clients.region_interest_ops.RegionInterestOperations`'.
     """
 
     def __init__(
@@ -120,7 +124,11 @@ class Region:
                 assert local.value is not None
                 return self._values.decode(local.value, local.serializer)
         op = self._server.operation(OperationKind.GET, key=key)
-        reply = self._server.one(op, self._server.bucket(key))
+        return self._loaded(key, self._server.one(op, self._server.bucket(key)))
+
+    def _loaded(self, key: str, reply: Reply) -> Any:
+        """The value a server get answered, decoded (None when absent or invalid), kept
+        locally as a load (listeners get ``is_load=True``)."""
         if not reply.found or reply.value is None:
             return None
         if self._caching and reply.version is not None:
@@ -347,99 +355,6 @@ class Region:
             RegionNotFoundError, ServerTimeoutError, UnconnectedError: as :meth:`put`.
         """
         self._region_change(OperationKind.DESTROY_REGION, callback_argument)
-
-    # --- interest ----------------------------------------------------------------------
-
-    def register_interest(
-        self,
-        keys: str | Iterable[str] | Any,
-        policy: InterestResultPolicy = InterestResultPolicy.KEYS_VALUES,
-        *,
-        durable: bool = False,
-        receive_values: bool = True,
-    ) -> None:
-        """Register interest in keys, or in every key with :data:`ALL_KEYS` (SPEC §3).
-
-        Steps (seed 000): the local entries of those keys are silently destroyed; the
-        registration is added on the server (keys need not exist yet); then, per
-        ``policy``, the matching entries are loaded before this returns, firing no
-        listener. From then on every change of a matching key reaches this client.
-
-        Args:
-            keys: One key, an iterable of keys, or ``ALL_KEYS``.
-            policy: What to bulk-load (Geode default ``KEYS_VALUES``).
-            durable: Keep the registration while a durable client is away.
-            receive_values: False to receive invalidations instead of values for creates
-                and updates.
-
-        Raises:
-            InvalidKeyError: a key is refused, as for :meth:`put` (nothing is sent).
-            RegionNotFoundError: the region is not defined on the server.
-            ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
-            UnconnectedError: the cache is closed or has no subscription queue.
-        """
-        self._check_alive()
-        self._interest.register(keys_interest(keys, policy, durable, receive_values))
-
-    def register_interest_regex(
-        self,
-        regex: str,
-        policy: InterestResultPolicy = InterestResultPolicy.KEYS_VALUES,
-        *,
-        durable: bool = False,
-        receive_values: bool = True,
-    ) -> None:
-        """Register interest in every key the regex matches in full (Geode's
-        ``registerInterestRegex`` uses ``Matcher.matches()``). Every local entry is silently
-        destroyed first.
-
-        The syntax is RE2's (matching time linear in the key's length): what Python ``re``
-        and Java regexes share for keys, without backreferences, lookahead/lookbehind,
-        possessive quantifiers or atomic groups; at most 1,000 characters and a bounded
-        compiled size (see :mod:`regionbus.schemas.interest_regex`).
-
-        Raises:
-            InvalidInterestError: the regex is refused, with the reason (nothing is sent).
-            RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
-                :meth:`register_interest`.
-        """
-        spec = regex_interest(regex, policy, durable, receive_values)
-        self._check_alive()
-        self._interest.register(spec)
-
-    def unregister_interest(self, keys: str | Iterable[str] | Any) -> None:
-        """Remove interest in keys (or the ``ALL_KEYS`` registration). Local entries stay.
-
-        Raises:
-            ServerTimeoutError, UnconnectedError: as :meth:`register_interest`.
-        """
-        self._check_alive()
-        self._interest.unregister(keys_interest(keys))
-
-    def unregister_interest_regex(self, regex: str) -> None:
-        """Remove a regex registration. Local entries stay.
-
-        Raises:
-            ServerTimeoutError, UnconnectedError: as :meth:`register_interest`.
-        """
-        self._check_alive()
-        self._interest.unregister(InterestSpec(InterestKind.REGEX, (), regex))
-
-    @property
-    def interest(self) -> list[InterestSpec]:
-        """This client's registrations on the region, in order."""
-        return self._interest.specs
-
-    def reinitialize(self) -> None:
-        """Clear the local cache and register this region's interest again, loading the
-        entries of interest; fires no listener (SPEC §3, non-HA failover: the client's
-        queue is gone).
-
-        Raises:
-            RegionNotFoundError, ServerTimeoutError, UnconnectedError: as
-                :meth:`register_interest`.
-        """
-        self._interest.reinitialize()
 
     # --- events from the subscription queue --------------------------------------------
 

@@ -46,6 +46,21 @@ class OperationKind(enum.Enum):
     """Remove a continuous query (Geode ``CloseCQ``)."""
     GET_DURABLE_CQS = "GET_DURABLE_CQS"
     """The names of the client's durable CQs the servers hold (Geode ``GetDurableCQs``)."""
+    PUT_IF_ABSENT = "PUT_IF_ABSENT"
+    """Create the entry only when the key has none, an invalid one included (Geode
+    ``Region.putIfAbsent``, ``Operation.PUT_IF_ABSENT``; ``RegionMapPut``'s create
+    precondition); else change nothing and answer the current value."""
+    REPLACE = "REPLACE"
+    """Update the entry only when it exists and, with ``expected_value``, holds that value
+    (Geode ``Region.replace(k, v)`` and ``replace(k, old, new)``, ``Operation.REPLACE``)."""
+    REMOVE = "REMOVE"
+    """Destroy the entry only when it holds ``expected_value`` (null: when it is invalid)
+    (Geode ``Region.remove(k, v)``, ``Operation.REMOVE``)."""
+    CONTAINS_KEY = "CONTAINS_KEY"
+    """Whether the server holds the key, valid or invalid (Geode
+    ``Region.containsKeyOnServer``)."""
+    SIZE = "SIZE"
+    """How many entries the region has in the bucket (Geode ``Region.sizeOnServer``)."""
 
 
 class EventKind(enum.Enum):
@@ -156,6 +171,7 @@ class Operation(NamedTuple):
     keep_alive: bool = False
     cq: CqSpec | None = None
     kafka_principal: str | None = None
+    expected_value: bytes | None = None
 
 
 class Event(NamedTuple):
@@ -238,6 +254,7 @@ class Reply(NamedTuple):
     subscription_conflation: bool = False
     cq_names: tuple[str, ...] = ()
     max_value_size_bytes: int = 0
+    entry_count: int = 0
 
 
 class Control(NamedTuple):

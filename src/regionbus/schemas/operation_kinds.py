@@ -60,7 +60,7 @@ class KindRow:
         batched: It joins the batch of entry operations applied together in one Redis
             round trip; an operation of any other kind first applies that batch.
         access: The permission it needs.
-        needs_value: It carries a value (PUT).
+        needs_value: It carries a value (PUT, PUT_IF_ABSENT, REPLACE).
         needs_interest: It carries an interest spec.
         needs_cq: It carries a CQ spec.
         parses_query: Its CQ's query is parsed and checked by the servers (EXECUTE_CQ).
@@ -89,6 +89,11 @@ class KindRow:
 
 
 _ENTRY_CHANGE: Final = KindRow(Scope.ENTRY, change=True, batched=True, access=Access.WRITE_KEY)
+_CONDITIONAL_PUT: Final = KindRow(
+    Scope.ENTRY, change=True, batched=True, access=Access.WRITE_KEY, needs_value=True
+)
+"""A put that may change nothing (Geode's ``putIfAbsent`` and ``replace`` need
+``DATA:WRITE`` as ``put`` does, though they answer the current value)."""
 _CQ: Final = KindRow(Scope.REGION, access=Access.READ_REGION, needs_cq=True)
 
 OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
@@ -136,6 +141,11 @@ OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
         OperationKind.READY_FOR_EVENTS: KindRow(Scope.CLIENT),
         OperationKind.DISCONNECT: KindRow(Scope.CLIENT),
         OperationKind.GET_DURABLE_CQS: KindRow(Scope.CLIENT),
+        OperationKind.PUT_IF_ABSENT: _CONDITIONAL_PUT,
+        OperationKind.REPLACE: _CONDITIONAL_PUT,
+        OperationKind.REMOVE: _ENTRY_CHANGE,
+        OperationKind.CONTAINS_KEY: KindRow(Scope.ENTRY, batched=True, access=Access.READ_KEY),
+        OperationKind.SIZE: KindRow(Scope.REGION, access=Access.READ_REGION),
     }
 )
 """The row of every operation kind."""

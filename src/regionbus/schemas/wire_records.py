@@ -115,6 +115,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "keep_alive": o.keep_alive,
         "cq": _cq_spec_to(o.cq) if o.cq is not None else None,
         "kafka_principal": o.kafka_principal,
+        "expected_value": o.expected_value,
     }
 
 
@@ -137,6 +138,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         keep_alive=d["keep_alive"],
         cq=_cq_spec_from(d["cq"]) if d["cq"] is not None else None,
         kafka_principal=d["kafka_principal"],
+        expected_value=d["expected_value"],
     )
 
 
@@ -200,6 +202,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
         "subscription_conflation": r.subscription_conflation,
         "cq_names": list(r.cq_names),
         "max_value_size_bytes": _int32(r.max_value_size_bytes, "max_value_size_bytes"),
+        "entry_count": r.entry_count,
     }
 
 
@@ -225,6 +228,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         subscription_conflation=d["subscription_conflation"],
         cq_names=tuple(d["cq_names"]),
         max_value_size_bytes=_int32(d["max_value_size_bytes"], "max_value_size_bytes"),
+        entry_count=d["entry_count"],
     )
 
 

@@ -4,12 +4,12 @@
 -- expiration bookkeeping), so it behaves exactly as if it were called alone.
 --
 -- KEYS: the 11 keys of apply_entry.lua of every operation, one operation after the other
--- ARGV: the 18 arguments of apply_entry.lua of every operation, in the same order
+-- ARGV: the 20 arguments of apply_entry.lua of every operation, in the same order
 -- Returns: one {status, result, old_value, old_serializer} per operation, as apply_entry.lua's
 --
 -- In a Redis Cluster every key of one call is in one slot: the caller makes one call per
--- bucket (broker/store.py).
-local ENTRY_KEYS, ENTRY_ARGS = 11, 18
+-- bucket (broker/store/entries.py).
+local ENTRY_KEYS, ENTRY_ARGS = 11, 20
 --@include version.lua@--
 local apply_entry = function(KEYS, ARGV)
 --@include apply_entry.lua@--

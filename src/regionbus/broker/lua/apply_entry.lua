@@ -1,4 +1,5 @@
--- Apply one entry operation (PUT, DESTROY, INVALIDATE) atomically, with server-side
+-- Apply one entry operation (PUT, DESTROY, INVALIDATE, and the conditional PUT_IF_ABSENT,
+-- REPLACE and REMOVE) atomically, with server-side
 -- duplicate detection by EventID, fencing by the bucket primary's epoch and, on multi-site
 -- deployments, the gateway conflict check.
 --
@@ -14,9 +15,14 @@
 --       12 timestamp_ms ("" = this site keeps no gateway versions), 13 origin site id,
 --       14 "1" when the operation came through a gateway receiver (conflict-checked),
 --       15 entry time-to-live ms, 16 entry idle timeout ms (0 = never; both 0: no expiration),
---       17 now ms, 18 "1" when the region's expiration action destroys (else it invalidates)
+--       17 now ms, 18 "1" when the region's expiration action destroys (else it invalidates),
+--       19 "1" when ARGV 20 is an expected value (REPLACE, REMOVE), 20 the expected value
 -- Returns: {status, result, old_value, old_serializer}
 --   status "OK":     result = "<EVENT_KIND>|<version>"
+--   status "NOOP":   a conditional operation whose condition did not hold: nothing changed;
+--                    old_value = the entry's current value (false when absent or invalid),
+--                    old_serializer its serializer's name; its EventID is recorded with
+--                    the result "NOOP", so it is a DUP when processed again
 --   status "DUP":    result = stored result of that EventID or false (pruned); old_value =
 --                    the stored old value of that change, when it was asked for, and
 --                    old_serializer its serializer's name
@@ -60,6 +66,37 @@ local meta = redis.call('HGET', KEYS[3], key)
 local old = false
 if ARGV[10] == '1' then
   old = redis.call('HGET', KEYS[2], key)
+end
+-- Geode's conditional operations (Region.putIfAbsent, replace, remove; RegionMapPut's
+-- create and expected-old-value preconditions): the condition is read here, atomic with the
+-- change. A putIfAbsent finds an invalid entry present, as Geode's does. One whose condition
+-- fails changes nothing and keeps the current value with its recorded result.
+if kind == 'PUT_IF_ABSENT' or kind == 'REPLACE' or kind == 'REMOVE' then
+  local current = false
+  if meta then current = redis.call('HGET', KEYS[2], key) end
+  local holds
+  if kind == 'PUT_IF_ABSENT' then
+    holds = not meta
+  elseif kind == 'REPLACE' then
+    holds = meta and (ARGV[19] ~= '1' or current == ARGV[20])
+  elseif ARGV[19] == '1' then
+    holds = meta and current == ARGV[20]
+  else
+    holds = meta and not current
+  end
+  if not holds then
+    local current_serializer = false
+    if current then
+      current_serializer = string.match(meta, '|(.*)$') or ''
+      redis.call('HSET', KEYS[6], ARGV[8] .. '|old', current)
+      redis.call('HSET', KEYS[6], ARGV[8] .. '|olds', current_serializer)
+    end
+    redis.call('HSET', KEYS[5], ARGV[6], seq)
+    redis.call('HSET', KEYS[6], ARGV[8], 'NOOP')
+    redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
+    return {'NOOP', false, current, current_serializer}
+  end
+  if kind == 'REMOVE' then kind = 'DESTROY' else kind = 'PUT' end
 end
 local result
 if kind == 'PUT' then

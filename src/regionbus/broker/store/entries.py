@@ -66,6 +66,7 @@ class EntryChanges(StoreBase):
         epoch: int | None = None,
         expiration: RegionExpiration | None = None,
         now_ms: int = 0,
+        expected_value: bytes | None = None,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``apply_entry.lua`` for one operation (see the script), for
         :meth:`run_batch`. The KEYS list is shared by every change of the same region and
@@ -79,6 +80,8 @@ class EntryChanges(StoreBase):
         applies unfenced (tools, tests). ``expiration`` (regions with entry expiration) makes
         a create or update schedule the entry's expiry from ``now_ms`` (ms since the Unix
         epoch), and a destroy or invalidate unschedule it (:mod:`regionbus.broker.expiration`).
+        ``expected_value`` is the value a ``REPLACE`` or ``REMOVE`` needs the entry to
+        hold (None: any value for a replace, an invalid entry for a remove).
         """
         keys = self._entry_keys.get((region, bucket))
         if keys is None:
@@ -117,6 +120,8 @@ class EntryChanges(StoreBase):
             expiration.entry_idle_timeout.timeout_ms if expiration else 0,
             now_ms,
             "1" if expiration and expiration.action.is_destroy else "0",
+            "0" if expected_value is None else "1",
+            b"" if expected_value is None else expected_value,
         ]
         return keys, args
 

@@ -29,6 +29,20 @@ class EntryReads(StoreBase):
             return None
         return parse_gateway_version(raw)
 
+    def region_size(self, region: str, bucket: int) -> tuple[bool, int]:
+        """``(region_exists, entries)``: how many entries the region has in one bucket,
+        invalid ones included (one round trip).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.sismember(self.keys.regions(bucket), region)
+            pipe.hlen(self.keys.region_meta(region, bucket))
+            exists, count = pipe.execute()
+        return bool(exists), int(count)
+
     def get(self, region: str, key: str, bucket: int) -> tuple[bool, Entry | None]:
         """Read one entry.
 

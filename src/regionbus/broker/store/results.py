@@ -20,8 +20,10 @@ class ApplyResult:
     Attributes:
         status: ``"OK"`` (applied now), ``"DUP"`` (the EventID was applied before),
             ``"ERR"`` (refused; nothing changed), ``"STALE"`` (a gateway event that lost
-            the conflict check; nothing changed) or ``"FENCED"`` (the caller is no longer
-            the bucket's primary; nothing changed).
+            the conflict check; nothing changed), ``"FENCED"`` (the caller is no longer
+            the bucket's primary; nothing changed) or ``"NOOP"`` (a conditional operation
+            whose condition did not hold; nothing changed, and ``old_value`` is the entry's
+            current value).
         event_kind: The resulting event kind (None when refused, or DUP with the stored
             result already pruned).
         version: Region version the change got (None as for ``event_kind``).
@@ -72,20 +74,20 @@ def _parse_result(raw: bytes | None) -> tuple[EventKind | None, int | None]:
 
 
 def to_apply_result(reply: Sequence[Any]) -> ApplyResult:
+    """A script's ``{status, result, old_value, old_serializer}`` reply read. A
+    conditional operation that changed nothing is ``NOOP`` whether it is seen for the first
+    time or again (status ``DUP``, stored result ``NOOP``): there is no event to send."""
     status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
     if status == "ERR":
         error = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
         return ApplyResult(status, error_type=error)
-    kind, version = _parse_result(reply[1] or None)
     old = reply[2] if len(reply) > 2 and reply[2] else None
     old_serializer = reply[3] if len(reply) > 3 and reply[3] else None
-    return ApplyResult(
-        status,
-        kind,
-        version,
-        old_value=old,
-        old_serializer=old_serializer.decode() if isinstance(old_serializer, bytes) else None,
-    )
+    serializer_name = old_serializer.decode() if isinstance(old_serializer, bytes) else None
+    if status == "NOOP" or reply[1] == b"NOOP":
+        return ApplyResult("NOOP", old_value=old, old_serializer=serializer_name)
+    kind, version = _parse_result(reply[1] or None)
+    return ApplyResult(status, kind, version, old_value=old, old_serializer=serializer_name)
 
 
 def to_entry(
