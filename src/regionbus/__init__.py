@@ -28,7 +28,7 @@ from regionbus.clients.cq_query import (
     Operation,
 )
 from regionbus.clients.query_service import QueryService
-from regionbus.clients.region import ALL_KEYS, Region, RegionShortcut
+from regionbus.clients.region import ALL_KEYS, ClientRegionShortcut, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from regionbus.schemas.errors import (
@@ -85,6 +85,7 @@ __all__ = [
     "CacheWriter",
     "CacheWriterError",
     "ClientCache",
+    "ClientRegionShortcut",
     "ClientSettings",
     "ConfigurationError",
     "CqAttributes",

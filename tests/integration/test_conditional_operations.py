@@ -12,7 +12,7 @@ import pytest
 from support import Recorder, Sentinel, entry_operation, send_raw_operation, wait_until
 
 from regionbus.broker.server import CacheServer
-from regionbus.clients import ALL_KEYS, ClientCache
+from regionbus.clients import ALL_KEYS, ClientCache, ClientRegionShortcut
 from regionbus.schemas.messages import OperationKind
 from regionbus.schemas.naming import bucket_of
 
@@ -204,3 +204,21 @@ def _processed(server: CacheServer, event_id: Any) -> bool:
     field = f"{event_id.member}:{event_id.thread}"
     last = server.store.redis.hget(keys.tracking(event_id.bucket), field)
     return last is not None and int(last) >= event_id.sequence
+
+
+def test_a_region_reads_as_a_python_mapping(cache_server: CacheServer, client_factory: Any) -> None:
+    with client_factory() as writer_cache:
+        flights = writer_cache.create_region("r", ClientRegionShortcut.CACHING_PROXY)
+        flights["UA-1"] = {"delay": 3}
+        assert _stored(cache_server, "UA-1") == b'{"delay":3}'
+        assert "UA-1" in flights and 42 not in flights and len(flights) == 1
+        other = client_factory().create_region("r", ClientRegionShortcut.PROXY)
+        assert "UA-1" not in other  # local only, as Geode's containsKey
+        assert other["UA-1"] == {"delay": 3}  # a miss goes to the server
+        with pytest.raises(KeyError):
+            other["nope"]
+        del other["UA-1"]
+        assert _stored(cache_server, "UA-1") == "absent"
+        with pytest.raises(KeyError):
+            del other["UA-1"]
+    assert writer_cache.closed

@@ -40,7 +40,7 @@ from regionbus.schemas.callbacks import (
     region_event_kind,
     run_writer,
 )
-from regionbus.schemas.errors import RegionNotFoundError
+from regionbus.schemas.errors import EntryNotFoundError, RegionNotFoundError
 from regionbus.schemas.limits import MAX_BULK_ENTRIES, check_count
 from regionbus.schemas.messages import (
     Event,
@@ -55,10 +55,15 @@ log = logging.getLogger("regionbus.client")
 
 
 class RegionShortcut(enum.Enum):
-    """How a client region stores data (Geode ``ClientRegionShortcut``)."""
+    """How a client region stores data (Geode ``ClientRegionShortcut``, also importable by
+    that name)."""
 
     PROXY = "PROXY"
     CACHING_PROXY = "CACHING_PROXY"
+
+
+ClientRegionShortcut = RegionShortcut
+"""Geode's name of :class:`RegionShortcut`."""
 
 
 class Region(RegionServerOperations, RegionInterestOperations):
@@ -163,8 +168,44 @@ class Region(RegionServerOperations, RegionInterestOperations):
         items = [(k, e.value, e.serializer) for k, e in self._store.items()]
         return {k: self._values.decode(v, s) if v is not None else None for k, v, s in items}
 
+    # --- Python's mapping idioms (Geode's Region is a java.util.Map) -------------------
+
     def __len__(self) -> int:
+        """Entries of the local cache (Geode ``Region.size()``: local)."""
         return len(self._store)
+
+    def __contains__(self, key: object) -> bool:
+        """``key in region``: the local cache holds the key, valid or invalid (Geode
+        ``containsKey``, local; :meth:`contains_key_on_server` asks the server)."""
+        return isinstance(key, str) and key in self._store
+
+    def __getitem__(self, key: str) -> Any:
+        """``region[key]``: :meth:`get` (the local copy when valid, else the server).
+
+        Raises:
+            KeyError: neither holds a valid value (Geode's ``get`` answers null).
+            What :meth:`get` raises.
+        """
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        """``region[key] = value``: :meth:`put` (to the server, then locally)."""
+        self.put(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        """``del region[key]``: :meth:`destroy` (on the server, then locally).
+
+        Raises:
+            KeyError: the server has no such entry (from :class:`EntryNotFoundError`).
+            What :meth:`destroy` raises otherwise.
+        """
+        try:
+            self.destroy(key)
+        except EntryNotFoundError as exc:
+            raise KeyError(key) from exc
 
     def keys_on_server(self) -> list[str]:
         """Every key of the region on the server. Geode ``keySetOnServer()``.
@@ -511,4 +552,4 @@ class Region(RegionServerOperations, RegionInterestOperations):
         self._notify(RegionEvent(self.name, event_kind, op.event_id, False, callback_argument))
 
 
-__all__ = ["ALL_KEYS", "Region", "RegionShortcut"]
+__all__ = ["ALL_KEYS", "ClientRegionShortcut", "Region", "RegionShortcut"]
