@@ -46,6 +46,19 @@ if last and tonumber(last) >= seq then
 end
 local kind = ARGV[1]
 local key = ARGV[3]
+-- Records the EventID's sequence id and its result (with a value kept beside it: the old
+-- value asked for, or what a conditional operation found), so the operation processed
+-- again is a DUP answered the same, and indexes the result by the operation's offset for
+-- pruning.
+local function record(result, kept, kept_serializer)
+  redis.call('HSET', KEYS[5], ARGV[6], seq)
+  redis.call('HSET', KEYS[6], ARGV[8], result)
+  if kept then
+    redis.call('HSET', KEYS[6], ARGV[8] .. '|old', kept)
+    redis.call('HSET', KEYS[6], ARGV[8] .. '|olds', kept_serializer)
+  end
+  redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
+end
 -- Gateway conflict check (SPEC §6), here so it is atomic with the change: an event from
 -- another site is refused when the entry was last changed by a different site at a later
 -- timestamp, or at the same timestamp by a higher site id. The sequence id is recorded so
@@ -86,14 +99,8 @@ if kind == 'PUT_IF_ABSENT' or kind == 'REPLACE' or kind == 'REMOVE' then
   end
   if not holds then
     local current_serializer = false
-    if current then
-      current_serializer = string.match(meta, '|(.*)$') or ''
-      redis.call('HSET', KEYS[6], ARGV[8] .. '|old', current)
-      redis.call('HSET', KEYS[6], ARGV[8] .. '|olds', current_serializer)
-    end
-    redis.call('HSET', KEYS[5], ARGV[6], seq)
-    redis.call('HSET', KEYS[6], ARGV[8], 'NOOP')
-    redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
+    if current then current_serializer = string.match(meta, '|(.*)$') or '' end
+    record('NOOP', current, current_serializer)
     return {'NOOP', false, current, current_serializer}
   end
   if kind == 'REMOVE' then kind = 'DESTROY' else kind = 'PUT' end
@@ -143,15 +150,9 @@ end
 if ARGV[12] ~= '' then
   redis.call('HSET', KEYS[9], key, ARGV[12] .. '|' .. ARGV[13])
 end
-redis.call('HSET', KEYS[5], ARGV[6], seq)
-redis.call('HSET', KEYS[6], ARGV[8], result)
 -- The old value asked for is kept with the result, so the change read again after a
 -- failover is evaluated against the same old value (continuous queries, SPEC §9).
 local old_serializer = false
-if old then
-  old_serializer = string.match(meta, '|(.*)$') or ''
-  redis.call('HSET', KEYS[6], ARGV[8] .. '|old', old)
-  redis.call('HSET', KEYS[6], ARGV[8] .. '|olds', old_serializer)
-end
-redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
+if old then old_serializer = string.match(meta, '|(.*)$') or '' end
+record(result, old, old_serializer)
 return {'OK', result, old, old_serializer}

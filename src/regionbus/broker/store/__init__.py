@@ -23,6 +23,7 @@ Redis errors are translated at this one boundary into :class:`TransportError`
 from __future__ import annotations
 
 from regionbus.broker.store import entries, expiry, regions
+from regionbus.broker.store.base import StoreBase
 from regionbus.broker.store.entries import APPLY_CALL_MAX_CHANGES, EntryChanges
 from regionbus.broker.store.expiry import Claims, DueExpiry, ExpiryStore
 from regionbus.broker.store.reads import EntryReads
@@ -31,16 +32,8 @@ from regionbus.broker.store.results import Access, ApplyResult, GatewayVersion, 
 
 
 class RegionStore(EntryChanges, RegionChanges, ExpiryStore, EntryReads):
-    """Reads and changes region state of one namespace in Redis.
-
-    Args:
-        client: A redis-py client (``redis.Redis`` or ``RedisCluster``) created with
-            ``decode_responses=False``.
-        namespace: The site namespace.
-        total_buckets: Number of buckets.
-        replica_wait: Makes every change wait for replicas before it counts as applied
-            (:mod:`regionbus.runtime.redis_replication`); None waits for none.
-    """
+    """Reads and changes region state of one namespace in Redis: every part of the store
+    on one connection (its arguments are :class:`StoreBase`'s)."""
 
     scripts = entries.SCRIPTS + regions.SCRIPTS + expiry.SCRIPTS
 
@@ -54,4 +47,5 @@ __all__ = [
     "GatewayVersion",
     "RegionStore",
     "Snapshot",
+    "StoreBase",
 ]
