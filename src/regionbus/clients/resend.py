@@ -21,13 +21,10 @@ The caller still fails every request at ``read_timeout_ms``, resent or not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from regionbus.schemas.messages import Operation
-
-if TYPE_CHECKING:
-    from regionbus.clients.pending import PendingRequest
 
 RESEND_BACKOFF_CAP_S = 30.0
 """Longest wait between two resends of one change."""
@@ -72,8 +69,22 @@ class LastReply:
         return self._last_s is None or self._last_s < since_s
 
 
+class Resendable(Protocol):
+    """What this policy reads and moves on of a pending request
+    (:class:`regionbus.clients.pending.PendingRequest`)."""
+
+    ops: Sequence[tuple[Operation, int]]
+    """Its changes, ``(operation, bucket)``: the only operations ever sent again."""
+    sent_at: float
+    """When they were last sent (monotonic s)."""
+    resend_at: float
+    """When they may be sent again (monotonic s)."""
+    attempts: int
+    """Resends so far."""
+
+
 def due_for_resend(
-    pending: Iterable[PendingRequest], now_s: float, retry_interval_s: float, last_reply: LastReply
+    pending: Iterable[Resendable], now_s: float, retry_interval_s: float, last_reply: LastReply
 ) -> list[tuple[Operation, int]]:
     """The unanswered changes to send again now, marked ``possible_duplicate``, by the rules
     above; each chosen request's attempt count and next resend time move on.
@@ -110,6 +121,7 @@ __all__ = [
     "MAX_RESENDS_IN_FLIGHT",
     "RESEND_BACKOFF_CAP_S",
     "LastReply",
+    "Resendable",
     "due_for_resend",
     "resend_delay_s",
 ]
