@@ -28,7 +28,13 @@ from regionbus.clients.cq_query import (
     Operation,
 )
 from regionbus.clients.query_service import QueryService
-from regionbus.clients.region import ALL_KEYS, ClientRegionShortcut, Region, RegionShortcut
+from regionbus.clients.region import (
+    ALL_KEYS,
+    ClientRegionShortcut,
+    EvictionAttributes,
+    Region,
+    RegionShortcut,
+)
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from regionbus.schemas.errors import (
@@ -108,6 +114,7 @@ __all__ = [
     "EntryNotFoundError",
     "EventID",
     "EventKind",
+    "EvictionAttributes",
     "InterestResultPolicy",
     "InvalidInterestError",
     "InvalidKeyError",

@@ -16,7 +16,13 @@ from regionbus.clients.cq_query import (
     Operation,
 )
 from regionbus.clients.query_service import QueryService
-from regionbus.clients.region import ALL_KEYS, ClientRegionShortcut, Region, RegionShortcut
+from regionbus.clients.region import (
+    ALL_KEYS,
+    ClientRegionShortcut,
+    EvictionAttributes,
+    Region,
+    RegionShortcut,
+)
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
 from regionbus.schemas.messages import EventKind, InterestResultPolicy
@@ -46,6 +52,7 @@ __all__ = [
     "CqStatusListener",
     "EntryEvent",
     "EventKind",
+    "EvictionAttributes",
     "InterestResultPolicy",
     "JsonSerializer",
     "Operation",

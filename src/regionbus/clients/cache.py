@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from regionbus.clients.connection import ServerConnection
 from regionbus.clients.interest import registered_keys
 from regionbus.clients.query_service import QueryService
-from regionbus.clients.region import Region, RegionShortcut
+from regionbus.clients.region import EvictionAttributes, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
 from regionbus.clients.tracking import MessageTracker
@@ -275,6 +275,7 @@ class ClientCache:
         listeners: Iterable[CacheListener] = (),
         writer: CacheWriter | None = None,
         serializer: Serializer | None = None,
+        eviction: EvictionAttributes | None = None,
     ) -> Region:
         """Create the client side of a server region.
 
@@ -284,6 +285,8 @@ class ClientCache:
             listeners: ``CacheListener``s, called in order.
             writer: A ``CacheWriter`` that may abort this client's changes.
             serializer: Value serializer (default JSON).
+            eviction: Bound the local cache, LRU by entry count (``CACHING_PROXY``);
+                None keeps every entry (Geode's default: no eviction).
 
         Returns:
             The region.
@@ -299,7 +302,9 @@ class ClientCache:
         with self._regions_lock:
             if name in self._regions:
                 raise ConfigurationError(f"region {name!r} already exists in this client cache")
-            region = Region(self, name, shortcut, serializer or JsonSerializer(), listeners, writer)
+            region = Region(
+                self, name, shortcut, serializer or JsonSerializer(), listeners, writer, eviction
+            )
             self._regions[name] = region
         return region
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -70,12 +70,29 @@ class LocalStore:
         caching: True for ``CACHING_PROXY`` (keep entries); False for ``PROXY``: nothing
             is stored, and changes are reported with the server's kinds.
         max_tombstones: Destroyed keys remembered.
+        max_entries: Entries kept before the least recently used is evicted (Geode
+            ``EvictionAttributes.createLRUEntryAttributes(max, LOCAL_DESTROY)``); 0 keeps
+            every entry. A use is a create, an update or a local read of the entry.
+        on_evict: Told of each entry evicted, ``(key, entry)``, while the store's lock is
+            held (the region tells its listeners, as Geode's ``EVICT_DESTROY``).
     """
 
-    def __init__(self, region: str, caching: bool, max_tombstones: int = MAX_TOMBSTONES) -> None:
+    def __init__(
+        self,
+        region: str,
+        caching: bool,
+        max_tombstones: int = MAX_TOMBSTONES,
+        *,
+        max_entries: int = 0,
+        on_evict: Callable[[str, LocalEntry], None] | None = None,
+    ) -> None:
         self.region = region
         self.caching = caching
         self._max_tombstones = max_tombstones
+        self._max_entries = max_entries
+        self._on_evict = on_evict
+        self.evictions = 0
+        """Entries evicted so far."""
         self._lock = threading.RLock()
         self._entries: dict[str, LocalEntry] = {}
         self._tombstones: OrderedDict[str, int] = OrderedDict()
@@ -99,9 +116,14 @@ class LocalStore:
             )
 
     def valid(self, key: str) -> LocalEntry | None:
-        """A copy of the key's local entry when it holds a value, else None."""
-        found = self.entry(key)
-        return found if found is not None and found.value is not None else None
+        """A copy of the key's local entry when it holds a value, else None (a use of the
+        entry, for eviction)."""
+        with self._lock:
+            local = self._entries.get(key)
+            if local is None or local.value is None:
+                return None
+            self._used(key)
+            return LocalEntry(local.value, local.serializer, local.version)
 
     def keys(self) -> list[str]:
         """Keys held, valid or invalid."""
@@ -139,6 +161,31 @@ class LocalStore:
         if tomb is not None and version <= tomb:
             return False
         return version > self._cleared_version
+
+    def _used(self, key: str) -> None:
+        """The entry was used: it becomes the last to be evicted (a dict keeps insertion
+        order; taking the key out and back in moves it to the end)."""
+        if self._max_entries:
+            self._entries[key] = self._entries.pop(key)
+
+    def _evict_over(self, added: str) -> None:
+        """Evict the least recently used entries beyond ``max_entries`` (never ``added``).
+        Each leaves a tombstone of its version, so an older event of the key is still
+        older; a newer one creates it again (an evicted key still gets its events)."""
+        if not self._max_entries:
+            return
+        while len(self._entries) > self._max_entries:
+            key = next(iter(self._entries))
+            if key == added:
+                return
+            local = self._entries.pop(key)
+            self._tombstones[key] = local.version
+            self._tombstones.move_to_end(key)
+            if len(self._tombstones) > self._max_tombstones:
+                self._tombstones.popitem(last=False)
+            self.evictions += 1
+            if self._on_evict is not None:
+                self._on_evict(key, local)
 
     def _remember_tombstone(self, key: str, version: int) -> None:
         if self._registering:
@@ -192,8 +239,10 @@ class LocalStore:
                 if local is None:
                     self._entries[key] = LocalEntry(value, serializer, version)
                     self._tombstones.pop(key, None)
+                    self._evict_over(key)
                 else:
                     local.value, local.serializer, local.version = value, serializer, version
+                    self._used(key)
             return (EventKind.UPDATE if seen else EventKind.CREATE), old
 
     def apply_removal(
@@ -382,6 +431,10 @@ class LocalStore:
             if take:
                 self._entries[key] = LocalEntry(entry.value, entry.serializer, entry.version)
                 self._tombstones.pop(key, None)
+                if local is None:
+                    self._evict_over(key)
+                else:
+                    self._used(key)
             return take
 
     def end_registration(self) -> None:

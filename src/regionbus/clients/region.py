@@ -17,7 +17,6 @@ A region wires its parts: the local copy and its version rules
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -25,7 +24,12 @@ from typing import Any
 
 from regionbus.clients.arguments import check_entry
 from regionbus.clients.interest import ALL_KEYS, RegionInterest
-from regionbus.clients.local_store import LocalStore
+from regionbus.clients.local_store import LocalEntry, LocalStore
+from regionbus.clients.region_attributes import (
+    ClientRegionShortcut,
+    EvictionAttributes,
+    RegionShortcut,
+)
 from regionbus.clients.region_interest_ops import RegionInterestOperations
 from regionbus.clients.region_server_ops import RegionServerOperations
 from regionbus.clients.region_values import RegionValues
@@ -54,18 +58,6 @@ from regionbus.schemas.serializers import Serializer
 log = logging.getLogger("regionbus.client")
 
 
-class RegionShortcut(enum.Enum):
-    """How a client region stores data (Geode ``ClientRegionShortcut``, also importable by
-    that name)."""
-
-    PROXY = "PROXY"
-    CACHING_PROXY = "CACHING_PROXY"
-
-
-ClientRegionShortcut = RegionShortcut
-"""Geode's name of :class:`RegionShortcut`."""
-
-
 class Region(RegionServerOperations, RegionInterestOperations):
     """A region of a :class:`ClientCache`. Create it with ``ClientCache.create_region``.
 
@@ -85,6 +77,7 @@ class Region(RegionServerOperations, RegionInterestOperations):
         serializer: Serializer,
         listeners: Iterable[CacheListener],
         writer: CacheWriter | None,
+        eviction: EvictionAttributes | None = None,
     ) -> None:
         self._cache = cache
         self.name = name
@@ -92,8 +85,14 @@ class Region(RegionServerOperations, RegionInterestOperations):
         self.serializer = serializer
         self.listeners: list[CacheListener] = list(listeners)
         self.writer = writer
+        self.eviction = eviction
         self._caching = shortcut is RegionShortcut.CACHING_PROXY
-        self._store = LocalStore(name, self._caching)
+        self._store = LocalStore(
+            name,
+            self._caching,
+            max_entries=eviction.maximum if eviction is not None else 0,
+            on_evict=self._evicted,
+        )
         self._server = ServerRegionProxy(cache, name, serializer.name)
         self._destroyed = False
         self._interest = RegionInterest(cache, self._server, self._store)
@@ -433,6 +432,24 @@ class Region(RegionServerOperations, RegionInterestOperations):
         if self.writer is not None:
             run_writer(self.writer, event, "client")
 
+    @property
+    def evictions(self) -> int:
+        """Entries this client's eviction removed from its local cache so far."""
+        return self._store.evictions
+
+    def _evicted(self, key: str, local: LocalEntry) -> None:
+        # Geode's LRU LOCAL_DESTROY: listeners get afterDestroy, Operation.EVICT_DESTROY.
+        self._notify(
+            self._values.entry_event(
+                EventKind.DESTROY,
+                key,
+                local.version,
+                old=local.value,
+                serializer=local.serializer,
+                is_eviction=True,
+            )
+        )
+
     # --- internals: requests -----------------------------------------------------------
 
     def _check_alive(self) -> None:
@@ -552,4 +569,4 @@ class Region(RegionServerOperations, RegionInterestOperations):
         self._notify(RegionEvent(self.name, event_kind, op.event_id, False, callback_argument))
 
 
-__all__ = ["ALL_KEYS", "ClientRegionShortcut", "Region", "RegionShortcut"]
+__all__ = ["ALL_KEYS", "ClientRegionShortcut", "EvictionAttributes", "Region", "RegionShortcut"]

@@ -62,6 +62,7 @@ class RegionValues:
         event_id: EventID | None = None,
         callback_argument: bytes | None = None,
         is_load: bool = False,
+        is_eviction: bool = False,
     ) -> EntryEvent:
         """A change made by this client (``origin_remote=False``), for its writer or
         listeners; ``version`` is -1 before the server applied it."""
@@ -78,6 +79,7 @@ class RegionValues:
             callback_argument=callback_argument,
             is_load=is_load,
             decoder=self.decode_value,
+            is_eviction=is_eviction,
         )
 
 

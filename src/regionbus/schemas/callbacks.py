@@ -39,6 +39,9 @@ class EntryEvent(NamedTuple):
         serializer: Name of the serializer of the values.
         is_expiration: True when the server's entry expiration made the change (Geode
             ``Operation.isExpiration()``: ``EXPIRE_DESTROY`` / ``EXPIRE_INVALIDATE``).
+        is_eviction: True when this client's eviction removed the entry from its local
+            cache (a local destroy; Geode ``Operation.EVICT_DESTROY``): the server still
+            holds it.
     """
 
     region: str
@@ -55,6 +58,7 @@ class EntryEvent(NamedTuple):
     is_load: bool = False
     decoder: ValueDecoder | None = None
     is_expiration: bool = False
+    is_eviction: bool = False
 
     @classmethod
     def of(
