@@ -186,8 +186,10 @@ class AsyncRegion:
             asyncio.get_running_loop(), max_buffered
         )
         listener = _StreamListener(stream)
-        self.region.listeners.append(listener)
-        stream.when_closed(lambda: _remove(self.region.listeners, listener))
+        # A new list, not a change of the one the subscription thread may be iterating:
+        # removing from it there could skip another listener's call.
+        self.region.listeners = [*self.region.listeners, listener]
+        stream.when_closed(lambda: _remove(self.region, listener))
         return stream
 
     async def put(self, key: str, value: Any, callback_argument: bytes | None = None) -> None:
@@ -377,9 +379,8 @@ class AsyncClientCache:
         await self.close()
 
 
-def _remove(listeners: list[CacheListener], listener: CacheListener) -> None:
-    if listener in listeners:
-        listeners.remove(listener)
+def _remove(region: Region, listener: CacheListener) -> None:
+    region.listeners = [other for other in region.listeners if other is not listener]
 
 
 __all__ = [
