@@ -20,6 +20,7 @@ from regionbus.devstack import (
     REDIS_ENV_VAR,
     EmbeddedKafka,
     EmbeddedRedis,
+    EmbeddedRedisCluster,
     LocalStack,
     free_port,
 )
@@ -285,6 +286,25 @@ def test_embedded_kafka_without_a_port_retries_when_the_free_port_is_taken(
         with EmbeddedKafka() as kafka:
             assert kafka.port not in (None, taken)
             assert kafka.pid is not None
+
+
+def test_a_redis_cluster_node_whose_bus_port_was_taken_starts_on_new_ports() -> None:
+    # Ports are probed, not reserved: on a busy machine another process took a fresh
+    # node's cluster bus port between the probe and the bind, and the cluster did not start.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        cluster = EmbeddedRedisCluster(masters=3, replicas=0)
+        cluster.nodes[0].cluster_port = taken
+        with cluster:
+            assert cluster.nodes[0].cluster_port not in (None, taken)
+            client = RedisCluster.from_url(cluster.url)
+            try:
+                client.set("k", "v")
+                assert client.get("k") == b"v"
+            finally:
+                client.close()
 
 
 def test_embedded_redis_without_binary_raises_stack_error_naming_apt_get(

@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 LOOPBACK_HOST = "127.0.0.1"
 
 _READY_POLL_INTERVAL_S = 0.1
-_PORT_ATTEMPTS = 3
+PORT_ATTEMPTS = 3
 _LOG_SCAN_CHARS = 1_000_000
 
 
@@ -351,7 +351,7 @@ class ChildService(Closing):
         """
         if self.pid is not None and self._port is not None:
             return self._address(self._port)
-        for _ in range(_PORT_ATTEMPTS):
+        for _ in range(PORT_ATTEMPTS):
             self.launch()
             try:
                 return self.wait_ready()
@@ -361,7 +361,7 @@ class ChildService(Closing):
                 _log.info("%s: port %s was taken, retrying on another", self._name, self._port)
                 self._port = None
         raise StackError(
-            f"{self._name}: every one of {_PORT_ATTEMPTS} free ports was taken before it bound"
+            f"{self._name}: every one of {PORT_ATTEMPTS} free ports was taken before it bound"
         )
 
     def stop(self) -> None:

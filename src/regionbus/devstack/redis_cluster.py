@@ -9,6 +9,7 @@ back on its port with its ``nodes.conf``, and the nodes find each other again.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -18,9 +19,18 @@ from typing import Any, Final
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from regionbus.devstack.process import LOOPBACK_HOST, Closing, ServiceNotReadyError, run_tool
+from regionbus.devstack.process import (
+    LOOPBACK_HOST,
+    PORT_ATTEMPTS,
+    Closing,
+    PortInUseError,
+    ServiceNotReadyError,
+    run_tool,
+)
 from regionbus.devstack.redis_server import EmbeddedRedis
 from regionbus.schemas.errors import StackError
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_NODE_TIMEOUT_MS: Final = 5_000
 """``cluster-node-timeout`` of the local cluster: a master unreachable this long is marked
@@ -131,7 +141,7 @@ class EmbeddedRedisCluster(Closing):
             for node in self.nodes:
                 node.launch()
             for node in self.nodes:
-                node.wait_ready()
+                self._wait_ready(node, formed)
             if not formed or not self._has_slots():
                 self._create()
             self.wait_ok()
@@ -140,6 +150,28 @@ class EmbeddedRedisCluster(Closing):
             raise
         self.started_in_s = time.monotonic() - began
         return self.url
+
+    @staticmethod
+    def _wait_ready(node: EmbeddedRedis, formed: bool) -> None:
+        """Wait for one launched node. A node of a cluster not formed yet whose port or bus
+        port was taken before it bound (the ports are probed, not reserved) is launched
+        again on new ones, as a single server is (`ManagedProcess.start`).
+
+        Raises:
+            PortInUseError: a formed cluster's node found its port taken (it must keep
+                it), or every attempt found one taken.
+            StackError: the node exited or did not answer in time.
+        """
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                node.wait_ready()
+                return
+            except PortInUseError:
+                if formed or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                _log.info("redis cluster node: a port was taken before it bound, retrying")
+                node.forget_ports()
+                node.launch()
 
     def _has_slots(self) -> bool:
         info = self._info(self.nodes[0])

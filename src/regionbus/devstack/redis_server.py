@@ -80,6 +80,18 @@ class EmbeddedRedis(ChildService):
         """The cluster bus port of a cluster node (Redis' default, port + 10000, can pass
         65535 for a free port), chosen at the first start and kept with the work dir."""
 
+    def forget_ports(self) -> None:
+        """Choose new ports (the client port and the cluster bus port) at the next launch:
+        for a node that never started, whose port something else took before it bound.
+
+        Raises:
+            StackError: the node started before (clients and its cluster keep its ports).
+        """
+        if self._fixed_port:
+            raise StackError(f"{self._name}: a node that started keeps its ports")
+        self._port = None
+        self.cluster_port = None
+
     @property
     def url(self) -> str:
         """``"redis://127.0.0.1:PORT/0"`` of the running server.
