@@ -324,16 +324,7 @@ class Region(RegionServerOperations, RegionInterestOperations):
         """
         self._check_alive()
         before = self._store.invalidate_local(key)
-        self._notify(
-            self._values.entry_event(
-                EventKind.INVALIDATE,
-                key,
-                before.version,
-                old=before.value,
-                serializer=before.serializer,
-                callback_argument=callback_argument,
-            )
-        )
+        self._local_change(EventKind.INVALIDATE, key, before, callback_argument)
 
     def local_destroy(self, key: str, callback_argument: bytes | None = None) -> None:
         """Remove an entry from the local cache only (Geode ``localDestroy``): nothing is
@@ -344,16 +335,7 @@ class Region(RegionServerOperations, RegionInterestOperations):
         """
         self._check_alive()
         removed = self._store.destroy_local(key)
-        self._notify(
-            self._values.entry_event(
-                EventKind.DESTROY,
-                key,
-                removed.version,
-                old=removed.value,
-                serializer=removed.serializer,
-                callback_argument=callback_argument,
-            )
-        )
+        self._local_change(EventKind.DESTROY, key, removed, callback_argument)
 
     def local_clear(self, callback_argument: bytes | None = None) -> None:
         """Empty the local cache only (Geode ``localClear``): nothing is sent to the server;
@@ -439,14 +421,28 @@ class Region(RegionServerOperations, RegionInterestOperations):
 
     def _evicted(self, key: str, local: LocalEntry) -> None:
         # Geode's LRU LOCAL_DESTROY: listeners get afterDestroy, Operation.EVICT_DESTROY.
+        self._local_change(EventKind.DESTROY, key, local, None, is_eviction=True)
+
+    def _local_change(
+        self,
+        kind: EventKind,
+        key: str,
+        before: LocalEntry,
+        callback_argument: bytes | None,
+        *,
+        is_eviction: bool = False,
+    ) -> None:
+        """Tell the listeners of a change of the local copy alone (``before``: the entry
+        as it was)."""
         self._notify(
             self._values.entry_event(
-                EventKind.DESTROY,
+                kind,
                 key,
-                local.version,
-                old=local.value,
-                serializer=local.serializer,
-                is_eviction=True,
+                before.version,
+                old=before.value,
+                serializer=before.serializer,
+                callback_argument=callback_argument,
+                is_eviction=is_eviction,
             )
         )
 
