@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from regionbus.demo.flights import ReplayReport, flights_command, run_replay
+from regionbus.demo.flights import ReplayReport, run_replay
+from regionbus.demo.flights_cli import flights_command
 
 _FULL_REPLAY_TIMEOUT_S = 1800
 

