@@ -258,3 +258,15 @@ def routed(registry: InterestRegistry, region: str, key: str, bucket: int) -> di
         for client_id in audience.clients:
             out[client_id] = audience.receive_values
     return out
+
+
+def writer_and_subscriber(client_factory: Any) -> tuple[Any, Any, Recorder]:
+    """A writer region and a subscriber region (ALL_KEYS, values) of two clients on region
+    ``r``, and the subscriber's recorder."""
+    from regionbus.clients import ALL_KEYS
+
+    writer = client_factory().create_region("r")
+    recorder = Recorder()
+    reader = client_factory().create_region("r", listeners=[recorder])
+    reader.register_interest(ALL_KEYS)
+    return writer, reader, recorder

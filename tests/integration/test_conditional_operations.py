@@ -9,24 +9,25 @@ import threading
 from typing import Any
 
 import pytest
-from support import Recorder, Sentinel, entry_operation, send_raw_operation, wait_until
+from support import (
+    Recorder,
+    Sentinel,
+    entry_operation,
+    send_raw_operation,
+    wait_until,
+    writer_and_subscriber,
+)
 
 from regionbus.broker.server import CacheServer
-from regionbus.clients import ALL_KEYS, ClientCache, ClientRegionShortcut
+from regionbus.clients import ALL_KEYS, ClientRegionShortcut
 from regionbus.schemas.messages import OperationKind
 from regionbus.schemas.naming import bucket_of
 
 
 @pytest.fixture
 def pair(cache_server: CacheServer, client_factory: Any) -> tuple[Any, Any, Recorder]:
-    """A writer region and a subscriber's recorder (ALL_KEYS, values) on region ``r``."""
-    writer_cache: ClientCache = client_factory()
-    reader_cache: ClientCache = client_factory()
-    writer = writer_cache.create_region("r")
-    recorder = Recorder()
-    reader = reader_cache.create_region("r", listeners=[recorder])
-    reader.register_interest(ALL_KEYS)
-    return writer, reader, recorder
+    """A writer client and a subscriber client (ALL_KEYS, values) on region ``r``."""
+    return writer_and_subscriber(client_factory)
 
 
 def _stored(server: CacheServer, key: str) -> Any:

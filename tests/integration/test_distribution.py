@@ -4,10 +4,17 @@ against a real Kafka and Redis."""
 from __future__ import annotations
 
 import pytest
-from support import Recorder, Sentinel, entry_operation, send_raw_operation, wait_until
+from support import (
+    Recorder,
+    Sentinel,
+    entry_operation,
+    send_raw_operation,
+    wait_until,
+    writer_and_subscriber,
+)
 
 from regionbus.broker.server import CacheServer
-from regionbus.clients import ALL_KEYS, ClientCache, RegionShortcut
+from regionbus.clients import ALL_KEYS, RegionShortcut
 from regionbus.schemas.errors import EntryNotFoundError, RegionNotFoundError
 from regionbus.schemas.messages import OperationKind
 
@@ -17,13 +24,7 @@ pytestmark = pytest.mark.redis_modes
 @pytest.fixture
 def pair(cache_server: CacheServer, client_factory):  # type: ignore[no-untyped-def]
     """A writer client and a subscriber client (ALL_KEYS, values) on region ``r``."""
-    writer_cache: ClientCache = client_factory()
-    reader_cache: ClientCache = client_factory()
-    writer = writer_cache.create_region("r")
-    recorder = Recorder()
-    reader = reader_cache.create_region("r", listeners=[recorder])
-    reader.register_interest(ALL_KEYS)
-    return writer, reader, recorder
+    return writer_and_subscriber(client_factory)
 
 
 def test_client_create_and_update_are_applied_on_the_server_and_pushed(pair, cache_server) -> None:  # type: ignore[no-untyped-def]
