@@ -16,7 +16,7 @@ from regionbus.schemas.naming import Topics
 
 def _notifier() -> CacheClientNotifier:
     topics = Topics("unit")
-    proxies = ClientProxies(cast(Any, None), topics, lambda _topic: 4)
+    proxies = ClientProxies(topics, lambda _topic: 4)
     unused = cast(Any, None)
     return CacheClientNotifier(
         ServerSettings(),
@@ -26,7 +26,7 @@ def _notifier() -> CacheClientNotifier:
         unused,
         proxies,
         unused,
-        None,
+        unused,
         unused,
     )
 

@@ -11,10 +11,10 @@ from regionbus.broker.stats import ServerStats
 
 
 class _Read:
-    """Answered once the test sets the proxies' answer."""
+    """Answered once the test sets the acks' answer."""
 
-    def __init__(self, proxies: _Proxies) -> None:
-        self._proxies = proxies
+    def __init__(self, acks: _Acks) -> None:
+        self._proxies = acks
 
     def done(self) -> bool:
         return self._proxies.answer is not None
@@ -23,7 +23,7 @@ class _Read:
         return self._proxies.answer or {}
 
 
-class _Proxies:
+class _Acks:
     """Answers ack reads with what the test sets (None: not answered yet)."""
 
     def __init__(self) -> None:
@@ -47,33 +47,33 @@ class _Clock:
         return self.now
 
 
-def _holds(proxies: _Proxies, clock: _Clock, disconnect: bool = False) -> QueueHolds:
-    anything: Any = proxies
+def _holds(acks: _Acks, clock: _Clock, disconnect: bool = False) -> QueueHolds:
+    anything: Any = acks
     return QueueHolds(anything, ServerStats(), 20, 5_000, disconnect, clock)
 
 
 def test_a_hold_is_counted_when_a_read_finds_the_queue_full_and_ends_when_it_has_room() -> None:
-    proxies, clock = _Proxies(), _Clock()
-    holds = _holds(proxies, clock)
+    acks, clock = _Acks(), _Clock()
+    holds = _holds(acks, clock)
     proxy = ClientProxy("A", None, "t.queues", 0)
     holds.full(proxy, "A")
     assert holds.is_held(proxy)
     assert not holds.tick().any, "no answer yet: still held"
 
-    proxies.answer, proxies.depth_after = {"A": 5}, 20
+    acks.answer, acks.depth_after = {"A": 5}, 20
     clock.now += 0.1
     assert not holds.tick().any
     assert holds._stats.queue_full_waits == 1
 
-    proxies.depth_after = 19
+    acks.depth_after = 19
     ended = holds.tick()
     assert ended.any and not ended.disconnected
     assert not holds.is_held(proxy) and not proxy.overflowing
 
 
 def test_a_hold_that_lasts_its_wait_lets_the_queue_grow() -> None:
-    proxies, clock = _Proxies(), _Clock()
-    holds = _holds(proxies, clock)
+    acks, clock = _Acks(), _Clock()
+    holds = _holds(acks, clock)
     proxy = ClientProxy("A", None, "t.queues", 0)
     holds.full(proxy, "A")
     clock.now += 5.0
@@ -85,8 +85,8 @@ def test_a_hold_that_lasts_its_wait_lets_the_queue_grow() -> None:
 
 
 def test_a_hold_that_lasts_its_wait_disconnects_when_the_operator_chose_so() -> None:
-    proxies, clock = _Proxies(), _Clock()
-    holds = _holds(proxies, clock, disconnect=True)
+    acks, clock = _Acks(), _Clock()
+    holds = _holds(acks, clock, disconnect=True)
     proxy = ClientProxy("A", None, "t.queues", 0)
     holds.full(proxy, "A")
     clock.now += 5.0
@@ -96,8 +96,8 @@ def test_a_hold_that_lasts_its_wait_disconnects_when_the_operator_chose_so() -> 
 
 
 def test_every_hold_ends_at_once_over_the_parked_budget() -> None:
-    proxies, clock = _Proxies(), _Clock()
-    holds = _holds(proxies, clock)
+    acks, clock = _Acks(), _Clock()
+    holds = _holds(acks, clock)
     accounts = [ClientProxy(c, None, "t.queues", 0) for c in "ABC"]
     for account in accounts:
         holds.full(account, account.client_id)
@@ -106,10 +106,10 @@ def test_every_hold_ends_at_once_over_the_parked_budget() -> None:
 
 
 def test_a_hold_ends_once_what_was_sent_is_acked_however_much_is_parked() -> None:
-    proxies, clock = _Proxies(), _Clock()
-    holds = _holds(proxies, clock)
+    acks, clock = _Acks(), _Clock()
+    holds = _holds(acks, clock)
     proxy = ClientProxy("A", None, "t.queues", 0)
     holds.full(proxy, "A")
     proxy.parked = 30  # held back in the outbox: its client cannot ack them
-    proxies.answer, proxies.depth_after = {"A": 5}, 40
+    acks.answer, acks.depth_after = {"A": 5}, 40
     assert holds.tick().any, "10 sent events unacked, under the capacity of 20"

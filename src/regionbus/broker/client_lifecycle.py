@@ -37,12 +37,12 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from regionbus.broker.client_proxy import ClientProxies
 from regionbus.broker.client_registry import ClientRecord, ClientRegistry
 from regionbus.broker.client_topics import SharedTopicGuard
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
-from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
@@ -82,7 +82,8 @@ class ClientLifecycle:
         topics: The namespace's topic names.
         clients: The client records in Redis.
         registry: The interest registry (a client's interest goes with it).
-        notifier: The client proxies (a client's queue address, depth and counters).
+        proxies: The clients served here: each proxy holds its client's record,
+            addresses and registrations here, and closes them.
         cqs: The continuous queries (a client's CQs go with it, as its interest does).
         outbox: Replies, and the DISCONNECT operations sent to every bucket.
         stats: The server's counters.
@@ -98,7 +99,7 @@ class ClientLifecycle:
         topics: Topics,
         clients: ClientRegistry,
         registry: InterestRegistry,
-        notifier: CacheClientNotifier,
+        proxies: ClientProxies,
         outbox: Outbox,
         stats: ServerStats,
         security: SecurityGuard | None,
@@ -110,7 +111,7 @@ class ClientLifecycle:
         self._topics = topics
         self.clients = clients
         self._registry = registry
-        self._notifier = notifier
+        self._proxies = proxies
         self._outbox = outbox
         self._stats = stats
         self._security = security
@@ -123,16 +124,20 @@ class ClientLifecycle:
             outbox.client_topics,
             queue_retention_ms(settings.max_durable_client_timeout_s),
         )
-        self.records: dict[str, ClientRecord] = {}
-        """The client records as of the last `reload`, kept current by control messages."""
         self._listing: Future[Any] | None = None
         self.groups_deleted = 0
         """Consumer groups of forgotten clients this server deleted as the reaper."""
 
+    @property
+    def records(self) -> dict[str, ClientRecord]:
+        """``{client id: record}`` as of the last `reload`, kept current by control
+        messages (each held by the client's proxy)."""
+        return self._proxies.records()
+
     def reload(self) -> dict[str, ClientRecord]:
         """Read every client record from Redis (at start, and when taking buckets over);
-        each client's proxy here is made from its record, and the proxies of clients that
-        have none are forgotten.
+        each client's proxy here keeps its record (made now if new), and the clients that
+        have none are forgotten here.
 
         Raises:
             TransportError: Redis failed.
@@ -141,19 +146,18 @@ class ClientLifecycle:
         for client_id, record in loaded.items():
             # A client this server was already timing keeps its silence so far; any other
             # starts a full liveness window now (its last ping was timed elsewhere).
-            known = self.records.get(client_id)
+            known = self._proxies.record_of(client_id)
             if known is not None and known.connection_id == record.connection_id:
                 record.heard_at_s = known.heard_at_s
-        self.records = loaded
-        for client_id in self._notifier.proxies.retain(set(self.records)):
+        for client_id in self._proxies.retain(set(loaded)):
             self._forget_here(client_id)
-        for client_id, record in self.records.items():
-            self._notifier.serve(client_id, record.kafka_principal)
-        return self.records
+        for client_id, record in loaded.items():
+            self._proxies.keep_record(client_id, record)
+        return loaded
 
     def seen(self, client_id: str) -> None:
         """A connected client sent something: it is alive."""
-        record = self.records.get(client_id)
+        record = self._proxies.record_of(client_id)
         if record is not None and record.connected:
             record.heard_at_s = time.monotonic()
 
@@ -202,7 +206,7 @@ class ClientLifecycle:
             log.error("refused the connection of %s: %s", client_id, exc)
             self._outbox.refuse_control(control, exc)
             return
-        known = self.records.get(client_id)
+        known = self._proxies.record_of(client_id)
         live = known if known is not None and known.connected and self._live(known) else None
         result = self.clients.connect(
             client_id,
@@ -223,16 +227,19 @@ class ClientLifecycle:
             log.warning("refused a second connection %s: %s", connection_id, error)
             self._outbox.refuse_control(control, error)
             return
-        self.records[client_id] = ClientRecord(
-            durable,
-            connection_id,
-            True,
-            result.connected_at_ms,
-            control.durable_client_timeout_s,
-            kafka_principal=control.kafka_principal,
+        proxy = self._proxies.keep_record(
+            client_id,
+            ClientRecord(
+                durable,
+                connection_id,
+                True,
+                result.connected_at_ms,
+                control.durable_client_timeout_s,
+                kafka_principal=control.kafka_principal,
+            ),
         )
         log.info("client %s connected (%s, %s)", client_id, connection_id, result.state)
-        self._outbox.reply(
+        proxy.reply(
             Reply(
                 request_id=control.request_id,
                 bucket=-1,
@@ -240,8 +247,7 @@ class ClientLifecycle:
                 client_state=result.state,
                 subscription_conflation=self._settings.enable_subscription_conflation,
                 max_value_size_bytes=self._settings.max_value_size_bytes,
-            ),
-            ClientAddress.of(control),
+            )
         )
 
     def new_poll_batch(self) -> None:
@@ -249,7 +255,7 @@ class ClientLifecycle:
         self._topic_guard.new_batch()
 
     def _ping(self, control: Control) -> None:
-        record = self.records.get(control.client_id)
+        record = self._proxies.record_of(control.client_id)
         current = (
             record is not None
             and record.connected
@@ -275,7 +281,7 @@ class ClientLifecycle:
 
     def _close(self, control: Control) -> None:
         client_id = control.client_id
-        record = self.records.get(client_id)
+        record = self._proxies.record_of(client_id)
         if record is None or (
             control.connection_id is not None and record.connection_id != control.connection_id
         ):
@@ -352,21 +358,15 @@ class ClientLifecycle:
         Raises:
             TransportError: Redis failed.
         """
-        self.records.pop(client_id, None)
+        self._proxies.close(client_id, keep_record=False)
         self.clients.remove(client_id)
-        self._forget_here(client_id)
         if self._security is not None:
             self._security.forget_client(client_id)
 
     def _forget_here(self, client_id: str) -> None:
-        """Forget what this server keeps of a client, in one call: its routing (interest
-        and CQs, in memory: what is stored goes with the DISCONNECTs), its proxy (queue
-        address, depth, counters, places in shared records) and its principal."""
-        self._registry.table.drop_client(client_id)
-        self._cqs.table.drop_client(client_id)
-        self._notifier.proxies.forget(client_id)
-        if self._security is not None:
-            self._security.forget_client(client_id, unbind=False)
+        """Forget what this server keeps of a client (`ClientProxies.close`), but its
+        record: that goes when it is forgotten for the namespace."""
+        self._proxies.close(client_id)
 
     # --- silence and the reaper --------------------------------------------------------
 
@@ -405,7 +405,7 @@ class ClientLifecycle:
         Raises:
             TransportError: Redis failed.
         """
-        served = self._notifier.proxies.ids()
+        served = self._proxies.ids()
         known = self.clients.known(served)
         for client_id in served:
             if client_id not in known:
@@ -487,7 +487,7 @@ class ClientLifecycle:
         self._stats.durable_clients_expired += 1
         record.reaping = True
         self.clients.save(client_id, record)
-        self.records.pop(client_id, None)
+        self._proxies.drop_record(client_id)
         self._disconnect_everywhere(client_id, keep_alive=False)
 
 

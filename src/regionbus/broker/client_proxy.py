@@ -1,12 +1,21 @@
 """One object per client this server serves (Geode's ``CacheClientProxy``), and one per
 queue of records it sends to several clients at once.
 
-A :class:`ClientProxy` holds what this server keeps for one client: where its subscription
-queue and replies go (the shared topics of its Kafka principal, its partition, its
-address), the events this server queued for it and how many the client has acked (its
-queue's depth against ``maximum_message_count``, SPEC §4), and its counters. The
-:class:`ClientProxies` of a server create them as clients are first routed to and forget
-them in one call, so nothing a client owned on a server outlives it there.
+A :class:`ClientProxy` is the one object through which this server deals with one client:
+
+- its two addresses, where its subscription queue and its replies go (the shared topics of
+  its Kafka principal, its partition, its record key), and its principals (the Kafka one
+  naming those topics; the security one whose permissions it reads with);
+- its record, on the server that keeps the client records (bucket 0's primary,
+  `regionbus.broker.client_lifecycle`): connection, liveness, durable timeout;
+- a handle on its interest and CQ registrations here (:meth:`ClientProxy.registrations`);
+- the events this server queued for it and how many the client has acked (its queue's
+  depth against ``maximum_message_count``, SPEC §4), and its counters;
+- what is done to it: :meth:`ClientProxy.deliver` (read permission, capacity, counts),
+  :meth:`ClientProxy.reply` and :meth:`ClientProxy.close`.
+
+The :class:`ClientProxies` of a server create them as clients connect or are first routed
+to, and close them in one call, so nothing a client owned on a server outlives it there.
 
 A :class:`SharedQueue` is the same account for the records this server sends to the
 clients that share an interest (`regionbus.broker.audiences`) in one partition: one record
@@ -25,12 +34,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-
+from regionbus.broker.client_registry import ClientRecord
+from regionbus.broker.cq_registry import CqTable
+from regionbus.broker.interest import InterestTable
+from regionbus.broker.security import SecurityGuard
+from regionbus.schemas.addressing import ClientAddress
+from regionbus.schemas.messages import Reply
 from regionbus.schemas.naming import Topics, client_partition
 
 PartitionsOf = Callable[[str], int]
@@ -122,8 +133,58 @@ class QueueAccount:
         return found
 
 
+class ClientOutbox(Protocol):
+    """Where a proxy's events and replies go (`regionbus.broker.outbox.Outbox`)."""
+
+    def queue(self, proxy: ClientProxy, framed: bytes, originator: str | None = None) -> None: ...
+
+    def reply(self, reply: Reply, to: ClientAddress) -> None: ...
+
+
+class FullQueues(Protocol):
+    """What holds a queue counted at its capacity (`regionbus.broker.queue_holds`)."""
+
+    def full(self, account: QueueAccount, whose: str) -> None: ...
+
+
+class ClientServices(NamedTuple):
+    """What the client proxies of one server act through (one for all of them).
+
+    Attributes:
+        outbox: Queues their events and replies.
+        holds: Holds the writers of a queue counted at its capacity.
+        interest: The routing table of interest registrations.
+        cqs: The routing table of continuous queries.
+        security: Read permissions and client principals; None when security is off.
+        maximum_message_count: A queue's capacity in unacked events (SPEC §4; Geode's
+            ``maximum-message-count``, default 230,000).
+    """
+
+    outbox: ClientOutbox
+    holds: FullQueues
+    interest: InterestTable
+    cqs: CqTable
+    security: SecurityGuard | None
+    maximum_message_count: int
+
+
+class Registrations(NamedTuple):
+    """A client's registrations on this server.
+
+    Attributes:
+        keys: Keys it registered interest in (all regions).
+        regexes: Regular expressions it registered interest with.
+        cqs: Names of its continuous queries held here.
+    """
+
+    keys: int
+    regexes: int
+    cqs: tuple[str, ...]
+
+
 class ClientProxy(QueueAccount):
-    """What this server keeps for one client.
+    """What this server keeps for one client, and what it does to it (Geode's
+    ``CacheClientProxy``).
 
     Attributes:
         client_id: The client (or durable client) id.
@@ -133,18 +194,120 @@ class ClientProxy(QueueAccount):
             namespace's unscoped ones).
         events_routed: Events routed to it in records of its own (the
             ``events_routed_total`` series adds those of its shared queues).
+        record: Its client record, on the server that keeps them (None elsewhere, and
+            once it is forgotten for the namespace).
+        served: It registered, got ready for events or was routed to here; a proxy made
+            only to hold a record (a client that only writes) is not in the queue
+            gauges and counters, and has no ack to read.
     """
 
-    __slots__ = ("client_id", "events_routed", "kafka_principal", "key")
+    __slots__ = (
+        "_owner",
+        "client_id",
+        "events_routed",
+        "kafka_principal",
+        "key",
+        "record",
+        "served",
+    )
 
     def __init__(
-        self, client_id: str, kafka_principal: str | None, queue_topic: str, queue_partition: int
+        self,
+        client_id: str,
+        kafka_principal: str | None,
+        queue_topic: str,
+        queue_partition: int,
+        owner: ClientProxies | None = None,
     ) -> None:
         super().__init__(queue_topic, queue_partition)
         self.client_id = client_id
         self.key = client_id.encode()
         self.kafka_principal = kafka_principal
         self.events_routed = 0
+        self.record: ClientRecord | None = None
+        self.served = False
+        self._owner = owner
+
+    @property
+    def address(self) -> ClientAddress:
+        """Where its replies go: its id and the Kafka principal of its reply topic."""
+        return ClientAddress(self.client_id, self.kafka_principal)
+
+    def _services(self) -> ClientServices:
+        owner = self._owner
+        if owner is None or owner.services is None:
+            raise RuntimeError(f"the proxy of {self.client_id!r} belongs to no server")
+        return owner.services
+
+    def security_principal(self) -> str | None:
+        """The security principal its id is bound to (None: security is off, or it never
+        sent an authenticated request).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        security = self._services().security
+        return None if security is None else security.principal_of(self.client_id)
+
+    def may_read(self, region: str, key: str | None = None) -> bool:
+        """Whether its principal holds ``DATA:READ`` on the region (and key); always
+        with security off.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        security = self._services().security
+        return security is None or security.may_receive(self.client_id, region, key)
+
+    def deliver(
+        self,
+        payload: bytes,
+        originator: str,
+        *,
+        region: str | None = None,
+        key: str | None = None,
+    ) -> int:
+        """Queue one encoded event of ``originator``'s operation for this client.
+
+        With ``region`` (and ``key``), only if it may read it (:meth:`may_read`: the
+        caller checked already when it gives none). A queue counted at its capacity is
+        held first (SPEC §4): the writer's events for it, and its reply, wait in the
+        outbox.
+
+        Returns:
+            Events queued for it: 1, or 0 when it may not read the event.
+
+        Raises:
+            TransportError: Redis failed (reading its permission).
+        """
+        services = self._services()
+        if region is not None and not self.may_read(region, key):
+            return 0
+        if self.depth >= services.maximum_message_count and not self.overflowing:
+            services.holds.full(self, self.client_id)
+        services.outbox.queue(self, payload, originator)
+        self.events_routed += 1
+        self.served = True
+        return 1
+
+    def reply(self, reply: Reply) -> None:
+        """Queue a reply to it, in the reply topic of its Kafka principal."""
+        self._services().outbox.reply(reply, self.address)
+
+    def registrations(self) -> Registrations:
+        """Its interest and CQ registrations held in this server's routing tables."""
+        services = self._services()
+        return Registrations(
+            services.interest.keys_of(self.client_id),
+            services.interest.regexes_of(self.client_id),
+            tuple(services.cqs.names(self.client_id)),
+        )
+
+    def close(self) -> None:
+        """Forget what this server keeps of it (:meth:`ClientProxies.close`); its record
+        stays until it is forgotten for the namespace."""
+        if self._owner is not None:
+            self._owner.close(self.client_id)
 
 
 class SharedQueue(QueueAccount):
@@ -212,57 +375,27 @@ class SharedQueue(QueueAccount):
         return self.queued - acked - self.lost
 
 
-class AckRead:
-    """Committed offsets of a queue's readers, asked of Kafka and answered later.
-
-    Args:
-        asked: ``{client id: the admin request's future}``.
-    """
-
-    __slots__ = ("_asked",)
-
-    def __init__(self, asked: dict[str, Future[Any]]) -> None:
-        self._asked = asked
-
-    def done(self) -> bool:
-        """Whether every reader's request has its answer (or failed)."""
-        return all(future.done() for future in self._asked.values())
-
-    def answers(self, timeout_s: float = 0.0) -> dict[str, int]:
-        """``{client id: committed offset}`` of the readers Kafka answered for, waiting up
-        to ``timeout_s`` for each (0: only those answered already). Never raises."""
-        found: dict[str, int] = {}
-        for client_id, future in self._asked.items():
-            if timeout_s <= 0 and not future.done():
-                continue
-            try:
-                answer = future.result(timeout=max(timeout_s, 0.0))
-                found[client_id] = answer.topic_partitions[0].offset
-            except (KafkaException, TimeoutError, IndexError):
-                continue
-        return found
-
-
 class ClientProxies:
-    """The client proxies and shared queues of one server, and the reading of their acks.
+    """The client proxies and shared queues of one server.
 
     Args:
-        admin: Kafka admin client (reads the clients' committed offsets).
         topics: The namespace's topic names.
         partitions_of: Partition count of a shared client topic.
+        services: What the proxies act through (None: they only keep accounts, as in
+            tests of routing alone).
         clock: Monotonic seconds (tests pass their own).
     """
 
     def __init__(
         self,
-        admin: AdminClient,
         topics: Topics,
         partitions_of: PartitionsOf,
+        services: ClientServices | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._admin = admin
         self._topics = topics
         self._partitions_of = partitions_of
+        self.services = services
         self._clock = clock
         self._proxies: dict[str, ClientProxy] = {}
         self._shared: dict[tuple[Any, ...], SharedQueue] = {}
@@ -271,22 +404,70 @@ class ClientProxies:
         computed from them is to be computed again)."""
 
     def get(self, client_id: str, kafka_principal: str | None) -> ClientProxy:
-        """The proxy of a client, made on first use (its address from its Kafka
-        principal's shared queue topic)."""
+        """The proxy of a client this server serves (routes to, or holds registrations
+        of), made on first use (its address from its Kafka principal's shared queue
+        topic), and made again (keeping its record) when its topic did not exist then or
+        the client now reads another principal's topics."""
+        proxy = self._addressed(client_id, kafka_principal)
+        proxy.served = True
+        return proxy
+
+    def _addressed(self, client_id: str, kafka_principal: str | None) -> ClientProxy:
         proxy = self._proxies.get(client_id)
-        if proxy is None or proxy.queue_partition < 0:
+        if proxy is None or proxy.queue_partition < 0 or proxy.kafka_principal != kafka_principal:
             topic = self._topics.client_queues(kafka_principal)
             count = self._partitions_of(topic)
             partition = client_partition(client_id, count) if count else -1
-            proxy = self._proxies[client_id] = ClientProxy(
-                client_id, kafka_principal, topic, partition
-            )
+            made = ClientProxy(client_id, kafka_principal, topic, partition, self)
+            if proxy is not None:
+                made.record, made.served = proxy.record, proxy.served
+                self.forget(client_id)
+            proxy = self._proxies[client_id] = made
             self.version += 1
         return proxy
 
     def find(self, client_id: str) -> ClientProxy | None:
         """The proxy of a client, or None when this server keeps none."""
         return self._proxies.get(client_id)
+
+    def record_of(self, client_id: str) -> ClientRecord | None:
+        """A client's record, when this server keeps it."""
+        proxy = self._proxies.get(client_id)
+        return None if proxy is None else proxy.record
+
+    def records(self) -> dict[str, ClientRecord]:
+        """``{client id: record}`` of the clients whose records this server keeps."""
+        return {c: p.record for c, p in list(self._proxies.items()) if p.record is not None}
+
+    def keep_record(self, record_of: str, record: ClientRecord) -> ClientProxy:
+        """Keep a client's record on its proxy (made now if new, addressed by the
+        record's Kafka principal)."""
+        proxy = self._addressed(record_of, record.kafka_principal)
+        proxy.record = record
+        return proxy
+
+    def drop_record(self, client_id: str) -> None:
+        """Keep a client's record no more (the client stays served here)."""
+        proxy = self._proxies.get(client_id)
+        if proxy is not None:
+            proxy.record = None
+
+    def close(self, client_id: str, *, keep_record: bool = True) -> None:
+        """Forget what this server keeps of a client, in one call: its routing (interest
+        and CQs, in memory: what is stored goes with the DISCONNECTs), its proxy (queue
+        address, depth, counters, places in shared records), its principal here; and
+        its record too unless ``keep_record`` (a client disconnected here but not yet
+        for the namespace keeps it until bucket 0's DISCONNECT)."""
+        services = self.services
+        if services is not None:
+            services.interest.drop_client(client_id)
+            services.cqs.drop_client(client_id)
+            if services.security is not None:
+                services.security.forget_client(client_id, unbind=False)
+        proxy = self._proxies.get(client_id)
+        self.forget(client_id)
+        if keep_record and proxy is not None and proxy.record is not None:
+            self.keep_record(client_id, proxy.record)
 
     def shared(self, identity: tuple[Any, ...], members: frozenset[str]) -> SharedQueue:
         """The shared queue of ``identity`` (``(topic, partition, ...)``), made on first
@@ -336,81 +517,25 @@ class ClientProxies:
         return len(idle)
 
     def __iter__(self) -> Iterator[ClientProxy]:
-        return iter(list(self._proxies.values()))
+        """The proxies of the clients served here (:attr:`ClientProxy.served`)."""
+        return iter([p for p in list(self._proxies.values()) if p.served])
 
     def __len__(self) -> int:
         return len(self._proxies)
 
     def ids(self) -> list[str]:
-        """The clients served here."""
+        """The clients this server keeps a proxy of (served, or holding a record)."""
         return list(self._proxies)
 
     def shared_queues(self) -> list[SharedQueue]:
         """The shared queues kept here."""
         return list(self._shared.values())
 
-    def refresh(self, account: QueueAccount) -> int:
-        """Read the ack of a queue (its client's committed offset; a shared queue's slowest
-        member's) and return its depth after it. An unanswered read leaves the last known
-        depth (never raises)."""
-        account.refreshed_at = self._clock()
-        if account.queue_partition < 0:
-            return account.depth
-        return self.take_acks(account, self.committed(account))
-
-    def take_acks(self, account: QueueAccount, committed: dict[str, int]) -> int:
-        """Note the committed offsets read of a queue's readers (:meth:`committed`,
-        :meth:`ask_acks`); return its depth after them."""
-        if isinstance(account, SharedQueue):
-            account.read_acks(committed)
-        elif committed:
-            account.acked_below(min(committed.values()))
-        return account.depth
-
-    def refresh_member(self, queue: SharedQueue, client_id: str) -> None:
-        """Read one member's ack of a shared queue (its own depth, for the gauges: one
-        admin request, however many members the queue has). Never raises."""
-        if queue.queue_partition >= 0:
-            queue.read_acks(self.committed(queue, [client_id]))
-
-    def committed(self, account: QueueAccount, readers: list[str] | None = None) -> dict[str, int]:
-        """``{client id: committed offset}`` of the queue's reader(s) on its partition (or
-        of ``readers`` among them), as far as Kafka answered within 5 s (asked all at
-        once)."""
-        return self.ask_acks(account, readers).answers(timeout_s=5)
-
-    def ask_acks(self, account: QueueAccount, readers: list[str] | None = None) -> AckRead:
-        """Ask the committed offsets of the queue's reader(s) (or of ``readers`` among
-        them) without waiting for them: the answers come in the returned read."""
-        account.refreshed_at = self._clock()
-        if readers is None:
-            readers = (
-                [account.client_id]
-                if isinstance(account, ClientProxy)
-                else sorted(account.members)
-                if isinstance(account, SharedQueue)
-                else []
-            )
-        if account.queue_partition < 0:
-            return AckRead({})
-        partition = TopicPartition(account.queue_topic, account.queue_partition)
-        asked: dict[str, Future[Any]] = {}
-        for client_id in readers:
-            group = self._topics.client_group(client_id)
-            try:
-                answers: Any = self._admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group, [partition])]
-                )
-                asked[client_id] = next(iter(answers.values()))
-            except KafkaException:
-                continue
-        return AckRead(asked)
-
     def snapshot(self) -> dict[str, int]:
         """``{client id: depth}``: what it has not acked of its own records and of each
         shared queue it is a member of (not the slowest member's backlog); safe to call
         from another thread (the metrics endpoint's)."""
-        depths = {c: p.depth for c, p in list(self._proxies.items())}
+        depths = {p.client_id: p.depth for p in self}
         for queue in list(self._shared.values()):
             for client_id in queue.members:
                 depths[client_id] = depths.get(client_id, 0) + queue.member_depth(client_id)
@@ -419,7 +544,7 @@ class ClientProxies:
     def routed(self) -> dict[str, int]:
         """``{client id: events routed}`` (own records and shared ones since it joined);
         safe to call from another thread."""
-        counts = {c: p.events_routed for c, p in list(self._proxies.items())}
+        counts = {p.client_id: p.events_routed for p in self}
         for queue in list(self._shared.values()):
             for client_id, before in list(queue.joined.items()):
                 counts[client_id] = counts.get(client_id, 0) + queue.events - before
@@ -428,10 +553,13 @@ class ClientProxies:
 
 __all__ = [
     "SHARED_QUEUE_IDLE_S",
-    "AckRead",
+    "ClientOutbox",
     "ClientProxies",
     "ClientProxy",
+    "ClientServices",
+    "FullQueues",
     "PartitionsOf",
     "QueueAccount",
+    "Registrations",
     "SharedQueue",
 ]

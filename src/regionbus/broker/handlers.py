@@ -11,8 +11,10 @@ Adding an operation kind is one handler here and one row in :meth:`OperationHand
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.client_proxy import ClientProxy
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.distribution import Distribution
@@ -240,9 +242,9 @@ class OperationHandlers:
         if not exists:
             self._region_missing(op, bucket)
             return
-        self._notifier.serve(op.client_id, op.kafka_principal)
+        proxy = self._notifier.serve(op.client_id, op.kafka_principal)
         self._registry.register(op.client_id, op.region, spec, bucket, keys)
-        self._reply_entries(op, bucket, entries, version)
+        self._reply_entries(op, bucket, entries, version, proxy.reply)
 
     def unregister_interest(self, op: Operation, bucket: int, offset: int) -> None:
         """Remove a registration."""
@@ -250,10 +252,7 @@ class OperationHandlers:
             return
         assert op.interest is not None
         self._registry.unregister(op.client_id, op.region, op.interest)
-        self._outbox.reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            ClientAddress.of(op),
-        )
+        self._served(op).reply(Reply(request_id=op.request_id, bucket=bucket, ok=True))
 
     # --- continuous queries ------------------------------------------------------------
 
@@ -282,7 +281,7 @@ class OperationHandlers:
         if not exists:
             self._region_missing(op, bucket)
             return
-        self._notifier.serve(op.client_id, op.kafka_principal)
+        proxy = self._notifier.serve(op.client_id, op.kafka_principal)
         self._cqs.execute(op.client_id, spec, parsed, bucket)
         for entry in snapshot:
             if entry.value is None:
@@ -293,7 +292,7 @@ class OperationHandlers:
                     entries.append(entry)
             except (CqEvaluationError, SerializationError):
                 continue  # Geode leaves a value the query cannot read out of the results
-        self._reply_entries(op, bucket, entries)
+        self._reply_entries(op, bucket, entries, reply=proxy.reply)
 
     def stop_cq(self, op: Operation, bucket: int, offset: int) -> None:
         """Deliver nothing more of a CQ from this bucket; it stays held (Geode ``stopCq``)."""
@@ -301,10 +300,7 @@ class OperationHandlers:
             return
         assert op.cq is not None
         self._cqs.stop(op.client_id, op.cq, op.region, bucket)
-        self._outbox.reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            ClientAddress.of(op),
-        )
+        self._served(op).reply(Reply(request_id=op.request_id, bucket=bucket, ok=True))
 
     def close_cq(self, op: Operation, bucket: int, offset: int) -> None:
         """Forget a CQ (Geode ``closeCq``)."""
@@ -312,17 +308,15 @@ class OperationHandlers:
             return
         assert op.cq is not None
         self._cqs.close(op.client_id, op.cq.name)
-        self._outbox.reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            ClientAddress.of(op),
-        )
+        self._served(op).reply(Reply(request_id=op.request_id, bucket=bucket, ok=True))
 
     def get_durable_cqs(self, op: Operation, bucket: int, offset: int) -> None:
         """Answer with the names of the client's durable CQs the servers hold (Geode
         ``getAllDurableCqsFromServer``)."""
         names = tuple(self._cqs.durable_names(op.client_id))
-        reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, cq_names=names)
-        self._outbox.reply(reply, ClientAddress.of(op))
+        self._served(op).reply(
+            Reply(request_id=op.request_id, bucket=bucket, ok=True, cq_names=names)
+        )
 
     # --- clients -----------------------------------------------------------------------
 
@@ -338,21 +332,31 @@ class OperationHandlers:
         self._notifier.marker(
             Marker(op.client_id, wall_clock_ms(), bucket, connection_id), op.kafka_principal
         )
-        self._outbox.reply(
-            Reply(request_id=op.request_id, bucket=bucket, ok=True),
-            ClientAddress.of(op),
-        )
+        self._served(op).reply(Reply(request_id=op.request_id, bucket=bucket, ok=True))
 
     # --- replies -----------------------------------------------------------------------
+
+    def _served(self, op: Operation) -> ClientProxy:
+        """The proxy of the client whose registrations or queue ``op`` concerns (its
+        replies go where the op's principal says)."""
+        return self._notifier.serve(op.client_id, op.kafka_principal)
 
     def _region_missing(self, op: Operation, bucket: int) -> None:
         self._outbox.reply_error(op, bucket, RegionNotFoundError(f"region {op.region!r} not found"))
 
     def _reply_entries(
-        self, op: Operation, bucket: int, entries: list[Entry], version: int | None = None
+        self,
+        op: Operation,
+        bucket: int,
+        entries: list[Entry],
+        version: int | None = None,
+        reply: Callable[[Reply], None] | None = None,
     ) -> None:
         """Reply with entries, split into chunks of ``reply_chunk_bytes``; the last chunk
-        carries ``version`` (for registrations: the region version at the snapshot)."""
+        carries ``version`` (for registrations: the region version at the snapshot). Sent
+        through ``reply`` (a client proxy's, for registrations), else to the op's
+        address."""
+        send = reply or partial(self._outbox.reply, to=ClientAddress.of(op))
         chunks: list[list[Entry]] = [[]]
         size = 0
         for entry in entries:
@@ -364,7 +368,7 @@ class OperationHandlers:
             size += entry_size
         for i, chunk in enumerate(chunks):
             last = i == len(chunks) - 1
-            reply = Reply(
+            chunk_reply = Reply(
                 request_id=op.request_id,
                 bucket=bucket,
                 ok=True,
@@ -372,7 +376,7 @@ class OperationHandlers:
                 more=not last,
                 version=version if last else None,
             )
-            self._outbox.reply(reply, ClientAddress.of(op))
+            send(chunk_reply)
 
 
 __all__ = ["Handler", "OperationHandlers"]

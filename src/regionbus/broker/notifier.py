@@ -16,10 +16,10 @@ query operation for the change) that read one partition get one record, as an in
 group does.
 
 Each client is served through its :class:`regionbus.broker.client_proxy.ClientProxy`, which
-knows where its queue is and how full it is. Capacity is checked when an event is queued
-(SPEC §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client whose queue holds
-``maximum_message_count`` unacked events holds the writers of its events (their events for
-it, and their replies, wait in the outbox) until the client acks or
+knows where its queue is and how full it is, and delivers to it. Capacity is checked when
+an event is queued (SPEC §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client whose
+queue holds ``maximum_message_count`` unacked events holds the writers of its events (their
+events for it, and their replies, wait in the outbox) until the client acks or
 ``maximum_queue_full_wait_ms`` has passed; then its queue may grow (not held for again
 until it drains below the capacity), or, if the operator chose
 ``disconnect_unresponsive_clients``, the client is disconnected and what waited for it is
@@ -38,7 +38,6 @@ from typing import Any, Final
 
 from regionbus.broker.audiences import Audience
 from regionbus.broker.client_proxy import (
-    AckRead,
     ClientProxies,
     ClientProxy,
     QueueAccount,
@@ -49,9 +48,9 @@ from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.permissions import data_read
+from regionbus.broker.queue_acks import AckRead, QueueAcks
 from regionbus.broker.queue_holds import QueueHolds
 from regionbus.broker.queue_runs import Recipients
-from regionbus.broker.security import SecurityGuard
 from regionbus.broker.stats import ServerStats
 from regionbus.schemas.addressing import shared_key
 from regionbus.schemas.codec import encode
@@ -90,12 +89,14 @@ class CacheClientNotifier:
         topics: The namespace's topic names.
         registry: The interest registry routing is computed from.
         cqs: The continuous queries changes are evaluated against.
-        outbox: Where events and markers go.
-        proxies: The clients this server serves (their queues' addresses and depths).
+        outbox: Where events, shared records and markers go.
+        proxies: The clients this server serves; each delivers its own events (read
+            permission, capacity, counts). Their security guard, when security is on,
+            also filters shared records by their principals' read permission.
+        acks: Reads the queues' acks (their depths).
         stats: The server's counters (events routed, holds).
-        security: Filters recipients by their read permission when security is on.
-        holds: The full queues held now; routing starts a hold when it counts a queue at
-            its capacity.
+        holds: The full queues held now; routing starts a hold when it counts a shared
+            queue at its capacity.
         clock: Monotonic seconds (tests pass their own).
     """
 
@@ -107,8 +108,8 @@ class CacheClientNotifier:
         cqs: CqRegistry,
         outbox: Outbox,
         proxies: ClientProxies,
+        acks: QueueAcks,
         stats: ServerStats,
-        security: SecurityGuard | None,
         holds: QueueHolds,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,8 +119,9 @@ class CacheClientNotifier:
         self._cqs = cqs.table
         self._outbox = outbox
         self.proxies = proxies
+        self._acks = acks
         self._stats = stats
-        self._security = security
+        self._security = None if proxies.services is None else proxies.services.security
         self._holds = holds
         self._clock = clock
         self._limit = settings.maximum_message_count
@@ -166,14 +168,14 @@ class CacheClientNotifier:
         targets = route.individual
         if targets:
             targets.pop(event.originator, None)
-            if self._security is not None:
-                targets = self._security.readers(targets, event.region, event.key)
             for client_id, receive_values in targets.items():
                 if not receive_values and carries_value and invalidate is None:
                     invalidate = _invalidation(event)
                 payload = full if receive_values or not carries_value else invalidate
                 assert payload is not None
-                routed += self._to_client(self._proxy(client_id), payload, event.originator)
+                routed += self._proxy(client_id).deliver(
+                    payload, event.originator, region=event.region, key=event.key
+                )
         if route.audiences:
             now = self._clock()
             for audience in route.audiences:
@@ -186,22 +188,13 @@ class CacheClientNotifier:
                         continue
                     if isinstance(target, ClientProxy):
                         if target.client_id != event.originator:
-                            routed += self._to_client(target, payload, event.originator)
+                            routed += target.deliver(payload, event.originator)
                     else:
                         routed += self._to_audience(target, payload, now, event.originator)
         self._stats.events_routed += routed
         if self._cqs.has_queries(event.region):
             matches = self._cqs.entry_matches(event, bucket, old_value, old_serializer)
             self.queue_cq_events(event, matches)
-
-    def _to_client(self, proxy: ClientProxy, payload: bytes, originator: str) -> int:
-        """Queue one event of ``originator``'s operation for one client, holding its queue
-        when it is counted full; how many got it (1)."""
-        if proxy.depth >= self._limit and not proxy.overflowing:
-            self._holds.full(proxy, proxy.client_id)
-        self._outbox.queue(proxy, payload, originator)
-        proxy.events_routed += 1
-        return 1
 
     def _to_audience(
         self, recipients: Recipients, payload: bytes, now: float, originator: str
@@ -245,9 +238,7 @@ class CacheClientNotifier:
         complete = True
         for client_id in audience.clients:
             proxy = self._proxy(client_id)
-            principal = (
-                _ANYONE if self._security is None else self._security.principal_of(client_id)
-            )
+            principal = _ANYONE if self._security is None else proxy.security_principal()
             if proxy.queue_partition < 0 or principal is None:
                 complete = False  # not addressable yet: looked at again next event
                 continue
@@ -292,11 +283,9 @@ class CacheClientNotifier:
         if self._cqs.has_queries(event.region):
             self.queue_cq_events(event, self._cqs.region_matches(event.region, event.kind))
         recipients = self._registry.clients_of_region(event.region) - {event.originator}
-        if self._security is not None:
-            recipients = self._security.region_readers(recipients, event.region)
         routed = 0
         for client_id in recipients:
-            routed += self._to_client(self._proxy(client_id), payload, event.originator)
+            routed += self._proxy(client_id).deliver(payload, event.originator, region=event.region)
         self._stats.events_routed += routed
 
     def queue_cq_events(self, event: Event, matches: Mapping[str, Sequence[CqMatch]]) -> None:
@@ -327,12 +316,12 @@ class CacheClientNotifier:
         for cqs, ids in holders.items():
             payload = encode(CqEvent(event, cqs))
             if len(ids) == 1:
-                routed += self._to_client(self._proxy(ids[0]), payload, event.originator)
+                routed += self._proxy(ids[0]).deliver(payload, event.originator)
                 continue
             audience = Audience(("cq", event.region, *_cq_source(cqs)), True, frozenset(ids))
             for target, _principal in self._targets(audience):
                 if isinstance(target, ClientProxy):
-                    routed += self._to_client(target, payload, event.originator)
+                    routed += target.deliver(payload, event.originator)
                 else:
                     routed += self._to_audience(target, payload, now, event.originator)
         self._stats.events_routed += routed
@@ -356,7 +345,7 @@ class CacheClientNotifier:
             if read.done():
                 del self._depth_reads[asked]
                 account = asked[0]
-                if self.proxies.take_acks(account, read.answers()) < limit:
+                if self._acks.take_acks(account, read.answers()) < limit:
                     account.overflowing = False
         accounts: list[QueueAccount] = [*self.proxies, *self.proxies.shared_queues()]
         for account in accounts:
@@ -382,7 +371,7 @@ class CacheClientNotifier:
         """Ask a queue's ack (all its readers', or one member's), unless asked already."""
         if (account, member) not in self._depth_reads:
             readers = None if member is None else [member]
-            self._depth_reads[(account, member)] = self.proxies.ask_acks(account, readers)
+            self._depth_reads[(account, member)] = self._acks.ask_acks(account, readers)
 
 
 __all__ = ["DEPTH_REFRESHES_PER_SYNC", "CacheClientNotifier"]

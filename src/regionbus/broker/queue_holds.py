@@ -31,13 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from regionbus.broker.client_proxy import (
-    AckRead,
-    ClientProxies,
-    ClientProxy,
-    QueueAccount,
-    SharedQueue,
-)
+from regionbus.broker.client_proxy import ClientProxy, QueueAccount, SharedQueue
+from regionbus.broker.queue_acks import AckRead, QueueAcks
 from regionbus.broker.stats import ServerStats
 
 log = logging.getLogger("regionbus.server")
@@ -82,7 +77,7 @@ class QueueHolds:
     """The queues of one server that are held because they are full.
 
     Args:
-        proxies: The server's client proxies (reads acks).
+        acks: Reads the acks of a held queue.
         stats: The server's counters (``queue_full_waits``, ``clients_disconnected``).
         limit: ``maximum_message_count``, events (Geode default: 230,000).
         wait_ms: ``maximum_queue_full_wait_ms``, the longest hold, in ms.
@@ -94,14 +89,14 @@ class QueueHolds:
 
     def __init__(
         self,
-        proxies: ClientProxies,
+        acks: QueueAcks,
         stats: ServerStats,
         limit: int,
         wait_ms: int,
         disconnect_unresponsive: bool,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._proxies = proxies
+        self._acks = acks
         self._stats = stats
         self._limit = limit
         self._wait_s = wait_ms / 1000
@@ -123,9 +118,7 @@ class QueueHolds:
         if account.overflowing or account in self._holds:
             return
         now = self._clock()
-        self._holds[account] = _Hold(
-            now + self._wait_s, whose, self._proxies.ask_acks(account), now
-        )
+        self._holds[account] = _Hold(now + self._wait_s, whose, self._acks.ask_acks(account), now)
 
     def tick(self, *, over_budget: bool = False) -> HoldsEnded:
         """Look at each hold (at every turn of the server loop): end those whose ack read
@@ -139,7 +132,7 @@ class QueueHolds:
             if hold.read.done():
                 hold.committed.update(hold.read.answers())
                 # What is parked was not sent: the client cannot have acked it.
-                sent = self._proxies.take_acks(account, hold.committed) - account.parked
+                sent = self._acks.take_acks(account, hold.committed) - account.parked
                 if sent < self._limit:
                     self._end(account, hold, "has room again", ended)
                     continue
@@ -154,7 +147,7 @@ class QueueHolds:
                         int(self._wait_s * 1000),
                     )
                 if now - hold.asked_at >= HOLD_POLL_S:
-                    hold.read, hold.asked_at = self._proxies.ask_acks(account), now
+                    hold.read, hold.asked_at = self._acks.ask_acks(account), now
             if now >= hold.deadline or over_budget:
                 if over_budget:
                     log.warning(

@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from regionbus.broker.admission import Admission
 from regionbus.broker.buckets import BucketElection
 from regionbus.broker.client_lifecycle import ClientLifecycle
-from regionbus.broker.client_proxy import ClientProxies
+from regionbus.broker.client_proxy import ClientProxies, ClientServices
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.config import ServerSettings
@@ -56,6 +56,7 @@ from regionbus.broker.outbox import TOPIC_GONE, Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
+from regionbus.broker.queue_acks import QueueAcks
 from regionbus.broker.queue_holds import PARKED_BYTES_MAX, QueueHolds
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.server_metrics import server_metric_families
@@ -304,9 +305,9 @@ class CacheServer(BackgroundWorker):
         client_topics = ClientTopicPartitions(admin)
         for spec in client_topic_specs(self.topics, None):
             client_topics.partitions(spec.name)
-        proxies = ClientProxies(admin, self.topics, client_topics.partitions)
+        acks = QueueAcks(admin, self.topics)
         holds = QueueHolds(
-            proxies,
+            acks,
             self.stats,
             s.maximum_message_count,
             s.maximum_queue_full_wait_ms,
@@ -323,6 +324,18 @@ class CacheServer(BackgroundWorker):
         )
         if self.security is not None:
             outbox.seal = self.security.client_headers
+        proxies = ClientProxies(
+            self.topics,
+            client_topics.partitions,
+            ClientServices(
+                outbox,
+                holds,
+                self.registry.table,
+                self.cqs.table,
+                self.security,
+                s.maximum_message_count,
+            ),
+        )
         ownership = BucketOwnership(
             consumer,
             self.election,
@@ -340,8 +353,8 @@ class CacheServer(BackgroundWorker):
             self.cqs,
             outbox,
             proxies,
+            acks,
             self.stats,
-            self.security,
             holds,
         )
         reaper = Lease(
@@ -357,7 +370,7 @@ class CacheServer(BackgroundWorker):
             self.topics,
             self.clients,
             self.registry,
-            notifier,
+            proxies,
             outbox,
             self.stats,
             self.security,
