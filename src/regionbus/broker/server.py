@@ -31,39 +31,25 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from regionbus.broker.admission import Admission
 from regionbus.broker.buckets import BucketElection
-from regionbus.broker.client_lifecycle import ClientLifecycle
-from regionbus.broker.client_proxy import ClientProxies, ClientServices
 from regionbus.broker.client_registry import ClientRegistry
-from regionbus.broker.client_topics import ClientTopicPartitions
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
-from regionbus.broker.distribution import Distribution
-from regionbus.broker.entry_ops import EntryOperations
-from regionbus.broker.expiration import EntryExpiration
 from regionbus.broker.gateway_queues import GatewayEnqueuer
-from regionbus.broker.handlers import OperationHandlers
-from regionbus.broker.intake import OperationIntake
 from regionbus.broker.interest import InterestRegistry
-from regionbus.broker.notifier import CacheClientNotifier
-from regionbus.broker.outbox import TOPIC_GONE, Outbox
-from regionbus.broker.ownership import BucketOwnership
+from regionbus.broker.outbox import TOPIC_GONE
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
-from regionbus.broker.queue_acks import QueueAcks
-from regionbus.broker.queue_holds import PARKED_BYTES_MAX, QueueHolds
 from regionbus.broker.security import SecurityGuard
 from regionbus.broker.server_metrics import server_metric_families
+from regionbus.broker.server_parts import ServerParts, wire_parts
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
-from regionbus.runtime.leases import Lease
 from regionbus.runtime.observability import MetricsEndpoint
 from regionbus.runtime.redis_connect import connect_redis, replica_wait
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
@@ -71,13 +57,12 @@ from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
 from regionbus.schemas.dead_letter import Source
 from regionbus.schemas.errors import TransportError
-from regionbus.schemas.kafka_clients import KafkaAdmin, kafka_admin, kafka_consumer, kafka_producer
+from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
-from regionbus.schemas.naming import REAPER_ROLE, Topics
+from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.topics import (
     acked_queue_spec,
-    client_topic_specs,
     queue_retention_ms,
     server_topic_specs,
 )
@@ -88,43 +73,6 @@ log = logging.getLogger("regionbus.server")
 SEND_EVERY_S: Final = 0.02
 """Longest a poll batch holds back what it produced (a busy 1,000-message batch took 0.7 s,
 all of it the wait of its first event and reply); a quicker batch is still sent whole."""
-
-
-@dataclass
-class _Parts:
-    """What the server wires at start, once Kafka is reachable."""
-
-    admin: KafkaAdmin
-    topic_keeper: TopicKeeper
-    producer: Producer
-    consumer: Consumer
-    outbox: Outbox
-    ownership: BucketOwnership
-    notifier: CacheClientNotifier
-    lifecycle: ClientLifecycle
-    entries: EntryOperations
-    expiration: EntryExpiration
-    handlers: OperationHandlers
-    admission: Admission | None
-    intake: OperationIntake
-
-    holds: QueueHolds
-
-    def end_batch(self) -> None:
-        """The end of a batch of work: apply the entry operations batched so far, then send
-        what the batch produced (their events and replies with the rest), in that order."""
-        self.entries.apply()
-        self.outbox.send()
-
-    def release_holds(self) -> None:
-        """At each turn of the loop: end the holds of full queues that have room again or
-        waited long enough, disconnect the clients the operator chose to drop for it, and
-        send what waited for them."""
-        ended = self.holds.tick(over_budget=self.outbox.parked_bytes > PARKED_BYTES_MAX)
-        for client_id in sorted(ended.disconnected):
-            self.lifecycle.disconnect_unresponsive(client_id)
-        if ended.any or not self.holds:
-            self.outbox.release(ended.disconnected)
 
 
 class CacheServer(BackgroundWorker):
@@ -170,7 +118,7 @@ class CacheServer(BackgroundWorker):
             replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
-        self._parts: _Parts | None = None
+        self._parts: ServerParts | None = None
         super().__init__(
             settings.member_id,
             MetricsEndpoint(
@@ -274,7 +222,9 @@ class CacheServer(BackgroundWorker):
                 }
             )
         )
-        self._parts = self._wire(admin, topic_keeper, producer, consumer)
+        self._parts = wire_parts(
+            self, self._redis, self._gateways, admin, topic_keeper, producer, consumer
+        )
         lifecycle = self._parts.lifecycle
         loaded = self._load_subscriptions(lifecycle.reload())
         consumer.assign([])
@@ -292,130 +242,6 @@ class CacheServer(BackgroundWorker):
             s.total_buckets,
             len(lifecycle.records),
             loaded,
-        )
-
-    def _wire(
-        self,
-        admin: KafkaAdmin,
-        topic_keeper: TopicKeeper,
-        producer: Producer,
-        consumer: Consumer,
-    ) -> _Parts:
-        s = self.settings
-        client_topics = ClientTopicPartitions(admin)
-        for spec in client_topic_specs(self.topics, None):
-            client_topics.partitions(spec.name)
-        acks = QueueAcks(admin, self.topics)
-        holds = QueueHolds(
-            acks,
-            self.stats,
-            s.maximum_message_count,
-            s.maximum_queue_full_wait_ms,
-            s.disconnect_unresponsive_clients,
-        )
-        outbox = Outbox(
-            producer,
-            self.topics,
-            s.member_id,
-            self.stats,
-            client_topics,
-            topic_keeper.suspect,
-            holds,
-        )
-        if self.security is not None:
-            outbox.seal = self.security.client_headers
-        proxies = ClientProxies(
-            self.topics,
-            client_topics.partitions,
-            ClientServices(
-                outbox,
-                holds,
-                self.registry.table,
-                self.cqs.table,
-                self.security,
-                s.maximum_message_count,
-            ),
-        )
-        ownership = BucketOwnership(
-            consumer,
-            self.election,
-            outbox,
-            self.store,
-            self.topics,
-            self.stats,
-            s.member_id,
-            s.lease_ttl_ms,
-        )
-        notifier = CacheClientNotifier(
-            s,
-            self.topics,
-            self.registry,
-            self.cqs,
-            outbox,
-            proxies,
-            acks,
-            self.stats,
-            holds,
-        )
-        reaper = Lease(
-            self._redis,
-            s.namespace,
-            REAPER_ROLE,
-            s.member_id,
-            ttl_ms=int(s.durable_client_reaper_interval_s * 3000),
-            replica_wait=self.store.replica_wait,
-        )
-        lifecycle = ClientLifecycle(
-            s,
-            self.topics,
-            self.clients,
-            self.registry,
-            proxies,
-            outbox,
-            self.stats,
-            self.security,
-            reaper,
-            admin,
-            self.cqs,
-        )
-        distribution = Distribution(self.plugins, notifier, self._gateways, outbox, self.cqs.table)
-        entries = EntryOperations(
-            s, self.store, ownership, self.plugins, distribution, outbox, self.stats
-        )
-        expiration = EntryExpiration(
-            s, self.store, ownership, distribution, outbox, self.stats, self.security
-        )
-        handlers = OperationHandlers(
-            s,
-            self.store,
-            self.registry,
-            ownership,
-            entries,
-            self.plugins,
-            notifier,
-            distribution,
-            lifecycle,
-            outbox,
-            self.stats,
-            expiration,
-            self.cqs,
-        )
-        admission = None if self.security is None else Admission(self.security, outbox, self.stats)
-        return _Parts(
-            admin,
-            topic_keeper,
-            producer,
-            consumer,
-            outbox,
-            ownership,
-            notifier,
-            lifecycle,
-            entries,
-            expiration,
-            handlers,
-            admission,
-            OperationIntake(s, self.topics, outbox, lifecycle, entries, handlers, admission),
-            holds,
         )
 
     def _teardown(self) -> None:
@@ -512,7 +338,7 @@ class CacheServer(BackgroundWorker):
         clients = list(client_ids)
         return self.registry.load(clients) + self.cqs.load(clients)
 
-    def _keep_topics(self, parts: _Parts) -> None:
+    def _keep_topics(self, parts: ServerParts) -> None:
         """Recreate server topics that disappeared (:class:`TopicKeeper`); read the
         partitions held here of each recreated topic from its start, and refresh the
         producer's metadata, which otherwise refuses the topic as unknown for minutes."""
@@ -599,7 +425,7 @@ class CacheServer(BackgroundWorker):
                 set_aside(parts.outbox, message.value(), source, exc)
         parts.end_batch()
 
-    def _read_again(self, parts: _Parts, messages: Sequence[Polled]) -> None:
+    def _read_again(self, parts: ServerParts, messages: Sequence[Polled]) -> None:
         try:
             parts.ownership.read_again(messages)
         except KafkaException as exc:
