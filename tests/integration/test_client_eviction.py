@@ -10,6 +10,7 @@ from support import Recorder, Sentinel, wait_until
 
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, EvictionAttributes
+from regionbus.clients.local_store import entry_bytes
 
 
 def test_an_lru_bounded_region_keeps_its_maximum_and_still_gets_events(
@@ -36,3 +37,30 @@ def test_an_lru_bounded_region_keeps_its_maximum_and_still_gets_events(
     Sentinel(writer, recorder).fence()
     assert bounded.local_entries()[first] == "again"  # its interest stayed
     assert len(bounded) <= 10
+
+
+def test_a_memory_bounded_region_keeps_its_megabytes(
+    cache_server: CacheServer, client_factory: Any
+) -> None:
+    writer = client_factory().create_region("r")
+    recorder = Recorder()
+    bounded = client_factory().create_region(
+        "r", listeners=[recorder], eviction=EvictionAttributes.lru_memory_size(1)
+    )
+    bounded.register_interest(ALL_KEYS)
+    value = "v" * 2_000  # about 2 KB a JSON string: 1,000 of them are twice the limit
+    for start in range(0, 1_000, 250):
+        writer.put_all({f"k{i:04d}": value for i in range(start, start + 250)})
+    wait_until(
+        lambda: sum(c[0] == "create" for c in recorder.snapshot()) >= 1_000,
+        timeout_s=60,
+        what="every create",
+    )
+    held = bounded.local_entries()
+    per_entry = entry_bytes("k0000", b'"' + value.encode() + b'"')
+    assert len(held) == (1024 * 1024) // per_entry  # as many as fit in 1 MiB
+    assert bounded.evictions == 1_000 - len(held)
+    # The most recently created stay (in the order their events arrived: bucket by bucket).
+    created = [key for kind, key, _ in recorder.snapshot() if kind == "create"]
+    assert set(held) == set(created[-len(held) :])
+    assert len(cache_server.store.entries("r")) == 1_000

@@ -285,8 +285,9 @@ class ClientCache:
             listeners: ``CacheListener``s, called in order.
             writer: A ``CacheWriter`` that may abort this client's changes.
             serializer: Value serializer (default JSON).
-            eviction: Bound the local cache, LRU by entry count (``CACHING_PROXY``);
-                None keeps every entry (Geode's default: no eviction).
+            eviction: Bound the local cache, LRU by entry count or memory size
+                (``CACHING_PROXY``); None keeps every entry (Geode's default: no
+                eviction).
 
         Returns:
             The region.

@@ -90,7 +90,8 @@ class Region(RegionServerOperations, RegionInterestOperations):
         self._store = LocalStore(
             name,
             self._caching,
-            max_entries=eviction.maximum if eviction is not None else 0,
+            max_entries=eviction.max_entries if eviction is not None else 0,
+            max_bytes=eviction.max_bytes if eviction is not None else 0,
             on_evict=self._evicted,
         )
         self._server = ServerRegionProxy(cache, name, serializer.name)
