@@ -4,13 +4,16 @@ most its maximum of entries, its listeners hear each eviction as a local destroy
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
 from support import Recorder, Sentinel, wait_until
 
+from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, EvictionAttributes
-from regionbus.clients.local_store import entry_bytes
+from regionbus.clients.local_store import LocalStore, entry_bytes
 
 
 def test_an_lru_bounded_region_keeps_its_maximum_and_still_gets_events(
@@ -64,3 +67,31 @@ def test_a_memory_bounded_region_keeps_its_megabytes(
     created = [key for kind, key, _ in recorder.snapshot() if kind == "create"]
     assert set(held) == set(created[-len(held) :])
     assert len(cache_server.store.entries("r")) == 1_000
+
+
+def test_a_registrations_entries_are_taken_chunk_by_chunk_as_they_arrive(
+    server_settings: ServerSettings, client_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registration's answer is loaded as each reply chunk arrives, on the reply thread,
+    never held whole: a bounded region stays bounded however large the answer."""
+    chunks: list[tuple[str, int]] = []
+    load_all = LocalStore.load_all
+
+    def recording(store: LocalStore, entries: Any) -> None:
+        entries = list(entries)
+        chunks.append((threading.current_thread().name, len(entries)))
+        load_all(store, entries)
+
+    monkeypatch.setattr(LocalStore, "load_all", recording)
+    with CacheServer(server_settings.model_copy(update={"reply_chunk_bytes": 4096})):
+        writer = client_factory().create_region("r")
+        writer.put_all({f"k{i:04d}": "v" * 40 for i in range(2_000)})
+        bounded = client_factory().create_region(
+            "r", eviction=EvictionAttributes.lru_entry_count(50)
+        )
+        bounded.register_interest(ALL_KEYS)
+    assert sum(n for _, n in chunks) == 2_000
+    assert len(chunks) > 16  # more chunks than buckets: 4 KB each
+    assert max(n for _, n in chunks) < 100
+    assert threading.current_thread().name not in {name for name, _ in chunks}
+    assert len(bounded) == 50 and bounded.evictions == 1_950

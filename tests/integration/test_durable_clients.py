@@ -378,8 +378,11 @@ def test_interest_responses_do_not_override_application_operations_made_during_r
     region = client.create_region("r")
     real_interest = ServerRegionProxy.interest
 
-    def answer_then_operate(proxy: ServerRegionProxy, kind: Any, spec: Any) -> Any:
-        replies = real_interest(proxy, kind, spec)
+    def answer_then_operate(
+        proxy: ServerRegionProxy, kind: Any, spec: Any, take_entries: Any = None
+    ) -> Any:
+        chunks: list[Any] = []
+        replies = real_interest(proxy, kind, spec, chunks.append)
         monkeypatch.setattr(ServerRegionProxy, "interest", real_interest)
         # The responses were read on the server; the application now operates on the
         # region before they are applied to the cache.
@@ -389,6 +392,8 @@ def test_interest_responses_do_not_override_application_operations_made_during_r
         assert region.get("destroyed") == "server"
         region.local_destroy("destroyed")
         region.destroy("gone")
+        for chunk in chunks:
+            take_entries(chunk)
         return replies
 
     monkeypatch.setattr(ServerRegionProxy, "interest", answer_then_operate)

@@ -33,7 +33,10 @@ class _Pool:
         self.settings = type("S", (), {"read_timeout_ms": 1000})()
 
     def request_each_with_callbacks(
-        self, ops: Sequence[tuple[Operation, int]], callbacks: Sequence[Any]
+        self,
+        ops: Sequence[tuple[Operation, int]],
+        callbacks: Sequence[Any],
+        take_entries: Any = None,
     ) -> None:
         if self.refuse_after is not None and self.sent >= self.refuse_after:
             raise TransportError("the producer queue stayed full")

@@ -108,7 +108,10 @@ class RegionInterest:
 
     def register(self, spec: InterestSpec) -> None:
         """Drop the local entries ``spec`` may affect, add it on the server, and load what
-        its policy asks for (no listener fires).
+        its policy asks for (no listener fires), each reply chunk's entries as it arrives:
+        however many there are, they are never all held at once beside the local copy (an
+        LRU-bounded region stays within its bound). A registration that fails drops what
+        it loaded.
 
         Raises:
             RegionNotFoundError: the region is not defined on the server.
@@ -132,9 +135,13 @@ class RegionInterest:
                 "regexes per client", self._cache.regex_registrations() + 1, MAX_REGEXES_PER_CLIENT
             )
         self._cache.require_subscription()
-        self._store.begin_registration(spec.keys if spec.kind is InterestKind.KEYS else None)
+        affected = spec.keys if spec.kind is InterestKind.KEYS else None
+        self._store.begin_registration(affected)
+        take = None
+        if spec.policy is not InterestResultPolicy.NONE and self._store.caching:
+            take = self._store.load_all
         try:
-            replies = self._server.interest(OperationKind.REGISTER_INTEREST, spec)
+            replies = self._server.interest(OperationKind.REGISTER_INTEREST, spec, take)
             if not replies:
                 return
             with self._lock:
@@ -142,10 +149,10 @@ class RegionInterest:
             for reply in replies:
                 if reply.version is not None:
                     self._store.registered(reply.bucket, reply.version)
-            if spec.policy is not InterestResultPolicy.NONE and self._store.caching:
-                for reply in replies:
-                    for entry in reply.entries:
-                        self._store.load(entry)
+        except BaseException:
+            if take is not None:
+                self._store.drop(affected)
+            raise
         finally:
             self._store.end_registration()
 

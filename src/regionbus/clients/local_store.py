@@ -446,11 +446,7 @@ class LocalStore:
         (the given keys, or every entry for ``None``: all keys or a regex; seed 000 step 1)
         and watch for destroys until `end_registration`."""
         with self._lock:
-            if keys is None:
-                self._clear()
-            else:
-                for key in keys:
-                    self._pop(key)
+            self.drop(keys)
             self._registering += 1
 
     def registered(self, bucket: int, version: int) -> None:
@@ -492,6 +488,22 @@ class LocalStore:
                     self._used(key)
                 self._evict_over(key)
             return take
+
+    def load_all(self, entries: Iterable[Entry]) -> None:
+        """:meth:`load` each of ``entries`` (a registration answer's chunk)."""
+        with self._lock:
+            for entry in entries:
+                self.load(entry)
+
+    def drop(self, keys: Iterable[str] | None) -> None:
+        """Silently drop these local entries (every one: None), as a registration that
+        failed leaves nothing it loaded."""
+        with self._lock:
+            if keys is None:
+                self._clear()
+            else:
+                for key in keys:
+                    self._pop(key)
 
     def end_registration(self) -> None:
         """End a registration started with `begin_registration`."""

@@ -15,13 +15,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from regionbus.clients.resend import LastReply, due_for_resend
-from regionbus.schemas.messages import Operation, Reply
+from regionbus.schemas.messages import Entry, Operation, Reply
 
 PENDING_CHECK_INTERVAL_S = 0.25
 """How often unanswered requests are checked for a resend or their timeout."""
 
 ReplyCallback = Callable[[list[Reply] | None, BaseException | None], None]
 """Called once with ``(replies, None)`` when a request completes, or ``(None, error)``."""
+
+EntriesTaker = Callable[[tuple[Entry, ...]], None]
+"""Takes the entries of each chunk of a request's successful replies as the chunk arrives
+(on the reply thread), so a large answer (a registration's initial entries) is never held
+whole: the replies the request completes with carry no entries then."""
 
 
 class PendingRequest:
@@ -34,6 +39,8 @@ class PendingRequest:
             since only they are sent again.
         timeout_s: Its ``read_timeout_ms``, in seconds.
         retry_interval_s: Its ``retry_interval_ms``, in seconds: the first resend's wait.
+        take_entries: Takes each successful reply's entries as it arrives (None: they
+            stay in the replies).
     """
 
     __slots__ = (
@@ -46,6 +53,7 @@ class PendingRequest:
         "replies",
         "resend_at",
         "sent_at",
+        "take_entries",
     )
 
     def __init__(
@@ -55,8 +63,10 @@ class PendingRequest:
         ops: Sequence[tuple[Operation, int]],
         timeout_s: float,
         retry_interval_s: float,
+        take_entries: EntriesTaker | None = None,
     ) -> None:
         self.expected = expected
+        self.take_entries = take_entries
         self.done = 0
         self.replies: list[Reply] = []
         self.callback = callback
@@ -95,9 +105,11 @@ class RequestTable:
         self,
         requests: Sequence[tuple[int, int, ReplyCallback]],
         ops: Sequence[Sequence[tuple[Operation, int]]] = (),
+        take_entries: EntriesTaker | None = None,
     ) -> None:
         """Wait for ``(request id, replies expected, callback)`` each, with ``ops[i]`` the
-        ``(operation, bucket)`` pairs of the i-th (what a resend sends again)."""
+        ``(operation, bucket)`` pairs of the i-th (what a resend sends again), and
+        ``take_entries`` taking their replies' entries as they arrive."""
         with self._lock:
             for i, (request_id, expected, callback) in enumerate(requests):
                 self._pending[request_id] = PendingRequest(
@@ -106,7 +118,14 @@ class RequestTable:
                     ops[i] if i < len(ops) else (),
                     self._timeout_s,
                     self._retry_interval_s,
+                    take_entries,
                 )
+
+    def entries_taker(self, request_id: int) -> EntriesTaker | None:
+        """What takes the entries of a pending request's replies, if anything."""
+        with self._lock:
+            pending = self._pending.get(request_id)
+            return None if pending is None else pending.take_entries
 
     def answered(self, reply: Reply) -> PendingRequest | None:
         """Note a reply; the request it completed (now forgotten), if it did."""
@@ -157,6 +176,7 @@ def future_callback() -> tuple[Future[list[Reply]], ReplyCallback]:
 
 __all__ = [
     "PENDING_CHECK_INTERVAL_S",
+    "EntriesTaker",
     "PendingRequest",
     "ReplyCallback",
     "RequestTable",

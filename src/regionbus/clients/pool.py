@@ -31,6 +31,7 @@ from regionbus.clients.auth import signer_for
 from regionbus.clients.client_topics import ClientTopicAdmin
 from regionbus.clients.pending import (
     PENDING_CHECK_INTERVAL_S,
+    EntriesTaker,
     ReplyCallback,
     RequestTable,
     future_callback,
@@ -179,11 +180,17 @@ class Pool:
 
     # --- sending -----------------------------------------------------------------------
 
-    def request(self, ops: Sequence[tuple[Operation, int]]) -> Future[list[Reply]]:
+    def request(
+        self,
+        ops: Sequence[tuple[Operation, int]],
+        take_entries: EntriesTaker | None = None,
+    ) -> Future[list[Reply]]:
         """Send operations that share one request id; complete when each has been answered.
 
         Args:
             ops: ``(operation, bucket)`` pairs; all operations carry the same request id.
+            take_entries: Takes each successful reply's entries as its chunk arrives (on
+                the reply thread); the replies the future completes with carry none then.
 
         Returns:
             A future of every reply (chunks included), in arrival order. It fails with
@@ -197,7 +204,8 @@ class Pool:
             TransportError: the producer refused the message.
         """
         future, callback = future_callback()
-        self.request_with_callback(ops, callback)
+        self._register([(ops[0][0].request_id, len(ops), callback)], [ops], take_entries)
+        self._send(ops)
         return future
 
     def request_with_callback(
@@ -224,11 +232,15 @@ class Pool:
         return [future for future, _ in made]
 
     def request_each_with_callbacks(
-        self, ops: Sequence[tuple[Operation, int]], callbacks: Sequence[ReplyCallback]
+        self,
+        ops: Sequence[tuple[Operation, int]],
+        callbacks: Sequence[ReplyCallback],
+        take_entries: EntriesTaker | None = None,
     ) -> None:
         """Send operations that are separate requests (own request ids), batched per bucket
         into as few Kafka messages as fit; ``callbacks[i]`` is called (on the reply thread)
-        when ``ops[i]`` is answered, fails or times out.
+        when ``ops[i]`` is answered, fails or times out; ``take_entries`` as for
+        :meth:`request`.
 
         Raises:
             UnconnectedError, TransportError: as :meth:`request`.
@@ -236,19 +248,20 @@ class Pool:
         registrations = [
             (op.request_id, 1, callback) for (op, _), callback in zip(ops, callbacks, strict=True)
         ]
-        self._register(registrations, [[item] for item in ops])
+        self._register(registrations, [[item] for item in ops], take_entries)
         self._send(ops)
 
     def _register(
         self,
         requests: list[tuple[int, int, ReplyCallback]],
         ops: Sequence[Sequence[tuple[Operation, int]]] = (),
+        take_entries: EntriesTaker | None = None,
     ) -> None:
         if self._closed.is_set():
             raise UnconnectedError("the client cache is closed")
         if self.reply_refusal is not None:
             raise self.reply_refusal
-        self._pending.add(requests, ops)
+        self._pending.add(requests, ops, take_entries)
 
     def _expire_unanswered(self) -> None:
         """Fail requests unanswered for ``read_timeout_ms`` with :class:`ServerTimeoutError`
@@ -528,6 +541,14 @@ class Pool:
         self._fail(None, failure)
 
     def _complete(self, reply: Reply) -> None:
+        if reply.entries and reply.ok:
+            take = self._pending.entries_taker(reply.request_id)
+            if take is not None:
+                try:
+                    take(reply.entries)
+                except Exception:  # a taker's bug must not stop the reply thread
+                    log.exception("taking the entries of request %d", reply.request_id)
+                reply = reply._replace(entries=())
         pending = self._pending.answered(reply)
         if pending is not None:
             pending.callback(pending.replies, None)

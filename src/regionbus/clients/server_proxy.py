@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Protocol
 
+from regionbus.clients.pending import EntriesTaker
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.windowed import BulkOutcome, put_or_remove_all, send_windowed
 from regionbus.schemas.errors import (
@@ -264,7 +265,12 @@ class ServerRegionProxy:
         self._cache.pool.request_with_callback([(op, bucket)], done)
         return done.future
 
-    def interest(self, kind: OperationKind, spec: InterestSpec) -> list[Reply]:
+    def interest(
+        self,
+        kind: OperationKind,
+        spec: InterestSpec,
+        take_entries: EntriesTaker | None = None,
+    ) -> list[Reply]:
         """Register or unregister interest on every bucket it concerns and wait for all.
 
         A key list goes only to its keys' buckets, as operations of at most
@@ -272,9 +278,15 @@ class ServerRegionProxy:
         goes to every bucket in one request. A registration that fails or times out part
         way is undone (every key sent is unregistered) before the error is raised.
 
+        Args:
+            kind: REGISTER_INTEREST or UNREGISTER_INTEREST.
+            spec: The registration.
+            take_entries: Takes the bulk-load entries of each reply chunk as it arrives
+                (then the replies carry none), so they are never all held at once.
+
         Returns:
-            Every reply (a registration's carry the bulk-load entries and the region
-            version of each bucket's snapshot).
+            Every reply (a registration's carry the bulk-load entries, unless taken, and
+            the region version of each bucket's snapshot).
 
         Raises:
             RegionBusError: the error the first failed reply names.
@@ -290,7 +302,7 @@ class ServerRegionProxy:
                 )
                 for b in range(self._cache.total_buckets)
             ]
-            every = self.wait(self._cache.pool.request(ops), request_id)
+            every = self.wait(self._cache.pool.request(ops, take_entries), request_id)
             raise_first_error(every)
             return every
         ops = self._key_chunks(kind, spec)
@@ -314,7 +326,11 @@ class ServerRegionProxy:
             return True
 
         sent = send_windowed(
-            self._cache.pool, ops, answered, window=REGISTRATION_MESSAGES_IN_FLIGHT
+            self._cache.pool,
+            ops,
+            answered,
+            window=REGISTRATION_MESSAGES_IN_FLIGHT,
+            take_entries=take_entries,
         )
         if not errors:
             return replies

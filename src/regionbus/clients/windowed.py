@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from regionbus.clients.pending import EntriesTaker
 from regionbus.schemas.errors import (
     BulkOperationError,
     EntryNotFoundError,
@@ -44,6 +45,7 @@ def send_windowed(
     *,
     window: int,
     group: int = 1,
+    take_entries: EntriesTaker | None = None,
 ) -> int:
     """Send operations as separate requests, at most ``window`` unanswered at a time, in
     groups of ``group`` once that many places are free; call ``answered`` for each as it
@@ -55,6 +57,8 @@ def send_windowed(
         answered: Told of each request's end (see :data:`Answered`).
         window: Most requests unanswered at a time.
         group: Fewest places to wait for before sending more (fewer Kafka messages).
+        take_entries: Takes each successful reply's entries as they arrive
+            (`regionbus.clients.pool.Pool.request`).
 
     Returns:
         How many requests were sent (the rest were not, as ``answered`` asked).
@@ -72,7 +76,7 @@ def send_windowed(
             chunk = ops[sent : sent + take]
             callbacks = [partial(_finished, done, sent + i) for i in range(take)]
             try:
-                pool.request_each_with_callbacks(chunk, callbacks)
+                pool.request_each_with_callbacks(chunk, callbacks, take_entries)
             except RegionBusError as exc:
                 for i, (op, _) in enumerate(chunk):
                     pool.forget(op.request_id)
