@@ -36,10 +36,18 @@ from regionbus.clients.region import (
     RegionShortcut,
 )
 from regionbus.clients.settings import ClientSettings
-from regionbus.schemas.callbacks import CacheListener, CacheWriter, EntryEvent, RegionEvent
+from regionbus.schemas.callbacks import (
+    CacheListener,
+    CacheLoader,
+    CacheWriter,
+    EntryEvent,
+    LoaderHelper,
+    RegionEvent,
+)
 from regionbus.schemas.errors import (
     AuthenticationError,
     BulkOperationError,
+    CacheLoaderError,
     CacheWriterError,
     ConfigurationError,
     CqClosedError,
@@ -88,6 +96,8 @@ __all__ = [
     "BulkOperationError",
     "BytesSerializer",
     "CacheListener",
+    "CacheLoader",
+    "CacheLoaderError",
     "CacheWriter",
     "CacheWriterError",
     "ClientCache",
@@ -121,6 +131,7 @@ __all__ = [
     "InvalidOperationError",
     "InvalidRegionNameError",
     "JsonSerializer",
+    "LoaderHelper",
     "NotAuthorizedError",
     "Operation",
     "QueryService",

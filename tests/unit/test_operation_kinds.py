@@ -20,6 +20,9 @@ def test_each_row_agrees_with_itself(kind: OperationKind) -> None:
     row = kind_row(kind)
     if row.expiration:
         assert row.scope is Scope.ENTRY and row.change and not row.batched
+        assert row.servers_only
+    if row.servers_only:
+        assert row.scope is Scope.ENTRY and row.change and not row.entry_change
     if row.batched:
         assert row.scope is Scope.ENTRY, "only entry operations join the batch"
     assert (row.region_event is not None) is (row.scope is Scope.REGION_CHANGE)
@@ -30,7 +33,7 @@ def test_each_row_agrees_with_itself(kind: OperationKind) -> None:
     assert not row.parses_query or row.needs_cq
 
 
-def test_the_changes_are_the_entry_changes_region_changes_and_expirations() -> None:
+def test_the_changes_are_the_entry_changes_region_changes_expirations_and_loads() -> None:
     changes = {k for k in OperationKind if kind_row(k).change}
     assert changes == {
         OperationKind.PUT,
@@ -44,6 +47,12 @@ def test_the_changes_are_the_entry_changes_region_changes_and_expirations() -> N
         OperationKind.PUT_IF_ABSENT,
         OperationKind.REPLACE,
         OperationKind.REMOVE,
+        OperationKind.LOAD_CREATE,
+    }
+    assert {k for k in OperationKind if kind_row(k).servers_only} == {
+        OperationKind.EXPIRE_DESTROY,
+        OperationKind.EXPIRE_INVALIDATE,
+        OperationKind.LOAD_CREATE,
     }
     assert {k for k in OperationKind if kind_row(k).entry_change} == {
         OperationKind.PUT,

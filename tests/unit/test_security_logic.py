@@ -180,11 +180,15 @@ def test_cluster_manage_is_granted_only_by_cluster_or_wildcard_permissions() -> 
     assert not is_granted((_parse("DATA:*"), _parse("CLUSTER:READ")), CLUSTER_MANAGE)
 
 
-def test_an_expiration_is_refused_from_any_principal_but_the_servers() -> None:
+def test_an_expiration_or_a_loads_create_is_refused_from_any_principal_but_the_servers() -> None:
     # No Redis round trip happens for either answer (the client is never connected).
     guard = SecurityGuard(redis.Redis(port=1), ServerSettings())
     admin = Principal("admin", b"k" * 32, (_parse("*:*"),))
-    for kind in (OperationKind.EXPIRE_DESTROY, OperationKind.EXPIRE_INVALIDATE):
+    for kind in (
+        OperationKind.EXPIRE_DESTROY,
+        OperationKind.EXPIRE_INVALIDATE,
+        OperationKind.LOAD_CREATE,
+    ):
         op = _op(kind, key="k", event_id=EventID("(expiry)", 1, 1, 0))
         with pytest.raises(NotAuthorizedError, match="bucket primaries only"):
             guard.authorize_operation(admin, op)

@@ -12,7 +12,7 @@ from regionbus.broker.config import ServerSettings
 from regionbus.broker.handlers import OperationHandlers
 from regionbus.broker.validation import validate
 from regionbus.schemas.errors import InvalidInterestError, InvalidOperationError, ValueTooLargeError
-from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, EventID
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, LOAD_MEMBER, EventID
 from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 from regionbus.schemas.operation_kinds import kind_row
@@ -120,5 +120,27 @@ def test_an_expiration_in_its_keys_bucket_with_the_expirations_eventid_passes() 
 def test_expirations_keep_their_eventid_thread_to_themselves(op: Operation, message: str) -> None:
     # A change in the expirations' thread with a high sequence id would make every later
     # expiration of the bucket look like a duplicate, to the servers and to the clients.
+    with pytest.raises(InvalidOperationError, match=message):
+        validate(op, BUCKET, SETTINGS)
+
+
+LOAD_ID = EventID(LOAD_MEMBER, 123_456, 0, BUCKET)
+
+
+def test_a_loaders_create_with_the_loads_eventid_passes() -> None:
+    validate(_op(OperationKind.LOAD_CREATE, value=b"1", event_id=LOAD_ID), BUCKET, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("op", "message"),
+    [
+        (_op(OperationKind.LOAD_CREATE, value=b"1"), "only a loader's create, and every one"),
+        (_op(OperationKind.PUT, value=b"1", event_id=LOAD_ID), "only a loader's create"),
+        (_op(OperationKind.LOAD_CREATE, event_id=LOAD_ID), "needs a value"),
+    ],
+)
+def test_a_loaders_creates_keep_their_eventid_member_to_themselves(
+    op: Operation, message: str
+) -> None:
     with pytest.raises(InvalidOperationError, match=message):
         validate(op, BUCKET, SETTINGS)

@@ -145,6 +145,14 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             queue grow.
         subscription_redundancy: Secondaries per bucket, ready to take over when its
             primary fails (Geode ``subscription-redundancy``, default 0).
+        loader_threads: Worker threads running the regions' ``CacheLoader``s on a get's
+            miss, never on the server's loop (`regionbus.broker.loading`).
+        loader_timeout_ms: Longest a load may take, from the miss to its create applied;
+            then the gets waiting on it fail with ``CacheLoaderError`` (Geode's
+            ``search-timeout``, default 300 s, bounds a load the same way; 10 s here, as
+            a get's ``read_timeout_ms`` is).
+        max_pending_loads: Most loads running or waiting at once on a server; a miss
+            beyond it is answered ``CacheLoaderError`` at once.
         lease_ttl_ms: Time to live of a bucket primary's lease and of a server's
             membership; a failed primary's buckets move after at most this long plus one
             election tick (a quarter of it). Geode's ``member-timeout`` is 5000 ms.
@@ -210,6 +218,9 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     maximum_queue_full_wait_ms: int = Field(default=5_000, ge=0)
     disconnect_unresponsive_clients: bool = False
     subscription_redundancy: int = Field(default=0, ge=0)
+    loader_threads: int = Field(default=4, ge=1, le=256)
+    loader_timeout_ms: int = Field(default=10_000, ge=1)
+    max_pending_loads: int = Field(default=1_000, ge=1)
     lease_ttl_ms: int = Field(default=5_000, ge=200)
     durable_client_reaper_interval_s: float = Field(default=5.0, gt=0)
     max_durable_client_timeout_s: int = Field(default=DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S, ge=1)

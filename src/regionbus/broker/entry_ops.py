@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.distribution import Distribution
+from regionbus.broker.loading import EntryLoads
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
@@ -42,6 +43,7 @@ class EntryOperations:
         distribution: What follows each applied change (listeners, routing, gateways).
         outbox: Replies.
         stats: The server's counters.
+        loads: The loads of gets' misses (`regionbus.broker.loading`).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class EntryOperations:
         distribution: Distribution,
         outbox: Outbox,
         stats: ServerStats,
+        loads: EntryLoads,
     ) -> None:
         self._site_id = settings.distributed_system_id
         self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
@@ -62,6 +65,7 @@ class EntryOperations:
         self._distribution = distribution
         self._outbox = outbox
         self._stats = stats
+        self._loads = loads
         self._pending: list[_Pending] = []
 
     def add(self, op: Operation, bucket: int, offset: int) -> None:
@@ -148,7 +152,10 @@ class EntryOperations:
         try:
             self._plugins.veto_entry(op, kind, entry.value if entry else None)
         except CacheWriterError as exc:
-            self._outbox.reply_error(op, bucket, exc)
+            if op.kind is OperationKind.LOAD_CREATE:
+                self._loads.failed(op, exc)  # its gets hear the veto
+            else:
+                self._outbox.reply_error(op, bucket, exc)
             return False
         return True
 
@@ -162,6 +169,8 @@ class EntryOperations:
             reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, found=entry is not None)
             self._outbox.reply(reply, ClientAddress.of(op))
             return
+        if (entry is None or entry.value is None) and self._loads.miss(op, bucket):
+            return  # answered once loaded (or refused now)
         self._outbox.reply(
             Reply(
                 request_id=op.request_id,
@@ -177,6 +186,9 @@ class EntryOperations:
 
     def _applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
         if refused(op, bucket, result, self._ownership, self._outbox, self._stats):
+            return
+        if op.kind is OperationKind.LOAD_CREATE:
+            self._load_applied(op, bucket, result)
             return
         if result.status == "NOOP":
             # A condition that did not hold: no event; the answer is the current value
@@ -203,6 +215,23 @@ class EntryOperations:
                 duplicate=result.status == "DUP",
             )
         reply_applied(op, bucket, result, self._outbox, self._stats)
+
+    def _load_applied(self, op: Operation, bucket: int, result: ApplyResult) -> None:
+        """A loader's create was applied (distributed as a load), or found the key valued
+        (``NOOP``: a put came first); the gets that waited on the load get the value."""
+        if result.status == "NOOP":
+            self._loads.applied(op, result.old_value, result.old_serializer, None)
+            return
+        event = applied_event(op, bucket, result)
+        if event is not None:
+            self._distribution.entry_changed(
+                event._replace(load=True),
+                bucket,
+                result.old_value,
+                result.old_serializer,
+                duplicate=result.status == "DUP",
+            )
+        self._loads.applied(op, op.value, op.serializer, result.version)
 
 
 def applied_event(op: Operation, bucket: int, result: ApplyResult) -> Event | None:
@@ -307,6 +336,10 @@ def _writer_event_kind(op: Operation, entry: Entry | None) -> EventKind | None:
         return EventKind.UPDATE if entry is not None else EventKind.CREATE
     if kind is OperationKind.PUT_IF_ABSENT:
         return EventKind.CREATE if entry is None else None
+    if kind is OperationKind.LOAD_CREATE:
+        if entry is None:
+            return EventKind.CREATE
+        return EventKind.UPDATE if entry.value is None else None
     if entry is None:
         return None
     if kind is OperationKind.REPLACE:

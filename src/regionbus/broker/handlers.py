@@ -123,6 +123,7 @@ class OperationHandlers:
             OperationKind.CLOSE_CQ: self.close_cq,
             OperationKind.GET_DURABLE_CQS: self.get_durable_cqs,
             OperationKind.PUT_IF_ABSENT: entries.add,
+            OperationKind.LOAD_CREATE: entries.add,
             OperationKind.REPLACE: entries.add,
             OperationKind.REMOVE: entries.add,
             OperationKind.CONTAINS_KEY: entries.add,

@@ -1,4 +1,4 @@
-"""The server-side ``CacheWriter``s and ``CacheListener``s of each region.
+"""The server-side ``CacheWriter``s, ``CacheListener``s and ``CacheLoader`` of each region.
 
 Named per region in the server's ``plugins`` setting as ``"package.module:ClassName"`` (a
 class may be both a writer and a listener), or handed to the server in code. Writers run
@@ -14,6 +14,7 @@ from typing import Any
 
 from regionbus.schemas.callbacks import (
     CacheListener,
+    CacheLoader,
     CacheWriter,
     EntryEvent,
     RegionEvent,
@@ -34,18 +35,21 @@ def _decode_value(data: bytes | None, serializer: str | None) -> Any:
 
 
 class ServerPlugins:
-    """The writers and listeners of each region on this server.
+    """The writers, listeners and loaders of each region on this server.
 
     Args:
         listeners: ``{region: [CacheListener, ...]}``, called in order.
         writers: ``{region: [CacheWriter, ...]}``, called in order.
+        loaders: ``{region: CacheLoader}`` (Geode: one loader per region).
     """
 
     def __init__(
         self,
         listeners: Mapping[str, Sequence[CacheListener]] | None = None,
         writers: Mapping[str, Sequence[CacheWriter]] | None = None,
+        loaders: Mapping[str, CacheLoader] | None = None,
     ) -> None:
+        self.loaders: dict[str, CacheLoader] = dict(loaders or {})
         self.listeners: dict[str, list[CacheListener]] = {
             r: list(items) for r, items in (listeners or {}).items()
         }
@@ -59,6 +63,7 @@ class ServerPlugins:
         spec: Mapping[str, Sequence[str]],
         listeners: Mapping[str, Sequence[CacheListener]] | None = None,
         writers: Mapping[str, Sequence[CacheWriter]] | None = None,
+        loaders: Mapping[str, CacheLoader] | None = None,
     ) -> ServerPlugins:
         """Instantiate the plugins named in ``spec`` and add the given instances after them.
 
@@ -66,19 +71,22 @@ class ServerPlugins:
             spec: ``{region: ["package.module:ClassName", ...]}`` (the ``plugins`` setting).
             listeners: More listeners by region.
             writers: More writers by region.
+            loaders: The loader of each region not named in ``spec``.
 
         Raises:
-            ConfigurationError: a name does not import, or is neither a ``CacheListener``
-                nor a ``CacheWriter``.
+            ConfigurationError: a name does not import, or is none of ``CacheListener``,
+                ``CacheWriter`` and ``CacheLoader``; or a region has two loaders.
         """
         plugins = cls()
         for region, names in spec.items():
             for name in names:
                 instance = load_hook(name, object)
-                if not isinstance(instance, CacheListener | CacheWriter):
+                if not isinstance(instance, CacheListener | CacheWriter | CacheLoader):
                     raise ConfigurationError(
-                        f"plugin {name!r} is neither CacheListener nor CacheWriter"
+                        f"plugin {name!r} is none of CacheListener, CacheWriter, CacheLoader"
                     )
+                if isinstance(instance, CacheLoader):
+                    plugins.add_loader(region, instance)
                 if isinstance(instance, CacheListener):
                     plugins.listeners.setdefault(region, []).append(instance)
                 if isinstance(instance, CacheWriter):
@@ -87,7 +95,19 @@ class ServerPlugins:
             plugins.listeners.setdefault(region, []).extend(items)
         for region, witems in (writers or {}).items():
             plugins.writers.setdefault(region, []).extend(witems)
+        for region, loader in (loaders or {}).items():
+            plugins.add_loader(region, loader)
         return plugins
+
+    def add_loader(self, region: str, loader: CacheLoader) -> None:
+        """Give a region its loader.
+
+        Raises:
+            ConfigurationError: the region has one already (Geode: one per region).
+        """
+        if region in self.loaders:
+            raise ConfigurationError(f"region {region!r} has a CacheLoader already")
+        self.loaders[region] = loader
 
     def has_writers(self, region: str) -> bool:
         """Whether any writer guards the region (its changes then go one by one)."""

@@ -150,14 +150,15 @@ class SecurityGuard:
         """Check that a principal may make an operation as its client id.
 
         Raises:
-            NotAuthorizedError: an expiration (``EXPIRE_*``) from anyone but the servers,
+            NotAuthorizedError: an expiration (``EXPIRE_*``) or a loader's create
+                (``LOAD_CREATE``) from anyone but the servers,
                 the client id belongs to another principal, or a needed permission is
                 missing (the message names it).
             TransportError: Redis failed.
         """
         if principal.name == SERVER_PRINCIPAL:
             return
-        if kind_row(op.kind).expiration:
+        if kind_row(op.kind).servers_only:
             raise NotAuthorizedError(
                 f"{op.kind.value} is produced by bucket primaries only, not by principal "
                 f"{principal.name!r}"

@@ -54,7 +54,7 @@ from regionbus.runtime.observability import MetricsEndpoint
 from regionbus.runtime.redis_connect import connect_redis, replica_wait
 from regionbus.runtime.redis_outage import RedisOutage, is_redis_unavailable
 from regionbus.runtime.worker import BackgroundWorker
-from regionbus.schemas.callbacks import CacheListener, CacheWriter
+from regionbus.schemas.callbacks import CacheListener, CacheLoader, CacheWriter
 from regionbus.schemas.dead_letter import Source
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
@@ -83,6 +83,8 @@ class CacheServer(BackgroundWorker):
         listeners: Server-side ``CacheListener``s by region, in addition to
             ``settings.plugins``.
         writers: Server-side ``CacheWriter``s by region, in addition to ``settings.plugins``.
+        loaders: A server-side ``CacheLoader`` by region (one each), in addition to
+            ``settings.plugins``.
 
     Raises:
         ConfigurationError: a plugin or gateway event filter cannot be loaded.
@@ -94,11 +96,12 @@ class CacheServer(BackgroundWorker):
         *,
         listeners: dict[str, list[CacheListener]] | None = None,
         writers: dict[str, list[CacheWriter]] | None = None,
+        loaders: dict[str, CacheLoader] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.namespace)
         self.stats = ServerStats()
-        self.plugins = ServerPlugins.load(settings.plugins, listeners, writers)
+        self.plugins = ServerPlugins.load(settings.plugins, listeners, writers, loaders)
         self._redis = connect_redis(settings)
         waits = replica_wait(self._redis, settings)
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
@@ -253,6 +256,7 @@ class CacheServer(BackgroundWorker):
             parts.lifecycle.release_reaper()
             self.election.leave()
         finally:
+            parts.loads.close()
             parts.consumer.close()
             parts.outbox.release_all()
             parts.producer.flush(10)
@@ -289,6 +293,7 @@ class CacheServer(BackgroundWorker):
                 if messages:
                     self._process(messages)
                 parts.expiration.tick(time.monotonic())
+                parts.loads.poll()
                 parts.release_holds()
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()

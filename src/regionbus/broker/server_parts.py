@@ -30,6 +30,7 @@ from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.handlers import OperationHandlers
 from regionbus.broker.intake import OperationIntake
 from regionbus.broker.interest import InterestRegistry
+from regionbus.broker.loading import EntryLoads
 from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
@@ -75,6 +76,7 @@ class ServerParts:
     notifier: CacheClientNotifier
     lifecycle: ClientLifecycle
     entries: EntryOperations
+    loads: EntryLoads
     expiration: EntryExpiration
     handlers: OperationHandlers
     admission: Admission | None
@@ -200,8 +202,9 @@ def wire_parts(
         server.cqs,
     )
     distribution = Distribution(server.plugins, notifier, gateways, outbox, server.cqs.table)
+    loads = EntryLoads(s, server.plugins, outbox, server.security)
     entries = EntryOperations(
-        s, server.store, ownership, server.plugins, distribution, outbox, server.stats
+        s, server.store, ownership, server.plugins, distribution, outbox, server.stats, loads
     )
     expiration = EntryExpiration(
         s, server.store, ownership, distribution, outbox, server.stats, server.security
@@ -233,6 +236,7 @@ def wire_parts(
         notifier,
         lifecycle,
         entries,
+        loads,
         expiration,
         handlers,
         admission,

@@ -7,10 +7,10 @@ from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.cq_checks import check_cq_name
 from regionbus.schemas.entry_checks import check_key, check_region_name, check_value_size
 from regionbus.schemas.errors import CqInvalidError, InvalidOperationError, ValueTooLargeError
-from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD
+from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, LOAD_MEMBER
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.limits import KEYS_PER_REGISTRATION_MESSAGE, check_count
-from regionbus.schemas.messages import InterestKind, Operation
+from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 from regionbus.schemas.operation_kinds import Scope, kind_row
 
@@ -65,6 +65,13 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
         raise InvalidOperationError(
             f"{kind.value} with EventID {op.event_id}: only an expiration, and every "
             f"expiration, has member {EXPIRY_MEMBER!r} and thread {EXPIRY_THREAD}"
+        )
+    if op.event_id is not None and (kind is OperationKind.LOAD_CREATE) != (
+        op.event_id.member == LOAD_MEMBER
+    ):
+        raise InvalidOperationError(
+            f"{kind.value} with EventID {op.event_id}: only a loader's create, and every "
+            f"one, has member {LOAD_MEMBER!r}"
         )
     if row.needs_value:
         if op.value is None:

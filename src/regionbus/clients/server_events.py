@@ -72,7 +72,7 @@ def apply_server_event(
             event.serializer,
             event.possible_duplicate,
             event.callback_argument,
-            False,  # is_load
+            event.load,  # is_load: a server's loader created it
             decoder,
             event.expiration,
         )

@@ -35,7 +35,9 @@ class EntryEvent(NamedTuple):
             ``isOriginRemote``).
         possible_duplicate: The event may have been delivered before (resent after a failure).
         callback_argument: Opaque bytes the originator attached, or None.
-        is_load: True when the change is a value fetched by a ``get`` (Geode ``LOCAL_LOAD_*``).
+        is_load: True when the change is a value fetched by a ``get`` (Geode ``LOCAL_LOAD_*``),
+            or one a server's ``CacheLoader`` loaded on a get's miss (Geode
+            ``NET_LOAD_CREATE``).
         serializer: Name of the serializer of the values.
         is_expiration: True when the server's entry expiration made the change (Geode
             ``Operation.isExpiration()``: ``EXPIRE_DESTROY`` / ``EXPIRE_INVALIDATE``).
@@ -95,7 +97,7 @@ class EntryEvent(NamedTuple):
             serializer=event.serializer,
             possible_duplicate=event.possible_duplicate,
             callback_argument=event.callback_argument,
-            is_load=is_load,
+            is_load=is_load or event.load,
             decoder=decoder,
             is_expiration=event.expiration,
         )
@@ -188,6 +190,41 @@ class CacheWriter:
 
     def before_region_destroy(self, event: RegionEvent) -> None:
         """The region is about to be destroyed."""
+
+
+class LoaderHelper(NamedTuple):
+    """What a ``CacheLoader`` is asked to load (Geode ``LoaderHelper``).
+
+    Attributes:
+        region: The region the get missed in.
+        key: The key it missed.
+        argument: The callback argument of the get that missed, or None (Geode
+            ``LoaderHelper.getArgument``).
+    """
+
+    region: str
+    key: str
+    argument: bytes | None = None
+
+
+class CacheLoader:
+    """Loads the value of a key a server ``get`` misses (Geode ``CacheLoader``): read-through.
+
+    A region has at most one loader, on its servers. It runs on a worker thread of the
+    bucket's primary, never on the server's loop, at most ``loader_timeout_ms``; what it
+    returns is created in the region (``LOAD_CREATE``, only if the key is still absent)
+    and distributed to interested clients as a create whose ``EntryEvent.is_load`` is
+    true, then answered to every get that missed it meanwhile: concurrent misses of one
+    key load once.
+    """
+
+    def load(self, helper: LoaderHelper) -> Any:
+        """The value of ``helper.key``, or None when there is none (nothing is created and
+        the get answers None). Raising fails the get with ``CacheLoaderError``."""
+        return None
+
+    def close(self) -> None:
+        """The server stops (Geode ``CacheCallback.close``)."""
 
 
 AFTER_ENTRY: Final[Mapping[EventKind, str]] = {

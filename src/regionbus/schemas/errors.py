@@ -63,6 +63,15 @@ class CacheWriterError(RegionBusError):
     """
 
 
+class CacheLoaderError(RegionBusError):
+    """A server's ``CacheLoader`` failed, took longer than ``loader_timeout_ms``, or the
+    server had ``max_pending_loads`` loads running already, so a get's miss was not loaded.
+
+    Geode: ``CacheLoaderException`` (and ``TimeoutException`` for a load past the
+    region's search timeout). Nothing was created.
+    """
+
+
 class InvalidInterestError(RegionBusError):
     """An interest registration is malformed, e.g. the regex does not compile."""
 
@@ -290,6 +299,7 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         RegionNotFoundError,
         EntryNotFoundError,
         CacheWriterError,
+        CacheLoaderError,
         InvalidInterestError,
         ValueTooLargeError,
         CqError,

@@ -15,6 +15,13 @@ EXPIRY_THREAD: Final = 1
 bucket."""
 
 
+LOAD_MEMBER: Final = "(load)"
+"""The member of every loader create's EventID (:mod:`regionbus.broker.loading`); its
+thread is drawn at random by each server process, so a restarted server's loads are never
+taken for duplicates of its last run's. Not a legal client or member id, and refused in
+any other operation."""
+
+
 class EventID(NamedTuple):
     """Identity of one operation (Geode ``EventID``).
 

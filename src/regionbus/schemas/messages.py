@@ -61,6 +61,10 @@ class OperationKind(enum.Enum):
     ``Region.containsKeyOnServer``)."""
     SIZE = "SIZE"
     """How many entries the region has in the bucket (Geode ``Region.sizeOnServer``)."""
+    LOAD_CREATE = "LOAD_CREATE"
+    """Create an entry with the value a server's ``CacheLoader`` loaded on a get's miss,
+    only when the key has none (Geode ``Operation.NET_LOAD_CREATE``): produced by a
+    bucket's primary to its own partition, never by a client (:mod:`regionbus.broker.loading`)."""
 
 
 class EventKind(enum.Enum):
@@ -191,6 +195,7 @@ class Event(NamedTuple):
     origin_site_id: int = 0
     sites_reached: tuple[int, ...] = ()
     expiration: bool = False
+    load: bool = False
 
 
 class CqMatch(NamedTuple):

@@ -65,6 +65,7 @@ class KindRow:
         needs_cq: It carries a CQ spec.
         parses_query: Its CQ's query is parsed and checked by the servers (EXECUTE_CQ).
         region_event: The region event it causes, for a region change; else None.
+        expiration: An entry expiration (its EventID is in the expirations' thread).
     """
 
     scope: Scope
@@ -76,16 +77,18 @@ class KindRow:
     needs_cq: bool = False
     parses_query: bool = False
     region_event: EventKind | None = None
+    expiration: bool = False
 
     @property
-    def expiration(self) -> bool:
-        """Produced by a bucket's primary for its own partition, never by a client."""
+    def servers_only(self) -> bool:
+        """Produced by a bucket's primary for its own partition, never by a client (the
+        expirations, a loader's create)."""
         return self.access is Access.SERVERS_ONLY
 
     @property
     def entry_change(self) -> bool:
-        """A change of one entry a client asks for (put, destroy, invalidate)."""
-        return self.scope is Scope.ENTRY and self.change and not self.expiration
+        """A change of one entry a client asks for (put, destroy, invalidate, ...)."""
+        return self.scope is Scope.ENTRY and self.change and not self.servers_only
 
 
 _ENTRY_CHANGE: Final = KindRow(Scope.ENTRY, change=True, batched=True, access=Access.WRITE_KEY)
@@ -95,6 +98,7 @@ _CONDITIONAL_PUT: Final = KindRow(
 """A put that may change nothing (Geode's ``putIfAbsent`` and ``replace`` need
 ``DATA:WRITE`` as ``put`` does, though they answer the current value)."""
 _CQ: Final = KindRow(Scope.REGION, access=Access.READ_REGION, needs_cq=True)
+_EXPIRATION: Final = KindRow(Scope.ENTRY, change=True, access=Access.SERVERS_ONLY, expiration=True)
 
 OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
     {
@@ -104,10 +108,8 @@ OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
         OperationKind.DESTROY: _ENTRY_CHANGE,
         OperationKind.INVALIDATE: _ENTRY_CHANGE,
         OperationKind.GET: KindRow(Scope.ENTRY, batched=True, access=Access.READ_KEY),
-        OperationKind.EXPIRE_DESTROY: KindRow(Scope.ENTRY, change=True, access=Access.SERVERS_ONLY),
-        OperationKind.EXPIRE_INVALIDATE: KindRow(
-            Scope.ENTRY, change=True, access=Access.SERVERS_ONLY
-        ),
+        OperationKind.EXPIRE_DESTROY: _EXPIRATION,
+        OperationKind.EXPIRE_INVALIDATE: _EXPIRATION,
         OperationKind.CLEAR: KindRow(
             Scope.REGION_CHANGE,
             change=True,
@@ -146,6 +148,9 @@ OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
         OperationKind.REMOVE: _ENTRY_CHANGE,
         OperationKind.CONTAINS_KEY: KindRow(Scope.ENTRY, batched=True, access=Access.READ_KEY),
         OperationKind.SIZE: KindRow(Scope.REGION, access=Access.READ_REGION),
+        OperationKind.LOAD_CREATE: KindRow(
+            Scope.ENTRY, change=True, batched=True, access=Access.SERVERS_ONLY, needs_value=True
+        ),
     }
 )
 """The row of every operation kind."""

@@ -158,6 +158,7 @@ def _event_to(e: Event) -> dict[str, Any]:
         "origin_site_id": _int32(e.origin_site_id, "origin_site_id"),
         "sites_reached": [_int32(s, "sites_reached") for s in e.sites_reached],
         "expiration": e.expiration,
+        "load": e.load,
     }
 
 
@@ -177,6 +178,7 @@ def _event_from(d: dict[str, Any]) -> Event:
         origin_site_id=_int32(d["origin_site_id"], "origin_site_id"),
         sites_reached=tuple(_int32(s, "sites_reached") for s in d["sites_reached"]),
         expiration=d["expiration"],
+        load=d["load"],
     )
 
 

@@ -1,5 +1,5 @@
--- Apply one entry operation (PUT, DESTROY, INVALIDATE, and the conditional PUT_IF_ABSENT,
--- REPLACE and REMOVE) atomically, with server-side
+-- Apply one entry operation (PUT, DESTROY, INVALIDATE, the conditional PUT_IF_ABSENT,
+-- REPLACE and REMOVE, and a loader's LOAD_CREATE) atomically, with server-side
 -- duplicate detection by EventID, fencing by the bucket primary's epoch and, on multi-site
 -- deployments, the gateway conflict check.
 --
@@ -84,12 +84,16 @@ end
 -- create and expected-old-value preconditions): the condition is read here, atomic with the
 -- change. A putIfAbsent finds an invalid entry present, as Geode's does. One whose condition
 -- fails changes nothing and keeps the current value with its recorded result.
-if kind == 'PUT_IF_ABSENT' or kind == 'REPLACE' or kind == 'REMOVE' then
+if kind == 'PUT_IF_ABSENT' or kind == 'REPLACE' or kind == 'REMOVE' or kind == 'LOAD_CREATE' then
   local current = false
   if meta then current = redis.call('HGET', KEYS[2], key) end
   local holds
   if kind == 'PUT_IF_ABSENT' then
     holds = not meta
+  elseif kind == 'LOAD_CREATE' then
+    -- A loader's value (broker/loading.py) fills a key with no value, an invalid one
+    -- included (Geode loads on a get of an invalid entry too); a put that came first wins.
+    holds = not current
   elseif kind == 'REPLACE' then
     holds = meta and (ARGV[19] ~= '1' or current == ARGV[20])
   elseif ARGV[19] == '1' then
