@@ -34,6 +34,9 @@ goal of the fleet issue, each beside a baseline measured in the same run:
 7. **idle**: ``--idle-caches`` connected client caches that receive nothing: the CPU of
    their processes and of the Kafka broker per cache, beside a raw consumer per client
    (what bounds how many caches a machine holds; see :mod:`bench.fleet_idle`).
+8. **abuse**: a hostile or careless client's attacks at full size (a LIKE CQ compiling to a
+   huge program, 200 long LIKE CQs then values of up to 400 KB, a 68-year durable timeout,
+   keys over many calls), each beside a bystander's puts (:mod:`bench.fleet_abuse`).
 
 Before the phases, an untimed warm-up (raw Kafka's fan-out at ``--rate`` for
 ``--seconds``) lets the broker compile its code (the JVM's JIT), so that no phase, and
@@ -60,6 +63,7 @@ from rich.console import Console
 
 from bench import progress
 from bench.core import run_or_exit
+from bench.fleet_abuse import abuse_phase
 from bench.fleet_fanout import fanout_phase
 from bench.fleet_idle import idle_phase
 from bench.fleet_load_phases import requests_phase, stalled_phase
@@ -96,6 +100,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
             "stalled": stalled_phase,
             "idle": idle_phase,
             "fanout": fanout_phase,
+            "abuse": abuse_phase,
         }
         for name in options.phases:
             phases[name](state, options)

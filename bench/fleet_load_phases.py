@@ -61,28 +61,28 @@ def requests_phase(run: Run, options: FleetOptions) -> None:
         try:
             big = big_cache.create_region(REGION, serializer=BytesSerializer())
             load = load_now()
-            alone = _window(lambda: time.sleep(5))
+            alone = timed_window(lambda: time.sleep(5))
             progress.phase(
                 run.console,
                 f"5: a registration of {MAX_KEYS_PER_REGISTRATION:,} keys (load {load_now()}) ...",
             )
             keys = [f"reg-{i}" for i in range(MAX_KEYS_PER_REGISTRATION)]
-            during_reg = _window(lambda: big.register_interest(keys))
+            during_reg = timed_window(lambda: big.register_interest(keys))
             progress.phase(
                 run.console, f"5: a put_all of {MAX_BULK_ENTRIES:,} entries (load {load_now()}) ..."
             )
             entries = {f"bulk-{i}": b"v" * 24 for i in range(MAX_BULK_ENTRIES)}
-            during_bulk = _window(lambda: _put_all(big, entries))
+            during_bulk = timed_window(lambda: _put_all(big, entries))
             refused_ms = _refusals(big)
         finally:
             big_cache.close()
         puts: list[tuple[float, float]] = bystander.result(RESULT_TIMEOUT_S)["puts"]
-    base = percentile(_latencies_in(puts, alone), 0.99)
+    base = percentile(latencies_in(puts, alone), 0.99)
     for name, window in (
         (f"register_interest of {MAX_KEYS_PER_REGISTRATION:,} keys", during_reg),
         (f"put_all of {MAX_BULK_ENTRIES:,} entries", during_bulk),
     ):
-        latencies = _latencies_in(puts, window)
+        latencies = latencies_in(puts, window)
         p99 = percentile(latencies, 0.99)
         run.add(
             Figure(
@@ -122,7 +122,7 @@ def requests_phase(run: Run, options: FleetOptions) -> None:
     )
 
 
-def _window(during: Any) -> tuple[float, float]:
+def timed_window(during: Any) -> tuple[float, float]:
     """Run ``during()``; its start and end on ``time.monotonic()``'s clock (s)."""
     began = time.monotonic()
     try:
@@ -132,7 +132,7 @@ def _window(during: Any) -> tuple[float, float]:
     return began, ended
 
 
-def _latencies_in(puts: list[tuple[float, float]], window: tuple[float, float]) -> list[float]:
+def latencies_in(puts: list[tuple[float, float]], window: tuple[float, float]) -> list[float]:
     """Latencies (ms, sorted) of the bystander's puts sent within ``window``."""
     began, ended = window
     return sorted(latency_ms for sent, latency_ms in puts if began <= sent < ended)

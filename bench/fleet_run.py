@@ -23,7 +23,7 @@ from regionbus.devstack import LocalStack
 from regionbus.schemas.kafka_clients import kafka_admin
 
 TABLE_WIDTH = 140
-PHASES = ("fleet", "cleanup", "requests", "stalled", "idle", "fanout")
+PHASES = ("fleet", "cleanup", "requests", "stalled", "idle", "fanout", "abuse")
 SUBSCRIBERS_PER_PROCESS = 10
 CLEANUP_SILENCE_MS = 3_000
 CLEANUP_DURABLE_TIMEOUT_S = 8
@@ -124,14 +124,18 @@ def client_settings(run_services: Services, options: FleetOptions, **more: Any) 
 
 @contextmanager
 def fleet_server(
-    run: Run, options: FleetOptions, name: str, env: dict[str, str] | None = None
+    run: Run,
+    options: FleetOptions,
+    name: str,
+    env: dict[str, str] | None = None,
+    regions: tuple[str, ...] = (REGION,),
 ) -> Iterator[tuple[Services, ServerProcess]]:
     namespace = f"fleet.{secrets.token_hex(3)}.{name}"
     with ServerProcess(
         namespace=namespace,
         kafka_bootstrap_servers=run.local.kafka_bootstrap_servers,
         redis_url=run.local.redis_url,
-        regions=(REGION,),
+        regions=regions,
         fetch_wait_max_ms=100,
         linger_ms=options.linger_ms,
         log_path=run.work_dir / f"server-{name}.log",

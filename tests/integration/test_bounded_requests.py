@@ -24,6 +24,8 @@ from regionbus.schemas.limits import (
 from regionbus.schemas.messages import OperationKind
 from regionbus.schemas.naming import RedisKeys, bucket_of
 
+pytestmark = pytest.mark.abuse
+
 
 def test_requests_over_the_limits_are_refused_before_anything_is_sent(
     cache_server: CacheServer, client_factory: Any

@@ -23,6 +23,8 @@ from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientCache
 from regionbus.schemas.messages import CLIENT_NEW, CLIENT_RECONNECTED
 
+pytestmark = pytest.mark.abuse
+
 _LIVENESS_MS = 2_000
 _HOUR_S = 3_600
 _EVENTS = 40

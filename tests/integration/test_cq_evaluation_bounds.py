@@ -22,6 +22,8 @@ from regionbus.clients import ClientCache
 from regionbus.schemas.cq.parser import MAX_CQ_QUERY_CHARS
 from regionbus.schemas.errors import CqInvalidError
 
+pytestmark = pytest.mark.abuse
+
 _BOUND_S = 1.0
 """Longest the other client's put may take (on a loaded machine, ten times its own
 baseline)."""

@@ -14,6 +14,8 @@ from regionbus.clients import ALL_KEYS, ClientCache
 from regionbus.schemas.errors import DuplicateClientError, DuplicateDurableClientError
 from regionbus.schemas.naming import Topics
 
+pytestmark = pytest.mark.abuse
+
 
 def test_a_second_live_client_with_the_same_non_durable_id_is_refused_and_the_first_keeps_working(
     cache_server: CacheServer,

@@ -23,6 +23,8 @@ from regionbus.broker.server import CacheServer
 from regionbus.broker.server_metrics import server_metric_families
 from regionbus.schemas.kafka_clients import kafka_admin
 
+pytestmark = pytest.mark.abuse
+
 _HERE = Path(__file__).parent
 _PER_FLEET = 100
 _SILENCE_MS = 3_000

@@ -15,12 +15,15 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from support import Recorder, settle, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, RegionShortcut
 from regionbus.schemas.callbacks import EntryEvent
+
+pytestmark = pytest.mark.abuse
 
 _CAPACITY = 20
 _WAIT_MS = 5_000

@@ -72,6 +72,8 @@ from regionbus.schemas.topics import TopicSpec, ensure_topics
 from regionbus.schemas.transport import poll_batch
 from regionbus.spark.decode import decode_record_values
 
+pytestmark = pytest.mark.abuse
+
 SEED = 20_240_607
 MESSAGES_PER_TOPIC = 40
 FUZZ_MEMBER = "fuzz-member"

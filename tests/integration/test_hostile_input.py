@@ -38,6 +38,8 @@ from regionbus.schemas.messages import InterestKind, InterestSpec, Operation, Op
 from regionbus.schemas.naming import Topics, bucket_of
 from regionbus.schemas.transport import watermarks
 
+pytestmark = pytest.mark.abuse
+
 POISON_REGEX = "(" * 500 + "a" + ")" * 500
 BACKTRACKING_REGEX = "(a+)+$"
 BACKTRACKING_KEY = "a" * 28 + "!"

@@ -15,6 +15,8 @@ from regionbus.clients.resend import MAX_RESENDS_IN_FLIGHT
 from regionbus.schemas.callbacks import CacheWriter, EntryEvent
 from regionbus.schemas.errors import ServerTimeoutError
 
+pytestmark = pytest.mark.abuse
+
 _PUTS = 1500
 
 

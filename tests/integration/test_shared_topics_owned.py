@@ -39,6 +39,8 @@ from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_limits import RECORD_BATCH_MAX_BYTES
 from regionbus.schemas.topics import DEFAULT_QUEUE_RETENTION_MS, REPLY_RETENTION_MS
 
+pytestmark = pytest.mark.abuse
+
 _LOSING_CONFIGS = {
     "retention.ms": "1000",
     "retention.bytes": "1000",

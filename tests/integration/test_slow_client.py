@@ -33,6 +33,8 @@ from regionbus.broker.server import CacheServer
 from regionbus.clients import CacheListener, EntryEvent, RegionShortcut
 from regionbus.schemas.naming import RedisKeys
 
+pytestmark = pytest.mark.abuse
+
 _CAPACITY = 50
 _WAIT_MS = 1_000
 # CI machines are loaded: a put or event may take this much longer than the hold itself.
