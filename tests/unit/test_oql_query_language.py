@@ -9,9 +9,17 @@ from typing import Any
 
 import pytest
 
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.validation import validate
 from regionbus.schemas.cq import UNDEFINED, parse_cq
 from regionbus.schemas.cq.syntax import Literal, Parameter, Path
-from regionbus.schemas.errors import CqInvalidError, QueryInvalidError, QueryTypeMismatchError
+from regionbus.schemas.errors import (
+    CqInvalidError,
+    InvalidOperationError,
+    QueryInvalidError,
+    QueryTypeMismatchError,
+)
+from regionbus.schemas.messages import Operation, OperationKind, QuerySpec
 from regionbus.schemas.query import (
     MAX_BOUND_VALUES,
     OrderKeys,
@@ -229,3 +237,18 @@ def test_paths_read_relative_to_the_alias_or_bare() -> None:
     query = parse_query("SELECT x.a.b, c FROM /r x")
     assert [p.expr for p in query.projections] == [Path(("a", "b")), Path(("c",))]
     assert [p.name for p in query.projections] == ["b", "c"]
+
+
+def test_the_servers_refuse_a_query_operation_without_a_query_or_of_another_region() -> None:
+    settings = ServerSettings(namespace="unit", total_buckets=4)
+
+    def query_op(spec: QuerySpec | None) -> Operation:
+        return Operation(1, "c", OperationKind.QUERY, "r", 0, query=spec)
+
+    validate(query_op(QuerySpec("SELECT * FROM /r x WHERE x.a = $1", (1,))), 2, settings)
+    with pytest.raises(InvalidOperationError, match="needs a query"):
+        validate(query_op(None), 2, settings)
+    with pytest.raises(QueryInvalidError, match="selects from /s"):
+        validate(query_op(QuerySpec("SELECT * FROM /s")), 2, settings)
+    with pytest.raises(QueryInvalidError, match="takes 1 parameters"):
+        validate(query_op(QuerySpec("SELECT * FROM /r x WHERE x.a = $1")), 2, settings)

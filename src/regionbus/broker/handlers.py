@@ -23,6 +23,7 @@ from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.queries import BucketQueries
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import wall_clock_ms
@@ -101,6 +102,7 @@ class OperationHandlers:
         self._outbox = outbox
         self._stats = stats
         self._cqs = cqs
+        self._queries = BucketQueries(settings, store, cqs)
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -125,6 +127,7 @@ class OperationHandlers:
             OperationKind.REMOVE: entries.add,
             OperationKind.CONTAINS_KEY: entries.add,
             OperationKind.SIZE: self.size,
+            OperationKind.QUERY: self.query,
         }
         """The handler of each operation kind."""
 
@@ -192,6 +195,24 @@ class OperationHandlers:
             return
         reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, entry_count=count)
         self._outbox.reply(reply, ClientAddress.of(op))
+
+    def query(self, op: Operation, bucket: int, offset: int) -> None:
+        """Run this bucket's part of a one-shot OQL query and answer the entries it selects,
+        ordered and limited (Geode ``Query.execute``; see :mod:`regionbus.broker.queries`).
+
+        Raises:
+            QueryError: the query is invalid, over its time or row budget, or cannot be
+                evaluated on an entry (the caller replies the error).
+            TransportError: Redis failed.
+        """
+        if not self._ownership.still_primary(bucket):
+            return
+        assert op.query is not None
+        exists, entries = self._queries.run(op.query, op.region, bucket)
+        if not exists:
+            self._region_missing(op, bucket)
+            return
+        self._reply_entries(op, bucket, entries)
 
     # --- interest ----------------------------------------------------------------------
 
