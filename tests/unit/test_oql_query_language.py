@@ -252,3 +252,15 @@ def test_the_servers_refuse_a_query_operation_without_a_query_or_of_another_regi
         validate(query_op(QuerySpec("SELECT * FROM /s")), 2, settings)
     with pytest.raises(QueryInvalidError, match="takes 1 parameters"):
         validate(query_op(QuerySpec("SELECT * FROM /r x WHERE x.a = $1")), 2, settings)
+
+
+def test_order_by_a_projections_alias_orders_by_its_expression() -> None:
+    rows = _run(
+        "SELECT e.key AS k, e.value.delay AS late FROM /r.entries e "
+        "WHERE e.value.delay > 0 ORDER BY late DESC",
+        _FLIGHTS,
+    )
+    assert [r.get("k") for r in rows] == ["f2", "f1"]
+    # Without AS the name is no alias: it reads the value's attribute, as any path does.
+    query = parse_query("SELECT x.delay FROM /r x ORDER BY delay")
+    assert query.order_by[0].expr == Path(("delay",))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, Final
 
 from regionbus.broker.config import ServerSettings
@@ -169,12 +170,8 @@ class _Kept:
         return [entry for _, entry in rows]
 
     def _trim(self) -> None:
-        self._rows.sort(key=_first)
+        self._rows.sort(key=itemgetter(0))
         del self._rows[self._answer + 1 :]
-
-
-def _first(pair: tuple[Any, Entry]) -> Any:
-    return pair[0]
 
 
 __all__ = ["PAGE_ENTRIES", "BucketQueries"]

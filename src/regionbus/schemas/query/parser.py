@@ -77,11 +77,12 @@ _ITERATES: Final[dict[str | None, Iterates]] = {
 
 class Projection(NamedTuple):
     """One item of the SELECT list: its field name (the alias given, else the last
-    attribute of its path, else ``field<n>``: Geode names a struct's fields the same way)
-    and its expression over the iterator's element."""
+    attribute of its path, else ``field<n>``: Geode names a struct's fields the same way),
+    its expression over the iterator's element, and whether the name was given (``AS``)."""
 
     name: str
     expr: Expr
+    named: bool = False
 
 
 class OrderItem(NamedTuple):
@@ -200,12 +201,12 @@ class _Checker:
         self._reader.alias = alias
         if "group_by" in parts:
             raise self.refuse(GROUP_BY, "GROUP BY is not supported in queries")
-        reader = self._reader
         projections = self._projections(parts.get("projections"))
-        predicate = None if where is None else reader.expr(where.children[1])
-        order_by = tuple(self._order_item(item) for item in _trees(parts.get("order_by")))
+        predicate = None if where is None else self._reader.expr(where.children[1])
+        named = {p.name: p.expr for p in projections if p.named}
+        order_by = tuple(self._order_item(i, named) for i in _trees(parts.get("order_by")))
         limit = self._limit(parts.get("limit"))
-        likes = reader.likes()
+        likes = self._reader.likes()
         used = [p.number for p in _parameters(projections, predicate, order_by, limit)]
         return ParsedQuery(
             self._query,
@@ -230,15 +231,20 @@ class _Checker:
                 name = expr.attributes[-1]
             else:
                 name = f"field{i}"
-            out.append(Projection(name, expr))
+            out.append(Projection(name, expr, named=bool(named)))
         names = [p.name for p in out]
         if len(set(names)) != len(names):
             raise self.refuse(SYNTAX, f"the SELECT list names a field twice: {names}")
         return tuple(out)
 
-    def _order_item(self, item: Tree) -> OrderItem:
+    def _order_item(self, item: Tree, named: dict[str, Expr]) -> OrderItem:
+        """An ORDER BY item; a bare name a projection was given with ``AS`` stands for that
+        projection's expression (Geode orders by a projection's alias so)."""
         descending = any(str(c).lower() == "desc" for c in item.children if not isinstance(c, Tree))
-        return OrderItem(self._reader.expr(item.children[0]), descending)
+        expr = self._reader.expr(item.children[0])
+        if isinstance(expr, Path) and len(expr.attributes) == 1 and expr.attributes[0] in named:
+            expr = named[expr.attributes[0]]
+        return OrderItem(expr, descending)
 
     def _limit(self, node: Tree | None) -> int | Parameter | None:
         if node is None:

@@ -17,6 +17,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Final
 
 from regionbus.schemas.cq.evaluate import evaluate, selects
@@ -198,16 +199,12 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
     if query.order_by:
         keys = OrderKeys(query)
         keyed = [[(keys.key(k, item), item) for k, item in answer] for answer in answers]
-        rows = ((key[-1], item) for key, item in heapq.merge(*keyed, key=_first))
+        rows = ((key[-1], item) for key, item in heapq.merge(*keyed, key=itemgetter(0)))
     else:
         rows = itertools.chain.from_iterable(answers)
     if isinstance(query.limit, int):
         rows = itertools.islice(rows, query.limit)
     return [project(query, item) for _, item in rows]
-
-
-def _first(pair: tuple[Any, Any]) -> Any:
-    return pair[0]
 
 
 __all__ = ["OrderKeys", "Struct", "element", "is_selected", "merged", "project"]
