@@ -264,3 +264,11 @@ def test_order_by_a_projections_alias_orders_by_its_expression() -> None:
     # Without AS the name is no alias: it reads the value's attribute, as any path does.
     query = parse_query("SELECT x.delay FROM /r x ORDER BY delay")
     assert query.order_by[0].expr == Path(("delay",))
+
+
+def test_likes_in_projections_and_order_by_have_a_budget_per_row_not_per_query() -> None:
+    # 2,000 rows of 10,000 characters read by a pattern of a few instructions: far past
+    # MAX_LIKE_WORK in all, well within it per row.
+    entries = {f"k{i}": {"s": "a" * 10_000} for i in range(2_000)}
+    rows = _run("SELECT x.s LIKE '%b' FROM /r x ORDER BY x.s LIKE '%a'", entries, buckets=1)
+    assert rows == [False] * 2_000

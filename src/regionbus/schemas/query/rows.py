@@ -92,6 +92,7 @@ def project(query: ParsedQuery, item: Any) -> Any:
         if query.iterates == "entries":
             return Struct(("key", "value"), (item["key"], item["value"]))
         return item
+    query.likes.begin()  # each row's LIKEs have the budget of one evaluation
     try:
         values = tuple(evaluate(p.expr, item, query.likes) for p in query.projections)
     except CqEvaluationError as exc:
@@ -146,6 +147,7 @@ class OrderKeys:
                 mapping, a list), or is of another kind than the item's other values.
         """
         parts: list[Any] = []
+        self._query.likes.begin()  # each row's LIKEs have the budget of one evaluation
         for i, item_spec in enumerate(self._query.order_by):
             try:
                 value = evaluate(item_spec.expr, item, self._query.likes)
