@@ -59,7 +59,7 @@ def _parser() -> Lark:
     return Lark(grammar, parser="lalr", maybe_placeholders=False)
 
 
-def select_tree(query: str, refuse: Refuse) -> Tree:
+def select_tree(query: object, refuse: Refuse) -> Tree:
     """Parse OQL text to its SELECT statement's tree, within the size bounds.
 
     Args:
@@ -67,10 +67,12 @@ def select_tree(query: str, refuse: Refuse) -> Tree:
         refuse: Makes the exception for a refused query.
 
     Raises:
-        Exception: what ``refuse`` makes, with rule ``syntax``: the text is longer than
-            :data:`MAX_CQ_QUERY_CHARS`, does not parse, or nests deeper than
+        Exception: what ``refuse`` makes, with rule ``syntax``: the query is not a str, or
+            is longer than :data:`MAX_CQ_QUERY_CHARS`, does not parse, or nests deeper than
             :data:`MAX_CQ_NESTING`.
     """
+    if not isinstance(query, str):
+        raise refuse(SYNTAX, f"a query is a str, got {type(query).__name__}")
     if len(query) > MAX_CQ_QUERY_CHARS:
         raise refuse(
             SYNTAX, f"the query is {len(query)} characters, more than {MAX_CQ_QUERY_CHARS}"

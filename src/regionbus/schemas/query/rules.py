@@ -14,11 +14,16 @@ from __future__ import annotations
 from typing import Final
 
 from regionbus.schemas.cq.rules import (
+    BIND_PARAMETER,
+    CQ_RULES,
     DISTINCT,
     GROUP_BY,
     LIKE_PATTERN,
+    LIMIT,
     ONE_ITERATOR,
     ONE_REGION,
+    ORDER_BY,
+    PROJECTION,
     REGION_PATH,
     SYNTAX,
     UNSUPPORTED_EXPRESSION,
@@ -32,18 +37,11 @@ literal for, a LIMIT that is not a non-negative integer, more values or longer s
 `regionbus.schemas.query.parser` allows."""
 
 QUERY_RULES: Final = (
-    SYNTAX,
-    DISTINCT,
-    ONE_REGION,
-    WHERE_REGION,
-    ONE_ITERATOR,
-    REGION_PATH,
-    GROUP_BY,
-    UNSUPPORTED_EXPRESSION,
-    LIKE_PATTERN,
+    *(r for r in CQ_RULES if r not in (PROJECTION, ORDER_BY, LIMIT, BIND_PARAMETER)),
     PARAMETERS,
 )
-"""Every rule, in the order a query is checked (the parameters last, when it is run)."""
+"""Every rule, in the order a query is checked (the parameters last, when it is run): the
+CQs' rules but those one-shot queries lift."""
 
 __all__ = [
     "DISTINCT",
