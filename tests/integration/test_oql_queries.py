@@ -81,6 +81,9 @@ def test_projections_order_by_limit_and_parameters(flights: ClientCache) -> None
     assert len(service.new_query("SELECT * FROM /r LIMIT 3").execute()) == 3
     keys = service.new_query("SELECT k FROM /r.keys k WHERE k <> 'f2' ORDER BY k DESC").execute()
     assert keys == ["f6", "f5", "f4", "f3", "f1"]
+    count = service.new_query("SELECT COUNT(*) FROM /r x WHERE x.origin = $1")
+    assert count.execute("SFO") == [3]
+    assert count.execute("ORD") == [0]
 
 
 def test_asyncio_clients_await_a_query(flights: ClientCache) -> None:
@@ -242,6 +245,12 @@ def test_results_equal_a_python_evaluation_over_the_entries_redis_holds(
             missing = service.new_query(
                 "SELECT x.f FROM /r x WHERE IS_UNDEFINED(x.n) OR x.n = NULL OR x.n <> $1"
             ).execute(low)
+            assert service.new_query(
+                "SELECT COUNT(*) FROM /r x WHERE x.n >= $1 AND x.s IN $2"
+            ).execute(low, names) == [
+                sum(1 for v in stored.values() if isinstance(_n(v), int) and v["n"] >= low
+                    and v["s"] in names)
+            ]  # fmt: skip
             assert sorted(missing) == sorted(
                 v["f"] for v in stored.values() if _n(v) in (_MISSING, None) or _n(v) != low
             )

@@ -164,6 +164,7 @@ def test_in_a_parameter_needs_a_collection() -> None:
         ("SELECT * FROM /r x, x.items i", "one-iterator"),
         ("SELECT * FROM /r x GROUP BY x.a", "group-by"),
         ("SELECT count(x) FROM /r x", "unsupported-expression"),
+        ("SELECT * FROM /r x WHERE count(*) > 1", "unsupported-expression"),
         ("SELECT x.a, x.a FROM /r x", "syntax"),
         ("SELECT * FROM /r x WHERE x.a = $0", "syntax"),
         ("SELECT * FROM /r x WHERE x.s LIKE '" + "%a_" * 200 + "'", "like-pattern"),
@@ -272,3 +273,18 @@ def test_likes_in_projections_and_order_by_have_a_budget_per_row_not_per_query()
     entries = {f"k{i}": {"s": "a" * 10_000} for i in range(2_000)}
     rows = _run("SELECT x.s LIKE '%b' FROM /r x ORDER BY x.s LIKE '%a'", entries, buckets=1)
     assert rows == [False] * 2_000
+
+
+def test_count_star_alone_is_a_count_and_refused_with_order_by_limit_or_beside_others() -> None:
+    query = parse_query("SELECT count(*) FROM /r x WHERE x.a > $1")
+    assert query.counting and query.projections == () and query.parameters == 1
+    assert not parse_query("SELECT * FROM /r").counting
+    for oql in (
+        "SELECT COUNT(*) FROM /r x ORDER BY x.a",
+        "SELECT COUNT(*) FROM /r LIMIT 1",
+        "SELECT COUNT(*), x.a FROM /r x",
+        "SELECT MAX(*) FROM /r x",
+    ):
+        with pytest.raises(QueryInvalidError) as caught:
+            parse_query(oql)
+        assert caught.value.rule == "unsupported-expression", oql

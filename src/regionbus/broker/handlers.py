@@ -198,7 +198,8 @@ class OperationHandlers:
 
     def query(self, op: Operation, bucket: int, offset: int) -> None:
         """Run this bucket's part of a one-shot OQL query and answer the entries it selects,
-        ordered and limited (Geode ``Query.execute``; see :mod:`regionbus.broker.queries`).
+        ordered and limited, or for ``COUNT(*)`` how many (Geode ``Query.execute``; see
+        :mod:`regionbus.broker.queries`).
 
         Raises:
             QueryError: the query is invalid, over its time or row budget, or cannot be
@@ -208,11 +209,16 @@ class OperationHandlers:
         if not self._ownership.still_primary(bucket):
             return
         assert op.query is not None
-        exists, entries = self._queries.run(op.query, op.region, bucket)
-        if not exists:
+        answer = self._queries.run(op.query, op.region, bucket)
+        if not answer.exists:
             self._region_missing(op, bucket)
-            return
-        self._reply_entries(op, bucket, entries)
+        elif answer.selected is not None:
+            reply = Reply(
+                request_id=op.request_id, bucket=bucket, ok=True, entry_count=answer.selected
+            )
+            self._outbox.reply(reply, ClientAddress.of(op))
+        else:
+            self._reply_entries(op, bucket, answer.entries)
 
     # --- interest ----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
@@ -37,6 +37,22 @@ from regionbus.schemas.query import OrderKeys, ParsedQuery, element, is_selected
 PAGE_ENTRIES: Final = 500
 """About how many entries one Redis read of a query takes (the ``HSCAN`` hint): a few
 milliseconds of Redis' time per page, and the deadline is checked between pages."""
+
+
+class BucketAnswer(NamedTuple):
+    """What a bucket's primary answers for a query.
+
+    Attributes:
+        exists: The region exists (else the answer is RegionNotFoundError).
+        entries: The entries selected, in ORDER BY order (ties by key), at most the LIMIT;
+            keys only over ``/r.keys``; none for ``COUNT(*)``.
+        selected: For ``SELECT COUNT(*)``, how many of the bucket's entries the WHERE
+            clause selects; else None.
+    """
+
+    exists: bool
+    entries: list[Entry]
+    selected: int | None = None
 
 
 class BucketQueries:
@@ -63,12 +79,9 @@ class BucketQueries:
         self._cqs = cqs
         self._clock = clock
 
-    def run(self, spec: QuerySpec, region: str, bucket: int) -> tuple[bool, list[Entry]]:
+    def run(self, spec: QuerySpec, region: str, bucket: int) -> BucketAnswer:
         """The entries of one bucket a query selects, in its ORDER BY order (ties by key),
-        at most its LIMIT.
-
-        Returns:
-            ``(region_exists, entries)``.
+        at most its LIMIT; or, for ``COUNT(*)``, how many.
 
         Raises:
             QueryInvalidError: the query does not parse or bind, or its value schema is not
@@ -89,11 +102,13 @@ class BucketQueries:
             except CqInvalidError as exc:
                 raise QueryInvalidError(str(exc), rule=exc.rule, query=spec.query) from None
         if not self._store.region_exists(region, bucket):
-            return False, []
+            return BucketAnswer(False, [])
         limit = query.limit if isinstance(query.limit, int) else None
         answer = limit if limit is not None and limit < self._max_rows else self._max_rows
         kept = _Kept(query, answer)
         self._select(query, region, bucket, kept, deadline)
+        if query.counting:
+            return BucketAnswer(True, [], kept.counted)
         entries = kept.answer()
         if len(entries) > self._max_rows:
             raise QueryRowLimitError(
@@ -102,7 +117,7 @@ class BucketQueries:
             )
         if query.iterates == "keys":
             entries = [Entry(e.key, e.version) for e in entries]  # the keys are the answer
-        return True, entries
+        return BucketAnswer(True, entries)
 
     def _select(
         self, query: ParsedQuery, region: str, bucket: int, kept: _Kept, deadline: float
@@ -141,15 +156,20 @@ class BucketQueries:
 class _Kept:
     """The selected entries kept while a bucket is read: every one up to ``answer + 1``
     without ORDER BY (one past the answer shows the row bound is broken); with ORDER BY the
-    best ``answer + 1`` of them, trimmed whenever twice that many are held."""
+    best ``answer + 1`` of them, trimmed whenever twice that many are held; for
+    ``COUNT(*)`` none, only how many (:attr:`counted`)."""
 
     def __init__(self, query: ParsedQuery, answer: int) -> None:
         self._query = query
         self._keys = OrderKeys(query)
         self._answer = answer
         self._rows: list[tuple[Any, Entry]] = []
+        self.counted = 0
 
     def add(self, entry: Entry, item: Any) -> None:
+        self.counted += 1
+        if self._query.counting:
+            return
         ordered = bool(self._query.order_by)
         key = self._keys.key(entry.key, item) if ordered else None
         self._rows.append((key, entry))
@@ -158,7 +178,7 @@ class _Kept:
 
     def full_unordered(self) -> bool:
         """Without ORDER BY, any rows will do: reading stops once one past the answer."""
-        return not self._query.order_by and len(self._rows) > self._answer
+        return not (self._query.order_by or self._query.counting) and len(self._rows) > self._answer
 
     def answer(self) -> list[Entry]:
         """The kept entries in order, at most one past the answer (the caller tells a
@@ -174,4 +194,4 @@ class _Kept:
         del self._rows[self._answer + 1 :]
 
 
-__all__ = ["PAGE_ENTRIES", "BucketQueries"]
+__all__ = ["PAGE_ENTRIES", "BucketAnswer", "BucketQueries"]

@@ -63,7 +63,8 @@ class Query:
             The rows, in ``ORDER BY`` order (entries that tie in key order) when there is
             one: for ``SELECT *`` the values (over ``/r.entries``, a ``Struct`` of ``key``
             and ``value`` each; over ``/r.keys``, the keys), for one projection its values,
-            for several a ``Struct`` each (`regionbus.schemas.query.Struct`). Invalid
+            for several a ``Struct`` each (`regionbus.schemas.query.Struct`); for
+            ``COUNT(*)`` one int, how many entries the WHERE clause selects. Invalid
             entries are in no result. An attribute a value lacks is ``UNDEFINED``.
 
         Raises:
@@ -84,6 +85,8 @@ class Query:
         spec = QuerySpec(self.query_string, params, getattr(serializer, "schema_json", None))
         proxy = ServerRegionProxy(self._cache, self.region_name, "")
         replies = proxy.every_bucket(OperationKind.QUERY, query=spec)
+        if bound.counting:
+            return [sum(r.entry_count for r in replies)]
         return merged(bound, self._answers(bound, replies))
 
     def _answers(self, bound: ParsedQuery, replies: Iterable[Reply]) -> list[list[Any]]:

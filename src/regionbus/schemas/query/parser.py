@@ -105,6 +105,8 @@ class ParsedQuery(NamedTuple):
         limit: ``LIMIT n`` (None: no limit; a :class:`Parameter` until bound).
         parameters: The highest ``$n`` the query uses: how many parameters it takes.
         likes: Its LIKE patterns, compiled.
+        counting: ``SELECT COUNT(*)``: the one row is how many elements the WHERE clause
+            selects (Geode's ``COUNT`` aggregate; each bucket counts its own).
     """
 
     query: str
@@ -116,6 +118,7 @@ class ParsedQuery(NamedTuple):
     limit: int | Parameter | None
     parameters: int
     likes: LikePatterns
+    counting: bool = False
 
     def bind(self, values: Sequence[Any]) -> ParsedQuery:
         """The query with each ``$n`` replaced by ``values[n - 1]``.
@@ -154,10 +157,10 @@ class ParsedQuery(NamedTuple):
 
 
 def parse_query(query: object) -> ParsedQuery:
-    """Parse and check a one-shot query: ``SELECT [ALL] * | expr [AS name], ... FROM
-    /region[.entries | .keys | .values] [[AS] alias] [WHERE predicate] [ORDER BY expr
+    """Parse and check a one-shot query: ``SELECT [ALL] * | COUNT(*) | expr [AS name], ...
+    FROM /region[.entries | .keys | .values] [[AS] alias] [WHERE predicate] [ORDER BY expr
     [ASC | DESC], ...] [LIMIT n | $n]``, with ``$n`` parameters anywhere a literal or an
-    ``IN`` collection may stand.
+    ``IN`` collection may stand (``COUNT(*)`` takes no ORDER BY or LIMIT).
 
     Raises:
         QueryInvalidError: the query does not parse or is too long or deep (rule
@@ -197,7 +200,12 @@ class _Checker:
         self._reader.alias = alias
         if "group_by" in parts:
             raise self.refuse(GROUP_BY, "GROUP BY is not supported in queries")
-        projections = self._projections(parts.get("projections"))
+        count = _is_count(parts.get("projections"))
+        if count and ("order_by" in parts or "limit" in parts):
+            raise self.refuse(
+                UNSUPPORTED_EXPRESSION, "COUNT(*) takes no ORDER BY or LIMIT here (one row)"
+            )
+        projections = () if count else self._projections(parts.get("projections"))
         predicate = None if where is None else self._reader.expr(where.children[1])
         named = {p.name: p.expr for p in projections if p.named}
         order_by = tuple(self._order_item(i, named) for i in _trees(parts.get("order_by")))
@@ -214,6 +222,7 @@ class _Checker:
             limit,
             max(used, default=0),
             likes,
+            count,
         )
 
     def _projections(self, node: Tree | None) -> tuple[Projection, ...]:
@@ -253,6 +262,21 @@ class _Checker:
                 UNSUPPORTED_EXPRESSION, f"LIMIT needs a non-negative integer, not {token}"
             )
         return int(token)
+
+
+def _is_count(node: Tree | None) -> bool:
+    """Whether the SELECT list is ``COUNT(*)`` alone (any other use of a function, COUNT
+    among other projections included, is refused where expressions are read)."""
+    items = _trees(node)
+    if len(items) != 1:
+        return False
+    function = items[0].children[0]
+    return (
+        isinstance(function, Tree)
+        and function.data == "function_star"
+        and name_of(function.children[0]).lower() == "count"
+        and len(items[0].children) == 1
+    )
 
 
 def _trees(node: Tree | None) -> list[Tree]:
