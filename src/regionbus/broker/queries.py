@@ -16,7 +16,6 @@ the rows kept while reading are at most ``2n``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
@@ -63,21 +62,13 @@ class BucketQueries:
         store: The region store.
         cqs: The CQs, whose table decodes stored values (with the Avro schemas clients
             brought, for CQs and queries alike).
-        clock: Seconds, monotonic (tests pass their own).
     """
 
-    def __init__(
-        self,
-        settings: ServerSettings,
-        store: RegionStore,
-        cqs: CqRegistry,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, settings: ServerSettings, store: RegionStore, cqs: CqRegistry) -> None:
         self._budget_s = settings.query_max_execution_time_ms / 1000
         self._max_rows = settings.query_max_rows_per_bucket
         self._store = store
         self._cqs = cqs
-        self._clock = clock
 
     def run(self, spec: QuerySpec, region: str, bucket: int) -> BucketAnswer:
         """The entries of one bucket a query selects, in its ORDER BY order (ties by key),
@@ -94,7 +85,7 @@ class BucketQueries:
             QueryInvocationTargetError: a value does not decode.
             TransportError: Redis failed.
         """
-        deadline = self._clock() + self._budget_s
+        deadline = time.monotonic() + self._budget_s
         query = parse_query(spec.query).bind(spec.parameters)
         if spec.value_schema is not None:
             try:
@@ -104,7 +95,7 @@ class BucketQueries:
         if not self._store.region_exists(region, bucket):
             return BucketAnswer(False, [])
         limit = query.limit if isinstance(query.limit, int) else None
-        answer = limit if limit is not None and limit < self._max_rows else self._max_rows
+        answer = self._max_rows if limit is None else min(limit, self._max_rows)
         kept = _Kept(query, answer)
         self._select(query, region, bucket, kept, deadline)
         if query.counting:
@@ -125,10 +116,10 @@ class BucketQueries:
         """Keep the bucket's entries the query selects, a page at a time, until every one
         was read or, without ORDER BY, one more than the answer was kept."""
         for page in self._store.pages(region, bucket, PAGE_ENTRIES):
-            if self._clock() > deadline:
+            if time.monotonic() > deadline:
                 raise self._timeout(query)
             for entry in page:
-                if self._clock() > deadline:
+                if time.monotonic() > deadline:
                     raise self._timeout(query)
                 item = element(query, entry.key, self._decoded(query, entry))
                 if is_selected(query, item):
