@@ -13,9 +13,11 @@ the queries take about 1 s per 20,000 entries). The issue's 100,000 is
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,14 +41,9 @@ from regionbus.schemas.serializers import JsonSerializer
 ENTRIES: int = int(os.environ.get("REGIONBUS_OQL_ENTRIES", "20000"))
 """Entries of the random-entries test (the issue's figure is 100,000)."""
 
-_FLIGHTS = {
-    "f1": {"origin": "SFO", "delay": 10, "carrier": "UA"},
-    "f2": {"origin": "JFK", "delay": 45, "carrier": "AA"},
-    "f3": {"origin": "SFO", "delay": 0, "carrier": "AA"},
-    "f4": {"origin": "LAX", "delay": None, "carrier": "UA"},
-    "f5": {"origin": "SFO", "carrier": "DL"},
-    "f6": {"origin": "BOS", "delay": 7, "carrier": "B6"},
-}
+_FLIGHTS: dict[str, Any] = json.loads(
+    (Path(__file__).parents[1] / "data" / "oql_flights.json").read_text()
+)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ buckets' answers equal to evaluating the whole region at once."""
 
 from __future__ import annotations
 
+import json
+import pathlib
 import random
 from typing import Any
 
@@ -50,13 +52,9 @@ def _run(oql: str, entries: dict[str, Any], *params: Any, buckets: int = 4) -> l
     return merged(query, [_bucket_answer(query, p) for p in parts])
 
 
-_FLIGHTS = {
-    "f1": {"origin": "SFO", "delay": 10, "carrier": "UA"},
-    "f2": {"origin": "JFK", "delay": 45, "carrier": "AA"},
-    "f3": {"origin": "SFO", "delay": 0, "carrier": "AA"},
-    "f4": {"origin": "LAX", "delay": None, "carrier": "UA"},
-    "f5": {"origin": "SFO", "carrier": "DL"},
-}
+_FLIGHTS: dict[str, Any] = json.loads(
+    (pathlib.Path(__file__).parents[1] / "data" / "oql_flights.json").read_text()
+)
 
 
 def test_a_projection_of_one_path_gives_its_values_and_of_several_gives_structs() -> None:
@@ -80,9 +78,9 @@ def test_select_star_gives_values_entries_or_keys_as_the_iterator_runs() -> None
 
 def test_order_by_puts_null_then_undefined_first_and_desc_reverses_all() -> None:
     ascending = _run("SELECT e.key FROM /r.entries e ORDER BY e.value.delay", _FLIGHTS)
-    assert ascending == ["f4", "f5", "f3", "f1", "f2"]
+    assert ascending == ["f4", "f5", "f3", "f6", "f1", "f2"]
     descending = _run("SELECT e.key FROM /r.entries e ORDER BY e.value.delay DESC", _FLIGHTS)
-    assert descending == ["f2", "f1", "f3", "f5", "f4"]
+    assert descending == ["f2", "f1", "f6", "f3", "f5", "f4"]
 
 
 def test_order_by_several_items_and_ties_broken_by_key() -> None:
@@ -90,9 +88,9 @@ def test_order_by_several_items_and_ties_broken_by_key() -> None:
         "SELECT e.key FROM /r.entries e ORDER BY e.value.origin DESC, e.value.carrier ASC",
         _FLIGHTS,
     )
-    assert rows == ["f3", "f5", "f1", "f4", "f2"]
+    assert rows == ["f3", "f5", "f1", "f4", "f2", "f6"]
     assert _run("SELECT e.key FROM /r.entries e ORDER BY e.value.carrier", _FLIGHTS) == [
-        "f2", "f3", "f5", "f1", "f4"
+        "f2", "f3", "f6", "f5", "f1", "f4"
     ]  # fmt: skip
 
 
@@ -261,7 +259,7 @@ def test_order_by_a_projections_alias_orders_by_its_expression() -> None:
         "WHERE e.value.delay > 0 ORDER BY late DESC",
         _FLIGHTS,
     )
-    assert [r.get("k") for r in rows] == ["f2", "f1"]
+    assert [r.get("k") for r in rows] == ["f2", "f1", "f6"]
     # Without AS the name is no alias: it reads the value's attribute, as any path does.
     query = parse_query("SELECT x.delay FROM /r x ORDER BY delay")
     assert query.order_by[0].expr == Path(("delay",))
