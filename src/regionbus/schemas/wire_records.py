@@ -98,19 +98,16 @@ def _cq_spec_from(d: dict[str, Any]) -> CqSpec:
 
 
 def _query_spec_to(q: QuerySpec) -> dict[str, Any]:
-    # A tuple would read to fastavro as a union's (type name, value): collections go as lists.
     return {
         "query": q.query,
-        "parameters": [
-            sorted(p, key=repr)
-            if isinstance(p, set | frozenset)
-            else list(p)
-            if isinstance(p, tuple | list)
-            else p
-            for p in q.parameters
-        ],
+        "parameters": [_parameter_to(p) for p in q.parameters],
         "value_schema": q.value_schema,
     }
+
+
+def _parameter_to(value: Any) -> Any:
+    # A tuple would read to fastavro as a union's (type name, value): collections go as lists.
+    return list(value) if isinstance(value, list | tuple | set | frozenset) else value
 
 
 def _query_spec_from(d: dict[str, Any]) -> QuerySpec:
