@@ -27,6 +27,7 @@ from regionbus.clients.cq_query import (
     CqStatusListener,
     Operation,
 )
+from regionbus.clients.oql_query import Query
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import (
     ALL_KEYS,
@@ -64,6 +65,12 @@ from regionbus.schemas.errors import (
     InvalidOperationError,
     InvalidRegionNameError,
     NotAuthorizedError,
+    QueryError,
+    QueryExecutionTimeoutError,
+    QueryInvalidError,
+    QueryInvocationTargetError,
+    QueryRowLimitError,
+    QueryTypeMismatchError,
     RegionBusError,
     RegionNotFoundError,
     RequestLimitError,
@@ -77,6 +84,7 @@ from regionbus.schemas.errors import (
 )
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import EventKind, InterestResultPolicy
+from regionbus.schemas.query import Struct
 from regionbus.schemas.serializers import (
     AvroSerializer,
     BytesSerializer,
@@ -134,7 +142,14 @@ __all__ = [
     "LoaderHelper",
     "NotAuthorizedError",
     "Operation",
+    "Query",
+    "QueryError",
+    "QueryExecutionTimeoutError",
+    "QueryInvalidError",
+    "QueryInvocationTargetError",
+    "QueryRowLimitError",
     "QueryService",
+    "QueryTypeMismatchError",
     "Region",
     "RegionBusError",
     "RegionEvent",
@@ -146,6 +161,7 @@ __all__ = [
     "ServerOperationError",
     "ServerTimeoutError",
     "StrSerializer",
+    "Struct",
     "TransportError",
     "UnconnectedError",
     "ValueTooLargeError",

@@ -364,6 +364,17 @@ class AsyncClientCache:
         )
         return AsyncCq(cq, stream)
 
+    async def query(self, oql: str, *params: Any) -> list[Any]:
+        """Run a one-shot OQL query off the event loop:
+        ``cache.query_service().new_query(oql).execute(*params)``.
+
+        Raises:
+            What :meth:`regionbus.clients.query_service.QueryService.new_query` and
+            :meth:`regionbus.clients.oql_query.Query.execute` raise.
+        """
+        query = self.cache.query_service().new_query(oql)
+        return await asyncio.to_thread(query.execute, *params)
+
     async def ready_for_events(self) -> None:
         """:meth:`ClientCache.ready_for_events`."""
         await asyncio.to_thread(self.cache.ready_for_events)

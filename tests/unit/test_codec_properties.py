@@ -70,6 +70,7 @@ from regionbus.schemas.messages import (
     Message,
     Operation,
     OperationKind,
+    QuerySpec,
     Reply,
 )
 from regionbus.schemas.serializers import (
@@ -120,6 +121,14 @@ CQ_SPECS = st.builds(
     initial_results=st.booleans(),
     value_schema=OPT_TEXT,
 )
+SCALARS = st.none() | st.booleans() | LONGS | st.floats(allow_nan=False) | TEXT
+# Collections travel as lists (a tuple would read to fastavro as a union's choice).
+QUERY_SPECS = st.builds(
+    QuerySpec,
+    query=TEXT,
+    parameters=st.lists(SCALARS | st.lists(SCALARS, max_size=4), max_size=4).map(tuple),
+    value_schema=OPT_TEXT,
+)
 OPERATIONS = st.builds(
     Operation,
     request_id=LONGS,
@@ -140,6 +149,7 @@ OPERATIONS = st.builds(
     cq=st.none() | CQ_SPECS,
     kafka_principal=OPT_TEXT,
     expected_value=OPT_BYTES,
+    query=st.none() | QUERY_SPECS,
 )
 EVENTS = st.builds(
     Event,

@@ -174,6 +174,16 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         linger_ms: librdkafka producer ``linger.ms`` (replies, events, queues): 1 ms, as
             the clients' (see ``ClientSettings.linger_ms``).
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
+        query_max_execution_time_ms: Most wall-clock time a bucket's primary spends on its
+            part of one one-shot query (reading the bucket's entries, evaluating, ordering)
+            before it stops and answers ``QueryExecutionTimeoutError``: the longest one
+            query holds the server's loop from other clients' operations. Geode's
+            ``gemfire.Cache.MAX_QUERY_EXECUTION_TIME`` is unlimited by default (-1); here
+            500 ms, some 25,000 JSON entries of a few fields on one core.
+        query_max_rows_per_bucket: Most rows a bucket's primary answers for one one-shot
+            query (after its LIMIT); a query that would answer more fails with
+            ``QueryRowLimitError``, so one query's answer is at most ``total_buckets``
+            times this many entries. Default 10,000 (Geode bounds none).
         client_topic_partitions: Partitions of the shared client topics ``{ns}.queues`` and
             ``{ns}.replies`` when a server creates them (an existing topic keeps its
             count). A client reads the partition its id hashes to: about 1/16 of the
@@ -229,6 +239,8 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     linger_ms: int = Field(default=1, ge=0)
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
+    query_max_execution_time_ms: int = Field(default=500, ge=1)
+    query_max_rows_per_bucket: int = Field(default=10_000, ge=1)
     client_topic_partitions: int = Field(default=DEFAULT_CLIENT_PARTITIONS, ge=1, le=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)

@@ -125,7 +125,7 @@ class CqTable:
             CqInvalidError: the value schema is not an Avro record schema.
         """
         if value_schema is not None:
-            self._learn_schema(value_schema)
+            self.learn_schema(value_schema)
         held = self._by_client.setdefault(client_id, {})
         place = held.get(name)
         if place is not None and place != (parsed.region, parsed.canonical):
@@ -317,7 +317,14 @@ class CqTable:
             return None
         return self._regions[place[0]][place[1]].holders.get((client_id, name))
 
-    def _learn_schema(self, value_schema: str) -> None:
+    def learn_schema(self, value_schema: str) -> None:
+        """Read ``avro:`` values of this schema from now on (:meth:`value`); the one-shot
+        queries bring theirs too.
+
+        Raises:
+            CqInvalidError: (rule ``value-schema``) it is longer than
+                :data:`MAX_VALUE_SCHEMA_CHARS` or not an Avro record schema.
+        """
         if len(value_schema) > MAX_VALUE_SCHEMA_CHARS:
             raise CqInvalidError(
                 f"the value schema is {len(value_schema)} characters, more than "

@@ -25,6 +25,7 @@ from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.queries import BucketQueries
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import wall_clock_ms
@@ -103,6 +104,7 @@ class OperationHandlers:
         self._outbox = outbox
         self._stats = stats
         self._cqs = cqs
+        self._queries = BucketQueries(settings, store, cqs)
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -128,6 +130,7 @@ class OperationHandlers:
             OperationKind.REMOVE: entries.add,
             OperationKind.CONTAINS_KEY: entries.add,
             OperationKind.SIZE: self.size,
+            OperationKind.QUERY: self.query,
         }
         """The handler of each operation kind."""
 
@@ -195,6 +198,30 @@ class OperationHandlers:
             return
         reply = Reply(request_id=op.request_id, bucket=bucket, ok=True, entry_count=count)
         self._outbox.reply(reply, ClientAddress.of(op))
+
+    def query(self, op: Operation, bucket: int, offset: int) -> None:
+        """Run this bucket's part of a one-shot OQL query and answer the entries it selects,
+        ordered and limited, or for ``COUNT(*)`` how many (Geode ``Query.execute``; see
+        :mod:`regionbus.broker.queries`).
+
+        Raises:
+            QueryError: the query is invalid, over its time or row budget, or cannot be
+                evaluated on an entry (the caller replies the error).
+            TransportError: Redis failed.
+        """
+        if not self._ownership.still_primary(bucket):
+            return
+        assert op.query is not None
+        answer = self._queries.run(op.query, op.region, bucket)
+        if not answer.exists:
+            self._region_missing(op, bucket)
+        elif answer.selected is not None:
+            reply = Reply(
+                request_id=op.request_id, bucket=bucket, ok=True, entry_count=answer.selected
+            )
+            self._outbox.reply(reply, ClientAddress.of(op))
+        else:
+            self._reply_entries(op, bucket, answer.entries)
 
     # --- interest ----------------------------------------------------------------------
 

@@ -6,13 +6,19 @@ from regionbus.broker.config import ServerSettings
 from regionbus.schemas.cq import parse_cq
 from regionbus.schemas.cq_checks import check_cq_name
 from regionbus.schemas.entry_checks import check_key, check_region_name, check_value_size
-from regionbus.schemas.errors import CqInvalidError, InvalidOperationError, ValueTooLargeError
+from regionbus.schemas.errors import (
+    CqInvalidError,
+    InvalidOperationError,
+    QueryInvalidError,
+    ValueTooLargeError,
+)
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, LOAD_MEMBER
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.limits import KEYS_PER_REGISTRATION_MESSAGE, check_count
 from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 from regionbus.schemas.operation_kinds import Scope, kind_row
+from regionbus.schemas.query import parse_query
 
 
 def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
@@ -40,6 +46,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             in one (`regionbus.schemas.limits.KEYS_PER_REGISTRATION_MESSAGE`).
         CqInvalidError: a CQ operation without a CQ, with a name the clients would refuse,
             or (to execute) a query outside the CQ subset or of another region.
+        QueryInvalidError: a QUERY whose query does not parse, is of another region, or
+            whose parameters do not fit it (`regionbus.schemas.query.ParsedQuery.bind`).
     """
     kind = op.kind
     row = kind_row(kind)
@@ -96,6 +104,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
         )
         for key in op.interest.keys:
             check_key(key)
+    if row.needs_query:
+        _check_query(op)
     if row.needs_cq:
         if op.cq is None:
             raise InvalidOperationError(f"{kind.value} needs a CQ")
@@ -108,6 +118,19 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
                     rule="one-region",
                     query=op.cq.query,
                 )
+
+
+def _check_query(op: Operation) -> None:
+    """A QUERY carries a query of its own region that parses and binds its parameters."""
+    if op.query is None:
+        raise InvalidOperationError(f"{op.kind.value} needs a query")
+    parsed = parse_query(op.query.query).bind(op.query.parameters)
+    if parsed.region != op.region:
+        raise QueryInvalidError(
+            f"the query selects from /{parsed.region}, the operation is on {op.region!r}",
+            rule="one-region",
+            query=op.query.query,
+        )
 
 
 __all__ = ["validate"]

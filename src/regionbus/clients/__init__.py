@@ -15,6 +15,7 @@ from regionbus.clients.cq_query import (
     CqStatusListener,
     Operation,
 )
+from regionbus.clients.oql_query import Query
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import (
     ALL_KEYS,
@@ -56,6 +57,7 @@ __all__ = [
     "InterestResultPolicy",
     "JsonSerializer",
     "Operation",
+    "Query",
     "QueryService",
     "Region",
     "RegionEvent",

@@ -330,12 +330,12 @@ class ClientCache:
         region = self._regions.get(name)
         return None if region is None else region.serializer
 
-    # --- continuous queries ------------------------------------------------------------
+    # --- queries -----------------------------------------------------------------------
 
     def query_service(self) -> QueryService:
-        """The continuous queries of this cache (Geode ``ClientCache.getQueryService``):
-        ``new_cq``, ``get_cqs``, ``execute_cqs``, ``stop_cqs``, ``close_cqs``,
-        ``get_all_durable_cqs_from_server`` (SPEC §9)."""
+        """The queries of this cache (Geode ``ClientCache.getQueryService``): one-shot
+        ``new_query`` and continuous ``new_cq``, ``get_cqs``, ``execute_cqs``,
+        ``stop_cqs``, ``close_cqs``, ``get_all_durable_cqs_from_server`` (SPEC §9)."""
         return self._query_service
 
     # --- subscription ------------------------------------------------------------------

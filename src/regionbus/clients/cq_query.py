@@ -198,6 +198,23 @@ class CqRegionLookup(Protocol):
         ...
 
 
+def decode_region_value(
+    regions: CqRegionLookup, region: str, data: bytes | None, serializer: str | None
+) -> Any:
+    """A value of a region as the application sees it: decoded by the region's serializer
+    when it wrote it, else by the serializer named (None stays None).
+
+    Raises:
+        SerializationError: the bytes do not decode, or the serializer is unknown here.
+    """
+    if data is None:
+        return None
+    own = regions.region_serializer(region)
+    if own is not None and serializer == own.name:
+        return own.loads(data)
+    return serializer_named(serializer, {own.name: own} if own else None).loads(data)
+
+
 class CqQuery:
     """A continuous query (Geode ``CqQuery``). Made by ``QueryService.new_cq``.
 
@@ -367,12 +384,7 @@ class CqQuery:
         Raises:
             SerializationError: the bytes do not decode.
         """
-        if data is None:
-            return None
-        own = self._regions.region_serializer(self.region_name)
-        if own is not None and serializer == own.name:
-            return own.loads(data)
-        return serializer_named(serializer, {own.name: own} if own else None).loads(data)
+        return decode_region_value(self._regions, self.region_name, data, serializer)
 
     # --- internals ---------------------------------------------------------------------
 
@@ -462,5 +474,6 @@ __all__ = [
     "CqStatusListener",
     "Operation",
     "call_cq_listeners",
+    "decode_region_value",
     "notify_cq_listeners",
 ]

@@ -1,7 +1,8 @@
-"""``QueryService``: a client cache's continuous queries (Geode ``QueryService`` and the
-client half of ``CqServiceImpl``).
+"""``QueryService``: a client cache's queries, one-shot and continuous (Geode
+``QueryService`` and the client half of ``CqServiceImpl``).
 
-It makes CQs (checking the query against Geode's CQ subset before anything is sent), lists,
+It makes one-shot queries (``new_query``, see :mod:`regionbus.clients.oql_query`). It
+makes CQs (checking the query against Geode's CQ subset before anything is sent), lists,
 executes, stops and closes them, asks the servers for the durable CQs they hold for this
 client, and hands each CQ event from the subscription queue to the CQs it names.
 """
@@ -12,10 +13,12 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from typing import Final
 
 from regionbus.clients.cq_query import CqAttributes, CqEvent, CqQuery, CqRegionLookup
+from regionbus.clients.oql_query import Query
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
-from regionbus.schemas.cq import parse_cq
+from regionbus.schemas.cq import UNDEFINED, parse_cq
 from regionbus.schemas.cq_checks import MAX_CQS_PER_CLIENT, check_cq_name
 from regionbus.schemas.errors import (
     CqError,
@@ -26,17 +29,23 @@ from regionbus.schemas.errors import (
 )
 from regionbus.schemas.messages import CqEvent as WireCqEvent
 from regionbus.schemas.messages import EventKind, OperationKind
+from regionbus.schemas.query import parse_query
 
 log = logging.getLogger("regionbus.client")
 
 
 class QueryService:
-    """The continuous queries of one client cache. Get it with ``cache.query_service()``.
+    """The one-shot and continuous queries of one client cache. Get it with
+    ``cache.query_service()``.
 
     Args:
         cache: The client cache (its pool and subscription queue).
         regions: Gives the serializer of a region of the cache.
     """
+
+    UNDEFINED: Final = UNDEFINED
+    """The value of an attribute a value does not have (Geode ``QueryService.UNDEFINED``):
+    a projection of one gives it, and any comparison with it but ``<>`` is false."""
 
     def __init__(self, cache: CacheConnection, regions: CqRegionLookup) -> None:
         self._cache = cache
@@ -47,6 +56,22 @@ class QueryService:
         self.unknown_cq_events = 0
         """CQ events naming no CQ of this client (closed meanwhile, or never re-made after a
         durable reconnect): dropped, as in Geode."""
+
+    def new_query(self, query: str) -> Query:
+        """Make a one-shot OQL query (Geode ``QueryService.newQuery``); run it with
+        ``execute(*params)``.
+
+        Args:
+            query: ``SELECT * | expr [AS name], ... FROM /region[.entries | .keys]
+                [[AS] alias] [WHERE predicate] [ORDER BY expr [ASC | DESC], ...]
+                [LIMIT n]``, with ``$1``, ``$2``, ... where a literal, an ``IN``
+                collection or the LIMIT may stand; the predicates of CQs (SPEC §9).
+
+        Raises:
+            QueryInvalidError: the query does not parse or is outside what runs (``rule``
+                names how; see `regionbus.schemas.query.rules`); nothing was sent.
+        """
+        return Query(self._cache, self._regions, parse_query(query))
 
     def new_cq(
         self,

@@ -31,6 +31,7 @@ from regionbus.schemas.messages import (
     InterestSpec,
     Operation,
     OperationKind,
+    QuerySpec,
     Reply,
 )
 from regionbus.schemas.naming import bucket_of, region_bucket
@@ -161,12 +162,14 @@ class ServerRegionProxy:
         bucket: int = -1,
         request_id: int | None = None,
         cq: CqSpec | None = None,
+        query: QuerySpec | None = None,
     ) -> Operation:
         """A new operation of this client on this region.
 
         Args:
             kind: What to do.
-            key, value, callback_argument, interest, cq: Its fields, where the kind has them.
+            key, value, callback_argument, interest, cq, query: Its fields, where the kind
+                has them.
             bucket: The bucket the EventID is widened with.
             request_id: Share a request id across several operations; None for a new one.
         """
@@ -186,6 +189,7 @@ class ServerRegionProxy:
             interest=interest,
             kafka_principal=pool.kafka_principal,
             cq=cq,
+            query=query,
         )
 
     def wait(self, future: Future[list[Reply]], request_id: int) -> list[Reply]:
@@ -215,9 +219,11 @@ class ServerRegionProxy:
         raise_first_error([reply])
         return reply
 
-    def every_bucket(self, kind: OperationKind, cq: CqSpec | None = None) -> list[Reply]:
-        """Send one operation of ``kind`` (no EventID: a read, or a continuous query's
-        ``cq``) to every bucket; wait for all.
+    def every_bucket(
+        self, kind: OperationKind, cq: CqSpec | None = None, query: QuerySpec | None = None
+    ) -> list[Reply]:
+        """Send one operation of ``kind`` (no EventID: a read, a continuous query's ``cq``
+        or a one-shot ``query``) to every bucket; wait for all.
 
         Raises:
             RegionBusError: the error the first failed reply names.
@@ -226,7 +232,7 @@ class ServerRegionProxy:
         request_id = self._cache.pool.next_request_id()
         ops = [
             (
-                self.operation(kind, request_id=request_id, cq=cq),
+                self.operation(kind, request_id=request_id, cq=cq, query=query),
                 b,
             )
             for b in range(self._cache.total_buckets)

@@ -219,6 +219,56 @@ class CqEvaluationError(CqError):
     decode. The server reports it to the CQ's listeners' ``on_error`` instead of an event."""
 
 
+class QueryError(RegionBusError):
+    """A one-shot OQL query could not be run (Geode ``QueryException``, the root of
+    ``org.apache.geode.cache.query``'s checked exceptions)."""
+
+
+class QueryInvalidError(QueryError):
+    """A query does not parse, or is outside the OQL regionbus runs (Geode
+    ``QueryInvalidException``). Raised by ``QueryService.new_query`` before anything is
+    sent, or by ``Query.execute`` for parameters that do not fit the query.
+
+    Attributes:
+        rule: The rule the query breaks (see :data:`regionbus.schemas.query.rules.QUERY_RULES`;
+            ``"syntax"`` when it does not parse). Empty when the servers refused it: their
+            reply carries the message only.
+        query: The query text.
+    """
+
+    def __init__(self, message: str, *, rule: str = "", query: str = "") -> None:
+        super().__init__(message, message_ref=query)
+        self.rule = rule
+        self.query = query
+
+
+class QueryExecutionTimeoutError(QueryError):
+    """A bucket's primary spent its ``query_max_execution_time_ms`` on the query and
+    stopped it (Geode ``QueryExecutionTimeoutException``, raised past
+    ``gemfire.Cache.MAX_QUERY_EXECUTION_TIME``). Not retriable: the same query over the
+    same entries takes as long again."""
+
+
+class QueryRowLimitError(QueryError):
+    """A bucket's answer to the query would hold more than the servers'
+    ``query_max_rows_per_bucket`` rows: add a LIMIT or narrow the WHERE clause. It stands
+    where Geode's ``QueryExecutionLowMemoryException`` does (a query stopped to protect the
+    server's memory); Geode bounds no row count."""
+
+
+class QueryTypeMismatchError(QueryError):
+    """The query compared values of different types on some entry: a relational operator
+    in the WHERE clause (Geode ``TypeMismatchException``), or ORDER BY values of different
+    kinds, or of kinds with no order (Geode's ``OrderByComparator`` fails with a
+    ``ClassCastException`` there)."""
+
+
+class QueryInvocationTargetError(QueryError):
+    """Reading a value of the region failed while the query ran: it does not decode on the
+    server (Geode ``QueryInvocationTargetException``: a method the query invoked on a value
+    threw)."""
+
+
 class InvalidOperationError(RegionBusError):
     """An operation decoded but is malformed (missing key, wrong bucket, no EventID); the
     server dead-letters it and replies with this."""
@@ -307,6 +357,12 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         CqExistsError,
         CqClosedError,
         CqStateError,
+        QueryError,
+        QueryInvalidError,
+        QueryExecutionTimeoutError,
+        QueryRowLimitError,
+        QueryTypeMismatchError,
+        QueryInvocationTargetError,
         InvalidOperationError,
         RequestLimitError,
         InvalidKeyError,

@@ -10,7 +10,7 @@ schema docs; times are milliseconds since the Unix epoch, UTC.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from regionbus.schemas.eventid import EventID
 
@@ -65,6 +65,10 @@ class OperationKind(enum.Enum):
     """Create an entry with the value a server's ``CacheLoader`` loaded on a get's miss,
     only when the key has none (Geode ``Operation.NET_LOAD_CREATE``): produced by a
     bucket's primary to its own partition, never by a client (:mod:`regionbus.broker.loading`)."""
+    QUERY = "QUERY"
+    """Run a one-shot OQL query over the region's entries in the bucket and answer the
+    ordered, limited entries it selects (Geode ``QueryService.newQuery(oql).execute``, one
+    bucket's part of ``PartitionedRegionQueryEvaluator``)."""
 
 
 class EventKind(enum.Enum):
@@ -146,6 +150,21 @@ class CqSpec(NamedTuple):
     value_schema: str | None = None
 
 
+class QuerySpec(NamedTuple):
+    """A one-shot OQL query as it travels to every bucket's primary (Geode
+    ``Query.execute(params)``).
+
+    ``parameters`` are the values of ``$1``, ``$2``, ...: None, bool, int, float, str, or a
+    list of those (``IN $n``). ``value_schema`` is the Avro schema (JSON text) of the
+    region's values when its serializer is ``avro:<name>``, so the servers can read their
+    attributes.
+    """
+
+    query: str
+    parameters: tuple[Any, ...] = ()
+    value_schema: str | None = None
+
+
 class Entry(NamedTuple):
     """One entry in a bulk-load or keys reply. ``value`` None means invalid or keys-only."""
 
@@ -176,6 +195,7 @@ class Operation(NamedTuple):
     cq: CqSpec | None = None
     kafka_principal: str | None = None
     expected_value: bytes | None = None
+    query: QuerySpec | None = None
 
 
 class Event(NamedTuple):

@@ -64,6 +64,7 @@ class KindRow:
         needs_interest: It carries an interest spec.
         needs_cq: It carries a CQ spec.
         parses_query: Its CQ's query is parsed and checked by the servers (EXECUTE_CQ).
+        needs_query: It carries a one-shot query (QUERY), parsed and bound by the servers.
         region_event: The region event it causes, for a region change; else None.
         expiration: An entry expiration (its EventID is in the expirations' thread).
     """
@@ -76,6 +77,7 @@ class KindRow:
     needs_interest: bool = False
     needs_cq: bool = False
     parses_query: bool = False
+    needs_query: bool = False
     region_event: EventKind | None = None
     expiration: bool = False
 
@@ -151,6 +153,8 @@ OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
         OperationKind.LOAD_CREATE: KindRow(
             Scope.ENTRY, change=True, batched=True, access=Access.SERVERS_ONLY, needs_value=True
         ),
+        # Geode authorizes a query with DATA:READ on each region it reads (one here).
+        OperationKind.QUERY: KindRow(Scope.REGION, access=Access.READ_REGION, needs_query=True),
     }
 )
 """The row of every operation kind."""

@@ -26,6 +26,7 @@ from regionbus.schemas.messages import (
     Marker,
     Operation,
     OperationKind,
+    QuerySpec,
     Reply,
 )
 
@@ -96,6 +97,23 @@ def _cq_spec_from(d: dict[str, Any]) -> CqSpec:
     return CqSpec(d["name"], d["query"], d["durable"], d["initial_results"], d["value_schema"])
 
 
+def _query_spec_to(q: QuerySpec) -> dict[str, Any]:
+    return {
+        "query": q.query,
+        "parameters": [_parameter_to(p) for p in q.parameters],
+        "value_schema": q.value_schema,
+    }
+
+
+def _parameter_to(value: Any) -> Any:
+    # A tuple would read to fastavro as a union's (type name, value): collections go as lists.
+    return list(value) if isinstance(value, list | tuple | set | frozenset) else value
+
+
+def _query_spec_from(d: dict[str, Any]) -> QuerySpec:
+    return QuerySpec(d["query"], tuple(d["parameters"]), d["value_schema"])
+
+
 def _operation_to(o: Operation) -> dict[str, Any]:
     return {
         "request_id": o.request_id,
@@ -116,6 +134,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "cq": _cq_spec_to(o.cq) if o.cq is not None else None,
         "kafka_principal": o.kafka_principal,
         "expected_value": o.expected_value,
+        "query": _query_spec_to(o.query) if o.query is not None else None,
     }
 
 
@@ -139,6 +158,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         cq=_cq_spec_from(d["cq"]) if d["cq"] is not None else None,
         kafka_principal=d["kafka_principal"],
         expected_value=d["expected_value"],
+        query=_query_spec_from(d["query"]) if d["query"] is not None else None,
     )
 
 

@@ -36,6 +36,7 @@ from regionbus.schemas.cq.syntax import (
     Literal,
     Membership,
     Not,
+    Parameter,
     Path,
 )
 
@@ -243,6 +244,7 @@ class _Compiler:
                     .when(members.isNull(), ERROR)
                     .otherwise(_code(found))
                 )
+            assert not isinstance(expr.collection, Parameter), "a CQ has no bind parameters"
             found = F.lit(False)
             for member in expr.collection:
                 found = found | (_compare("=", element, self.operand(member)) == TRUE)

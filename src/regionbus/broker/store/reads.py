@@ -4,7 +4,7 @@ plain Redis commands: they change nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from regionbus.broker.store.base import StoreBase
 from regionbus.broker.store.results import GatewayVersion, Snapshot, to_entry, version_of
@@ -114,6 +114,43 @@ class EntryReads(StoreBase):
             version, serializer = parse_meta(meta)
             entries.append(Entry(key, version, value, serializer))
         return Snapshot(bool(exists), entries, version_of(version_counter))
+
+    def pages(self, region: str, bucket: int, page_entries: int) -> Iterator[list[Entry]]:
+        """The valid entries of one bucket, a page at a time (``HSCAN`` of the metadata,
+        then ``HMGET`` of the page's values): a reader may stop between pages, so reading
+        a large bucket holds neither Redis nor the caller for long. Run between two of the
+        bucket's operations (its primary's loop), the pages see one state of the bucket.
+
+        Args:
+            region: Region name.
+            bucket: The bucket.
+            page_entries: About how many entries one page reads (Redis' ``COUNT`` hint).
+
+        Yields:
+            Lists of entries, each key once; invalid entries are left out.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        meta_key = self.keys.region_meta(region, bucket)
+        values_key = self.keys.region_values(region, bucket)
+        seen: set[str] = set()
+        cursor = 0
+        while True:
+            with redis_errors():
+                cursor, metas = self.redis.hscan(meta_key, cursor, count=page_entries)
+                # HSCAN may return a key twice; each is read once.
+                found = [(k.decode(), m) for k, m in metas.items() if k.decode() not in seen]
+                values = self.redis.hmget(values_key, [k for k, _ in found]) if found else []
+            page = []
+            for (key, meta), value in zip(found, values, strict=True):
+                seen.add(key)
+                if value is not None:
+                    version, serializer = parse_meta(meta)
+                    page.append(Entry(key, version, value, serializer))
+            yield page
+            if cursor == 0:
+                return
 
     def entries(self, region: str) -> dict[str, Entry]:
         """Every entry of a region across all buckets (for tests, tools, verification).

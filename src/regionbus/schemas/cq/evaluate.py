@@ -59,7 +59,9 @@ from regionbus.schemas.cq.syntax import (
     Literal,
     Membership,
     Not,
+    Parameter,
     Path,
+    text_of,
 )
 from regionbus.schemas.errors import CqEvaluationError
 
@@ -207,6 +209,8 @@ def evaluate(expr: Expr, value: Any, likes: LikePatterns | None = None) -> Any:
         return is_undefined is not expr.defined  # type: ignore[union-attr]
     if kind is Membership:
         return _membership(expr, value, likes)  # type: ignore[arg-type]
+    if kind is Parameter:
+        raise CqEvaluationError(f"bind parameter {text_of(expr)} was not bound")
     return _like(expr, value, likes)  # type: ignore[arg-type]
 
 
@@ -319,6 +323,8 @@ def _membership(expr: Membership, value: Any, likes: LikePatterns) -> Any:
         if isinstance(collection, Mapping) or not isinstance(collection, list | tuple):
             raise CqEvaluationError(f"IN needs a collection, got {type(collection).__name__}")
         members: Any = collection
+    elif isinstance(expr.collection, Parameter):
+        raise CqEvaluationError(f"bind parameter ${expr.collection.number} was not bound")
     else:
         members = (evaluate(m, value, likes) for m in expr.collection)
     # "=" never raises: values of different kinds are just not equal.

@@ -9,63 +9,34 @@ same code.
 
 from __future__ import annotations
 
-import functools
-from importlib import resources
 from typing import Any, Final, NamedTuple
 
-import re2
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedInput
+from lark import Tree
 
-from regionbus.schemas.cq.evaluate import (
-    MAX_LIKE_PROGRAM_SIZE,
-    LikePatterns,
-    like_pattern,
-    like_program_size,
-    selects,
+from regionbus.schemas.cq.evaluate import LikePatterns, selects
+from regionbus.schemas.cq.expressions import (
+    MAX_CQ_NESTING,
+    MAX_CQ_QUERY_CHARS,
+    ExpressionReader,
+    name_of,
+    select_tree,
 )
 from regionbus.schemas.cq.rules import (
     BIND_PARAMETER,
     DISTINCT,
     GROUP_BY,
-    LIKE_PATTERN,
     LIMIT,
     ONE_ITERATOR,
     ONE_REGION,
     ORDER_BY,
     PROJECTION,
     REGION_PATH,
-    SYNTAX,
-    UNSUPPORTED_EXPRESSION,
     WHERE_REGION,
 )
-from regionbus.schemas.cq.syntax import (
-    UNDEFINED,
-    Comparison,
-    Defined,
-    Expr,
-    Junction,
-    Like,
-    Literal,
-    Membership,
-    Not,
-    Path,
-    canonical_text,
-    normalized,
-)
+from regionbus.schemas.cq.syntax import Expr, canonical_text, normalized
 from regionbus.schemas.errors import CqInvalidError
 
-MAX_CQ_QUERY_CHARS: Final = 4096
-"""Longest query text accepted: it bounds the predicate each change is evaluated against
-on the servers' thread (Geode sets no limit)."""
-
-MAX_CQ_NESTING: Final = 100
-"""Deepest the parsed query may nest (parentheses, NOT, AND/OR, comparisons each add a level
-or two; a plain query of a few predicates nests about 20). Checked here, where the client
-and the servers parse, before anything walks the query recursively: past some 980 levels
-Python's recursion limit was met, at the client or only at the server."""
-
-_REGION_ATTRIBUTES: Final = ("entries", "entryset", "values", "keys", "keyset")
+REGION_ATTRIBUTES: Final = ("entries", "entryset", "values", "keys", "keyset")
 """What follows a region path in ``/r.entries`` and the like: an iterator over something
 other than the region's values, which CQs refuse (Geode: "CQ queries must have a region
 path only as the first iterator in the FROM clause")."""
@@ -101,12 +72,6 @@ class ParsedCq(NamedTuple):
         return selects(self.predicate, value, self.likes)
 
 
-@functools.cache
-def _parser() -> Lark:
-    grammar = resources.files("regionbus.schemas.cq").joinpath("oql.lark").read_text()
-    return Lark(grammar, parser="lalr", maybe_placeholders=False)
-
-
 def parse_cq(query: object) -> ParsedCq:
     """Parse and check a CQ: ``SELECT * FROM /region [[AS] alias] [WHERE predicate]``.
 
@@ -125,54 +90,8 @@ def parse_cq(query: object) -> ParsedCq:
             `regionbus.schemas.cq.evaluate.MAX_LIKE_PROGRAM_SIZE` together (rule
             ``like-pattern``); ``rule`` names it (see :mod:`regionbus.schemas.cq.rules`).
     """
-    if not isinstance(query, str):
-        raise CqInvalidError(
-            f"a CQ query is a str, got {type(query).__name__}", rule=SYNTAX, query=str(query)
-        )
-    if len(query) > MAX_CQ_QUERY_CHARS:
-        raise CqInvalidError(
-            f"the query is {len(query)} characters, more than {MAX_CQ_QUERY_CHARS}",
-            rule=SYNTAX,
-            query=query[:MAX_CQ_QUERY_CHARS],
-        )
-    try:
-        tree = _parser().parse(query)
-    except UnexpectedInput as exc:
-        where = f"line {exc.line}, column {exc.column}" if exc.line > 0 else "the end"
-        raise CqInvalidError(
-            f"syntax error in CQ query at {where}: {_unexpected(exc)}", rule=SYNTAX, query=query
-        ) from None
-    except RecursionError:
-        raise CqInvalidError("the query nests too deeply", rule=SYNTAX, query=query) from None
-    depth = _depth(tree)
-    if depth > MAX_CQ_NESTING:
-        raise CqInvalidError(
-            f"the query nests {depth} levels deep, more than {MAX_CQ_NESTING}",
-            rule=SYNTAX,
-            query=query,
-        )
-    select = tree.children[-1]
-    assert isinstance(select, Tree)
-    return _Checker(query).check(select)
-
-
-def _depth(tree: Tree) -> int:
-    """How deep a parse tree nests, walked without recursion."""
-    deepest = 0
-    stack: list[tuple[Tree, int]] = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
-    return deepest
-
-
-def _unexpected(exc: UnexpectedInput) -> str:
-    token = getattr(exc, "token", None)
-    if token is not None:
-        return f"unexpected {str(token)!r}" if str(token) else "unexpected end of query"
-    char = getattr(exc, "char", None)
-    return f"unexpected character {char!r}" if char else "unexpected input"
+    checker = _Checker(query[:MAX_CQ_QUERY_CHARS] if isinstance(query, str) else str(query))
+    return checker.check(select_tree(query, checker.refuse))
 
 
 class _Checker:
@@ -180,8 +99,7 @@ class _Checker:
 
     def __init__(self, query: str) -> None:
         self._query = query
-        self._alias: str | None = None
-        self._likes: dict[str, tuple[Any, int]] = {}
+        self._reader = ExpressionReader(self.refuse, "CQ predicates")
 
     def refuse(self, rule: str, message: str) -> CqInvalidError:
         return CqInvalidError(f"{message} (rule {rule})", rule=rule, query=self._query)
@@ -212,151 +130,53 @@ class _Checker:
             raise self.refuse(GROUP_BY, "CQ queries do not support GROUP BY")
         if "limit" in parts:
             raise self.refuse(LIMIT, "CQ queries do not support LIMIT")
-        if any(True for _ in select.find_data("bind_parameter")):
+        if any(True for _ in select.find_data("bind_parameter")) or any(
+            True for _ in select.find_data("parameter_collection")
+        ):
             raise self.refuse(BIND_PARAMETER, "CQ queries do not support bind parameters")
-        predicate = None if where is None else normalized(self._expr(where.children[1]))
-        likes = LikePatterns(self._likes)
-        if likes.program_size > MAX_LIKE_PROGRAM_SIZE:
-            raise self.refuse(
-                LIKE_PATTERN,
-                f"the LIKE patterns compile to {likes.program_size} instructions, more than "
-                f"{MAX_LIKE_PROGRAM_SIZE}",
-            )
+        predicate = None if where is None else normalized(self._reader.expr(where.children[1]))
+        likes = self._reader.likes()
         return ParsedCq(self._query, region, predicate, canonical_text(region, predicate), likes)
 
-    def _like(self, pattern: str) -> None:
-        """Compile a LIKE pattern once per query, within RE2's memory budget."""
-        if pattern in self._likes:
-            return
-        try:
-            compiled = like_pattern(pattern)
-        except re2.error:
-            shown = pattern if len(pattern) <= 80 else f"{pattern[:80]}..."
-            raise self.refuse(
-                LIKE_PATTERN, f"LIKE pattern {shown!r} does not compile within 1 MiB"
-            ) from None
-        self._likes[pattern] = (compiled, like_program_size(compiled))
-
     def _iterator(self, iterator: Tree) -> str:
-        alias_tree: Tree | None
-        if iterator.data == "iterator_in":
-            alias_tree, collection = [c for c in iterator.children if isinstance(c, Tree)]
-        else:
-            collection = iterator.children[0]
-            named = [c for c in iterator.children[1:] if isinstance(c, Tree)]
-            alias_tree = named[0] if named else None
-        if not (isinstance(collection, Tree) and collection.data == "region"):
+        path, attribute, alias = region_iterator(iterator)
+        if path is None or attribute is not None:
+            shown = "" if path is None else f", not /{path}.{attribute}"
             raise self.refuse(
                 REGION_PATH,
-                "CQ queries must have a region path only as the first iterator in the FROM clause",
+                "CQ queries must have a region path only as the first iterator in the FROM "
+                f"clause{shown}",
             )
-        path = str(collection.children[0])[1:]
-        last = path.rsplit(".", 1)
-        if len(last) == 2 and last[1].lower().rstrip("()") in _REGION_ATTRIBUTES:
-            raise self.refuse(
-                REGION_PATH,
-                f"CQ queries must have a region path only as the first iterator in the FROM "
-                f"clause, not /{path}",
-            )
-        if alias_tree is not None:
-            assert isinstance(alias_tree, Tree)
-            self._alias = _name(alias_tree)
+        self._reader.alias = alias
         return path
 
-    def _expr(self, node: Tree | Token) -> Expr:
-        if isinstance(node, Token):  # pragma: no cover - every operand is a tree
-            raise self.refuse(SYNTAX, f"unexpected {node!s}")
-        data = node.data
-        children = [c for c in node.children if not _is_keyword(c)]
-        if data == "path":
-            return self._path(node)
-        if data in _LITERALS:
-            return Literal(_literal(data, node))
-        if data == "comparison":
-            left, operator, right = children
-            op = "<>" if str(operator) == "!=" else str(operator)
-            return Comparison(op, self._expr(left), self._expr(right))
-        if data == "or_expr" or data == "and_expr":
-            op = "OR" if data == "or_expr" else "AND"
-            return Junction(op, tuple(self._expr(c) for c in children))
-        if data == "negation":
-            return Not(self._expr(children[0]))
-        if data in ("is_defined", "is_undefined"):
-            return Defined(self._expr(children[0]), data == "is_defined")
-        if data == "membership":
-            negated = _negated(node)
-            element, collection = children
-            member = Membership(self._expr(element), self._collection(collection))
-            return Not(member) if negated else member
-        if data == "like":
-            negated = _negated(node)
-            operand, pattern = children
-            if not (isinstance(pattern, Tree) and pattern.data == "string"):
-                raise self.refuse(UNSUPPORTED_EXPRESSION, "LIKE needs a string literal pattern")
-            like = Like(self._expr(operand), str(_literal("string", pattern)))
-            self._like(like.pattern)
-            return Not(like) if negated else like
-        if data == "function_call":
-            name = _name(node.children[0])
-            raise self.refuse(
-                UNSUPPORTED_EXPRESSION,
-                f"function or method {name}() is not supported in CQ predicates "
-                "(IS_DEFINED and IS_UNDEFINED are)",
-            )
-        raise self.refuse(UNSUPPORTED_EXPRESSION, f"{data} is not supported in CQ predicates")
 
-    def _collection(self, node: Tree | Token) -> tuple[Expr, ...] | Path:
-        assert isinstance(node, Tree)
-        if node.data == "path_collection":
-            path_tree = node.children[0]
-            assert isinstance(path_tree, Tree)
-            return self._path(path_tree)
-        members = tuple(self._expr(c) for c in node.children if isinstance(c, Tree))
-        if not all(isinstance(m, Literal) for m in members):
-            raise self.refuse(UNSUPPORTED_EXPRESSION, "an IN set holds literals only")
-        return members
-
-    def _path(self, node: Tree) -> Path:
-        names = [_name(c) for c in node.children if isinstance(c, Tree)]
-        if self._alias is not None and names and names[0] == self._alias:
-            names = names[1:]
-        return Path(tuple(names))
+def region_iterator(iterator: Tree) -> tuple[str | None, str | None, str | None]:
+    """``(region, attribute, alias)`` of a FROM clause's iterator: ``/r.entries e`` is
+    ``("r", "entries", "e")`` (the attribute lowercased, without ``()``), ``/r`` is
+    ``("r", None, None)``; region None when the collection is not a region path."""
+    alias_tree: Tree | None
+    if iterator.data == "iterator_in":
+        alias_tree, collection = [c for c in iterator.children if isinstance(c, Tree)]
+    else:
+        collection = iterator.children[0]
+        named = [c for c in iterator.children[1:] if isinstance(c, Tree)]
+        alias_tree = named[0] if named else None
+    alias = None if alias_tree is None else name_of(alias_tree)
+    if not (isinstance(collection, Tree) and collection.data == "region"):
+        return None, None, alias
+    path = str(collection.children[0])[1:]
+    last = path.rsplit(".", 1)
+    if len(last) == 2 and last[1].lower().rstrip("()") in REGION_ATTRIBUTES:
+        return last[0], last[1].lower().rstrip("()"), alias
+    return path, None, alias
 
 
-_LITERALS: Final = frozenset({"string", "number", "true", "false", "null", "undefined"})
-
-
-def _is_keyword(node: Tree | Token) -> bool:
-    return isinstance(node, Token) and node.type != "COMPARATOR"
-
-
-def _negated(node: Tree) -> bool:
-    return any(isinstance(c, Token) and c.type == "NOT" for c in node.children)
-
-
-def _name(node: Tree | Token) -> str:
-    token = node.children[0] if isinstance(node, Tree) else node
-    text = str(token)
-    return text[1:-1] if text.startswith('"') else text
-
-
-def _literal(data: str, node: Tree) -> Any:
-    if data == "null":
-        return None
-    if data == "undefined":
-        return UNDEFINED
-    if data in ("true", "false"):
-        return data == "true"
-    text = str(node.children[0])
-    if data == "string":
-        return text[1:-1].replace("''", "'")
-    if text[-1] in "lL":
-        return int(text[:-1])
-    if text[-1] in "fFdD":
-        return float(text[:-1])
-    if any(c in text for c in ".eE"):
-        return float(text)
-    return int(text)
-
-
-__all__ = ["MAX_CQ_QUERY_CHARS", "ParsedCq", "parse_cq"]
+__all__ = [
+    "MAX_CQ_NESTING",
+    "MAX_CQ_QUERY_CHARS",
+    "REGION_ATTRIBUTES",
+    "ParsedCq",
+    "parse_cq",
+    "region_iterator",
+]

@@ -51,6 +51,14 @@ class Literal(NamedTuple):
     value: Any
 
 
+class Parameter(NamedTuple):
+    """A bind parameter ``$n`` of a one-shot query (``number`` n, from 1), replaced by the
+    value it is bound to before the query is evaluated (`ParsedQuery.bind` of
+    `regionbus.schemas.query.parser`)."""
+
+    number: int
+
+
 class Comparison(NamedTuple):
     """``left op right`` with ``op`` one of ``= <> < <= > >=``."""
 
@@ -63,7 +71,7 @@ class Membership(NamedTuple):
     """``element IN collection``: a set of literals, or a path to a list."""
 
     element: Expr
-    collection: tuple[Expr, ...] | Path
+    collection: tuple[Expr, ...] | Path | Parameter
 
 
 class Like(NamedTuple):
@@ -93,7 +101,7 @@ class Junction(NamedTuple):
     operands: tuple[Expr, ...]
 
 
-Expr = Path | Literal | Comparison | Membership | Like | Defined | Not | Junction
+Expr = Path | Literal | Parameter | Comparison | Membership | Like | Defined | Not | Junction
 """Any node of a predicate."""
 
 _FLIPPED: Final = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -134,7 +142,7 @@ def normalized(expr: Expr) -> Expr:
         return Comparison(expr.op, left, right)
     if isinstance(expr, Membership):
         element = normalized(expr.element)
-        if isinstance(expr.collection, Path):
+        if isinstance(expr.collection, Path | Parameter):
             return Membership(element, expr.collection)
         members = {text_of(m): m for m in (normalized(m) for m in expr.collection)}
         return Membership(element, tuple(members[k] for k in sorted(members)))
@@ -154,10 +162,12 @@ def text_of(expr: Expr) -> str:
         return ".".join(("v", *(_name(a) for a in expr.attributes)))
     if isinstance(expr, Literal):
         return _literal(expr.value)
+    if isinstance(expr, Parameter):
+        return f"${expr.number}"
     if isinstance(expr, Comparison):
         return f"{text_of(expr.left)} {expr.op} {text_of(expr.right)}"
     if isinstance(expr, Membership):
-        if isinstance(expr.collection, Path):
+        if isinstance(expr.collection, Path | Parameter):
             return f"{text_of(expr.element)} IN {text_of(expr.collection)}"
         members = ", ".join(text_of(m) for m in expr.collection)
         return f"{text_of(expr.element)} IN SET({members})"
@@ -208,6 +218,7 @@ __all__ = [
     "Literal",
     "Membership",
     "Not",
+    "Parameter",
     "Path",
     "Undefined",
     "canonical_text",

@@ -1,0 +1,188 @@
+"""One bucket's part of a one-shot OQL query (Geode ``QueryService.newQuery(oql).execute``):
+the bucket's primary reads its entries, selects, orders and limits them, and answers the
+entries; the client merges the buckets' answers and projects them
+(`regionbus.schemas.query.rows`; Geode's ``PartitionedRegionQueryEvaluator`` splits the
+work the same way, each bucket's node running the query over its own entries).
+
+No client is trusted, and the query runs on the loop that serves every client's
+operations, so its cost is bounded twice: by wall-clock time
+(``query_max_execution_time_ms``, checked between entries and between the pages of the
+Redis reads, past which the query fails with ``QueryExecutionTimeoutError``; Geode's
+``MAX_QUERY_EXECUTION_TIME``) and by the rows one bucket answers
+(``query_max_rows_per_bucket``, ``QueryRowLimitError``). With ``ORDER BY`` and ``LIMIT n``
+the rows kept while reading are at most ``2n``.
+"""
+
+from __future__ import annotations
+
+import time
+from operator import itemgetter
+from typing import Any, Final, NamedTuple
+
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.cq_registry import CqRegistry
+from regionbus.broker.store import RegionStore
+from regionbus.schemas.errors import (
+    CqInvalidError,
+    QueryExecutionTimeoutError,
+    QueryInvalidError,
+    QueryInvocationTargetError,
+    QueryRowLimitError,
+    SerializationError,
+)
+from regionbus.schemas.messages import Entry, QuerySpec
+from regionbus.schemas.query import OrderKeys, ParsedQuery, element, is_selected, parse_query
+
+PAGE_ENTRIES: Final = 500
+"""About how many entries one Redis read of a query takes (the ``HSCAN`` hint): a few
+milliseconds of Redis' time per page, and the deadline is checked between pages."""
+
+
+class BucketAnswer(NamedTuple):
+    """What a bucket's primary answers for a query.
+
+    Attributes:
+        exists: The region exists (else the answer is RegionNotFoundError).
+        entries: The entries selected, in ORDER BY order (ties by key), at most the LIMIT;
+            keys only over ``/r.keys``; none for ``COUNT(*)``.
+        selected: For ``SELECT COUNT(*)``, how many of the bucket's entries the WHERE
+            clause selects; else None.
+    """
+
+    exists: bool
+    entries: list[Entry]
+    selected: int | None = None
+
+
+class BucketQueries:
+    """Runs the one-shot queries a bucket's primary is asked.
+
+    Args:
+        settings: ``query_max_execution_time_ms`` and ``query_max_rows_per_bucket``.
+        store: The region store.
+        cqs: The CQs, whose table decodes stored values (with the Avro schemas clients
+            brought, for CQs and queries alike).
+    """
+
+    def __init__(self, settings: ServerSettings, store: RegionStore, cqs: CqRegistry) -> None:
+        self._budget_s = settings.query_max_execution_time_ms / 1000
+        self._max_rows = settings.query_max_rows_per_bucket
+        self._store = store
+        self._cqs = cqs
+
+    def run(self, spec: QuerySpec, region: str, bucket: int) -> BucketAnswer:
+        """The entries of one bucket a query selects, in its ORDER BY order (ties by key),
+        at most its LIMIT; or, for ``COUNT(*)``, how many.
+
+        Raises:
+            QueryInvalidError: the query does not parse or bind, or its value schema is not
+                an Avro record schema.
+            QueryExecutionTimeoutError: the bucket's part took longer than
+                ``query_max_execution_time_ms``.
+            QueryRowLimitError: it would answer more than ``query_max_rows_per_bucket`` rows.
+            QueryTypeMismatchError: the WHERE clause or an ORDER BY item cannot be
+                evaluated on an entry.
+            QueryInvocationTargetError: a value does not decode.
+            TransportError: Redis failed.
+        """
+        deadline = time.monotonic() + self._budget_s
+        query = parse_query(spec.query).bind(spec.parameters)
+        if spec.value_schema is not None:
+            try:
+                self._cqs.table.learn_schema(spec.value_schema)
+            except CqInvalidError as exc:
+                raise QueryInvalidError(str(exc), rule=exc.rule, query=spec.query) from None
+        if not self._store.region_exists(region, bucket):
+            return BucketAnswer(False, [])
+        limit = query.limit if isinstance(query.limit, int) else None
+        answer = self._max_rows if limit is None else min(limit, self._max_rows)
+        kept = _Kept(query, answer)
+        self._select(query, region, bucket, kept, deadline)
+        if query.counting:
+            return BucketAnswer(True, [], kept.counted)
+        entries = kept.answer()
+        if len(entries) > self._max_rows:
+            raise QueryRowLimitError(
+                f"bucket {bucket} would answer more than query_max_rows_per_bucket="
+                f"{self._max_rows} rows; add a LIMIT or narrow the WHERE clause"
+            )
+        if query.iterates == "keys":
+            entries = [Entry(e.key, e.version) for e in entries]  # the keys are the answer
+        return BucketAnswer(True, entries)
+
+    def _select(
+        self, query: ParsedQuery, region: str, bucket: int, kept: _Kept, deadline: float
+    ) -> None:
+        """Keep the bucket's entries the query selects, a page at a time, until every one
+        was read or, without ORDER BY, one more than the answer was kept."""
+        for page in self._store.pages(region, bucket, PAGE_ENTRIES):
+            if time.monotonic() > deadline:
+                raise self._timeout(query)
+            for entry in page:
+                if time.monotonic() > deadline:
+                    raise self._timeout(query)
+                item = element(query, entry.key, self._decoded(query, entry))
+                if is_selected(query, item):
+                    kept.add(entry, item)
+                    if kept.full_unordered():
+                        return
+
+    def _decoded(self, query: ParsedQuery, entry: Entry) -> Any:
+        if query.iterates == "keys":
+            return None  # the keys are what it reads
+        try:
+            return self._cqs.table.value(entry.value, entry.serializer)
+        except SerializationError as exc:
+            raise QueryInvocationTargetError(
+                f"the value of {entry.key!r} does not decode on the server: {exc}"
+            ) from None
+
+    def _timeout(self, query: ParsedQuery) -> QueryExecutionTimeoutError:
+        return QueryExecutionTimeoutError(
+            f"Query execution cancelled after exceeding max execution time "
+            f"{self._budget_s * 1000:.0f}ms (query_max_execution_time_ms). Query: {query.query}"
+        )
+
+
+class _Kept:
+    """The selected entries kept while a bucket is read: every one up to ``answer + 1``
+    without ORDER BY (one past the answer shows the row bound is broken); with ORDER BY the
+    best ``answer + 1`` of them, trimmed whenever twice that many are held; for
+    ``COUNT(*)`` none, only how many (:attr:`counted`)."""
+
+    def __init__(self, query: ParsedQuery, answer: int) -> None:
+        self._query = query
+        self._keys = OrderKeys(query)
+        self._answer = answer
+        self._rows: list[tuple[Any, Entry]] = []
+        self.counted = 0
+
+    def add(self, entry: Entry, item: Any) -> None:
+        self.counted += 1
+        if self._query.counting:
+            return
+        ordered = bool(self._query.order_by)
+        key = self._keys.key(entry.key, item) if ordered else None
+        self._rows.append((key, entry))
+        if ordered and len(self._rows) > 2 * (self._answer + 1):
+            self._trim()
+
+    def full_unordered(self) -> bool:
+        """Without ORDER BY, any rows will do: reading stops once one past the answer."""
+        return not (self._query.order_by or self._query.counting) and len(self._rows) > self._answer
+
+    def answer(self) -> list[Entry]:
+        """The kept entries in order, at most one past the answer (the caller tells a
+        LIMIT from a broken row bound)."""
+        if self._query.order_by:
+            self._trim()
+        limit = self._query.limit
+        rows = self._rows if not isinstance(limit, int) else self._rows[:limit]
+        return [entry for _, entry in rows]
+
+    def _trim(self) -> None:
+        self._rows.sort(key=itemgetter(0))
+        del self._rows[self._answer + 1 :]
+
+
+__all__ = ["PAGE_ENTRIES", "BucketAnswer", "BucketQueries"]

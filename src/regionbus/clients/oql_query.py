@@ -1,0 +1,114 @@
+"""``Query``: a one-shot OQL query of a client (Geode ``Query``, made by
+``QueryService.newQuery``).
+
+``execute(*params)`` binds the parameters (refusing those that do not fit before anything
+is sent), sends the query to every bucket's primary, each of which answers the entries of
+its bucket the query selects, ordered and limited; the client decodes them, merges the
+buckets' answers in ``ORDER BY`` order, keeps the first ``LIMIT`` and projects each row
+(`regionbus.schemas.query.rows`). Geode's client sends the query to one server, which runs
+it over the buckets (``PartitionedRegionQueryEvaluator``); here the buckets answer the
+client directly, as every other read of the whole region does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from regionbus.clients.cq_query import CqRegionLookup, decode_region_value
+from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
+from regionbus.schemas.errors import QueryInvocationTargetError, SerializationError
+from regionbus.schemas.messages import OperationKind, QuerySpec, Reply
+from regionbus.schemas.query import ParsedQuery, element, merged
+
+
+class Query:
+    """A one-shot OQL query (Geode ``Query``). Make it with
+    ``cache.query_service().new_query(oql)``; run it with :meth:`execute`, as often as
+    wanted.
+
+    Args:
+        cache: The client cache (its pool).
+        regions: Gives the serializer of a region of the cache (values are decoded with
+            it; an Avro region's schema goes with the query, so the servers read its
+            values' attributes).
+        parsed: The query, parsed and checked.
+    """
+
+    def __init__(self, cache: CacheConnection, regions: CqRegionLookup, parsed: ParsedQuery):
+        self._cache = cache
+        self._regions = regions
+        self._parsed = parsed
+
+    @property
+    def query_string(self) -> str:
+        """The query's text (Geode ``Query.getQueryString``)."""
+        return self._parsed.query
+
+    @property
+    def region_name(self) -> str:
+        """The region it selects from."""
+        return self._parsed.region
+
+    def execute(self, *params: Any) -> list[Any]:
+        """Run the query over the region's entries on the servers (Geode
+        ``Query.execute(Object... params)``; its results are Geode's ``SelectResults``).
+
+        Args:
+            params: The values of ``$1``, ``$2``, ...: None, bool, int, float, str, or a
+                list, tuple or set of those for ``IN $n``
+                (`regionbus.schemas.query.ParsedQuery.bind`).
+
+        Returns:
+            The rows, in ``ORDER BY`` order (entries that tie in key order) when there is
+            one: for ``SELECT *`` the values (over ``/r.entries``, a ``Struct`` of ``key``
+            and ``value`` each; over ``/r.keys``, the keys), for one projection its values,
+            for several a ``Struct`` each (`regionbus.schemas.query.Struct`); for
+            ``COUNT(*)`` one int, how many entries the WHERE clause selects. Invalid
+            entries are in no result. An attribute a value lacks is ``UNDEFINED``.
+
+        Raises:
+            QueryInvalidError: the parameters do not fit the query (nothing was sent), or
+                a server refused the query.
+            QueryExecutionTimeoutError: a bucket's part took longer than the servers'
+                ``query_max_execution_time_ms``.
+            QueryRowLimitError: a bucket would answer more than the servers'
+                ``query_max_rows_per_bucket`` rows.
+            QueryTypeMismatchError: the WHERE clause, an ORDER BY item or a projection
+                cannot be evaluated on some entry (values of different types compared).
+            QueryInvocationTargetError: a value does not decode (on a server or here).
+            RegionNotFoundError: the region is not defined on the servers.
+            ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.
+        """
+        bound = self._parsed.bind(params)
+        serializer = self._regions.region_serializer(self.region_name)
+        spec = QuerySpec(self.query_string, params, getattr(serializer, "schema_json", None))
+        proxy = ServerRegionProxy(self._cache, self.region_name, "")
+        replies = proxy.every_bucket(OperationKind.QUERY, query=spec)
+        if bound.counting:
+            return [sum(r.entry_count for r in replies)]
+        return merged(bound, self._answers(bound, replies))
+
+    def _answers(self, bound: ParsedQuery, replies: Iterable[Reply]) -> list[list[Any]]:
+        """Each bucket's answer, ``[(key, element), ...]`` in the order it was sent (a
+        bucket's reply chunks arrive in order)."""
+        by_bucket: dict[int, list[tuple[str, Any]]] = {}
+        for reply in replies:
+            rows = by_bucket.setdefault(reply.bucket, [])
+            for entry in reply.entries:
+                try:
+                    value = decode_region_value(
+                        self._regions, self.region_name, entry.value, entry.serializer
+                    )
+                except SerializationError as exc:
+                    raise QueryInvocationTargetError(
+                        f"the value of {entry.key!r} does not decode here: {exc}"
+                    ) from None
+                rows.append((entry.key, element(bound, entry.key, value)))
+        return list(by_bucket.values())
+
+    def __repr__(self) -> str:
+        return f"Query({self.query_string!r})"
+
+
+__all__ = ["Query"]

@@ -1,0 +1,392 @@
+"""Parsing a one-shot OQL query (Geode ``QueryService.newQuery``) and binding its
+parameters (Geode ``Query.execute(Object[] params)``).
+
+The query is read with the grammar, bounds and expression reader of continuous queries
+(`regionbus.schemas.cq.expressions`), so a predicate means the same in both. The client
+parses and binds before sending anything; each bucket's primary parses and binds again
+the text and parameters it receives, with this same code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Final, Literal, NamedTuple
+
+from lark import Tree
+
+from regionbus.schemas.cq.evaluate import LikePatterns
+from regionbus.schemas.cq.expressions import (
+    MAX_CQ_QUERY_CHARS,
+    ExpressionReader,
+    name_of,
+    select_tree,
+)
+from regionbus.schemas.cq.parser import region_iterator
+from regionbus.schemas.cq.syntax import (
+    Comparison,
+    Defined,
+    Expr,
+    Junction,
+    Like,
+    Membership,
+    Not,
+    Parameter,
+    Path,
+)
+from regionbus.schemas.cq.syntax import Literal as Constant
+from regionbus.schemas.errors import QueryInvalidError
+from regionbus.schemas.query.rules import (
+    DISTINCT,
+    GROUP_BY,
+    ONE_ITERATOR,
+    ONE_REGION,
+    PARAMETERS,
+    REGION_PATH,
+    SYNTAX,
+    UNSUPPORTED_EXPRESSION,
+    WHERE_REGION,
+)
+
+MAX_BOUND_VALUES: Final = 1_000
+"""Most values the parameters of one execution may bind, a collection's members each
+counting one: an ``IN $1`` set is compared with every entry a bucket reads (Geode sets no
+limit)."""
+
+MAX_PARAMETER_CHARS: Final = 4_096
+"""Longest string a parameter may bind: as long as a query's text
+(`regionbus.schemas.cq.expressions.MAX_CQ_QUERY_CHARS`)."""
+
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
+
+Iterates = Literal["values", "entries", "keys"]
+"""What the FROM clause's iterator runs over: the region's values (``/r``, ``/r.values``),
+its entries (``/r.entries``, ``/r.entrySet``: each a mapping of ``key`` and ``value``) or
+its keys (``/r.keys``, ``/r.keySet``)."""
+
+_ITERATES: Final[dict[str | None, Iterates]] = {
+    None: "values",
+    "values": "values",
+    "entries": "entries",
+    "entryset": "entries",
+    "keys": "keys",
+    "keyset": "keys",
+}
+
+
+class Projection(NamedTuple):
+    """One item of the SELECT list: its field name (the alias given, else the last
+    attribute of its path, else ``field<n>``: Geode names a struct's fields the same way),
+    its expression over the iterator's element, and whether the name was given (``AS``)."""
+
+    name: str
+    expr: Expr
+    named: bool = False
+
+
+class OrderItem(NamedTuple):
+    """One ``ORDER BY`` item: its expression over the iterator's element, and ``DESC``."""
+
+    expr: Expr
+    descending: bool = False
+
+
+class ParsedQuery(NamedTuple):
+    """A one-shot query, checked; its bind parameters still ``$n`` until :meth:`bind`.
+
+    Attributes:
+        query: The text as written.
+        region: The region it selects from.
+        iterates: What the iterator runs over (:data:`Iterates`).
+        projections: The SELECT list; empty for ``SELECT *``.
+        predicate: The WHERE clause, None when there is none.
+        order_by: The ``ORDER BY`` items, in order.
+        limit: ``LIMIT n`` (None: no limit; a :class:`Parameter` until bound).
+        parameters: The highest ``$n`` the query uses: how many parameters it takes.
+        likes: Its LIKE patterns, compiled.
+        counting: ``SELECT COUNT(*)``: the one row is how many elements the WHERE clause
+            selects (Geode's ``COUNT`` aggregate; each bucket counts its own).
+    """
+
+    query: str
+    region: str
+    iterates: Iterates
+    projections: tuple[Projection, ...]
+    predicate: Expr | None
+    order_by: tuple[OrderItem, ...]
+    limit: int | Parameter | None
+    parameters: int
+    likes: LikePatterns
+    counting: bool = False
+
+    def bind(self, values: Sequence[Any]) -> ParsedQuery:
+        """The query with each ``$n`` replaced by ``values[n - 1]``.
+
+        Args:
+            values: One value per parameter: None, bool, int (64-bit), float, str (at most
+                :data:`MAX_PARAMETER_CHARS` characters), or for ``IN $n`` a list, tuple, set
+                or frozenset of those; at most :data:`MAX_BOUND_VALUES` values together.
+
+        Raises:
+            QueryInvalidError: (rule ``parameters``) another count of values than
+                :attr:`parameters`, a value of another type or beyond those bounds, a
+                collection bound where a single value is expected or the reverse, a LIMIT
+                bound to anything but a non-negative int.
+        """
+        binder = _Binder(self.query, values)
+        if len(values) != self.parameters:
+            raise binder.refuse(
+                f"the query takes {self.parameters} parameters, {len(values)} were given"
+            )
+        limit = self.limit
+        if isinstance(limit, Parameter):
+            bound = values[limit.number - 1]
+            if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+                raise binder.refuse(
+                    f"LIMIT ${limit.number} needs a non-negative int, got {bound!r}"
+                )
+            limit = bound
+        return self._replace(
+            projections=tuple(p._replace(expr=binder.bound(p.expr)) for p in self.projections),
+            predicate=None if self.predicate is None else binder.bound(self.predicate),
+            order_by=tuple(o._replace(expr=binder.bound(o.expr)) for o in self.order_by),
+            limit=limit,
+            parameters=0,
+        )
+
+
+def parse_query(query: object) -> ParsedQuery:
+    """Parse and check a one-shot query: ``SELECT [ALL] * | COUNT(*) | expr [AS name], ...
+    FROM /region[.entries | .keys | .values] [[AS] alias] [WHERE predicate] [ORDER BY expr
+    [ASC | DESC], ...] [LIMIT n | $n]``, with ``$n`` parameters anywhere a literal or an
+    ``IN`` collection may stand (``COUNT(*)`` takes no ORDER BY or LIMIT).
+
+    Raises:
+        QueryInvalidError: the query does not parse or is too long or deep (rule
+            ``syntax``), or breaks a rule of :data:`regionbus.schemas.query.rules.QUERY_RULES`.
+    """
+    checker = _Checker(query[:MAX_CQ_QUERY_CHARS] if isinstance(query, str) else str(query))
+    return checker.check(select_tree(query, checker.refuse))
+
+
+class _Checker:
+    """Walks the parsed SELECT, refusing what one-shot queries do not support."""
+
+    def __init__(self, query: str) -> None:
+        self._query = query
+        self._reader = ExpressionReader(self.refuse, "queries", parameters=True)
+
+    def refuse(self, rule: str, message: str) -> QueryInvalidError:
+        return QueryInvalidError(f"{message} (rule {rule})", rule=rule, query=self._query)
+
+    def check(self, select: Tree) -> ParsedQuery:
+        parts = {c.data: c for c in select.children if isinstance(c, Tree)}
+        if "distinct" in parts:
+            raise self.refuse(DISTINCT, "SELECT DISTINCT is not supported in queries yet")
+        regions = {str(t.children[0]) for t in select.find_data("region")}
+        if len(regions) != 1 or any(True for _ in select.find_data("subquery")):
+            raise self.refuse(ONE_REGION, "queries must reference one and only one region")
+        where = parts.get("where")
+        if where is not None and any(True for _ in where.find_data("region")):
+            raise self.refuse(WHERE_REGION, "the WHERE clause cannot refer to a region")
+        iterators = parts["iterators"].children
+        if len(iterators) > 1:
+            raise self.refuse(ONE_ITERATOR, "queries cannot have more than one iterator")
+        assert isinstance(iterators[0], Tree)
+        region, attribute, alias = region_iterator(iterators[0])
+        if region is None:
+            raise self.refuse(REGION_PATH, "the FROM clause must iterate over a region path")
+        self._reader.alias = alias
+        if "group_by" in parts:
+            raise self.refuse(GROUP_BY, "GROUP BY is not supported in queries")
+        count = _is_count(parts.get("projections"))
+        if count and ("order_by" in parts or "limit" in parts):
+            raise self.refuse(
+                UNSUPPORTED_EXPRESSION, "COUNT(*) takes no ORDER BY or LIMIT here (one row)"
+            )
+        projections = () if count else self._projections(parts.get("projections"))
+        predicate = None if where is None else self._reader.expr(where.children[1])
+        named = {p.name: p.expr for p in projections if p.named}
+        order_by = tuple(self._order_item(i, named) for i in _trees(parts.get("order_by")))
+        limit = self._limit(parts.get("limit"))
+        likes = self._reader.likes()
+        used = [p.number for p in _parameters(projections, predicate, order_by, limit)]
+        return ParsedQuery(
+            self._query,
+            region,
+            _ITERATES[attribute],
+            projections,
+            predicate,
+            order_by,
+            limit,
+            max(used, default=0),
+            likes,
+            count,
+        )
+
+    def _projections(self, node: Tree | None) -> tuple[Projection, ...]:
+        out = []
+        for i, item in enumerate(_trees(node), start=1):
+            expr = self._reader.expr(item.children[0])
+            named = [c for c in item.children[1:] if isinstance(c, Tree)]
+            if named:
+                name = name_of(named[0])
+            elif isinstance(expr, Path) and expr.attributes:
+                name = expr.attributes[-1]
+            else:
+                name = f"field{i}"
+            out.append(Projection(name, expr, named=bool(named)))
+        names = [p.name for p in out]
+        if len(set(names)) != len(names):
+            raise self.refuse(SYNTAX, f"the SELECT list names a field twice: {names}")
+        return tuple(out)
+
+    def _order_item(self, item: Tree, named: dict[str, Expr]) -> OrderItem:
+        """An ORDER BY item; a bare name a projection was given with ``AS`` stands for that
+        projection's expression (Geode orders by a projection's alias so)."""
+        descending = any(str(c).lower() == "desc" for c in item.children if not isinstance(c, Tree))
+        expr = self._reader.expr(item.children[0])
+        if isinstance(expr, Path) and len(expr.attributes) == 1 and expr.attributes[0] in named:
+            expr = named[expr.attributes[0]]
+        return OrderItem(expr, descending)
+
+    def _limit(self, node: Tree | None) -> int | Parameter | None:
+        if node is None:
+            return None
+        token = str(node.children[-1])
+        if token.startswith("$"):
+            return Parameter(int(token[1:]))
+        if not token.isdigit():
+            raise self.refuse(
+                UNSUPPORTED_EXPRESSION, f"LIMIT needs a non-negative integer, not {token}"
+            )
+        return int(token)
+
+
+def _is_count(node: Tree | None) -> bool:
+    """Whether the SELECT list is ``COUNT(*)`` alone (any other use of a function, COUNT
+    among other projections included, is refused where expressions are read)."""
+    items = _trees(node)
+    if len(items) != 1:
+        return False
+    function = items[0].children[0]
+    return (
+        isinstance(function, Tree)
+        and function.data == "function_star"
+        and name_of(function.children[0]).lower() == "count"
+        and len(items[0].children) == 1
+    )
+
+
+def _trees(node: Tree | None) -> list[Tree]:
+    if node is None:
+        return []
+    return [c for c in node.children if isinstance(c, Tree)]
+
+
+def _parameters(
+    projections: tuple[Projection, ...],
+    predicate: Expr | None,
+    order_by: tuple[OrderItem, ...],
+    limit: int | Parameter | None,
+) -> list[Parameter]:
+    """Every ``$n`` of the query, walked without recursion."""
+    stack: list[Any] = [p.expr for p in projections] + [o.expr for o in order_by]
+    stack += [predicate, limit]
+    found = []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Parameter):
+            found.append(node)
+        elif isinstance(node, Comparison):
+            stack += [node.left, node.right]
+        elif isinstance(node, Junction):
+            stack += node.operands
+        elif isinstance(node, Not | Defined | Like):
+            stack.append(node.operand)
+        elif isinstance(node, Membership):
+            stack.append(node.element)
+            stack += [node.collection] if isinstance(node.collection, Parameter) else []
+            stack += node.collection if type(node.collection) is tuple else []
+    return found
+
+
+class _Binder:
+    """Replaces the parameters of one query's expressions by the values given."""
+
+    def __init__(self, query: str, values: Sequence[Any]) -> None:
+        self._query = query
+        self._values = values
+        self._count = 0
+
+    def refuse(self, message: str) -> QueryInvalidError:
+        return QueryInvalidError(
+            f"{message} (rule {PARAMETERS})", rule=PARAMETERS, query=self._query
+        )
+
+    def bound(self, expr: Expr) -> Expr:
+        if isinstance(expr, Parameter):
+            return Constant(self._scalar(self._values[expr.number - 1], expr.number))
+        if isinstance(expr, Comparison):
+            return Comparison(expr.op, self.bound(expr.left), self.bound(expr.right))
+        if isinstance(expr, Junction):
+            return Junction(expr.op, tuple(self.bound(o) for o in expr.operands))
+        if isinstance(expr, Not):
+            return Not(self.bound(expr.operand))
+        if isinstance(expr, Defined):
+            return Defined(self.bound(expr.operand), expr.defined)
+        if isinstance(expr, Like):
+            return Like(self.bound(expr.operand), expr.pattern)
+        if isinstance(expr, Membership):
+            return Membership(self.bound(expr.element), self._collection(expr.collection))
+        return expr
+
+    def _collection(
+        self, collection: tuple[Expr, ...] | Path | Parameter
+    ) -> tuple[Expr, ...] | Path:
+        if isinstance(collection, Path):
+            return collection
+        if isinstance(collection, Parameter):
+            value = self._values[collection.number - 1]
+            if not isinstance(value, list | tuple | set | frozenset):
+                raise self.refuse(
+                    f"IN ${collection.number} needs a list, tuple or set, "
+                    f"got {type(value).__name__}"
+                )
+            return tuple(Constant(self._scalar(m, collection.number)) for m in value)
+        return tuple(self.bound(m) for m in collection)
+
+    def _scalar(self, value: Any, index: int) -> Any:
+        self._count += 1
+        if self._count > MAX_BOUND_VALUES:
+            raise self.refuse(f"the parameters bind more than {MAX_BOUND_VALUES} values")
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            if not _LONG_MIN <= value <= _LONG_MAX:
+                raise self.refuse(f"${index} is an int beyond 64 bits")
+            return value
+        if isinstance(value, float):
+            if math.isnan(value):
+                raise self.refuse(f"${index} is NaN, which compares with nothing")
+            return value
+        if isinstance(value, str):
+            if len(value) > MAX_PARAMETER_CHARS:
+                raise self.refuse(f"${index} is a str longer than {MAX_PARAMETER_CHARS} characters")
+            return value
+        raise self.refuse(
+            f"${index} is a {type(value).__name__}; a parameter is None, bool, int, float or "
+            "str (a list, tuple or set of them for IN)"
+        )
+
+
+__all__ = [
+    "MAX_BOUND_VALUES",
+    "MAX_PARAMETER_CHARS",
+    "Iterates",
+    "OrderItem",
+    "ParsedQuery",
+    "Projection",
+    "parse_query",
+]

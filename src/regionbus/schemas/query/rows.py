@@ -1,0 +1,212 @@
+"""Evaluating a bound one-shot query on a region's entries: which are selected, their
+``ORDER BY`` keys, their projections, and the merge of the buckets' answers.
+
+Each bucket's primary selects its entries and orders them (ties broken by key, so the
+order is total and the same everywhere), keeping the first ``LIMIT``; the client merges the
+buckets' ordered answers, keeps the first ``LIMIT`` again and projects each row (Geode's
+``PartitionedRegionQueryEvaluator`` runs the query on each bucket's node and the
+coordinator sorts and limits again the same way). The WHERE clause follows the rules of
+continuous queries (`regionbus.schemas.cq.evaluate`); ``ORDER BY`` follows Geode's
+``OrderByComparator``: null first, then UNDEFINED, then the values, numbers compared as
+numbers; ``DESC`` reverses all of it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Final
+
+from regionbus.schemas.cq.evaluate import evaluate, selects
+from regionbus.schemas.cq.syntax import UNDEFINED
+from regionbus.schemas.errors import CqEvaluationError, QueryTypeMismatchError
+from regionbus.schemas.query.parser import ParsedQuery
+
+
+@dataclass(frozen=True, slots=True)
+class Struct:
+    """One row of a query with several projections (Geode ``Struct``): its values in the
+    order of the SELECT list, each under its field name.
+
+    Attributes:
+        field_names: The names (Geode ``StructType.getFieldNames``).
+        field_values: The values (Geode ``Struct.getFieldValues``).
+    """
+
+    field_names: tuple[str, ...]
+    field_values: tuple[Any, ...]
+
+    def get(self, name: str) -> Any:
+        """The value of a field (Geode ``Struct.get(fieldName)``).
+
+        Raises:
+            KeyError: the row has no field of that name.
+        """
+        try:
+            return self.field_values[self.field_names.index(name)]
+        except ValueError:
+            raise KeyError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{field name: value}``."""
+        return dict(zip(self.field_names, self.field_values, strict=True))
+
+
+def element(query: ParsedQuery, key: str, value: Any) -> Any:
+    """What the query's iterator gives for one valid entry: the value, ``{"key": key,
+    "value": value}`` (``/r.entries``) or the key (``/r.keys``)."""
+    if query.iterates == "values":
+        return value
+    if query.iterates == "entries":
+        return {"key": key, "value": value}
+    return key
+
+
+def is_selected(query: ParsedQuery, item: Any) -> bool:
+    """Whether the WHERE clause is True for an element (see
+    `regionbus.schemas.cq.evaluate.selects`).
+
+    Raises:
+        QueryTypeMismatchError: the clause cannot be evaluated on it (a relational
+            comparison of different types, a non-boolean operand, LIKEs that would read too
+            much).
+    """
+    try:
+        return selects(query.predicate, item, query.likes)
+    except CqEvaluationError as exc:
+        raise QueryTypeMismatchError(str(exc)) from None
+
+
+def project(query: ParsedQuery, item: Any) -> Any:
+    """One row of the results: the element itself for ``SELECT *`` (a :class:`Struct` of
+    ``key`` and ``value`` over ``/r.entries``), the one projection's value, or a
+    :class:`Struct` of several.
+
+    Raises:
+        QueryTypeMismatchError: a projection cannot be evaluated on the element.
+    """
+    if not query.projections:
+        if query.iterates == "entries":
+            return Struct(("key", "value"), (item["key"], item["value"]))
+        return item
+    query.likes.begin()  # each row's LIKEs have the budget of one evaluation
+    try:
+        values = tuple(evaluate(p.expr, item, query.likes) for p in query.projections)
+    except CqEvaluationError as exc:
+        raise QueryTypeMismatchError(str(exc)) from None
+    if len(values) == 1:
+        return values[0]
+    return Struct(tuple(p.name for p in query.projections), values)
+
+
+class _Descending:
+    """A sort key compared the other way round (``DESC``)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Descending) -> bool:
+        return other.key < self.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+_NULL_RANK: Final = (0,)
+_UNDEFINED_RANK: Final = (1,)
+
+
+class OrderKeys:
+    """The ``ORDER BY`` keys of elements, checked to be comparable with each other: every
+    value of one item (null and UNDEFINED aside) is a number, or every one a string, or
+    every one a boolean (Geode's ``OrderByComparator`` fails on others with a
+    ``ClassCastException``). One instance sees every row that is ordered together, so the
+    check holds across buckets when the client merges.
+
+    Args:
+        query: The bound query.
+    """
+
+    def __init__(self, query: ParsedQuery) -> None:
+        self._query = query
+        self._kinds: list[str | None] = [None] * len(query.order_by)
+
+    def key(self, entry_key: str, item: Any) -> tuple[Any, ...]:
+        """The sort key of an element: its ORDER BY values, then its entry's key.
+
+        Raises:
+            QueryTypeMismatchError: an ORDER BY value cannot be evaluated, has no order (a
+                mapping, a list), or is of another kind than the item's other values.
+        """
+        parts: list[Any] = []
+        self._query.likes.begin()  # each row's LIKEs have the budget of one evaluation
+        for i, item_spec in enumerate(self._query.order_by):
+            try:
+                value = evaluate(item_spec.expr, item, self._query.likes)
+            except CqEvaluationError as exc:
+                raise QueryTypeMismatchError(str(exc)) from None
+            part = self._ranked(i, value)
+            parts.append(_Descending(part) if item_spec.descending else part)
+        parts.append(entry_key)
+        return tuple(parts)
+
+    def _ranked(self, index: int, value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return _NULL_RANK
+        if value is UNDEFINED:
+            return _UNDEFINED_RANK
+        if isinstance(value, bool):
+            kind = "boolean"
+        elif isinstance(value, int | float):
+            kind = "number"
+        elif isinstance(value, str):
+            kind = "string"
+        else:
+            raise QueryTypeMismatchError(
+                f"ORDER BY item {index + 1} is a {type(value).__name__}, which has no order"
+            )
+        seen = self._kinds[index]
+        if seen is None:
+            self._kinds[index] = kind
+        elif seen != kind:
+            raise QueryTypeMismatchError(
+                f"ORDER BY item {index + 1} compares a {seen} with a {kind} "
+                "(Geode OrderByComparator: ClassCastException)"
+            )
+        return (2, value)
+
+
+def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list[Any]:
+    """The results of a query from the buckets' answers: merged in ``ORDER BY`` order
+    (each answer is in that order), the first ``LIMIT`` kept, projected.
+
+    Args:
+        query: The bound query.
+        answers: Each bucket's ``[(entry key, element), ...]``, as its primary ordered and
+            limited them.
+
+    Raises:
+        QueryTypeMismatchError: ORDER BY values of different buckets do not compare, or a
+            projection cannot be evaluated.
+    """
+    rows: Iterator[tuple[str, Any]]
+    if query.order_by:
+        keys = OrderKeys(query)
+        keyed = [[(keys.key(k, item), item) for k, item in answer] for answer in answers]
+        rows = ((key[-1], item) for key, item in heapq.merge(*keyed, key=itemgetter(0)))
+    else:
+        rows = itertools.chain.from_iterable(answers)
+    if isinstance(query.limit, int):
+        rows = itertools.islice(rows, query.limit)
+    return [project(query, item) for _, item in rows]
+
+
+__all__ = ["OrderKeys", "Struct", "element", "is_selected", "merged", "project"]

@@ -1,0 +1,288 @@
+"""One-shot OQL queries' language: parsing (projections, ORDER BY, LIMIT, ``$n``), binding
+parameters, the ORDER BY order of Geode's ``OrderByComparator``, and the merge of the
+buckets' answers equal to evaluating the whole region at once."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+from typing import Any
+
+import pytest
+
+from regionbus.broker.config import ServerSettings
+from regionbus.broker.validation import validate
+from regionbus.schemas.cq import UNDEFINED, parse_cq
+from regionbus.schemas.cq.syntax import Literal, Parameter, Path
+from regionbus.schemas.errors import (
+    CqInvalidError,
+    InvalidOperationError,
+    QueryInvalidError,
+    QueryTypeMismatchError,
+)
+from regionbus.schemas.messages import Operation, OperationKind, QuerySpec
+from regionbus.schemas.query import (
+    MAX_BOUND_VALUES,
+    OrderKeys,
+    ParsedQuery,
+    Struct,
+    element,
+    is_selected,
+    merged,
+    parse_query,
+)
+
+
+def _bucket_answer(query: ParsedQuery, entries: dict[str, Any]) -> list[tuple[str, Any]]:
+    """What a bucket's primary answers: its selected elements, ordered, limited."""
+    keys = OrderKeys(query)
+    rows = [(k, element(query, k, v)) for k, v in entries.items()]
+    rows = [(k, item) for k, item in rows if is_selected(query, item)]
+    if query.order_by:
+        rows.sort(key=lambda row: keys.key(*row))
+    return rows if query.limit is None else rows[: int(query.limit)]
+
+
+def _run(oql: str, entries: dict[str, Any], *params: Any, buckets: int = 4) -> list[Any]:
+    query = parse_query(oql).bind(params)
+    parts: list[dict[str, Any]] = [{} for _ in range(buckets)]
+    for i, (k, v) in enumerate(entries.items()):
+        parts[i % buckets][k] = v
+    return merged(query, [_bucket_answer(query, p) for p in parts])
+
+
+_FLIGHTS: dict[str, Any] = json.loads(
+    (pathlib.Path(__file__).parents[1] / "data" / "oql_flights.json").read_text()
+)
+
+
+def test_a_projection_of_one_path_gives_its_values_and_of_several_gives_structs() -> None:
+    origins = _run("SELECT f.origin FROM /r f WHERE f.carrier = 'AA' ORDER BY f.origin", _FLIGHTS)
+    assert origins == ["JFK", "SFO"]
+    rows = _run("SELECT e.key, e.value.delay AS d FROM /r.entries e ORDER BY e.key", _FLIGHTS)
+    assert rows[0] == Struct(("key", "d"), ("f1", 10))
+    assert rows[4].get("d") is UNDEFINED  # Geode keeps UNDEFINED in a projection
+    assert rows[1].as_dict() == {"key": "f2", "d": 45}
+    with pytest.raises(KeyError):
+        rows[0].get("origin")
+
+
+def test_select_star_gives_values_entries_or_keys_as_the_iterator_runs() -> None:
+    assert _run("SELECT * FROM /r WHERE delay = 45", _FLIGHTS) == [_FLIGHTS["f2"]]
+    assert _run("SELECT * FROM /r.entrySet e WHERE e.value.delay = 45", _FLIGHTS) == [
+        Struct(("key", "value"), ("f2", _FLIGHTS["f2"]))
+    ]
+    assert sorted(_run("SELECT k FROM /r.keys k WHERE k LIKE 'f_' ", _FLIGHTS)) == sorted(_FLIGHTS)
+
+
+def test_order_by_puts_null_then_undefined_first_and_desc_reverses_all() -> None:
+    ascending = _run("SELECT e.key FROM /r.entries e ORDER BY e.value.delay", _FLIGHTS)
+    assert ascending == ["f4", "f5", "f3", "f6", "f1", "f2"]
+    descending = _run("SELECT e.key FROM /r.entries e ORDER BY e.value.delay DESC", _FLIGHTS)
+    assert descending == ["f2", "f1", "f6", "f3", "f5", "f4"]
+
+
+def test_order_by_several_items_and_ties_broken_by_key() -> None:
+    rows = _run(
+        "SELECT e.key FROM /r.entries e ORDER BY e.value.origin DESC, e.value.carrier ASC",
+        _FLIGHTS,
+    )
+    assert rows == ["f3", "f5", "f1", "f4", "f2", "f6"]
+    assert _run("SELECT e.key FROM /r.entries e ORDER BY e.value.carrier", _FLIGHTS) == [
+        "f2", "f3", "f6", "f5", "f1", "f4"
+    ]  # fmt: skip
+
+
+def test_limit_applies_after_the_merge() -> None:
+    assert _run("SELECT f.delay FROM /r f WHERE f.delay >= 0 ORDER BY f.delay DESC LIMIT 2",
+                _FLIGHTS) == [45, 10]  # fmt: skip
+    assert len(_run("SELECT * FROM /r LIMIT 3", _FLIGHTS)) == 3
+    assert _run("SELECT * FROM /r LIMIT 0", _FLIGHTS) == []
+
+
+def test_bind_parameters_stand_for_literals_sets_and_the_limit() -> None:
+    rows = _run(
+        "SELECT e.key FROM /r.entries e WHERE e.value.origin IN $1 AND e.value.delay > $2 "
+        "ORDER BY e.key LIMIT $3",
+        _FLIGHTS,
+        {"SFO", "JFK"},
+        5,
+        10,
+    )
+    assert rows == ["f1", "f2"]
+    query = parse_query("SELECT * FROM /r x WHERE x.a = $2 OR x.b IN SET($1, 'z')")
+    assert query.parameters == 2
+    bound = query.bind(["y", 3])
+    assert Literal(3) in bound.predicate.operands[0]  # type: ignore[union-attr]
+    assert Parameter(2) in query.predicate.operands[0]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ((), "takes 1 parameters, 0 were given"),
+        ((1, 2), "takes 1 parameters, 2 were given"),
+        (({"a": 1},), "is a dict"),
+        ((2**63,), "beyond 64 bits"),
+        ((float("nan"),), "NaN"),
+        (("x" * 5000,), "longer than"),
+        ((list(range(MAX_BOUND_VALUES + 1)),), "more than"),
+    ],
+)
+def test_parameters_that_do_not_fit_are_refused(params: tuple[Any, ...], match: str) -> None:
+    query = parse_query("SELECT * FROM /r x WHERE x.a IN $1")
+    if params and not isinstance(params[0], list):
+        query = parse_query("SELECT * FROM /r x WHERE x.a = $1")
+    with pytest.raises(QueryInvalidError, match=match) as caught:
+        query.bind(params)
+    assert caught.value.rule == "parameters"
+
+
+def test_a_limit_parameter_must_be_a_non_negative_int() -> None:
+    query = parse_query("SELECT * FROM /r LIMIT $1")
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(QueryInvalidError, match="LIMIT"):
+            query.bind([bad])
+    assert query.bind([4]).limit == 4
+
+
+def test_in_a_parameter_needs_a_collection() -> None:
+    with pytest.raises(QueryInvalidError, match="needs a list"):
+        parse_query("SELECT * FROM /r x WHERE x.a IN $1").bind(["abc"])
+
+
+@pytest.mark.parametrize(
+    ("oql", "rule"),
+    [
+        ("SELEC * FROM /r", "syntax"),
+        ("SELECT DISTINCT * FROM /r", "distinct"),
+        ("SELECT * FROM /r a, /s b", "one-region"),
+        ("SELECT * FROM /r x WHERE x.a IN (SELECT * FROM /r)", "one-region"),
+        ("SELECT * FROM /r x, x.items i", "one-iterator"),
+        ("SELECT * FROM /r x GROUP BY x.a", "group-by"),
+        ("SELECT count(x) FROM /r x", "unsupported-expression"),
+        ("SELECT * FROM /r x WHERE count(*) > 1", "unsupported-expression"),
+        ("SELECT x.a, x.a FROM /r x", "syntax"),
+        ("SELECT * FROM /r x WHERE x.a = $0", "syntax"),
+        ("SELECT * FROM /r x WHERE x.s LIKE '" + "%a_" * 200 + "'", "like-pattern"),
+        ("SELECT * FROM /r x WHERE " + "NOT " * 120 + "x.a = 1", "syntax"),
+        ("SELECT * FROM /r x WHERE x.a = '" + "a" * 5000 + "'", "syntax"),
+    ],
+)
+def test_queries_outside_what_runs_are_refused_with_their_rule(oql: str, rule: str) -> None:
+    with pytest.raises(QueryInvalidError) as caught:
+        parse_query(oql)
+    assert caught.value.rule == rule
+    assert caught.value.query == oql[:4096]
+
+
+def test_cqs_still_refuse_what_one_shot_queries_allow() -> None:
+    for oql, rule in [
+        ("SELECT x.a FROM /r x", "projection"),
+        ("SELECT * FROM /r x ORDER BY x.a", "order-by"),
+        ("SELECT * FROM /r x LIMIT 3", "limit"),
+        ("SELECT * FROM /r x WHERE x.a = $1", "bind-parameter"),
+        ("SELECT * FROM /r x WHERE x.a IN $1", "bind-parameter"),
+        ("SELECT * FROM /r.entries e", "region-path"),
+    ]:
+        with pytest.raises(CqInvalidError) as caught:
+            parse_cq(oql)
+        assert caught.value.rule == rule, oql
+
+
+def test_order_by_values_of_different_kinds_fail_even_across_buckets() -> None:
+    entries = {"a": {"n": 1}, "b": {"n": "one"}}
+    with pytest.raises(QueryTypeMismatchError, match="compares a number with a string"):
+        _run("SELECT * FROM /r x ORDER BY x.n", entries, buckets=2)
+    with pytest.raises(QueryTypeMismatchError, match="no order"):
+        _run("SELECT * FROM /r x ORDER BY x.n", {"a": {"n": [1]}}, buckets=1)
+
+
+def test_a_where_clause_that_cannot_be_evaluated_fails_the_query() -> None:
+    with pytest.raises(QueryTypeMismatchError, match="TypeMismatch"):
+        _run("SELECT * FROM /r x WHERE x.n > 1", {"a": {"n": "one"}})
+
+
+def test_the_merge_of_buckets_equals_the_whole_region_evaluated_at_once() -> None:
+    rng = random.Random(7)
+    entries: dict[str, Any] = {}
+    for i in range(2_000):
+        value: dict[str, Any] = {"n": rng.randint(0, 50), "s": rng.choice("abcde")}
+        if rng.random() < 0.1:
+            del value["n"]
+        if rng.random() < 0.1:
+            value["n"] = None
+        entries[f"k{i:05d}"] = value
+    oql = (
+        "SELECT e.key, e.value.n FROM /r.entries e WHERE e.value.s <> $1 "
+        "ORDER BY e.value.n DESC, e.value.s LIMIT $2"
+    )
+    expected = sorted(
+        ((k, v) for k, v in entries.items() if v["s"] != "c"),
+        key=lambda kv: (
+            # DESC: numbers high first, then UNDEFINED, then null (Geode's order reversed)
+            -(kv[1]["n"] if isinstance(kv[1].get("n"), int) else -1 if "n" not in kv[1] else -2),
+            kv[1]["s"],
+            kv[0],
+        ),
+    )[:300]
+    rows = _run(oql, entries, "c", 300, buckets=7)
+    assert [r.field_values[0] for r in rows] == [k for k, _ in expected]
+    assert [r.get("n") for r in rows] == [v.get("n", UNDEFINED) for _, v in expected]
+
+
+def test_paths_read_relative_to_the_alias_or_bare() -> None:
+    query = parse_query("SELECT x.a.b, c FROM /r x")
+    assert [p.expr for p in query.projections] == [Path(("a", "b")), Path(("c",))]
+    assert [p.name for p in query.projections] == ["b", "c"]
+
+
+def test_the_servers_refuse_a_query_operation_without_a_query_or_of_another_region() -> None:
+    settings = ServerSettings(namespace="unit", total_buckets=4)
+
+    def query_op(spec: QuerySpec | None) -> Operation:
+        return Operation(1, "c", OperationKind.QUERY, "r", 0, query=spec)
+
+    validate(query_op(QuerySpec("SELECT * FROM /r x WHERE x.a = $1", (1,))), 2, settings)
+    with pytest.raises(InvalidOperationError, match="needs a query"):
+        validate(query_op(None), 2, settings)
+    with pytest.raises(QueryInvalidError, match="selects from /s"):
+        validate(query_op(QuerySpec("SELECT * FROM /s")), 2, settings)
+    with pytest.raises(QueryInvalidError, match="takes 1 parameters"):
+        validate(query_op(QuerySpec("SELECT * FROM /r x WHERE x.a = $1")), 2, settings)
+
+
+def test_order_by_a_projections_alias_orders_by_its_expression() -> None:
+    rows = _run(
+        "SELECT e.key AS k, e.value.delay AS late FROM /r.entries e "
+        "WHERE e.value.delay > 0 ORDER BY late DESC",
+        _FLIGHTS,
+    )
+    assert [r.get("k") for r in rows] == ["f2", "f1", "f6"]
+    # Without AS the name is no alias: it reads the value's attribute, as any path does.
+    query = parse_query("SELECT x.delay FROM /r x ORDER BY delay")
+    assert query.order_by[0].expr == Path(("delay",))
+
+
+def test_likes_in_projections_and_order_by_have_a_budget_per_row_not_per_query() -> None:
+    # 2,000 rows of 10,000 characters read by a pattern of a few instructions: far past
+    # MAX_LIKE_WORK in all, well within it per row.
+    entries = {f"k{i}": {"s": "a" * 10_000} for i in range(2_000)}
+    rows = _run("SELECT x.s LIKE '%b' FROM /r x ORDER BY x.s LIKE '%a'", entries, buckets=1)
+    assert rows == [False] * 2_000
+
+
+def test_count_star_alone_is_a_count_and_refused_with_order_by_limit_or_beside_others() -> None:
+    query = parse_query("SELECT count(*) FROM /r x WHERE x.a > $1")
+    assert query.counting and query.projections == () and query.parameters == 1
+    assert not parse_query("SELECT * FROM /r").counting
+    for oql in (
+        "SELECT COUNT(*) FROM /r x ORDER BY x.a",
+        "SELECT COUNT(*) FROM /r LIMIT 1",
+        "SELECT COUNT(*), x.a FROM /r x",
+        "SELECT MAX(*) FROM /r x",
+    ):
+        with pytest.raises(QueryInvalidError) as caught:
+            parse_query(oql)
+        assert caught.value.rule == "unsupported-expression", oql
