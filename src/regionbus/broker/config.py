@@ -184,6 +184,10 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             query (after its LIMIT); a query that would answer more fails with
             ``QueryRowLimitError``, so one query's answer is at most ``total_buckets``
             times this many entries. Default 10,000 (Geode bounds none).
+        query_threads: Worker threads running one-shot queries, never on the server's
+            loop (`regionbus.broker.queries`).
+        max_pending_queries: Most one-shot queries (bucket parts) running or waiting at
+            once on a server; one more is refused with ``RequestLimitError``.
         client_topic_partitions: Partitions of the shared client topics ``{ns}.queues`` and
             ``{ns}.replies`` when a server creates them (an existing topic keeps its
             count). A client reads the partition its id hashes to: about 1/16 of the
@@ -241,6 +245,8 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
     query_max_execution_time_ms: int = Field(default=500, ge=1)
     query_max_rows_per_bucket: int = Field(default=10_000, ge=1)
+    query_threads: int = Field(default=2, ge=1, le=64)
+    max_pending_queries: int = Field(default=256, ge=1)
     client_topic_partitions: int = Field(default=DEFAULT_CLIENT_PARTITIONS, ge=1, le=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)

@@ -25,7 +25,7 @@ from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
-from regionbus.broker.queries import BucketQueries
+from regionbus.broker.queries import BucketAnswer, BucketQueries, QueryRunner
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.runtime.leases import wall_clock_ms
@@ -104,7 +104,9 @@ class OperationHandlers:
         self._outbox = outbox
         self._stats = stats
         self._cqs = cqs
-        self._queries = BucketQueries(settings, store, cqs)
+        self.queries = QueryRunner(settings, BucketQueries(settings, store, cqs))
+        """The one-shot queries running on worker threads (answered by
+        :meth:`answer_queries`)."""
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -200,19 +202,25 @@ class OperationHandlers:
         self._outbox.reply(reply, ClientAddress.of(op))
 
     def query(self, op: Operation, bucket: int, offset: int) -> None:
-        """Run this bucket's part of a one-shot OQL query and answer the entries it selects,
-        ordered and limited, or for ``COUNT(*)`` how many (Geode ``Query.execute``; see
-        :mod:`regionbus.broker.queries`).
-
-        Raises:
-            QueryError: the query is invalid, over its time or row budget, or cannot be
-                evaluated on an entry (the caller replies the error).
-            TransportError: Redis failed.
-        """
+        """Start this bucket's part of a one-shot OQL query on a worker thread (see
+        :mod:`regionbus.broker.queries`); :meth:`answer_queries` answers it."""
         if not self._ownership.still_primary(bucket):
             return
-        assert op.query is not None
-        answer = self._queries.run(op.query, op.region, bucket)
+        self.queries.submit(op, bucket)
+
+    def answer_queries(self) -> None:
+        """At each turn of the loop: answer the queries done, with the entries each
+        selected, ordered and limited, or for ``COUNT(*)`` how many (Geode
+        ``Query.execute``); or with the error that ended it (``QueryError``: invalid, over
+        its time or row budget, or not evaluable on an entry; ``RequestLimitError``: too
+        many pending; ``TransportError``: Redis failed)."""
+        for op, bucket, outcome in self.queries.done():
+            if isinstance(outcome, BucketAnswer):
+                self._answer_query(op, bucket, outcome)
+            else:
+                self._outbox.reply_error(op, bucket, outcome)
+
+    def _answer_query(self, op: Operation, bucket: int, answer: BucketAnswer) -> None:
         if not answer.exists:
             self._region_missing(op, bucket)
         elif answer.selected is not None:

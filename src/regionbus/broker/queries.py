@@ -4,8 +4,11 @@ entries; the client merges the buckets' answers and projects them
 (`regionbus.schemas.query.rows`; Geode's ``PartitionedRegionQueryEvaluator`` splits the
 work the same way, each bucket's node running the query over its own entries).
 
-No client is trusted, and the query runs on the loop that serves every client's
-operations, so its cost is bounded twice: by wall-clock time
+No client is trusted, so a query never runs on the loop that serves every client's
+operations: it runs on one of ``query_threads`` worker threads (:class:`QueryRunner`), at
+most ``max_pending_queries`` running or waiting on a server (one more is refused with
+``RequestLimitError`` at once), and the loop answers it once it is done. Its cost is
+bounded twice more: by wall-clock time
 (``query_max_execution_time_ms``, checked between entries and between the pages of the
 Redis reads, past which the query fails with ``QueryExecutionTimeoutError``; Geode's
 ``MAX_QUERY_EXECUTION_TIME``) and by the rows one bucket answers
@@ -15,7 +18,9 @@ the rows kept while reading are at most ``2n``.
 
 from __future__ import annotations
 
+import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any, Final, NamedTuple
 
@@ -28,10 +33,15 @@ from regionbus.schemas.errors import (
     QueryInvalidError,
     QueryInvocationTargetError,
     QueryRowLimitError,
+    RegionBusError,
+    RequestLimitError,
     SerializationError,
+    ServerOperationError,
 )
-from regionbus.schemas.messages import Entry, QuerySpec
+from regionbus.schemas.messages import Entry, Operation, QuerySpec
 from regionbus.schemas.query import OrderKeys, ParsedQuery, element, is_selected, parse_query
+
+log = logging.getLogger("regionbus.server.queries")
 
 PAGE_ENTRIES: Final = 500
 """About how many entries one Redis read of a query takes (the ``HSCAN`` hint): a few
@@ -144,6 +154,78 @@ class BucketQueries:
         )
 
 
+class QueryRunner:
+    """Runs the one-shot queries of a server's buckets on worker threads, off the loop.
+
+    Args:
+        settings: ``query_threads`` and ``max_pending_queries``.
+        queries: Runs one bucket's part of a query.
+    """
+
+    def __init__(self, settings: ServerSettings, queries: BucketQueries) -> None:
+        self._queries = queries
+        self._threads = settings.query_threads
+        self._max_pending = settings.max_pending_queries
+        self._executor: ThreadPoolExecutor | None = None
+        self._running: list[tuple[Operation, int, Future[BucketAnswer]]] = []
+        self._refused: list[tuple[Operation, int, RegionBusError]] = []
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def submit(self, op: Operation, bucket: int) -> None:
+        """Run this bucket's part of ``op``'s query on a worker thread (or refuse it when
+        ``max_pending_queries`` are running or waiting); :meth:`done` hands its outcome."""
+        assert op.query is not None
+        if len(self._running) >= self._max_pending:
+            self._refused.append(
+                (
+                    op,
+                    bucket,
+                    RequestLimitError(
+                        f"{len(self._running)} queries pending on this server already "
+                        f"(max_pending_queries); try again later",
+                        limit_name="queries pending on a server",
+                        limit=self._max_pending,
+                        requested=len(self._running) + 1,
+                    ),
+                )
+            )
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="oql-query")
+        future = self._executor.submit(self._queries.run, op.query, op.region, bucket)
+        self._running.append((op, bucket, future))
+
+    def done(self) -> list[tuple[Operation, int, BucketAnswer | RegionBusError]]:
+        """The queries finished (or refused) since the last call, each with its answer or
+        the error to reply; never raises."""
+        finished: list[tuple[Operation, int, BucketAnswer | RegionBusError]] = list(self._refused)
+        self._refused = []
+        if not self._running:
+            return finished
+        still: list[tuple[Operation, int, Future[BucketAnswer]]] = []
+        for op, bucket, future in self._running:
+            if not future.done():
+                still.append((op, bucket, future))
+                continue
+            try:
+                finished.append((op, bucket, future.result()))
+            except RegionBusError as exc:
+                finished.append((op, bucket, exc))
+            except Exception as exc:  # a bug of ours: the client hears of it, the loop goes on
+                log.exception("query %r failed", op.query)
+                finished.append((op, bucket, ServerOperationError(f"query failed: {exc!r}")))
+        self._running = still
+        return finished
+
+    def close(self) -> None:
+        """The server stops: drop the queries running (their clients time out)."""
+        self._running = []
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
 class _Kept:
     """The selected entries kept while a bucket is read: every one up to ``answer + 1``
     without ORDER BY (one past the answer shows the row bound is broken); with ORDER BY the
@@ -185,4 +267,4 @@ class _Kept:
         del self._rows[self._answer + 1 :]
 
 
-__all__ = ["PAGE_ENTRIES", "BucketAnswer", "BucketQueries"]
+__all__ = ["PAGE_ENTRIES", "BucketAnswer", "BucketQueries", "QueryRunner"]

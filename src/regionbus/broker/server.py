@@ -257,6 +257,7 @@ class CacheServer(BackgroundWorker):
             self.election.leave()
         finally:
             parts.loads.close()
+            parts.handlers.queries.close()
             parts.consumer.close()
             parts.outbox.release_all()
             parts.producer.flush(10)
@@ -294,6 +295,7 @@ class CacheServer(BackgroundWorker):
                     self._process(messages)
                 parts.expiration.tick(time.monotonic())
                 parts.loads.poll()
+                parts.handlers.answer_queries()
                 parts.release_holds()
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()
