@@ -25,7 +25,6 @@ the clock of a process it does not own.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from functools import partial
 from typing import Any
@@ -33,20 +32,22 @@ from typing import Any
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from bench import progress
-from bench.fleet_load_phases import latencies_in, timed_window
+from bench.fleet_load_phases import (
+    add_bystander_figures,
+    latencies_in,
+    server_and_bystander,
+    timed_window,
+)
 from bench.fleet_run import (
     Figure,
     FleetOptions,
     Run,
     client_settings,
-    fleet_server,
     load_now,
     rss_mb,
 )
-from bench.fleet_workers import run_bystander
 from bench.report import percentile
 from bench.services import REGION, RESULT_TIMEOUT_S, Services
-from bench.workers import Child
 from regionbus import CqAttributes, CqEvent, CqListener, RegionShortcut
 from regionbus.clients import ClientCache, ClientSettings, Region
 from regionbus.schemas.cq.parser import MAX_CQ_QUERY_CHARS
@@ -78,16 +79,8 @@ class _Heard(CqListener):
 
 def abuse_phase(run: Run, options: FleetOptions) -> None:
     """The attacks of this module's description, in turn, beside one bystander."""
-    with (
-        fleet_server(run, options, "abuse", regions=(REGION, ABUSE_REGION)) as (services, server),
-        Child(
-            run_bystander,
-            "bystander",
-            settings=client_settings(services, options, subscription_enabled=False),
-            region=REGION,
-        ) as bystander,
-    ):
-        bystander.wait_ready()
+    regions = (REGION, ABUSE_REGION)
+    with server_and_bystander(run, options, "abuse", regions) as (services, server, bystander):
         load = load_now()
         alone = timed_window(lambda: time.sleep(5))
         windows: dict[str, tuple[float, float]] = {}
@@ -102,32 +95,14 @@ def abuse_phase(run: Run, options: FleetOptions) -> None:
         puts: list[tuple[float, float]] = bystander.result(RESULT_TIMEOUT_S)["puts"]
     base = percentile(latencies_in(puts, alone), 0.99)
     for name, window in windows.items():
-        latencies = latencies_in(puts, window)
-        p99 = percentile(latencies, 0.99)
-        worst = latencies[-1] if latencies else math.nan
-        run.add(
-            Figure(
-                "abuse",
-                f"bystander put p99 during {name} (ms)",
-                p99,
-                "<= 100",
-                p99 <= 100,
-                base,
-                "bystander put p99 alone",
-                load,
-            )
-        )
-        run.add(
-            Figure(
-                "abuse",
-                f"bystander worst put during {name} (ms)",
-                worst,
-                "<= 1000",
-                worst <= 1000,
-                base,
-                "bystander put p99 alone",
-                load,
-            )
+        add_bystander_figures(
+            run,
+            "abuse",
+            latencies_in(puts, window),
+            base,
+            load,
+            f"bystander put p99 during {name} (ms)",
+            f"bystander worst put during {name} (ms)",
         )
 
 

@@ -8,8 +8,9 @@ import math
 import os
 import signal
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from bench import progress
@@ -26,7 +27,7 @@ from bench.fleet_run import (
 from bench.fleet_workers import run_bystander
 from bench.load import paced
 from bench.report import NS_PER_S, latency, percentile
-from bench.server import BenchError
+from bench.server import BenchError, ServerProcess
 from bench.services import REGION, RESULT_TIMEOUT_S, Services
 from bench.workers import Child
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, Region
@@ -45,16 +46,7 @@ def requests_phase(run: Run, options: FleetOptions) -> None:
     would be: in the big client's process its puts would also wait for that process's
     own work on the big request (the GIL), which no other client sees.
     """
-    with (
-        fleet_server(run, options, "requests") as (services, _server_process),
-        Child(
-            run_bystander,
-            "bystander",
-            settings=client_settings(services, options, subscription_enabled=False),
-            region=REGION,
-        ) as bystander,
-    ):
-        bystander.wait_ready()
+    with server_and_bystander(run, options, "requests") as (services, _server, bystander):
         big_cache = ClientCache(
             ClientSettings(**client_settings(services, options, read_timeout_ms=60_000))
         )
@@ -82,32 +74,14 @@ def requests_phase(run: Run, options: FleetOptions) -> None:
         (f"register_interest of {MAX_KEYS_PER_REGISTRATION:,} keys", during_reg),
         (f"put_all of {MAX_BULK_ENTRIES:,} entries", during_bulk),
     ):
-        latencies = latencies_in(puts, window)
-        p99 = percentile(latencies, 0.99)
-        run.add(
-            Figure(
-                "requests",
-                f"bystander put p99 during a {name} (ms)",
-                p99,
-                "<= 100",
-                p99 <= 100,
-                base,
-                "bystander put p99 alone",
-                load,
-            )
-        )
-        worst = latencies[-1] if latencies else math.nan
-        run.add(
-            Figure(
-                "requests",
-                "bystander worst put during it (ms)",
-                worst,
-                "<= 1000",
-                worst <= 1000,
-                base,
-                "bystander put p99 alone",
-                load,
-            )
+        add_bystander_figures(
+            run,
+            "requests",
+            latencies_in(puts, window),
+            base,
+            load,
+            f"bystander put p99 during a {name} (ms)",
+            "bystander worst put during it (ms)",
         )
         run.add(Figure("requests", f"{name} took (s)", window[1] - window[0], "-", None, load=load))
     run.add(
@@ -120,6 +94,53 @@ def requests_phase(run: Run, options: FleetOptions) -> None:
             load=load,
         )
     )
+
+
+@contextmanager
+def server_and_bystander(
+    run: Run, options: FleetOptions, name: str, regions: tuple[str, ...] = (REGION,)
+) -> Iterator[tuple[Services, ServerProcess, Child]]:
+    """A fleet server defining ``regions``, and a bystander putting to ``REGION`` from a
+    process of its own, ready (:func:`bench.fleet_workers.run_bystander`).
+
+    Raises:
+        BenchError: the server or the bystander did not start.
+    """
+    with (
+        fleet_server(run, options, name, regions=regions) as (services, server),
+        Child(
+            run_bystander,
+            "bystander",
+            settings=client_settings(services, options, subscription_enabled=False),
+            region=REGION,
+        ) as bystander,
+    ):
+        bystander.wait_ready()
+        yield services, server, bystander
+
+
+def add_bystander_figures(
+    run: Run,
+    phase: str,
+    latencies: list[float],
+    base: float,
+    load: str,
+    p99_figure: str,
+    worst_figure: str,
+) -> None:
+    """The bystander's put p99 (goal <= 100 ms) and worst put (goal <= 1 s) of a window,
+    ``latencies`` sorted (ms), each beside its p99 alone (``base``)."""
+    p99 = percentile(latencies, 0.99)
+    worst = latencies[-1] if latencies else math.nan
+    for figure, value, goal, bound in (
+        (p99_figure, p99, "<= 100", 100),
+        (worst_figure, worst, "<= 1000", 1000),
+    ):
+        run.add(
+            Figure(
+                phase, figure, value, goal, value <= bound, base, "bystander put p99 alone", load
+            )
+        )
 
 
 def timed_window(during: Any) -> tuple[float, float]:

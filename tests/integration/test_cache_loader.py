@@ -61,6 +61,14 @@ def loading_server(
         yield server
 
 
+def _subscriber_and_reader(client_factory: Any) -> tuple[Recorder, Any]:
+    """A subscriber's recorder (ALL_KEYS, values, on region ``r``) and a PROXY region of
+    another client, whose gets go to the server."""
+    recorder = Recorder()
+    client_factory().create_region("r", listeners=[recorder]).register_interest(ALL_KEYS)
+    return recorder, client_factory().create_region("r", ClientRegionShortcut.PROXY)
+
+
 def _stored(server: CacheServer, key: str) -> Any:
     entry = server.store.entries("r").get(key)
     return "absent" if entry is None else entry.value
@@ -69,10 +77,7 @@ def _stored(server: CacheServer, key: str) -> Any:
 def test_a_miss_loads_once_creates_the_entry_and_subscribers_hear_a_load(
     loading_server: CacheServer, loader: CountingLoader, client_factory: Any
 ) -> None:
-    recorder = Recorder()
-    subscriber = client_factory().create_region("r", listeners=[recorder])
-    subscriber.register_interest(ALL_KEYS)
-    reader = client_factory().create_region("r", ClientRegionShortcut.PROXY)
+    recorder, reader = _subscriber_and_reader(client_factory)
 
     assert reader.get("k1") == {"loaded": "k1"}
 
@@ -117,10 +122,7 @@ def test_a_failing_loader_reaches_the_caller_typed_and_none_creates_nothing(
 def test_a_put_that_comes_before_the_loaded_value_wins(
     loading_server: CacheServer, loader: CountingLoader, client_factory: Any
 ) -> None:
-    recorder = Recorder()
-    subscriber = client_factory().create_region("r", listeners=[recorder])
-    subscriber.register_interest(ALL_KEYS)
-    reader = client_factory().create_region("r", ClientRegionShortcut.PROXY)
+    recorder, reader = _subscriber_and_reader(client_factory)
     writer = client_factory().create_region("r", ClientRegionShortcut.PROXY)
     loader.release.clear()
     with ThreadPoolExecutor(1) as pool:
