@@ -104,16 +104,70 @@ class EntryReads(StoreBase):
                 found = [(k.decode(), m) for k, m in all_metas.items()]
             if key_filter is not None:
                 found = [(k, m) for k, m in found if key_filter(k)]
-            values: list[bytes | None] = [None] * len(found)
-            if with_values and found:
-                values = self.redis.hmget(
-                    self.keys.region_values(region, bucket), [k for k, _ in found]
-                )
+            entries = self._with_values(region, bucket, found, with_values)
+        return Snapshot(bool(exists), entries, version_of(version_counter))
+
+    def scan_page(
+        self,
+        region: str,
+        bucket: int,
+        cursor: int,
+        count: int,
+        key_filter: Callable[[str], bool] | None = None,
+        with_values: bool = True,
+    ) -> tuple[int, list[Entry]]:
+        """Read one page of a bucket's entries (Redis ``HSCAN``), for initial results read
+        over several turns of the loop.
+
+        ``HSCAN`` returns every entry present from the first page to the last at least
+        once; an entry created, changed or destroyed meanwhile may be returned or not, or
+        twice. Initial results read this way are sound only when the reader also gets
+        every change made from the first page on (the registration is in place before it)
+        and keeps the newest version of each key (as clients do).
+
+        Args:
+            region: Region name.
+            bucket: The bucket.
+            cursor: 0 for the first page, then the cursor the previous page returned.
+            count: About how many entries to read (Redis ``COUNT``: a hint, not a bound).
+            key_filter: Keep only keys it accepts, applied before any value is read.
+            with_values: Read values too; else entries carry none.
+
+        Returns:
+            The cursor of the next page (0: this was the last) and the page's entries.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            next_cursor, metas = self.redis.hscan(
+                self.keys.region_meta(region, bucket), cursor, count=count
+            )
+            found = [(k.decode(), m) for k, m in metas.items()]
+            if key_filter is not None:
+                found = [(k, m) for k, m in found if key_filter(k)]
+            entries = self._with_values(region, bucket, found, with_values)
+        return int(next_cursor), entries
+
+    def _with_values(
+        self, region: str, bucket: int, found: list[tuple[str, bytes]], with_values: bool
+    ) -> list[Entry]:
+        """The entries of ``(key, meta)`` pairs read, with their values when asked (read
+        in the same turn of the loop as the metadata, so nothing changed between).
+
+        Raises:
+            RedisError: Redis failed (the caller translates it).
+        """
+        values: list[bytes | None] = [None] * len(found)
+        if with_values and found:
+            values = self.redis.hmget(
+                self.keys.region_values(region, bucket), [k for k, _ in found]
+            )
         entries = []
         for (key, meta), value in zip(found, values, strict=True):
             version, serializer = parse_meta(meta)
             entries.append(Entry(key, version, value, serializer))
-        return Snapshot(bool(exists), entries, version_of(version_counter))
+        return entries
 
     def entries(self, region: str) -> dict[str, Entry]:
         """Every entry of a region across all buckets (for tests, tools, verification).
