@@ -1,5 +1,6 @@
-"""The rules that pace a storm: a token bucket for connects, a fair queue, and initial
-results that take a bounded share of each loop turn, a page at a time, to the end."""
+"""The rules that pace a storm: a token bucket for connects, a fair queue, initial results
+that take a bounded share of each loop turn, a page at a time, to the end, and clients
+that try again after a random wait."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.initial_results import InitialResults, PagedLoad, WholeLoad
 from regionbus.broker.pacing import ConnectAdmission, FairQueue, TokenBucket
+from regionbus.clients.resend import CONNECT_RESEND_CAP_S, CONNECT_RESEND_FIRST_S, full_jitter_s
 from regionbus.schemas.messages import Control, ControlKind, Entry, Operation, OperationKind, Reply
 
 # --- the token bucket ------------------------------------------------------------------
@@ -238,3 +240,23 @@ def test_a_whole_load_runs_once_at_its_turn() -> None:
     loads.add(WholeLoad(op, 0, lambda: ran.append("cq")))
     assert loads.run() and not loads.run()
     assert ran == ["cq"]
+
+
+# --- clients back off with jitter ------------------------------------------------------
+
+
+def test_a_wait_is_anywhere_up_to_a_ceiling_that_doubles_to_its_cap() -> None:
+    ceilings = [full_jitter_s(n, 2.0, 16.0, uniform=lambda low, high: high) for n in range(6)]
+    assert ceilings == [2.0, 4.0, 8.0, 16.0, 16.0, 16.0]
+    assert full_jitter_s(3, 2.0, 16.0, uniform=lambda low, high: low) == 0.0
+    assert full_jitter_s(10_000, 2.0, 16.0, uniform=lambda low, high: high) == 16.0
+
+
+def test_a_fleet_that_lost_its_servers_together_does_not_come_back_in_step() -> None:
+    waits = [full_jitter_s(0, CONNECT_RESEND_FIRST_S, CONNECT_RESEND_CAP_S) for _ in range(1000)]
+    assert all(0 <= w <= CONNECT_RESEND_FIRST_S for w in waits)
+    # Spread over the whole window: no tenth of it holds more than a fifth of the fleet.
+    tenths = [0] * 10
+    for w in waits:
+        tenths[min(9, int(w / CONNECT_RESEND_FIRST_S * 10))] += 1
+    assert max(tenths) < 200
