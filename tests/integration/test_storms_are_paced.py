@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from support import bystander_puts, wait_until
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
-from regionbus.clients import RegionShortcut
+from regionbus.clients import ALL_KEYS, RegionShortcut
 from regionbus.schemas.codec import decode_items, encode
 from regionbus.schemas.kafka_clients import kafka_consumer, kafka_producer
 from regionbus.schemas.messages import Control, ControlKind, Reply
@@ -192,3 +193,71 @@ def test_a_storm_of_connects_is_answered_in_time_and_holds_no_one_else(
         assert p99 <= VICTIM_P99_MS and worst <= VICTIM_MAX_MS, (
             f"the victim's puts waited behind the connects: p99 {p99:.0f} ms, max {worst:.0f} ms"
         )
+
+
+def test_initial_results_read_over_many_turns_leave_no_gap_with_concurrent_changes(
+    server_settings: ServerSettings, client_factory: Any
+) -> None:
+    # Pages of 10 entries, 1 ms a turn: the load spans many turns, while a writer updates,
+    # creates and destroys keys of the region; the subscriber ends with exactly its state.
+    settings = server_settings.model_copy(
+        update={
+            "regions": ["hot"],
+            "initial_results_page_entries": 10,
+            "initial_results_budget_ms": 1,
+            "initial_results_running_max": 2,
+        }
+    )
+    entries = 6000
+    with CacheServer(settings) as server:
+        writer = client_factory(subscription_enabled=False).create_region(
+            "hot", RegionShortcut.PROXY
+        )
+        expected: dict[str, Any] = {f"k{i}": i for i in range(entries)}
+        for start in range(0, entries, 1000):
+            writer.put_all({k: expected[k] for k in list(expected)[start : start + 1000]})
+        subscriber = client_factory()
+        region = subscriber.create_region("hot")
+        registered = threading.Event()
+        changes = [0]
+
+        def write() -> None:
+            # Asynchronous changes, a few in flight: many land while the pages are read.
+            # One writer's changes of a key apply in the order sent (one bucket each).
+            n = 0
+            in_flight: list[Any] = []
+            while not registered.is_set() or n < 50:
+                key = f"k{(n * 7) % entries}"
+                if n % 3 == 2 and key in expected:
+                    in_flight.append(writer.destroy_async(key))
+                    del expected[key]
+                else:
+                    in_flight.append(writer.put_async(key, n))
+                    expected[key] = n
+                in_flight.append(writer.put_async(f"new{n}", n))
+                expected[f"new{n}"] = n
+                n += 1
+                changes[0] = n
+                if len(in_flight) >= 20:
+                    in_flight.pop(0).result(60)
+            for future in in_flight:
+                future.result(60)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            wait_until(lambda: changes[0] >= 5, what="the writer to start")
+            before = changes[0]
+            region.register_interest(ALL_KEYS)
+            during = changes[0] - before
+        finally:
+            registered.set()
+            thread.join(120)
+        wait_until(
+            lambda: region.local_entries() == expected,
+            timeout_s=30,
+            what="the subscriber's copy to be the region's",
+        )
+        print(f"{during} rounds of changes while a registration was read over many turns")
+        assert during >= 10, "the registration was answered before the writer changed anything"
+        assert server.stats.errors == 0
