@@ -133,6 +133,10 @@ class OperationHandlers:
         }
         """The handler of each operation kind."""
 
+    def owns(self, bucket: int) -> bool:
+        """Whether this server is the bucket's primary now (as of the last election)."""
+        return bucket in self._ownership.owned
+
     def handle(self, op: Operation, bucket: int, offset: int) -> None:
         """Run the operation's handler; anything but an entry operation (an expiration
         included) first applies the entry operations batched before it.

@@ -18,7 +18,7 @@ from typing import Final, NamedTuple
 from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.admission import Admission
-from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.client_lifecycle import LIFECYCLE_BUCKET, ClientLifecycle
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.handlers import OperationHandlers
@@ -133,9 +133,12 @@ class OperationIntake:
             self._dead_letter_rejected(value, len(items), rejected, source)
 
     def _admit_connect(self, control: Control) -> None:
-        """An admitted connect, handled by the client lifecycle; outside the handling of its
-        message, a failure other than Kafka's or Redis's is logged rather than set aside
-        (the client resends an unanswered connect)."""
+        """An admitted connect, handled by the client lifecycle; dropped when this server
+        no longer reads ``{ns}.control`` (the client resends it to the new reader).
+        Outside the handling of its message, a failure other than Kafka's or Redis's is
+        logged rather than set aside (the client resends an unanswered connect)."""
+        if not self._handlers.owns(LIFECYCLE_BUCKET):
+            return
         try:
             self._lifecycle.control(control)
         except Exception as exc:
