@@ -237,9 +237,8 @@ class OperationHandlers:
             pattern = compile_interest_regex(spec.regex)
             key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
         if spec.policy is InterestResultPolicy.NONE or spec.kind is not InterestKind.KEYS:
-            exists = self._store.region_exists(op.region, bucket)
+            exists, version = self._store.region_state(op.region, bucket)
             entries: list[Entry] = []
-            version = self._store.region_version(op.region, bucket)
         else:
             exists, entries, version = self._store.snapshot(
                 op.region,
