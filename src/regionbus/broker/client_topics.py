@@ -35,6 +35,11 @@ ABSENT_RECHECK_S: Final = 5.0
 """How long "absent" is believed before Kafka is asked again (a client may be starting)."""
 _METADATA_TIMEOUT_S: Final = 5.0
 
+CHECK_REUSE_S: Final = 1.0
+"""How long the check of a principal's shared topics serves later connects: a second, so a
+storm of connects admitted over many turns of the loop is not a storm of admin requests,
+and a pair whose configs changed is noticed within a second."""
+
 
 class ClientTopicPartitions:
     """Answers "how many partitions has this topic?" from Kafka's metadata, remembering
@@ -129,8 +134,10 @@ class SharedTopicGuard:
     A principal's first client creates its pair, with whatever configs it chose; another
     client of the principal may be durable and trust that the queue keeps what it misses.
     So every connect is checked, and a pair that cannot be repaired refuses the connect.
-    The connects of one poll batch share one check (:meth:`new_batch`): a storm of
-    connects costs one round trip per principal per batch, not one per client.
+    The connects of one poll batch share one check (:meth:`new_batch`), and so do those
+    of the batches within :data:`CHECK_REUSE_S` of it: a storm of connects costs one round
+    trip per principal per second, not one per client, nor one per turn of the loop that
+    admits a few of them (:class:`regionbus.broker.pacing.ConnectAdmission`).
 
     Args:
         admin: An AdminClient allowed to describe and alter the topics' configs.
@@ -156,12 +163,15 @@ class SharedTopicGuard:
         self._queue_retention_ms = queue_retention_ms
         self._timeout_s = timeout_s
         self._checked: dict[str | None, RegionBusError | None] = {}
+        self._checked_at_s = 0.0
         self.repaired_total = 0
         """Topics whose configs a check set back since the server started."""
 
     def new_batch(self) -> None:
-        """A new poll batch: its connects are checked afresh."""
-        self._checked.clear()
+        """A new poll batch: its connects are checked afresh, unless the last checks are
+        younger than :data:`CHECK_REUSE_S`."""
+        if time.monotonic() - self._checked_at_s >= CHECK_REUSE_S:
+            self._checked.clear()
 
     def check(self, kafka_principal: str | None) -> None:
         """Check (and repair) the principal's shared topics, once per poll batch.
@@ -181,6 +191,8 @@ class SharedTopicGuard:
             if error is not None:
                 raise error
             return
+        if not self._checked:
+            self._checked_at_s = time.monotonic()
         try:
             self._check(kafka_principal)
         except RegionBusError as exc:

@@ -176,8 +176,8 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
         query_max_execution_time_ms: Most wall-clock time a bucket's primary spends on its
             part of one one-shot query (reading the bucket's entries, evaluating, ordering)
-            before it stops and answers ``QueryExecutionTimeoutError``: the longest one
-            query holds the server's loop from other clients' operations. Geode's
+            before it stops and answers ``QueryExecutionTimeoutError`` (on a worker
+            thread: it holds a query thread, not the server's loop). Geode's
             ``gemfire.Cache.MAX_QUERY_EXECUTION_TIME`` is unlimited by default (-1); here
             500 ms, some 25,000 JSON entries of a few fields on one core.
         query_max_rows_per_bucket: Most rows a bucket's primary answers for one one-shot
@@ -188,6 +188,27 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             loop (`regionbus.broker.queries`).
         max_pending_queries: Most one-shot queries (bucket parts) running or waiting at
             once on a server; one more is refused with ``RequestLimitError``.
+        initial_results_budget_ms: Most time of one turn of the loop spent sending initial
+            results (interest registrations' bulk loads, CQs' initial results); the rest
+            wait for the next turn (:mod:`regionbus.broker.initial_results`). 20 ms, as
+            long as the loop holds back what it produced: others' operations wait about
+            that long behind a storm of registrations.
+        initial_results_running_max: Most initial-result loads (one bucket of one
+            registration each) read at once, in turn; others wait, first in first out, a
+            client running at most half of them. 8: a registration of every key is 16
+            loads, so two clients' registrations progress while the first is answered.
+        initial_results_page_entries: About how many entries one page of a load reads
+            (Redis ``HSCAN`` ``COUNT``). 1,000 entries read in a few ms, a small fraction
+            of a turn's budget.
+        connects_admitted_per_s: Connects admitted per second; the rest wait for a later
+            turn (:class:`regionbus.broker.pacing.ConnectAdmission`). 1,000: a storm of
+            1,000 connects at once is answered within about 1 s, half the bound the
+            project set (2 s); a connect costs the loop about 0.3 ms, so admitting them
+            takes at most about a third of it.
+        connect_burst: Connects admitted at once after a quiet time. 20: about what one
+            turn of the loop handles within its 20 ms.
+        connects_queued_max: Most connects waiting for admission; past it the oldest are
+            dropped unanswered and their clients resend them later.
         client_topic_partitions: Partitions of the shared client topics ``{ns}.queues`` and
             ``{ns}.replies`` when a server creates them (an existing topic keeps its
             count). A client reads the partition its id hashes to: about 1/16 of the
@@ -247,6 +268,12 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     query_max_rows_per_bucket: int = Field(default=10_000, ge=1)
     query_threads: int = Field(default=2, ge=1, le=64)
     max_pending_queries: int = Field(default=256, ge=1)
+    initial_results_budget_ms: int = Field(default=20, ge=1)
+    initial_results_running_max: int = Field(default=8, ge=1)
+    initial_results_page_entries: int = Field(default=1000, ge=1)
+    connects_admitted_per_s: float = Field(default=1000.0, gt=0)
+    connect_burst: int = Field(default=20, ge=1)
+    connects_queued_max: int = Field(default=10_000, ge=1)
     client_topic_partitions: int = Field(default=DEFAULT_CLIENT_PARTITIONS, ge=1, le=1024)
     plugins: dict[str, list[str]] = Field(default_factory=dict)
     distributed_system_id: int = Field(default=0, ge=0, le=255)

@@ -20,6 +20,7 @@ from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.initial_results import InitialResults, PagedLoad, WholeLoad, reply_entries
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.notifier import CacheClientNotifier
 from regionbus.broker.outbox import Outbox
@@ -35,8 +36,10 @@ from regionbus.schemas.errors import (
     CacheWriterError,
     CqEvaluationError,
     InvalidOperationError,
+    RegionBusError,
     RegionNotFoundError,
     SerializationError,
+    TransportError,
 )
 from regionbus.schemas.interest_regex import compile_interest_regex
 from regionbus.schemas.limits import MAX_KEYS_PER_CLIENT, MAX_REGEXES_PER_CLIENT, check_count
@@ -107,6 +110,8 @@ class OperationHandlers:
         self.queries = QueryRunner(settings, BucketQueries(settings, store, cqs))
         """The one-shot queries running on worker threads (answered by
         :meth:`answer_queries`)."""
+        self.initial_results = InitialResults(settings, store, ownership, outbox)
+        """Bulk loads and CQ executions waiting for their share of the loop's turns."""
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -135,6 +140,10 @@ class OperationHandlers:
             OperationKind.QUERY: self.query,
         }
         """The handler of each operation kind."""
+
+    def owns(self, bucket: int) -> bool:
+        """Whether this server is the bucket's primary now (as of the last election)."""
+        return bucket in self._ownership.owned
 
     def handle(self, op: Operation, bucket: int, offset: int) -> None:
         """Run the operation's handler; anything but an entry operation (an expiration
@@ -235,8 +244,10 @@ class OperationHandlers:
 
     def register_interest(self, op: Operation, bucket: int, offset: int) -> None:
         """Register interest in this bucket and answer with its bulk load (SPEC §3): the
-        snapshot and the registration happen at the same point of the bucket's order, so
-        every later change is routed to the client (invariant 3)."""
+        registration happens at this point of the bucket's order, so every later change
+        is routed to the client (invariant 3). The bulk load of a key list is read here,
+        at the same point; that of every key or a regex is read a page at a time on the
+        loop's later turns (:mod:`regionbus.broker.initial_results`)."""
         if not self._ownership.still_primary(bucket):
             return
         spec = op.interest
@@ -259,20 +270,18 @@ class OperationHandlers:
                 self._registry.table.regexes_of(op.client_id) + 1,
                 MAX_REGEXES_PER_CLIENT,
             )
-        if spec.policy is InterestResultPolicy.NONE:
-            exists = self._store.region_exists(op.region, bucket)
+        key_filter = None
+        if spec.kind is InterestKind.REGEX:
+            pattern = compile_interest_regex(spec.regex)
+            key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
+        if spec.policy is InterestResultPolicy.NONE or spec.kind is not InterestKind.KEYS:
+            exists, version = self._store.region_state(op.region, bucket)
             entries: list[Entry] = []
-            version = self._store.region_version(op.region, bucket)
         else:
-            key_filter = None
-            if spec.kind is InterestKind.REGEX:
-                pattern = compile_interest_regex(spec.regex)
-                key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
             exists, entries, version = self._store.snapshot(
                 op.region,
                 bucket,
-                keys if spec.kind is InterestKind.KEYS else None,
-                key_filter,
+                keys,
                 with_values=spec.policy is InterestResultPolicy.KEYS_VALUES,
             )
         if not exists:
@@ -280,7 +289,11 @@ class OperationHandlers:
             return
         proxy = self._notifier.serve(op.client_id, op.kafka_principal)
         self._registry.register(op.client_id, op.region, spec, bucket, keys)
-        self._reply_entries(op, bucket, entries, version, proxy.reply)
+        if spec.policy is InterestResultPolicy.NONE or spec.kind is InterestKind.KEYS:
+            self._reply_entries(op, bucket, entries, version, proxy.reply)
+            return
+        with_values = spec.policy is InterestResultPolicy.KEYS_VALUES
+        self.initial_results.add(PagedLoad(op, bucket, version, with_values, key_filter))
 
     def unregister_interest(self, op: Operation, bucket: int, offset: int) -> None:
         """Remove a registration."""
@@ -295,9 +308,10 @@ class OperationHandlers:
     def execute_cq(self, op: Operation, bucket: int, offset: int) -> None:
         """Run a continuous query in this bucket from this point of its order, answering
         with the bucket's entries in its result set when asked (Geode
-        ``executeWithInitialResults``): like a KEYS_VALUES registration, the snapshot and
-        the start of delivery happen at the same point, so the initial results and the
-        events after them leave no gap (SPEC §9).
+        ``executeWithInitialResults``): the snapshot and the start of delivery happen at
+        the same point, so the initial results and the events after them leave no gap
+        (SPEC §9). With initial results that point is the execution's turn among the
+        loop's paced loads (:mod:`regionbus.broker.initial_results`), not this one.
 
         Raises:
             CqInvalidError: the query is outside the CQ subset, or its value schema is bad.
@@ -306,6 +320,30 @@ class OperationHandlers:
         """
         if not self._ownership.still_primary(bucket):
             return
+        assert op.cq is not None
+        parse_cq(op.cq.query)
+        if op.cq.initial_results:
+            self.initial_results.add(WholeLoad(op, bucket, lambda: self._paced_cq(op, bucket)))
+        else:
+            self._execute_cq(op, bucket)
+
+    def _paced_cq(self, op: Operation, bucket: int) -> None:
+        """A CQ execution at its turn: refused ones are answered with their error."""
+        if not self._ownership.still_primary(bucket):
+            return
+        try:
+            self._execute_cq(op, bucket)
+        except TransportError:
+            raise
+        except RegionBusError as exc:
+            self._outbox.reply_error(op, bucket, exc)
+
+    def _execute_cq(self, op: Operation, bucket: int) -> None:
+        """Register a CQ in this bucket now, and answer with its initial results.
+
+        Raises:
+            CqInvalidError, CqError, TransportError: as :meth:`execute_cq`.
+        """
         spec = op.cq
         assert spec is not None
         parsed = parse_cq(spec.query)
@@ -357,8 +395,10 @@ class OperationHandlers:
     # --- clients -----------------------------------------------------------------------
 
     def disconnect(self, op: Operation, bucket: int, offset: int) -> None:
-        """Drop a client's interest in this bucket (see `ClientLifecycle.disconnect`)."""
+        """Drop a client's interest in this bucket (see `ClientLifecycle.disconnect`), and
+        the initial results it still waits for."""
         if self._ownership.still_primary(bucket):
+            self.initial_results.drop(op.client_id, bucket)
             self._lifecycle.disconnect(op, bucket)
 
     def ready_for_events(self, op: Operation, bucket: int, offset: int) -> None:
@@ -388,31 +428,10 @@ class OperationHandlers:
         version: int | None = None,
         reply: Callable[[Reply], None] | None = None,
     ) -> None:
-        """Reply with entries, split into chunks of ``reply_chunk_bytes``; the last chunk
-        carries ``version`` (for registrations: the region version at the snapshot). Sent
-        through ``reply`` (a client proxy's, for registrations), else to the op's
-        address."""
+        """Reply with entries (see :func:`regionbus.broker.initial_results.reply_entries`),
+        through ``reply`` (a client proxy's, for registrations), else to the op's address."""
         send = reply or partial(self._outbox.reply, to=ClientAddress.of(op))
-        chunks: list[list[Entry]] = [[]]
-        size = 0
-        for entry in entries:
-            entry_size = len(entry.key) + len(entry.value or b"") + 24
-            if chunks[-1] and size + entry_size > self._settings.reply_chunk_bytes:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(entry)
-            size += entry_size
-        for i, chunk in enumerate(chunks):
-            last = i == len(chunks) - 1
-            chunk_reply = Reply(
-                request_id=op.request_id,
-                bucket=bucket,
-                ok=True,
-                entries=tuple(chunk),
-                more=not last,
-                version=version if last else None,
-            )
-            send(chunk_reply)
+        reply_entries(send, self._settings.reply_chunk_bytes, op, bucket, entries, version)
 
 
 __all__ = ["Handler", "OperationHandlers"]

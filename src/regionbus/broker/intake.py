@@ -12,16 +12,18 @@ it still run. The server's loop (:mod:`regionbus.broker.server`) decides which m
 
 from __future__ import annotations
 
+import logging
 from typing import Final, NamedTuple
 
 from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.admission import Admission
-from regionbus.broker.client_lifecycle import ClientLifecycle
+from regionbus.broker.client_lifecycle import LIFECYCLE_BUCKET, ClientLifecycle
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.handlers import OperationHandlers
 from regionbus.broker.outbox import Outbox
+from regionbus.broker.pacing import ConnectAdmission
 from regionbus.broker.poison import is_infrastructure_error, set_aside
 from regionbus.broker.principals import Principal
 from regionbus.broker.validation import validate
@@ -33,8 +35,10 @@ from regionbus.schemas.errors import (
     RegionBusError,
     TransportError,
 )
-from regionbus.schemas.messages import Control, Operation
+from regionbus.schemas.messages import Control, ControlKind, Operation
 from regionbus.schemas.naming import Topics, check_name
+
+log = logging.getLogger("regionbus.server")
 
 ITEMS_HEADER: Final = "rb.items"
 """Of a dead letter that is a whole batch: the indexes of the items set aside in it."""
@@ -83,6 +87,13 @@ class OperationIntake:
         self._entries = entries
         self._handlers = handlers
         self._admission = admission
+        self.connects = ConnectAdmission(
+            self._admit_connect,
+            settings.connects_admitted_per_s,
+            settings.connect_burst,
+            settings.connects_queued_max,
+        )
+        """Connects admitted at a bounded rate, the rest waiting for later turns."""
 
     def message(self, message: KafkaMessage, source: Source) -> None:
         """Process every item of one polled message, in order.
@@ -120,6 +131,20 @@ class OperationIntake:
                 rejected.append(_Rejected(index, raw, *reason))
         if rejected:
             self._dead_letter_rejected(value, len(items), rejected, source)
+
+    def _admit_connect(self, control: Control) -> None:
+        """An admitted connect, handled by the client lifecycle; dropped when this server
+        no longer reads ``{ns}.control`` (the client resends it to the new reader).
+        Outside the handling of its message, a failure other than Kafka's or Redis's is
+        logged rather than set aside (the client resends an unanswered connect)."""
+        if not self._handlers.owns(LIFECYCLE_BUCKET):
+            return
+        try:
+            self._lifecycle.control(control)
+        except Exception as exc:
+            if is_infrastructure_error(exc):
+                raise
+            log.exception("connect of %s failed", control.client_id)
 
     def _dead_letter_rejected(
         self, value: bytes | None, items: int, rejected: list[_Rejected], source: Source
@@ -167,7 +192,10 @@ class OperationIntake:
         if not isinstance(decoded, expected):
             return f"expected {expected.__name__}, got {type(decoded).__name__}", "unexpected_type"
         if isinstance(decoded, Control):
-            self._lifecycle.control(decoded)
+            if decoded.kind is ControlKind.CONNECT:
+                self.connects.connect(decoded)
+            else:
+                self._lifecycle.control(decoded)
             return None
         op = decoded
         assert isinstance(op, Operation)

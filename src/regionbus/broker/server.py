@@ -293,6 +293,8 @@ class CacheServer(BackgroundWorker):
                 messages = poll_batch(parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000)
                 if messages:
                     self._process(messages)
+                if parts.intake.connects.admit_due() + parts.handlers.initial_results.run():
+                    parts.end_batch()
                 parts.expiration.tick(time.monotonic())
                 parts.loads.poll()
                 parts.handlers.answer_queries()

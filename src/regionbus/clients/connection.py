@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
 
 from regionbus.clients.pool import Pool
+from regionbus.clients.resend import CONNECT_RESEND_CAP_S, CONNECT_RESEND_FIRST_S, full_jitter_s
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.entry_checks import MAX_VALUE_SIZE_BYTES
 from regionbus.schemas.errors import RegionBusError, ServerTimeoutError, error_from_wire
@@ -92,7 +93,10 @@ class ServerConnection:
     # --- connecting --------------------------------------------------------------------
 
     def connect(self) -> ConnectAnswer:
-        """CONNECT and wait for the answer.
+        """CONNECT and wait for the answer, sending the same CONNECT again after a random
+        wait while none comes (:func:`regionbus.clients.resend.full_jitter_s`; the servers
+        answer a repeated connect alike, and a server that admits connects at a bounded
+        rate may drop the oldest of too many waiting).
 
         Raises:
             ServerTimeoutError: no server answered within ``read_timeout_ms``.
@@ -101,14 +105,23 @@ class ServerConnection:
         """
         control = self.control(ControlKind.CONNECT, request_id=self.pool.next_request_id())
         future = self.pool.request_control(control, first=True)
-        try:
-            reply = future.result(self._timeout_s)[0]
-        except FutureTimeout as exc:
-            self.pool.forget(control.request_id)
-            raise ServerTimeoutError(
-                f"no cache server of namespace {self.settings.namespace!r} answered the "
-                f"connection within {self.settings.read_timeout_ms} ms"
-            ) from exc
+        deadline_s = time.monotonic() + self._timeout_s
+        attempt = 0
+        while True:
+            wait_s = full_jitter_s(attempt, CONNECT_RESEND_FIRST_S, CONNECT_RESEND_CAP_S)
+            left_s = deadline_s - time.monotonic()
+            try:
+                reply = future.result(max(0.0, min(wait_s, left_s)))[0]
+                break
+            except FutureTimeout as exc:
+                if left_s <= wait_s:
+                    self.pool.forget(control.request_id)
+                    raise ServerTimeoutError(
+                        f"no cache server of namespace {self.settings.namespace!r} answered "
+                        f"the connection within {self.settings.read_timeout_ms} ms"
+                    ) from exc
+            attempt += 1
+            self._resend(control)
         if not reply.ok:
             raise error_from_wire(reply.error_type, reply.error_message)
         chosen = self.settings.subscription_conflation
@@ -120,6 +133,13 @@ class ServerConnection:
             reply.subscription_conflation if chosen == "server" else chosen == "true",
             size,
         )
+
+    def _resend(self, control: Control) -> None:
+        """Send an unanswered CONNECT again; a failed send is logged (the wait goes on)."""
+        try:
+            self.pool.send_control(control)
+        except RegionBusError as exc:
+            log.warning("connect of %s not sent again: %s", self.client_id, exc)
 
     def control(
         self, kind: ControlKind, *, keep_alive: bool = False, request_id: int = 0

@@ -17,11 +17,15 @@ a resend is one more operation in their backlog, and resending a whole backlog a
 - with at most :data:`MAX_RESENDS_IN_FLIGHT` resent changes unanswered at a time.
 
 The caller still fails every request at ``read_timeout_ms``, resent or not.
+
+A connect unanswered is sent again too, after a random wait (:func:`full_jitter_s`): the
+connects of a fleet that lost its servers at the same moment must not come back in step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from regionbus.schemas.messages import Operation
@@ -31,6 +35,37 @@ RESEND_BACKOFF_CAP_S = 30.0
 
 MAX_RESENDS_IN_FLIGHT = 256
 """Most resent changes awaiting their reply at once; others wait for their turn."""
+
+CONNECT_RESEND_FIRST_S = 2.0
+"""Longest wait before an unanswered connect is first sent again: the servers answer each
+connect of a storm of 1,000 within 2 s (they admit 1,000 a second), so a resend rarely
+adds to a storm."""
+
+CONNECT_RESEND_CAP_S = 16.0
+"""Longest wait between two sends of one connect."""
+
+
+def full_jitter_s(
+    attempt: int,
+    first_s: float,
+    cap_s: float,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """How long to wait before the next try: a random time up to an exponential ceiling
+    ("full jitter", as tenacity's ``wait_random_exponential``; here a function of the
+    attempt, so the caller waits for an answer meanwhile rather than sleeps).
+
+    Args:
+        attempt: Tries so far (0 before the first wait).
+        first_s: The ceiling of the first wait, seconds.
+        cap_s: The highest ceiling, seconds.
+        uniform: The random source (``random.uniform``).
+
+    Returns:
+        Seconds, uniform in ``[0, min(cap_s, first_s * 2**attempt)]``.
+    """
+    # Past 2**32 the product only overflows the cap anyway.
+    return uniform(0.0, min(cap_s, first_s * 2.0 ** min(attempt, 32)))
 
 
 def resend_delay_s(
@@ -118,10 +153,13 @@ def due_for_resend(
 
 
 __all__ = [
+    "CONNECT_RESEND_CAP_S",
+    "CONNECT_RESEND_FIRST_S",
     "MAX_RESENDS_IN_FLIGHT",
     "RESEND_BACKOFF_CAP_S",
     "LastReply",
     "Resendable",
     "due_for_resend",
+    "full_jitter_s",
     "resend_delay_s",
 ]

@@ -104,22 +104,76 @@ class EntryReads(StoreBase):
                 found = [(k.decode(), m) for k, m in all_metas.items()]
             if key_filter is not None:
                 found = [(k, m) for k, m in found if key_filter(k)]
-            values: list[bytes | None] = [None] * len(found)
-            if with_values and found:
-                values = self.redis.hmget(
-                    self.keys.region_values(region, bucket), [k for k, _ in found]
-                )
+            entries = self._with_values(region, bucket, found, with_values)
+        return Snapshot(bool(exists), entries, version_of(version_counter))
+
+    def scan_page(
+        self,
+        region: str,
+        bucket: int,
+        cursor: int,
+        count: int,
+        key_filter: Callable[[str], bool] | None = None,
+        with_values: bool = True,
+    ) -> tuple[int, list[Entry]]:
+        """Read one page of a bucket's entries (Redis ``HSCAN``), for initial results read
+        over several turns of the loop.
+
+        ``HSCAN`` returns every entry present from the first page to the last at least
+        once; an entry created, changed or destroyed meanwhile may be returned or not, or
+        twice. Initial results read this way are sound only when the reader also gets
+        every change made from the first page on (the registration is in place before it)
+        and keeps the newest version of each key (as clients do).
+
+        Args:
+            region: Region name.
+            bucket: The bucket.
+            cursor: 0 for the first page, then the cursor the previous page returned.
+            count: About how many entries to read (Redis ``COUNT``: a hint, not a bound).
+            key_filter: Keep only keys it accepts, applied before any value is read.
+            with_values: Read values too; else entries carry none.
+
+        Returns:
+            The cursor of the next page (0: this was the last) and the page's entries.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            next_cursor, metas = self.redis.hscan(
+                self.keys.region_meta(region, bucket), cursor, count=count
+            )
+            found = [(k.decode(), m) for k, m in metas.items()]
+            if key_filter is not None:
+                found = [(k, m) for k, m in found if key_filter(k)]
+            entries = self._with_values(region, bucket, found, with_values)
+        return int(next_cursor), entries
+
+    def _with_values(
+        self, region: str, bucket: int, found: list[tuple[str, bytes]], with_values: bool
+    ) -> list[Entry]:
+        """The entries of ``(key, meta)`` pairs read, with their values when asked (read
+        in the same turn of the loop as the metadata, so nothing changed between).
+
+        Raises:
+            RedisError: Redis failed (the caller translates it).
+        """
+        values: list[bytes | None] = [None] * len(found)
+        if with_values and found:
+            values = self.redis.hmget(
+                self.keys.region_values(region, bucket), [k for k, _ in found]
+            )
         entries = []
         for (key, meta), value in zip(found, values, strict=True):
             version, serializer = parse_meta(meta)
             entries.append(Entry(key, version, value, serializer))
-        return Snapshot(bool(exists), entries, version_of(version_counter))
+        return entries
 
     def pages(self, region: str, bucket: int, page_entries: int) -> Iterator[list[Entry]]:
-        """The valid entries of one bucket, a page at a time (``HSCAN`` of the metadata,
-        then ``HMGET`` of the page's values): a reader may stop between pages, so reading
-        a large bucket holds neither Redis nor the caller for long. Run between two of the
-        bucket's operations (its primary's loop), the pages see one state of the bucket.
+        """The valid entries of one bucket, a page at a time (:meth:`scan_page`): a reader
+        may stop between pages, so reading a large bucket holds neither Redis nor the
+        caller for long. Read off the bucket's loop (a query's worker thread), the pages
+        may or may not see a change made meanwhile, as :meth:`scan_page` says.
 
         Args:
             region: Region name.
@@ -132,22 +186,13 @@ class EntryReads(StoreBase):
         Raises:
             TransportError: Redis failed.
         """
-        meta_key = self.keys.region_meta(region, bucket)
-        values_key = self.keys.region_values(region, bucket)
         seen: set[str] = set()
         cursor = 0
         while True:
-            with redis_errors():
-                cursor, metas = self.redis.hscan(meta_key, cursor, count=page_entries)
-                # HSCAN may return a key twice; each is read once.
-                found = [(k.decode(), m) for k, m in metas.items() if k.decode() not in seen]
-                values = self.redis.hmget(values_key, [k for k, _ in found]) if found else []
-            page = []
-            for (key, meta), value in zip(found, values, strict=True):
-                seen.add(key)
-                if value is not None:
-                    version, serializer = parse_meta(meta)
-                    page.append(Entry(key, version, value, serializer))
+            cursor, entries = self.scan_page(region, bucket, cursor, page_entries)
+            # HSCAN may return a key twice; each is answered once.
+            page = [e for e in entries if e.key not in seen and e.value is not None]
+            seen.update(e.key for e in entries)
             yield page
             if cursor == 0:
                 return

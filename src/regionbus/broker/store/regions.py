@@ -97,6 +97,20 @@ class RegionChanges(StoreBase):
                 self.redis.hmget(self.keys.region_version(region, bucket), "gen", "n")
             )
 
+    def region_state(self, region: str, bucket: int) -> tuple[bool, int]:
+        """``(region_exists, version)`` in one bucket, read together in one round trip (a
+        registration's: a storm of them is processed in a row).
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.sismember(self.keys.regions(bucket), region)
+            pipe.hmget(self.keys.region_version(region, bucket), "gen", "n")
+            exists, version = pipe.execute()
+        return bool(exists), version_of(version)
+
     def apply_region(
         self,
         kind: OperationKind,
