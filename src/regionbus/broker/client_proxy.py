@@ -281,7 +281,12 @@ class ClientProxy(QueueAccount):
             TransportError: Redis failed (reading its permission).
         """
         services = self._services()
-        if region is not None and not self.may_read(region, key):
+        security = services.security  # read once: this runs for every event routed
+        if (
+            region is not None
+            and security is not None
+            and not security.may_receive(self.client_id, region, key)
+        ):
             return 0
         if self.depth >= services.maximum_message_count and not self.overflowing:
             services.holds.full(self, self.client_id)
