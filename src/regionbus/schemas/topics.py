@@ -414,6 +414,10 @@ def ensure_topics(
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise kafka_error(exc, f"cannot create topic {name}", f"topic {name}") from exc
+            except TimeoutError as exc:
+                # A cluster that went away between the metadata answer and the creation
+                # leaves the future unanswered: that is unreachable, as for the metadata.
+                raise TransportError(f"creating topic {name}: no answer in {timeout_s} s") from exc
     _wait_for_leaders(admin, wanted, deadline)
     return created
 
