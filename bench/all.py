@@ -98,7 +98,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("--subscribers-per-process", "50"),
     ),
     # The fleet issue's goals: registered, crashed, connecting, oversized, stalled clients.
-    # Full: 9,900 durable clients away beside 100 subscribers, 200 killed, 200 connects.
+    # Full: 9,900 durable clients away beside 100 subscribers, 200 killed, 200 connects,
+    # 200 ALL_KEYS registrations at once over 100,000 entries.
     Benchmark(
         "fleet",
         (
@@ -107,6 +108,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             *("--stalled-subscribers", "20", "--stalled-seconds", "8"),
             *("--idle-caches", "50", "--fanout-subscribers", "1,10,100"),
             *("--fanout-ops", "5000"),
+            *("--storm-clients", "40", "--storm-entries", "20000", "--storm-connects", "1000"),
         ),
     ),
 )

@@ -37,6 +37,9 @@ goal of the fleet issue, each beside a baseline measured in the same run:
 8. **abuse**: a hostile or careless client's attacks at full size (a LIKE CQ compiling to a
    huge program, 200 long LIKE CQs then values of up to 400 KB, a 68-year durable timeout,
    keys over many calls), each beside a bystander's puts (:mod:`bench.fleet_abuse`).
+9. **storms**: ``--storm-clients`` clients registering ``ALL_KEYS`` at once over
+   ``--storm-entries`` entries, then ``--storm-connects`` connects at once, each beside a
+   bystander's puts (:mod:`bench.fleet_storms`).
 
 Before the phases, an untimed warm-up (raw Kafka's fan-out at ``--rate`` for
 ``--seconds``) lets the broker compile its code (the JVM's JIT), so that no phase, and
@@ -76,6 +79,7 @@ from bench.fleet_run import (
     Run,
     verdict,
 )
+from bench.fleet_storms import storms_phase
 from bench.options import counts, fetch_wait_option, linger_option
 from bench.summary import SummaryRow, emit
 
@@ -101,6 +105,7 @@ def run(options: FleetOptions, console: Console) -> list[Figure]:
             "idle": idle_phase,
             "fanout": fanout_phase,
             "abuse": abuse_phase,
+            "storms": storms_phase,
         }
         for name in options.phases:
             phases[name](state, options)
@@ -235,6 +240,27 @@ def _phases(text: str) -> tuple[str, ...]:
     show_default=True,
     type=click.IntRange(1),
     help="Puts at each count of the fan-out phase.",
+)
+@click.option(
+    "--storm-clients",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Clients of the storms phase registering ALL_KEYS at once.",
+)
+@click.option(
+    "--storm-entries",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries of the region the storm registers in.",
+)
+@click.option(
+    "--storm-connects",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Connects at once of the storms phase.",
 )
 @fetch_wait_option()
 @linger_option()

@@ -23,7 +23,7 @@ from regionbus.devstack import LocalStack
 from regionbus.schemas.kafka_clients import kafka_admin
 
 TABLE_WIDTH = 140
-PHASES = ("fleet", "cleanup", "requests", "stalled", "idle", "fanout", "abuse")
+PHASES = ("fleet", "cleanup", "requests", "stalled", "idle", "fanout", "abuse", "storms")
 SUBSCRIBERS_PER_PROCESS = 10
 CLEANUP_SILENCE_MS = 3_000
 CLEANUP_DURABLE_TIMEOUT_S = 8
@@ -53,6 +53,9 @@ class FleetOptions:
     linger_ms: int
     fanout_subscribers: tuple[int, ...] = (1, 10, 100, 1_000)
     fanout_ops: int = 20_000
+    storm_clients: int = 200
+    storm_entries: int = 100_000
+    storm_connects: int = 1_000
 
     def bench_options(self, subscribers: int) -> BenchOptions:
         """The ``bench.core`` options the raw baselines take."""
