@@ -112,6 +112,11 @@ class OperationHandlers:
         :meth:`answer_queries`)."""
         self.initial_results = InitialResults(settings, store, ownership, outbox)
         """Bulk loads and CQ executions waiting for their share of the loop's turns."""
+        self._registration_reads: dict[tuple[str, int], tuple[bool, int]] = {}
+        """``(region_exists, version)`` per ``(region, bucket)`` read by registrations
+        processed in a row (:meth:`forget_reads`)."""
+        self._primary_checked: set[int] = set()
+        """Buckets whose fencing epoch those registrations checked."""
         self.table: dict[OperationKind, Handler] = {
             OperationKind.PUT: entries.add,
             OperationKind.DESTROY: entries.add,
@@ -152,9 +157,39 @@ class OperationHandlers:
         Raises:
             RegionBusError: the handler refused the operation (the caller replies it).
         """
+        if op.kind is not OperationKind.REGISTER_INTEREST:
+            self.forget_reads()
         if not kind_row(op.kind).batched:
             self._entries.apply()
         self.table[op.kind](op, bucket, offset)
+
+    def forget_reads(self) -> None:
+        """End the reads registrations share: at any other operation (an entry change
+        applied before the next registration changes the version it must read) and at the
+        end of a batch (an election may change the fencing epoch between batches).
+
+        A storm of clients registering at once sends hundreds of registrations in a row
+        to each bucket; each read the bucket's epoch and the region's state on its own,
+        a round trip apiece, and held every other client's operations behind them.
+        """
+        self._registration_reads.clear()
+        self._primary_checked.clear()
+
+    def _still_primary_for_registration(self, bucket: int) -> bool:
+        if bucket in self._primary_checked:
+            return True
+        if not self._ownership.still_primary(bucket):
+            return False
+        self._primary_checked.add(bucket)
+        return True
+
+    def _region_state(self, region: str, bucket: int) -> tuple[bool, int]:
+        known = self._registration_reads.get((region, bucket))
+        if known is None:
+            known = self._registration_reads[(region, bucket)] = self._store.region_state(
+                region, bucket
+            )
+        return known
 
     # --- regions -----------------------------------------------------------------------
 
@@ -248,7 +283,7 @@ class OperationHandlers:
         is routed to the client (invariant 3). The bulk load of a key list is read here,
         at the same point; that of every key or a regex is read a page at a time on the
         loop's later turns (:mod:`regionbus.broker.initial_results`)."""
-        if not self._ownership.still_primary(bucket):
+        if not self._still_primary_for_registration(bucket):
             return
         spec = op.interest
         assert spec is not None
@@ -275,7 +310,7 @@ class OperationHandlers:
             pattern = compile_interest_regex(spec.regex)
             key_filter = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
         if spec.policy is InterestResultPolicy.NONE or spec.kind is not InterestKind.KEYS:
-            exists, version = self._store.region_state(op.region, bucket)
+            exists, version = self._region_state(op.region, bucket)
             entries: list[Entry] = []
         else:
             exists, entries, version = self._store.snapshot(

@@ -273,13 +273,16 @@ class InterestRegistry:
         self._keys = RedisKeys(namespace)
         self._all_buckets = frozenset(range(total_buckets))
         self.table = InterestTable()
+        self._unsaved: dict[str, dict[str, str]] = {}
+        """Per client, the registration records not yet written (:meth:`save`)."""
 
     # --- changes -----------------------------------------------------------------------
 
     def register(
         self, client_id: str, region: str, spec: InterestSpec, bucket: int, keys: Iterable[str]
     ) -> None:
-        """Install a registration for one bucket and persist it.
+        """Install a registration for one bucket; it is persisted by the next :meth:`save`
+        (at the end of the batch, before its reply is sent and its offset committed).
 
         Args:
             client_id: The subscriber (its queue is its partition of the shared
@@ -303,8 +306,26 @@ class InterestRegistry:
         else:
             stored = {_field(region, spec.kind, key): record for key in keys}
         if stored:
-            with redis_errors():
-                self._redis.hset(self._keys.interest(client_id), mapping=stored)  # type: ignore[arg-type]
+            # Written at the end of the batch: a client registers in every bucket, and a
+            # storm of clients registering at once made one round trip per registration,
+            # holding every other client's operations behind them.
+            self._unsaved.setdefault(client_id, {}).update(stored)
+
+    def save(self) -> None:
+        """Write the registrations made since the last save, in one round trip.
+
+        Raises:
+            TransportError: Redis failed (they stay unsaved; the operations that made them
+                are not committed, so they are made again after the outage).
+        """
+        if not self._unsaved:
+            return
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for client_id, stored in self._unsaved.items():
+                pipe.hset(self._keys.interest(client_id), mapping=stored)  # type: ignore[arg-type]
+            pipe.execute()
+        self._unsaved.clear()
 
     def unregister(self, client_id: str, region: str, spec: InterestSpec) -> None:
         """Remove a registration (all its buckets) from memory and Redis.
@@ -321,6 +342,9 @@ class InterestRegistry:
             fields = [_field(region, spec.kind, spec.regex or "")]
         else:
             fields = [_field(region, spec.kind, key) for key in spec.keys]
+        unsaved = self._unsaved.get(client_id, {})
+        for field in fields:
+            unsaved.pop(field, None)
         if fields:
             with redis_errors():
                 self._redis.hdel(self._keys.interest(client_id), *fields)
@@ -332,6 +356,9 @@ class InterestRegistry:
             TransportError: Redis failed.
         """
         self.table.drop_client(client_id, keep_durable=keep_durable)
+        if keep_durable and client_id in self._unsaved:
+            self.save()  # its durable registrations outlive it
+        self._unsaved.pop(client_id, None)
         drop_stored(self._redis, self._keys.interest(client_id), keep_durable=keep_durable)
 
     def load(self, client_ids: Iterable[str]) -> int:
@@ -344,6 +371,7 @@ class InterestRegistry:
         Raises:
             TransportError: Redis failed.
         """
+        self.save()
         self.table.clear()
         count = 0
         for client_id in client_ids:

@@ -83,11 +83,15 @@ class ServerParts:
     intake: OperationIntake
 
     holds: QueueHolds
+    registry: InterestRegistry
 
     def end_batch(self) -> None:
         """The end of a batch of work: apply the entry operations batched so far, then send
-        what the batch produced (their events and replies with the rest), in that order."""
+        what the batch produced (their events and replies with the rest), in that order;
+        the batch's interest registrations are persisted before any reply goes."""
         self.entries.apply()
+        self.registry.save()
+        self.handlers.forget_reads()
         self.outbox.send()
 
     def release_holds(self) -> None:
@@ -242,6 +246,7 @@ def wire_parts(
         admission,
         OperationIntake(s, server.topics, outbox, lifecycle, entries, handlers, admission),
         holds,
+        server.registry,
     )
 
 
