@@ -30,6 +30,6 @@ class _Admin:
 
 def test_an_unanswered_creation_is_a_transport_error() -> None:
     admin = _Admin()
-    with pytest.raises(TransportError, match="creating topic site2.inbound: no answer"):
+    with pytest.raises(TransportError, match=r"creating topic site2\.inbound: no answer"):
         ensure_topics(admin, [TopicSpec("site2.inbound", 1)], timeout_s=0.2)  # type: ignore[arg-type]
     assert admin.created == ["site2.inbound"]
