@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -54,6 +56,34 @@ def _figures(what: str, latencies_s: list[float]) -> tuple[float, float, float]:
     return p50, p99, max(ms)
 
 
+@contextmanager
+def _storm(
+    settings: ServerSettings,
+    kafka_bootstrap_servers: str,
+    region: str,
+    clients: int,
+    more: dict[str, Any] | None = None,
+) -> Iterator[Child]:
+    """A child process of ``clients`` storm clients of ``region``, connected and waiting
+    for the word (``expect``)."""
+    client_settings = {
+        "namespace": settings.namespace,
+        "kafka_bootstrap_servers": kafka_bootstrap_servers,
+        "fetch_wait_max_ms": 100,
+        **(more or {}),
+    }
+    with Child(
+        run_storm_clients,
+        "storm",
+        settings=client_settings,
+        region=region,
+        count=clients,
+        prefix="storm",
+    ) as storm:
+        storm.wait_ready(300)
+        yield storm
+
+
 @pytest.mark.timeout(STORM_TIMEOUT_S)
 def test_a_storm_of_registrations_gets_everything_and_holds_no_one_else(
     server_settings: ServerSettings,
@@ -68,25 +98,15 @@ def test_a_storm_of_registrations_gets_everything_and_holds_no_one_else(
             "free", RegionShortcut.PROXY
         )
         victim.put("warm", 0)
-        storm_settings = {
-            "namespace": settings.namespace,
-            "kafka_bootstrap_servers": kafka_bootstrap_servers,
-            "fetch_wait_max_ms": 100,
-            # Queued behind the storm's loads, a client waits longer than the default.
-            "read_timeout_ms": STORM_TIMEOUT_S * 1000,
-        }
-        with Child(
-            run_storm_clients,
-            "storm",
-            settings=storm_settings,
-            region="big",
-            count=STORM_CLIENTS,
-            prefix="storm",
-        ) as storm:
-            storm.wait_ready(300)
-            with bystander_puts(victim, [f"v{i}" for i in range(100)], at_least=50) as latencies:
-                storm.expect(0)
-                result = storm.wait_result(STORM_TIMEOUT_S)
+        # Queued behind the storm's loads, a client waits longer than the default.
+        more = {"read_timeout_ms": STORM_TIMEOUT_S * 1000}
+        keys = [f"v{i}" for i in range(100)]
+        with (
+            _storm(settings, kafka_bootstrap_servers, "big", STORM_CLIENTS, more) as storm,
+            bystander_puts(victim, keys, at_least=50) as latencies,
+        ):
+            storm.expect(0)
+            result = storm.wait_result(STORM_TIMEOUT_S)
         assert not result["errors"], f"storm registrations failed: {result['errors'][:3]}"
         print(
             f"{STORM_CLIENTS} registrations of {STORM_ENTRIES} entries: the last answered "
@@ -165,25 +185,14 @@ def test_registrations_in_a_row_share_their_redis_round_trips(
     registrations = clients * server_settings.total_buckets
     settings = server_settings.model_copy(update={"regions": ["empty"]})
     round_trips = _RoundTrips(monkeypatch)
-    with CacheServer(settings):
-        storm_settings = {
-            "namespace": settings.namespace,
-            "kafka_bootstrap_servers": kafka_bootstrap_servers,
-            "fetch_wait_max_ms": 100,
-        }
-        with Child(
-            run_storm_clients,
-            "storm",
-            settings=storm_settings,
-            region="empty",
-            count=clients,
-            prefix="rows",
-        ) as storm:
-            storm.wait_ready(300)
-            round_trips.counting = True
-            storm.expect(0)
-            result = storm.wait_result(300)
-            round_trips.counting = False
+    with (
+        CacheServer(settings),
+        _storm(settings, kafka_bootstrap_servers, "empty", clients) as storm,
+    ):
+        round_trips.counting = True
+        storm.expect(0)
+        result = storm.wait_result(300)
+        round_trips.counting = False
     assert not result["errors"] and result["entries"] == [0] * clients
     print(f"{registrations} registrations: {round_trips.count} Redis round trips")
     # One HSCAN each, and a few for the batches, the server's leases and pings; before,
