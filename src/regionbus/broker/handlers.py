@@ -176,7 +176,9 @@ class OperationHandlers:
         self._primary_checked.clear()
 
     def _still_primary_for_registration(self, bucket: int) -> bool:
-        if bucket in self._primary_checked:
+        # A bucket lost since the check (``drop_lost`` runs between operations) is not
+        # vouched for by it.
+        if bucket in self._primary_checked and self.owns(bucket):
             return True
         if not self._ownership.still_primary(bucket):
             return False

@@ -373,6 +373,7 @@ class CacheServer(BackgroundWorker):
         assert parts is not None
         self._redis_outage.began(cause)
         parts.entries.discard()
+        parts.handlers.forget_reads()  # the operations after the commit are read again
         parts.outbox.send()
         parts.ownership.rewind_to_committed()
         while self._redis_outage.wait():
