@@ -99,6 +99,7 @@ class GatewaySender(QueueProcessor):
             lease_ttl_ms=settings.lease_ttl_ms,
             metrics_port=settings.metrics_port,
             metrics_host=settings.metrics_host,
+            liveness_timeout_s=settings.liveness_timeout_s,
         )
         self.settings = settings
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
@@ -203,6 +204,7 @@ class GatewaySender(QueueProcessor):
     def _serve(self) -> None:
         opened = False
         while not self.stopping.is_set():
+            self.turned()
             if not self._primary.is_set():
                 if opened:
                     self._end_run()
@@ -479,6 +481,8 @@ class GatewaySender(QueueProcessor):
         return sender_metric_families(labels, self.stats, self.is_primary)
 
     def _sleep(self, seconds: float) -> None:
+        # A wait between tries to reach the remote site: the loop turns, slowly, on purpose.
+        self.turned()
         self.stopping.wait(seconds)
 
     def _log_unreachable(self, state: Any) -> None:
