@@ -45,6 +45,7 @@ from regionbus.broker.outbox import TOPIC_GONE
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
 from regionbus.broker.security import SecurityGuard
+from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.server_metrics import server_metric_families
 from regionbus.broker.server_parts import ServerParts, wire_parts
 from regionbus.broker.stats import ServerStats
@@ -131,6 +132,14 @@ class CacheServer(BackgroundWorker):
             ),
             settings.liveness_timeout_s,
         )
+        self.latency = (
+            ServerLatency(
+                self._metrics, {"namespace": settings.namespace, "member": settings.member_id}
+            )
+            if self._metrics.enabled
+            else None
+        )
+        """The latency histograms, kept while a metrics endpoint is configured."""
         self._redis_outage = RedisOutage(self._redis, settings.member_id, self.stopping)
         self._kafka_outage = KafkaOutage(f"cache server {settings.member_id}")
 
@@ -383,7 +392,7 @@ class CacheServer(BackgroundWorker):
         assert parts is not None
         self._redis_outage.began(cause)
         parts.entries.discard()
-        parts.outbox.send()
+        parts.send()
         parts.ownership.rewind_to_committed()
         while self._redis_outage.wait():
             try:

@@ -38,6 +38,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.queue_acks import QueueAcks
 from regionbus.broker.queue_holds import PARKED_BYTES_MAX, QueueHolds
 from regionbus.broker.security import SecurityGuard
+from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
@@ -61,6 +62,7 @@ class ServerCore(Protocol):
     cqs: CqRegistry
     clients: ClientRegistry
     election: BucketElection
+    latency: ServerLatency | None
 
 
 @dataclass
@@ -83,12 +85,19 @@ class ServerParts:
     intake: OperationIntake
 
     holds: QueueHolds
+    latency: ServerLatency | None = None
 
     def end_batch(self) -> None:
         """The end of a batch of work: apply the entry operations batched so far, then send
         what the batch produced (their events and replies with the rest), in that order."""
         self.entries.apply()
+        self.send()
+
+    def send(self) -> None:
+        """Send what was gathered (:meth:`Outbox.send`) and time what waited for it."""
         self.outbox.send()
+        if self.latency is not None:
+            self.latency.sent()
 
     def release_holds(self) -> None:
         """At each turn of the loop: end the holds of full queues that have room again or
@@ -204,7 +213,15 @@ def wire_parts(
     distribution = Distribution(server.plugins, notifier, gateways, outbox, server.cqs.table)
     loads = EntryLoads(s, server.plugins, outbox, server.security)
     entries = EntryOperations(
-        s, server.store, ownership, server.plugins, distribution, outbox, server.stats, loads
+        s,
+        server.store,
+        ownership,
+        server.plugins,
+        distribution,
+        outbox,
+        server.stats,
+        loads,
+        server.latency,
     )
     expiration = EntryExpiration(
         s, server.store, ownership, distribution, outbox, server.stats, server.security
@@ -242,6 +259,7 @@ def wire_parts(
         admission,
         OperationIntake(s, server.topics, outbox, lifecycle, entries, handlers, admission),
         holds,
+        server.latency,
     )
 
 

@@ -125,6 +125,19 @@ class GatewaySender(QueueProcessor):
         self._window: BatchWindow | None = None
         self._order_per_bucket = settings.parallel
         self._last_send_error: KafkaError | None = None
+        self._round_trip = (
+            self._metrics.histogram(
+                "gateway_sender_batch_round_trip_seconds",
+                "Time from a batch's last send to the remote receiver's ack of it.",
+                {
+                    "namespace": settings.namespace,
+                    "member": settings.member_id,
+                    "sender": settings.sender_id,
+                },
+            )
+            if self._metrics.enabled
+            else None
+        )
 
     def _setup(self) -> None:
         super()._setup()
@@ -414,7 +427,9 @@ class GatewaySender(QueueProcessor):
                     # site's, where the sender's operators look (as for its queue).
                     self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc), None)
                     continue
-                window.acked(ack)
+                acked = window.acked(ack)
+                if acked is not None and self._round_trip is not None:
+                    self._round_trip.observe(time.monotonic() - acked.sent_at)
             self._complete(window)
             if last_offset >= 0:
                 acks.commit(
