@@ -135,6 +135,7 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
             region_gateway_senders={"r": ["to-b"]},
             region_async_event_queues={"r": ["audit"]},
             metrics_port=0,
+            metrics_client_labels=True,
         )
     )
     server.start()
