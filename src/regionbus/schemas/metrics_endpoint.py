@@ -71,22 +71,7 @@ LATENCY_BUCKETS_S = (
 """Upper bounds (seconds) of the latency histograms' buckets: from 1 ms (a Redis round trip
 of a small batch) to a minute (a queue held full, a remote site away)."""
 
-REPLAY_BUCKETS_S = (
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-)
+REPLAY_BUCKETS_S = (0.01, 0.05, *LATENCY_BUCKETS_S[LATENCY_BUCKETS_S.index(0.1) :], 120.0, 300.0)
 """Upper bounds (seconds) of the replay histograms' buckets: a durable client's replay reads
 what was queued while it was away, from nothing to minutes of events (longer: ``+Inf``)."""
 
