@@ -21,7 +21,7 @@ from test_observability import scrape, value, wait_for_sample
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
-from regionbus.broker.status import cluster_status
+from regionbus.broker.status import ClusterStatus, cluster_status
 from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
 from regionbus.devstack import EmbeddedRedis
 from regionbus.schemas.callbacks import CacheListener, EntryEvent
@@ -150,16 +150,22 @@ def test_histograms_count_the_puts_applied_queued_heard_and_replayed_and_labels_
         # same partition, by none of its own however many records follow its ack.
         client = redis.Redis.from_url(redis_url)
         stack.callback(client.close)
-        status = cluster_status(
-            client, namespace, _BUCKETS, {"bootstrap.servers": kafka_bootstrap_servers}, 10.0
-        )
+        kafka = {"bootstrap.servers": kafka_bootstrap_servers}
+        read: list[ClusterStatus] = []
+
+        def subscriber_acked() -> bool:
+            read[:] = [cluster_status(client, namespace, _BUCKETS, kafka, 10.0)]
+            return {q.client_id: q.lag_records for q in read[0].queues}[subscriber.client_id] == 0
+
+        # The subscriber acks what it heard every subscription_ack_interval_ms.
+        wait_until(subscriber_acked, 30, "the subscriber's ack")
+        status = read[0]
         queues = {q.client_id: q for q in status.queues}
         desk, neighbour = queues["desk"], queues[neighbour_id]
         assert desk.queue_partition == neighbour.queue_partition
         assert desk.lag_records == _PUTS
         assert neighbour.depth_messages is not None and neighbour.depth_messages >= _PUTS
         assert neighbour.lag_records == 0
-        assert queues[subscriber.client_id].lag_records == 0
         assert not status.unreadable
 
         # desk comes back: its replay of every put is timed once, on its own endpoint.
