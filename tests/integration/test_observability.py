@@ -135,6 +135,7 @@ def test_the_server_endpoint_and_regionbus_status_show_the_live_figures_of_a_loc
             region_gateway_senders={"r": ["to-b"]},
             region_async_event_queues={"r": ["audit"]},
             metrics_port=0,
+            metrics_client_labels=True,
         )
     )
     server.start()
@@ -330,6 +331,10 @@ def test_gateway_sender_and_receiver_endpoints_count_batches_acks_resends_and_ba
         sender.metrics_url, "regionbus_gateway_sender_events_acked_total", lambda v: v == 10
     )
     acked = value(samples, "regionbus_gateway_sender_batches_acked_total")
+    # Each acked batch's round trip, from its last send to its ack.
+    trips = value(samples, "regionbus_gateway_sender_batch_round_trip_seconds_count")
+    assert trips == acked
+    assert (value(samples, "regionbus_gateway_sender_batch_round_trip_seconds_sum") or 0) > 0
     sent = value(samples, "regionbus_gateway_sender_batches_sent_total")
     resent = value(samples, "regionbus_gateway_sender_batches_resent_total")
     assert acked is not None and acked >= 1

@@ -166,6 +166,24 @@ def buckets_to_hand_over(
     return out
 
 
+def buckets_unready_reason(views: list[BucketView], total_buckets: int) -> str | None:
+    """Why a server is not ready for its buckets' sake: no election tick yet, or buckets
+    without a primary in the last one (a failover under way); None when every bucket has
+    one (this server's readiness probe, :meth:`regionbus.broker.server.CacheServer.readiness`).
+
+    Args:
+        views: The buckets as the last tick saw them (:attr:`BucketElection.views`).
+        total_buckets: The namespace's number of buckets.
+    """
+    if len(views) < total_buckets:
+        return "no bucket election yet"
+    free = [v.bucket for v in views if v.primary is None]
+    if not free:
+        return None
+    shown = ", ".join(str(b) for b in free[:8]) + (", ..." if len(free) > 8 else "")
+    return f"{len(free)} of {total_buckets} buckets have no primary ({shown})"
+
+
 class BucketElection:
     """This server's view of, and part in, the bucket election.
 

@@ -306,7 +306,10 @@ def region_list(**options: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def status(as_json: bool, **options: Any) -> None:
     """Show members, bucket primaries and secondaries, queues, durable clients and
-    gateways (senders, receivers, async event queues)."""
+    gateways (senders, receivers, async event queues).
+
+    A queue's "behind" counts the records of its shared partition after the client's ack;
+    "own lag" those of them addressed to the client (records, each of one or more events)."""
     settings = _settings(**options)
     client = connect_redis(settings)
     try:
@@ -332,12 +335,13 @@ def status(as_json: bool, **options: Any) -> None:
     for b in current.buckets:
         buckets.add_row(str(b.bucket), b.primary or "-", str(b.epoch), ", ".join(b.secondaries))
     queues = Table(title="subscription queues")
-    for column in ("client", "durable", "state", "queue [partition]", "behind (records)"):
+    for column in ("client", "durable", "state", "queue [partition]", "behind", "own lag"):
         queues.add_column(column)
     for q in current.queues:
         depth = "?" if q.depth_messages is None else str(q.depth_messages)
+        lag = "?" if q.lag_records is None else str(q.lag_records)
         where = f"{q.queue_topic} [{'?' if q.queue_partition is None else q.queue_partition}]"
-        queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, where, depth)
+        queues.add_row(q.client_id, "yes" if q.durable else "no", q.state, where, depth, lag)
     durable = Table(title="durable clients")
     for column in ("client", "state", "away since", "timeout (s)", "expires"):
         durable.add_column(column)

@@ -231,6 +231,16 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             it: older requests are refused as possible replays.
         principal_cache_ttl_ms: How long a server trusts principals and permissions it
             read from Redis; ``regionbus user remove`` takes effect within this long.
+        metrics_client_labels: Export the per-client series
+            ``regionbus_events_routed_total{client}`` and
+            ``regionbus_subscription_queue_depth_events{client}`` (one series per client
+            and metric: 10,000 clients make 10,000 series per server). Off by default:
+            the servers export totals and the deepest queues
+            (``metrics_top_clients``), and ``regionbus status`` shows every client's lag.
+        metrics_top_clients: How many of the deepest subscription queues this server
+            exports as ``regionbus_subscription_queue_depth_top_events{client}`` (those
+            with events not acked; 0: none). Default 10: enough to name the clients an
+            alert on the total points at, few enough to be free for any fleet.
 
     ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`.
     """
@@ -285,6 +295,9 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     security_enabled: bool = False
     allowed_skew_ms: int = Field(default=300_000, ge=1_000)
     principal_cache_ttl_ms: int = Field(default=2_000, ge=0)
+    # --- metrics: per-client detail ---
+    metrics_client_labels: bool = False
+    metrics_top_clients: int = Field(default=10, ge=0, le=1000)
 
     @field_validator("gateway_senders", mode="before")
     @classmethod

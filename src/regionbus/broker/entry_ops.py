@@ -10,6 +10,7 @@ its originator gets the reply (SPEC §1: writer -> apply -> listeners -> distrib
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 from regionbus.broker.config import ServerSettings
@@ -18,6 +19,7 @@ from regionbus.broker.loading import EntryLoads
 from regionbus.broker.outbox import Outbox
 from regionbus.broker.ownership import BucketOwnership
 from regionbus.broker.plugins import ServerPlugins
+from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import Access, ApplyResult, GatewayVersion, RegionStore
 from regionbus.runtime.leases import wall_clock_ms
@@ -30,6 +32,8 @@ class _Pending(NamedTuple):
     op: Operation
     bucket: int
     offset: int
+    record_ms: int = 0
+    """Kafka timestamp of the operation's record, while latencies are kept."""
 
 
 class EntryOperations:
@@ -44,6 +48,8 @@ class EntryOperations:
         outbox: Replies.
         stats: The server's counters.
         loads: The loads of gets' misses (`regionbus.broker.loading`).
+        latency: The server's latency histograms, None while it keeps none (no metrics
+            endpoint configured).
     """
 
     def __init__(
@@ -56,6 +62,7 @@ class EntryOperations:
         outbox: Outbox,
         stats: ServerStats,
         loads: EntryLoads,
+        latency: ServerLatency | None = None,
     ) -> None:
         self._site_id = settings.distributed_system_id
         self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
@@ -66,6 +73,8 @@ class EntryOperations:
         self._outbox = outbox
         self._stats = stats
         self._loads = loads
+        self.latency = latency
+        """The server's latency histograms (intake and handlers stamp them), or None."""
         self._pending: list[_Pending] = []
 
     def add(self, op: Operation, bucket: int, offset: int) -> None:
@@ -75,7 +84,9 @@ class EntryOperations:
             self.apply()
             if not self._writers_allow(op, bucket):
                 return
-        self._pending.append(_Pending(op, bucket, offset))
+        latency = self.latency
+        record_ms = 0 if latency is None else latency.record_ms
+        self._pending.append(_Pending(op, bucket, offset, record_ms))
 
     def discard(self) -> None:
         """Forget the batch not applied yet (Redis failed: the operations are read again
@@ -86,13 +97,15 @@ class EntryOperations:
         """Apply the batch in one Redis round trip, then distribute and reply per change."""
         if not self._pending:
             return
+        latency = self.latency
+        started_s = time.monotonic() if latency is not None else 0.0
         owned = self._ownership.owned
         # A bucket fenced earlier in this poll batch is no longer ours: drop its operations.
         pending = [p for p in self._pending if p.bucket in owned]
         self._pending = []
         batch: list[Any] = []
         now = wall_clock_ms()
-        for op, bucket, offset in pending:
+        for op, bucket, offset, _ in pending:
             assert op.key is not None
             expiration = self._expiration.get(op.region)
             if op.kind in _READS:
@@ -134,11 +147,17 @@ class EntryOperations:
                 )
             )
         results = self._store.run_batch(batch)
-        for (op, bucket, _), result in zip(pending, results, strict=True):
+        stats = self._stats
+        for (op, bucket, _, record_ms), result in zip(pending, results, strict=True):
             if isinstance(result, ApplyResult):
+                routed = stats.events_routed
                 self._applied(op, bucket, result)
+                if latency is not None and record_ms and stats.events_routed != routed:
+                    latency.queued_from_ms.append(record_ms)
             else:
                 self._reply_get(op, bucket, result)
+        if latency is not None:
+            latency.apply.observe(time.monotonic() - started_s)
 
     def _writers_allow(self, op: Operation, bucket: int) -> bool:
         """Run server writers before an entry change; False (error replied) if one aborts.

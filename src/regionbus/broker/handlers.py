@@ -445,6 +445,9 @@ class OperationHandlers:
         self._notifier.marker(
             Marker(op.client_id, wall_clock_ms(), bucket, connection_id), op.kafka_principal
         )
+        latency = self._entries.latency
+        if latency is not None and latency.record_ms:
+            latency.markers_from_ms.append(latency.record_ms)
         self._served(op).reply(Reply(request_id=op.request_id, bucket=bucket, ok=True))
 
     # --- replies -----------------------------------------------------------------------

@@ -111,6 +111,8 @@ class OperationIntake:
             principal = self._admission.authenticate(message, source)
             if principal is None:
                 return
+        if self._entries.latency is not None:
+            self._entries.latency.reading(message)
         value = message.value()
         try:
             items = split_batch(value)

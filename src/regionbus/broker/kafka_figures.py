@@ -110,6 +110,15 @@ class KafkaFigures:
     def backlog(self, what: Hashable) -> int | None:
         """Messages after the group's committed offsets, summed over the partitions; None
         when a needed answer did not come in time (then noted in :attr:`unreadable`)."""
+        positions = self.positions(what)
+        if positions is None:
+            return None
+        return sum(max(0, high - max(committed, 0)) for _, committed, high in positions)
+
+    def positions(self, what: Hashable) -> list[tuple[TopicPartition, int, int]] | None:
+        """``(partition, committed offset, high watermark)`` of each partition of a figure
+        asked with :meth:`ask_backlog` (committed -1: the group never committed there);
+        None when a needed answer did not come in time (then noted in :attr:`unreadable`)."""
         asked = self._asked.get(what)
         if asked is None:
             return None
@@ -117,11 +126,10 @@ class KafkaFigures:
         try:
             committed = _result(self._committed[group])
             offsets = {(tp.topic, tp.partition): tp.offset for tp in committed.topic_partitions}
-            total = 0
-            for tp in wanted:
-                high = _result(self._latest[tp]).offset
-                total += max(0, high - max(offsets.get((tp.topic, tp.partition), 0), 0))
-            return total
+            return [
+                (tp, offsets.get((tp.topic, tp.partition), -1), _result(self._latest[tp]).offset)
+                for tp in wanted
+            ]
         except (KafkaException, concurrent.futures.TimeoutError, KeyError) as exc:
             reason = "no answer in time" if _is_timeout(exc) else str(exc)
             self.unreadable.append(f"backlog of {topic} (group {group}): {reason}")

@@ -35,7 +35,7 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from regionbus.broker.buckets import BucketElection
+from regionbus.broker.buckets import BucketElection, buckets_unready_reason
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
@@ -45,6 +45,7 @@ from regionbus.broker.outbox import TOPIC_GONE
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.poison import is_infrastructure_error, set_aside
 from regionbus.broker.security import SecurityGuard
+from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.server_metrics import server_metric_families
 from regionbus.broker.server_parts import ServerParts, wire_parts
 from regionbus.broker.stats import ServerStats
@@ -129,7 +130,16 @@ class CacheServer(BackgroundWorker):
                 lambda: server_metric_families(self),
                 address=settings.metrics_host,
             ),
+            settings.liveness_timeout_s,
         )
+        self.latency = (
+            ServerLatency(
+                self._metrics, {"namespace": settings.namespace, "member": settings.member_id}
+            )
+            if self._metrics.enabled
+            else None
+        )
+        """The latency histograms, kept while a metrics endpoint is configured."""
         self._redis_outage = RedisOutage(self._redis, settings.member_id, self.stopping)
         self._kafka_outage = KafkaOutage(f"cache server {settings.member_id}")
 
@@ -161,6 +171,13 @@ class CacheServer(BackgroundWorker):
         """True while this server is primary of bucket 0, which reads ``{ns}.control``
         (connects, pings, closes) for the whole namespace."""
         return 0 in self.primary_buckets
+
+    def _unready_reason(self) -> str | None:
+        """Not ready while Kafka is unreachable or a bucket has no primary (as of the last
+        election tick: a failover or the first election is under way)."""
+        if self._kafka_outage.ongoing:
+            return "waiting: Kafka unreachable"
+        return buckets_unready_reason(self.election.views, self.settings.total_buckets)
 
     def queue_depths_events(self) -> dict[str, int]:
         """``{client id: events}`` this server queued for each client and the client has
@@ -289,6 +306,7 @@ class CacheServer(BackgroundWorker):
         next_reap, next_elect = start + reaper_every_s, start + elect_every_s
         try:
             while not self.stopping.is_set():
+                self.turned()
                 parts.ownership.drop_lost()
                 messages = poll_batch(parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000)
                 if messages:
@@ -321,7 +339,8 @@ class CacheServer(BackgroundWorker):
         except Exception as exc:
             if not is_redis_unavailable(exc):
                 raise
-            self._ride_out_redis_outage(exc)
+            with self.waiting("Redis unavailable"):
+                self._ride_out_redis_outage(exc)
             return False
         return True
 
@@ -374,7 +393,7 @@ class CacheServer(BackgroundWorker):
         self._redis_outage.began(cause)
         parts.entries.discard()
         parts.handlers.forget_reads()  # the operations after the commit are read again
-        parts.outbox.send()
+        parts.send()
         parts.ownership.rewind_to_committed()
         while self._redis_outage.wait():
             try:

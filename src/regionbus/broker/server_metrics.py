@@ -14,8 +14,9 @@ Counters (``_total``) and gauges, with their labels besides those two:
 - ``regionbus_replies_total``: replies produced.
 - ``regionbus_replies_dropped_total``: replies to a client whose principal's shared reply
   topic does not exist, dropped.
-- ``regionbus_events_routed_total{client}``: events queued to a client's subscription
-  queue (the series goes when the server forgets the client).
+- ``regionbus_events_routed_total``: events queued to clients' subscription queues (one
+  per client an event goes to). With ``metrics_client_labels``, one series per client
+  instead (``{client}``; the series goes when the server forgets the client).
 - ``regionbus_dead_letters_total{category}``: messages sent to ``{ns}.dead-letter``;
   category ``undecodable``, ``unexpected_type``, ``invalid_operation``, ``refused``,
   ``processing_failed``, ``unreadable`` or ``refused_by_recipient_topic`` (a client's
@@ -24,8 +25,14 @@ Counters (``_total``) and gauges, with their labels besides those two:
   ``..._fenced_total``: bucket takeovers and losses (failovers, handoffs).
 - ``regionbus_bucket_primaries``, ``regionbus_bucket_secondaries`` (gauges): buckets this
   server is primary / secondary of.
-- ``regionbus_subscription_queue_depth_events{client}`` (gauge): events this server queued
-  for the client that it has not acked (re-read a few clients per sync while served).
+- ``regionbus_subscription_backlog_events`` (gauge): events this server queued for its
+  clients that they have not acked, summed over them (acks re-read a few clients per sync
+  while served); ``regionbus_subscription_queues`` (gauge): the clients it counts.
+- ``regionbus_subscription_queue_depth_top_events{client}`` (gauge): the same per client,
+  for the ``metrics_top_clients`` deepest queues with events not acked (default 10), so the
+  series stay few however large the fleet.
+- ``regionbus_subscription_queue_depth_events{client}`` (gauge): every client's, only with
+  ``metrics_client_labels`` (a series per client).
 - ``regionbus_durable_clients{state}`` (gauge): durable clients ``connected``, ``away`` or
   ``unregistering``; only bucket 0's primary (which handles client lifecycle) exports it,
   so a namespace has one series per state.
@@ -120,12 +127,7 @@ def server_metric_families(server: ServerView) -> list[Metric]:
             "Replies not produced: the client's shared reply topic does not exist.",
             stats.replies_dropped,
         ),
-        families.counter(
-            "events_routed",
-            "Events queued to a client's subscription queue.",
-            {(c,): n for c, n in server.events_routed_by_client().items()},
-            ("client",),
-        ),
+        *_client_families(server, families),
         families.counter(
             "dead_letters",
             "Messages sent to the dead-letter topic, by reason category.",
@@ -156,12 +158,6 @@ def server_metric_families(server: ServerView) -> list[Metric]:
             "bucket_secondaries",
             "Buckets this server is a secondary of (last election tick).",
             len(server.secondary_buckets),
-        ),
-        families.gauge(
-            "subscription_queue_depth_events",
-            "Events this server queued for a client that the client has not acked yet.",
-            {(c,): n for c, n in server.queue_depths_events().items()},
-            ("client",),
         ),
         families.counter(
             "durable_clients_expired",
@@ -219,6 +215,52 @@ def server_metric_families(server: ServerView) -> list[Metric]:
                     ("state",),
                 )
             )
+    return metrics
+
+
+def _client_families(server: ServerView, families: MetricFamilies) -> list[Metric]:
+    """Routing and queue depth: totals and the deepest queues, or a series per client
+    when ``metrics_client_labels`` asks for them."""
+    settings = server.settings
+    depths = server.queue_depths_events()
+    routed_help = "Events queued to clients' subscription queues (one per client reached)."
+    depth_help = "Events this server queued for a client that the client has not acked yet."
+    metrics: list[Metric] = [
+        families.gauge(
+            "subscription_backlog_events",
+            "Events this server queued for its clients that they have not acked, summed.",
+            sum(depths.values()),
+        ),
+        families.gauge(
+            "subscription_queues", "Clients whose queue depth this server counts.", len(depths)
+        ),
+    ]
+    top = sorted(((n, c) for c, n in depths.items() if n > 0), reverse=True)
+    metrics.append(
+        families.gauge(
+            "subscription_queue_depth_top_events",
+            f"{depth_help} The {settings.metrics_top_clients} deepest queues only.",
+            {(c,): n for n, c in top[: settings.metrics_top_clients]},
+            ("client",),
+        )
+    )
+    if not settings.metrics_client_labels:
+        metrics.append(families.counter("events_routed", routed_help, server.stats.events_routed))
+        return metrics
+    routed = server.events_routed_by_client()
+    metrics.append(
+        families.counter(
+            "events_routed", routed_help, {(c,): n for c, n in routed.items()}, ("client",)
+        )
+    )
+    metrics.append(
+        families.gauge(
+            "subscription_queue_depth_events",
+            depth_help,
+            {(c,): n for c, n in depths.items()},
+            ("client",),
+        )
+    )
     return metrics
 
 

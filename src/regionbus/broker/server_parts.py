@@ -38,6 +38,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.queue_acks import QueueAcks
 from regionbus.broker.queue_holds import PARKED_BYTES_MAX, QueueHolds
 from regionbus.broker.security import SecurityGuard
+from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
@@ -61,6 +62,7 @@ class ServerCore(Protocol):
     cqs: CqRegistry
     clients: ClientRegistry
     election: BucketElection
+    latency: ServerLatency | None
 
 
 @dataclass
@@ -84,6 +86,7 @@ class ServerParts:
 
     holds: QueueHolds
     registry: InterestRegistry
+    latency: ServerLatency | None = None
 
     def end_batch(self) -> None:
         """The end of a batch of work: apply the entry operations batched so far, then send
@@ -92,7 +95,13 @@ class ServerParts:
         self.entries.apply()
         self.registry.save()
         self.handlers.forget_reads()
+        self.send()
+
+    def send(self) -> None:
+        """Send what was gathered (:meth:`Outbox.send`) and time what waited for it."""
         self.outbox.send()
+        if self.latency is not None:
+            self.latency.sent()
 
     def release_holds(self) -> None:
         """At each turn of the loop: end the holds of full queues that have room again or
@@ -208,7 +217,15 @@ def wire_parts(
     distribution = Distribution(server.plugins, notifier, gateways, outbox, server.cqs.table)
     loads = EntryLoads(s, server.plugins, outbox, server.security)
     entries = EntryOperations(
-        s, server.store, ownership, server.plugins, distribution, outbox, server.stats, loads
+        s,
+        server.store,
+        ownership,
+        server.plugins,
+        distribution,
+        outbox,
+        server.stats,
+        loads,
+        server.latency,
     )
     expiration = EntryExpiration(
         s, server.store, ownership, distribution, outbox, server.stats, server.security
@@ -247,6 +264,7 @@ def wire_parts(
         OperationIntake(s, server.topics, outbox, lifecycle, entries, handlers, admission),
         holds,
         server.registry,
+        server.latency,
     )
 
 

@@ -2,7 +2,8 @@
 
 Members with their start times, each bucket's primary, fencing epoch and secondaries,
 each client's subscription queue (its principal's shared topic, its partition) with how
-far behind it is, durable clients with their state and
+far behind it is: the partition's records after its ack, and its own among them (its true
+lag, :mod:`regionbus.broker.queue_lag`), durable clients with their state and
 timeout, and the gateways: each gateway sender's and async event queue's primary worker
 (the holder of its Redis lease) and backlog, and each gateway receiver's pending batches.
 
@@ -28,6 +29,7 @@ import redis
 
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.kafka_figures import KafkaFigures
+from regionbus.broker.queue_lag import PartitionReaders, queue_lags
 from regionbus.runtime.leases import Membership
 from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.naming import (
@@ -77,6 +79,9 @@ class QueueStatus:
             when Kafka could not be asked.
         queue_topic: The shared queue topic it reads (its Kafka principal's).
         queue_partition: Its partition of that topic; None when Kafka could not be asked.
+        lag_records: Of ``depth_messages``, the records addressed to this client: its
+            true lag, as the partition is shared. None when not read in time (named in
+            :attr:`ClusterStatus.unreadable`).
     """
 
     client_id: str
@@ -87,6 +92,7 @@ class QueueStatus:
     depth_messages: int | None
     queue_topic: str = ""
     queue_partition: int | None = None
+    lag_records: int | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +255,10 @@ def cluster_status(
         client_id: figures.backlog(("queue", client_id)) if figures is not None else None
         for client_id in records
     }
+    lags: dict[str, int] = {}
+    if figures is not None and kafka_config is not None:
+        read = [client_id for client_id, depth in depths.items() if depth is not None]
+        lags = _queue_lags(figures, kafka_config, topics, read)
     queues = tuple(
         QueueStatus(
             client_id,
@@ -258,6 +268,7 @@ def cluster_status(
             record.durable_client_timeout_s,
             depths.get(client_id),
             *addresses[client_id],
+            lags.get(client_id),
         )
         for client_id, record in sorted(records.items())
     )
@@ -287,6 +298,24 @@ def cluster_status(
         aeqs,
         unreadable,
     )
+
+
+def _queue_lags(
+    figures: KafkaFigures, kafka_config: dict[str, Any], topics: Topics, clients: list[str]
+) -> dict[str, int]:
+    """Each client's own records after its ack (of ``clients``, whose queue positions
+    were read), read until the status deadline; what is not read in time is noted in
+    ``figures.unreadable``."""
+    partitions: dict[tuple[str, int], PartitionReaders] = {}
+    for client_id in clients:
+        positions = figures.positions(("queue", client_id))
+        for tp, committed, high in positions or ():
+            place = (tp.topic, tp.partition)
+            readers = partitions.setdefault(place, PartitionReaders(high, {}))
+            readers.committed[client_id] = committed
+    lags, notes = queue_lags(kafka_config, topics.status_group, partitions, figures.deadline)
+    figures.unreadable.extend(notes)
+    return lags
 
 
 def _gateway_leases(client: redis.Redis, namespace: str) -> dict[str, tuple[str, int]]:

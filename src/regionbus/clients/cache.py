@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from regionbus.clients.client_metrics import ClientMetrics
 from regionbus.clients.connection import ServerConnection
 from regionbus.clients.interest import registered_keys
 from regionbus.clients.query_service import QueryService
@@ -148,6 +149,12 @@ class ClientCache:
         self.pool = self.connection.pool
         self.total_buckets = self.connection.total_buckets
         self.subscription: SubscriptionQueue | None = None
+        self._metrics = (
+            ClientMetrics(self, self.settings, self.pool.kafka_outage)
+            if self.settings.metrics_port is not None
+            else None
+        )
+        self._ready_at_s = 0.0
         # The queue's reader is made while the servers answer the connection (its own
         # round trips to Kafka need nothing from that answer).
         reader = _Background(self._open_queue) if self.settings.subscription_enabled else None
@@ -192,6 +199,18 @@ class ClientCache:
         )
         # Connected: the admin client is needed again only to re-initialise or to close.
         self.pool.client_topics.release()
+        if self._metrics is not None:
+            try:
+                self._metrics.endpoint.start()
+            except ConfigurationError:
+                self.close()
+                raise
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` of this client's endpoint while it serves
+        (``metrics_port`` set, cache open), else None."""
+        return self._metrics.endpoint.url if self._metrics is not None else None
 
     def _connect(self) -> str:
         """Connect (:meth:`ServerConnection.connect`) and keep what the servers said;
@@ -219,7 +238,7 @@ class ClientCache:
             self.client_id,
             self.pool.address,
             start,
-            self._on_event,
+            self._on_event if self._metrics is None else self._on_event_timed,
             self._on_live,
             on_cq_event=self._on_cq_event,
             replaying=replaying,
@@ -255,6 +274,7 @@ class ClientCache:
         self.require_subscription()
         if self._ready:
             return
+        self._ready_at_s = time.monotonic()
         self.connection.ready_for_events()
         self._ready = True
         assert self.subscription is not None
@@ -369,10 +389,22 @@ class ClientCache:
         if region is not None:
             region.on_event(event, apply=not replay)
 
+    def _on_event_timed(self, event: Event, replay: bool) -> None:
+        """:meth:`_on_event`, timing put -> listener of live events (metrics endpoint on)."""
+        region = self._regions.get(event.region)
+        if region is None:
+            return
+        if not replay and self._metrics is not None:
+            delay_s = time.time() - event.timestamp_ms / 1000
+            self._metrics.put_to_listener.observe(max(0.0, delay_s))
+        region.on_event(event, apply=not replay)
+
     def _on_cq_event(self, message: CqEvent) -> None:
         self._query_service.on_event(message)
 
     def _on_live(self) -> None:
+        if self._metrics is not None and self._ready_at_s:
+            self._metrics.replay.observe(time.monotonic() - self._ready_at_s)
         for region in self.regions:
             region.fire_region_live()
 
@@ -439,6 +471,8 @@ class ClientCache:
         if self._closed:
             return
         self._closed = True
+        if self._metrics is not None:
+            self._metrics.endpoint.stop()
         self.connection.stop_pings()
         self._query_service.close_locally()
         keep = self.durable and keep_alive

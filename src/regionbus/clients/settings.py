@@ -80,6 +80,16 @@ class ClientSettings(KafkaConnectionSettings):
             ``security_enabled`` refuse unsigned requests); None sends them unsigned.
         security_secret: The principal's secret (given by ``regionbus user add``); the
             MAC key is derived from it at start (PBKDF2, ``regionbus.schemas.signing``).
+        metrics_port: TCP port of this client's Prometheus endpoint (``/metrics``, and the
+            probes ``/healthz`` and ``/readyz``): its subscription counters and its
+            put → listener and replay latency histograms
+            (:mod:`regionbus.clients.client_metrics`). None (the default): no endpoint and
+            no latency kept; 0: any free port (``ClientCache.metrics_url``).
+        metrics_host: Address that endpoint listens on: ``127.0.0.1`` (the default, this
+            host only), ``0.0.0.0`` where Prometheus scrapes from elsewhere.
+        liveness_timeout_s: Longest time the subscription queue's reader may go without
+            turning (a listener that never returns) before ``/healthz`` answers 503,
+            seconds (default 60, as the servers').
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
@@ -103,6 +113,9 @@ class ClientSettings(KafkaConnectionSettings):
     kafka_principal: str | None = None
     security_principal: str | None = None
     security_secret: SecretStr | None = None
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
+    liveness_timeout_s: float = Field(default=60.0, gt=0)
 
     @property
     def first_contact_timeout_s(self) -> float:

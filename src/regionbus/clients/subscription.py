@@ -36,6 +36,7 @@ from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.addressing import addressed_to, own_marker
 from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, RegionBusError
+from regionbus.schemas.health import LoopWatch
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import CqEvent, Event, Marker
@@ -183,6 +184,8 @@ class SubscriptionQueue:
         )
         self._on_cq_event = on_cq_event
         self.stats = SubscriptionStats()
+        self.loop = LoopWatch(settings.liveness_timeout_s)
+        """When the reader last turned (a listener that never returns stops it)."""
         self._server_messages = ServerMessages(signer)
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
         self._end_of_queue = end_of_queue
@@ -248,6 +251,7 @@ class SubscriptionQueue:
     def start(self) -> None:
         """Start reading (for a durable client: after it is ready for events)."""
         if not self._thread.is_alive() and not self._stop.is_set():
+            self.loop.turned()
             self._thread.start()
 
     @property
@@ -348,6 +352,7 @@ class SubscriptionQueue:
             self._take(prefetched)
         pace = PollPace()
         while not self._stop.is_set():
+            self.loop.turned()
             try:
                 messages = poll_batch(self._consumer, _POLL_MAX_MESSAGES, pace.timeout_s())
             except KafkaException as exc:

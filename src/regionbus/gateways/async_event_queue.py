@@ -185,6 +185,7 @@ class AsyncEventQueue(QueueProcessor):
             lease_ttl_ms=settings.lease_ttl_ms,
             metrics_port=settings.metrics_port,
             metrics_host=settings.metrics_host,
+            liveness_timeout_s=settings.liveness_timeout_s,
         )
         if listener is None:
             if not settings.listener:
@@ -226,6 +227,7 @@ class AsyncEventQueue(QueueProcessor):
             events = conflate(events)
         batch = [AsyncEvent.from_event(e) for e in events]
         while not self.stopping.is_set() and self._primary.is_set():
+            self.turned()
             try:
                 done = self.listener.process_events(batch)
             except Exception:

@@ -365,6 +365,8 @@ class QueueProcessor(BackgroundWorker):
             port (then read :attr:`metrics_port`). Source: the worker's settings.
         metrics_host: Address of that endpoint (the ``metrics_host`` setting, loopback
             by default).
+        liveness_timeout_s: Longest time between two turns of its live loop, seconds (the
+            ``liveness_timeout_s`` setting).
     """
 
     def __init__(
@@ -383,6 +385,7 @@ class QueueProcessor(BackgroundWorker):
         lease_ttl_ms: int,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        liveness_timeout_s: float = 60.0,
     ) -> None:
         self.role = role
         self.member_id = member_id
@@ -401,7 +404,9 @@ class QueueProcessor(BackgroundWorker):
         self._primary = threading.Event()
         self._reading = threading.Event()
         super().__init__(
-            role, MetricsEndpoint(metrics_port, self._metric_families, address=metrics_host)
+            role,
+            MetricsEndpoint(metrics_port, self._metric_families, address=metrics_host),
+            liveness_timeout_s,
         )
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -462,6 +467,7 @@ class QueueProcessor(BackgroundWorker):
     def _serve(self) -> None:
         opened = False
         while not self.stopping.is_set():
+            self.turned()
             if not self._primary.is_set():
                 if opened:
                     self._reader.close()

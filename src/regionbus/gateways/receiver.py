@@ -120,6 +120,7 @@ class GatewayReceiver(BackgroundWorker):
             MetricsEndpoint(
                 settings.metrics_port, self._metric_families, address=settings.metrics_host
             ),
+            settings.liveness_timeout_s,
         )
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -204,6 +205,7 @@ class GatewayReceiver(BackgroundWorker):
     def _serve(self) -> None:
         assert self._consumer is not None and self._producer is not None
         while not self.stopping.is_set():
+            self.turned()
             self._producer.poll(0)  # the acks' delivery reports
             if not self._conclude(keep=self._pipeline.capacity):
                 continue
@@ -350,8 +352,9 @@ class GatewayReceiver(BackgroundWorker):
         assert self._store is not None
         outage = RedisOutage(self._store.redis, self.settings.receiver_id, self.stopping)
         outage.began(cause)
-        if outage.wait():
-            outage.ended()
+        with self.waiting("Redis unavailable"):
+            if outage.wait():
+                outage.ended()
 
     def apply_batch(self, batch: GatewayBatch) -> GatewayAck:
         """Apply one batch to this site and build its ack.

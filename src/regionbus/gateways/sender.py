@@ -99,6 +99,7 @@ class GatewaySender(QueueProcessor):
             lease_ttl_ms=settings.lease_ttl_ms,
             metrics_port=settings.metrics_port,
             metrics_host=settings.metrics_host,
+            liveness_timeout_s=settings.liveness_timeout_s,
         )
         self.settings = settings
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
@@ -124,6 +125,19 @@ class GatewaySender(QueueProcessor):
         self._window: BatchWindow | None = None
         self._order_per_bucket = settings.parallel
         self._last_send_error: KafkaError | None = None
+        self._round_trip = (
+            self._metrics.histogram(
+                "gateway_sender_batch_round_trip_seconds",
+                "Time from a batch's last send to the remote receiver's ack of it.",
+                {
+                    "namespace": settings.namespace,
+                    "member": settings.member_id,
+                    "sender": settings.sender_id,
+                },
+            )
+            if self._metrics.enabled
+            else None
+        )
 
     def _setup(self) -> None:
         super()._setup()
@@ -203,6 +217,7 @@ class GatewaySender(QueueProcessor):
     def _serve(self) -> None:
         opened = False
         while not self.stopping.is_set():
+            self.turned()
             if not self._primary.is_set():
                 if opened:
                     self._end_run()
@@ -412,7 +427,9 @@ class GatewaySender(QueueProcessor):
                     # site's, where the sender's operators look (as for its queue).
                     self._dead_letter(message.value(), self.ack_topic, 0, offset, str(exc), None)
                     continue
-                window.acked(ack)
+                acked = window.acked(ack)
+                if acked is not None and self._round_trip is not None:
+                    self._round_trip.observe(time.monotonic() - acked.sent_at)
             self._complete(window)
             if last_offset >= 0:
                 acks.commit(
@@ -479,6 +496,8 @@ class GatewaySender(QueueProcessor):
         return sender_metric_families(labels, self.stats, self.is_primary)
 
     def _sleep(self, seconds: float) -> None:
+        # A wait between tries to reach the remote site: the loop turns, slowly, on purpose.
+        self.turned()
         self.stopping.wait(seconds)
 
     def _log_unreachable(self, state: Any) -> None:

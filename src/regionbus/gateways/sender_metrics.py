@@ -31,6 +31,9 @@ def sender_metric_families(
     - ``regionbus_gateway_sender_batches_in_flight`` (gauge): batches sent and not acked
       yet (at most ``max_batches_in_flight``).
     - ``regionbus_gateway_sender_primary`` (gauge): 1 while this worker is the primary.
+    - ``regionbus_gateway_sender_batch_round_trip_seconds`` (histogram, kept by the sender
+      itself while its endpoint is configured): from a batch's last send to the receiver's
+      ack of it, read by the ack thread.
 
     Args:
         labels: ``{"namespace": ..., "member": ..., "sender": ...}`` of the worker.

@@ -124,18 +124,18 @@ class BatchWindow:
                 and not self.closed
             )
 
-    def acked(self, ack: GatewayAck) -> bool:
-        """Record an ack; False when it is for no batch in flight (a previous run's, or
-        a second ack of a resent batch)."""
+    def acked(self, ack: GatewayAck) -> InFlightBatch | None:
+        """Record an ack; returns the batch it acks, None when it is for no batch in flight
+        (a previous run's, or a second ack of a resent batch)."""
         with self._changed:
             for entry in self._entries:
                 if entry.batch_id == ack.batch_id and entry.events:
                     if entry.ack is not None:
-                        return False
+                        return None
                     entry.ack = ack
                     self._changed.notify_all()
-                    return True
-            return False
+                    return entry
+            return None
 
     def pop_completed(self) -> list[InFlightBatch]:
         """Remove and return the leading batches that are done (acked, or empty), in

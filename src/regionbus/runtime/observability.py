@@ -1,18 +1,21 @@
 """How a regionbus process exposes its metrics and writes its logs.
 
 **Metrics.** Every worker (cache server, gateway sender, gateway receiver, async event
-queue dispatcher) owns one :class:`MetricsEndpoint`: a ``prometheus_client``
-``CollectorRegistry`` of its own (never the global default one, so several workers in one
-process, as in the tests, do not collide) and, when a ``metrics_port`` is set, an HTTP
-endpoint serving it at ``/metrics`` until the worker stops. The figures come from one
-*collector* per worker that reads the worker's own counters at scrape time (Prometheus'
-"custom collector" pattern), so each figure is counted in exactly one place and the
-``stats`` objects the tests and the CLI read can never disagree with what is scraped.
+queue dispatcher) owns one :class:`MetricsEndpoint` (:mod:`regionbus.schemas.metrics_endpoint`,
+shared with client caches): a registry of its own and, when a ``metrics_port`` is set, an
+HTTP endpoint serving ``/metrics``, ``/healthz`` and ``/readyz`` until the worker stops. The
+counters and gauges come from one *collector* per worker that reads the worker's own
+counters at scrape time, so the ``stats`` objects the tests and the CLI read can never
+disagree with what is scraped; latencies are histograms the worker observes itself, kept
+only while an endpoint is configured (:attr:`MetricsEndpoint.enabled`).
 
 Names follow the Prometheus conventions: prefix ``regionbus_``, counters end in
 ``_total``, a unit in the name where there is one (``_events``, ``_seconds``), and labels
 ``namespace`` and ``member`` on every sample, plus ``region``, ``kind``, ``client``,
 ``sender``, ``receiver`` or ``queue`` where a figure is per one of those.
+
+**Probes.** ``/healthz`` (liveness) and ``/readyz`` (readiness) answer from the worker
+itself (:class:`regionbus.runtime.worker.BackgroundWorker`, :mod:`regionbus.schemas.health`).
 
 **Logs.** :func:`configure_logging` sets the root logger to the classic text lines
 (the default) or to one JSON object per line (``python-json-logger``) carrying the
@@ -22,24 +25,21 @@ Names follow the Prometheus conventions: prefix ``regionbus_``, counters end in
 from __future__ import annotations
 
 import logging
-import socket
 import sys
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import IO, Literal
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import ThreadingWSGIServer
-from prometheus_client.registry import Collector
 from pythonjsonlogger.json import JsonFormatter
 
 from regionbus.schemas.errors import ConfigurationError
-
-METRIC_PREFIX = "regionbus_"
-"""Prefix of every metric name."""
+from regionbus.schemas.metrics_endpoint import (
+    LATENCY_BUCKETS_S,
+    METRIC_PREFIX,
+    REPLAY_BUCKETS_S,
+    Metric,
+    MetricFamilies,
+    MetricsEndpoint,
+)
 
 LogFormat = Literal["text", "json"]
 """``"text"``: ``time level logger: message`` lines; ``"json"``: one JSON object a line."""
@@ -48,206 +48,6 @@ TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The text line format (the default, the same lines as before JSON logs existed)."""
 
 _JSON_LOG_FIELDS = ("asctime", "levelname", "name", "message")
-
-Metric = CounterMetricFamily | GaugeMetricFamily
-"""What a collector yields."""
-
-
-class MetricFamilies:
-    """Builds the metric families of one scrape, with the worker's constant labels
-    (``namespace``, ``member``) first on every sample.
-
-    Args:
-        constant_labels: ``{label: value}`` put on every sample, e.g.
-            ``{"namespace": "geode.site1", "member": "server-host-12-ab12cd"}``.
-    """
-
-    def __init__(self, constant_labels: Mapping[str, str]) -> None:
-        self._names = tuple(constant_labels)
-        self._values = tuple(constant_labels.values())
-
-    def counter(
-        self,
-        name: str,
-        documentation: str,
-        samples: Mapping[tuple[str, ...], float] | float,
-        labels: tuple[str, ...] = (),
-    ) -> CounterMetricFamily:
-        """A counter family ``regionbus_<name>_total``.
-
-        Args:
-            name: Name without the prefix and without ``_total``.
-            documentation: The HELP text.
-            samples: The value, or ``{label values: value}`` for ``labels``.
-            labels: Names of the per-sample labels (after the constant ones).
-        """
-        family = CounterMetricFamily(
-            METRIC_PREFIX + name, documentation, labels=[*self._names, *labels]
-        )
-        self._fill(family, samples)
-        return family
-
-    def gauge(
-        self,
-        name: str,
-        documentation: str,
-        samples: Mapping[tuple[str, ...], float] | float,
-        labels: tuple[str, ...] = (),
-    ) -> GaugeMetricFamily:
-        """A gauge family ``regionbus_<name>``; arguments as for :meth:`counter`."""
-        family = GaugeMetricFamily(
-            METRIC_PREFIX + name, documentation, labels=[*self._names, *labels]
-        )
-        self._fill(family, samples)
-        return family
-
-    def _fill(
-        self,
-        family: CounterMetricFamily | GaugeMetricFamily,
-        samples: Mapping[tuple[str, ...], float] | float,
-    ) -> None:
-        if isinstance(samples, int | float):
-            family.add_metric(list(self._values), samples)
-            return
-        for label_values, value in samples.items():
-            family.add_metric([*self._values, *label_values], value)
-
-
-class _CallbackCollector(Collector):
-    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
-        self._collect = collect
-
-    def collect(self) -> Iterable[Metric]:
-        return self._collect()
-
-
-class MetricsEndpoint:
-    """A worker's own metrics registry and, if asked for, its HTTP endpoint.
-
-    Args:
-        port: TCP port of the endpoint: None = no endpoint (the registry still answers
-            :meth:`scrape`); 0 = any free port (read the bound one from :attr:`port`).
-            Source: the worker's ``metrics_port`` setting.
-        collect: Called at every scrape (on the endpoint's thread); returns the metric
-            families, built from the worker's counters. It must only read.
-        address: Address to listen on; loopback by default (the ``metrics_host``
-            setting's default), so the figures are not offered to the whole network
-            unless an operator asks (``0.0.0.0`` in a container).
-    """
-
-    def __init__(
-        self,
-        port: int | None,
-        collect: Callable[[], Iterable[Metric]],
-        *,
-        address: str = "127.0.0.1",
-    ) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_CallbackCollector(collect))
-        self._wanted_port = port
-        self._address = address
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start serving ``/metrics`` on a daemon thread (nothing when no port is set).
-
-        Raises:
-            ConfigurationError: the port cannot be bound (in use, no permission).
-        """
-        if self._wanted_port is None or self._server is not None:
-            return
-        try:
-            self._server, self._thread = _serve_metrics_only(
-                self._address, self._wanted_port, make_wsgi_app(self.registry)
-            )
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve metrics on {self._address}:{self._wanted_port}: {exc}"
-            ) from exc
-
-    def stop(self) -> None:
-        """Stop the endpoint and free its port (idempotent)."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    @property
-    def port(self) -> int | None:
-        """The bound TCP port while serving, else None."""
-        if self._server is None:
-            return None
-        return int(self._server.server_address[1])
-
-    @property
-    def address(self) -> str | None:
-        """The address the endpoint listens on while serving (``127.0.0.1`` unless the
-        ``metrics_host`` setting says otherwise), else None."""
-        if self._server is None:
-            return None
-        return str(self._server.server_address[0])
-
-    @property
-    def url(self) -> str | None:
-        """``http://<host>:<port>/metrics`` while serving (the loopback address when
-        listening on every interface), else None."""
-        port = self.port
-        if port is None:
-            return None
-        host = "127.0.0.1" if self._address in ("0.0.0.0", "") else self._address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}/metrics"
-
-    def scrape(self) -> bytes:
-        """The text exposition of the registry, as the endpoint would serve it."""
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
-
-
-METRICS_PATH = "/metrics"
-"""The one path the endpoint answers; every other gets 404."""
-
-
-def _metrics_only(app: WSGIApplication) -> WSGIApplication:
-    """``app`` at :data:`METRICS_PATH` only: prometheus_client's app answers every path,
-    which turns any URL of the host into a metrics page."""
-
-    def only_metrics(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "") != METRICS_PATH:
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"Not Found: metrics are at /metrics\n"]
-        return app(environ, start_response)
-
-    return only_metrics
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access-log line per scrape on standard error."""
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-
-def _serve_metrics_only(
-    address: str, port: int, app: WSGIApplication
-) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``app`` at ``/metrics`` on ``address:port`` from a daemon thread, with the
-    threading server of ``prometheus_client.start_http_server``."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-
-    class Server(ThreadingWSGIServer):
-        address_family = family
-
-    server = make_server(address, port, _metrics_only(app), Server, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    return server, thread
 
 
 class ServesMetrics:
@@ -326,12 +126,15 @@ def configure_logging(
 
 
 __all__ = [
+    "LATENCY_BUCKETS_S",
     "METRIC_PREFIX",
+    "REPLAY_BUCKETS_S",
     "TEXT_LOG_FORMAT",
     "LogFormat",
     "Metric",
     "MetricFamilies",
     "MetricsEndpoint",
+    "ServesMetrics",
     "configure_logging",
     "json_log_formatter",
 ]

@@ -88,21 +88,28 @@ class ObservabilitySettings(RegionBusSettings):
     operators.
 
     Attributes:
-        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics`` only,
-            other paths get 404); None (the default) = no endpoint, 0 = any free port
-            (the bound one is the worker's ``metrics_port``). See
-            :mod:`regionbus.runtime.observability`.
+        metrics_port: TCP port of the process's Prometheus endpoint (``/metrics``, and the
+            probes ``/healthz`` and ``/readyz``; other paths get 404); None (the default)
+            = no endpoint, 0 = any free port (the bound one is the worker's
+            ``metrics_port``). See :mod:`regionbus.runtime.observability`.
         metrics_host: Address the endpoint listens on: ``127.0.0.1`` (the default, this
             host only); ``0.0.0.0`` (every interface) where Prometheus scrapes from
             elsewhere, as in a container.
         log_format: ``"text"`` (default: ``time level logger: message`` lines) or
             ``"json"`` (one JSON object a line, with ``member`` and ``namespace``), as set
             by ``regionbus serve`` and the ``regionbus gateway`` commands.
+        liveness_timeout_s: Longest time the worker's loop may go without turning before
+            ``/healthz`` answers 503 (a loop stuck in a listener, a deadlock), seconds;
+            a wait the worker does on purpose (a Redis outage) does not count. Default
+            60 s: above the longest turn a loaded server takes on purpose (a quarter of
+            the lease for a poll batch, the election's Kafka round trips), and three of
+            Kubernetes' default 10 s probe periods.
     """
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = Field(default="127.0.0.1", min_length=1)
     log_format: Literal["text", "json"] = "text"
+    liveness_timeout_s: float = Field(default=60.0, gt=0)
 
 
 __all__ = ["ObservabilitySettings", "RedisConnectionSettings"]

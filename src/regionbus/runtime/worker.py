@@ -5,18 +5,25 @@ processors are all a :class:`BackgroundWorker`: ``start`` runs the metrics endpo
 port is set) and the worker's thread, and returns once the worker is ready or raises why it
 could not start; ``stop`` asks it to finish and waits; ``alive`` and ``failure`` say how it
 is doing. A worker may run more threads of its own (``spawn``); they stop with it.
+
+Its metrics endpoint's probes ask the worker itself (:mod:`regionbus.schemas.health`): live
+while its thread runs and its loop turns (each loop calls :meth:`BackgroundWorker.turned`),
+ready once started and while no outage is waited out (:meth:`BackgroundWorker.waiting`) and
+the worker's own condition holds (:meth:`BackgroundWorker._unready_reason`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
 from regionbus.runtime.observability import MetricsEndpoint, ServesMetrics
 from regionbus.schemas.errors import RegionBusError, WorkerStartError
+from regionbus.schemas.health import OK, LoopWatch, Probe
 
 log = logging.getLogger("regionbus.worker")
 
@@ -32,12 +39,19 @@ class BackgroundWorker(ServesMetrics):
 
     Args:
         name: The worker's name, for its thread and its logs (e.g. the member id).
-        metrics: Its metrics endpoint (started with the worker when it has a port).
+        metrics: Its metrics endpoint (started with the worker when it has a port); its
+            probes ask this worker.
+        liveness_timeout_s: Longest time between two turns of a live loop, in seconds
+            (the ``liveness_timeout_s`` setting).
     """
 
-    def __init__(self, name: str, metrics: MetricsEndpoint) -> None:
+    def __init__(
+        self, name: str, metrics: MetricsEndpoint, liveness_timeout_s: float = 60.0
+    ) -> None:
         self.name = name
         self._metrics = metrics
+        metrics.health = self
+        self._loop = LoopWatch(liveness_timeout_s)
         self.stopping = threading.Event()
         """Set when the worker is asked to stop; loops check it and wait on it."""
         self._ready = threading.Event()
@@ -56,6 +70,51 @@ class BackgroundWorker(ServesMetrics):
 
     def _teardown(self) -> None:
         """Release what `_setup` opened; runs after `_serve` ends, or after a failure."""
+
+    def _unready_reason(self) -> str | None:
+        """Why the worker, started and live, does not do its work now (None: it does);
+        called on the metrics endpoint's thread, so it must only read."""
+        return None
+
+    # --- what its loop tells the probes ------------------------------------------------
+
+    def turned(self) -> None:
+        """Note that the worker's loop turned (once per turn: liveness)."""
+        self._loop.turned()
+
+    @contextmanager
+    def waiting(self, why: str) -> Iterator[None]:
+        """The loop waits on purpose in this block (an outage): live, not ready, ``why``."""
+        with self._loop.waiting(why):
+            yield
+
+    def liveness(self) -> Probe:
+        """``/healthz``: the worker's thread runs and, once started, its loop turned within
+        ``liveness_timeout_s`` or waits on purpose."""
+        if self._thread is None:
+            return Probe(False, "not started")
+        if not self._thread.is_alive():
+            failure = self._failure
+            return Probe(False, f"stopped: {failure}" if failure is not None else "stopped")
+        if not self._ready.is_set():
+            return Probe(True, "starting")
+        return self._loop.liveness()
+
+    def readiness(self) -> Probe:
+        """``/readyz``: live, started, not stopping, no outage waited out, and the worker's
+        own condition (:meth:`_unready_reason`)."""
+        live = self.liveness()
+        if not live.ok:
+            return live
+        if not self._ready.is_set():
+            return Probe(False, "starting")
+        if self.stopping.is_set():
+            return Probe(False, "stopping")
+        waiting_for = self._loop.waiting_for
+        if waiting_for is not None:
+            return Probe(False, f"waiting: {waiting_for}")
+        reason = self._unready_reason()
+        return OK if reason is None else Probe(False, reason)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -142,6 +201,7 @@ class BackgroundWorker(ServesMetrics):
     def _run_guarded(self) -> None:
         try:
             self._setup()
+            self._loop.turned()
             self._ready.set()
             self._serve()
         except BaseException as exc:
