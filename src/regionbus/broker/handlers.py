@@ -20,6 +20,7 @@ from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.functions import FunctionExecutions
 from regionbus.broker.initial_results import InitialResults, PagedLoad, WholeLoad, reply_entries
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.notifier import CacheClientNotifier
@@ -77,6 +78,7 @@ class OperationHandlers:
         stats: The server's counters.
         expiration: Applies the ``EXPIRE_*`` operations.
         cqs: The continuous queries.
+        functions: Runs function executions (`regionbus.broker.functions`).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class OperationHandlers:
         stats: ServerStats,
         expiration: EntryExpiration,
         cqs: CqRegistry,
+        functions: FunctionExecutions,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -143,6 +146,11 @@ class OperationHandlers:
             OperationKind.CONTAINS_KEY: entries.add,
             OperationKind.SIZE: self.size,
             OperationKind.QUERY: self.query,
+            OperationKind.EXECUTE_REGION_FUNCTION: functions.execute,
+            OperationKind.EXECUTE_FUNCTION: functions.execute,
+            OperationKind.GET_FUNCTION_ATTRIBUTES: functions.attributes,
+            OperationKind.LOCAL_DESTROY: entries.add,
+            OperationKind.LOCAL_INVALIDATE: entries.add,
         }
         """The handler of each operation kind."""
 

@@ -39,6 +39,7 @@ from regionbus.broker.buckets import BucketElection
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
+from regionbus.broker.functions import registered_functions
 from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import TOPIC_GONE
@@ -57,6 +58,7 @@ from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheLoader, CacheWriter
 from regionbus.schemas.dead_letter import Source
 from regionbus.schemas.errors import TransportError
+from regionbus.schemas.functions import Function
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import Topics
@@ -85,9 +87,12 @@ class CacheServer(BackgroundWorker):
         writers: Server-side ``CacheWriter``s by region, in addition to ``settings.plugins``.
         loaders: A server-side ``CacheLoader`` by region (one each), in addition to
             ``settings.plugins``.
+        functions: Server-side ``Function``s to register by their ids, in addition to
+            ``settings.functions`` (Geode ``FunctionService.registerFunction``).
 
     Raises:
-        ConfigurationError: a plugin or gateway event filter cannot be loaded.
+        ConfigurationError: a plugin, function or gateway event filter cannot be loaded, or
+            two functions share an id.
     """
 
     def __init__(
@@ -97,11 +102,13 @@ class CacheServer(BackgroundWorker):
         listeners: dict[str, list[CacheListener]] | None = None,
         writers: dict[str, list[CacheWriter]] | None = None,
         loaders: dict[str, CacheLoader] | None = None,
+        functions: list[Function] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.namespace)
         self.stats = ServerStats()
         self.plugins = ServerPlugins.load(settings.plugins, listeners, writers, loaders)
+        self.functions = registered_functions(settings.functions, functions or [])
         self._redis = connect_redis(settings)
         waits = replica_wait(self._redis, settings)
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
@@ -258,6 +265,8 @@ class CacheServer(BackgroundWorker):
         finally:
             parts.loads.close()
             parts.handlers.queries.close()
+            parts.functions.close()
+            parts.outbox.send()  # the executions' answers: an is_ha one is executed again
             parts.consumer.close()
             parts.outbox.release_all()
             parts.producer.flush(10)
@@ -298,6 +307,8 @@ class CacheServer(BackgroundWorker):
                 parts.expiration.tick(time.monotonic())
                 parts.loads.poll()
                 parts.handlers.answer_queries()
+                if parts.functions.poll():
+                    parts.end_batch()
                 parts.release_holds()
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()
