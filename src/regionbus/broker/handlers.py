@@ -260,17 +260,20 @@ class OperationHandlers:
             return
         self.queries.submit(op, bucket)
 
-    def answer_queries(self) -> None:
+    def answer_queries(self) -> bool:
         """At each turn of the loop: answer the queries done, with the entries each
         selected, ordered and limited, or for ``COUNT(*)`` how many (Geode
         ``Query.execute``); or with the error that ended it (``QueryError``: invalid, over
         its time or row budget, or not evaluable on an entry; ``RequestLimitError``: too
-        many pending; ``TransportError``: Redis failed)."""
-        for op, bucket, outcome in self.queries.done():
+        many pending; ``TransportError``: Redis failed). Returns whether any was answered
+        (the caller sends the replies)."""
+        finished = self.queries.done()
+        for op, bucket, outcome in finished:
             if isinstance(outcome, BucketAnswer):
                 self._answer_query(op, bucket, outcome)
             else:
                 self._outbox.reply_error(op, bucket, outcome)
+        return bool(finished)
 
     def _answer_query(self, op: Operation, bucket: int, answer: BucketAnswer) -> None:
         if not answer.exists:

@@ -167,12 +167,17 @@ class EntryLoads:
         )
         return True
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
         """At each turn of the loop: produce the ``LOAD_CREATE`` of every load done, answer
         the gets of a load that returned None or failed, and fail the loads past their
-        ``loader_timeout_ms`` (a loader that hangs keeps its thread; its result is dropped)."""
+        ``loader_timeout_ms`` (a loader that hangs keeps its thread; its result is dropped).
+
+        Returns:
+            Whether any get was answered here (the caller sends the replies).
+        """
         if not self._loads:
-            return
+            return False
+        before = len(self._loads)
         now = self._clock()
         for place, load in list(self._loads.items()):
             if load.produced or not load.future.done():
@@ -201,6 +206,7 @@ class EntryLoads:
             self._produce(place, load, *data)
             load.produced = True
             load.deadline_s = now + self._timeout_s
+        return len(self._loads) < before  # an answered load is forgotten
 
     def _produce(self, place: tuple[str, str], load: _Load, value: bytes, serializer: str) -> None:
         region, key = place

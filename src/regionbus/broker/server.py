@@ -305,9 +305,11 @@ class CacheServer(BackgroundWorker):
                 if parts.intake.connects.admit_due() + parts.handlers.initial_results.run():
                     parts.end_batch()
                 parts.expiration.tick(time.monotonic())
-                parts.loads.poll()
-                parts.handlers.answer_queries()
-                if parts.functions.poll():
+                # What worker threads finished is answered now, not with the next batch of
+                # messages (on an idle server, a client's next ping: seconds away).
+                loads_answered = parts.loads.poll()
+                queries_answered = parts.handlers.answer_queries()
+                if parts.functions.poll() or loads_answered or queries_answered:
                     parts.end_batch()
                 parts.release_holds()
                 parts.producer.poll(0)
