@@ -27,6 +27,12 @@ from regionbus.clients.cq_query import (
     CqStatusListener,
     Operation,
 )
+from regionbus.clients.function_execution import (
+    DefaultResultCollector,
+    Execution,
+    FunctionService,
+    ResultCollector,
+)
 from regionbus.clients.oql_query import Query
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import (
@@ -60,6 +66,10 @@ from regionbus.schemas.errors import (
     DuplicateClientError,
     DuplicateDurableClientError,
     EntryNotFoundError,
+    FunctionError,
+    FunctionInvocationTargetError,
+    FunctionNotRegisteredError,
+    FunctionTimeoutError,
     InvalidInterestError,
     InvalidKeyError,
     InvalidOperationError,
@@ -83,6 +93,15 @@ from regionbus.schemas.errors import (
     ValueTooLargeError,
 )
 from regionbus.schemas.eventid import EventID
+from regionbus.schemas.functions import (
+    Function,
+    FunctionContext,
+    LocalDataSet,
+    PartitionRegionHelper,
+    RegionFunctionContext,
+    ResultSender,
+    ServerRegion,
+)
 from regionbus.schemas.messages import EventKind, InterestResultPolicy
 from regionbus.schemas.query import Struct
 from regionbus.schemas.serializers import (
@@ -126,6 +145,7 @@ __all__ = [
     "CqStateError",
     "CqStatistics",
     "CqStatusListener",
+    "DefaultResultCollector",
     "DuplicateClientError",
     "DuplicateDurableClientError",
     "EntryEvent",
@@ -133,6 +153,14 @@ __all__ = [
     "EventID",
     "EventKind",
     "EvictionAttributes",
+    "Execution",
+    "Function",
+    "FunctionContext",
+    "FunctionError",
+    "FunctionInvocationTargetError",
+    "FunctionNotRegisteredError",
+    "FunctionService",
+    "FunctionTimeoutError",
     "InterestResultPolicy",
     "InvalidInterestError",
     "InvalidKeyError",
@@ -140,8 +168,10 @@ __all__ = [
     "InvalidRegionNameError",
     "JsonSerializer",
     "LoaderHelper",
+    "LocalDataSet",
     "NotAuthorizedError",
     "Operation",
+    "PartitionRegionHelper",
     "Query",
     "QueryError",
     "QueryExecutionTimeoutError",
@@ -153,12 +183,16 @@ __all__ = [
     "Region",
     "RegionBusError",
     "RegionEvent",
+    "RegionFunctionContext",
     "RegionNotFoundError",
     "RegionShortcut",
     "RequestLimitError",
+    "ResultCollector",
+    "ResultSender",
     "RetriableError",
     "SerializationError",
     "ServerOperationError",
+    "ServerRegion",
     "ServerTimeoutError",
     "StrSerializer",
     "Struct",

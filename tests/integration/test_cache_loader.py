@@ -186,3 +186,15 @@ def test_the_sql_loader_reads_a_table_through_sqlalchemy(
         assert reader.get("ACME") == 12.5
         assert reader.get("NONE") is None
         assert server.store.entries("r").get("ACME").value == b"12.5"  # type: ignore[union-attr]
+
+
+def test_a_load_that_finds_nothing_is_answered_as_soon_as_it_is_done(
+    loading_server: CacheServer, client_factory: Any
+) -> None:
+    # Its answer leaves the server when the loader returns, not with the next message the
+    # server reads (this client's next ping is 30 s away).
+    reader = client_factory(ping_interval_ms=30_000).create_region("r", ClientRegionShortcut.PROXY)
+    for key in ("none-1", "none-2"):
+        began = time.monotonic()
+        assert reader.get(key) is None
+        assert time.monotonic() - began < 2.0

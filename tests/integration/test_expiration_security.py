@@ -17,8 +17,6 @@ from test_expiration import _Events
 from test_security import (
     RAW_USER,
     SECRETS,
-    SERVER_USER,
-    TEST_FETCH_WAIT_MAX_MS,
     _audit_lines,
     _client,
     _dead_letter_reasons,
@@ -27,15 +25,15 @@ from test_security import (
     _signed,
     client_factory,  # noqa: F401  (a fixture of that module, used here)
     kafka_users,  # noqa: F401
+    secured_settings,
 )
 
-from regionbus.broker.config import ServerSettings
 from regionbus.broker.expiration_attributes import (
     ExpirationAction,
     ExpirationAttributes,
     RegionExpiration,
 )
-from regionbus.broker.kafka_acls import client_acls, server_acls
+from regionbus.broker.kafka_acls import client_acls
 from regionbus.broker.principals import PrincipalStore
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS
@@ -60,24 +58,15 @@ def expiring_secured_server(
     store = PrincipalStore(redis_client, namespace)
     store.add("writer", SECRETS["writer"], _perms("DATA:READ:r", "DATA:WRITE:r"))
     store.add("admin", _ADMIN_SECRET, _perms("*:*"))
-    kafka_users.grant(SERVER_USER, server_acls(namespace))
     ttl = ExpirationAttributes(timeout_s=3, action=ExpirationAction.DESTROY)
-    server = CacheServer(
-        ServerSettings(
-            namespace=namespace,
-            **kafka_users.settings(SERVER_USER),
-            redis_url=redis_url,
-            regions=["r"],
-            fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
-            poll_timeout_ms=20,
-            message_sync_interval_s=0.2,
-            security_enabled=True,
-            allowed_skew_ms=60_000,
-            principal_cache_ttl_ms=200,
-            region_expiration={"r": RegionExpiration(entry_time_to_live=ttl)},
-            expiration_interval_ms=50,
-        )
+    settings = secured_settings(namespace, kafka_users, redis_url).model_copy(
+        update={
+            "regions": ["r"],
+            "region_expiration": {"r": RegionExpiration(entry_time_to_live=ttl)},
+            "expiration_interval_ms": 50,
+        }
     )
+    server = CacheServer(settings)
     server.start()
     try:
         yield server

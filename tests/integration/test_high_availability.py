@@ -154,10 +154,11 @@ class CqTap(CqListener):
 def cluster(
     tmp_path: Path, namespace: str, kafka_bootstrap_servers: str, redis_url: str
 ) -> Iterator[Callable[..., ServerProcess]]:
-    """Starts cache server processes of this test's namespace; stops them at the end."""
+    """Starts cache server processes of this test's namespace, ``start(member_id,
+    redundancy, **more_env)``; stops them at the end."""
     started: list[ServerProcess] = []
 
-    def start(member_id: str, redundancy: int) -> ServerProcess:
+    def start(member_id: str, redundancy: int = 0, **more_env: str) -> ServerProcess:
         env = {
             "REGIONBUS_NAMESPACE": namespace,
             "REGIONBUS_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers,
@@ -167,6 +168,7 @@ def cluster(
             "REGIONBUS_FETCH_WAIT_MAX_MS": "100",
             "REGIONBUS_POLL_TIMEOUT_MS": "20",
             "REGIONBUS_MESSAGE_SYNC_INTERVAL_S": "0.5",
+            **more_env,
         }
         server = ServerProcess(member_id, env, tmp_path / f"{member_id}.log")
         started.append(server)

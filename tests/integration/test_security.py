@@ -67,27 +67,31 @@ def principals(redis_client: redis.Redis, namespace: str) -> PrincipalStore:
     return store
 
 
+def secured_settings(namespace: str, kafka_users: KafkaUsers, redis_url: str) -> ServerSettings:
+    """Settings of a cache server with security on, regions r and s, logged in to Kafka as
+    the servers' user, granted the servers' ACLs of the namespace."""
+    kafka_users.grant(SERVER_USER, server_acls(namespace))
+    return ServerSettings(
+        namespace=namespace,
+        **kafka_users.settings(SERVER_USER),
+        redis_url=redis_url,
+        regions=["r", "s"],
+        fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
+        poll_timeout_ms=20,
+        message_sync_interval_s=0.2,
+        security_enabled=True,
+        allowed_skew_ms=60_000,
+        principal_cache_ttl_ms=200,
+    )
+
+
 @pytest.fixture
 def secured_server(
     namespace: str, kafka_users: KafkaUsers, redis_url: str, principals: PrincipalStore
 ) -> Iterator[CacheServer]:
     """A cache server with security on, regions r and s, logged in to Kafka as the servers'
     user with the servers' ACLs of the namespace."""
-    kafka_users.grant(SERVER_USER, server_acls(namespace))
-    server = CacheServer(
-        ServerSettings(
-            namespace=namespace,
-            **kafka_users.settings(SERVER_USER),
-            redis_url=redis_url,
-            regions=["r", "s"],
-            fetch_wait_max_ms=TEST_FETCH_WAIT_MAX_MS,
-            poll_timeout_ms=20,
-            message_sync_interval_s=0.2,
-            security_enabled=True,
-            allowed_skew_ms=60_000,
-            principal_cache_ttl_ms=200,
-        )
-    )
+    server = CacheServer(secured_settings(namespace, kafka_users, redis_url))
     server.start()
     try:
         yield server

@@ -63,6 +63,7 @@ from regionbus.schemas.messages import (
     Entry,
     Event,
     EventKind,
+    FunctionSpec,
     InterestKind,
     InterestResultPolicy,
     InterestSpec,
@@ -129,6 +130,15 @@ QUERY_SPECS = st.builds(
     parameters=st.lists(SCALARS | st.lists(SCALARS, max_size=4), max_size=4).map(tuple),
     value_schema=OPT_TEXT,
 )
+FUNCTION_SPECS = st.builds(
+    FunctionSpec,
+    function_id=TEXT,
+    execution_id=LONGS,
+    arguments=OPT_BYTES,
+    arguments_serializer=OPT_TEXT,
+    filter=st.lists(TEXT, max_size=4).map(tuple),
+    re_execute=st.booleans(),
+)
 OPERATIONS = st.builds(
     Operation,
     request_id=LONGS,
@@ -150,6 +160,7 @@ OPERATIONS = st.builds(
     kafka_principal=OPT_TEXT,
     expected_value=OPT_BYTES,
     query=st.none() | QUERY_SPECS,
+    function=st.none() | FUNCTION_SPECS,
 )
 EVENTS = st.builds(
     Event,
@@ -187,6 +198,7 @@ REPLIES = st.builds(
     cq_names=st.lists(TEXT, max_size=4).map(tuple),
     max_value_size_bytes=INTS,
     entry_count=LONGS,
+    function_state=INTS,
 )
 CONTROLS = st.builds(
     Control,

@@ -31,9 +31,13 @@ def test_each_row_agrees_with_itself(kind: OperationKind) -> None:
     if row.scope is Scope.CLIENT:
         assert row.access is Access.NONE and not row.change
     assert not row.parses_query or row.needs_cq
+    if row.scope is Scope.SERVERS:
+        assert row.needs_function and not row.change
+    if row.local:
+        assert row.servers_only and row.batched
 
 
-def test_the_changes_are_the_entry_changes_region_changes_expirations_and_loads() -> None:
+def test_the_changes_are_the_entry_changes_region_changes_expirations_loads_and_locals() -> None:
     changes = {k for k in OperationKind if kind_row(k).change}
     assert changes == {
         OperationKind.PUT,
@@ -48,11 +52,19 @@ def test_the_changes_are_the_entry_changes_region_changes_expirations_and_loads(
         OperationKind.REPLACE,
         OperationKind.REMOVE,
         OperationKind.LOAD_CREATE,
+        OperationKind.LOCAL_DESTROY,
+        OperationKind.LOCAL_INVALIDATE,
     }
     assert {k for k in OperationKind if kind_row(k).servers_only} == {
         OperationKind.EXPIRE_DESTROY,
         OperationKind.EXPIRE_INVALIDATE,
         OperationKind.LOAD_CREATE,
+        OperationKind.LOCAL_DESTROY,
+        OperationKind.LOCAL_INVALIDATE,
+    }
+    assert {k for k in OperationKind if kind_row(k).local} == {
+        OperationKind.LOCAL_DESTROY,
+        OperationKind.LOCAL_INVALIDATE,
     }
     assert {k for k in OperationKind if kind_row(k).entry_change} == {
         OperationKind.PUT,
@@ -81,5 +93,7 @@ def test_every_kind_has_its_permissions(kind: OperationKind) -> None:
         assert needed == ()
     elif access is Access.SERVERS_ONLY:
         assert [str(p) for p in needed] == ["*:*:r"]
+    elif access is Access.WRITE_DATA:
+        assert [str(p) for p in needed] == ["DATA:WRITE"]
     else:
         assert needed and all(p.region == "r" for p in needed)

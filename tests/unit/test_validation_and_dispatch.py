@@ -91,7 +91,10 @@ def test_every_operation_kind_has_exactly_its_handler_in_the_one_table() -> None
         )
     }
     expiration = SimpleNamespace(apply=lambda *_: None)
-    handlers = OperationHandlers(settings=SETTINGS, entries=entries, expiration=expiration, **parts)
+    functions = SimpleNamespace(execute=lambda *_: None, attributes=lambda *_: None)
+    handlers = OperationHandlers(
+        settings=SETTINGS, entries=entries, expiration=expiration, functions=functions, **parts
+    )
     assert set(handlers.table) == set(OperationKind)
     for kind in OperationKind:
         if kind_row(kind).expiration:

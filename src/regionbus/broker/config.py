@@ -188,6 +188,26 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             loop (`regionbus.broker.queries`).
         max_pending_queries: Most one-shot queries (bucket parts) running or waiting at
             once on a server; one more is refused with ``RequestLimitError``.
+        functions: ``["module:Class", ...]`` server-side ``Function``s to instantiate at
+            start and register by their ``id`` (Geode ``FunctionService.registerFunction``);
+            every server of a namespace should register the same ones.
+        function_threads: Worker threads running function executions, never on the
+            server's loop (`regionbus.broker.functions`). 2, as ``query_threads``: threads
+            of a function busy computing share the interpreter with the loop, which four
+            of them slowed past a second; raise it for functions that mostly wait (on a
+            database, a service).
+        function_timeout_ms: Longest one execution (one bucket's, or one server's) may run
+            before the caller is answered ``FunctionTimeoutError`` and its results dropped
+            (its thread runs on until the function returns; its region calls fail from
+            then on). Geode bounds none on the server, only the client's wait
+            (``gemfire.CLIENT_FUNCTION_TIMEOUT``, the pool's read timeout); here 5 s, under
+            a client's 10 s ``read_timeout_ms``, so the caller hears the timeout.
+        max_pending_functions: Most executions running or waiting at once on a server;
+            one more is refused with ``RequestLimitError``.
+        function_max_result_bytes: Most bytes of results one execution sends; a
+            ``send_result`` beyond fails the function with ``FunctionError``. The results
+            are answered in messages of ``reply_chunk_bytes``. Default 16 MiB (Geode
+            bounds none).
         initial_results_budget_ms: Most time of one turn of the loop spent sending initial
             results (interest registrations' bulk loads, CQs' initial results); the rest
             wait for the next turn (:mod:`regionbus.broker.initial_results`). 20 ms, as
@@ -278,6 +298,11 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     query_max_rows_per_bucket: int = Field(default=10_000, ge=1)
     query_threads: int = Field(default=2, ge=1, le=64)
     max_pending_queries: int = Field(default=256, ge=1)
+    functions: list[str] = Field(default_factory=list)
+    function_threads: int = Field(default=2, ge=1, le=256)
+    function_timeout_ms: int = Field(default=5_000, ge=1)
+    max_pending_functions: int = Field(default=256, ge=1)
+    function_max_result_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     initial_results_budget_ms: int = Field(default=20, ge=1)
     initial_results_running_max: int = Field(default=8, ge=1)
     initial_results_page_entries: int = Field(default=1000, ge=1)

@@ -80,6 +80,21 @@ class Distribution:
         if self._gateways:
             self._gateways.enqueue(event, bucket, self._outbox.produce)
 
+    def entry_changed_locally(
+        self, event: Event, old_value: bytes | None, *, duplicate: bool
+    ) -> None:
+        """A local destroy or invalidate of a server's function was applied: the server's
+        listeners hear it (Geode tells the member's own listeners of a local operation);
+        no client, CQ or gateway does.
+
+        Args:
+            event: Its event (DESTROY or INVALIDATE).
+            old_value: The entry's value before, when :meth:`wants_old_value` asked for it.
+            duplicate: As for :meth:`entry_changed`.
+        """
+        if not duplicate:
+            self._plugins.after_entry(event, old_value)
+
     def region_changed(self, event: Event, bucket: int, *, duplicate: bool) -> None:
         """A region change was applied (or recognised as applied before: ``duplicate``).
 

@@ -26,6 +26,7 @@ from regionbus.runtime.leases import wall_clock_ms
 from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.errors import CacheWriterError, RegionNotFoundError
 from regionbus.schemas.messages import Entry, Event, EventKind, Operation, OperationKind, Reply
+from regionbus.schemas.operation_kinds import kind_row
 
 
 class _Pending(NamedTuple):
@@ -80,7 +81,9 @@ class EntryOperations:
     def add(self, op: Operation, bucket: int, offset: int) -> None:
         """Add an entry operation to the batch; a change of a region with writers first
         applies the batch so far, then asks the writers (an abort is replied now)."""
-        if op.kind not in _READS and self._plugins.has_writers(op.region):
+        # Geode's local operations ask no CacheWriter.
+        row = kind_row(op.kind)
+        if op.kind not in _READS and not row.local and self._plugins.has_writers(op.region):
             self.apply()
             if not self._writers_allow(op, bucket):
                 return
@@ -209,6 +212,18 @@ class EntryOperations:
         if op.kind is OperationKind.LOAD_CREATE:
             self._load_applied(op, bucket, result)
             return
+        if kind_row(op.kind).local:
+            duplicate = result.status == "DUP"
+            event = applied_event(op, bucket, result)
+            if event is not None:
+                self._distribution.entry_changed_locally(
+                    event, result.old_value, duplicate=duplicate
+                )
+            if duplicate:
+                self._stats.duplicates += 1
+            else:
+                self._stats.applied(op.region, op.kind)
+            return  # produced by a server's function, which hears of it no further
         if result.status == "NOOP":
             # A condition that did not hold: no event; the answer is the current value
             # (what Geode's putIfAbsent returns; replace and remove return nothing then).

@@ -20,6 +20,7 @@ from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations, applied_event, refused, reply_applied
 from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.functions import FunctionExecutions
 from regionbus.broker.initial_results import InitialResults, PagedLoad, WholeLoad, reply_entries
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.notifier import CacheClientNotifier
@@ -77,6 +78,7 @@ class OperationHandlers:
         stats: The server's counters.
         expiration: Applies the ``EXPIRE_*`` operations.
         cqs: The continuous queries.
+        functions: Runs function executions (`regionbus.broker.functions`).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class OperationHandlers:
         stats: ServerStats,
         expiration: EntryExpiration,
         cqs: CqRegistry,
+        functions: FunctionExecutions,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -143,6 +146,11 @@ class OperationHandlers:
             OperationKind.CONTAINS_KEY: entries.add,
             OperationKind.SIZE: self.size,
             OperationKind.QUERY: self.query,
+            OperationKind.EXECUTE_REGION_FUNCTION: functions.execute,
+            OperationKind.EXECUTE_FUNCTION: functions.execute,
+            OperationKind.GET_FUNCTION_ATTRIBUTES: functions.attributes,
+            OperationKind.LOCAL_DESTROY: entries.add,
+            OperationKind.LOCAL_INVALIDATE: entries.add,
         }
         """The handler of each operation kind."""
 
@@ -254,17 +262,20 @@ class OperationHandlers:
             return
         self.queries.submit(op, bucket)
 
-    def answer_queries(self) -> None:
+    def answer_queries(self) -> bool:
         """At each turn of the loop: answer the queries done, with the entries each
         selected, ordered and limited, or for ``COUNT(*)`` how many (Geode
         ``Query.execute``); or with the error that ended it (``QueryError``: invalid, over
         its time or row budget, or not evaluable on an entry; ``RequestLimitError``: too
-        many pending; ``TransportError``: Redis failed)."""
-        for op, bucket, outcome in self.queries.done():
+        many pending; ``TransportError``: Redis failed). Returns whether any was answered
+        (the caller sends the replies)."""
+        finished = self.queries.done()
+        for op, bucket, outcome in finished:
             if isinstance(outcome, BucketAnswer):
                 self._answer_query(op, bucket, outcome)
             else:
                 self._outbox.reply_error(op, bucket, outcome)
+        return bool(finished)
 
     def _answer_query(self, op: Operation, bucket: int, answer: BucketAnswer) -> None:
         if not answer.exists:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from regionbus.broker.config import ServerSettings
-from regionbus.broker.outbox import Outbox
+from regionbus.broker.outbox import DeliveryReport, Outbox
 from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.security import SecurityGuard
 from regionbus.runtime.leases import wall_clock_ms
@@ -50,22 +50,36 @@ from regionbus.schemas.codec import encode
 from regionbus.schemas.errors import CacheLoaderError, RegionBusError
 from regionbus.schemas.eventid import LOAD_MEMBER, EventID
 from regionbus.schemas.messages import Operation, OperationKind, Reply
-from regionbus.schemas.serializers import serializer_named
+from regionbus.schemas.serializers import plain_bytes
 
 log = logging.getLogger("regionbus.server.loading")
 
 
 def loaded_bytes(value: Any) -> tuple[bytes, str]:
-    """A loader's value as stored: ``bytes`` as they are (serializer ``bytes``), anything
-    else as JSON (serializer ``json``), which every client decodes by the name that travels
-    with it.
+    """A loader's value as stored (`regionbus.schemas.serializers.plain_bytes`): ``bytes``
+    as they are (serializer ``bytes``), anything else as JSON (serializer ``json``).
 
     Raises:
         SerializationError: the value is not JSON-serializable.
     """
-    if isinstance(value, bytes | bytearray):
-        return bytes(value), "bytes"
-    return serializer_named("json").dumps(value), "json"
+    return plain_bytes(value)
+
+
+def produce_operation(
+    outbox: Outbox,
+    security: SecurityGuard | None,
+    op: Operation,
+    bucket: int,
+    on_delivery: DeliveryReport | None = None,
+) -> None:
+    """Produce an operation of this server to its bucket's partition of ``{ns}.ops``,
+    signed as the servers' when security is on: it is read and applied in the bucket's
+    order like any client's (a loader's create, a function's changes)."""
+    framed = encode(op)
+    topic = outbox.topics.ops
+    headers = None if security is None else security.server_headers(topic, bucket, framed)
+    key = None if op.key is None else op.key.encode()
+    outbox.produce(topic, framed, key, partition=bucket, on_delivery=on_delivery, headers=headers)
 
 
 @dataclass
@@ -153,12 +167,17 @@ class EntryLoads:
         )
         return True
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
         """At each turn of the loop: produce the ``LOAD_CREATE`` of every load done, answer
         the gets of a load that returned None or failed, and fail the loads past their
-        ``loader_timeout_ms`` (a loader that hangs keeps its thread; its result is dropped)."""
+        ``loader_timeout_ms`` (a loader that hangs keeps its thread; its result is dropped).
+
+        Returns:
+            Whether any get was answered here (the caller sends the replies).
+        """
         if not self._loads:
-            return
+            return False
+        before = len(self._loads)
         now = self._clock()
         for place, load in list(self._loads.items()):
             if load.produced or not load.future.done():
@@ -187,6 +206,7 @@ class EntryLoads:
             self._produce(place, load, *data)
             load.produced = True
             load.deadline_s = now + self._timeout_s
+        return len(self._loads) < before  # an answered load is forgotten
 
     def _produce(self, place: tuple[str, str], load: _Load, value: bytes, serializer: str) -> None:
         region, key = place
@@ -204,12 +224,7 @@ class EntryLoads:
             callback_argument=first.callback_argument,
         )
         self._sequence += 1
-        framed = encode(op)
-        topic = self._outbox.topics.ops
-        headers = None
-        if self._security is not None:
-            headers = self._security.server_headers(topic, bucket, framed)
-        self._outbox.produce(topic, framed, key.encode(), partition=bucket, headers=headers)
+        produce_operation(self._outbox, self._security, op, bucket)
 
     def applied(
         self,
@@ -272,4 +287,4 @@ class EntryLoads:
                 log.exception("closing the loader of %s", region)
 
 
-__all__ = ["EntryLoads", "loaded_bytes"]
+__all__ = ["EntryLoads", "loaded_bytes", "produce_operation"]

@@ -20,10 +20,14 @@ register interest in all keys / a regex      ``DATA:READ:R``
 unregister interest, keys on server          ``DATA:READ:R``
 execute, stop, close a continuous query      ``DATA:READ:R`` (Geode ``ExecuteCQ``)
 on R
+execute a function on region R               ``DATA:WRITE:R`` (Geode's default
+                                             ``Function.getRequiredPermissions``)
+execute a function on the servers            ``DATA:WRITE``
 receive an event of R in the queue           ``DATA:READ:R`` (and of its key)
 status, user management, gateway config      ``CLUSTER:MANAGE``
 connect, ping, close, ready-for-events,      none beyond authentication (and the client
-disconnect, list durable CQs                 id bound to the same principal)
+disconnect, list durable CQs, a function's   id bound to the same principal)
+attributes
 ============================================ ===============================
 """
 
@@ -156,6 +160,8 @@ def required_permissions(op: Operation) -> tuple[ResourcePermission, ...]:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region, op.key or WILDCARD),)
     if access is Access.WRITE_REGION:
         return (ResourcePermission(Resource.DATA, Action.WRITE, region),)
+    if access is Access.WRITE_DATA:
+        return (ResourcePermission(Resource.DATA, Action.WRITE),)
     if access is Access.MANAGE_REGION:
         return (ResourcePermission(Resource.DATA, Action.MANAGE, region),)
     if access is Access.READ_KEY:

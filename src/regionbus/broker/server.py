@@ -39,6 +39,7 @@ from regionbus.broker.buckets import BucketElection, buckets_unready_reason
 from regionbus.broker.client_registry import ClientRegistry
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.cq_registry import CqRegistry
+from regionbus.broker.functions import registered_functions
 from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.interest import InterestRegistry
 from regionbus.broker.outbox import TOPIC_GONE
@@ -58,6 +59,7 @@ from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.callbacks import CacheListener, CacheLoader, CacheWriter
 from regionbus.schemas.dead_letter import Source
 from regionbus.schemas.errors import TransportError
+from regionbus.schemas.functions import Function
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import Topics
@@ -86,9 +88,12 @@ class CacheServer(BackgroundWorker):
         writers: Server-side ``CacheWriter``s by region, in addition to ``settings.plugins``.
         loaders: A server-side ``CacheLoader`` by region (one each), in addition to
             ``settings.plugins``.
+        functions: Server-side ``Function``s to register by their ids, in addition to
+            ``settings.functions`` (Geode ``FunctionService.registerFunction``).
 
     Raises:
-        ConfigurationError: a plugin or gateway event filter cannot be loaded.
+        ConfigurationError: a plugin, function or gateway event filter cannot be loaded, or
+            two functions share an id.
     """
 
     def __init__(
@@ -98,11 +103,13 @@ class CacheServer(BackgroundWorker):
         listeners: dict[str, list[CacheListener]] | None = None,
         writers: dict[str, list[CacheWriter]] | None = None,
         loaders: dict[str, CacheLoader] | None = None,
+        functions: list[Function] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.namespace)
         self.stats = ServerStats()
         self.plugins = ServerPlugins.load(settings.plugins, listeners, writers, loaders)
+        self.functions = registered_functions(settings.functions, functions or [])
         self._redis = connect_redis(settings)
         waits = replica_wait(self._redis, settings)
         self.security = SecurityGuard(self._redis, settings) if settings.security_enabled else None
@@ -275,6 +282,8 @@ class CacheServer(BackgroundWorker):
         finally:
             parts.loads.close()
             parts.handlers.queries.close()
+            parts.functions.close()
+            parts.outbox.send()  # the executions' answers: an is_ha one is executed again
             parts.consumer.close()
             parts.outbox.release_all()
             parts.producer.flush(10)
@@ -314,8 +323,12 @@ class CacheServer(BackgroundWorker):
                 if parts.intake.connects.admit_due() + parts.handlers.initial_results.run():
                     parts.end_batch()
                 parts.expiration.tick(time.monotonic())
-                parts.loads.poll()
-                parts.handlers.answer_queries()
+                # What worker threads finished is answered now, not with the next batch of
+                # messages (on an idle server, a client's next ping: seconds away).
+                loads_answered = parts.loads.poll()
+                queries_answered = parts.handlers.answer_queries()
+                if parts.functions.poll() or loads_answered or queries_answered:
+                    parts.end_batch()
                 parts.release_holds()
                 parts.producer.poll(0)
                 parts.ownership.commit_settled()

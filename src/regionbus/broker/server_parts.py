@@ -26,6 +26,7 @@ from regionbus.broker.cq_registry import CqRegistry
 from regionbus.broker.distribution import Distribution
 from regionbus.broker.entry_ops import EntryOperations
 from regionbus.broker.expiration import EntryExpiration
+from regionbus.broker.functions import FunctionExecutions
 from regionbus.broker.gateway_queues import GatewayEnqueuer
 from regionbus.broker.handlers import OperationHandlers
 from regionbus.broker.intake import OperationIntake
@@ -43,6 +44,7 @@ from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
 from regionbus.runtime.leases import Lease
+from regionbus.schemas.functions import Function
 from regionbus.schemas.kafka_clients import KafkaAdmin
 from regionbus.schemas.naming import REAPER_ROLE, Topics
 from regionbus.schemas.topics import client_topic_specs
@@ -56,6 +58,7 @@ class ServerCore(Protocol):
     topics: Topics
     stats: ServerStats
     plugins: ServerPlugins
+    functions: dict[str, Function]
     security: SecurityGuard | None
     store: RegionStore
     registry: InterestRegistry
@@ -81,6 +84,7 @@ class ServerParts:
     loads: EntryLoads
     expiration: EntryExpiration
     handlers: OperationHandlers
+    functions: FunctionExecutions
     admission: Admission | None
     intake: OperationIntake
 
@@ -230,6 +234,9 @@ def wire_parts(
     expiration = EntryExpiration(
         s, server.store, ownership, distribution, outbox, server.stats, server.security
     )
+    functions = FunctionExecutions(
+        s, server.functions, server.store, server.cqs.table, ownership, outbox, server.security
+    )
     handlers = OperationHandlers(
         s,
         server.store,
@@ -244,6 +251,7 @@ def wire_parts(
         server.stats,
         expiration,
         server.cqs,
+        functions,
     )
     security = server.security
     admission = None if security is None else Admission(security, outbox, server.stats)
@@ -260,6 +268,7 @@ def wire_parts(
         loads,
         expiration,
         handlers,
+        functions,
         admission,
         OperationIntake(s, server.topics, outbox, lifecycle, entries, handlers, admission),
         holds,

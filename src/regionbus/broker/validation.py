@@ -13,8 +13,13 @@ from regionbus.schemas.errors import (
     ValueTooLargeError,
 )
 from regionbus.schemas.eventid import EXPIRY_MEMBER, EXPIRY_THREAD, LOAD_MEMBER
+from regionbus.schemas.functions import check_function_id
 from regionbus.schemas.interest_regex import compile_interest_regex
-from regionbus.schemas.limits import KEYS_PER_REGISTRATION_MESSAGE, check_count
+from regionbus.schemas.limits import (
+    KEYS_PER_REGISTRATION_MESSAGE,
+    MAX_FUNCTION_FILTER_KEYS,
+    check_count,
+)
 from regionbus.schemas.messages import InterestKind, Operation, OperationKind
 from regionbus.schemas.naming import bucket_of
 from regionbus.schemas.operation_kinds import Scope, kind_row
@@ -48,10 +53,19 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             or (to execute) a query outside the CQ subset or of another region.
         QueryInvalidError: a QUERY whose query does not parse, is of another region, or
             whose parameters do not fit it (`regionbus.schemas.query.ParsedQuery.bind`).
+
+    A function execution is refused (``InvalidOperationError``) without a function spec,
+    with an id the clients would refuse, arguments neither JSON nor bytes, or a filter
+    anywhere but on a region, of more than
+    `regionbus.schemas.limits.MAX_FUNCTION_FILTER_KEYS` keys or of keys of another bucket;
+    its arguments over ``max_value_size_bytes`` raise ``ValueTooLargeError``.
     """
     kind = op.kind
     row = kind_row(kind)
-    if row.scope is not Scope.CLIENT:
+    if row.scope in (Scope.CLIENT, Scope.SERVERS):
+        if row.scope is Scope.SERVERS and op.region:
+            raise InvalidOperationError(f"{kind.value} is of no region, not of {op.region!r}")
+    else:
         check_region_name(op.region)
     check_value_size(None, op.callback_argument)
     if row.scope is Scope.ENTRY:
@@ -106,6 +120,8 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
             check_key(key)
     if row.needs_query:
         _check_query(op)
+    if row.needs_function:
+        _check_function(op, bucket, settings)
     if row.needs_cq:
         if op.cq is None:
             raise InvalidOperationError(f"{kind.value} needs a CQ")
@@ -118,6 +134,35 @@ def validate(op: Operation, bucket: int, settings: ServerSettings) -> None:
                     rule="one-region",
                     query=op.cq.query,
                 )
+
+
+def _check_function(op: Operation, bucket: int, settings: ServerSettings) -> None:
+    """A function execution names a function, carries arguments a server decodes and
+    bounds, and a filter of its own bucket's keys, on a region only."""
+    spec = op.function
+    if spec is None:
+        raise InvalidOperationError(f"{op.kind.value} needs a function")
+    check_function_id(spec.function_id)
+    if spec.arguments is not None:
+        if spec.arguments_serializer not in ("json", "bytes"):
+            raise InvalidOperationError(
+                f"function arguments are json or bytes, not {spec.arguments_serializer!r}"
+            )
+        if len(spec.arguments) > settings.max_value_size_bytes:
+            raise ValueTooLargeError(
+                f"function arguments of {len(spec.arguments)} bytes exceed "
+                f"max_value_size_bytes={settings.max_value_size_bytes}"
+            )
+    if not spec.filter:
+        return
+    if op.kind is not OperationKind.EXECUTE_REGION_FUNCTION:
+        raise InvalidOperationError(f"{op.kind.value} takes no filter")
+    check_count("keys in a function filter", len(spec.filter), MAX_FUNCTION_FILTER_KEYS)
+    for key in spec.filter:
+        if bucket_of(op.region, check_key(key), settings.total_buckets) != bucket:
+            raise InvalidOperationError(
+                f"filter key {key!r} of region {op.region!r} is not of bucket {bucket}"
+            )
 
 
 def _check_query(op: Operation) -> None:

@@ -15,6 +15,12 @@ from regionbus.clients.cq_query import (
     CqStatusListener,
     Operation,
 )
+from regionbus.clients.function_execution import (
+    DefaultResultCollector,
+    Execution,
+    FunctionService,
+    ResultCollector,
+)
 from regionbus.clients.oql_query import Query
 from regionbus.clients.query_service import QueryService
 from regionbus.clients.region import (
@@ -51,9 +57,12 @@ __all__ = [
     "CqState",
     "CqStatistics",
     "CqStatusListener",
+    "DefaultResultCollector",
     "EntryEvent",
     "EventKind",
     "EvictionAttributes",
+    "Execution",
+    "FunctionService",
     "InterestResultPolicy",
     "JsonSerializer",
     "Operation",
@@ -62,5 +71,6 @@ __all__ = [
     "Region",
     "RegionEvent",
     "RegionShortcut",
+    "ResultCollector",
     "StrSerializer",
 ]

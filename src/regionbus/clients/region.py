@@ -99,6 +99,11 @@ class Region(RegionServerOperations, RegionInterestOperations):
         self._interest = RegionInterest(cache, self._server, self._store)
         self._values = RegionValues(name, lambda: self.serializer)
 
+    @property
+    def region_service(self) -> CacheConnection:
+        """The client cache this region belongs to (Geode ``Region.getRegionService``)."""
+        return self._cache
+
     # --- reads -------------------------------------------------------------------------
 
     def get(self, key: str, callback_argument: bytes | None = None) -> Any:

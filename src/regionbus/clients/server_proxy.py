@@ -27,6 +27,7 @@ from regionbus.schemas.limits import (
 )
 from regionbus.schemas.messages import (
     CqSpec,
+    FunctionSpec,
     InterestKind,
     InterestSpec,
     Operation,
@@ -163,13 +164,14 @@ class ServerRegionProxy:
         request_id: int | None = None,
         cq: CqSpec | None = None,
         query: QuerySpec | None = None,
+        function: FunctionSpec | None = None,
     ) -> Operation:
         """A new operation of this client on this region.
 
         Args:
             kind: What to do.
-            key, value, callback_argument, interest, cq, query: Its fields, where the kind
-                has them.
+            key, value, callback_argument, interest, cq, query, function: Its fields,
+                where the kind has them.
             bucket: The bucket the EventID is widened with.
             request_id: Share a request id across several operations; None for a new one.
         """
@@ -190,6 +192,7 @@ class ServerRegionProxy:
             kafka_principal=pool.kafka_principal,
             cq=cq,
             query=query,
+            function=function,
         )
 
     def wait(self, future: Future[list[Reply]], request_id: int) -> list[Reply]:

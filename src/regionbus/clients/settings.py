@@ -33,6 +33,11 @@ class ClientSettings(KafkaConnectionSettings):
         retry_interval_ms: A change unanswered for this long is sent again with the same
             EventID and ``possible_duplicate`` (its server may have died; the bucket's new
             primary applies an EventID once), until ``read_timeout_ms`` gives up.
+        retry_attempts: Times the buckets (or servers) of a function execution that failed
+            are executed again, for an ``is_ha`` function whose server stopped, lost the
+            bucket or did not answer within ``read_timeout_ms`` (Geode pool
+            ``retry-attempts``; Geode's -1 means once per server, a number this client
+            does not know: 3 here).
         subscription_enabled: Whether the client has a subscription queue (Geode pool
             ``subscription-enabled``); needed for interest.
         subscription_ack_interval_ms: How often processed events are acked, i.e. the queue
@@ -101,6 +106,7 @@ class ClientSettings(KafkaConnectionSettings):
     durable_client_timeout_s: int = Field(default=300, ge=1)
     read_timeout_ms: int = Field(default=10_000, ge=1)
     retry_interval_ms: int = Field(default=5_000, ge=10)
+    retry_attempts: int = Field(default=3, ge=0)
     subscription_enabled: bool = True
     subscription_ack_interval_ms: int = Field(default=100, ge=1)
     subscription_message_tracking_timeout_s: float = Field(default=900.0, gt=0)

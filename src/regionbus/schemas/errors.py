@@ -269,6 +269,33 @@ class QueryInvocationTargetError(QueryError):
     threw)."""
 
 
+class FunctionError(RegionBusError):
+    """A function execution failed (Geode ``FunctionException``): the function raised on a
+    server (the message names the server's exception), did not send its last result, or
+    its results could not be read; or the call was malformed (a filter on ``on_servers``,
+    ``is_ha`` without ``has_result``)."""
+
+
+class FunctionNotRegisteredError(FunctionError):
+    """No function of that id is registered on the server that was asked (Geode's
+    ``FunctionException``: "Function named ... is not registered to FunctionService")."""
+
+
+class FunctionTimeoutError(FunctionError):
+    """The function ran longer than the servers' ``function_timeout_ms`` and its results
+    were dropped, or the results were not all received within ``get_result``'s timeout
+    (Geode's ``FunctionException``: "All results not received in time provided")."""
+
+
+class FunctionInvocationTargetError(FunctionError):
+    """The server running the function stopped being the bucket's primary, or stopped,
+    before it answered (Geode ``FunctionInvocationTargetException``). An ``is_ha``
+    function is re-executed then; this reaches the caller of another, or when the
+    re-executions ran out."""
+
+    retriable: ClassVar[bool] = True
+
+
 class InvalidOperationError(RegionBusError):
     """An operation decoded but is malformed (missing key, wrong bucket, no EventID); the
     server dead-letters it and replies with this."""
@@ -363,6 +390,10 @@ _WIRE_ERRORS: dict[str, type[RegionBusError]] = {
         QueryRowLimitError,
         QueryTypeMismatchError,
         QueryInvocationTargetError,
+        FunctionError,
+        FunctionNotRegisteredError,
+        FunctionTimeoutError,
+        FunctionInvocationTargetError,
         InvalidOperationError,
         RequestLimitError,
         InvalidKeyError,

@@ -63,6 +63,12 @@ BULK_SEND_GROUP: Final = 32
 """Entries sent together once that many places of the window are free (one Kafka message
 per bucket rather than one per entry)."""
 
+MAX_FUNCTION_FILTER_KEYS: Final = 1_000
+"""Keys of one function execution's filter (``Execution.with_filter``). Geode sets no limit;
+here each bucket's keys travel in the one operation that runs the function there, and one
+Kafka message holds about 1 MB. A filter routes an execution: process more keys by
+passing them as arguments, or running without a filter over every bucket's entries."""
+
 
 def check_count(what: str, requested: int, limit: int) -> None:
     """Refuse a request that asks for more than a limit.
@@ -89,6 +95,7 @@ __all__ = [
     "BULK_SEND_GROUP",
     "KEYS_PER_REGISTRATION_MESSAGE",
     "MAX_BULK_ENTRIES",
+    "MAX_FUNCTION_FILTER_KEYS",
     "MAX_KEYS_PER_CLIENT",
     "MAX_KEYS_PER_REGISTRATION",
     "MAX_REGEXES_PER_CLIENT",

@@ -69,6 +69,24 @@ class OperationKind(enum.Enum):
     """Run a one-shot OQL query over the region's entries in the bucket and answer the
     ordered, limited entries it selects (Geode ``QueryService.newQuery(oql).execute``, one
     bucket's part of ``PartitionedRegionQueryEvaluator``)."""
+    EXECUTE_REGION_FUNCTION = "EXECUTE_REGION_FUNCTION"
+    """Run a function registered on the servers over the bucket's part of the region, on
+    its primary (Geode ``ExecuteRegionFunction``, ``FunctionService.onRegion(r).execute``;
+    :mod:`regionbus.broker.functions`)."""
+    EXECUTE_FUNCTION = "EXECUTE_FUNCTION"
+    """Run a function registered on the servers once on each server (Geode
+    ``ExecuteFunction``, ``FunctionService.onServers``): sent to every bucket, run by a
+    server at the first copy of the execution it reads, the other copies answered empty."""
+    GET_FUNCTION_ATTRIBUTES = "GET_FUNCTION_ATTRIBUTES"
+    """A registered function's ``has_result``, ``is_ha`` and ``optimize_for_write``, which a
+    client executing it by id needs first (Geode ``GetFunctionAttribute``)."""
+    LOCAL_DESTROY = "LOCAL_DESTROY"
+    """Destroy an entry in the store and tell no client, CQ or gateway (Geode
+    ``Region.localDestroy`` on a server, ``Operation.LOCAL_DESTROY``): produced by a
+    server-side function to the key's partition, never by a client."""
+    LOCAL_INVALIDATE = "LOCAL_INVALIDATE"
+    """Invalidate an entry in the store and tell no client, CQ or gateway (Geode
+    ``Region.localInvalidate``, ``Operation.LOCAL_INVALIDATE``); as ``LOCAL_DESTROY``."""
 
 
 class EventKind(enum.Enum):
@@ -165,6 +183,29 @@ class QuerySpec(NamedTuple):
     value_schema: str | None = None
 
 
+class FunctionSpec(NamedTuple):
+    """A function execution as it travels to the servers (Geode's ``ExecuteRegionFunction``
+    and ``ExecuteFunction`` messages).
+
+    Attributes:
+        function_id: The id the function is registered under on the servers.
+        execution_id: Drawn at random by the client for one ``execute`` call, kept by its
+            re-executions: a server runs an ``EXECUTE_FUNCTION`` once per execution.
+        arguments: The arguments, encoded (Geode ``Execution.setArguments``), or None.
+        arguments_serializer: Their serializer's name (``json`` or ``bytes``).
+        filter: The keys of the filter in this bucket (Geode ``Execution.withFilter``).
+        re_execute: A re-execution after a failure of an ``is_ha`` function (Geode's
+            ``isReExecute``): the function's ``is_possible_duplicate``.
+    """
+
+    function_id: str
+    execution_id: int = 0
+    arguments: bytes | None = None
+    arguments_serializer: str | None = None
+    filter: tuple[str, ...] = ()
+    re_execute: bool = False
+
+
 class Entry(NamedTuple):
     """One entry in a bulk-load or keys reply. ``value`` None means invalid or keys-only."""
 
@@ -196,6 +237,7 @@ class Operation(NamedTuple):
     kafka_principal: str | None = None
     expected_value: bytes | None = None
     query: QuerySpec | None = None
+    function: FunctionSpec | None = None
 
 
 class Event(NamedTuple):
@@ -280,6 +322,7 @@ class Reply(NamedTuple):
     cq_names: tuple[str, ...] = ()
     max_value_size_bytes: int = 0
     entry_count: int = 0
+    function_state: int = 0
 
 
 class Control(NamedTuple):

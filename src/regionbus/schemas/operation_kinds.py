@@ -29,6 +29,9 @@ class Scope(enum.Enum):
     """A whole region's entries, read in the region's bucket (``region_bucket``)."""
     REGION = "region"
     """A region, in the buckets the client sends it to (each answers for its part)."""
+    SERVERS = "servers"
+    """Every server, reached through the buckets the client sends it to (each server's
+    first copy is the one that counts); its region is empty."""
     CLIENT = "client"
     """The client itself; its region is empty."""
 
@@ -39,6 +42,8 @@ class Access(enum.Enum):
 
     WRITE_KEY = "DATA:WRITE:region:key"
     WRITE_REGION = "DATA:WRITE:region"
+    WRITE_DATA = "DATA:WRITE"
+    """Every region's data (a function run on the servers, Geode's default for one)."""
     MANAGE_REGION = "DATA:MANAGE:region"
     READ_KEY = "DATA:READ:region:key"
     READ_KEYS_OF_INTEREST = "DATA:READ:region:key of each registered key, else region"
@@ -65,6 +70,9 @@ class KindRow:
         needs_cq: It carries a CQ spec.
         parses_query: Its CQ's query is parsed and checked by the servers (EXECUTE_CQ).
         needs_query: It carries a one-shot query (QUERY), parsed and bound by the servers.
+        needs_function: It carries a function spec (function execution).
+        local: A change of the store alone (a server-side function's local destroy or
+            invalidate): no writer is asked and no client, CQ or gateway hears of it.
         region_event: The region event it causes, for a region change; else None.
         expiration: An entry expiration (its EventID is in the expirations' thread).
     """
@@ -78,13 +86,15 @@ class KindRow:
     needs_cq: bool = False
     parses_query: bool = False
     needs_query: bool = False
+    needs_function: bool = False
+    local: bool = False
     region_event: EventKind | None = None
     expiration: bool = False
 
     @property
     def servers_only(self) -> bool:
-        """Produced by a bucket's primary for its own partition, never by a client (the
-        expirations, a loader's create)."""
+        """Produced by the servers, never by a client (the expirations and a loader's
+        create by a bucket's primary for its own partition; a function's local changes)."""
         return self.access is Access.SERVERS_ONLY
 
     @property
@@ -101,6 +111,9 @@ _CONDITIONAL_PUT: Final = KindRow(
 ``DATA:WRITE`` as ``put`` does, though they answer the current value)."""
 _CQ: Final = KindRow(Scope.REGION, access=Access.READ_REGION, needs_cq=True)
 _EXPIRATION: Final = KindRow(Scope.ENTRY, change=True, access=Access.SERVERS_ONLY, expiration=True)
+_LOCAL_CHANGE: Final = KindRow(
+    Scope.ENTRY, change=True, batched=True, access=Access.SERVERS_ONLY, local=True
+)
 
 OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
     {
@@ -155,6 +168,17 @@ OPERATION_KINDS: Final[Mapping[OperationKind, KindRow]] = MappingProxyType(
         ),
         # Geode authorizes a query with DATA:READ on each region it reads (one here).
         OperationKind.QUERY: KindRow(Scope.REGION, access=Access.READ_REGION, needs_query=True),
+        # Geode's Function.getRequiredPermissions: DATA:WRITE by default (of the region when
+        # run on one); a function's own permissions are not read here.
+        OperationKind.EXECUTE_REGION_FUNCTION: KindRow(
+            Scope.REGION, access=Access.WRITE_REGION, needs_function=True
+        ),
+        OperationKind.EXECUTE_FUNCTION: KindRow(
+            Scope.SERVERS, access=Access.WRITE_DATA, needs_function=True
+        ),
+        OperationKind.GET_FUNCTION_ATTRIBUTES: KindRow(Scope.CLIENT, needs_function=True),
+        OperationKind.LOCAL_DESTROY: _LOCAL_CHANGE,
+        OperationKind.LOCAL_INVALIDATE: _LOCAL_CHANGE,
     }
 )
 """The row of every operation kind."""

@@ -134,3 +134,17 @@ def serializer_named(name: str | None, extra: dict[str, Serializer] | None = Non
     if found is None:
         raise SerializationError(f"unknown value serializer {name!r}")
     return found
+
+
+def plain_bytes(value: Any) -> tuple[bytes, str]:
+    """A value server-side code hands over (a loader's value, a function's argument, result
+    or put), encoded with no region's serializer at hand: ``bytes`` as they are (serializer
+    ``bytes``), anything else as JSON (serializer ``json``); every reader decodes it by the
+    name that travels with it.
+
+    Raises:
+        SerializationError: the value is not JSON-serializable.
+    """
+    if isinstance(value, bytes | bytearray):
+        return bytes(value), "bytes"
+    return _BUILTIN["json"].dumps(value), "json"

@@ -20,6 +20,7 @@ from regionbus.schemas.messages import (
     Entry,
     Event,
     EventKind,
+    FunctionSpec,
     InterestKind,
     InterestResultPolicy,
     InterestSpec,
@@ -114,6 +115,28 @@ def _query_spec_from(d: dict[str, Any]) -> QuerySpec:
     return QuerySpec(d["query"], tuple(d["parameters"]), d["value_schema"])
 
 
+def _function_spec_to(f: FunctionSpec) -> dict[str, Any]:
+    return {
+        "function_id": f.function_id,
+        "execution_id": f.execution_id,
+        "arguments": f.arguments,
+        "arguments_serializer": f.arguments_serializer,
+        "filter": list(f.filter),
+        "re_execute": f.re_execute,
+    }
+
+
+def _function_spec_from(d: dict[str, Any]) -> FunctionSpec:
+    return FunctionSpec(
+        d["function_id"],
+        d["execution_id"],
+        d["arguments"],
+        d["arguments_serializer"],
+        tuple(d["filter"]),
+        d["re_execute"],
+    )
+
+
 def _operation_to(o: Operation) -> dict[str, Any]:
     return {
         "request_id": o.request_id,
@@ -135,6 +158,7 @@ def _operation_to(o: Operation) -> dict[str, Any]:
         "kafka_principal": o.kafka_principal,
         "expected_value": o.expected_value,
         "query": _query_spec_to(o.query) if o.query is not None else None,
+        "function": _function_spec_to(o.function) if o.function is not None else None,
     }
 
 
@@ -159,6 +183,7 @@ def _operation_from(d: dict[str, Any]) -> Operation:
         kafka_principal=d["kafka_principal"],
         expected_value=d["expected_value"],
         query=_query_spec_from(d["query"]) if d["query"] is not None else None,
+        function=_function_spec_from(d["function"]) if d["function"] is not None else None,
     )
 
 
@@ -225,6 +250,7 @@ def _reply_to(r: Reply) -> dict[str, Any]:
         "cq_names": list(r.cq_names),
         "max_value_size_bytes": _int32(r.max_value_size_bytes, "max_value_size_bytes"),
         "entry_count": r.entry_count,
+        "function_state": _int32(r.function_state, "function_state"),
     }
 
 
@@ -251,6 +277,7 @@ def _reply_from(d: dict[str, Any]) -> Reply:
         cq_names=tuple(d["cq_names"]),
         max_value_size_bytes=_int32(d["max_value_size_bytes"], "max_value_size_bytes"),
         entry_count=d["entry_count"],
+        function_state=_int32(d["function_state"], "function_state"),
     )
 
 

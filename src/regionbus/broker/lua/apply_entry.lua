@@ -1,5 +1,6 @@
 -- Apply one entry operation (PUT, DESTROY, INVALIDATE, the conditional PUT_IF_ABSENT,
--- REPLACE and REMOVE, and a loader's LOAD_CREATE) atomically, with server-side
+-- REPLACE and REMOVE, a loader's LOAD_CREATE, a function's LOCAL_DESTROY and
+-- LOCAL_INVALIDATE) atomically, with server-side
 -- duplicate detection by EventID, fencing by the bucket primary's epoch and, on multi-site
 -- deployments, the gateway conflict check.
 --
@@ -108,6 +109,13 @@ if kind == 'PUT_IF_ABSENT' or kind == 'REPLACE' or kind == 'REMOVE' or kind == '
     return {'NOOP', false, current, current_serializer}
   end
   if kind == 'REMOVE' then kind = 'DESTROY' else kind = 'PUT' end
+end
+-- A function's local destroy or invalidate (broker/functions.py) changes the store as the
+-- distributed one does; the server tells no client of it.
+if kind == 'LOCAL_DESTROY' then
+  kind = 'DESTROY'
+elseif kind == 'LOCAL_INVALIDATE' then
+  kind = 'INVALIDATE'
 end
 local result
 if kind == 'PUT' then
