@@ -5,6 +5,7 @@ stack it starts, SIGTERM, and the printed report); the replay itself is
 from __future__ import annotations
 
 import gc
+import logging
 import signal
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from regionbus.broker.config import ServerSettings
 from regionbus.demo.flights import (
     DEFAULT_AIRPORT,
     DEFAULT_CARRIER,
@@ -24,6 +26,7 @@ from regionbus.demo.flights import (
 )
 from regionbus.demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs
 from regionbus.devstack import LocalStack
+from regionbus.runtime.cli_options import CommandError, setting_option, with_logging
 from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from regionbus.schemas.errors import RegionBusError
 
@@ -98,7 +101,9 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     show_default=True,
     help="Simulated seconds per real second; 0 = as fast as possible.",
 )
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
+@setting_option(
+    ServerSettings, "namespace", "--namespace", default=DEFAULT_NAMESPACE, show_default=True
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
 @click.option(
@@ -151,6 +156,8 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     show_default=True,
     help="Seconds between progress lines when no progress bar is drawn.",
 )
+# WARNING without -v: the replay's own lines and progress bar are the output
+@with_logging(logging.WARNING)
 def flights_command(
     days: int | None,
     carrier: str,
@@ -227,7 +234,7 @@ def flights_command(
             finally:
                 logs.keep_stack_logs(stack)
     except RegionBusError as exc:
-        raise click.ClickException(f"{exc} (logs: {logs.path})") from exc
+        raise CommandError(f"{exc} (logs: {logs.path})") from exc
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_report(report, console)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field, field_validator
@@ -138,6 +139,7 @@ class AsyncEventQueueSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_")
     config_section: ClassVar[str] = "async_event_queue"
+    env_renamed: ClassVar[Mapping[str, str]] = {"queue_id": "REGIONBUS_ASYNC_EVENT_QUEUE_ID"}
 
     queue_id: str
     namespace: str = "regionbus"

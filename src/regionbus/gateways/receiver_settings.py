@@ -3,6 +3,7 @@ worker that applies batches (:mod:`regionbus.gateways.receiver`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
@@ -54,6 +55,7 @@ class GatewayReceiverSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
     config_section: ClassVar[str] = "gateway_receiver"
+    env_renamed: ClassVar[Mapping[str, str]] = {"receiver_id": "REGIONBUS_GATEWAY_RECEIVER_ID"}
 
     receiver_id: str = "receiver"
     namespace: str = "regionbus"

@@ -4,6 +4,7 @@ names and defaults where Geode has them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -75,6 +76,7 @@ class GatewaySenderSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
     config_section: ClassVar[str] = "gateway_sender"
+    env_renamed: ClassVar[Mapping[str, str]] = {"sender_id": "REGIONBUS_GATEWAY_SENDER_ID"}
 
     sender_id: str
     namespace: str = "regionbus"
