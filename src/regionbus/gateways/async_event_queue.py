@@ -173,6 +173,12 @@ class AsyncEventQueue(QueueProcessor):
     def __init__(
         self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
     ) -> None:
+        # The listener first: a queue that cannot load it refuses to start before it
+        # connects anywhere.
+        if listener is None:
+            if not settings.listener:
+                raise ConfigurationError("an async event queue needs a listener")
+            listener = load_hook(settings.listener, AsyncEventListener)
         super().__init__(
             role=dispatcher_role(settings.queue_id),
             namespace=settings.namespace,
@@ -188,10 +194,6 @@ class AsyncEventQueue(QueueProcessor):
             metrics_port=settings.metrics_port,
             metrics_host=settings.metrics_host,
         )
-        if listener is None:
-            if not settings.listener:
-                raise ConfigurationError("an async event queue needs a listener")
-            listener = load_hook(settings.listener, AsyncEventListener)
         self.settings = settings
         self.listener = listener
         self._resumed = threading.Event()
