@@ -5,14 +5,14 @@
 # the `demo` extra (build argument EXTRAS below).
 
 # Build a wheel of the package only, so no source tree or build tool reaches the runtime.
-FROM python:3.11-slim AS build
+FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM python:3.11.11-slim-bookworm
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # Extras of the package to install besides the base (client, cache server, gateways, CLI):
 # empty for the servers' image; docker-compose.yml builds the demo's image with

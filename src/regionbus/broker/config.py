@@ -47,6 +47,13 @@ class GatewayQueueSpec(BaseModel):
             expiration (Geode ``forward-expiration-destroy``, default False; Geode's
             ``AbstractGatewaySender.checkForDistribution``). Gateway senders never queue an
             expiration event, whatever this says (SPEC §6).
+        queue_retention_ms: How long the queue topic keeps an event its sender or
+            dispatcher has not acknowledged, in ms, set when the topic is created. None
+            (the default) keeps it until acknowledged, as Geode keeps a queue's events
+            until dispatched (overflowing to disk). A time bounds the topic while the
+            remote site or the listener stays away, at the price of events older than it:
+            they are deleted unsent, and the sender resumes from the oldest one left. At
+            least one hour.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +62,7 @@ class GatewayQueueSpec(BaseModel):
     remote_distributed_system_id: int | None = Field(default=None, ge=1, le=255)
     event_filters: list[str] = Field(default_factory=list)
     forward_expiration_destroy: bool = False
+    queue_retention_ms: int | None = Field(default=None, ge=3_600_000)
 
 
 class OrderPolicy(enum.Enum):

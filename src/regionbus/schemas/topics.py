@@ -328,9 +328,12 @@ def client_topic_specs(
     ]
 
 
-def acked_queue_spec(name: str, partitions: int = 1) -> TopicSpec:
-    """A gateway sender's or async event queue's topic: kept until acknowledged."""
-    return TopicSpec(name, partitions, retention(KEEP_UNTIL_ACKED))
+def acked_queue_spec(
+    name: str, partitions: int = 1, retention_ms: int = KEEP_UNTIL_ACKED
+) -> TopicSpec:
+    """A gateway sender's or async event queue's topic: kept until acknowledged, or for
+    ``retention_ms`` when the queue's spec bounds it (``GatewayQueueSpec.queue_retention_ms``)."""
+    return TopicSpec(name, partitions, retention(retention_ms))
 
 
 def link_topic_spec(name: str) -> TopicSpec:
