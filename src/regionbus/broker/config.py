@@ -31,8 +31,8 @@ def _generated_member_id() -> str:
 class GatewayQueueSpec(BaseModel):
     """How a cache server queues events for one gateway sender or async event queue.
 
-    The server only enqueues (SPEC §6, §7); the sender or dispatcher that reads the queue
-    is a separate worker (:mod:`gateways`) with its own settings.
+    The server only enqueues (docs/behaviour.md §6, §7); the sender or dispatcher that reads the
+    queue is a separate worker (:mod:`gateways`) with its own settings.
 
     Attributes:
         parallel: One queue partition per bucket, order kept per bucket (Geode parallel
@@ -46,7 +46,7 @@ class GatewayQueueSpec(BaseModel):
         forward_expiration_destroy: Async event queues: also queue the destroys made by entry
             expiration (Geode ``forward-expiration-destroy``, default False; Geode's
             ``AbstractGatewaySender.checkForDistribution``). Gateway senders never queue an
-            expiration event, whatever this says (SPEC §6).
+            expiration event, whatever this says (docs/behaviour.md §6).
         queue_retention_ms: How long the queue topic keeps an event its sender or
             dispatcher has not acknowledged, in ms, set when the topic is created. None
             (the default) keeps it until acknowledged, as Geode keeps a queue's events

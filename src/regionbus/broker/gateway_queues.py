@@ -1,5 +1,5 @@
 """The cache server's side of gateways: queue each distributable event for every gateway
-sender and async event queue attached to its region (SPEC §6, §7).
+sender and async event queue attached to its region (docs/behaviour.md §6, §7).
 
 The server calls :meth:`GatewayEnqueuer.enqueue` for each applied entry event (duplicates
 included: a re-processed operation re-emits the same EventID, which the remote site and the
@@ -21,8 +21,8 @@ from regionbus.schemas.naming import Topics, bucket_of
 from regionbus.schemas.topics import KEEP_UNTIL_ACKED, TopicSpec, acked_queue_spec
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
-"""Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
-gets or local operations (these never reach the queues).
+"""Entry create, update and distributed destroy (docs/behaviour.md §6). Not invalidate, region
+events, gets or local operations (these never reach the queues).
 
 Expiration events (``Event.expiration``) never go to a gateway sender, and an expiration
 destroy goes to an async event queue only when its ``forward_expiration_destroy`` is set

@@ -1,6 +1,6 @@
 """The cache server: a loop that reads operations and hands them to its named parts.
 
-Where an operation goes (README "How an operation travels"):
+Where an operation goes (docs/development.md, "How an operation travels"):
 
 1. It enters from partition ``bucket`` of ``{ns}.ops`` (client lifecycle messages from
    ``{ns}.control``), read by the bucket's primary (:mod:`regionbus.broker.ownership`), checked at

@@ -1,4 +1,4 @@
-"""Async event queues: batches of region events to an ``AsyncEventListener`` (SPEC §7).
+"""Async event queues: batches of region events to an ``AsyncEventListener`` (docs/behaviour.md §7).
 
 Geode ``AsyncEventQueueImpl`` with ``GatewaySenderEventCallbackDispatcher``: the cache
 servers queue the region's create, update and distributed destroy events into

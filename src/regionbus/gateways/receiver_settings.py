@@ -43,7 +43,7 @@ class GatewayReceiverSettings(
         security_secret: That principal's secret (``regionbus user add``).
         keep_batch_until_region_exists: Keep a batch naming a region this site does not
             define, unacked, until the region exists (default False: its events are
-            reported failed and dropped, SPEC §6).
+            reported failed and dropped, docs/behaviour.md §6).
         missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
             missing region.
         max_batches_applying: Most batches whose operations are sent to this site's

@@ -1,4 +1,5 @@
-"""A write-behind ``AsyncEventListener`` keeping a SQL table equal to a region (SPEC §7).
+"""A write-behind ``AsyncEventListener`` keeping a SQL table equal to a region (docs/behaviour.md
+§7).
 
 Needs the package's ``sql`` extra (SQLAlchemy): without it, importing this module raises
 :class:`regionbus.schemas.errors.ExtraNotInstalledError`, and an async event queue

@@ -120,7 +120,7 @@ class DuplicateClientError(RegionBusError):
 
 
 class DuplicateDurableClientError(DuplicateClientError):
-    """Another live client already uses this durable client id (SPEC §5; Geode
+    """Another live client already uses this durable client id (docs/behaviour.md §5; Geode
     ``DuplicateDurableClient``). See :class:`DuplicateClientError` for when a connection
     counts as live.
     """
