@@ -19,9 +19,13 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # EXTRAS=demo, so the servers do not carry pandas and the flights data.
 ARG EXTRAS=""
 COPY --from=build /wheels /wheels
+# Every dependency at the version docker/image-constraints.txt pins
+# (scripts/pin_image_dependencies.py), so two builds of this file hold the same packages.
+COPY docker/image-constraints.txt /wheels/constraints.txt
 # The dependencies (confluent-kafka with librdkafka, hiredis, pandas) all come as
 # manylinux wheels: nothing is compiled, so no compiler is installed.
-RUN wheel="$(ls /wheels/*.whl)" && pip install "${wheel}${EXTRAS:+[$EXTRAS]}" \
+RUN wheel="$(ls /wheels/*.whl)" \
+    && pip install --constraint /wheels/constraints.txt "${wheel}${EXTRAS:+[$EXTRAS]}" \
     && rm -rf /wheels
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin regionbus
 USER regionbus

@@ -11,15 +11,18 @@ installed (``tests/integration/test_wheel.py`` installs the wheel without extras
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 import subprocess
 import sys
 import textwrap
 import tomllib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 _APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
@@ -133,3 +136,35 @@ def test_without_sqlalchemy_regionbus_imports_and_the_sql_parts_name_the_extra()
         assert hint in message
     assert hint in found["plugins"]
     assert hint in found["queue"]
+
+
+def _pinning_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "pin_image_dependencies", ROOT / "scripts" / "pin_image_dependencies.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_image_installs_every_dependency_at_a_pinned_version() -> None:
+    """docker/image-constraints.txt pins each package the image installs, each within the
+    range pyproject.toml asks, and the Dockerfile installs with it."""
+    pin = _pinning_script()
+    pinned = {}
+    for line in pin.CONSTRAINTS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not an exact pin: {line}"
+            pinned[canonicalize_name(name)] = version
+    requirements = pin.image_requirements()
+    for requirement in requirements:
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{name} is not pinned in {pin.CONSTRAINTS.name}"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), requirement
+    # what they require in turn, as installed here
+    assert set(pin.installed_closure(requirements)) <= set(pinned)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY docker/image-constraints.txt" in dockerfile
+    assert "pip install --constraint" in dockerfile
