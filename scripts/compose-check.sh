@@ -381,7 +381,7 @@ published_on_loopback_only() {
   # every port a running container of the project publishes is bound to 127.0.0.1
   local ports wide
   ports="$(docker ps --filter "label=com.docker.compose.project=$1" --format '{{.Names}} {{.Ports}}')"
-  wide="$(printf '%s\n' "$ports" | grep -E '(0\.0\.0\.0|\[::\]|:::)[0-9]*->' || true)"
+  wide="$(printf '%s\n' "$ports" | grep -E '(0\.0\.0\.0|\[::\]|::):[0-9]+->' || true)"
   [ -z "$wide" ] || fail "ports published beyond this machine: $wide"
   [ -n "$(printf '%s\n' "$ports" | grep -F '127.0.0.1:' || true)" ] || fail "$1 publishes no port"
   say "every published port of $1 is bound to 127.0.0.1"
