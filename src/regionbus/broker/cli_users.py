@@ -1,6 +1,6 @@
 """``regionbus user add/remove/list``: principals, their secrets and permissions.
 
-The commands change Redis directly, so in the secured profile the Redis ACL user is what
+The commands change Redis directly, so in the secured compose stack the Redis ACL user is what
 lets an operator in. On top of that, once a principal with ``CLUSTER:MANAGE`` exists, these
 commands (and ``regionbus status``) ask for such a principal's credentials
 (``REGIONBUS_SECURITY_PRINCIPAL`` / ``REGIONBUS_SECURITY_SECRET``), checked against its

@@ -232,7 +232,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
         security_enabled: Authenticate every request (signed by the client, see
             ``regionbus.schemas.signing``) and authorize it by the principal's permissions. Off by
-            default for local development; on in the secured profile.
+            default for local development; on in the secured compose stack.
         allowed_skew_ms: Largest difference between a request's signing time and this
             server's clock, milliseconds (default 300000, Kerberos' 5 minutes). It must
             also cover how long a request may wait in ``{ns}.ops`` before a server reads
