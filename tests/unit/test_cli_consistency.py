@@ -92,6 +92,10 @@ def test_an_option_that_sets_a_setting_reads_its_variable_and_shows_it() -> None
                 # --redis-cluster of stack and demo runs a cluster; the setting says the
                 # URL names one
                 continue
+            if path == ("demo", "flights") and field == "namespace":
+                # the replay clears its region: never a namespace exported for a site
+                assert option.envvar is None
+                continue
             assert option.envvar == settings.env_name(field), (path, option.opts)
             assert option.show_envvar, (path, option.opts)
             checked += 1

@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from regionbus.broker.config import ServerSettings
 from regionbus.demo.flights import (
     DEFAULT_AIRPORT,
     DEFAULT_CARRIER,
@@ -26,7 +25,7 @@ from regionbus.demo.flights import (
 )
 from regionbus.demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs
 from regionbus.devstack import LocalStack
-from regionbus.runtime.cli_options import CommandError, setting_option, with_logging
+from regionbus.runtime.cli_options import CommandError, with_logging
 from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from regionbus.schemas.errors import RegionBusError
 
@@ -101,8 +100,13 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     show_default=True,
     help="Simulated seconds per real second; 0 = as fast as possible.",
 )
-@setting_option(
-    ServerSettings, "namespace", "--namespace", default=DEFAULT_NAMESPACE, show_default=True
+# Not REGIONBUS_NAMESPACE: the replay clears its region first, and the variable a user
+# exported for a site (regionbus stack prints it) must not point it at that site's data.
+@click.option(
+    "--namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="Namespace the replay uses; its region flights is cleared first.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
