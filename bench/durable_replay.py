@@ -4,8 +4,8 @@
 ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name others) and one cache server in a child
 process:
 
-1. set-up (not timed): a durable client (SPEC §5) registers durable ``ALL_KEYS`` interest
-   in region ``bench``, calls ``ready_for_events`` and closes with ``keep_alive``; a
+1. set-up (not timed): a durable client (docs/behaviour.md §5) registers durable ``ALL_KEYS``
+   interest in region ``bench``, calls ``ready_for_events`` and closes with ``keep_alive``; a
    writer then puts ``--events`` distinct keys (``put_all`` chunks), so its subscription
    queue (its partition of ``{ns}.queues``) holds that many events;
 2. **durable replay** (timed): a new ``ClientCache`` with the same durable id connects

@@ -1,9 +1,12 @@
-"""Check ``docker-compose.yml`` and the ``Dockerfile`` without a Docker engine.
+"""Check the compose files and the ``Dockerfile`` without a Docker engine.
 
-What it checks:
+What it checks, for each set of compose files the repository runs (``docker-compose.yml``
+alone, with ``docker-compose.two-sites.yml``, and ``docker-compose.secured.yml``;
+``compose_model.COMPOSE_SETS``), merged as ``docker compose -f ... -f ...`` merges them:
 
-- the compose file, interpolated the way ``docker compose`` does with every variable unset,
-  is valid against the Compose Specification JSON schema (``tests/data/compose-spec.json``);
+- the files, interpolated the way ``docker compose`` does with every variable unset but
+  the required ones (which a user's ``.env`` sets), are valid against the Compose
+  Specification JSON schema (``tests/data/compose-spec.json``);
 - every service that runs the regionbus image runs a command that exists: the image's
   ENTRYPOINT (or the service's ``entrypoint``) is a ``[project.scripts]`` entry point, and
   its arguments resolve through that entry point's click group to a command whose options
@@ -16,9 +19,15 @@ What it checks:
   Dockerfile's final stage runs as a non-root user with an exec-form ENTRYPOINT, and its
   build copies every package ``pyproject.toml`` names.
 
+- the safety rules of ``scripts/check_compose_safety.py``: ports published on loopback
+  unless ``PUBLISH_ADDRESS`` says otherwise, no gateway in the default stack, bounded
+  gateway queues, required passwords in the secured stack, pinned images, every variable
+  in ``.env.example``, and the quickstart's client defaults reaching the default stack.
+
 The Dockerfile part is ``scripts/check_dockerfile.py``. Run by hand:
 ``.venv/bin/python scripts/check_compose.py [COMPOSE_FILE] [--accept-field NAME]``
-(exit status 1 and one line per problem when something is wrong).
+(every set when no file is named; exit status 1 and one line per problem when something
+is wrong).
 """
 
 from __future__ import annotations
@@ -28,7 +37,6 @@ import difflib
 import importlib
 import json
 import os
-import re
 import shlex
 import sys
 import tomllib
@@ -46,10 +54,15 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices, ValidationError
 from pydantic_settings import BaseSettings
 
+from regionbus.schemas.settings import RegionBusSettings
+
 # Run by its path (by hand, or loaded from its file by the tests): its sibling module is
 # found next to it, not in an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_compose_safety import check_safety
 from check_dockerfile import Image, check_dockerfile
+from compose_model import COMPOSE_SETS, interpolated, load, variables
+from compose_model import interpolate as interpolate  # the tests' name for it
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,11 +95,6 @@ holding an environment variable's name. A compose service may set only these var
 A command used in the compose file but missing here is reported, so a new command gets an
 entry rather than an unchecked environment."""
 
-_VARIABLE = re.compile(
-    r"\$(?:(?P<escaped>\$)"
-    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-    r"|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
-)
 _SHELL_SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
 
 
@@ -120,18 +128,28 @@ class Project:
     dockerfile: Path
     pyproject: Path
     schema: Path
+    overrides: tuple[Path, ...] = ()
 
     @classmethod
-    def at(cls, root: Path, compose_file: Path | None = None) -> Project:
+    def at(
+        cls, root: Path, compose_file: Path | None = None, overrides: Sequence[Path] = ()
+    ) -> Project:
         """The project's files under ``root``, optionally with another compose file (a
-        broken copy whose relative paths still resolve against ``root``)."""
+        broken copy whose relative paths still resolve against ``root``) and override
+        files merged into it (``docker compose -f FILE -f OVERRIDE``)."""
         return cls(
             compose_file=compose_file or root / "docker-compose.yml",
             project_dir=root,
             dockerfile=root / "Dockerfile",
             pyproject=root / "pyproject.toml",
             schema=root / "tests" / "data" / "compose-spec.json",
+            overrides=tuple(overrides),
         )
+
+    @property
+    def compose_files(self) -> tuple[Path, ...]:
+        """The compose file and its overrides, in ``-f`` order."""
+        return (self.compose_file, *self.overrides)
 
 
 @dataclass
@@ -144,62 +162,6 @@ class _Found:
 
 class _CommandError(Exception):
     """The arguments do not name a command of the CLI, or its options are wrong."""
-
-
-# --- interpolation ---------------------------------------------------------------------
-
-
-def interpolate(text: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
-    """Substitute Compose variables in one string as ``docker compose`` does.
-
-    Supports ``$$`` (a literal ``$``), ``$VAR``, ``${VAR}``, ``${VAR:-default}``,
-    ``${VAR-default}``, ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+other}`` and
-    ``${VAR+other}`` (no nesting).
-
-    Args:
-        text: The string from the compose file.
-        environ: The variables that are set (the check uses none, like a fresh shell).
-
-    Returns:
-        The interpolated string, and a message for each variable that is unset with no
-        default (Compose substitutes an empty string and warns) or required (``?``).
-    """
-    complaints: list[str] = []
-
-    def substitute(match: re.Match[str]) -> str:
-        if match.group("escaped"):
-            return "$"
-        name = match.group("braced") or match.group("plain")
-        op, arg = match.group("op"), match.group("arg") or ""
-        value = environ.get(name)
-        empty = not value
-        if op in (":-", "-"):
-            return arg if (empty if op == ":-" else value is None) else value or ""
-        if op in (":+", "+"):
-            return arg if not (empty if op == ":+" else value is None) else ""
-        if op in (":?", "?"):
-            if empty if op == ":?" else value is None:
-                complaints.append(f"variable {name} is required: {arg or 'unset'}")
-            return value or ""
-        if value is None:
-            complaints.append(f"variable {name} is unset and has no default")
-        return value or ""
-
-    return _VARIABLE.sub(substitute, text), complaints
-
-
-def _interpolated(node: Any, environ: Mapping[str, str], where: list[str], found: _Found) -> Any:
-    if isinstance(node, str):
-        value, complaints = interpolate(node, environ)
-        service = where[1] if len(where) > 1 and where[0] == "services" else None
-        for complaint in complaints:
-            found.add(service, f"{complaint} (at {'/'.join(where)})")
-        return value
-    if isinstance(node, Mapping):
-        return {k: _interpolated(v, environ, [*where, str(k)], found) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolated(v, environ, [*where, str(i)], found) for i, v in enumerate(node)]
-    return node
 
 
 # --- the package: entry points, CLI, settings ------------------------------------------
@@ -285,6 +247,10 @@ def settings_env_names(
     """
     prefix = settings_class.model_config.get("env_prefix", "")
     names = {f"{prefix}{extra}" for extra in extra_fields}
+    if issubclass(settings_class, RegionBusSettings):
+        # regionbus's own: the names it reads (renamed fields too, and their older names)
+        names |= set(settings_class.env_names()) | set(settings_class.deprecated_env_names())
+        return {name.upper() for name in names}
     for field_name, info in settings_class.model_fields.items():
         alias = info.validation_alias or info.alias
         if alias is None:
@@ -492,13 +458,19 @@ def _check_mounts(name: str, service: Mapping[str, Any], project_dir: Path, foun
             found.add(name, f"mounts {source}, which does not exist")
 
 
-def check(project: Project, *, extra_fields: Iterable[str] = ()) -> list[Problem]:
-    """Check the compose file and the Dockerfile of ``project``.
+def check(
+    project: Project,
+    *,
+    extra_fields: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> list[Problem]:
+    """Check the compose file (with its overrides) and the Dockerfile of ``project``.
 
     Args:
         project: The files.
         extra_fields: Settings field names accepted for every settings class as if it had
             them (see :func:`settings_env_names`).
+        environ: The variables set while interpolating (default: none, a fresh shell).
 
     Returns:
         Every problem found; empty when all is well. Problems in a service name it.
@@ -511,10 +483,13 @@ def check(project: Project, *, extra_fields: Iterable[str] = ()) -> list[Problem
     found = _Found()
     extra_fields = tuple(extra_fields)
     try:
-        raw = yaml.safe_load(project.compose_file.read_text())
+        raw = load(project.compose_files)
     except yaml.YAMLError as exc:
         return [Problem(None, f"{project.compose_file.name} is not YAML: {exc}")]
-    compose = _interpolated(raw, {}, [], found)
+    compose, complaints = interpolated(raw, environ or {})
+    for where, complaint in complaints:
+        service = where[1] if len(where) > 1 and where[0] == "services" else None
+        found.add(service, f"{complaint} (at {'/'.join(where)})")
     schema = json.loads(project.schema.read_text())
     validator = jsonschema.Draft202012Validator(schema)
     for error in sorted(validator.iter_errors(compose), key=lambda e: list(e.absolute_path)):
@@ -540,6 +515,34 @@ def check(project: Project, *, extra_fields: Iterable[str] = ()) -> list[Problem
     return found.problems
 
 
+def required_variables(files: Iterable[Path]) -> dict[str, str]:
+    """A stand-in value for each variable the files require (``${VAR:?...}``): what a
+    user's ``.env`` gives them, so the rest of the file can be checked."""
+    return {
+        name: f"stand-in-{name.lower()}"
+        for path in files
+        for name, ops in variables(path.read_text()).items()
+        if ":?" in ops or "?" in ops
+    }
+
+
+def check_sets(root: Path = ROOT, *, extra_fields: Iterable[str] = ()) -> list[Problem]:
+    """Check every set of compose files the repository runs (:data:`COMPOSE_SETS`), each as
+    ``docker compose`` merges it, and the safety rules of ``check_compose_safety``.
+
+    Returns:
+        Every problem, each prefixed by the set it was found in.
+    """
+    problems: list[Problem] = []
+    for name, names in COMPOSE_SETS.items():
+        files = [root / n for n in names]
+        project = Project.at(root, files[0], files[1:])
+        for problem in check(project, extra_fields=extra_fields, environ=required_variables(files)):
+            problems.append(Problem(problem.service, f"[{name}] {problem.message}"))
+    problems.extend(Problem(None, message) for message in check_safety(root))
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Check a compose file (default: the repository's) and the Dockerfile; print each
     problem.
@@ -555,11 +558,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("compose_file", nargs="?", type=Path)
     parser.add_argument("--accept-field", action="append", default=[], metavar="NAME")
     args = parser.parse_args(argv)
-    compose_file = args.compose_file.resolve() if args.compose_file else None
-    problems = check(Project.at(ROOT, compose_file), extra_fields=args.accept_field)
+    if args.compose_file:
+        problems = check(
+            Project.at(ROOT, args.compose_file.resolve()), extra_fields=args.accept_field
+        )
+    else:
+        problems = check_sets(ROOT, extra_fields=args.accept_field)
     for problem in problems:
         print(problem)
-    print(f"{len(problems)} problem(s)" if problems else "compose file and Dockerfile: OK")
+    print(f"{len(problems)} problem(s)" if problems else "compose files and Dockerfile: OK")
     return 1 if problems else 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run docker-compose.yml for real, every profile, and check each as a user would:
+# Run the compose files for real, every stack and profile, and check each as a user would:
 #
 #   scripts/compose-check.sh [--demo-days N] [--keep-engine] [--purge] [--rebuild-standins]
 #
@@ -12,25 +12,32 @@
 #             ~/.docker/cli-plugins/docker-compose
 # 3. venv     scripts/bootstrap.sh: the .venv the host-side clients run in, and the Kafka
 #             jars the Kafka stand-in is built from
-# 4. images   the third-party images docker-compose.yml and the Dockerfile name: pulled when
+# 4. images   the third-party images the compose files and the Dockerfile name: pulled when
 #             a registry answers, else local stand-ins under the same names
 #             (docker/standins/build.sh), said so loudly
 # 5. build    the regionbus images (`docker compose build`)
-# 6. default  `docker compose up -d --wait`: every service healthy; from the host,
-#             `regionbus status`, the metrics ports, and a put by one client reaching
-#             another client's listener (scripts/compose_clients.py)
-# 7. two-sites  `--profile two-sites up -d --wait`: puts cross the gateways both ways
+# 6. default  `docker compose up -d --wait` (docker-compose.yml alone): every service
+#             healthy; every published port bound to 127.0.0.1 only; from the host, the
+#             README's quickstart snippet run as written with no REGIONBUS_* variable (the
+#             clients' defaults), `regionbus status` (both cache servers, no gateway), the
+#             metrics ports, and a put by one client reaching another client's listener
+#             (scripts/compose_clients.py)
+# 7. two-sites  `-f docker-compose.yml -f docker-compose.two-sites.yml up -d --wait`: puts
+#             cross the gateways both ways; each gateway queue topic has the retention the
+#             file states
 # 8. demo     `--profile demo up`: the flights replay of REGIONBUS_DEMO_DAYS days (--demo-days,
 #             default 7) ends with exit status 0 and every check OK
-# 9. secured  `--profile secured up -d --wait`: unauthenticated Redis and Kafka clients are
-#             refused, a wrong principal secret is refused, the SCRAM principal works
+# 9. secured  docker-compose.secured.yml: refused without its passwords (Compose names
+#             each); with them, `up -d --wait`, then unauthenticated Redis and Kafka clients
+#             are refused, a wrong principal secret is refused, the SCRAM principal works
 # 10. down    `docker compose down --volumes` of everything it started
 #
-# The stack runs as compose project `regionbus-compose-check`, so its containers and
-# volumes never mix with a `regionbus` project of your own. Images and the compose plugin
-# stay for the next run; --purge removes the images this run built or pulled (regionbus,
-# the stand-ins and their base) and the compose plugin it installed. Needs root (or sudo)
-# only to install and start an engine. Exit status 0 when every check passed.
+# The stacks run as compose projects `regionbus-compose-check` and
+# `regionbus-compose-check-secured`, so their containers and volumes never mix with a
+# `regionbus` project of your own. Images and the compose plugin stay for the next run;
+# --purge removes the images this run built or pulled (regionbus, the stand-ins and their
+# base) and the compose plugin it installed. Needs root (or sudo) only to install and
+# start an engine. Exit status 0 when every check passed.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -115,13 +122,20 @@ image_source="images not reached"
 built_images=()
 installed_plugin=""
 
-compose() { docker compose -p "$project" "$@"; }
+# docker-compose.yml alone; with the two-sites override; the secured stack (its own project)
+compose() { docker compose -p "$project" -f docker-compose.yml "$@"; }
+compose_two_sites() {
+  docker compose -p "$project" -f docker-compose.yml -f docker-compose.two-sites.yml "$@"
+}
+compose_secured() { docker compose -p "$project-secured" -f docker-compose.secured.yml "$@"; }
 
 save_logs() {
   # every container's log, before anything is removed
   if [ "$compose_ready" = true ]; then
-    compose --profile '*' logs --no-color --timestamps >"$run_log/services.log" 2>&1 || true
-    compose --profile '*' ps --all >"$run_log/ps.txt" 2>&1 || true
+    compose_two_sites --profile '*' logs --no-color --timestamps >"$run_log/services.log" 2>&1 || true
+    compose_two_sites --profile '*' ps --all >"$run_log/ps.txt" 2>&1 || true
+    compose_secured logs --no-color --timestamps >"$run_log/services-secured.log" 2>&1 || true
+    compose_secured ps --all >>"$run_log/ps.txt" 2>&1 || true
   fi
 }
 
@@ -136,8 +150,10 @@ cleanup() {
     # try again while anything of the project is left.
     local attempt
     for attempt in 1 2 3; do
-      if compose --profile '*' down --volumes --remove-orphans --timeout 20 \
-        >"$run_log/down-$attempt.log" 2>&1; then
+      if compose_two_sites --profile '*' down --volumes --remove-orphans --timeout 20 \
+        >"$run_log/down-$attempt.log" 2>&1 &&
+        compose_secured down --volumes --remove-orphans --timeout 20 \
+          >>"$run_log/down-$attempt.log" 2>&1; then
         break
       fi
       if [ "$attempt" -eq 3 ]; then
@@ -261,9 +277,13 @@ say "$(.venv/bin/python --version), regionbus $(.venv/bin/python -c \
 # --- 4. third-party images -----------------------------------------------------------
 phase "images"
 mapfile -t third_party < <(.venv/bin/python - <<'PY'
-import re, yaml
-compose = yaml.safe_load(open("docker-compose.yml"))
-names = {s["image"] for s in compose["services"].values() if "image" in s and "build" not in s}
+import re, sys, yaml
+sys.path.insert(0, "scripts")
+from compose_model import COMPOSE_SETS, load
+names = set()
+for files in COMPOSE_SETS.values():
+    compose = load([__import__("pathlib").Path(f) for f in files])
+    names |= {s["image"] for s in compose["services"].values() if "image" in s and "build" not in s}
 stages = set()
 for line in open("Dockerfile"):
     match = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
@@ -278,7 +298,7 @@ PY
 kafka_image="$(printf '%s\n' "${third_party[@]}" | grep '^apache/kafka:' | sort -u)"
 pinned="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' jvm/pom.xml)"
 [ "$kafka_image" = "apache/kafka:$pinned" ] ||
-  fail "docker-compose.yml runs ${kafka_image:-no apache/kafka image}, the tests Apache Kafka $pinned (jvm/pom.xml): make them equal"
+  fail "the compose files run ${kafka_image:-no apache/kafka image}, the tests Apache Kafka $pinned (jvm/pom.xml): make them equal"
 say "third-party images: ${third_party[*]}"
 # One pull with a short deadline tells whether a registry answers at all.
 if timeout 30 docker pull --quiet "${third_party[0]}" >"$run_log/pull-probe.log" 2>&1; then
@@ -320,7 +340,7 @@ client_password="client-$(random)"
 export KAFKA_CLIENTS="cc-writer:$client_password:cc-writer cc-reader:$client_password:cc-reader cc-intruder:$client_password:cc-intruder"
 export COMPOSE_CHECK_CLIENTS="$KAFKA_CLIENTS"
 compose_ready=true
-compose --profile demo build >"$run_log/build.log" 2>&1 ||
+compose_two_sites --profile demo build >"$run_log/build.log" 2>&1 ||
   { tail -40 "$run_log/build.log" >&2; fail "docker compose build"; }
 built_images+=("regionbus:latest" "regionbus:demo")
 say "built regionbus:latest and regionbus:demo ($(docker image inspect --format '{{.Size}}' regionbus:latest |
@@ -328,33 +348,43 @@ say "built regionbus:latest and regionbus:demo ($(docker image inspect --format 
   awk '{ printf "%.0f MB", $1 / 1e6 }'))"
 
 # Published ports must be free, or `up` fails half-way: say which and who holds it.
-for port in 29092 6379 9464 9465 29094 6381 9466 9467 9468 9469 9470 29093 6380; do
+for port in 9092 6379 9464 9465 29094 6381 9466 9467 9468 9469 9470 29093 6380; do
   if ss -Hltn "sport = :$port" | grep -q .; then
-    fail "port $port, which docker-compose.yml publishes, is in use: $(ss -Hltnp "sport = :$port" | head -1)"
+    fail "port $port, which a compose file publishes, is in use: $(ss -Hltnp "sport = :$port" | head -1)"
   fi
 done
 
 up() {
   # up -d --wait: returns once every started service is healthy (or running, without a
-  # healthcheck), fails when one is not within the timeout
-  local what="$1"
-  shift
-  if ! compose "$@" up -d --wait --wait-timeout 600 >"$run_log/up-$what.log" 2>&1; then
+  # healthcheck), fails when one is not within the timeout. $2 is the compose function.
+  local what="$1" with="$2"
+  shift 2
+  if ! "$with" "$@" up -d --wait --wait-timeout 600 >"$run_log/up-$what.log" 2>&1; then
     cat "$run_log/up-$what.log" >&2
     taken="$(grep -o 'listen tcp4 [0-9.]*:[0-9]*: bind: address already in use' "$run_log/up-$what.log" |
       head -1 | sed 's/.*:\([0-9]*\): bind.*/\1/' || true)"
     if [ -n "$taken" ]; then
-      fail "profile $what: host port $taken was taken by another process while the stack started (free before it: a process of someone else's on this machine?); run again when it is free"
+      fail "$what: host port $taken was taken by another process while the stack started (free before it: a process of someone else's on this machine?); run again when it is free"
     fi
-    compose --profile '*' ps --all >&2 || true
-    for service in $(compose --profile '*' ps --all --format '{{.Service}} {{.State}} {{.Health}}' |
+    "$with" --profile '*' ps --all >&2 || true
+    for service in $("$with" --profile '*' ps --all --format '{{.Service}} {{.State}} {{.Health}}' |
       awk '$2 != "running" || ($3 != "" && $3 != "healthy") { print $1 }'); do
       printf '\n--- last lines of %s\n' "$service" >&2
-      compose --profile '*' logs --no-color --tail 30 "$service" >&2 || true
+      "$with" --profile '*' logs --no-color --tail 30 "$service" >&2 || true
     done
-    fail "profile $what (docker compose $* up): not every service became healthy"
+    fail "$what ($with $* up): not every service became healthy"
   fi
-  compose "$@" ps --format '  {{.Service}}: {{.Status}}'
+  "$with" "$@" ps --format '  {{.Service}}: {{.Status}}'
+}
+
+published_on_loopback_only() {
+  # every port a running container of the project publishes is bound to 127.0.0.1
+  local ports wide
+  ports="$(docker ps --filter "label=com.docker.compose.project=$1" --format '{{.Names}} {{.Ports}}')"
+  wide="$(printf '%s\n' "$ports" | grep -E '(0\.0\.0\.0|\[::\]|::):[0-9]+->' || true)"
+  [ -z "$wide" ] || fail "ports published beyond this machine: $wide"
+  [ -n "$(printf '%s\n' "$ports" | grep -F '127.0.0.1:' || true)" ] || fail "$1 publishes no port"
+  say "every published port of $1 is bound to 127.0.0.1"
 }
 
 clients() {
@@ -362,22 +392,24 @@ clients() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the host-side clients' $1 checks (above)"
 }
 
-# --- 6. default profile --------------------------------------------------------------
+# --- 6. default ----------------------------------------------------------------------
 phase "default"
-up default
+up default compose
+published_on_loopback_only "$project"
 clients default
 
 # --- 7. two-sites ----------------------------------------------------------------------
 phase "two-sites"
-up two-sites --profile two-sites
+up two-sites compose_two_sites
+published_on_loopback_only "$project"
 clients two-sites
 
 # --- 8. demo -------------------------------------------------------------------------------
 phase "demo"
 # the replay runs beside the two sites, as `docker compose --profile demo up` would
-compose --profile two-sites --profile demo up -d flights-demo >"$run_log/up-demo.log" 2>&1 ||
+compose_two_sites --profile demo up -d flights-demo >"$run_log/up-demo.log" 2>&1 ||
   { cat "$run_log/up-demo.log" >&2; fail "docker compose --profile demo up"; }
-demo_container="$(compose --profile demo ps --all --quiet flights-demo)"
+demo_container="$(compose_two_sites --profile demo ps --all --quiet flights-demo)"
 [ -n "$demo_container" ] || fail "no flights-demo container"
 say "flights replay of $demo_days day(s) running in ${demo_container:0:12}; waiting for it to end"
 # A week replays in well under a minute on a quiet machine; the deadline allows a loaded
@@ -385,7 +417,7 @@ say "flights replay of $demo_days day(s) running in ${demo_container:0:12}; wait
 demo_deadline=$((900 + 60 * demo_days))
 demo_status="$(timeout "$demo_deadline" docker wait "$demo_container")" ||
   fail "the flights demo did not end within $demo_deadline s (log: docker compose -p $project logs flights-demo)"
-compose --profile demo logs --no-color flights-demo >"$run_log/demo.log" 2>&1
+compose_two_sites --profile demo logs --no-color flights-demo >"$run_log/demo.log" 2>&1
 grep -E '^(flights-demo-[0-9]+ +\| )?(OK|MISMATCH|refused) ' "$run_log/demo.log" |
   sed -E 's/^flights-demo-[0-9]+ +\| /  /' || true
 if [ "$demo_status" != "0" ]; then
@@ -400,8 +432,18 @@ say "flights demo: exit status 0, $checks checks OK"
 
 # --- 9. secured ----------------------------------------------------------------------
 phase "secured"
-up secured --profile two-sites --profile secured
-acls_status="$(docker inspect --format '{{.State.ExitCode}}' "$(compose --profile secured ps --all --quiet kafka-acls)")"
+# Without its passwords (none in the environment, no .env read) Compose refuses the file
+# before anything starts, naming each variable it misses.
+refusal="$(env -u KAFKA_ADMIN_PASSWORD -u KAFKA_SERVER_PASSWORD -u REDIS_PASSWORD \
+  docker compose --env-file /dev/null -p "$project-secured" -f docker-compose.secured.yml \
+  up -d 2>&1)" && fail "docker-compose.secured.yml started without its passwords"
+printf '%s\n' "$refusal" | grep -q "required variable .*PASSWORD is missing a value" ||
+  fail "docker-compose.secured.yml without passwords failed, but not for them: $refusal"
+say "without its passwords the secured stack is refused: $(printf '%s' "$refusal" | tail -1)"
+[ -z "$(compose_secured ps --all --quiet)" ] || fail "a secured container was created anyway"
+up secured compose_secured
+published_on_loopback_only "$project-secured"
+acls_status="$(docker inspect --format '{{.State.ExitCode}}' "$(compose_secured ps --all --quiet kafka-acls)")"
 [ "$acls_status" = "0" ] || fail "kafka-acls exited with status $acls_status"
 say "kafka-acls created the server's and 3 clients' SCRAM users and ACLs, and exited 0"
 clients secured

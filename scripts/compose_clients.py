@@ -40,10 +40,12 @@ from regionbus import (
 ROOT = Path(__file__).resolve().parents[1]
 REGIONBUS = ROOT / ".venv" / "bin" / "regionbus"
 
-SITE_A = {"namespace": "regionbus", "kafka_bootstrap_servers": "localhost:29092"}
-SITE_B = {"namespace": "siteb", "kafka_bootstrap_servers": "localhost:29094"}
-SECURED_KAFKA = "localhost:29093"
-SECURED_REDIS = "redis://localhost:6380/0"
+SITE_A = {"namespace": "regionbus", "kafka_bootstrap_servers": "127.0.0.1:9092"}
+SITE_B = {"namespace": "siteb", "kafka_bootstrap_servers": "127.0.0.1:29094"}
+SECURED_KAFKA = "127.0.0.1:29093"
+SECURED_REDIS = "redis://127.0.0.1:6380/0"
+QUICKSTART = ROOT / "examples" / "quickstart.py"
+README = ROOT / "README.md"
 REGION = "flights"
 # Clients wait this long for a server reply; connecting includes the first one.
 READ_TIMEOUT_MS = 30_000
@@ -150,13 +152,15 @@ def wait_for_http(url: str, timeout_s: float, expect: str) -> None:
     raise CheckError(f"{url} did not answer with {expect!r} within {timeout_s:.0f} s: {last}")
 
 
-def regionbus_cli(*args: str, env: dict[str, str] | None = None) -> str:
+def regionbus_cli(
+    *args: str, env: dict[str, str] | None = None, env_base: dict[str, str] | None = None
+) -> str:
     result = subprocess.run(
         [str(REGIONBUS), *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **(env or {})},
+        env={**(os.environ if env_base is None else env_base), **(env or {})},
         check=False,
     )
     if result.returncode != 0:
@@ -167,29 +171,90 @@ def regionbus_cli(*args: str, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
-def check_default() -> None:
-    members = json.loads(
-        regionbus_cli(
-            "status", "--json", "--kafka", "localhost:29092", "--redis", "redis://localhost:6379/0"
-        )
+def _without_regionbus_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("REGIONBUS_")}
+
+
+def readme_quickstart_output() -> list[str]:
+    """The lines README.md's quickstart says examples/quickstart.py prints: the ``text``
+    block after the sentence naming the file."""
+    text = README.read_text()
+    start = text.index("examples/quickstart.py")
+    block = text[text.index("```text\n", start) + len("```text\n") :]
+    return block[: block.index("```")].splitlines()
+
+
+def check_quickstart() -> None:
+    """examples/quickstart.py, the README's snippet, as a user runs it after `docker
+    compose up`: no address, no namespace, no REGIONBUS_* variable."""
+    ran = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), str(QUICKSTART)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_without_regionbus_variables(),
+        cwd=ROOT,
+        check=False,
     )
+    expected = readme_quickstart_output()
+    if ran.returncode != 0 or ran.stdout.splitlines() != expected:
+        raise CheckError(
+            f"examples/quickstart.py exited {ran.returncode} printing {ran.stdout!r}, not "
+            f"README's {expected!r}: {ran.stderr.strip()[-1500:]}"
+        )
+    say(f"OK the README's quickstart ran as written with the clients' defaults: {expected}")
+
+
+def check_default() -> None:
+    check_quickstart()
+    # `regionbus status` with no address: the defaults reach the stack
+    members = json.loads(regionbus_cli("status", "--json", env_base=_without_regionbus_variables()))
     text = json.dumps(members)
     for member in ("cache-server-1", "cache-server-2"):
         if f'"{member}"' not in text:
             raise CheckError(f"regionbus status from the host does not list {member}: {text}")
     say("OK regionbus status from the host lists cache-server-1 and cache-server-2")
+    if members["gateway_senders"] or members["async_event_queues"]:
+        raise CheckError(f"the one-site stack queues for a gateway: {text}")
+    say("OK no gateway sender or async event queue in the one-site stack")
     for port in (9464, 9465):
-        wait_for_http(f"http://localhost:{port}/metrics", 30, "regionbus_")
-    say("OK both cache servers' metrics answer on localhost:9464 and :9465")
+        wait_for_http(f"http://127.0.0.1:{port}/metrics", 30, "regionbus_")
+    say("OK both cache servers' metrics answer on 127.0.0.1:9464 and :9465")
     put_reaches_interested_client(
         SITE_A, SITE_A, "site-A put seen by a second client", EVENT_TIMEOUT_S
     )
 
 
+def gateway_queue_retention() -> None:
+    """Each site's gateway queue topic keeps what docker-compose.two-sites.yml says."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from regionbus.schemas.kafka_clients import kafka_admin
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from compose_model import COMPOSE_SETS, load
+
+    services = load([ROOT / f for f in COMPOSE_SETS["two-sites"]])["services"]
+    for server, site in (("cache-server-1", SITE_A), ("site-b-cache-server", SITE_B)):
+        environment = services[server]["environment"]
+        for sender_id, spec in json.loads(environment["REGIONBUS_GATEWAY_SENDERS"]).items():
+            topic = f"{site['namespace']}.gw.{sender_id}"
+            admin = kafka_admin({"bootstrap.servers": site["kafka_bootstrap_servers"]})
+            resource = ConfigResource(ResourceType.TOPIC, topic)
+            described = admin.describe_configs([resource], request_timeout=30)[resource]
+            retention = described.result(timeout=30)["retention.ms"].value
+            if retention != str(spec["queue_retention_ms"]):
+                raise CheckError(
+                    f"{topic} keeps records {retention} ms, not {spec['queue_retention_ms']}"
+                )
+            say(f"OK gateway queue {topic} keeps unacknowledged events {retention} ms")
+
+
 def check_two_sites() -> None:
     for port in (9466, 9467, 9468, 9469, 9470):
-        wait_for_http(f"http://localhost:{port}/metrics", 60, "regionbus_")
+        wait_for_http(f"http://127.0.0.1:{port}/metrics", 60, "regionbus_")
     say("OK site B's cache server and the four gateway workers' metrics answer")
+    gateway_queue_retention()
     put_reaches_interested_client(
         SITE_A, SITE_B, "A-to-B put on site A seen by a site-B client", GATEWAY_TIMEOUT_S
     )
@@ -232,7 +297,7 @@ def check_secured() -> None:
     reason = _expect_refusal(
         "an unauthenticated Redis connection", anonymous_redis, (redis.exceptions.RedisError,)
     )
-    say(f"OK an unauthenticated Redis connection to :6380 is refused ({reason})")
+    say(f"OK an unauthenticated Redis connection to 127.0.0.1:6380 is refused ({reason})")
 
     # Kafka: the listener speaks SASL/SCRAM only, so a client without a login never gets a
     # server's answer.
@@ -249,7 +314,7 @@ def check_secured() -> None:
     # (TransportError: no answer at all, not a server's refusal; the SCRAM principal's
     # check below proves the same port answers a client that logs in)
     reason = _expect_refusal("a client without a Kafka login", anonymous_kafka, (TransportError,))
-    say(f"OK a client without a Kafka login is refused on :29093 ({reason})")
+    say(f"OK a client without a Kafka login is refused on 127.0.0.1:29093 ({reason})")
 
     secret = f"compose-check-{uuid.uuid4().hex}"
     regionbus_cli(
@@ -263,7 +328,7 @@ def check_secured() -> None:
             "REGIONBUS_REDIS_PASSWORD": redis_password,
         },
     )  # fmt: skip
-    say("OK principal compose-check added with `regionbus user add` through Redis :6380")
+    say("OK principal compose-check added with `regionbus user add` through Redis 127.0.0.1:6380")
 
     def kafka_login(client_id: str) -> dict[str, Any]:
         user, password = clients[client_id]

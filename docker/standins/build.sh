@@ -4,7 +4,7 @@
 #
 #   docker/standins/build.sh [--rebuild] IMAGE...
 #
-# IMAGE is one of apache/kafka:<version>, redis:<tag>, python:3.11-slim. Each is built
+# IMAGE is one of apache/kafka:<version>, redis:<tag>, python:3.11<.patch>-slim<-suite>. Each is built
 # from the recipe in docker/standins/<kafka|redis|python>/ on a Debian bookworm base made
 # with `debootstrap --variant=minbase` and `docker import` (regionbus-standin/debian:bookworm).
 # Builds use the host's network (an engine started without IP masquerading gives a build
@@ -33,7 +33,7 @@ for argument in "$@"; do
   esac
 done
 if [ "${#images[@]}" -eq 0 ]; then
-  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> python:3.11-slim" >&2
+  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> python:3.11.<patch>-slim-bookworm" >&2
   exit 2
 fi
 
@@ -200,7 +200,7 @@ for image in "${images[@]}"; do
   case "$image" in
     apache/kafka:*) kafka_standin "$image" ;;
     redis:*) redis_standin "$image" ;;
-    python:3.11-slim) python_standin "$image" ;;
+    python:3.11*-slim*) python_standin "$image" ;;
     *) echo "standins: no stand-in recipe for $image" >&2; exit 2 ;;
   esac
 done

@@ -1,4 +1,4 @@
-"""SPEC §7: async event queues deliver batches of distributable events to a listener,
+"""docs/behaviour.md §7: async event queues deliver batches of distributable events to a listener,
 in order, again (flagged possible duplicate) until it accepts them; pause and resume."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Geode's client event rules that the cache's contents decide: when an invalidate fires
-``after_invalidate`` (SPEC §3) and which kind a durable client's replayed event has (SPEC
-§5), against a real Kafka and Redis."""
+``after_invalidate`` (docs/behaviour.md §3) and which kind a durable client's replayed event has
+(docs/behaviour.md §5), against a real Kafka and Redis."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class _RegionRecorder(Recorder):
 def test_a_region_invalidate_drops_every_value_on_the_server_and_pushes_no_client_event(
     server_settings: Any, client_factory: Callable[..., Any]
 ) -> None:
-    """SPEC §3; Geode documentation, *How Client/Server Distribution Works*: "Region
+    """docs/behaviour.md §3; Geode documentation, *How Client/Server Distribution Works*: "Region
     invalidation in the server is not forwarded to the client"."""
     server_listener = _RegionRecorder()
     with CacheServer(server_settings, listeners={"r": [server_listener]}) as server:

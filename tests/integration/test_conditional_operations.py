@@ -37,7 +37,7 @@ def _stored(server: CacheServer, key: str) -> Any:
 
 def _invalidate_on_server(server: CacheServer, kafka: str, namespace: str, key: str) -> None:
     """Invalidate an entry on the server, as a server-side application does (a client's
-    invalidate is local only, SPEC §1)."""
+    invalidate is local only, docs/behaviour.md §1)."""
     global _SEQUENCE
     _SEQUENCE += 1
     op, bucket = entry_operation("app", OperationKind.INVALIDATE, key, _SEQUENCE)

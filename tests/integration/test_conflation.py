@@ -1,4 +1,5 @@
-"""Subscription conflation (SPEC §4): a slow client gets only the last of queued updates."""
+"""Subscription conflation (docs/behaviour.md §4): a slow client gets only the last of queued
+updates."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Continuous queries (SPEC §9; Geode ``CqQueryDUnitTest``, ``CqResultSetUsingPoolDUnitTest``,
-``DurableClientCQDUnitTest``) on a real Kafka and Redis: subset refusals, the query-operation
-table, UNDEFINED, interest and CQ together, shared evaluation, state transitions, gap-free
-initial results under concurrent writes, region clear and destroy, durable CQs."""
+"""Continuous queries (docs/behaviour.md §9; Geode ``CqQueryDUnitTest``,
+``CqResultSetUsingPoolDUnitTest``, ``DurableClientCQDUnitTest``) on a real Kafka and Redis: subset
+refusals, the query-operation table, UNDEFINED, interest and CQ together, shared evaluation, state
+transitions, gap-free initial results under concurrent writes, region clear and destroy, durable
+CQs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SPEC §1 (client -> server forwarding) and §3 (server -> client distribution), end to end
-against a real Kafka and Redis."""
+"""docs/behaviour.md §1 (client -> server forwarding) and §3 (server -> client distribution), end to
+end against a real Kafka and Redis."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durable clients (SPEC §5, seed 001): keep-alive, marker-based replay, timeouts, reconnect.
+"""Durable clients (docs/behaviour.md §5): keep-alive, marker-based replay, timeouts, reconnect.
 
 The durable client of the replay tests runs in its own OS process
 (``durable_client_process.py``) that is closed, killed with SIGKILL and started again.

@@ -1,7 +1,7 @@
 """A reconnecting durable client reads its queue once: counting the pending events keeps
 the messages it read (up to a bound), and the replay starts from them. Whether they were
 kept or read again, every queued event reaches the listeners once, in order, before the
-marker, without changing the cache (SPEC §5)."""
+marker, without changing the cache (docs/behaviour.md §5)."""
 
 from __future__ import annotations
 

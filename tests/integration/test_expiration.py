@@ -1,4 +1,4 @@
-"""SPEC §1, §6, §7: entry expiration (Geode ``ExpirationAttributes``) on real time with
+"""docs/behaviour.md §1, §6, §7: entry expiration (Geode ``ExpirationAttributes``) on real time with
 short timeouts, run by the bucket primary; its events reach interested clients as ordinary
 destroys or invalidates, never a gateway sender's queue, and an async event queue only with
 ``forward_expiration_destroy``."""

@@ -1,5 +1,5 @@
-"""High availability of entry expiration (SPEC §1, §4): a bucket primary SIGKILLed after an
-expiration changed Redis and before its events left the server loses nothing; the new
+"""High availability of entry expiration (docs/behaviour.md §1, §4): a bucket primary SIGKILLed
+after an expiration changed Redis and before its events left the server loses nothing; the new
 primary delivers it, and every interested client hears every expiration exactly once.
 Servers run as processes of their own; the kill comes from a server listener
 (``expiry_kill_plugin``), at the first expiration."""

@@ -1,6 +1,6 @@
-"""Entry expiration with security on (SPEC §1, §8): the servers' own expirations are signed
-and applied, and one sent by a client principal, even one holding every permission, is
-refused, audited and dead-lettered, and changes nothing."""
+"""Entry expiration with security on (docs/behaviour.md §1, docs/security.md): the servers' own
+expirations are signed and applied, and one sent by a client principal, even one holding every
+permission, is refused, audited and dead-lettered, and changes nothing."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_a_replay_on_a_redis_cluster_with_two_servers_leaves_every_desk_right(
     """The demo's store on the session's Redis Cluster (3 masters, 3 replicas), the servers
     waiting for a replica before acknowledging, and two servers sharing the buckets with a
     secondary each (``regionbus demo flights --redis-cluster --servers 2``; the 31-day run
-    on three Kafka brokers as well is in the README)."""
+    on three Kafka brokers as well is in docs/operations.md)."""
     report = run_replay(
         kafka_bootstrap_servers,
         redis_cluster,

@@ -1,4 +1,4 @@
-"""A full subscription queue holds back only the writers of its events (SPEC §4).
+"""A full subscription queue holds back only the writers of its events (docs/behaviour.md §4).
 
 Ten subscribers with interest in every key of region ``stalled`` stop reading (their
 listener is stuck, so they ack nothing) and their queues fill to the capacity. The put

@@ -1,4 +1,4 @@
-"""SPEC §6 / seed 002: a serial gateway sender's batches, acks, resends and failures,
+"""docs/behaviour.md §6: a serial gateway sender's batches, acks, resends and failures,
 between two sites (two namespaces of the session Kafka and Redis)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SPEC §6 conflict rule at apply time, in the Redis store: a gateway event older than the
-entry's last change from another site is refused (STALE), ties go to the higher site id,
+"""docs/behaviour.md §6 conflict rule at apply time, in the Redis store: a gateway event older than
+the entry's last change from another site is refused (STALE), ties go to the higher site id,
 destroys leave a tombstone, a resend of a refused event is a duplicate, a clear forgets
 the versions, and a single-site member stores none."""
 

@@ -1,4 +1,4 @@
-"""SPEC §6: the order a remote site applies a gateway sender's events in (serial: queue
+"""docs/behaviour.md §6: the order a remote site applies a gateway sender's events in (serial: queue
 order; parallel: per bucket), Geode's ``order-policy`` and ``dispatcher-threads`` for serial
 senders, and the receiver's option to keep a batch until its region exists; two sites on
 the session's Kafka and Redis."""
@@ -129,8 +129,8 @@ def test_order_policy_thread_goes_to_one_dispatcher_and_a_parallel_sender_refuse
 
 
 def test_a_receiver_told_to_keeps_a_batch_until_its_region_exists(sites: list[Site]) -> None:
-    """Default (SPEC §6, Geode ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION`` true): the
-    events of a missing region fail and are dropped. With the option the batch stays
+    """Default (docs/behaviour.md §6, Geode ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION`` true):
+    the events of a missing region fail and are dropped. With the option the batch stays
     unacked and is applied once the region exists."""
     a, b = sites
     b.start_server(regions=("r",))

@@ -1,5 +1,5 @@
 """A gateway receiver applying a remote site's batches on a site with security on: it signs
-the operations it sends as its own principal (SPEC §9: the servers refuse unsigned ones),
+the operations it sends as its own principal (docs/security.md: the servers refuse unsigned ones),
 and checks the servers' signatures on what it reads back.
 
 Site A (unsecured) sends to site B, whose cache server has ``security_enabled``; both are

@@ -1,4 +1,4 @@
-"""SPEC §6: active-active and ring topologies without loops, conflict resolution by
+"""docs/behaviour.md §6: active-active and ring topologies without loops, conflict resolution by
 timestamp then site id, a pluggable conflict resolver, and the flights replayed to a
 remote site."""
 

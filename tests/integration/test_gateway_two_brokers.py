@@ -1,4 +1,4 @@
-"""SPEC §6 / seed 002 with the remote site on its own Kafka broker: while the remote Kafka
+"""docs/behaviour.md §6 with the remote site on its own Kafka broker: while the remote Kafka
 cannot be reached the batch stays queued and is retried on an interval; once the remote
 site is up, everything queued arrives."""
 

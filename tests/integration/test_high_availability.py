@@ -1,4 +1,4 @@
-"""High availability (SPEC §4, seed 004): bucket primaries and secondaries in separate server
+"""High availability (docs/behaviour.md §4): bucket primaries and secondaries in separate server
 processes, killed with SIGKILL or paused with SIGSTOP, with writers in processes of their
 own and an interested listener here."""
 
@@ -331,8 +331,8 @@ def test_cq_events_survive_the_kill_minus_9_of_a_primary_without_loss_or_duplica
     client_factory: Any,
     tmp_path: Path,
 ) -> None:
-    """SPEC §9: CQ events travel in the subscription queue with EventIDs, so a bucket's new
-    primary re-evaluates the changes it processes again (against the old values kept with
+    """docs/behaviour.md §9: CQ events travel in the subscription queue with EventIDs, so a bucket's
+    new primary re-evaluates the changes it processes again (against the old values kept with
     their results) and the client's message tracking drops what it had."""
     servers = _start_in_order(cluster, redis_client, namespace, ["s1", "s2", "s3"], 1)
     cq_tap = CqTap()

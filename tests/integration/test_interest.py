@@ -1,4 +1,4 @@
-"""Interest registration (SPEC §3, seed 000): union of registrations, bulk-load policies,
+"""Interest registration (docs/behaviour.md §3): union of registrations, bulk-load policies,
 local destroy at registration, unregister, and invariant 3 (no gap at registration)."""
 
 from __future__ import annotations

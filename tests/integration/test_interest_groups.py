@@ -1,8 +1,8 @@
 """Fan-out flat in the number of subscribers that share an interest (the fleet issue, goal
 4): the clients of one registration that read one partition of the shared queue topic get
 one record per event, addressed to all of them, and still each get every event once, in
-order, with the originator left out (SPEC §3), values or invalidations as each registered,
-and a durable member's replay before its marker (SPEC §5)."""
+order, with the originator left out (docs/behaviour.md §3), values or invalidations as each
+registered, and a durable member's replay before its marker (docs/behaviour.md §5)."""
 
 from __future__ import annotations
 

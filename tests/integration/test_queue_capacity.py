@@ -1,5 +1,5 @@
-"""Subscription queue capacity (SPEC §4): a full queue slows producers for a bounded time
-instead of dropping events, or gets its client disconnected when the operator says so.
+"""Subscription queue capacity (docs/behaviour.md §4): a full queue slows producers for a bounded
+time instead of dropping events, or gets its client disconnected when the operator says so.
 Capacity is checked as each event is queued (Geode ``HARegionQueue``), so the writer whose
 event finds the queue full is the one held, and nothing past the capacity reaches a client
 that was disconnected for it."""

@@ -1,7 +1,9 @@
-"""The README's client snippet, copied verbatim from README.md, runs against a stack started
-the way the README says: its ``regionbus stack`` command line exactly as written, from the
+"""The README's snippets, copied verbatim from README.md, run against a stack started the
+way the README says: its ``regionbus stack`` command line exactly as written, from the
 repository's root, with no other option (so its default ``--data-dir``, a relative path,
-is the one used), configured only by the variables the stack prints.
+is the one used), configured only by the variables the stack prints. Each prints what the
+README's ``text`` block after it says. The quickstart is also examples/quickstart.py, which
+``scripts/compose-check.sh`` runs against the real compose stack.
 
 The conventional ports are held during the test, so it runs the same way whether or not
 9092 is free on the machine: the stack must say it moved, and the printed variables must
@@ -25,9 +27,11 @@ from pathlib import Path
 
 import pytest
 from readme_commands import (
-    README,
     REPOSITORY,
     fresh_default_stack_dir,
+    output_after,
+    python_block,
+    quickstart_source,
     readme_stack_command,
 )
 
@@ -46,15 +50,6 @@ _EXPECTED_EXPORTS = frozenset(
 _EXPORT = re.compile(r"^export (REGIONBUS_[A-Z_]+)=(.*)$")
 
 
-def readme_snippet(section: str = "## A client in a few lines") -> str:
-    """The first fenced ``python`` block after the heading ``section`` in README.md."""
-    text = README.read_text()
-    start = text.index(f"\n{section}\n")
-    found = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL).search(text, start)
-    assert found is not None, f"no python block after {section!r}"
-    return found.group(1)
-
-
 def _without_regionbus_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGIONBUS_")}
     for old in DEPRECATED_ENV_VARS.values():
@@ -62,7 +57,7 @@ def _without_regionbus_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def conventional_ports_taken() -> Iterator[None]:
     """Keep Kafka's and Redis' conventional ports taken (bound, not listening) for the
     test, so the stack must move to others whatever else runs on the machine. A port
@@ -81,11 +76,12 @@ def conventional_ports_taken() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack_exports(conventional_ports_taken: None) -> Iterator[tuple[dict[str, str], list[str]]]:
     """Run the README's ``regionbus stack`` command line as written, from the repository's
     root, on a fresh default data dir; yield the variables it printed to export and its
-    stderr, once it says it is running; stop it with Ctrl-C."""
+    stderr, once it says it is running; stop it with Ctrl-C. One stack for the module: the
+    snippets use keys of their own."""
     with fresh_default_stack_dir() as data_dir:
         yield from _run_readme_stack(data_dir)
 
@@ -158,7 +154,7 @@ def _run_snippet(
 
 
 @pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
-def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
+def test_the_readme_quickstart_runs_as_written_against_regionbus_stack(
     stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
 ) -> None:
     exports, stderr_lines = stack_exports
@@ -168,16 +164,17 @@ def test_the_readme_client_snippet_runs_as_written_against_regionbus_stack(
     assert "port 9092 is taken, so kafka runs on another port" in said
     assert "port 6379 is taken, so redis runs on another port" in said
     assert not exports["REGIONBUS_KAFKA_BOOTSTRAP_SERVERS"].endswith(":9092")
-    snippet = readme_snippet()
-    assert "ClientCache(" in snippet
+    block = python_block("Quickstart with Docker")
+    assert block.text == quickstart_source(), "README's quickstart is not examples/quickstart.py"
 
-    ran = _run_snippet(snippet, exports, tmp_path)
+    ran = _run_snippet(block.text, exports, tmp_path)
 
     assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == output_after(block), ran.stderr
     assert ran.stdout.splitlines() == [
-        "created UA-1545-EWR-2013-01-01 {'dep_delay': 2}",
-        "{'dep_delay': 2}",
-    ], ran.stderr
+        "desk heard: created UA-1545-EWR-2013-01-01 {'dep_delay': 2}",
+        "writer reads {'dep_delay': 2}",
+    ]
 
 
 @pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
@@ -185,15 +182,27 @@ def test_the_readme_continuous_query_snippet_runs_as_written_against_regionbus_s
     stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
 ) -> None:
     exports, _ = stack_exports
-    snippet = readme_snippet("## Continuous queries")
-    assert "new_cq(" in snippet
+    block = python_block("A continuous query")
+    assert "new_cq(" in block.text
 
-    ran = _run_snippet(snippet, exports, tmp_path)
+    ran = _run_snippet(block.text, exports, tmp_path)
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == output_after(block), ran.stderr
+    assert len(output_after(block)) == 4
+
+
+@pytest.mark.timeout(_STACK_START_TIMEOUT_S + _SNIPPET_TIMEOUT_S + 60)
+def test_the_client_guide_first_snippet_runs_as_written_against_regionbus_stack(
+    stack_exports: tuple[dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    exports, _ = stack_exports
+    block = python_block("A client cache and its regions", REPOSITORY / "docs" / "client.md")
+
+    ran = _run_snippet(block.text, exports, tmp_path)
 
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == [
-        "['B6-725-JFK-2013-01-01']",
-        "UPDATE B6-725-JFK-2013-01-01 {'dep_delay': 90}",
-        "DESTROY B6-725-JFK-2013-01-01 {'dep_delay': 30}",
-        "CqStatistics(events=2, inserts=0, updates=1, deletes=1)",
+        "created UA-1696-EWR-2013-01-01 {'dep_delay': 2}",
+        "{'dep_delay': 2}",
     ], ran.stderr

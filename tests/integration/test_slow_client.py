@@ -1,4 +1,4 @@
-"""A stalled client does not slow the others beyond the configured bound (SPEC §4).
+"""A stalled client does not slow the others beyond the configured bound (docs/behaviour.md §4).
 
 A subscriber process with interest in every key of region ``r`` is frozen with SIGSTOP,
 so its subscription queue is neither read nor acked, while a healthy client with interest

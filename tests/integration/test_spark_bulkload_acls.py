@@ -32,7 +32,7 @@ def kafka_users(scram_kafka: KafkaNode) -> KafkaUsers:
 @pytest.fixture
 def server(namespace: str, kafka_users: KafkaUsers, redis_url: str) -> Iterator[CacheServer]:
     """A cache server of region ``r`` with the servers' user and ACLs (security off: the
-    bulk loader does not sign, README "Security")."""
+    bulk loader does not sign, docs/security.md)."""
     kafka_users.grant(SERVER_USER, server_acls(namespace))
     settings = ServerSettings(
         namespace=namespace,

@@ -1,5 +1,5 @@
-"""A continuous query over history in Spark (SPEC §9, §8): the query compiled to a Spark SQL
-expression agrees with the servers' evaluator value by value, and :func:`cq_history` over
+"""A continuous query over history in Spark (docs/behaviour.md §9, §8): the query compiled to a
+Spark SQL expression agrees with the servers' evaluator value by value, and :func:`cq_history` over
 ``{ns}.events`` equals what the live CQ delivered for the same operations."""
 
 from __future__ import annotations

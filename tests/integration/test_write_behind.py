@@ -1,4 +1,4 @@
-"""SPEC §7 write-behind: an async event queue keeps a SQL table (SQLite through
+"""docs/behaviour.md §7 write-behind: an async event queue keeps a SQL table (SQLite through
 SQLAlchemy) equal to the ``flights`` region after a replay, also when the listener fails
 every tenth batch after writing part of it."""
 

@@ -1,5 +1,5 @@
-"""What follows an applied change, in SPEC's order (apply, server listeners, distribution),
-the same for entry changes, expirations and region changes (pure logic: the parts are
+"""What follows an applied change, in the order docs/behaviour.md §1 gives (apply, server listeners,
+distribution), the same for entry changes, expirations and region changes (pure logic: the parts are
 recorders)."""
 
 from __future__ import annotations

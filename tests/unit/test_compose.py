@@ -1,7 +1,9 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine: the
-compose file is valid against the Compose Specification schema, every regionbus service
-runs a command and options the CLI has and sets only environment variables its settings
-read, and a deliberately broken copy of either file is caught, naming the service."""
+"""The compose files and the Dockerfile, checked without a Docker engine: each set of
+compose files the repository runs (docker-compose.yml alone, with
+docker-compose.two-sites.yml, and docker-compose.secured.yml) is valid against the Compose
+Specification schema, every regionbus service runs a command and options the CLI has and
+sets only environment variables its settings read, and a deliberately broken copy of a
+file is caught, naming the service."""
 
 from __future__ import annotations
 
@@ -33,17 +35,28 @@ def _load_checker() -> ModuleType:
 
 
 cc = _load_checker()
+import compose_model  # noqa: E402 (found next to the checker, which put its folder on the path)
+
+
+def _model(name: str) -> dict[str, Any]:
+    return compose_model.load([ROOT / f for f in compose_model.COMPOSE_SETS[name]])
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    return loaded
+    """Both sites and the demo: docker-compose.yml with docker-compose.two-sites.yml."""
+    return _model("two-sites")
+
+
+@pytest.fixture(scope="module")
+def secured() -> dict[str, Any]:
+    return _model("secured")
 
 
 def _problems(tmp_path: Path, compose: dict[str, Any], **files: str) -> list[Any]:
-    """Check a copy of the compose file (and optionally a replacement Dockerfile), with
-    relative paths still resolving against the repository."""
+    """Check a copy of a merged compose model (and optionally a replacement Dockerfile),
+    with relative paths still resolving against the repository and the required variables
+    set, as a user's .env sets them."""
     copy = tmp_path / "docker-compose.yml"
     copy.write_text(yaml.safe_dump(compose, sort_keys=False))
     project = cc.Project.at(ROOT, copy)
@@ -51,7 +64,8 @@ def _problems(tmp_path: Path, compose: dict[str, Any], **files: str) -> list[Any
         dockerfile = tmp_path / "Dockerfile"
         dockerfile.write_text(files["dockerfile"])
         project = cc.Project(copy, ROOT, dockerfile, project.pyproject, project.schema)
-    problems: list[Any] = cc.check(project)
+    secured_files = [ROOT / f for f in compose_model.COMPOSE_SETS["secured"]]
+    problems: list[Any] = cc.check(project, environ=cc.required_variables(secured_files))
     return problems
 
 
@@ -62,16 +76,17 @@ def _broken(compose: dict[str, Any], change: Callable[[dict[str, Any]], None]) -
     return copy
 
 
-def test_the_repository_compose_file_and_dockerfile_have_no_problem() -> None:
-    problems = cc.check(cc.Project.at(ROOT))
+def test_the_repository_compose_files_and_dockerfile_have_no_problem() -> None:
+    problems = cc.check_sets(ROOT)
     assert [str(p) for p in problems] == []
+    assert cc.main([]) == 0
 
 
 def test_site_a_runs_two_redundant_cache_servers_with_distinct_members_by_default(
     compose: dict[str, Any],
 ) -> None:
     services = compose["services"]
-    default = {name for name, s in services.items() if "profiles" not in s}
+    default = {name for name, s in _model("default")["services"].items() if "profiles" not in s}
     assert default == {"kafka", "redis", "cache-server-1", "cache-server-2"}
     servers = [services["cache-server-1"], services["cache-server-2"]]
     assert {s["environment"]["REGIONBUS_MEMBER_ID"] for s in servers} == {
@@ -88,9 +103,9 @@ def test_site_a_runs_two_redundant_cache_servers_with_distinct_members_by_defaul
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
 
 
-def test_two_sites_profile_has_site_b_and_gateways_both_ways(compose: dict[str, Any]) -> None:
+def test_the_two_sites_file_adds_site_b_and_gateways_both_ways(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    two_sites = {n for n, s in services.items() if "two-sites" in s.get("profiles", [])}
+    two_sites = set(services) - set(_model("default")["services"])
     assert two_sites == {
         "site-b-kafka",
         "site-b-redis",
@@ -109,7 +124,7 @@ def test_two_sites_profile_has_site_b_and_gateways_both_ways(compose: dict[str, 
         env = services[sender]["environment"]
         prefix = "REGIONBUS_GATEWAY_SENDER_"
         # the sender drains the queue its own site's servers fill, toward the other site
-        assert env[f"{prefix}SENDER_ID"] in local["REGIONBUS_GATEWAY_SENDERS"]
+        assert env[f"{prefix}ID"] in local["REGIONBUS_GATEWAY_SENDERS"]
         assert env[f"{prefix}NAMESPACE"] == local["REGIONBUS_NAMESPACE"]
         assert env[f"{prefix}DISTRIBUTED_SYSTEM_ID"] == local["REGIONBUS_DISTRIBUTED_SYSTEM_ID"]
         assert env[f"{prefix}REMOTE_NAMESPACE"] == remote["REGIONBUS_NAMESPACE"]
@@ -190,11 +205,13 @@ def test_two_sites_profile_has_site_b_and_gateways_both_ways(compose: dict[str, 
 def test_a_broken_copy_is_reported_with_the_service_it_breaks(
     tmp_path: Path,
     compose: dict[str, Any],
+    secured: dict[str, Any],
     change: Callable[[dict[str, Any]], None],
     service: str,
     fragment: str,
 ) -> None:
-    problems = _problems(tmp_path, _broken(compose, change))
+    model = secured if service in secured["services"] else compose
+    problems = _problems(tmp_path, _broken(model, change))
     assert problems, "the broken copy passed"
     assert {p.service for p in problems} == {service}, [str(p) for p in problems]
     assert any(fragment in p.message for p in problems), [str(p) for p in problems]

@@ -1,12 +1,13 @@
-"""The docker-compose ``secured`` profile, checked without a Docker engine: it parses, its
-services and files exist, its variables have defaults, and the cache server's environment
-is valid ``ServerSettings`` with authentication on and secured Kafka and Redis."""
+"""docker-compose.secured.yml, checked without a Docker engine: a project of its own, it
+refuses to interpolate (so to start) without its passwords while docker-compose.yml needs
+none, its files exist, and the cache server's environment is valid ``ServerSettings``
+with authentication on and secured Kafka and Redis."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
-import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,35 +17,62 @@ import yaml
 from regionbus.broker.config import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-_VARIABLE = re.compile(r"\$\{([A-Z_]+)(:-([^}]*))?\}")
+_PASSWORDS = {"KAFKA_ADMIN_PASSWORD", "KAFKA_SERVER_PASSWORD", "REDIS_PASSWORD"}
 
 
-def _interpolate(text: str) -> str:
-    """Compose's ``${VAR:-default}`` with every variable unset; ``$$`` stays ``$``."""
-    return _VARIABLE.sub(lambda m: m.group(3) or "", text).replace("$$", "$")
+def _compose_model() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "compose_model", ROOT / "scripts" / "compose_model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cm = _compose_model()
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.secured.yml").read_text())
     return loaded
 
 
-def test_secured_profile_adds_services_and_leaves_the_default_ones_alone(
+def _interpolate(text: str) -> str:
+    """The file's text as Compose reads it with a password in every required variable."""
+    value, complaints = cm.interpolate(text, {name: f"pw-{name}" for name in _PASSWORDS})
+    assert complaints == []
+    return str(value)
+
+
+def test_the_secured_stack_is_a_project_of_its_own_beside_the_plain_one(
     compose: dict[str, Any],
 ) -> None:
-    services = compose["services"]
-    secured = {name for name, s in services.items() if "secured" in s.get("profiles", [])}
-    assert secured == {"kafka-secured", "kafka-acls", "redis-secured", "cache-server-secured"}
-    default = ("kafka", "redis", "cache-server-1", "cache-server-2")
-    assert all("profiles" not in services[n] for n in default)
+    assert compose["name"] == "regionbus-secured"
+    assert set(compose["services"]) == {
+        "kafka-secured",
+        "kafka-acls",
+        "redis-secured",
+        "cache-server-secured",
+    }
+    plain = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert not set(plain["services"]) & set(compose["services"])
 
 
-def test_every_variable_has_a_default_so_plain_compose_up_still_interpolates() -> None:
-    text = (ROOT / "docker-compose.yml").read_text()
-    used = _VARIABLE.findall(text)
-    assert used, "the secured profile takes its passwords from variables"
-    assert all(default for _, default, _ in used)
+def test_without_its_passwords_it_is_refused_and_the_plain_stack_needs_none(
+    compose: dict[str, Any],
+) -> None:
+    _, complaints = cm.interpolated(compose, {})
+    missing = {c.split()[1] for _, c in complaints if " is required" in c}
+    assert missing == _PASSWORDS
+    # a password that is set but empty is refused too (":?", not "?")
+    _, empty = cm.interpolated(compose, dict.fromkeys(_PASSWORDS, ""))
+    assert {c.split()[1] for _, c in empty} == _PASSWORDS
+    for name in ("docker-compose.yml", "docker-compose.two-sites.yml"):
+        _, plain = cm.interpolated(yaml.safe_load((ROOT / name).read_text()), {})
+        assert plain == [], name
 
 
 def test_referenced_files_exist_and_the_acl_script_is_executable(
@@ -84,11 +112,12 @@ def test_secured_cache_server_environment_is_valid_settings_with_security_on(
         monkeypatch.setenv(name, _interpolate(str(value)))
     settings = ServerSettings()
     assert settings.security_enabled
-    assert settings.kafka_config["security.protocol"].startswith("SASL")
-    assert settings.kafka_config["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert settings.kafka_security_protocol == "SASL_PLAINTEXT"
+    assert settings.kafka_sasl_mechanism == "SCRAM-SHA-512"
+    assert settings.kafka_sasl_password is not None
+    assert settings.kafka_sasl_password.get_secret_value() == "pw-KAFKA_SERVER_PASSWORD"
     assert settings.redis_username == "regionbus"
     assert settings.redis_password is not None
-    assert json.loads(_interpolate(environment["REGIONBUS_KAFKA_CONFIG"]))["sasl.password"]
     redis_command = compose["services"]["redis-secured"]["command"]
     assert redis_command[redis_command.index("--user") + 1 : redis_command.index("--user") + 3] == [
         "default",

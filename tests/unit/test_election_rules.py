@@ -1,5 +1,5 @@
 """The bucket election's choices, without Redis: who takes a free bucket, who becomes a
-secondary, which buckets an overloaded server hands over (SPEC §4, seed 004)."""
+secondary, which buckets an overloaded server hands over (docs/behaviour.md §4)."""
 
 from __future__ import annotations
 

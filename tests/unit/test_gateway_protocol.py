@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from regionbus.broker.config import GatewayQueueSpec, ServerSettings
+from regionbus.broker.config import GatewayQueueSpec, GatewaySenderSpec, ServerSettings
 from regionbus.broker.gateway_queues import GatewayEnqueuer, stamp_origin
 from regionbus.gateways.processor import conflate
 from regionbus.gateways.protocol import (
@@ -163,3 +163,23 @@ def test_hooks_load_by_name_and_bad_names_are_configuration_errors() -> None:
         load_hook("no.such.module:X", GatewayEventFilter)
     with pytest.raises(ConfigurationError):
         load_hook("builtins:dict", GatewayEventFilter)
+
+
+def test_a_queue_is_kept_until_acknowledged_unless_its_spec_bounds_its_retention() -> None:
+    week_ms = 7 * 24 * 3_600_000
+    settings = ServerSettings(
+        namespace="ns",
+        distributed_system_id=1,
+        gateway_senders={
+            "to-b": GatewaySenderSpec(remote_distributed_system_id=2, queue_retention_ms=week_ms)
+        },
+        async_event_queues={"db": GatewayQueueSpec()},
+        region_gateway_senders={"r": ["to-b"]},
+        region_async_event_queues={"r": ["db"]},
+    )
+    specs = {spec.name: spec for spec in GatewayEnqueuer(settings).topic_specs()}
+    assert specs["ns.gw.to-b"].config["retention.ms"] == str(week_ms)
+    assert specs["ns.gw.to-b"].partitions == 5
+    assert specs["ns.aeq.db"].config["retention.ms"] == "-1"
+    with pytest.raises(ValidationError, match="queue_retention_ms"):
+        GatewaySenderSpec(remote_distributed_system_id=2, queue_retention_ms=60_000)

@@ -1,5 +1,5 @@
 """Routing by interest, in memory (no Redis): which clients get a change, with values or
-invalidations, bucket by bucket (SPEC §3; invariant 3 of ARCHITECTURE.md)."""
+invalidations, bucket by bucket (docs/behaviour.md §3; invariant 3 of ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -31,15 +31,19 @@ def _pom_property(name: str) -> str:
     return value.text
 
 
-def test_docker_compose_runs_the_kafka_version_jvm_pom_pins() -> None:
+@pytest.mark.parametrize(
+    "compose_file",
+    ["docker-compose.yml", "docker-compose.two-sites.yml", "docker-compose.secured.yml"],
+)
+def test_docker_compose_runs_the_kafka_version_jvm_pom_pins(compose_file: str) -> None:
     pinned = _pom_property("kafka.version")
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    compose = yaml.safe_load((ROOT / compose_file).read_text())
     images = {
         name: service["image"]
         for name, service in compose["services"].items()
         if str(service.get("image", "")).startswith("apache/kafka:")
     }
-    assert images, "docker-compose.yml runs no apache/kafka image"
+    assert images, f"{compose_file} runs no apache/kafka image"
     assert {name: f"apache/kafka:{pinned}" for name in images} == images
 
 

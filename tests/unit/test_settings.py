@@ -281,17 +281,19 @@ def test_config_show_describes_every_setting_and_wraps_at_80_columns(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     required = {
-        "SENDER_ID": "x",
-        "RECEIVER_ID": "x",
-        "QUEUE_ID": "x",
-        "REMOTE_KAFKA_BOOTSTRAP_SERVERS": "x:1",
-        "REMOTE_NAMESPACE": "x",
-        "DISTRIBUTED_SYSTEM_ID": "1",
-        "REMOTE_DISTRIBUTED_SYSTEM_ID": "2",
+        "sender_id": "x",
+        "receiver_id": "x",
+        "queue_id": "x",
+        "remote_kafka_bootstrap_servers": "x:1",
+        "remote_namespace": "x",
+        "distributed_system_id": "1",
+        "remote_distributed_system_id": "2",
     }
-    for name, value in required.items():
-        for prefix in ("GATEWAY_SENDER_", "GATEWAY_RECEIVER_", "ASYNC_EVENT_QUEUE_"):
-            monkeypatch.setenv(f"REGIONBUS_{prefix}{name}", value)
+    for section in ("gateway_sender", "gateway_receiver", "async_event_queue"):
+        gateway_settings = settings_class(section)
+        for name, value in required.items():
+            if name in gateway_settings.model_fields:
+                monkeypatch.setenv(gateway_settings.env_name(name), value)
     monkeypatch.setenv("REGIONBUS_ASYNC_EVENT_QUEUE_LISTENER", "json:loads")
     cls = settings_class(kind)
     result = CliRunner().invoke(main, ["config", "show", "--for", kind], terminal_width=80)
@@ -318,4 +320,4 @@ def test_config_show_exits_2_with_the_problem(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(main, ["config", "show", "--for", "gateway_sender"])
     assert result.exit_code == 2
     assert "batch_size (env REGIONBUS_GATEWAY_SENDER_BATCH_SIZE)" in result.output
-    assert "sender_id (env REGIONBUS_GATEWAY_SENDER_SENDER_ID): Field required" in result.output
+    assert "sender_id (env REGIONBUS_GATEWAY_SENDER_ID): Field required" in result.output

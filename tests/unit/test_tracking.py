@@ -1,5 +1,5 @@
-"""Client message tracking (SPEC §2): duplicates dropped per (member, thread, bucket); idle
-entries expire after the tracking timeout."""
+"""Client message tracking (docs/behaviour.md §2): duplicates dropped per (member, thread, bucket);
+idle entries expire after the tracking timeout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Property tests (hypothesis) of client message tracking (SPEC §2), against a plain model.
+"""Property tests (hypothesis) of client message tracking (docs/behaviour.md §2), against a plain
+model.
 
 The rule: per (member, thread, bucket) the tracker keeps the highest sequence id seen; an
 event at or below it is a duplicate, dropped; entries idle longer than the tracking timeout

@@ -9,7 +9,7 @@ The members of such a group get the same payload of an event, so the notifier se
 once per partition of the shared queue topic they read, addressed to all of them
 (`regionbus.schemas.addressing`), whatever their number. A client with two or more
 registrations on a region that can match the same change (every key, a regex, its keys)
-is routed alone there (its union, SPEC §3: values when any matching registration wants
+is routed alone there (its union, docs/behaviour.md §3: values when any matching registration wants
 them), as before; a client's exact keys never match the same change, and count as one.
 
 An audience is a snapshot, taken at the event: a client that registers, or leaves, is in

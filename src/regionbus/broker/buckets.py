@@ -1,4 +1,4 @@
-"""Bucket primaries and secondaries: which server processes which bucket (SPEC §4, seed 004).
+"""Bucket primaries and secondaries: which server processes which bucket (docs/behaviour.md §4).
 
 The leases this server holds are renewed, and its member entry heartbeated, by
 :meth:`BucketElection.renew_held` on a thread of their own (:meth:`keep_leases`), so a loop
@@ -8,7 +8,7 @@ loop learns it from :meth:`take_lost` before it processes anything more. Every s
 handoff note and secondaries:
 
 - **failover**: a bucket whose lease lapsed is taken by the longest-lived live secondary
-  of that bucket (seed 004); with no live secondary (redundancy 0, or none left), by the
+  of that bucket (docs/behaviour.md §4); with no live secondary (redundancy 0, or none left), by the
   live member with the fewest primaries, so failover completes even when redundancy
   cannot be restored;
 - **redundancy**: a bucket with fewer than ``redundancy`` live secondaries gets the live
@@ -101,7 +101,7 @@ def choose_taker(
 
     Returns:
         The handoff's receiver when it is live; else the longest-lived live secondary
-        (seed 004); else the live member with the fewest primaries (the older on a tie),
+        (docs/behaviour.md §4); else the live member with the fewest primaries (the older on a tie),
         so failover completes even when redundancy cannot be restored; None with no live
         member.
     """

@@ -24,15 +24,28 @@ from rich.console import Console
 from rich.table import Table
 
 from regionbus.broker.cli_kafka_acls import kafka_acls
-from regionbus.broker.cli_users import principal_store, require_cluster_manage, user
+from regionbus.broker.cli_users import (
+    cli_redis,
+    principal_store,
+    require_cluster_manage,
+    server_options,
+    user,
+)
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.broker.status import cluster_status
 from regionbus.broker.store import RegionStore
 from regionbus.devstack import LocalStack
 from regionbus.devstack.local import CONVENTIONAL_KAFKA_PORT, CONVENTIONAL_REDIS_PORT
-from regionbus.runtime.observability import configure_logging
-from regionbus.runtime.redis_connect import connect_redis
+from regionbus.runtime.cli_options import (
+    CommandError,
+    JsonListOrWords,
+    RegionBusGroup,
+    logging_options,
+    setting_option,
+)
+from regionbus.runtime.observability import LogFormat, configure_logging
+from regionbus.runtime.redis_connect import redis_errors
 from regionbus.schemas.entry_checks import check_region_name
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.settings import (
@@ -45,13 +58,11 @@ from regionbus.schemas.settings_docs import setting_descriptions, settings_table
 
 
 def _settings(**overrides: Any) -> ServerSettings:
+    """The server settings with the options given (a ConfigurationError exits 2)."""
     given = {k: v for k, v in overrides.items() if v not in (None, ())}
     if "regions" in given:
         given["regions"] = list(given["regions"])
-    try:
-        return ServerSettings.load(**given)
-    except RegionBusError as exc:
-        raise click.UsageError(str(exc)) from exc
+    return ServerSettings.load(**given)
 
 
 def _warn_unknown_environment() -> None:
@@ -64,9 +75,9 @@ def _warn_unknown_environment() -> None:
 log = logging.getLogger("regionbus.cli")
 
 
-def _logging(verbose: bool, settings: ServerSettings | None = None) -> None:
+def _logging(verbose: bool, log_format: LogFormat, settings: ServerSettings | None = None) -> None:
     if settings is None:
-        configure_logging("text", verbose=verbose)
+        configure_logging(log_format, verbose=verbose)
         return
     configure_logging(
         settings.log_format,
@@ -76,34 +87,45 @@ def _logging(verbose: bool, settings: ServerSettings | None = None) -> None:
 
 
 _common = [
-    click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE]."),
-    click.option(
-        "--kafka",
-        "kafka_bootstrap_servers",
-        help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS].",
-    ),
-    click.option("--redis", "redis_url", help="Redis URL [env REGIONBUS_REDIS_URL]."),
+    server_options[0],
+    setting_option(ServerSettings, "kafka_bootstrap_servers", "--kafka"),
+    server_options[1],
 ]
 
 
 def common_options(func: Any) -> Any:
-    """Add --namespace/--kafka/--redis (each defaults to its REGIONBUS_* variable)."""
+    """Add --namespace/--kafka/--redis (each reads its REGIONBUS_* variable)."""
     for option in reversed(_common):
         func = option(func)
     return func
 
 
-@click.group()
+_regions = setting_option(
+    ServerSettings,
+    "regions",
+    "--region",
+    multiple=True,
+    type=JsonListOrWords(),
+    help="Define this region at start (repeatable; the variable is a JSON list).",
+)
+
+
+@click.group(cls=RegionBusGroup)
 @click.version_option(package_name="regionbus", message="regionbus %(version)s")
 @click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, resolve_path=True),
-    help=f"Configuration file (TOML/YAML tables per process kind, or dotenv) "
-    f"[env {CONFIG_FILE_ENV}].",
+    envvar=CONFIG_FILE_ENV,
+    show_envvar=True,
+    help="Configuration file (TOML/YAML tables per process kind, or dotenv).",
 )
 def main(config_path: str | None) -> None:
-    """regionbus: Geode-style client caches kept current by server-pushed events."""
+    """regionbus: Geode-style client caches kept current by server-pushed events.
+
+    A command that fails prints one line, "Error: ...", and exits 1; a configuration
+    refused exits 2. Shell completion: docs/cli.md.
+    """
     if config_path:
         # The environment carries it to the settings classes and to child processes.
         os.environ[CONFIG_FILE_ENV] = config_path
@@ -111,28 +133,22 @@ def main(config_path: str | None) -> None:
 
 @main.command()
 @common_options
-@click.option(
-    "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
-)
-@click.option(
+@_regions
+@setting_option(
+    ServerSettings,
+    "metrics_port",
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    help="Serve Prometheus metrics on this port, 0 = any free one [env REGIONBUS_METRICS_PORT].",
+    help="Serve Prometheus metrics on this port, 0 = any free one.",
 )
-@click.option(
-    "--metrics-host",
-    help="Address of the metrics endpoint [env REGIONBUS_METRICS_HOST, default 127.0.0.1].",
+@setting_option(
+    ServerSettings, "metrics_host", "--metrics-host", help="Address of the metrics endpoint."
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    help="Log lines as text or JSON [env REGIONBUS_LOG_FORMAT, default text].",
-)
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@logging_options(ServerSettings)
 def serve(verbose: bool, **options: Any) -> None:
     """Run a cache server until SIGINT/SIGTERM."""
     settings = _settings(**options)
-    _logging(verbose, settings)
+    _logging(verbose, settings.log_format, settings)
     _warn_unknown_environment()
     logging.getLogger("regionbus.config").info(
         "effective configuration: %s", json.dumps(settings.masked(), sort_keys=True)
@@ -151,17 +167,21 @@ def serve(verbose: bool, **options: Any) -> None:
         click.echo(f"metrics at {server.metrics_url}")
         log.info("metrics of %s at %s", settings.member_id, server.metrics_url)
     if not server.wait_while_alive(stop):
-        raise click.ClickException(f"cache server stopped: {server.failure}")
+        raise CommandError(f"cache server stopped: {server.failure}")
     server.stop()
     # The counters live in this process only: one line a supervisor or benchmark can read.
     click.echo(f"cache server {settings.member_id} stopped: {json.dumps(asdict(server.stats))}")
 
 
 @main.command()
-@click.option("--namespace", default="regionbus", show_default=True, help="Site namespace.")
-@click.option(
-    "--region", "regions", multiple=True, help="Define this region at start (repeatable)."
+@setting_option(
+    ServerSettings,
+    "namespace",
+    "--namespace",
+    default=ServerSettings.model_fields["namespace"].default,
+    show_default=True,
 )
+@_regions
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
@@ -184,12 +204,15 @@ def serve(verbose: bool, **options: Any) -> None:
     help="Run a Redis Cluster of 3 masters and 3 replicas (append-only files on) instead of "
     "one Redis; the server waits for a replica before acknowledging a change.",
 )
+@logging_options()
 def stack(
     namespace: str,
     regions: tuple[str, ...],
     data_dir: Path,
     brokers: int,
     redis_cluster: bool,
+    verbose: bool,
+    log_format: LogFormat,
 ) -> None:
     """Start Apache Kafka (KRaft), redis-server and one cache server; stop on Ctrl-C.
 
@@ -200,21 +223,18 @@ def stack(
     it runs the cluster engines on loopback instead: three Kafka brokers, and a Redis
     Cluster of three masters with a replica each.
     """
-    _logging(False)
+    _logging(verbose, log_format)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     began = time.monotonic()
-    try:
-        local = LocalStack(
-            data_dir=data_dir,
-            kafka_port=CONVENTIONAL_KAFKA_PORT,
-            redis_port=CONVENTIONAL_REDIS_PORT,
-            kafka_brokers=brokers,
-            redis_cluster=redis_cluster,
-        ).start()
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+    local = LocalStack(
+        data_dir=data_dir,
+        kafka_port=CONVENTIONAL_KAFKA_PORT,
+        redis_port=CONVENTIONAL_REDIS_PORT,
+        kafka_brokers=brokers,
+        redis_cluster=redis_cluster,
+    ).start()
     try:
         if local.kafka is not None:
             click.echo(
@@ -264,7 +284,7 @@ def stack(
             )
             # Exit non-zero when the server dies, so whatever runs the stack sees it.
             if not server.wait_while_alive(stop):
-                raise click.ClickException(f"cache server stopped: {server.failure}")
+                raise CommandError(f"cache server stopped: {server.failure}")
     finally:
         local.stop()
 
@@ -278,16 +298,17 @@ def region() -> None:
 @common_options
 @click.argument("names", nargs=-1, required=True)
 def region_create(names: tuple[str, ...], **options: Any) -> None:
-    """Define regions on the servers of a namespace (idempotent)."""
+    """Define regions NAMES on the servers of a namespace (idempotent)."""
     settings = _settings(**options)
     try:
         for name in names:
             check_region_name(name)
     except RegionBusError as exc:
         raise click.UsageError(str(exc)) from exc
-    store = RegionStore(connect_redis(settings), settings.namespace, settings.total_buckets)
+    store = RegionStore(cli_redis(settings), settings.namespace, settings.total_buckets)
     for name in names:
-        created = store.create_region(name)
+        with redis_errors(f"creating region {name}"):
+            created = store.create_region(name)
         click.echo(f"{name}: {'created' if created else 'exists'}")
 
 
@@ -296,8 +317,10 @@ def region_create(names: tuple[str, ...], **options: Any) -> None:
 def region_list(**options: Any) -> None:
     """List the regions defined in a namespace."""
     settings = _settings(**options)
-    store = RegionStore(connect_redis(settings), settings.namespace, settings.total_buckets)
-    for name in sorted(store.region_names()):
+    store = RegionStore(cli_redis(settings), settings.namespace, settings.total_buckets)
+    with redis_errors("listing regions"):
+        names = sorted(store.region_names())
+    for name in names:
         click.echo(name)
 
 
@@ -311,14 +334,12 @@ def status(as_json: bool, **options: Any) -> None:
     A queue's "behind" counts the records of its shared partition after the client's ack;
     "own lag" those of them addressed to the client (records, each of one or more events)."""
     settings = _settings(**options)
-    client = connect_redis(settings)
-    try:
-        require_cluster_manage(settings, principal_store(settings))
+    client = cli_redis(settings)
+    require_cluster_manage(settings, principal_store(settings))
+    with redis_errors("reading the status"):
         current = cluster_status(
             client, settings.namespace, settings.total_buckets, settings.librdkafka()
         )
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(current.as_dict(), indent=2))
         return
@@ -400,10 +421,7 @@ def config_show(kind: str, as_json: bool) -> None:
     Exits with status 2 and one line per problem when the configuration is invalid.
     """
     cls = settings_class(kind)
-    try:
-        settings = cls.load()
-    except RegionBusError as exc:
-        raise click.UsageError(str(exc)) from exc
+    settings = cls.load()
     values, sources = settings.masked(), settings.sources()
     descriptions = setting_descriptions(cls)
     unknown = unknown_environment()
@@ -477,7 +495,7 @@ def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
     needs = f"needs the {extra} extra: pip install 'regionbus[{extra}]'"
 
     def refuse(**_: Any) -> None:
-        raise click.ClickException(f"'{name}' {needs} ({', '.join(missing)} not installed)")
+        raise CommandError(f"'{name}' {needs} ({', '.join(missing)} not installed)")
 
     return click.Command(
         name,
@@ -496,7 +514,7 @@ def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
     },
 )
 def gateway() -> None:
-    """Gateway senders, receivers and async event queues (see README)."""
+    """Gateway senders, receivers and async event queues (docs/gateways.md)."""
 
 
 @main.group(

@@ -24,7 +24,7 @@ from regionbus.broker.kafka_acls import (
     grant,
     server_acls,
 )
-from regionbus.schemas.errors import RegionBusError
+from regionbus.runtime.cli_options import setting_option
 from regionbus.schemas.kafka_clients import kafka_admin
 from regionbus.schemas.naming import BULK_LOAD_ID_PREFIX
 
@@ -36,12 +36,8 @@ def kafka_acls() -> None:
 
 _COMMON_OPTIONS = [
     click.option("--user", required=True, help="The Kafka user (principal User:<user>)."),
-    click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE]."),
-    click.option(
-        "--kafka",
-        "kafka_bootstrap_servers",
-        help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS].",
-    ),
+    setting_option(ServerSettings, "namespace", "--namespace"),
+    setting_option(ServerSettings, "kafka_bootstrap_servers", "--kafka"),
     click.option("--dry-run", is_flag=True, help="Print the ACLs, grant nothing."),
 ]
 
@@ -60,19 +56,13 @@ def _acl_command(name: str, help_text: str) -> Callable[[Callable[..., list[Kafk
             **options: Any,
         ) -> None:
             given = {"namespace": namespace, "kafka_bootstrap_servers": kafka_bootstrap_servers}
-            try:
-                settings = ServerSettings.load(**given)
-                acls = sorted(set(make(settings.namespace, user=user, **options)))
-            except RegionBusError as exc:
-                raise click.UsageError(str(exc)) from exc
+            settings = ServerSettings.load(**given)
+            acls = sorted(set(make(settings.namespace, user=user, **options)))
             for acl in acls:
                 click.echo(f"User:{user} {acl}")
             if dry_run:
                 return
-            try:
-                grant(kafka_admin(settings.librdkafka()), user, acls)
-            except RegionBusError as exc:
-                raise click.ClickException(str(exc)) from exc
+            grant(kafka_admin(settings.librdkafka()), user, acls)
             click.echo(f"granted {len(acls)} ACLs to User:{user}", err=True)
 
         # The kind's own options (declared on ``make``) come after the common ones.

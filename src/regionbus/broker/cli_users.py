@@ -1,6 +1,6 @@
 """``regionbus user add/remove/list``: principals, their secrets and permissions.
 
-The commands change Redis directly, so in the secured profile the Redis ACL user is what
+The commands change Redis directly, so in the secured compose stack the Redis ACL user is what
 lets an operator in. On top of that, once a principal with ``CLUSTER:MANAGE`` exists, these
 commands (and ``regionbus status``) ask for such a principal's credentials
 (``REGIONBUS_SECURITY_PRINCIPAL`` / ``REGIONBUS_SECURITY_SECRET``), checked against its
@@ -19,12 +19,14 @@ import secrets
 from typing import Any
 
 import click
+import redis
 
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.permissions import CLUSTER_MANAGE, ResourcePermission, is_granted
 from regionbus.broker.principals import PrincipalStore
-from regionbus.runtime.redis_connect import connect_redis
-from regionbus.schemas.errors import RegionBusError
+from regionbus.runtime.cli_options import setting_option
+from regionbus.runtime.redis_connect import connect_redis, redis_errors, redis_options
+from regionbus.schemas.masking import mask_url
 from regionbus.schemas.signing import derive_key
 
 audit = logging.getLogger("regionbus.audit")
@@ -33,13 +35,33 @@ PRINCIPAL_ENV = "REGIONBUS_SECURITY_PRINCIPAL"
 SECRET_ENV = "REGIONBUS_SECURITY_SECRET"
 
 
+def cli_redis(settings: ServerSettings) -> Any:
+    """Redis for a command that reads or changes it once: ``connect_redis``, after a
+    ``PING`` has answered, so that a Redis that is down or refuses the login fails the
+    command with one line naming it instead of a traceback from the first command.
+
+    Raises:
+        TransportError: Redis did not answer the ``PING`` or refused it.
+        ConfigurationError: the Redis TLS settings are inconsistent.
+    """
+    where = f"Redis at {mask_url(settings.redis_url)} (--redis, REGIONBUS_REDIS_URL)"
+    with redis_errors(where):
+        probe = redis.Redis.from_url(settings.redis_url, **redis_options(settings))
+        try:
+            probe.ping()
+        finally:
+            probe.close()
+        return connect_redis(settings)
+
+
 def principal_store(settings: ServerSettings) -> PrincipalStore:
     """The principal store of the settings' namespace, over a secured Redis connection.
 
     Raises:
         ConfigurationError: the Redis TLS settings are inconsistent.
+        TransportError: Redis did not answer (:func:`cli_redis`).
     """
-    return PrincipalStore(connect_redis(settings), settings.namespace, cache_ttl_ms=0)
+    return PrincipalStore(cli_redis(settings), settings.namespace, cache_ttl_ms=0)
 
 
 def require_cluster_manage(settings: ServerSettings, store: PrincipalStore) -> str | None:
@@ -80,20 +102,18 @@ def require_cluster_manage(settings: ServerSettings, store: PrincipalStore) -> s
 
 def _settings(options: dict[str, Any]) -> ServerSettings:
     given = {k: v for k, v in options.items() if v is not None}
-    try:
-        return ServerSettings.load(**given)
-    except RegionBusError as exc:
-        raise click.UsageError(str(exc)) from exc
+    return ServerSettings.load(**given)
 
 
-_common = [
-    click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE]."),
-    click.option("--redis", "redis_url", help="Redis URL [env REGIONBUS_REDIS_URL]."),
+server_options = [
+    setting_option(ServerSettings, "namespace", "--namespace"),
+    setting_option(ServerSettings, "redis_url", "--redis"),
 ]
+"""``--namespace`` and ``--redis``, which every command that reads a site's Redis takes."""
 
 
 def _options(func: Any) -> Any:
-    for option in reversed(_common):
+    for option in reversed(server_options):
         func = option(func)
     return func
 
@@ -121,19 +141,17 @@ def user_add(
 ) -> None:
     """Add principal NAME (or replace its secret and permissions)."""
     settings = _settings(options)
-    try:
-        granted = [ResourcePermission.parse(p) for p in permissions]
-        store = principal_store(settings)
-        caller = require_cluster_manage(settings, store)
-        if secret_env:
-            secret = os.environ.get(secret_env, "")
-            if not secret:
-                raise click.UsageError(f"environment variable {secret_env} is empty or unset")
-        else:
-            secret = secrets.token_urlsafe(32)
+    granted = [ResourcePermission.parse(p) for p in permissions]
+    store = principal_store(settings)
+    caller = require_cluster_manage(settings, store)
+    if secret_env:
+        secret = os.environ.get(secret_env, "")
+        if not secret:
+            raise click.UsageError(f"environment variable {secret_env} is empty or unset")
+    else:
+        secret = secrets.token_urlsafe(32)
+    with redis_errors(f"adding principal {name}"):
         store.add(name, secret, granted)
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
     audit.info(
         "USER ADD principal=%s permissions=%s by=%s",
         name,
@@ -151,12 +169,10 @@ def user_add(
 def user_remove(name: str, **options: Any) -> None:
     """Remove principal NAME; servers refuse it within principal_cache_ttl_ms."""
     settings = _settings(options)
-    try:
-        store = principal_store(settings)
-        caller = require_cluster_manage(settings, store)
+    store = principal_store(settings)
+    caller = require_cluster_manage(settings, store)
+    with redis_errors(f"removing principal {name}"):
         removed = store.remove(name)
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
     if not removed:
         raise click.ClickException(f"no principal {name!r}")
     audit.info("USER REMOVE principal=%s by=%s", name, caller or "-")
@@ -168,15 +184,13 @@ def user_remove(name: str, **options: Any) -> None:
 def user_list(**options: Any) -> None:
     """List principals and their permissions (never secrets or keys)."""
     settings = _settings(options)
-    try:
-        store = principal_store(settings)
-        require_cluster_manage(settings, store)
-        for name in store.names():
-            principal = store.get(name)
-            if principal is not None:
-                click.echo(f"{name}\t{' '.join(map(str, principal.permissions)) or '-'}")
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+    store = principal_store(settings)
+    require_cluster_manage(settings, store)
+    with redis_errors("listing principals"):
+        principals = [(name, store.get(name)) for name in store.names()]
+    for name, principal in principals:
+        if principal is not None:
+            click.echo(f"{name}\t{' '.join(map(str, principal.permissions)) or '-'}")
 
 
-__all__ = ["principal_store", "require_cluster_manage", "user"]
+__all__ = ["cli_redis", "principal_store", "require_cluster_manage", "server_options", "user"]

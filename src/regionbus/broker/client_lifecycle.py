@@ -6,8 +6,8 @@ records and names the consumer group of its acks). A ping of a connection that l
 to another live one is answered ``TAKEN``, so that connection neither reconnects nor
 deletes anything when it closes. A client silent for ``maximum_time_between_pings_ms`` is
 treated as gone: a non-durable one is forgotten; a durable one keeps its queue and durable
-interest (seed 001, abnormal disconnect) for ``durable_client_timeout_s``, after which the
-reaper (one server at a time, by lease) unregisters it (SPEC §5).
+interest (docs/behaviour.md §5, abnormal disconnect) for ``durable_client_timeout_s``, after which
+the reaper (one server at a time, by lease) unregisters it (docs/behaviour.md §5).
 
 Forgetting a client has two halves. Every server forgets what it keeps of the client (its
 interest in the routing table, its proxy: queue address, depth and counters, and its
@@ -372,7 +372,7 @@ class ClientLifecycle:
 
     def expire_silent(self) -> None:
         """Treat a client silent for ``maximum_time_between_pings_ms`` as gone: drop a
-        non-durable one; keep a durable one's queue and durable interest (seed 001:
+        non-durable one; keep a durable one's queue and durable interest (docs/behaviour.md §5:
         abnormal disconnect) until its timeout. Silence is timed on this server's
         monotonic clock.
 

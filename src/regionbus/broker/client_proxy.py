@@ -10,7 +10,7 @@ A :class:`ClientProxy` is the one object through which this server deals with on
   `regionbus.broker.client_lifecycle`): connection, liveness, durable timeout;
 - a handle on its interest and CQ registrations here (:meth:`ClientProxy.registrations`);
 - the events this server queued for it and how many the client has acked (its queue's
-  depth against ``maximum_message_count``, SPEC §4), and its counters;
+  depth against ``maximum_message_count``, docs/behaviour.md §4), and its counters;
 - what is done to it: :meth:`ClientProxy.deliver` (read permission, capacity, counts),
   :meth:`ClientProxy.reply` and :meth:`ClientProxy.close`.
 
@@ -156,7 +156,7 @@ class ClientServices(NamedTuple):
         interest: The routing table of interest registrations.
         cqs: The routing table of continuous queries.
         security: Read permissions and client principals; None when security is off.
-        maximum_message_count: A queue's capacity in unacked events (SPEC §4; Geode's
+        maximum_message_count: A queue's capacity in unacked events (docs/behaviour.md §4; Geode's
             ``maximum-message-count``, default 230,000).
     """
 
@@ -271,7 +271,7 @@ class ClientProxy(QueueAccount):
 
         With ``region`` (and ``key``), only if it may read it (:meth:`may_read`: the
         caller checked already when it gives none). A queue counted at its capacity is
-        held first (SPEC §4): the writer's events for it, and its reply, wait in the
+        held first (docs/behaviour.md §4): the writer's events for it, and its reply, wait in the
         outbox.
 
         Returns:

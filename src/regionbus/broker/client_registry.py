@@ -10,15 +10,15 @@ hash), never a server's: a server's wall clock may step (NTP, a VM resumed, skew
 servers), and a durable client's timeout must not shrink or grow with it. Silence is not
 in the record at all: the server reading ``{ns}.control`` times it on its own monotonic
 clock (`regionbus.broker.client_lifecycle`). Connecting is one Lua
-script, so two processes racing for one client id cannot both win (SPEC §5: a second live
-client with the same durable id is refused; regionbus refuses a second live connection of
+script, so two processes racing for one client id cannot both win (docs/behaviour.md §5: a second
+live client with the same durable id is refused; regionbus refuses a second live connection of
 a non-durable id the same way: the id addresses its queue records and names the consumer
 group of its acks).
 
 A durable client that closes with ``keep_alive`` or goes silent (crash) stays registered,
 disconnected, for its ``durable_client_timeout_s``; the reaper (a singleton role, see
-:mod:`regionbus.runtime.leases`) then unregisters it (seed 001: "the servers unregister the client
-and do the same cleanup as for a non-durable client. The servers also log an alert").
+:mod:`regionbus.runtime.leases`) then unregisters it (docs/behaviour.md §5: the servers clean up as
+for a non-durable client, and log an alert).
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ def _generated_member_id() -> str:
 class GatewayQueueSpec(BaseModel):
     """How a cache server queues events for one gateway sender or async event queue.
 
-    The server only enqueues (SPEC §6, §7); the sender or dispatcher that reads the queue
-    is a separate worker (:mod:`gateways`) with its own settings.
+    The server only enqueues (docs/behaviour.md §6, §7); the sender or dispatcher that reads the
+    queue is a separate worker (:mod:`gateways`) with its own settings.
 
     Attributes:
         parallel: One queue partition per bucket, order kept per bucket (Geode parallel
@@ -46,7 +46,14 @@ class GatewayQueueSpec(BaseModel):
         forward_expiration_destroy: Async event queues: also queue the destroys made by entry
             expiration (Geode ``forward-expiration-destroy``, default False; Geode's
             ``AbstractGatewaySender.checkForDistribution``). Gateway senders never queue an
-            expiration event, whatever this says (SPEC §6).
+            expiration event, whatever this says (docs/behaviour.md §6).
+        queue_retention_ms: How long the queue topic keeps an event its sender or
+            dispatcher has not acknowledged, in ms, set when the topic is created. None
+            (the default) keeps it until acknowledged, as Geode keeps a queue's events
+            until dispatched (overflowing to disk). A time bounds the topic while the
+            remote site or the listener stays away, at the price of events older than it:
+            they are deleted unsent, and the sender resumes from the oldest one left. At
+            least one hour.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +62,7 @@ class GatewayQueueSpec(BaseModel):
     remote_distributed_system_id: int | None = Field(default=None, ge=1, le=255)
     event_filters: list[str] = Field(default_factory=list)
     forward_expiration_destroy: bool = False
+    queue_retention_ms: int | None = Field(default=None, ge=3_600_000)
 
 
 class OrderPolicy(enum.Enum):
@@ -244,7 +252,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
         region_async_event_queues: ``{region: [queue id, ...]}`` queues attached to a region.
         security_enabled: Authenticate every request (signed by the client, see
             ``regionbus.schemas.signing``) and authorize it by the principal's permissions. Off by
-            default for local development; on in the secured profile.
+            default for local development; on in the secured compose stack.
         allowed_skew_ms: Largest difference between a request's signing time and this
             server's clock, milliseconds (default 300000, Kerberos' 5 minutes). It must
             also cover how long a request may wait in ``{ns}.ops`` before a server reads

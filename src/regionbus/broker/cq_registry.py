@@ -5,7 +5,7 @@ the CQs in memory, grouped by region and by canonical query (`regionbus.schemas.
 in Redis (hash ``rb:{ns}:cqs:<client>``) for failover and durable clients, beside the
 client's interest. A change of a region is evaluated once per distinct canonical query,
 on its old and its new value, however many clients hold that query (Geode's
-``matchingCqMap``); the query operation it gives goes to every holder (SPEC §9).
+``matchingCqMap``); the query operation it gives goes to every holder (docs/behaviour.md §9).
 
 A client's CQs have a budget of the server's CPU time per change
 (:data:`MAX_CQ_EVALUATION_S_PER_CLIENT`): once a change's evaluation has spent it on the
@@ -230,7 +230,7 @@ class CqTable:
 
         Each canonical query of the region is evaluated once: on the new value (a create or
         update), and on the old one when there was one, giving the query operation of
-        every holder (SPEC §9 table). A value that does not decode, or a predicate that
+        every holder (docs/behaviour.md §9 table). A value that does not decode, or a predicate that
         cannot be evaluated on it, gives each holder an error match instead; so does a
         query whose every holder has spent its budget of this change's evaluation (the
         time of a query held by several clients counts for each of them).
@@ -300,7 +300,8 @@ class CqTable:
 
     def region_matches(self, region: str, kind: EventKind) -> dict[str, list[CqMatch]]:
         """A region clear or destroy reaches every CQ of the region that runs (in any
-        bucket), as REGION_CLEAR or REGION_DESTROY; a region invalidate none (SPEC §3)."""
+        bucket), as REGION_CLEAR or REGION_DESTROY; a region invalidate none (docs/behaviour.md
+        §3)."""
         operation = region_query_operation(kind)
         if operation is None:
             return {}

@@ -1,7 +1,7 @@
 """What follows an applied change, in one place and one order, whatever made the change.
 
 An entry change a client asked for, an entry expiration and a region change (clear,
-destroy, invalidate) all end the same way, in the order of a Geode server (SPEC §1:
+destroy, invalidate) all end the same way, in the order of a Geode server (docs/behaviour.md §1:
 apply, server ``CacheListener``s, distribution):
 
 1. the server's listeners (not for a recognised duplicate: they heard it the first time);

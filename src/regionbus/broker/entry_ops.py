@@ -5,7 +5,7 @@ The entry operations of one poll batch are applied to Redis in one pipelined rou
 Lua scripts (entry versions, duplicate detection by EventID, fencing epochs); a region with
 server writers takes its changes one at a time, as each writer must see the state before
 its change. What follows each applied change is `regionbus.broker.distribution`'s, then
-its originator gets the reply (SPEC §1: writer -> apply -> listeners -> distribution).
+its originator gets the reply (docs/behaviour.md §1: writer -> apply -> listeners -> distribution).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Entry expiration: each bucket's primary finds the due entries, and expires them through
-``{ns}.ops`` like any change (SPEC §1; Geode ``EntryExpiryTask``).
+``{ns}.ops`` like any change (docs/behaviour.md §1; Geode ``EntryExpiryTask``).
 
 How it works:
 

@@ -1,5 +1,5 @@
 """The cache server's side of gateways: queue each distributable event for every gateway
-sender and async event queue attached to its region (SPEC §6, §7).
+sender and async event queue attached to its region (docs/behaviour.md §6, §7).
 
 The server calls :meth:`GatewayEnqueuer.enqueue` for each applied entry event (duplicates
 included: a re-processed operation re-emits the same EventID, which the remote site and the
@@ -18,10 +18,11 @@ from regionbus.schemas.codec import encode
 from regionbus.schemas.hooks import GatewayEventFilter, load_hook
 from regionbus.schemas.messages import Event, EventKind
 from regionbus.schemas.naming import Topics, bucket_of
+from regionbus.schemas.topics import KEEP_UNTIL_ACKED, TopicSpec, acked_queue_spec
 
 DISTRIBUTABLE_KINDS = frozenset({EventKind.CREATE, EventKind.UPDATE, EventKind.DESTROY})
-"""Entry create, update and distributed destroy (seed 002). Not invalidate, region events,
-gets or local operations (these never reach the queues).
+"""Entry create, update and distributed destroy (docs/behaviour.md §6). Not invalidate, region
+events, gets or local operations (these never reach the queues).
 
 Expiration events (``Event.expiration``) never go to a gateway sender, and an expiration
 destroy goes to an async event queue only when its ``forward_expiration_destroy`` is set
@@ -98,6 +99,7 @@ class GatewayEnqueuer:
         self.total_buckets = settings.total_buckets
         topics = Topics(settings.namespace)
         self._partitions: dict[str, int] = {}
+        self._retention_ms: dict[str, int] = {}
         self._by_region: dict[str, list[_Target]] = {}
         built: dict[str, _Target] = {}
 
@@ -118,6 +120,8 @@ class GatewayEnqueuer:
                     async_queue and spec.forward_expiration_destroy,
                 )
                 self._partitions[topic] = partitions
+                if spec.queue_retention_ms is not None:
+                    self._retention_ms[topic] = spec.queue_retention_ms
             return built[topic]
 
         for region, sender_ids in settings.region_gateway_senders.items():
@@ -137,6 +141,14 @@ class GatewayEnqueuer:
     def topics(self) -> dict[str, int]:
         """``{queue topic: partitions}`` the server must create at start."""
         return dict(self._partitions)
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """The queue topics the server must create at start, with their partitions and
+        retention (kept until acknowledged, unless the queue's spec bounds it)."""
+        return [
+            acked_queue_spec(topic, partitions, self._retention_ms.get(topic, KEEP_UNTIL_ACKED))
+            for topic, partitions in self._partitions.items()
+        ]
 
     def __bool__(self) -> bool:
         return bool(self._by_region)

@@ -207,7 +207,7 @@ class OperationHandlers:
         """Clear, destroy or invalidate a region: writers (none for an invalidate, as Geode's
         ``CacheWriter`` has no ``beforeRegionInvalidate``), apply in the region's bucket,
         listeners, distribution to every client with interest in the region (not for an
-        invalidate: SPEC §3, see `CacheClientNotifier.region_event`)."""
+        invalidate: docs/behaviour.md §3, see `CacheClientNotifier.region_event`)."""
         assert op.event_id is not None
         expected = region_bucket(op.region, self._settings.total_buckets)
         if bucket != expected:
@@ -291,8 +291,8 @@ class OperationHandlers:
     # --- interest ----------------------------------------------------------------------
 
     def register_interest(self, op: Operation, bucket: int, offset: int) -> None:
-        """Register interest in this bucket and answer with its bulk load (SPEC §3): the
-        registration happens at this point of the bucket's order, so every later change
+        """Register interest in this bucket and answer with its bulk load (docs/behaviour.md §3):
+        the registration happens at this point of the bucket's order, so every later change
         is routed to the client (invariant 3). The bulk load of a key list is read here,
         at the same point; that of every key or a regex is read a page at a time on the
         loop's later turns (:mod:`regionbus.broker.initial_results`)."""
@@ -358,7 +358,7 @@ class OperationHandlers:
         with the bucket's entries in its result set when asked (Geode
         ``executeWithInitialResults``): the snapshot and the start of delivery happen at
         the same point, so the initial results and the events after them leave no gap
-        (SPEC §9). With initial results that point is the execution's turn among the
+        (docs/behaviour.md §9). With initial results that point is the execution's turn among the
         loop's paced loads (:mod:`regionbus.broker.initial_results`), not this one.
 
         Raises:
@@ -451,7 +451,7 @@ class OperationHandlers:
 
     def ready_for_events(self, op: Operation, bucket: int, offset: int) -> None:
         """Write this bucket's marker into the client's queue: what the queue holds of this
-        bucket before it was queued while the client was away (seed 001, step 1)."""
+        bucket before it was queued while the client was away (docs/behaviour.md §5, step 1)."""
         connection_id = op.event_id.member if op.event_id is not None else None
         self._notifier.marker(
             Marker(op.client_id, wall_clock_ms(), bucket, connection_id), op.kafka_principal

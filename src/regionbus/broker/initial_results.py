@@ -10,7 +10,7 @@ that work waits in a :class:`regionbus.broker.pacing.FairQueue` and runs, a boun
 of loads at once, for at most ``initial_results_budget_ms`` of each turn of the loop;
 then the loop reads operations again.
 
-How a paged load stays gap-free (SPEC §3, §4). The registration takes effect when its
+How a paged load stays gap-free (docs/behaviour.md §3, §4). The registration takes effect when its
 operation is processed, in the bucket's order (Geode registers interest before it sends
 the initial snapshot): every change of the bucket from then on is routed to the client.
 The bucket's entries are then read a page at a time (``HSCAN``,

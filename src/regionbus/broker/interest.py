@@ -5,7 +5,7 @@ durable clients. A registration is installed bucket by bucket, in the order of t
 bucket's operations, so routing in a bucket starts exactly where its bulk-load snapshot
 was taken (invariant 3 of ARCHITECTURE.md). The server routes to the **union** of a
 client's registrations; a client gets values when any matching registration has
-``receive_values=True`` (SPEC §3).
+``receive_values=True`` (docs/behaviour.md §3).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class InterestTable:
     A registration is active in the buckets it was installed in (one by one, in each
     bucket's operation order), or in every bucket when loaded after a failover. A client
     is routed the **union** of its registrations, with values when any matching one wants
-    them (SPEC §3).
+    them (docs/behaviour.md §3).
     """
 
     def __init__(self) -> None:

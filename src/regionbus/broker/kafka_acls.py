@@ -14,7 +14,7 @@ logs in as its own Kafka user, which holds exactly one of these sets:
   So a client can read the queue records and replies of the clients of its own Kafka user
   only (its partition holds theirs too), write into no queue or reply topic, and read,
   commit or delete no other client's groups; what it may do to regions is then checked by
-  the servers (signed requests and permissions, README "Security").
+  the servers (signed requests and permissions, docs/security.md).
 - :func:`gateway_sender_acls` (on the sender's own Kafka) and
   :func:`gateway_sender_remote_acls` (on the remote site's Kafka): read its queue
   ``{ns}.gw.<sender>``; create and write the remote receiver's inbound topic and create and

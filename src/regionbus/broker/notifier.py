@@ -2,12 +2,12 @@
 
 Geode's ``CacheClientNotifier``: an event is routed once, by the interest registry, to
 every client with a matching registration in its bucket except the originator, as a value
-or, for a client that registered with ``receive_values=False``, as an invalidation (SPEC
-§3). Every event also goes to ``{ns}.events`` (Spark, peers). Region clears and destroys go
-to every client with any interest in the region.
+or, for a client that registered with ``receive_values=False``, as an invalidation
+(docs/behaviour.md §3). Every event also goes to ``{ns}.events`` (Spark, peers). Region clears and
+destroys go to every client with any interest in the region.
 
-Continuous queries (SPEC §9) are evaluated here too, by the CQ registry, and what a change
-does to a client's CQs goes to its subscription queue as a ``CqEvent`` beside the interest
+Continuous queries (docs/behaviour.md §9) are evaluated here too, by the CQ registry, and what a
+change does to a client's CQs goes to its subscription queue as a ``CqEvent`` beside the interest
 event (:meth:`CacheClientNotifier.queue_cq_events`): a change matching both a client's
 interest and one of its CQs reaches both its region listeners and its CQ listeners, as in
 Geode; unlike interest events, CQ events reach the originator too (Geode
@@ -17,8 +17,8 @@ group does.
 
 Each client is served through its :class:`regionbus.broker.client_proxy.ClientProxy`, which
 knows where its queue is and how full it is, and delivers to it. Capacity is checked when
-an event is queued (SPEC §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client whose
-queue holds ``maximum_message_count`` unacked events holds the writers of its events (their
+an event is queued (docs/behaviour.md §4; Geode ``HARegionQueue`` / ``CacheClientProxy``): a client
+whose queue holds ``maximum_message_count`` unacked events holds the writers of its events (their
 events for it, and their replies, wait in the outbox) until the client acks or
 ``maximum_queue_full_wait_ms`` has passed; then its queue may grow (not held for again
 until it drains below the capacity), or, if the operator chose
@@ -275,7 +275,7 @@ class CacheClientNotifier:
         """Distribute an applied region clear or destroy to every client with any interest
         in the region, except the originator. A region invalidate goes to the applied-event
         log only: "Region invalidation in the server is not forwarded to the client" (Geode
-        documentation, *How Client/Server Distribution Works*; SPEC §3)."""
+        documentation, *How Client/Server Distribution Works*; docs/behaviour.md §3)."""
         payload = encode(event)
         self._outbox.produce(self._topics.events, payload, None, partition=bucket)
         if event.kind is EventKind.REGION_INVALIDATE:
@@ -328,7 +328,7 @@ class CacheClientNotifier:
 
     def marker(self, marker: Marker, kafka_principal: str | None) -> None:
         """Put a durable client's marker into its queue after what was queued while it was
-        away (seed 001)."""
+        away (docs/behaviour.md §5)."""
         self._outbox.queue(self.serve(marker.client_id, kafka_principal), encode(marker))
 
     # --- capacity ----------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Named per region in the server's ``plugins`` setting as ``"package.module:ClassName"`` (a
 class may be both a writer and a listener), or handed to the server in code. Writers run
 before an entry or region change is applied and abort it by raising; listeners run after
-it, and one that fails is logged while the others still run (SPEC §1).
+it, and one that fails is logged while the others still run (docs/behaviour.md §1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The full subscription queues of a server, each holding back only its own writers.
 
-A queue that holds ``maximum_message_count`` unacked events is full (SPEC §4; Geode
+A queue that holds ``maximum_message_count`` unacked events is full (docs/behaviour.md §4; Geode
 ``HARegionQueue``): the operations whose events go to it wait until its client acks or
 ``maximum_queue_full_wait_ms`` has passed, as a Geode put blocks on a full queue. Only
 those: the server loop goes on, so writers whose events go elsewhere, and clients whose

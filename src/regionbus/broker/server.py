@@ -1,6 +1,6 @@
 """The cache server: a loop that reads operations and hands them to its named parts.
 
-Where an operation goes (README "How an operation travels"):
+Where an operation goes (docs/development.md, "How an operation travels"):
 
 1. It enters from partition ``bucket`` of ``{ns}.ops`` (client lifecycle messages from
    ``{ns}.control``), read by the bucket's primary (:mod:`regionbus.broker.ownership`), checked at
@@ -65,7 +65,6 @@ from regionbus.schemas.kafka_outage import KafkaOutage, quiet_config
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.topics import (
-    acked_queue_spec,
     queue_retention_ms,
     server_topic_specs,
 )
@@ -209,7 +208,7 @@ class CacheServer(BackgroundWorker):
                     s.client_topic_partitions,
                     queue_retention_ms(s.max_durable_client_timeout_s),
                 ),
-                *(acked_queue_spec(name, n) for name, n in self._gateways.topics.items()),
+                *self._gateways.topic_specs(),
             ],
             check_interval_s=s.message_sync_interval_s,
         )

@@ -17,15 +17,23 @@ or name a subclass that knows its database in the ``plugins`` setting::
 A text or number column's value is stored as JSON, a binary column's as bytes
 (`regionbus.broker.loading.loaded_bytes`); no row means no value (the get answers None and
 nothing is created).
+
+Needs the package's ``sql`` extra (SQLAlchemy): without it, importing this module raises
+:class:`regionbus.schemas.errors.ExtraNotInstalledError`, and a server whose ``plugins``
+name a subclass fails to start with a ``ConfigurationError`` saying so.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
 from regionbus.schemas.callbacks import CacheLoader, LoaderHelper
+from regionbus.schemas.errors import ExtraNotInstalledError
+
+try:
+    import sqlalchemy as sa
+except ImportError as missing:
+    raise ExtraNotInstalledError("the SQL cache loader", "sql", ("sqlalchemy",)) from missing
 
 
 class SqlLoader(CacheLoader):

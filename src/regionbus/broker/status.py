@@ -97,7 +97,7 @@ class QueueStatus:
 
 @dataclass(frozen=True)
 class DurableClientStatus:
-    """A durable client the servers keep (SPEC §5).
+    """A durable client the servers keep (docs/behaviour.md §5).
 
     Attributes:
         client_id: The durable client id.

@@ -84,7 +84,7 @@ class ClientCache:
     its Kafka principal (making them if it is the principal's first client), starts reading
     its replies, and announces itself to the servers.
 
-    A **durable** client (``durable_client_id``, SPEC §5) keeps its queue and durable
+    A **durable** client (``durable_client_id``, docs/behaviour.md §5) keeps its queue and durable
     interest on the servers while away, for ``durable_client_timeout_s``. Its queue is not
     read until :meth:`ready_for_events`; the events queued while it was away are then
     replayed to listeners without changing the cache, up to the marker, where every
@@ -355,7 +355,7 @@ class ClientCache:
     def query_service(self) -> QueryService:
         """The queries of this cache (Geode ``ClientCache.getQueryService``): one-shot
         ``new_query`` and continuous ``new_cq``, ``get_cqs``, ``execute_cqs``,
-        ``stop_cqs``, ``close_cqs``, ``get_all_durable_cqs_from_server`` (SPEC §9)."""
+        ``stop_cqs``, ``close_cqs``, ``get_all_durable_cqs_from_server`` (docs/behaviour.md §9)."""
         return self._query_service
 
     # --- subscription ------------------------------------------------------------------
@@ -436,7 +436,8 @@ class ClientCache:
     def _reinitialize(self) -> None:
         """The servers no longer know this client (it was silent past the ping limit, or
         a durable client past its timeout): connect again and, if the queue is gone,
-        re-fetch every region's entries of interest without listener events (SPEC §3)."""
+        re-fetch every region's entries of interest without listener events (docs/behaviour.md
+        §3)."""
         log.warning("client %s is unknown to the servers: re-initialising", self.client_id)
         queue_end = self.pool.queue_end()
         self.client_state = self._connect()
@@ -460,10 +461,10 @@ class ClientCache:
 
         Args:
             keep_alive: For a durable client, keep its queue and durable interest on the
-                servers for ``durable_client_timeout_s`` (SPEC §5); False removes them at
-                once. A non-durable client's queue and interest are always removed.
+                servers for ``durable_client_timeout_s`` (docs/behaviour.md §5); False removes
+                them at once. A non-durable client's queue and interest are always removed.
 
-        The cache stays readable afterwards (seed 001, "disconnected but operational"):
+        The cache stays readable afterwards (docs/behaviour.md §1: a disconnected client reads):
         local entries can be read; every update raises ``UnconnectedError``. Every CQ is
         closed here (its listeners' ``close`` runs); the servers keep a durable client's
         durable CQs with ``keep_alive``.

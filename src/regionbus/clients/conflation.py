@@ -1,4 +1,4 @@
-"""Subscription conflation's rule (SPEC §4, Geode client ``conflate-events``): which of
+"""Subscription conflation's rule (docs/behaviour.md §4, Geode client ``conflate-events``): which of
 the events a client read together are updates a newer update of the same key supersedes.
 
 The subscription queue (`regionbus.clients.subscription`) applies it to each poll's

@@ -3,8 +3,8 @@ r"""``CqQuery``: one continuous query of a client (Geode ``CqQuery`` / ``ClientC
 A CQ is created STOPPED by ``QueryService.new_cq``. ``execute`` registers it in every
 bucket (each bucket's primary starts delivering at that point of the bucket's order);
 ``execute_with_initial_results`` also returns the entries in its result set at that point,
-so together with the events that follow there is no gap (SPEC §9). Events that arrive while
-an execute is under way are held and handed to the listeners, in order, once it returned
+so together with the events that follow there is no gap (docs/behaviour.md §9). Events that arrive
+while an execute is under way are held and handed to the listeners, in order, once it returned
 (Geode ``ClientCQImpl.executeWithInitialResults`` queues them the same way). ``stop`` keeps
 the CQ on the servers and delivers nothing; ``close`` removes it for good.
 
@@ -42,7 +42,8 @@ log = logging.getLogger("regionbus.client")
 Operation = EventKind
 """Geode's ``Operation`` for CQ events: a CQ event's ``base_operation`` (the region change:
 CREATE, UPDATE, DESTROY, INVALIDATE, REGION_CLEAR, REGION_DESTROY) and its
-``query_operation`` (CREATE, UPDATE, DESTROY, REGION_CLEAR, REGION_DESTROY; SPEC §9)."""
+``query_operation`` (CREATE, UPDATE, DESTROY, REGION_CLEAR, REGION_DESTROY; docs/behaviour.md
+§9)."""
 
 
 class CqState(enum.Enum):
@@ -221,7 +222,7 @@ class CqQuery:
     Attributes:
         name: Its name, unique within the client.
         query_string: The query as written.
-        is_durable: Kept by the servers while a durable client is away (SPEC §9).
+        is_durable: Kept by the servers while a durable client is away (docs/behaviour.md §9).
         cq_attributes: Its listeners.
         statistics: Its event counters (events, inserts, updates, deletes).
     """

@@ -2,11 +2,11 @@
 registration reaches the server and the local copy, and how it is made again.
 
 The region keeps its registrations in order, so that after a non-HA failover (the
-client's subscription queue is gone, SPEC §3) it can clear its local copy and register
+client's subscription queue is gone, docs/behaviour.md §3) it can clear its local copy and register
 each again. Registering drops the local entries it may affect, adds the registration on
 the server, then bulk-loads the matching entries per its ``InterestResultPolicy`` without
-firing a listener (seed 000); `regionbus.clients.local_store.LocalStore` keeps keys destroyed
-meanwhile from being revived (seed 001).
+firing a listener (docs/behaviour.md §3); `regionbus.clients.local_store.LocalStore` keeps keys
+destroyed meanwhile from being revived (docs/behaviour.md §5).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 Every local change carries the region-wide entry version the server assigned, so a stale
 value (an interest bulk-load answer, or a late reply racing a newer event) never overwrites
 a newer one. A destroyed key leaves a tombstone (a bounded number of them) for the same
-reason, and a region clear remembers its version (SPEC §5: an entry marked destroyed is not
-updated by an interest response).
+reason, and a region clear remembers its version (docs/behaviour.md §5: an entry marked destroyed is
+not updated by an interest response).
 
 During an interest registration, keys destroyed meanwhile are never revived by the
-registration's answer (seed 001, "Application Operations During Interest Registration").
+registration's answer (docs/behaviour.md §5, interest responses during registration).
 During a durable client's replay, events reach listeners without changing the cache; a key
 seen created in replay is remembered, so its later events reach listeners as changes of an
 existing entry although the cache never held it.
@@ -443,8 +443,8 @@ class LocalStore:
 
     def begin_registration(self, keys: Iterable[str] | None) -> None:
         """Start an interest registration: silently drop the local entries it may affect
-        (the given keys, or every entry for ``None``: all keys or a regex; seed 000 step 1)
-        and watch for destroys until `end_registration`."""
+        (the given keys, or every entry for ``None``: all keys or a regex; docs/behaviour.md §3 step
+        1) and watch for destroys until `end_registration`."""
         with self._lock:
             self.drop(keys)
             self._registering += 1
@@ -464,9 +464,9 @@ class LocalStore:
             return self._registered_at.get(bucket)
 
     def load(self, entry: Entry) -> bool:
-        """Apply one bulk-load entry of a registration answer (no listener), by seed 001's
-        rules made version-aware: an entry destroyed meanwhile is not revived; a valid
-        local value is kept unless the answer is newer; an invalid local entry takes a
+        """Apply one bulk-load entry of a registration answer (no listener), by the rules of
+        docs/behaviour.md §5, made version-aware: an entry destroyed meanwhile is not revived; a
+        valid local value is kept unless the answer is newer; an invalid local entry takes a
         valid value of the same or a newer version.
 
         Returns:
@@ -514,7 +514,7 @@ class LocalStore:
 
     def reset(self) -> None:
         """Forget everything (the subscription queue was lost: interest is registered again
-        from scratch, SPEC §3 non-HA failover)."""
+        from scratch, docs/behaviour.md §3 non-HA failover)."""
         with self._lock:
             self._clear()
             self._tombstones.clear()

@@ -65,7 +65,7 @@ class QueryService:
             query: ``SELECT * | expr [AS name], ... FROM /region[.entries | .keys]
                 [[AS] alias] [WHERE predicate] [ORDER BY expr [ASC | DESC], ...]
                 [LIMIT n]``, with ``$1``, ``$2``, ... where a literal, an ``IN``
-                collection or the LIMIT may stand; the predicates of CQs (SPEC §9).
+                collection or the LIMIT may stand; the predicates of CQs (docs/behaviour.md §9).
 
         Raises:
             QueryInvalidError: the query does not parse or is outside what runs (``rule``
@@ -85,7 +85,7 @@ class QueryService:
         Args:
             name: Unique within this client (at most 256 characters); None generates one.
             query: ``SELECT * FROM /region [alias] [WHERE predicate]`` (Geode's CQ subset
-                of OQL, SPEC §9).
+                of OQL, docs/behaviour.md §9).
             attributes: Its listeners.
             durable: Kept by the servers while this (durable) client is away, and its
                 events replayed before the marker at reconnect.

@@ -3,7 +3,7 @@
 ``CACHING_PROXY`` keeps entries locally and serves reads from them; ``PROXY`` keeps none
 and sends every read to the server (Geode ``ClientRegionShortcut``).
 
-Order of a change made here (SPEC §1): client ``CacheWriter`` (may abort) -> server
+Order of a change made here (docs/behaviour.md §1): client ``CacheWriter`` (may abort) -> server
 (server writer may abort -> apply -> server listeners -> distribution) -> only then this
 client's cache and listeners. An abort anywhere raises and changes nothing.
 
@@ -323,7 +323,7 @@ class Region(RegionServerOperations, RegionInterestOperations):
 
     def invalidate(self, key: str, callback_argument: bytes | None = None) -> None:
         """Drop the local value of a key, keeping the key. Local only: not sent to the server
-        (SPEC §1); the next ``get`` goes to the server.
+        (docs/behaviour.md §1); the next ``get`` goes to the server.
 
         Raises:
             EntryNotFoundError: the key is not held locally.
@@ -366,7 +366,7 @@ class Region(RegionServerOperations, RegionInterestOperations):
         every entry held here; ``after_region_invalidate`` fires here and in server
         listeners. Other clients get no event and keep what they cache: "Region
         invalidation in the server is not forwarded to the client" (Geode documentation,
-        *How Client/Server Distribution Works*; SPEC §3). Their next ``get`` of a key
+        *How Client/Server Distribution Works*; docs/behaviour.md §3). Their next ``get`` of a key
         they do not hold returns None.
 
         Raises:

@@ -1,4 +1,4 @@
-"""A region's interest registrations (SPEC §3; Geode ``Region.registerInterest`` and
+"""A region's interest registrations (docs/behaviour.md §3; Geode ``Region.registerInterest`` and
 ``registerInterestRegex``): what it asks of
 :class:`regionbus.clients.interest.RegionInterest`, which keeps them and loads their
 entries."""
@@ -31,9 +31,9 @@ class RegionInterestOperations:
         durable: bool = False,
         receive_values: bool = True,
     ) -> None:
-        """Register interest in keys, or in every key with :data:`ALL_KEYS` (SPEC §3).
+        """Register interest in keys, or in every key with :data:`ALL_KEYS` (docs/behaviour.md §3).
 
-        Steps (seed 000): the local entries of those keys are silently destroyed; the
+        Steps (docs/behaviour.md §3): the local entries of those keys are silently destroyed; the
         registration is added on the server (keys need not exist yet); then, per
         ``policy``, the matching entries are loaded before this returns, firing no
         listener. From then on every change of a matching key reaches this client.
@@ -105,7 +105,7 @@ class RegionInterestOperations:
 
     def reinitialize(self: _Region) -> None:
         """Clear the local cache and register this region's interest again, loading the
-        entries of interest; fires no listener (SPEC §3, non-HA failover: the client's
+        entries of interest; fires no listener (docs/behaviour.md §3, non-HA failover: the client's
         queue is gone).
 
         Raises:

@@ -78,7 +78,7 @@ def apply_server_event(
         )
         return Applied(entry_event, False)
     if kind is EventKind.REGION_INVALIDATE:
-        # Never pushed (SPEC §3); an event of it in a queue changes nothing here.
+        # Never pushed (docs/behaviour.md §3); an event of it in a queue changes nothing here.
         return Applied(None, False)
     if kind.is_region_event:
         if apply:

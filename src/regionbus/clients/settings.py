@@ -24,7 +24,7 @@ class ClientSettings(KafkaConnectionSettings):
         client_id: Id of this client (its queue records and replies are keyed by it, its
             acks are the consumer group ``{ns}.client.<client_id>``); generated when None.
             Must be legal in a Kafka topic name.
-        durable_client_id: Makes the client durable under this id (SPEC §5); it then is
+        durable_client_id: Makes the client durable under this id (docs/behaviour.md §5); it then is
             the client id.
         durable_client_timeout_s: How long the servers keep a durable client's queue while
             it is away (Geode ``durable-client-timeout``, default 300 s).

@@ -12,8 +12,8 @@ commits that place at once as its first ack.
 
 A durable client's queue starts *replaying*: when the client is ready for events, each
 bucket's server writes a marker into the queue, and the events of a bucket before its marker
-are replay (seed 001: handed to listeners, not applied to the cache). Once the markers of
-every bucket from this connection have been read, the client is live.
+are replay (docs/behaviour.md §5: handed to listeners, not applied to the cache). Once the markers
+of every bucket from this connection have been read, the client is live.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class SubscriptionQueue:
         total_buckets: The number of buckets (so of markers to wait for).
         tracker: Message tracking state to continue with (after a re-initialisation).
         cq_tracker: Message tracking state of CQ events to continue with.
-        conflate: Subscription conflation (SPEC §4): of several updates of one key read
+        conflate: Subscription conflation (docs/behaviour.md §4): of several updates of one key read
             together, only the last is delivered; creates, destroys, invalidates, region
             events and markers never are dropped.
         kafka_outage: The client's Kafka outage tracker, which the queue consumer reports
@@ -433,7 +433,7 @@ class SubscriptionQueue:
                     continue
                 if isinstance(item, _QUEUED):
                     # A record for several clients holds its own changes too: the server
-                    # never returns a change to the client that made it (SPEC §3).
+                    # never returns a change to the client that made it (docs/behaviour.md §3).
                     if not (shared and type(item) is Event and item.originator == client_id):
                         keep(item)
                 else:

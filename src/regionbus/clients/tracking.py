@@ -1,4 +1,4 @@
-"""Client message tracking: drop events already seen (SPEC §2, seed 000).
+"""Client message tracking: drop events already seen (docs/behaviour.md §2).
 
 For each (member, thread, bucket) the tracker keeps the highest sequence id seen; an event
 whose sequence id is not above it is a duplicate. Entries idle for longer than

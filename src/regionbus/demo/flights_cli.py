@@ -5,6 +5,7 @@ stack it starts, SIGTERM, and the printed report); the replay itself is
 from __future__ import annotations
 
 import gc
+import logging
 import signal
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from regionbus.demo.flights import (
 )
 from regionbus.demo.flights_run import DEFAULT_LOG_DIR, DemoStatus, RunLogs
 from regionbus.devstack import LocalStack
+from regionbus.runtime.cli_options import CommandError, with_logging
 from regionbus.runtime.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from regionbus.schemas.errors import RegionBusError
 
@@ -98,7 +100,14 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     show_default=True,
     help="Simulated seconds per real second; 0 = as fast as possible.",
 )
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Site namespace.")
+# Not REGIONBUS_NAMESPACE: the replay clears its region first, and the variable a user
+# exported for a site (regionbus stack prints it) must not point it at that site's data.
+@click.option(
+    "--namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="Namespace the replay uses; its region flights is cleared first.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-verify", is_flag=True, help="Skip the end-of-replay checks.")
 @click.option(
@@ -151,6 +160,8 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     show_default=True,
     help="Seconds between progress lines when no progress bar is drawn.",
 )
+# WARNING without -v: the replay's own lines and progress bar are the output
+@with_logging(logging.WARNING)
 def flights_command(
     days: int | None,
     carrier: str,
@@ -227,7 +238,7 @@ def flights_command(
             finally:
                 logs.keep_stack_logs(stack)
     except RegionBusError as exc:
-        raise click.ClickException(f"{exc} (logs: {logs.path})") from exc
+        raise CommandError(f"{exc} (logs: {logs.path})") from exc
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_report(report, console)

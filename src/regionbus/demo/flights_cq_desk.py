@@ -1,4 +1,4 @@
-"""The flights demo's CQ desk: continuous queries instead of interest (SPEC §9).
+"""The flights demo's CQ desk: continuous queries instead of interest (docs/behaviour.md §9).
 
 It holds no interest at all. Two continuous queries keep live result sets, as a delay desk
 would:

@@ -7,12 +7,12 @@ Each desk is its own :class:`clients.ClientCache` with a ``CACHING_PROXY`` regio
 - the **airport desk** registers the list of keys of every flight departing its airport;
 - the **dashboard** is "today's board" with ``receive_values=False``: for each published
   day it registers that day's keys (policy ``KEYS``, so they load as invalid entries) and
-  drops the previous day's registration. Per SPEC §3 it then gets invalidates for the
+  drops the previous day's registration. Per docs/behaviour.md §3 it then gets invalidates for the
   day's departures and arrivals and destroys for its cancellations;
 - the **CQ desk** (:class:`regionbus.demo.flights_cq_desk.CqDesk`) holds no interest but
   continuous queries, each keeping a live result set (flights delayed over an hour);
 - the **operations desk** (:class:`regionbus.demo.flights_operations_desk.OperationsDesk`) is a
-  *durable client* (SPEC §5) with durable interest in the keys of every flight arriving
+  *durable client* (docs/behaviour.md §5) with durable interest in the keys of every flight arriving
   at one destination airport. When a given day is published it closes with
   ``keep_alive`` (its subscription queue and durable interest stay on the server); when a
   later day is published it reconnects on a thread of its own, as a new

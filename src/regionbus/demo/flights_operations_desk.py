@@ -1,5 +1,5 @@
-"""The durable operations desk of the flights demo (SPEC §5): a durable client that goes
-away while days are published and comes back to have the queued events replayed.
+"""The durable operations desk of the flights demo (docs/behaviour.md §5): a durable client that
+goes away while days are published and comes back to have the queued events replayed.
 
 It records every event's key, version and phase (:class:`regionbus.demo.flights_desks.DurableLog`)
 for :mod:`regionbus.demo.flights_verify`: what replay delivered, what was applied live, and the
@@ -37,7 +37,7 @@ class _DurableListener(CountingListener):
 
     Replay is told apart by the cache's ``subscription_stats.replayed`` counter, which the
     queue thread raises just before it hands a replayed event to the region: every
-    replayed event reaches listeners exactly once (SPEC §5).
+    replayed event reaches listeners exactly once (docs/behaviour.md §5).
     """
 
     def __init__(

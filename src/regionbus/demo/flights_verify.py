@@ -6,7 +6,7 @@
 - the dashboard holds exactly the server keys of the day it shows last, all invalid;
 - the CQ desk's checks (live result sets against pandas) are
   :func:`regionbus.demo.flights_cq_desk.verify_cq_desk`'s;
-- the durable operations desk (SPEC §5) got, over both its connections, every change of
+- the durable operations desk (docs/behaviour.md §5) got, over both its connections, every change of
   each of its keys exactly once and in order (strictly increasing versions, as many as
   the key's operations), in phases that never go backwards (first connection, replay
   before the marker, live), with a non-empty replay when it was away;

@@ -2,7 +2,7 @@
 
 The secured counterpart of :class:`regionbus.devstack.redis_server.EmbeddedRedis`, for tests and
 local trials
-of the secured profile: the default user is switched off, one ACL user is created from the
+of docker-compose.secured.yml: the default user is switched off, one ACL user is created from the
 command line (``--user NAME on >PASSWORD ~PATTERN &* +@all``), and with TLS files the plain
 port is closed and only ``--tls-port`` listens (Debian's ``redis-server`` is built with TLS).
 """

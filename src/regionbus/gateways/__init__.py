@@ -1,4 +1,4 @@
-"""Multi-site gateways and async event queues (SPEC §6, §7).
+"""Multi-site gateways and async event queues (docs/behaviour.md §6, §7).
 
 - :mod:`regionbus.gateways.sender`: the gateway sender's processor (batches, acks, retries);
 - :mod:`regionbus.gateways.receiver`: the gateway receiver (apply, dedup, conflict resolution, ack);

@@ -1,4 +1,4 @@
-"""Async event queues: batches of region events to an ``AsyncEventListener`` (SPEC §7).
+"""Async event queues: batches of region events to an ``AsyncEventListener`` (docs/behaviour.md §7).
 
 Geode ``AsyncEventQueueImpl`` with ``GatewaySenderEventCallbackDispatcher``: the cache
 servers queue the region's create, update and distributed destroy events into
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field, field_validator
@@ -138,6 +139,7 @@ class AsyncEventQueueSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_ASYNC_EVENT_QUEUE_")
     config_section: ClassVar[str] = "async_event_queue"
+    env_renamed: ClassVar[Mapping[str, str]] = {"queue_id": "REGIONBUS_ASYNC_EVENT_QUEUE_ID"}
 
     queue_id: str
     namespace: str = "regionbus"
@@ -171,6 +173,12 @@ class AsyncEventQueue(QueueProcessor):
     def __init__(
         self, settings: AsyncEventQueueSettings, listener: AsyncEventListener | None = None
     ) -> None:
+        # The listener first: a queue that cannot load it refuses to start before it
+        # connects anywhere.
+        if listener is None:
+            if not settings.listener:
+                raise ConfigurationError("an async event queue needs a listener")
+            listener = load_hook(settings.listener, AsyncEventListener)
         super().__init__(
             role=dispatcher_role(settings.queue_id),
             namespace=settings.namespace,
@@ -187,10 +195,6 @@ class AsyncEventQueue(QueueProcessor):
             metrics_host=settings.metrics_host,
             liveness_timeout_s=settings.liveness_timeout_s,
         )
-        if listener is None:
-            if not settings.listener:
-                raise ConfigurationError("an async event queue needs a listener")
-            listener = load_hook(settings.listener, AsyncEventListener)
         self.settings = settings
         self.listener = listener
         self._resumed = threading.Event()

@@ -6,8 +6,8 @@ from regionbus.schemas.errors import RetriableError
 
 
 class RemoteSiteUnreachableError(RetriableError):
-    """The remote site's Kafka refused or did not take a batch in time (seed 002: "no
-    remote gateways are available"); the batch stays queued and is retried."""
+    """The remote site's Kafka refused or did not take a batch in time (docs/behaviour.md
+    §6: no remote site reachable); the batch stays queued and is retried."""
 
 
 class BatchApplyTimeoutError(RetriableError):

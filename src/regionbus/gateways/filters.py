@@ -69,7 +69,7 @@ class GatewayConflictResolver:
     Without a resolver, or when it allows the event, the default rule still holds at apply
     time (atomically in Redis): the later timestamp wins, on a tie the higher site id. A
     resolver can therefore keep the existing value or change the incoming one, but cannot
-    force an older event over a newer one (see README).
+    force an older event over a newer one (docs/gateways.md).
     """
 
     def on_event(self, event: TimestampedEntryEvent, helper: GatewayConflictHelper) -> None:

@@ -154,8 +154,8 @@ class GatewayAck(NamedTuple):
 
     @property
     def last_successful_index(self) -> int:
-        """Index of the last event before the first failure (-1 if the first failed),
-        the "last successful id" of seed 002; ``events_received - 1`` without failure."""
+        """Index of the last event applied before the first failure (-1 if the first
+        failed; docs/behaviour.md §6); ``events_received - 1`` without failure."""
         if not self.exceptions:
             return self.events_received - 1
         return min(e.event_index for e in self.exceptions) - 1

@@ -1,4 +1,4 @@
-"""The gateway receiver: applies batches from remote senders to this site (seed 002).
+"""The gateway receiver: applies batches from remote senders to this site (docs/behaviour.md §6).
 
 Geode ``GatewayReceiverCommand``: each event of a batch is applied to this site's regions
 as a distributed operation, so the site's clients, listeners and further gateway senders
@@ -17,11 +17,12 @@ the batches still applying (:mod:`regionbus.gateways.receiver_pipeline`). A send
 applied in their sequence (:mod:`regionbus.gateways.batch_sequence`); acks are not waited for.
 
 A region this site does not define: its events fail and are listed in the ack, so the
-sender drops them (SPEC §6; Geode's default ``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION``
-true). With ``keep_batch_until_region_exists`` the receiver instead keeps the batch unacked
-and applies it again every ``missing_region_retry_interval_ms`` until the region exists
-(Geode's ``gemfire.GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION=false``, which keeps
-resending a batch that failed); the events applied before are recognised by EventID then.
+sender drops them (docs/behaviour.md §6; Geode's default
+``GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION`` true). With ``keep_batch_until_region_exists`` the
+receiver instead keeps the batch unacked and applies it again every
+``missing_region_retry_interval_ms`` until the region exists (Geode's
+``gemfire.GatewaySender.REMOVE_FROM_QUEUE_ON_EXCEPTION=false``, which keeps resending a batch that
+failed); the events applied before are recognised by EventID then.
 
 Conflict resolution: the servers refuse, atomically at apply, an event from another site
 that is older than the entry's last change (timestamp, then site id). A pluggable

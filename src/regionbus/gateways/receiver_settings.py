@@ -3,6 +3,7 @@ worker that applies batches (:mod:`regionbus.gateways.receiver`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
@@ -42,7 +43,7 @@ class GatewayReceiverSettings(
         security_secret: That principal's secret (``regionbus user add``).
         keep_batch_until_region_exists: Keep a batch naming a region this site does not
             define, unacked, until the region exists (default False: its events are
-            reported failed and dropped, SPEC §6).
+            reported failed and dropped, docs/behaviour.md §6).
         missing_region_retry_interval_ms: Wait between two tries of a batch kept for a
             missing region.
         max_batches_applying: Most batches whose operations are sent to this site's
@@ -54,6 +55,7 @@ class GatewayReceiverSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_RECEIVER_")
     config_section: ClassVar[str] = "gateway_receiver"
+    env_renamed: ClassVar[Mapping[str, str]] = {"receiver_id": "REGIONBUS_GATEWAY_RECEIVER_ID"}
 
     receiver_id: str = "receiver"
     namespace: str = "regionbus"

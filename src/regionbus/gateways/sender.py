@@ -18,8 +18,8 @@ order (:mod:`regionbus.gateways.batch_sequence`). Failures:
   order, every event flagged ``possible_duplicate`` (the receiving site drops duplicates
   by EventID);
 - the remote site's Kafka does not take a batch: it and the unacked batches after it are
-  sent again, retried every ``retry_interval_ms`` (seed 002: five seconds) while the queue
-  grows (Kafka keeps it).
+  sent again, retried every ``retry_interval_ms`` (docs/behaviour.md §6: five seconds) while the
+  queue grows (Kafka keeps it).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ names and defaults where Geode has them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -52,7 +53,7 @@ class GatewaySenderSettings(
         ack_timeout_ms: Longest wait for a batch's ack before it is resent whole, flagged
             possible duplicate. Geode waits on its socket read timeout; 30 s here.
         max_batches_in_flight: Most batches sent and not yet acked at once (default 10).
-            1 is the stop-and-wait sender of seed 002. Geode sets no number: its serial
+            1 is the stop-and-wait sender of docs/behaviour.md §6. Geode sets no number: its serial
             dispatcher sends on while the ``AckReaderThread`` reads acks, bounded by the
             socket; here a window keeps a slow receiver from growing the inbound topic
             without end, and 10 batches of 100 events cover a WAN round trip at the
@@ -63,7 +64,7 @@ class GatewaySenderSettings(
             dispatchers, so the receiver applies a batch's buckets at once; with THREAD,
             or one partition, it applies the batch one event after the other.
         retry_interval_ms: Wait before retrying when the remote site cannot be reached
-            (seed 002: five seconds).
+            (docs/behaviour.md §6: five seconds).
         event_filters: ``"module:Class"`` ``GatewayEventFilter``s (``before_transmit``,
             ``after_acknowledgement``).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue and ack consumers:
@@ -75,6 +76,7 @@ class GatewaySenderSettings(
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
     config_section: ClassVar[str] = "gateway_sender"
+    env_renamed: ClassVar[Mapping[str, str]] = {"sender_id": "REGIONBUS_GATEWAY_SENDER_ID"}
 
     sender_id: str
     namespace: str = "regionbus"

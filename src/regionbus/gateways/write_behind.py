@@ -1,5 +1,9 @@
-"""A write-behind ``AsyncEventListener`` keeping a SQL table equal to a region (SPEC §7).
+"""A write-behind ``AsyncEventListener`` keeping a SQL table equal to a region (docs/behaviour.md
+§7).
 
+Needs the package's ``sql`` extra (SQLAlchemy): without it, importing this module raises
+:class:`regionbus.schemas.errors.ExtraNotInstalledError`, and an async event queue
+configured with this listener fails to start with a ``ConfigurationError`` saying so.
 Any database SQLAlchemy reaches (SQLite by default, PostgreSQL with ``postgresql://...``).
 Table ``<table_name>(region, key, value, serializer)``, primary key ``(region, key)``;
 ``value`` holds the entry's bytes as the region stores them. Each batch is one
@@ -13,22 +17,26 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import (
-    Column,
-    Engine,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    and_,
-    create_engine,
-    delete,
-    insert,
-    select,
-)
-
 from regionbus.gateways.async_event_queue import AsyncEvent, AsyncEventListener
+from regionbus.schemas.errors import ExtraNotInstalledError
 from regionbus.schemas.messages import EventKind
+
+try:
+    from sqlalchemy import (
+        Column,
+        Engine,
+        LargeBinary,
+        MetaData,
+        String,
+        Table,
+        and_,
+        create_engine,
+        delete,
+        insert,
+        select,
+    )
+except ImportError as missing:
+    raise ExtraNotInstalledError("the write-behind listener", "sql", ("sqlalchemy",)) from missing
 
 DEFAULT_URL_ENV = "REGIONBUS_WRITE_BEHIND_URL"
 """Environment variable naming the database when the listener is built with no arguments."""

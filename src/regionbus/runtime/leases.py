@@ -8,7 +8,7 @@ compare the epoch they are given with the counter and refuse a stale one, so a h
 that was paused past its lease (and replaced) can change nothing when it wakes up.
 
 Members register their start time; when a role is free, callers prefer the longest-lived
-live member (seed 004: the failover target is the longest-lived secondary).
+live member (docs/behaviour.md §4: the failover target is the longest-lived secondary).
 
 Redis errors are translated into :class:`TransportError` at this boundary.
 """

@@ -6,7 +6,8 @@ to and takes the records addressed to it:
 
 - a record for one client is keyed by its client id (UTF-8);
 - a record for several (the clients that share an interest, `regionbus.broker.audiences`) is
-  keyed by a NUL byte and the name of what they share, and lists them in the header
+  keyed by a NUL byte and the CRC-32, as 8 hex digits, of the name of what they share
+  (:func:`shared_key`), and lists them in the header
   :data:`RECIPIENTS_HEADER`: their ids, each between NUL bytes. No client id holds a NUL
   (`regionbus.schemas.naming.check_name`), so neither kind can be taken for the other.
 

@@ -37,6 +37,25 @@ class ConfigurationError(RegionBusError):
     """A setting is missing, malformed or inconsistent (raised at start-up)."""
 
 
+class ExtraNotInstalledError(ConfigurationError, ImportError):
+    """A feature needs an extra of the package that is not installed, e.g. write-behind
+    needs ``sql`` (SQLAlchemy): ``pip install 'regionbus[sql]'``. Also an ``ImportError``,
+    as it is raised where the feature's module is imported.
+
+    Attributes:
+        extra: The extra to install.
+        missing: The modules that are not installed.
+    """
+
+    def __init__(self, feature: str, extra: str, missing: tuple[str, ...]) -> None:
+        super().__init__(
+            f"{feature} needs the {extra} extra: pip install 'regionbus[{extra}]' "
+            f"({', '.join(missing)} not installed)"
+        )
+        self.extra = extra
+        self.missing = missing
+
+
 class SerializationError(RegionBusError):
     """A value or wire message could not be encoded or decoded."""
 
@@ -101,7 +120,7 @@ class DuplicateClientError(RegionBusError):
 
 
 class DuplicateDurableClientError(DuplicateClientError):
-    """Another live client already uses this durable client id (SPEC §5; Geode
+    """Another live client already uses this durable client id (docs/behaviour.md §5; Geode
     ``DuplicateDurableClient``). See :class:`DuplicateClientError` for when a connection
     counts as live.
     """

@@ -155,10 +155,10 @@ class Function:
         """Run once per bucket (``on_region``) or per server (``on_servers``), on a worker
         thread of the server, within the servers' ``function_timeout_ms`` (Geode
         ``Function.execute``). The server's one instance runs on several threads at once,
-        so it must be thread-safe, as Geode's. Send results through ``context.result_sender``; raise to
-        fail the execution (the caller gets ``FunctionError`` naming the exception;
-        ``FunctionInvocationTargetError`` asks for a re-execution of an ``is_ha``
-        function)."""
+        so it must be thread-safe, as Geode's. Send results through
+        ``context.result_sender``; raise to fail the execution (the caller gets
+        ``FunctionError`` naming the exception; ``FunctionInvocationTargetError`` asks for
+        a re-execution of an ``is_ha`` function)."""
         raise NotImplementedError
 
 

@@ -16,8 +16,8 @@ from regionbus.schemas.eventid import EventID
 
 
 class OperationKind(enum.Enum):
-    """What a client asks of the server (SPEC §1, §3); the ``EXPIRE_*`` kinds are what a
-    bucket's primary asks of itself. What each kind is (its scope, whether it is a change,
+    """What a client asks of the server (docs/behaviour.md §1, §3); the ``EXPIRE_*`` kinds are what
+    a bucket's primary asks of itself. What each kind is (its scope, whether it is a change,
     the permission it needs, ...) is its row in `regionbus.schemas.operation_kinds`."""
 
     PUT = "PUT"
@@ -90,7 +90,7 @@ class OperationKind(enum.Enum):
 
 
 class EventKind(enum.Enum):
-    """What an applied change is, as seen by subscribers (SPEC §3 table)."""
+    """What an applied change is, as seen by subscribers (docs/behaviour.md §3 table)."""
 
     CREATE = "CREATE"
     UPDATE = "UPDATE"
@@ -100,7 +100,7 @@ class EventKind(enum.Enum):
     REGION_DESTROY = "REGION_DESTROY"
     REGION_INVALIDATE = "REGION_INVALIDATE"
     """Every entry of the region lost its value; server listeners hear it, clients never
-    (SPEC §3)."""
+    (docs/behaviour.md §3)."""
 
     @property
     def is_region_event(self) -> bool:
@@ -265,8 +265,8 @@ class CqMatch(NamedTuple):
 
     Attributes:
         name: The CQ's name.
-        query_operation: CREATE, UPDATE, DESTROY, REGION_CLEAR or REGION_DESTROY (SPEC §9);
-            None when the CQ could not be evaluated on the change (``error`` says why).
+        query_operation: CREATE, UPDATE, DESTROY, REGION_CLEAR or REGION_DESTROY (docs/behaviour.md
+            §9); None when the CQ could not be evaluated on the change (``error`` says why).
         error: Why the CQ could not be evaluated, or None.
     """
 

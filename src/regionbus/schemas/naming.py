@@ -382,7 +382,8 @@ class RedisKeys:
 
     def region_gateway_versions(self, region: str, bucket: int) -> str:
         """Hash key -> ``"<timestamp_ms>|<site id>"`` of the last change of each entry of one
-        bucket, kept on multi-site members for gateway conflict resolution (SPEC §6)."""
+        bucket, kept on multi-site members for gateway conflict resolution (docs/behaviour.md
+        §6)."""
         return f"{self.bucket_prefix(bucket)}r:{region}:gwv"
 
     def region_expiry(self, region: str, bucket: int) -> str:

@@ -17,7 +17,7 @@ hold more than, what may be there:
   megabytes costs a consumer at most this much memory once.
 
 The settings are applied by `regionbus.schemas.kafka_clients` (clients) and
-`regionbus.schemas.topics` (topics); README "Topics" lists them with these reasons.
+`regionbus.schemas.topics` (topics); docs/operations.md, "Topics", lists them with these reasons.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ from:
 
 1. keyword arguments in code (and CLI options, which are passed that way);
 2. environment variables: the class's prefix plus the field name in upper case
-   (``REGIONBUS_LEASE_TTL_MS``); dicts and lists as JSON;
+   (``REGIONBUS_LEASE_TTL_MS``), except where the field name repeats the prefix
+   (:attr:`RegionBusSettings.env_renamed`: ``REGIONBUS_GATEWAY_SENDER_ID``, whose older
+   name ``REGIONBUS_GATEWAY_SENDER_SENDER_ID`` is still read, with a warning); dicts and
+   lists as JSON;
 3. the file named by ``REGIONBUS_CONFIG_FILE`` (or ``regionbus --config FILE``):
    - ``*.toml`` / ``*.yaml`` / ``*.yml``: one table per process kind (``[server]``,
      ``[client]``, ``[gateway_sender]``, ``[gateway_receiver]``, ``[async_event_queue]``)
@@ -26,6 +29,7 @@ and their explicit mapping to librdkafka keys (:data:`LIBRDKAFKA_KEYS`).
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import tomllib
@@ -34,10 +38,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 import yaml
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -46,6 +53,8 @@ from pydantic_settings import (
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.kafka_clients import client_config
 from regionbus.schemas.masking import MASK, is_secret_name, mask_text, mask_url, mask_value
+
+_log = logging.getLogger("regionbus.config")
 
 CONFIG_FILE_ENV = "REGIONBUS_CONFIG_FILE"
 """Environment variable naming the configuration file (TOML, YAML or dotenv)."""
@@ -84,6 +93,13 @@ class RegionBusSettings(BaseSettings):
     config_section: ClassVar[str] = ""
     """The table of this process kind in a TOML or YAML configuration file."""
 
+    env_renamed: ClassVar[Mapping[str, str]] = {}
+    """``{field: environment variable}`` of the fields whose variable is not the prefix
+    plus the field name, because the name repeats the prefix (``sender_id`` of
+    ``REGIONBUS_GATEWAY_SENDER_`` is ``REGIONBUS_GATEWAY_SENDER_ID``). The repeating name
+    (``REGIONBUS_GATEWAY_SENDER_SENDER_ID``) is still read when the new one is unset, with
+    a warning."""
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -95,6 +111,8 @@ class RegionBusSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Code, then environment, then the ``REGIONBUS_CONFIG_FILE`` file, then defaults."""
         path = config_file()
+        if issubclass(settings_cls, RegionBusSettings) and settings_cls.env_renamed:
+            env_settings = _RenamedEnvSource(settings_cls)
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path is not None and issubclass(settings_cls, RegionBusSettings):
             sources.append(_FileSource(settings_cls, path))
@@ -103,12 +121,23 @@ class RegionBusSettings(BaseSettings):
     @classmethod
     def env_name(cls, field: str) -> str:
         """The environment variable that sets ``field``, e.g. ``REGIONBUS_LEASE_TTL_MS``."""
+        return cls.env_renamed.get(field) or cls._prefixed_env_name(field)
+
+    @classmethod
+    def _prefixed_env_name(cls, field: str) -> str:
         return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
     @classmethod
     def env_names(cls) -> dict[str, str]:
-        """``{environment variable: field name}`` of every field of this class."""
+        """``{environment variable: field name}`` of every field of this class (the names
+        :meth:`deprecated_env_names` lists are not included)."""
         return {cls.env_name(name): name for name in cls.model_fields}
+
+    @classmethod
+    def deprecated_env_names(cls) -> dict[str, str]:
+        """``{older environment variable: the one to set instead}`` (see
+        :attr:`env_renamed`); the older ones are still read, with a warning."""
+        return {cls._prefixed_env_name(field): env for field, env in cls.env_renamed.items()}
 
     @classmethod
     def load(cls, **overrides: Any) -> Self:
@@ -151,8 +180,9 @@ class RegionBusSettings(BaseSettings):
         ``"default"`` (best effort: code wins over env, env over file)."""
         file_keys = _FileSource.keys_in(type(self), config_file())
         result: dict[str, str] = {}
+        old_names = {field: old for old, field in _old_env_fields(type(self)).items()}
         for name in type(self).model_fields:
-            if type(self).env_name(name) in os.environ:
+            if type(self).env_name(name) in os.environ or old_names.get(name, "") in os.environ:
                 result[name] = "env"
             elif name in file_keys:
                 result[name] = "file"
@@ -235,6 +265,36 @@ def describe_settings_error(settings_class: type[RegionBusSettings], exc: Settin
     return f"invalid {section} configuration:\n  {where}: {message}"
 
 
+def _old_env_fields(settings_cls: type[RegionBusSettings]) -> dict[str, str]:
+    return {settings_cls._prefixed_env_name(field): field for field in settings_cls.env_renamed}
+
+
+class _RenamedEnvSource(EnvSettingsSource):
+    """The environment, where a renamed field (:attr:`RegionBusSettings.env_renamed`) is
+    read from its new variable, else from its older one with a warning."""
+
+    def __init__(self, settings_cls: type[RegionBusSettings]) -> None:
+        super().__init__(settings_cls)
+        self._renamed = settings_cls.env_renamed
+        self._prefixed = settings_cls._prefixed_env_name
+
+    def _env(self, name: str) -> str | None:
+        return self.env_vars.get(name if self.case_sensitive else name.lower())
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        new = self._renamed.get(field_name)
+        if new is None:
+            return super().get_field_value(field, field_name)
+        is_complex = self.field_is_complex(field)
+        value = self._env(new)
+        if value is None:
+            old = self._prefixed(field_name)
+            value = self._env(old)
+            if value is not None:
+                _log.warning("environment variable %s is deprecated: set %s instead", old, new)
+        return value, field_name, is_complex
+
+
 class _FileSource(PydanticBaseSettingsSource):
     """The ``REGIONBUS_CONFIG_FILE`` file's values for one settings class."""
 
@@ -299,8 +359,7 @@ def _dotenv_values(settings_cls: type[RegionBusSettings], path: Path) -> dict[st
         read = DotEnvSettingsSource(settings_cls, env_file=path)()
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"{CONFIG_FILE_ENV}={path}: unreadable: {exc}") from exc
-    known = {env.lower() for cls in all_settings_classes() for env in cls.env_names()}
-    known.add(CONFIG_FILE_ENV.lower())
+    known = {env.lower() for env in known_env_names()}
     fields = set(settings_cls.model_fields)
     unknown = sorted(
         key.upper()
@@ -309,7 +368,17 @@ def _dotenv_values(settings_cls: type[RegionBusSettings], path: Path) -> dict[st
     )
     if unknown:
         raise ConfigurationError(f"{path}: unknown variables {unknown}")
-    return {key: value for key, value in read.items() if key in fields}
+    values = {key: value for key, value in read.items() if key in fields}
+    if settings_cls.env_renamed:
+        # pydantic-settings reads a renamed field's older name only: read its new one too
+        named = {k.lower(): v for k, v in dotenv_values(path).items() if v is not None}
+        for field, env in settings_cls.env_renamed.items():
+            if env.lower() in named:
+                values[field] = named[env.lower()]
+            elif field in values:
+                old = settings_cls._prefixed_env_name(field)
+                _log.warning("%s: variable %s is deprecated: set %s instead", path, old, env)
+    return values
 
 
 SECTIONS: dict[str, str] = {
@@ -347,6 +416,16 @@ def all_settings_classes() -> Iterator[type[RegionBusSettings]]:
         yield settings_class(section)
 
 
+def known_env_names() -> set[str]:
+    """Every ``REGIONBUS_*`` variable some process kind reads: each settings field's, the
+    older names of renamed ones (:meth:`RegionBusSettings.deprecated_env_names`), and
+    ``REGIONBUS_CONFIG_FILE``."""
+    known = {CONFIG_FILE_ENV}
+    for cls in all_settings_classes():
+        known |= set(cls.env_names()) | set(cls.deprecated_env_names())
+    return known
+
+
 def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     """``REGIONBUS_*`` environment variables no process kind reads, each with a hint.
 
@@ -361,8 +440,7 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
         ``"REGIONBUS_NAMSPACE (did you mean REGIONBUS_NAMESPACE?)"``, sorted.
     """
     environ = os.environ if environ is None else environ
-    known = {env for cls in all_settings_classes() for env in cls.env_names()}
-    known.add(CONFIG_FILE_ENV)
+    known = known_env_names()
     lines = []
     for name in sorted(environ):
         if name.upper().startswith("REGIONBUS_") and name.upper() not in known:
@@ -491,6 +569,7 @@ __all__ = [
     "all_settings_classes",
     "config_file",
     "describe_validation_error",
+    "known_env_names",
     "mask_url",
     "settings_class",
     "unknown_environment",

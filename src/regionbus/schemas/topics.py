@@ -18,8 +18,8 @@ Retention, per topic kind (``retention.ms``):
   ``read_timeout_ms`` of its request, and a client starts reading its reply partition at
   the end.
 - ``{ns}.gw.<sender>`` and ``{ns}.aeq.<queue>``: never by time (``-1``). A batch leaves
-  these queues only once acknowledged (SPEC §6 and §7): the sender or dispatcher commits its
-  offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
+  these queues only once acknowledged (docs/behaviour.md §6 and §7): the sender or dispatcher
+  commits its offset and deletes the records before it (Kafka's DeleteRecords, at most once a second
   per partition: `regionbus.gateways.queue_trim`), as Geode removes a batch.
 - gateway link topics (inbound, ack): one day; each message is consumed within seconds.
 
@@ -251,7 +251,7 @@ def queue_retention_ms(durable_client_timeout_s: float) -> int:
 
     Args:
         durable_client_timeout_s: How long the servers keep the client's queue while it is
-            away, in seconds (SPEC §5, Geode default 300 s).
+            away, in seconds (docs/behaviour.md §5, Geode default 300 s).
 
     Returns:
         The longer of 7 days and the timeout plus one hour, in milliseconds.
@@ -328,9 +328,12 @@ def client_topic_specs(
     ]
 
 
-def acked_queue_spec(name: str, partitions: int = 1) -> TopicSpec:
-    """A gateway sender's or async event queue's topic: kept until acknowledged."""
-    return TopicSpec(name, partitions, retention(KEEP_UNTIL_ACKED))
+def acked_queue_spec(
+    name: str, partitions: int = 1, retention_ms: int = KEEP_UNTIL_ACKED
+) -> TopicSpec:
+    """A gateway sender's or async event queue's topic: kept until acknowledged, or for
+    ``retention_ms`` when the queue's spec bounds it (``GatewayQueueSpec.queue_retention_ms``)."""
+    return TopicSpec(name, partitions, retention(retention_ms))
 
 
 def link_topic_spec(name: str) -> TopicSpec:

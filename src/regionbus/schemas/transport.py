@@ -67,7 +67,7 @@ def kafka_error(
         refused = resource or _REFUSED_RESOURCE_KINDS[code]
         return KafkaAuthorizationError(
             f"{action}: Kafka refused it ({found.name()}): this Kafka principal has no ACL "
-            f'for {refused} (grant it with `regionbus kafka-acls`, README "Security")',
+            f"for {refused} (grant it with `regionbus kafka-acls`, docs/security.md)",
             resource=refused,
             kafka_error=found.name(),
         )
@@ -179,8 +179,8 @@ def require_topic_operations(
     if missing:
         raise KafkaAuthorizationError(
             f"Kafka does not let this principal {' or '.join(missing)} topic {topic} "
-            "(TOPIC_AUTHORIZATION_FAILED): grant it with `regionbus kafka-acls`, README "
-            '"Security"',
+            "(TOPIC_AUTHORIZATION_FAILED): grant it with `regionbus kafka-acls`, "
+            "docs/security.md",
             resource=f"topic {topic}",
             kafka_error="TOPIC_AUTHORIZATION_FAILED",
         )

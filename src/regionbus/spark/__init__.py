@@ -1,4 +1,5 @@
-"""Spark for regionbus (SPEC §8): the topics as Kafka sources, decoding, bulk load, jobs.
+"""Spark for regionbus (docs/behaviour.md §8): the topics as Kafka sources, decoding, bulk load,
+jobs.
 
 - :mod:`regionbus.spark.session`: a local session with Spark's Kafka connector and spark-avro (from
   ``jvm/lib/spark``) on its classpath, whose Python workers use this interpreter;

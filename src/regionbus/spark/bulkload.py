@@ -6,9 +6,9 @@ written by the servers and every client with interest gets the events.
 :func:`entries_to_operations` turns ``(key, value)`` rows into Kafka records of the Kafka
 sink schema (``topic``, ``partition`` = bucket, ``key``, ``value``), so they are written with
 either Kafka format (:func:`regionbus.spark.format.kafka_format`). Each Spark task is one member
-(``<load id>-p<partition>``, thread 1) whose sequence ids count 0, 1, 2, ... per bucket (SPEC
-§2: N consecutive sequence ids for a bulk operation of N entries). A retried task (same
-partition, same input order) sends the same EventIDs, so the servers recognise what it had
+(``<load id>-p<partition>``, thread 1) whose sequence ids count 0, 1, 2, ... per bucket
+(docs/behaviour.md §2: N consecutive sequence ids for a bulk operation of N entries). A retried task
+(same partition, same input order) sends the same EventIDs, so the servers recognise what it had
 already applied. Operations of one bucket are packed into ``Batch`` messages as ``put_all``
 packs them.
 

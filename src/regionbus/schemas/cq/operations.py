@@ -1,7 +1,7 @@
 """The query operation of a change: how an entry's membership in a CQ's result set moved.
 
-SPEC §9 (Geode ``CqServiceImpl.processEntryEvent``): the CQ is evaluated on the entry's old
-value and on its new one; a create or update has a new value, a destroy or invalidate none
+docs/behaviour.md §9 (Geode ``CqServiceImpl.processEntryEvent``): the CQ is evaluated on the entry's
+old value and on its new one; a create or update has a new value, a destroy or invalidate none
 (the entry leaves every result set; Geode: "Base invalidate operation is treated as
 destroy").
 
@@ -41,7 +41,7 @@ def has_new_value(base: EventKind) -> bool:
 
 def region_query_operation(base: EventKind) -> EventKind | None:
     """The query operation of a region change: REGION_CLEAR or REGION_DESTROY; None for a
-    region invalidate, which servers do not forward to clients (SPEC §3)."""
+    region invalidate, which servers do not forward to clients (docs/behaviour.md §3)."""
     if base is EventKind.REGION_CLEAR or base is EventKind.REGION_DESTROY:
         return base
     return None

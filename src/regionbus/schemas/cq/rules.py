@@ -3,8 +3,9 @@
 Geode's ``CqQueryImpl.validateCq`` refuses, in this order: a DISTINCT select, a query over
 more (or fewer) than one region, a WHERE clause that refers to a region, more than one
 iterator in the FROM clause, a first iterator that is not a plain region path, projections
-and ORDER BY. regionbus adds what SPEC §9 also refuses (GROUP BY, LIMIT), bind parameters
-(Geode runs CQs without parameters), and any expression beyond the predicates CQs support.
+and ORDER BY. regionbus adds what docs/behaviour.md §9 also refuses (GROUP BY, LIMIT), bind
+parameters (Geode runs CQs without parameters), and any expression beyond the predicates CQs
+support.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ORDER_BY: Final = "order-by"
 GROUP_BY: Final = "group-by"
 """GROUP BY (an aggregate is a projection)."""
 LIMIT: Final = "limit"
-"""LIMIT (SPEC §9)."""
+"""LIMIT (docs/behaviour.md §9)."""
 BIND_PARAMETER: Final = "bind-parameter"
 """``$1``: CQs run without parameters."""
 UNSUPPORTED_EXPRESSION: Final = "unsupported-expression"
