@@ -11,6 +11,7 @@ at a size that fits CI) and ``bench.fleet``'s storms phase (at full size).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,13 @@ def fill_region(region: Region, entries: int, value: str = "v" * 64) -> None:
 
 
 def run_storm_clients(
-    conn: Connection, *, settings: dict[str, Any], region: str, count: int, prefix: str
+    conn: Connection,
+    *,
+    settings: dict[str, Any],
+    region: str,
+    count: int,
+    prefix: str,
+    nice_increment: int = 0,
 ) -> None:
     """Child: ``count`` client caches (ids ``{prefix}-{n}``) connect and make ``region``;
     ``ready``; on ``expect`` every client registers ``ALL_KEYS`` at once. Result:
@@ -55,8 +62,14 @@ def run_storm_clients(
         region: The region registered in.
         count: Clients in this process.
         prefix: Their client ids' prefix (distinct per child).
+        nice_increment: Added to this process's nice value (``os.nice``), so that, on a
+            machine the storm shares with the servers, its clients decoding their initial
+            results take only the CPU the servers and the bystander leave, as clients on
+            machines of their own would.
     """
     child_signals()
+    if nice_increment:
+        os.nice(nice_increment)
 
     def connect(n: int) -> ClientCache:
         return ClientCache(ClientSettings(**{**settings, "client_id": f"{prefix}-{n}"}))
