@@ -288,8 +288,10 @@ def test_config_show_describes_every_setting_and_wraps_at_80_columns(
         "remote_namespace": "x",
         "distributed_system_id": "1",
         "remote_distributed_system_id": "2",
+        "remote_redis_url": "redis://x:1/0",
+        "regions": '["r"]',
     }
-    for section in ("gateway_sender", "gateway_receiver", "async_event_queue"):
+    for section in ("gateway_sender", "gateway_receiver", "async_event_queue", "gateway_repair"):
         gateway_settings = settings_class(section)
         for name, value in required.items():
             if name in gateway_settings.model_fields:

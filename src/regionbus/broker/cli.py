@@ -511,10 +511,11 @@ def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
         "sender": "regionbus.gateways.cli:sender_command",
         "receiver": "regionbus.gateways.cli:receiver_command",
         "async-event-queue": "regionbus.gateways.cli:async_event_queue_command",
+        "repair": "regionbus.gateways.cli:repair_command",
     },
 )
 def gateway() -> None:
-    """Gateway senders, receivers and async event queues (docs/gateways.md)."""
+    """Gateway senders, receivers, async event queues and repair (docs/gateways.md)."""
 
 
 @main.group(

@@ -1,4 +1,5 @@
-"""``regionbus gateway sender|receiver|async-event-queue``: run one gateway worker.
+"""``regionbus gateway sender|receiver|async-event-queue``: run one gateway worker;
+``regionbus gateway repair``: compare and repair two sites.
 
 Each command reads its typed settings from the options given, the environment
 (``REGIONBUS_GATEWAY_SENDER_*``, ``REGIONBUS_GATEWAY_RECEIVER_*``,
@@ -10,20 +11,26 @@ option reads its setting's variable, which ``--help`` shows.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Literal
 
 import click
 
+from regionbus.clients.settings import ClientSettings
 from regionbus.gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
+from regionbus.gateways.repair import GatewayRepair, RepairReport, RepairSite
+from regionbus.gateways.repair_settings import GatewayRepairSettings
 from regionbus.gateways.sender import GatewaySender
 from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.runtime.cli_options import CommandError, logging_options, setting_option
 from regionbus.runtime.observability import configure_logging
+from regionbus.runtime.redis_connect import connect_redis, connect_redis_url
 from regionbus.runtime.worker import BackgroundWorker
 from regionbus.schemas.settings import RegionBusSettings
 
@@ -149,4 +156,126 @@ def async_event_queue_command(verbose: bool, **options: Any) -> None:
     _run(AsyncEventQueue(settings), f"async event queue {settings.queue_id}")
 
 
-__all__ = ["async_event_queue_command", "receiver_command", "sender_command"]
+def repair_from_settings(settings: GatewayRepairSettings) -> GatewayRepair:
+    """A :class:`GatewayRepair` of the two sites ``settings`` name (this one with its Kafka
+    and Redis security, the other by URL and ``remote_kafka_config``).
+
+    Raises:
+        ConfigurationError: as :class:`GatewayRepair`, or a Redis setting is invalid.
+    """
+    here = RepairSite(
+        settings.distributed_system_id,
+        settings.namespace,
+        connect_redis(settings),
+        ClientSettings(namespace=settings.namespace, **settings.kafka_connection()),
+    )
+    there = RepairSite(
+        settings.remote_distributed_system_id,
+        settings.remote_namespace,
+        connect_redis_url(settings.remote_redis_url),
+        ClientSettings(
+            namespace=settings.remote_namespace,
+            kafka_bootstrap_servers=settings.remote_kafka_bootstrap_servers,
+            kafka_config=settings.remote_kafka_config,
+        ),
+    )
+    return GatewayRepair(
+        here,
+        there,
+        settings.total_buckets,
+        leaf_bits=settings.leaf_bits,
+        dry_run=settings.dry_run,
+        apply_timeout_ms=settings.apply_timeout_ms,
+    )
+
+
+def report_text(report: RepairReport, as_json: bool = False, decisions: int = 20) -> str:
+    """A run's report for people (a summary line and the first ``decisions`` decisions), or
+    as one JSON object (every decision the report kept)."""
+    if as_json:
+        whole = asdict(report)
+        for decision in whole["decisions"]:
+            decision["version"] = list(decision["version"])
+            if decision["loser_version"] is not None:
+                decision["loser_version"] = list(decision["loser_version"])
+        return json.dumps(whole)
+    lines = [
+        f"repair {report.run_id}: {report.buckets_compared} region buckets compared, "
+        f"{report.buckets_differing} differed ({report.leaves_differing} leaves); "
+        f"{report.keys_differing} keys differed: {report.applied} repaired, "
+        f"{report.refused} refused as older, {report.failed} failed; "
+        f"{report.bytes_moved:,} bytes moved "
+        f"in {report.seconds:.1f} s"
+    ]
+    for d in report.decisions[:decisions]:
+        lines.append(
+            f"  {d.region} {d.key!r}: {d.action} from site {d.winner_site_id} "
+            f"(change of {d.version.timestamp_ms} at site {d.version.site_id}"
+            + (
+                f", over {d.loser_version.timestamp_ms} at site {d.loser_version.site_id})"
+                if d.loser_version is not None
+                else ", the other site had none)"
+            )
+        )
+    if report.keys_differing > decisions:
+        lines.append(f"  ... and {report.keys_differing - decisions} more")
+    lines.extend(f"  failed: {error}" for error in report.errors)
+    return "\n".join(lines)
+
+
+_REPAIR = GatewayRepairSettings
+
+
+@click.command("repair")
+@setting_option(_REPAIR, "namespace", "--namespace", help="This site's namespace.")
+@setting_option(_REPAIR, "kafka_bootstrap_servers", "--kafka", help="This site's Kafka.")
+@setting_option(_REPAIR, "redis_url", "--redis", help="This site's Redis.")
+@setting_option(
+    _REPAIR, "distributed_system_id", "--site-id", type=int, help="This site's id (1-255)."
+)
+@setting_option(_REPAIR, "remote_namespace", "--remote-namespace")
+@setting_option(_REPAIR, "remote_kafka_bootstrap_servers", "--remote-kafka")
+@setting_option(_REPAIR, "remote_redis_url", "--remote-redis")
+@setting_option(
+    _REPAIR,
+    "remote_distributed_system_id",
+    "--remote-site-id",
+    type=int,
+    help="The other site's id (1-255).",
+)
+@setting_option(
+    _REPAIR, "regions", "--region", multiple=True, help="A region to compare (repeatable)."
+)
+@setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.Choice(["4", "8", "12", "16"]))
+@setting_option(_REPAIR, "dry_run", "--dry-run", is_flag=True, default=None)
+@setting_option(_REPAIR, "interval_s", "--interval-s", type=float)
+@click.option("--json", "as_json", is_flag=True, help="Print each run's report as JSON.")
+@logging_options()
+def repair_command(
+    verbose: bool, log_format: Literal["text", "json"], as_json: bool, **options: Any
+) -> None:
+    """Compare two sites' regions with Merkle trees and make them equal: each key that
+    differs takes the later change, as WAN delivery would have (docs/gateways.md)."""
+    if not options.get("regions"):
+        options.pop("regions", None)
+    settings = GatewayRepairSettings.load(**options)
+    configure_logging(log_format, verbose=verbose, fields={"namespace": settings.namespace})
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    repair = repair_from_settings(settings)
+    while True:
+        report = repair.run(settings.regions)
+        click.echo(report_text(report, as_json))
+        if settings.interval_s <= 0 or stop.wait(settings.interval_s):
+            return
+
+
+__all__ = [
+    "async_event_queue_command",
+    "receiver_command",
+    "repair_command",
+    "repair_from_settings",
+    "report_text",
+    "sender_command",
+]

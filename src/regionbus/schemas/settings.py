@@ -387,6 +387,7 @@ SECTIONS: dict[str, str] = {
     "gateway_sender": "regionbus.gateways.sender_settings:GatewaySenderSettings",
     "gateway_receiver": "regionbus.gateways.receiver:GatewayReceiverSettings",
     "async_event_queue": "regionbus.gateways.async_event_queue:AsyncEventQueueSettings",
+    "gateway_repair": "regionbus.gateways.repair_settings:GatewayRepairSettings",
 }
 """Every process kind: its file table and its settings class (imported when needed)."""
 

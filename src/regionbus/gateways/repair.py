@@ -1,0 +1,502 @@
+"""Gateway repair: make two sites' regions equal again after they diverged, moving only
+what differs (``regionbus gateway repair``).
+
+WAN delivery leaves two sites equal while every event reaches the other site. A partition
+longer than the gateway queue's retention, or a queue lost with its disk, breaks that:
+events were deleted unsent, and nothing will send them again. Neither Geode nor
+MirrorMaker 2 repairs such sites; Cassandra does, with Merkle-tree anti-entropy repair,
+and this is that, for regions.
+
+Per region and bucket:
+
+1. **Digest, at each site.** A Lua script (``lua/repair_digest.lua``) walks the bucket's
+   entries in Redis a step at a time and keeps the leaves of a Merkle tree there: leaf =
+   the first ``leaf_bits`` bits of SHA-1(key); leaf digest = XOR of SHA-1(key, gateway
+   version) over the leaf's entries. An entry's gateway version (``<timestamp
+   ms>|<site id>``, written at every change on a site with a ``distributed_system_id``)
+   names the change that made it, so two sites hold the same entry exactly when they
+   hold the same version.
+2. **Descend the tree.** Nodes of 16 children each (``lua/repair_nodes.lua``): the roots
+   of both sites first, then only the children of nodes that differ, down to the leaves.
+   A bucket whose roots agree costs two 8-byte digests.
+3. **Read the differing leaves' entries** at both sites (``lua/repair_entries.lua``: the
+   keys and versions of those leaves only), and each key's tombstone (the gateway version
+   a destroy leaves) where one site no longer has the key.
+4. **Decide each key** as WAN delivery would have: the change with the later timestamp
+   wins, then the higher site id (the servers' conflict check, docs/behaviour.md §6). A
+   destroy whose tombstone is newer than the other site's entry wins as a destroy.
+5. **Apply at the site that lost**, through its cache servers like a gateway receiver:
+   an operation keeping the winning change's timestamp and origin site, with both sites
+   in ``sites_reached`` (so no gateway sends it back), and an EventID of this run's own
+   member (``repair-<run>``). The servers check the version again atomically, so a change
+   made meanwhile at the losing site is never overwritten by an older one, and running a
+   repair twice changes nothing the second time. The site's clients, listeners and CQs
+   hear each change as they hear a gateway's.
+
+What moves between the sites (``RepairReport.bytes_moved``): the tree nodes compared, the
+keys and versions of the differing leaves, and the winning values.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+
+from regionbus.clients.pool import Pool
+from regionbus.clients.settings import ClientSettings
+from regionbus.schemas.errors import ConfigurationError, ServerTimeoutError
+from regionbus.schemas.messages import EventID, Operation, OperationKind, Reply
+from regionbus.schemas.naming import RedisKeys
+from regionbus.schemas.redis_values import GatewayVersion, parse_gateway_version, parse_meta
+
+LEAF_BITS = 12
+"""Leaves per bucket: 4,096 (a 1,000,000-entry region in 16 buckets: ~15 entries a leaf)."""
+FANOUT_BITS = 4
+"""Children per node: 16."""
+SCAN_COUNT = 1000
+"""Entries each step of a Lua walk reads (a step holds Redis a few ms)."""
+LEAF_HASH_TTL_S = 600
+"""How long a run's leaves stay in Redis at most (deleted at the end of the bucket)."""
+APPLY_WINDOW = 500
+"""Operations sent before their replies are waited for."""
+_DIGEST_BYTES = 8
+_SCRIPTS = {
+    name: files("regionbus.gateways").joinpath(f"lua/{name}.lua").read_text()
+    for name in ("repair_digest", "repair_nodes", "repair_entries")
+}
+
+
+@dataclass(frozen=True)
+class RepairSite:
+    """One of the two sites: where its data is and how to reach its cache servers.
+
+    Attributes:
+        site_id: Its ``distributed_system_id`` (1-255).
+        namespace: Its namespace.
+        redis: A redis-py client of its Redis (``decode_responses=False``).
+        client_settings: How to reach its cache servers (namespace, Kafka, security), for
+            applying the changes it lost.
+    """
+
+    site_id: int
+    namespace: str
+    redis: Any
+    client_settings: ClientSettings
+
+
+@dataclass(frozen=True)
+class KeyDecision:
+    """What the repair decided for one key that differed.
+
+    Attributes:
+        region: The region.
+        key: The key.
+        winner_site_id: The site whose change won.
+        action: ``"put"`` (the winner's value goes to the other site), ``"destroy"`` (the
+            winner destroyed it) or ``"invalidate"``.
+        version: The winning change's gateway version.
+        loser_version: The losing site's gateway version (None: it had no trace of the key).
+    """
+
+    region: str
+    key: str
+    winner_site_id: int
+    action: str
+    version: GatewayVersion
+    loser_version: GatewayVersion | None
+
+
+@dataclass
+class RepairReport:
+    """What one repair run compared, found and did.
+
+    Attributes:
+        run_id: The run's id (its EventIDs' member is ``repair-<run_id>``).
+        buckets_compared: Region buckets compared.
+        buckets_differing: Of those, the ones whose tree roots differed.
+        leaves_differing: Leaves whose digests differed.
+        entries_read: Entries read from the differing leaves, both sites together.
+        decisions: One per key that differed (the first ``max_decisions`` kept; every
+            one is counted in ``keys_differing``).
+        keys_differing: Keys whose state differed.
+        applied: Changes the losing sites' servers applied.
+        refused: Changes refused as older by the losing site's servers (it changed the
+            key again after it was read: its newer change reaches the other site by WAN
+            or by the next repair).
+        failed: Changes the losing site's servers answered with an error (e.g. a region
+            it does not define); ``errors`` keeps the first ten.
+        errors: ``"<key>: <error type>: <message>"`` of the first failed changes.
+        bytes_moved: Bytes that crossed between the sites: tree nodes, the differing
+            leaves' keys and versions, the winning values.
+        seconds: The run's duration.
+    """
+
+    run_id: str
+    buckets_compared: int = 0
+    buckets_differing: int = 0
+    leaves_differing: int = 0
+    entries_read: int = 0
+    decisions: list[KeyDecision] = field(default_factory=list)
+    keys_differing: int = 0
+    applied: int = 0
+    refused: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    bytes_moved: int = 0
+    seconds: float = 0.0
+
+
+class _SiteReader:
+    """The Lua steps of one site, and its reads."""
+
+    def __init__(self, site: RepairSite, run_id: str) -> None:
+        self.site = site
+        self.keys = RedisKeys(site.namespace)
+        self._run_id = run_id
+        self._digest = site.redis.register_script(_SCRIPTS["repair_digest"])
+        self._nodes = site.redis.register_script(_SCRIPTS["repair_nodes"])
+        self._entries = site.redis.register_script(_SCRIPTS["repair_entries"])
+
+    def _leaf_hash(self, region: str, bucket: int) -> str:
+        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}"
+
+    def digest(self, region: str, bucket: int, leaf_bits: int) -> None:
+        cursor: Any = 0
+        keys = [
+            self.keys.region_meta(region, bucket),
+            self.keys.region_gateway_versions(region, bucket),
+            self._leaf_hash(region, bucket),
+        ]
+        while True:
+            cursor = self._digest(keys, [cursor, SCAN_COUNT, leaf_bits, LEAF_HASH_TTL_S])
+            if int(cursor) == 0:
+                return
+
+    def nodes(self, region: str, bucket: int, span_bits: int, nodes: Sequence[int]) -> list[bytes]:
+        raw = self._nodes([self._leaf_hash(region, bucket)], [span_bits, *nodes])
+        return [bytes(r) if not isinstance(r, bytes) else r for r in raw]
+
+    def entries(
+        self, region: str, bucket: int, leaf_bits: int, leaves: Sequence[int]
+    ) -> dict[str, GatewayVersion | None]:
+        out: dict[str, GatewayVersion | None] = {}
+        cursor: Any = 0
+        keys = [
+            self.keys.region_meta(region, bucket),
+            self.keys.region_gateway_versions(region, bucket),
+        ]
+        while True:
+            raw = self._entries(keys, [cursor, SCAN_COUNT, leaf_bits, *leaves])
+            cursor = raw[0]
+            for i in range(1, len(raw), 2):
+                version = raw[i + 1]
+                out[raw[i].decode()] = parse_gateway_version(version) if version else None
+            if int(cursor) == 0:
+                return out
+
+    def tombstones(
+        self, region: str, bucket: int, keys: Sequence[str]
+    ) -> list[GatewayVersion | None]:
+        if not keys:
+            return []
+        raw = self.site.redis.hmget(self.keys.region_gateway_versions(region, bucket), list(keys))
+        return [parse_gateway_version(v) if v else None for v in raw]
+
+    def values(
+        self, region: str, bucket: int, keys: Sequence[str]
+    ) -> list[tuple[bytes | None, str | None]]:
+        """``(value, serializer)`` per key (value None: invalid or gone)."""
+        if not keys:
+            return []
+        pipe = self.site.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.region_values(region, bucket), list(keys))
+        pipe.hmget(self.keys.region_meta(region, bucket), list(keys))
+        values, metas = pipe.execute()
+        return [
+            (value, parse_meta(meta).serializer if meta else None)
+            for value, meta in zip(values, metas, strict=True)
+        ]
+
+    def drop(self, region: str, bucket: int) -> None:
+        self.site.redis.delete(self._leaf_hash(region, bucket))
+
+
+def _wins(a: GatewayVersion, b: GatewayVersion | None) -> bool:
+    """Whether change ``a`` wins over ``b`` by the servers' rule: later timestamp, then
+    higher site id (a site's own later change always replaces its earlier one)."""
+    if b is None:
+        return True
+    return (a.timestamp_ms, a.site_id) > (b.timestamp_ms, b.site_id)
+
+
+class GatewayRepair:
+    """Compares and repairs the regions of two sites (see the module docstring).
+
+    Args:
+        a: One site.
+        b: The other.
+        total_buckets: Buckets of both sites (they must agree: a key is in the same
+            bucket at both).
+        leaf_bits: Leaves per bucket, as bits (``LEAF_BITS``; 4-16, a multiple of
+            ``FANOUT_BITS``).
+        dry_run: Compare and decide, change nothing.
+        apply_timeout_ms: Longest wait for the servers' answers to one window of changes.
+        max_decisions: Most decisions the report lists (all are counted).
+
+    Raises:
+        ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not one
+            of 4, 8, 12, 16.
+    """
+
+    def __init__(
+        self,
+        a: RepairSite,
+        b: RepairSite,
+        total_buckets: int,
+        *,
+        leaf_bits: int = LEAF_BITS,
+        dry_run: bool = False,
+        apply_timeout_ms: int = 30_000,
+        max_decisions: int = 1000,
+    ) -> None:
+        if a.site_id == b.site_id:
+            raise ConfigurationError(f"both sites have distributed_system_id {a.site_id}")
+        if leaf_bits not in (4, 8, 12, 16):
+            raise ConfigurationError(f"leaf_bits must be 4, 8, 12 or 16, not {leaf_bits}")
+        self.a, self.b = a, b
+        self.total_buckets = total_buckets
+        self.leaf_bits = leaf_bits
+        self.dry_run = dry_run
+        self.apply_timeout_ms = apply_timeout_ms
+        self.max_decisions = max_decisions
+        self._sequences: dict[int, int] = {}
+
+    def run(
+        self, regions: Sequence[str], progress: Callable[[str], None] | None = None
+    ) -> RepairReport:
+        """Compare ``regions`` at both sites and (unless ``dry_run``) repair them.
+
+        Returns:
+            The run's :class:`RepairReport`.
+
+        Raises:
+            TransportError: Redis or Kafka failed (what was applied stays applied; run
+                again).
+            ServerTimeoutError: a site's servers did not answer a change in time.
+        """
+        began = time.monotonic()
+        run_id = secrets.token_hex(6)
+        report = RepairReport(run_id)
+        self._sequences = {}
+        readers = (_SiteReader(self.a, run_id), _SiteReader(self.b, run_id))
+        pools: dict[int, Pool] = {}
+        try:
+            for region in regions:
+                for bucket in range(self.total_buckets):
+                    decisions = self._bucket(readers, region, bucket, report)
+                    if decisions and not self.dry_run:
+                        self._apply(readers, pools, run_id, region, bucket, decisions, report)
+                if progress is not None:
+                    progress(f"region {region}: {report.keys_differing} keys differed so far")
+        finally:
+            for pool in pools.values():
+                pool.close()
+        report.seconds = time.monotonic() - began
+        return report
+
+    # --- compare -------------------------------------------------------------------------
+
+    def _bucket(
+        self,
+        readers: tuple[_SiteReader, _SiteReader],
+        region: str,
+        bucket: int,
+        report: RepairReport,
+    ) -> list[KeyDecision]:
+        report.buckets_compared += 1
+        try:
+            for reader in readers:
+                reader.digest(region, bucket, self.leaf_bits)
+            leaves = list(self._differing_leaves(readers, region, bucket, report))
+        finally:
+            for reader in readers:
+                reader.drop(region, bucket)
+        if not leaves:
+            return []
+        report.buckets_differing += 1
+        report.leaves_differing += len(leaves)
+        found = [r.entries(region, bucket, self.leaf_bits, leaves) for r in readers]
+        report.entries_read += sum(len(f) for f in found)
+        report.bytes_moved += sum(len(k) + 24 for f in found for k in f)
+        return self._decide(readers, region, bucket, found, report)
+
+    def _differing_leaves(
+        self,
+        readers: tuple[_SiteReader, _SiteReader],
+        region: str,
+        bucket: int,
+        report: RepairReport,
+    ) -> Iterator[int]:
+        """Descend both trees from the root, into the children of differing nodes only."""
+        span = self.leaf_bits
+        nodes = [0]
+        while nodes:
+            digests = [r.nodes(region, bucket, span, nodes) for r in readers]
+            report.bytes_moved += 2 * len(nodes) * _DIGEST_BYTES
+            differing = [n for n, x, y in zip(nodes, *digests, strict=True) if x != y]
+            if span == 0:
+                yield from differing
+                return
+            span -= FANOUT_BITS
+            nodes = [(n << FANOUT_BITS) + c for n in differing for c in range(1 << FANOUT_BITS)]
+
+    def _decide(
+        self,
+        readers: tuple[_SiteReader, _SiteReader],
+        region: str,
+        bucket: int,
+        found: list[dict[str, GatewayVersion | None]],
+        report: RepairReport,
+    ) -> list[KeyDecision]:
+        at_a, at_b = found
+        only_a = sorted(set(at_a) - set(at_b))
+        only_b = sorted(set(at_b) - set(at_a))
+        gone_at_b = dict(zip(only_a, readers[1].tombstones(region, bucket, only_a), strict=True))
+        gone_at_a = dict(zip(only_b, readers[0].tombstones(region, bucket, only_b), strict=True))
+        report.bytes_moved += 24 * (len(only_a) + len(only_b))
+        decisions: list[KeyDecision] = []
+        ids = (self.a.site_id, self.b.site_id)
+        for key in sorted(set(at_a) | set(at_b)):
+            if key in at_a and key in at_b:
+                va, vb = at_a[key], at_b[key]
+                if va == vb or va is None or vb is None:
+                    continue  # equal, or a site keeps no versions: nothing to go by
+                winner = 0 if _wins(va, vb) else 1
+                versions = (va, vb)
+                decisions.append(
+                    KeyDecision(
+                        region, key, ids[winner], "put", versions[winner], versions[1 - winner]
+                    )
+                )
+            else:
+                here = 0 if key in at_a else 1
+                live = (at_a if here == 0 else at_b)[key]
+                tomb = (gone_at_b if here == 0 else gone_at_a)[key]
+                if live is None:
+                    continue
+                if tomb is not None and _wins(tomb, live):
+                    decisions.append(KeyDecision(region, key, ids[1 - here], "destroy", tomb, live))
+                else:
+                    decisions.append(KeyDecision(region, key, ids[here], "put", live, tomb))
+        report.keys_differing += len(decisions)
+        room = self.max_decisions - len(report.decisions)
+        report.decisions.extend(decisions[: max(room, 0)])
+        return decisions
+
+    # --- apply ---------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        readers: tuple[_SiteReader, _SiteReader],
+        pools: dict[int, Pool],
+        run_id: str,
+        region: str,
+        bucket: int,
+        decisions: list[KeyDecision],
+        report: RepairReport,
+    ) -> None:
+        by_site = {s.site.site_id: s for s in readers}
+        for winner_id in by_site:
+            mine = [d for d in decisions if d.winner_site_id == winner_id]
+            if not mine:
+                continue
+            loser = next(s for s in readers if s.site.site_id != winner_id)
+            puts = [d.key for d in mine if d.action == "put"]
+            values = dict(zip(puts, by_site[winner_id].values(region, bucket, puts), strict=True))
+            report.bytes_moved += sum(len(v or b"") for v, _ in values.values())
+            pool = pools.get(loser.site.site_id)
+            if pool is None:
+                pool = Pool(loser.site.client_settings, f"gw-repair-{run_id}", f"repair-{run_id}")
+                pools[loser.site.site_id] = pool
+            ops: list[tuple[Operation, int]] = []
+            for decision in mine:
+                value, serializer = values.get(decision.key, (None, None))
+                kind = OperationKind.PUT
+                if decision.action == "destroy":
+                    kind = OperationKind.DESTROY
+                elif value is None:
+                    kind = OperationKind.INVALIDATE
+                ops.append(
+                    (
+                        self._operation(
+                            pool, run_id, decision, kind, value, serializer, loser, bucket
+                        ),
+                        bucket,
+                    )
+                )
+            for start in range(0, len(ops), APPLY_WINDOW):
+                self._send(pool, ops[start : start + APPLY_WINDOW], report)
+
+    def _operation(
+        self,
+        pool: Pool,
+        run_id: str,
+        decision: KeyDecision,
+        kind: OperationKind,
+        value: bytes | None,
+        serializer: str | None,
+        loser: _SiteReader,
+        bucket: int,
+    ) -> Operation:
+        # The servers take a change as a duplicate when its EventID's sequence is not above
+        # the last one of its member and thread: one thread per bucket, whose operations
+        # go in order on the bucket's partition, numbered 1, 2, ... A run is a member of
+        # its own, so its EventIDs never look like an earlier run's.
+        sequence = self._sequences.get(bucket, 0) + 1
+        self._sequences[bucket] = sequence
+        return Operation(
+            request_id=pool.next_request_id(),
+            client_id=pool.client_id,
+            kind=kind,
+            region=decision.region,
+            timestamp_ms=decision.version.timestamp_ms,
+            event_id=EventID(f"repair-{run_id}", bucket, sequence, bucket),
+            key=decision.key,
+            value=value if kind is OperationKind.PUT else None,
+            serializer=serializer,
+            origin_site_id=decision.version.site_id,
+            sites_reached=tuple(sorted({decision.winner_site_id, loser.site.site_id})),
+            kafka_principal=pool.kafka_principal,
+        )
+
+    def _send(self, pool: Pool, ops: list[tuple[Operation, int]], report: RepairReport) -> None:
+        deadline = time.monotonic() + self.apply_timeout_ms / 1000
+        futures: list[Future[list[Reply]]] = pool.request_each(ops)
+        for (op, _), future in zip(ops, futures, strict=True):
+            try:
+                reply = future.result(timeout=max(0.0, deadline - time.monotonic()))[-1]
+            except TimeoutError as exc:
+                raise ServerTimeoutError(
+                    f"site {op.origin_site_id}'s servers did not answer a repair of {op.key!r}"
+                ) from exc
+            if reply.ok and reply.event_kind is not None:
+                report.applied += 1
+            elif reply.ok or reply.error_type == "EntryNotFoundError":
+                report.refused += 1
+            else:
+                report.failed += 1
+                if len(report.errors) < 10:
+                    report.errors.append(f"{op.key}: {reply.error_type}: {reply.error_message}")
+
+
+__all__ = [
+    "GatewayRepair",
+    "KeyDecision",
+    "RepairReport",
+    "RepairSite",
+]
