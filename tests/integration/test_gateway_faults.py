@@ -290,6 +290,8 @@ def _moving(sites: Sites, what: str) -> None:
     )
 
 
+# nine faults, each waited out: about 3 minutes on a quiet machine, 10 on a loaded one
+@pytest.mark.timeout(1800)
 def test_every_update_reaches_the_other_site_once_through_killed_senders_servers_and_brokers(
     sites: Sites, tmp_path: Path
 ) -> None:

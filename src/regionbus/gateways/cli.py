@@ -246,7 +246,7 @@ _REPAIR = GatewayRepairSettings
 @setting_option(
     _REPAIR, "regions", "--region", multiple=True, help="A region to compare (repeatable)."
 )
-@setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.Choice(["4", "8", "12", "16"]))
+@setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.IntRange(1, 16))
 @setting_option(_REPAIR, "dry_run", "--dry-run", is_flag=True, default=None)
 @setting_option(_REPAIR, "interval_s", "--interval-s", type=float)
 @click.option("--json", "as_json", is_flag=True, help="Print each run's report as JSON.")

@@ -16,9 +16,11 @@ Per region and bucket:
    ms>|<site id>``, written at every change on a site with a ``distributed_system_id``)
    names the change that made it, so two sites hold the same entry exactly when they
    hold the same version.
-2. **Descend the tree.** Nodes of 16 children each (``lua/repair_nodes.lua``): the roots
-   of both sites first, then only the children of nodes that differ, down to the leaves.
-   A bucket whose roots agree costs two 8-byte digests.
+2. **Descend the tree.** A binary tree built over the leaves in Redis
+   (``lua/repair_tree.lua``), a level at a time (``lua/repair_nodes.lua``): one site's
+   digests of the level's nodes go to the other, whose Redis answers which of its own
+   differ; the roots first, then only the children of nodes that differ, down to the
+   leaves. A bucket whose roots agree costs one 8-byte digest.
 3. **Read the differing leaves' entries** at both sites (``lua/repair_entries.lua``: the
    keys and versions of those leaves only), and each key's tombstone (the gateway version
    a destroy leaves) where one site no longer has the key.
@@ -33,13 +35,15 @@ Per region and bucket:
    repair twice changes nothing the second time. The site's clients, listeners and CQs
    hear each change as they hear a gateway's.
 
-What moves between the sites (``RepairReport.bytes_moved``): the tree nodes compared, the
-keys and versions of the differing leaves, and the winning values.
+What moves between the sites (``RepairReport.bytes_moved``, the bytes of the answers read
+from each site's Redis): the tree nodes compared, the keys and versions of the differing
+leaves, the tombstones asked for, and the winning values with their serializer.
 """
 
 from __future__ import annotations
 
 import secrets
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -54,10 +58,15 @@ from regionbus.schemas.messages import EventID, Operation, OperationKind, Reply
 from regionbus.schemas.naming import RedisKeys
 from regionbus.schemas.redis_values import GatewayVersion, parse_gateway_version, parse_meta
 
-LEAF_BITS = 12
-"""Leaves per bucket: 4,096 (a 1,000,000-entry region in 16 buckets: ~15 entries a leaf)."""
-FANOUT_BITS = 4
-"""Children per node: 16."""
+LEAF_BITS = 16
+"""Leaves per bucket: 65,536 (a 1,000,000-entry region in 16 buckets: ~1 entry a leaf, so a
+differing key brings hardly any other entry along)."""
+FANOUT_BITS = 1
+"""Children per node: 2. A binary tree asks for two 8-byte digests per level under each
+difference, where 16 children would ask for sixteen at a quarter of the levels: half the
+bytes."""
+NODES_PER_CALL = 4000
+"""Most nodes one Lua call reads (Lua's ``unpack`` stack)."""
 SCAN_COUNT = 1000
 """Entries each step of a Lua walk reads (a step holds Redis a few ms)."""
 LEAF_HASH_TTL_S = 600
@@ -67,7 +76,7 @@ APPLY_WINDOW = 500
 _DIGEST_BYTES = 8
 _SCRIPTS = {
     name: files("regionbus.gateways").joinpath(f"lua/{name}.lua").read_text()
-    for name in ("repair_digest", "repair_nodes", "repair_entries")
+    for name in ("repair_digest", "repair_tree", "repair_nodes", "repair_entries")
 }
 
 
@@ -158,12 +167,18 @@ class _SiteReader:
         self.site = site
         self.keys = RedisKeys(site.namespace)
         self._run_id = run_id
+        self.received = 0
+        """Bytes of the answers read from this site (what left it)."""
         self._digest = site.redis.register_script(_SCRIPTS["repair_digest"])
+        self._tree = site.redis.register_script(_SCRIPTS["repair_tree"])
         self._nodes = site.redis.register_script(_SCRIPTS["repair_nodes"])
         self._entries = site.redis.register_script(_SCRIPTS["repair_entries"])
 
     def _leaf_hash(self, region: str, bucket: int) -> str:
-        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}"
+        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}:leaves"
+
+    def _node_hash(self, region: str, bucket: int) -> str:
+        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}:nodes"
 
     def digest(self, region: str, bucket: int, leaf_bits: int) -> None:
         cursor: Any = 0
@@ -175,11 +190,33 @@ class _SiteReader:
         while True:
             cursor = self._digest(keys, [cursor, SCAN_COUNT, leaf_bits, LEAF_HASH_TTL_S])
             if int(cursor) == 0:
-                return
+                break
+        tree = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
+        self._tree(tree, [leaf_bits, FANOUT_BITS, LEAF_HASH_TTL_S])
 
-    def nodes(self, region: str, bucket: int, span_bits: int, nodes: Sequence[int]) -> list[bytes]:
-        raw = self._nodes([self._leaf_hash(region, bucket)], [span_bits, *nodes])
-        return [bytes(r) if not isinstance(r, bytes) else r for r in raw]
+    def nodes(self, region: str, bucket: int, span_bits: int, nodes: Sequence[int]) -> bytes:
+        """8 bytes of digest per node (see ``lua/repair_nodes.lua``)."""
+        keys = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
+        out = bytearray()
+        for start in range(0, len(nodes), NODES_PER_CALL):
+            out += self._nodes(keys, [span_bits, "", *nodes[start : start + NODES_PER_CALL]])
+        self.received += len(out)
+        return bytes(out)
+
+    def differing(
+        self, region: str, bucket: int, span_bits: int, nodes: Sequence[int], theirs: bytes
+    ) -> list[int]:
+        """The nodes whose digests here differ from ``theirs`` (the other site's, from
+        :meth:`nodes`), compared in this site's Redis."""
+        keys = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
+        out: list[int] = []
+        for start in range(0, len(nodes), NODES_PER_CALL):
+            chunk = nodes[start : start + NODES_PER_CALL]
+            digests = theirs[start * _DIGEST_BYTES : (start + len(chunk)) * _DIGEST_BYTES]
+            raw = self._nodes(keys, [span_bits, digests, *chunk])
+            self.received += len(raw)
+            out += [chunk[i] for (i,) in struct.iter_unpack(">I", raw)]
+        return out
 
     def entries(
         self, region: str, bucket: int, leaf_bits: int, leaves: Sequence[int]
@@ -192,6 +229,7 @@ class _SiteReader:
         ]
         while True:
             raw = self._entries(keys, [cursor, SCAN_COUNT, leaf_bits, *leaves])
+            self.received += sum(len(item) for item in raw)
             cursor = raw[0]
             for i in range(1, len(raw), 2):
                 version = raw[i + 1]
@@ -205,6 +243,7 @@ class _SiteReader:
         if not keys:
             return []
         raw = self.site.redis.hmget(self.keys.region_gateway_versions(region, bucket), list(keys))
+        self.received += sum(len(v or b"") for v in raw)
         return [parse_gateway_version(v) if v else None for v in raw]
 
     def values(
@@ -217,13 +256,14 @@ class _SiteReader:
         pipe.hmget(self.keys.region_values(region, bucket), list(keys))
         pipe.hmget(self.keys.region_meta(region, bucket), list(keys))
         values, metas = pipe.execute()
+        self.received += sum(len(v or b"") for v in (*values, *metas))
         return [
             (value, parse_meta(meta).serializer if meta else None)
             for value, meta in zip(values, metas, strict=True)
         ]
 
     def drop(self, region: str, bucket: int) -> None:
-        self.site.redis.delete(self._leaf_hash(region, bucket))
+        self.site.redis.delete(self._leaf_hash(region, bucket), self._node_hash(region, bucket))
 
 
 def _wins(a: GatewayVersion, b: GatewayVersion | None) -> bool:
@@ -242,15 +282,13 @@ class GatewayRepair:
         b: The other.
         total_buckets: Buckets of both sites (they must agree: a key is in the same
             bucket at both).
-        leaf_bits: Leaves per bucket, as bits (``LEAF_BITS``; 4-16, a multiple of
-            ``FANOUT_BITS``).
+        leaf_bits: Leaves per bucket, as bits (``LEAF_BITS``; 1-16).
         dry_run: Compare and decide, change nothing.
         apply_timeout_ms: Longest wait for the servers' answers to one window of changes.
         max_decisions: Most decisions the report lists (all are counted).
 
     Raises:
-        ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not one
-            of 4, 8, 12, 16.
+        ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not 1-16.
     """
 
     def __init__(
@@ -266,8 +304,8 @@ class GatewayRepair:
     ) -> None:
         if a.site_id == b.site_id:
             raise ConfigurationError(f"both sites have distributed_system_id {a.site_id}")
-        if leaf_bits not in (4, 8, 12, 16):
-            raise ConfigurationError(f"leaf_bits must be 4, 8, 12 or 16, not {leaf_bits}")
+        if not 1 <= leaf_bits <= 16:
+            raise ConfigurationError(f"leaf_bits must be 1 to 16, not {leaf_bits}")
         self.a, self.b = a, b
         self.total_buckets = total_buckets
         self.leaf_bits = leaf_bits
@@ -301,6 +339,7 @@ class GatewayRepair:
                     decisions = self._bucket(readers, region, bucket, report)
                     if decisions and not self.dry_run:
                         self._apply(readers, pools, run_id, region, bucket, decisions, report)
+                    report.bytes_moved = sum(r.received for r in readers)
                 if progress is not None:
                     progress(f"region {region}: {report.keys_differing} keys differed so far")
         finally:
@@ -332,7 +371,6 @@ class GatewayRepair:
         report.leaves_differing += len(leaves)
         found = [r.entries(region, bucket, self.leaf_bits, leaves) for r in readers]
         report.entries_read += sum(len(f) for f in found)
-        report.bytes_moved += sum(len(k) + 24 for f in found for k in f)
         return self._decide(readers, region, bucket, found, report)
 
     def _differing_leaves(
@@ -342,13 +380,14 @@ class GatewayRepair:
         bucket: int,
         report: RepairReport,
     ) -> Iterator[int]:
-        """Descend both trees from the root, into the children of differing nodes only."""
+        """Descend both trees from the root, into the children of differing nodes only: one
+        site's digests of a level go to the other, which answers which of its own differ."""
         span = self.leaf_bits
         nodes = [0]
+        here, there = readers
         while nodes:
-            digests = [r.nodes(region, bucket, span, nodes) for r in readers]
-            report.bytes_moved += 2 * len(nodes) * _DIGEST_BYTES
-            differing = [n for n, x, y in zip(nodes, *digests, strict=True) if x != y]
+            ours = here.nodes(region, bucket, span, nodes)
+            differing = there.differing(region, bucket, span, nodes, ours)
             if span == 0:
                 yield from differing
                 return
@@ -368,7 +407,6 @@ class GatewayRepair:
         only_b = sorted(set(at_b) - set(at_a))
         gone_at_b = dict(zip(only_a, readers[1].tombstones(region, bucket, only_a), strict=True))
         gone_at_a = dict(zip(only_b, readers[0].tombstones(region, bucket, only_b), strict=True))
-        report.bytes_moved += 24 * (len(only_a) + len(only_b))
         decisions: list[KeyDecision] = []
         ids = (self.a.site_id, self.b.site_id)
         for key in sorted(set(at_a) | set(at_b)):
@@ -418,7 +456,6 @@ class GatewayRepair:
             loser = next(s for s in readers if s.site.site_id != winner_id)
             puts = [d.key for d in mine if d.action == "put"]
             values = dict(zip(puts, by_site[winner_id].values(region, bucket, puts), strict=True))
-            report.bytes_moved += sum(len(v or b"") for v, _ in values.values())
             pool = pools.get(loser.site.site_id)
             if pool is None:
                 pool = Pool(loser.site.client_settings, f"gw-repair-{run_id}", f"repair-{run_id}")

@@ -32,8 +32,8 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
         remote_redis_url: The other site's Redis (where its tree is computed).
         regions: The regions to compare (both sites define them).
         total_buckets: Buckets of both sites (servers' ``total_buckets``, default 16).
-        leaf_bits: Leaves per bucket as bits: 4, 8, 12 (default: 4,096 leaves) or 16;
-            more leaves move fewer entries around each difference, and more tree nodes.
+        leaf_bits: Leaves per bucket as bits, 1-16 (default 16: 65,536 leaves); more
+            leaves move fewer entries along with each difference, and more tree nodes.
         dry_run: Compare and report what would change, change nothing.
         interval_s: Run again every this many seconds, as anti-entropy (0: once).
         apply_timeout_ms: Longest wait for a site's servers to answer one window of
@@ -52,7 +52,7 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
     remote_redis_url: str
     regions: list[str] = Field(min_length=1)
     total_buckets: int = Field(default=16, ge=1)
-    leaf_bits: int = 12
+    leaf_bits: int = Field(default=16, ge=1, le=16)
     dry_run: bool = False
     interval_s: float = Field(default=0.0, ge=0.0)
     apply_timeout_ms: int = Field(default=30_000, ge=100)
@@ -61,13 +61,6 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
     @classmethod
     def _topic_legal(cls, value: str) -> str:
         return check_name("namespace", value, max_len=120)
-
-    @field_validator("leaf_bits")
-    @classmethod
-    def _leaf_bits(cls, value: int) -> int:
-        if value not in (4, 8, 12, 16):
-            raise ValueError("leaf_bits must be 4, 8, 12 or 16")
-        return value
 
     @field_validator("remote_kafka_config")
     @classmethod

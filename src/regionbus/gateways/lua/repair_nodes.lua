@@ -1,25 +1,38 @@
--- The digests of some nodes of a repair's Merkle tree of one region in one bucket
--- (regionbus gateway repair), from the leaves repair_digest.lua left in Redis. A node of
--- span s covers the leaves [node * 2^s, (node + 1) * 2^s); its digest is the XOR of theirs.
+-- Some nodes of a repair's Merkle tree of one region in one bucket (regionbus gateway
+-- repair): leaves (span 0) from the leaf hash, inner nodes from the node hash that
+-- repair_tree.lua built. Either reads their digests, or compares them with the other
+-- site's, so that only one site's digests cross between the sites.
 --
--- KEYS: 1 the run's leaf hash
--- ARGV: 1 span bits s, 2... node numbers
--- Returns: one "<high>:<low>" per node, in ARGV's order ("0:0" for a node with no entries)
-local leaves = redis.call('HGETALL', KEYS[1])
-local span = 2 ^ tonumber(ARGV[1])
-local wanted = {}
-for i = 2, #ARGV do wanted[tonumber(ARGV[i])] = {0, 0} end
-for i = 1, #leaves, 2 do
-  local node = math.floor(tonumber(leaves[i]) / span)
-  local acc = wanted[node]
-  if acc then
-    local a, b = string.match(leaves[i + 1], '^(-?%d+):(-?%d+):')
-    acc[1], acc[2] = bit.bxor(acc[1], tonumber(a)), bit.bxor(acc[2], tonumber(b))
+-- KEYS: 1 the run's leaf hash, 2 the run's node hash
+-- ARGV: 1 span bits s, 2 "" to read, or the other site's digests of the same nodes
+--       (8 bytes each, as this script returns them) to compare, 3... node numbers
+-- Returns: reading: 8 bytes per node, in ARGV's order (two big-endian 32-bit halves;
+--          zeros for a node without entries); comparing: 4 bytes (big-endian) per node
+--          whose digest differs, its position among the nodes asked for
+local fields = {}
+for i = 3, #ARGV do
+  if ARGV[1] == '0' then fields[#fields + 1] = ARGV[i]
+  else fields[#fields + 1] = ARGV[1] .. ':' .. ARGV[i] end
+end
+local values
+if ARGV[1] == '0' then
+  values = redis.call('HMGET', KEYS[1], unpack(fields))
+else
+  values = redis.call('HMGET', KEYS[2], unpack(fields))
+end
+local other = ARGV[2]
+local out = {}
+for i = 1, #values do
+  local a, b = 0, 0
+  if values[i] then
+    local x, y = string.match(values[i], '^(-?%d+):(-?%d+)')
+    a, b = tonumber(x), tonumber(y)
+  end
+  local mine = struct.pack('>i4i4', a, b)
+  if other == '' then
+    out[#out + 1] = mine
+  elseif string.sub(other, (i - 1) * 8 + 1, i * 8) ~= mine then
+    out[#out + 1] = struct.pack('>I4', i - 1)
   end
 end
-local out = {}
-for i = 2, #ARGV do
-  local acc = wanted[tonumber(ARGV[i])]
-  out[#out + 1] = acc[1] .. ':' .. acc[2]
-end
-return out
+return table.concat(out)
