@@ -54,6 +54,20 @@ def test_the_spark_connector_matches_the_pyspark_pyproject_pins() -> None:
     assert _pom_property("spark.version") == match.group(1)
 
 
+def test_the_documented_spark_packages_are_the_jars_the_spark_pom_pins() -> None:
+    """docs/spark.md's ``spark.jars.packages`` name the connector and spark-avro at the
+    versions jvm/spark/pom.xml resolves (and the tests run with)."""
+    text = (ROOT / "docs" / "spark.md").read_text()
+    documented = re.findall(r"org\.apache\.spark:[\w.-]+:[\w.-]+", text)
+    spark = ElementTree.parse(ROOT / "jvm" / "spark" / "pom.xml").getroot()
+    avro = spark.find("m:properties/m:spark.avro.version", _POM_NS)
+    assert avro is not None and avro.text
+    assert documented == [
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{_pom_property('spark.version')}",
+        f"org.apache.spark:spark-avro_2.13:{avro.text}",
+    ]
+
+
 def test_jars_are_taken_from_regionbus_jvm_lib_then_the_checkout_then_kafka_home(
     tmp_path: Path,
 ) -> None:
