@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import tomllib
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from regionbus.devstack.jvm import (
     CHECKOUT_LIB,
@@ -47,11 +50,19 @@ def test_docker_compose_runs_the_kafka_version_jvm_pom_pins(compose_file: str) -
     assert {name: f"apache/kafka:{pinned}" for name in images} == images
 
 
-def test_the_spark_connector_matches_the_pyspark_pyproject_pins() -> None:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    match = re.search(r'"pyspark\[sql\]==([0-9.]+)"', pyproject)
-    assert match, "pyproject.toml must pin pyspark exactly: its connector jars are pinned"
-    assert _pom_property("spark.version") == match.group(1)
+def test_the_spark_connector_is_the_installed_pysparks_and_the_extra_takes_the_4_line() -> None:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["spark"]
+    (pyspark,) = [Requirement(r) for r in extra if Requirement(r).name == "pyspark"]
+    pinned = _pom_property("spark.version")
+    assert pinned == importlib.metadata.version("pyspark"), "jvm/lib's connector must run here"
+    assert pinned in pyspark.specifier
+    assert [v for v in ("4.1.1", "4.2.0", "4.2.1", "4.3.0", "5.0.0") if v in pyspark.specifier] == [
+        "4.2.0",
+        "4.2.1",
+        "4.3.0",
+    ]
 
 
 def test_the_documented_spark_packages_are_the_jars_the_spark_pom_pins() -> None:
