@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
-from readme_commands import REPOSITORY, blocks
+from readme_commands import REPOSITORY, block_containing
 
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EventID
@@ -31,17 +31,6 @@ _IVY_SETTINGS = """<ivysettings>
 </ivysettings>
 """
 """The one resolver docs/spark.md names for a machine without Maven Central."""
-
-
-def packages_block() -> str:
-    """docs/spark.md's Python block that starts a session with ``spark.jars.packages``."""
-    found = [
-        b.text
-        for b in blocks(SPARK_DOC)
-        if b.language == "python" and "spark.jars.packages" in b.text
-    ]
-    assert len(found) == 1, "docs/spark.md must show one session built from spark.jars.packages"
-    return found[0]
 
 
 def test_a_session_from_the_documented_packages_reads_and_decodes_a_topic(
@@ -74,7 +63,7 @@ def test_a_session_from_the_documented_packages_reads_and_decodes_a_topic(
         f"spark.jars.ivySettings {settings}\nspark.jars.ivy {ivy}\n"
     )
     session = tmp_path / "session.py"
-    session.write_text(packages_block())
+    session.write_text(block_containing(SPARK_DOC, "spark.jars.packages").text)
     env = {**os.environ, "SPARK_CONF_DIR": str(conf), "PYSPARK_PYTHON": sys.executable}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
 

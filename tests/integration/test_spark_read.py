@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import NewTopic
 from pyspark.sql import functions as F  # noqa: N812
+from readme_commands import REPOSITORY, block_containing, run_python
 from support import wait_until
 from test_interest_groups import _ids_sharing_a_partition
 
@@ -44,6 +45,7 @@ from regionbus.spark.kafka import earliest_offsets, latest_offsets, offsets_for_
 from regionbus.spark.source import SOURCE_NAME
 
 _PARTITIONS = 3
+SPARK_DOC = REPOSITORY / "docs" / "spark.md"
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -264,18 +266,17 @@ def test_queue_rows_name_the_clients_they_are_for(
     rows: list[Any] = []
 
     def all_there() -> bool:
-        messages = read_messages(
-            spark_session,
-            kafka_bootstrap_servers=kafka_bootstrap_servers,
-            subscribe=Topics(namespace).client_queues(None),
-        ).where((F.col("message_type") == "Event") & (F.col("region") == "r"))
-        # docs/spark.md's attribution: a record for several clients lists them in rb.to,
-        # a record for one is keyed by its id.
-        attributed = messages.withColumn(
-            "client_id",
-            F.explode(F.coalesce("recipients", F.array(F.col("record_key").cast("string")))),
+        # docs/spark.md's attribution, as written: a record for several clients lists them
+        # in rb.to, a record for one is keyed by its id.
+        names = run_python(
+            block_containing(SPARK_DOC, '"client_id"'),
+            {
+                '"127.0.0.1:9092"': json.dumps(kafka_bootstrap_servers),
+                '"regionbus.queues"': json.dumps(Topics(namespace).client_queues(None)),
+            },
+            {"spark": spark_session, "read_messages": read_messages},
         )
-        rows[:] = attributed.collect()
+        rows[:] = names["per_client"].where(F.col("region") == "r").collect()
         return len(rows) >= 12
 
     wait_until(all_there, timeout_s=60, what="the 12 events of 4 clients in {ns}.queues")
