@@ -12,10 +12,11 @@ import secrets
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = REPOSITORY / "README.md"
@@ -78,6 +79,35 @@ def python_block(section: str, document: Path = README) -> Block:
         if block.language == "python" and block.section == section:
             return block
     raise AssertionError(f"no python block under {section!r} in {document.name}")
+
+
+def block_containing(document: Path, text: str, language: str = "python") -> Block:
+    """The one ``language`` block of ``document`` that holds ``text``.
+
+    Raises:
+        AssertionError: none does, or more than one.
+    """
+    found = [b for b in blocks(document) if b.language == language and text in b.text]
+    assert len(found) == 1, f"{len(found)} {language} blocks of {document.name} hold {text!r}"
+    return found[0]
+
+
+def run_python(
+    block: Block, replacements: Mapping[str, str], scope: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run a Python block as written but for ``replacements`` (a broker address, topic
+    names: each must occur in it), in a copy of ``scope``; return the names it left.
+
+    Raises:
+        AssertionError: a text to replace is not in the block.
+    """
+    source = block.text
+    for old, new in replacements.items():
+        assert old in source, f"{block.document.name} ({block.section}) no longer says {old}"
+        source = source.replace(old, new)
+    names = dict(scope or {})
+    exec(compile(source, f"{block.document.name}: {block.section}", "exec"), names)
+    return names
 
 
 def output_after(block: Block) -> list[str]:

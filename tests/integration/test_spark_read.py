@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import NewTopic
+from pyspark.sql import functions as F  # noqa: N812
+from readme_commands import REPOSITORY, block_containing, run_python
 from support import wait_until
+from test_interest_groups import _ids_sharing_a_partition
 
 from regionbus.broker.server import CacheServer
+from regionbus.clients import ALL_KEYS
+from regionbus.schemas.addressing import RECIPIENTS_HEADER, is_shared, recipient_ids, shared_key
 from regionbus.schemas.codec import encode, encode_batches
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
@@ -28,16 +33,19 @@ from regionbus.schemas.messages import (
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.serializers import AvroSerializer
 from regionbus.spark.decode import (
+    ADDRESS_SCHEMA,
     DECODED_SCHEMA,
     decode_messages,
     decode_record_values,
     decode_values,
+    read_messages,
 )
 from regionbus.spark.format import JVM_FORMAT, jvm_connector_present, kafka_format
 from regionbus.spark.kafka import earliest_offsets, latest_offsets, offsets_for_timestamps
 from regionbus.spark.source import SOURCE_NAME
 
 _PARTITIONS = 3
+SPARK_DOC = REPOSITORY / "docs" / "spark.md"
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -239,6 +247,59 @@ def test_events_topic_decodes_into_typed_columns(
     assert all(0 <= r.bucket < 16 and r.bucket == r.partition for r in rows)
 
 
+def test_queue_rows_name_the_clients_they_are_for(
+    spark_session: Any,
+    cache_server: CacheServer,
+    client_factory: Any,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    # Three clients of one registration in one partition share each event's record; the
+    # fourth, alone in its group (invalidations only), gets records keyed by its id.
+    ids = _ids_sharing_a_partition(4, "reader")
+    for client_id in ids:
+        region = client_factory(client_id=client_id).create_region("r")
+        region.register_interest(ALL_KEYS, receive_values=client_id != ids[3])
+    writer = client_factory(subscription_enabled=False).create_region("r")
+    for i in range(3):
+        writer.put(f"k{i}", i)
+    rows: list[Any] = []
+
+    def all_there() -> bool:
+        # docs/spark.md's attribution, as written: a record for several clients lists them
+        # in rb.to, a record for one is keyed by its id.
+        names = run_python(
+            block_containing(SPARK_DOC, '"client_id"'),
+            {
+                '"127.0.0.1:9092"': json.dumps(kafka_bootstrap_servers),
+                '"regionbus.queues"': json.dumps(Topics(namespace).client_queues(None)),
+            },
+            {"spark": spark_session, "read_messages": read_messages},
+        )
+        rows[:] = names["per_client"].where(F.col("region") == "r").collect()
+        return len(rows) >= 12
+
+    wait_until(all_there, timeout_s=60, what="the 12 events of 4 clients in {ns}.queues")
+
+    assert len(rows) == 12
+    shared = [r for r in rows if r.recipients is not None]
+    own = [r for r in rows if r.recipients is None]
+    (group_key,) = {bytes(r.record_key) for r in shared}  # a NUL byte and 8 hex digits
+    assert is_shared(group_key) and len(group_key) == 9
+    assert len(shared) == 9 and all(r.recipients == ids[:3] for r in shared)
+    assert [(bytes(r.record_key), r.operation) for r in own] == [
+        (ids[3].encode(), "INVALIDATE")
+    ] * 3
+    by_client: dict[str, list[tuple[str, str]]] = {}
+    for r in sorted(rows, key=lambda r: r.offset):
+        by_client.setdefault(r.client_id, []).append((r.key, r.operation))
+    creates = [(f"k{i}", "CREATE") for i in range(3)]
+    assert by_client == {
+        **dict.fromkeys(ids[:3], creates),
+        ids[3]: [(f"k{i}", "INVALIDATE") for i in range(3)],
+    }
+
+
 def test_undecodable_records_become_rows_with_the_error(
     spark_session: Any, kafka_bootstrap_servers: str, namespace: str
 ) -> None:
@@ -316,20 +377,44 @@ def _every_kind_of_record() -> list[bytes | None]:
     ]
 
 
+_HEADERS: list[list[tuple[str, bytes]] | None] = [
+    None,
+    [],
+    [(RECIPIENTS_HEADER, b"\x00c-1\x00c-2\x00")],
+    [("rb.mac", b"\x00x\x00"), (RECIPIENTS_HEADER, "\x00c\u00e9\x00".encode())],
+    [(RECIPIENTS_HEADER, b"")],
+    [(RECIPIENTS_HEADER, b"\x00first\x00"), (RECIPIENTS_HEADER, b"\x00second\x00")],
+]
+"""Header lists a record may carry: none, no ``rb.to``, a list of two, another header
+first, an empty list, and two ``rb.to`` (the first one counts, as for the clients)."""
+
+
 def test_jvm_decoding_gives_the_rows_of_the_python_reference_decoder(
     spark_session: Any,
 ) -> None:
     values = _every_kind_of_record()
     source_rows, columns = decode_record_values(values)
     names = [f.name for f in DECODED_SCHEMA.fields]
-    expected = sorted((row, *(c[i].as_py() for c in columns)) for i, row in enumerate(source_rows))
+    keys = [f"c-{i}".encode() if i % 4 else shared_key(str(i)) for i in range(len(values))]
+    headers = [_HEADERS[i % len(_HEADERS)] for i in range(len(values))]
+    expected = sorted(
+        (row, keys[row], recipient_ids(headers[row]), *(c[i].as_py() for c in columns))
+        for i, row in enumerate(source_rows)
+    )
     records = spark_session.createDataFrame(
-        [(i, v) for i, v in enumerate(values)], "offset int, value binary"
+        [(i, keys[i], v, headers[i]) for i, v in enumerate(values)],
+        "offset int, key binary, value binary, headers array<struct<key:string,value:binary>>",
     )
 
     decoded = decode_messages(records).collect()
 
-    assert [tuple(r.asDict()) for r in decoded[:1]] == [("offset", *names)]
+    assert [tuple(r.asDict()) for r in decoded[:1]] == [("offset", *ADDRESS_SCHEMA.names, *names)]
+    assert {tuple(r.recipients or ()) for r in decoded} == {
+        (),
+        ("c-1", "c-2"),
+        ("c\u00e9",),
+        ("first",),
+    }
     found = sorted(tuple(r) for r in decoded)
 
     # Error texts differ in their detail (fastavro's exception vs "undecodable <type>");

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import tomllib
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from regionbus.devstack.jvm import (
     CHECKOUT_LIB,
@@ -47,11 +50,33 @@ def test_docker_compose_runs_the_kafka_version_jvm_pom_pins(compose_file: str) -
     assert {name: f"apache/kafka:{pinned}" for name in images} == images
 
 
-def test_the_spark_connector_matches_the_pyspark_pyproject_pins() -> None:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    match = re.search(r'"pyspark\[sql\]==([0-9.]+)"', pyproject)
-    assert match, "pyproject.toml must pin pyspark exactly: its connector jars are pinned"
-    assert _pom_property("spark.version") == match.group(1)
+def test_the_spark_connector_is_the_installed_pysparks_and_the_extra_takes_the_4_line() -> None:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["spark"]
+    (pyspark,) = [Requirement(r) for r in extra if Requirement(r).name == "pyspark"]
+    pinned = _pom_property("spark.version")
+    assert pinned == importlib.metadata.version("pyspark"), "jvm/lib's connector must run here"
+    assert pinned in pyspark.specifier
+    assert [v for v in ("4.1.1", "4.2.0", "4.2.1", "4.3.0", "5.0.0") if v in pyspark.specifier] == [
+        "4.2.0",
+        "4.2.1",
+        "4.3.0",
+    ]
+
+
+def test_the_documented_spark_packages_are_the_jars_the_spark_pom_pins() -> None:
+    """docs/spark.md's ``spark.jars.packages`` name the connector and spark-avro at the
+    versions jvm/spark/pom.xml resolves (and the tests run with)."""
+    text = (ROOT / "docs" / "spark.md").read_text()
+    documented = re.findall(r"org\.apache\.spark:[\w.-]+:[\w.-]+", text)
+    spark = ElementTree.parse(ROOT / "jvm" / "spark" / "pom.xml").getroot()
+    avro = spark.find("m:properties/m:spark.avro.version", _POM_NS)
+    assert avro is not None and avro.text
+    assert documented == [
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{_pom_property('spark.version')}",
+        f"org.apache.spark:spark-avro_2.13:{avro.text}",
+    ]
 
 
 def test_jars_are_taken_from_regionbus_jvm_lib_then_the_checkout_then_kafka_home(

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from regionbus.schemas.addressing import RECIPIENTS_HEADER, header, is_shared
+from regionbus.schemas.addressing import is_shared, recipient_ids
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.kafka_clients import kafka_consumer
 from regionbus.schemas.kafka_outage import quiet_config
@@ -153,8 +153,7 @@ def _count(
     if not is_shared(key):
         ids = [key.decode(errors="replace")] if key else []
     else:
-        listed = header(headers, RECIPIENTS_HEADER) or b""
-        ids = [part.decode(errors="replace") for part in listed.split(b"\x00") if part]
+        ids = recipient_ids(headers) or []
     for client_id in ids:
         acked = committed.get(client_id)
         if acked is not None and offset >= acked:

@@ -89,6 +89,16 @@ def header(headers: Headers | None, name: str) -> bytes | None:
     return None
 
 
+def recipient_ids(headers: Headers | None) -> list[str] | None:
+    """The client ids a record's :data:`RECIPIENTS_HEADER` lists, in its order (empty parts
+    skipped; UTF-8, undecodable bytes replaced), or None when the record has no such header
+    (a record for one client, named by its key, or a record of another topic)."""
+    listed = header(headers, RECIPIENTS_HEADER)
+    if listed is None:
+        return None
+    return [part.decode(errors="replace") for part in listed.split(b"\x00") if part]
+
+
 def addressed_to(key: bytes | None, headers: Headers | None, own_key: bytes, marker: bytes) -> bool:
     """Whether a record of a shared client topic is for the client whose key (its id, UTF-8)
     is ``own_key`` and whose :func:`own_marker` is ``marker``."""
@@ -115,6 +125,7 @@ __all__ = [
     "header",
     "is_shared",
     "own_marker",
+    "recipient_ids",
     "recipients",
     "shared_key",
     "signed_bytes",

@@ -30,7 +30,6 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
-from regionbus.schemas.addressing import RECIPIENTS_HEADER
 from regionbus.schemas.errors import TransportError
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer
 from regionbus.schemas.naming import QueueTopic, Topics
@@ -164,9 +163,9 @@ def queue_analytics(
     ).where(F.col("partition") >= 0)
     events = _unacked_events(spark, config, starts)
     own = F.col("c.client_id") == F.col("e.addressee")
-    listed = F.col("e.recipients").contains(
-        F.concat(F.lit("\x00"), F.col("c.client_id"), F.lit("\x00"))
-    ) & (F.col("e.originator") != F.col("c.client_id"))
+    listed = F.array_contains(F.col("e.recipients"), F.col("c.client_id")) & (
+        F.col("e.originator") != F.col("c.client_id")
+    )
     unacked = (
         clients.alias("c")
         .join(
@@ -210,7 +209,7 @@ def _unacked_events(
     spark: SparkSession, config: Mapping[str, str], starts: dict[TopicPartitionKey, int]
 ) -> DataFrame:
     columns = (
-        "topic string, partition int, offset bigint, addressee string, recipients string, "
+        "topic string, partition int, offset bigint, addressee string, recipients array<string>, "
         "originator string, region string, operation string, timestamp_ms bigint"
     )
     if not starts:
@@ -226,13 +225,6 @@ def _unacked_events(
         .option("endingOffsets", "latest")
         .option("includeHeaders", "true")
         .load()
-        .withColumn("addressee", F.col("key").cast("string"))
-        .withColumn(
-            "recipients",
-            F.get(F.filter("headers", lambda h: h["key"] == RECIPIENTS_HEADER), 0)["value"].cast(
-                "string"
-            ),
-        )
     )
     return (
         decode_messages(raw)
@@ -241,7 +233,7 @@ def _unacked_events(
             "topic",
             "partition",
             "offset",
-            "addressee",
+            F.col("record_key").cast("string").alias("addressee"),
             "recipients",
             "originator",
             "region",

@@ -10,7 +10,9 @@ from this repository's ``schemas/*.avsc`` (the one source of truth); no row goes
 Python. :func:`read_messages` is the one call from a topic to those columns.
 :func:`decode_values` turns entry value bytes into a struct of the region's value type
 (``from_json`` or ``from_avro``). A record that cannot be decoded becomes one row with
-``decode_error`` set, so one bad record never fails a job (invariant 6).
+``decode_error`` set, so one bad record never fails a job (invariant 6). Each row keeps
+whom its record was for (:data:`ADDRESS_SCHEMA`): the record key and the client ids of the
+``rb.to`` header (`regionbus.schemas.addressing`).
 
 :func:`decode_record_values` is the same decoding in Python (fastavro), kept as the
 reference the JVM decoding is tested against and for tools that hold bytes without Spark.
@@ -31,6 +33,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -42,6 +45,7 @@ from pyspark.sql.types import (
 )
 
 from regionbus import schemas
+from regionbus.schemas.addressing import RECIPIENTS_HEADER
 from regionbus.schemas.codec import MAGIC, decode, split_batch
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
 from regionbus.schemas.messages import Control, CqEvent, Event, Marker, Operation, Reply
@@ -72,7 +76,17 @@ DECODED_SCHEMA: Final = StructType(
 )
 """Columns :func:`decode_messages` adds."""
 
-_DROPPED: Final = ("key", "value", "headers")
+ADDRESS_SCHEMA: Final = StructType(
+    [
+        StructField("record_key", BinaryType()),
+        StructField("recipients", ArrayType(StringType())),
+    ]
+)
+"""Columns :func:`decode_messages` keeps of each record, before :data:`DECODED_SCHEMA`:
+``record_key`` is the Kafka record key; ``recipients`` the client ids its ``rb.to`` header
+lists (`regionbus.schemas.addressing.recipient_ids`), null without that header."""
+
+_DROPPED: Final = ("key", "value", "headers", *ADDRESS_SCHEMA.names)
 _NAMES: Final = [f.name for f in DECODED_SCHEMA.fields]
 
 
@@ -224,6 +238,19 @@ def _frame_error(data: Column) -> Column:
     )
 
 
+def _address_columns(df: DataFrame) -> list[Column]:
+    names = set(df.columns)
+    key = F.col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
+    recipients = F.lit(None).cast("array<string>")
+    if "headers" in names:
+        # The first rb.to header, its NUL-separated ids (empty parts dropped), as the
+        # clients read it; get() is null past the end, so no header gives null.
+        listed = F.get(F.filter("headers", lambda h: h["key"] == RECIPIENTS_HEADER), 0)
+        ids = F.split(listed["value"].cast("string"), "\\x00")
+        recipients = F.filter(ids, lambda part: part != "")
+    return [key.alias("record_key"), recipients.alias("recipients")]
+
+
 def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
     """One row per regionbus message in the records of a Kafka DataFrame, decoded in the JVM.
 
@@ -237,9 +264,15 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
 
     Returns:
         ``df``'s other columns except ``key``, ``value`` and ``headers`` (so ``topic``,
-        ``partition``, ``offset``, ``timestamp``, ``timestampType`` stay), repeated for each
-        message of a batch, followed by :data:`DECODED_SCHEMA`: ``index`` (position in the
-        batch), ``message_type`` (``Event``, ``Operation``, ``Marker``, ``Reply``,
+        ``partition``, ``offset``, ``timestamp``, ``timestampType`` stay), then
+        :data:`ADDRESS_SCHEMA`: ``record_key`` (the record's ``key``, binary; on a shared
+        client queue or reply topic the id of the one client a record is for, or a NUL byte
+        and 8 hex digits for a record for several) and ``recipients`` (the ids listed in its
+        ``rb.to`` header: the clients a record for several is for, null without the header;
+        ``headers`` is read only when ``df`` has it, as Spark's Kafka source gives it with
+        ``includeHeaders=true``), these replacing any columns of those names in ``df``; all
+        repeated for each message of a batch, followed by :data:`DECODED_SCHEMA`: ``index``
+        (position in the batch), ``message_type`` (``Event``, ``Operation``, ``Marker``, ``Reply``,
         ``Control``, ``CqEvent``: a continuous query's event, with its change's columns),
         ``region``, ``key``, ``operation`` (event kind such as ``CREATE``, or
         operation kind such as ``PUT``; ``MARKER`` for a marker), the EventID (``member``,
@@ -248,16 +281,19 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
         ``value`` (entry value bytes; see :func:`decode_values`), ``serializer``,
         ``possible_duplicate``, ``callback_argument``, ``origin_site_id`` and
         ``decode_error`` (null unless the record or message could not be decoded; the other
-        decoded columns are then null). The same rows as :func:`decode_record_values`.
+        decoded columns are then null). The decoded columns are those of
+        :func:`decode_record_values`.
     """
     kept = [f.name for f in df.schema.fields if f.name not in (*_DROPPED, value_column)]
+    addressed = df.select(*kept, *_address_columns(df), F.col(value_column))
+    kept += ADDRESS_SCHEMA.names
     # Each from_avro is computed in a projection of its own: a later projection reading
     # many fields of its struct then reuses it (Spark does not merge a projection into the
     # next when that would repeat an expensive expression), where one projection would
     # decode the record again for each field, being inside conditional expressions.
     raw = F.col(value_column)
     is_batch = _framed(raw) & (_type_of(raw) == _BATCH_TYPE)
-    records = df.select(
+    records = addressed.select(
         *kept,
         raw.alias("_raw"),
         is_batch.alias("_is_batch"),
@@ -372,7 +408,9 @@ def read_messages(
 
     Returns:
         The rows of :func:`decode_messages`: the record's ``topic, partition, offset,
-        timestamp, timestampType`` and the decoded columns.
+        timestamp, timestampType``, ``record_key, recipients`` and the decoded columns.
+        The headers are read (``includeHeaders=true``) unless ``options`` says otherwise,
+        so ``recipients`` is set.
 
     Raises:
         ConfigurationError: a librdkafka setting that cannot be translated.
@@ -380,7 +418,7 @@ def read_messages(
     reader = kafka_reader(spark, kafka_bootstrap_servers, kafka_config, streaming=streaming).option(
         "subscribe", subscribe
     )
-    for key, value in (options or {}).items():
+    for key, value in {"includeHeaders": "true", **(options or {})}.items():
         reader = reader.option(key, value)
     return decode_messages(reader.load())
 
@@ -450,6 +488,7 @@ def decode_values(
 
 
 __all__ = [
+    "ADDRESS_SCHEMA",
     "DECODED_SCHEMA",
     "avro_reader_schema",
     "decode_messages",

@@ -3,17 +3,23 @@ a Spark standalone cluster (``spark://host:port``)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+import pyspark
 from pyspark.sql import SparkSession
 
 from regionbus.devstack.jvm import jvm_lib_dir
 
+log = logging.getLogger("regionbus.spark")
+
 _LOOPBACK_MASTERS: Final = ("spark://127.0.0.1:", "spark://localhost:")
+_CONNECTOR_JAR: Final = re.compile(r"spark-sql-kafka-0-10_2\.13-(.+)\.jar")
 
 CONNECTOR_MODULE: Final = "spark"
 """The ``jvm/pom.xml`` module whose jars are Spark's Kafka connector and Avro functions."""
@@ -33,6 +39,34 @@ def connector_jars(environ: Mapping[str, str] | None = None) -> list[Path]:
         StackError: no resolved jars were found (the message says how to get them).
     """
     return sorted(jvm_lib_dir(CONNECTOR_MODULE, environ).glob("*.jar"))
+
+
+def connector_mismatch(jars: Sequence[Path], pyspark_version: str) -> str | None:
+    """Why Spark's Kafka connector among ``jars`` may fail on this pyspark, or None.
+
+    The connector is built against one Spark release's internals, so its version must be
+    the installed pyspark's; pyspark's range (any 4.x from 4.2) is wider than the one
+    version ``jvm/pom.xml`` resolves.
+
+    Args:
+        jars: Jar paths (:func:`connector_jars`).
+        pyspark_version: The installed pyspark's version, e.g. ``"4.2.0"``.
+
+    Returns:
+        A message naming both versions and the two ways to match them, or None when the
+        connector is that version (or no connector jar is among ``jars``).
+    """
+    found = {jar: m.group(1) for jar in jars if (m := _CONNECTOR_JAR.fullmatch(jar.name))}
+    if set(found.values()) <= {pyspark_version}:
+        return None
+    folders = ", ".join(sorted({str(jar.parent) for jar in found}))
+    versions = ", ".join(sorted(set(found.values())))
+    return (
+        f"Spark's Kafka connector in {folders} is for Spark {versions}, but pyspark is "
+        f"{pyspark_version}: set spark.version in jvm/pom.xml to {pyspark_version} and run "
+        "scripts/bootstrap.sh, or start the session with spark.jars.packages "
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark_version} (docs/spark.md)"
+    )
 
 
 def local_session(
@@ -71,13 +105,20 @@ def local_session(
         The session (an existing one is returned with these settings applied where Spark
         allows changing them at run time; ``spark.jars`` only counts for a new one).
 
+    Logs a warning when the connector is for another Spark version than the installed
+    pyspark (:func:`connector_mismatch`).
+
     Raises:
         StackError: the connector jars were never resolved (run ``scripts/bootstrap.sh``).
     """
     # Read by the JVM (which inherits this environment) for every kind of Python worker.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     extra = dict(conf or {})
-    jars = [str(jar) for jar in connector_jars()]
+    found = connector_jars()
+    mismatch = connector_mismatch(found, pyspark.__version__)
+    if mismatch is not None:
+        log.warning(mismatch)
+    jars = [str(jar) for jar in found]
     if extra.get("spark.jars"):
         jars.append(extra.pop("spark.jars"))
     builder = (
@@ -102,4 +143,4 @@ def local_session(
     return session
 
 
-__all__ = ["CONNECTOR_MODULE", "connector_jars", "local_session"]
+__all__ = ["CONNECTOR_MODULE", "connector_jars", "connector_mismatch", "local_session"]
