@@ -155,7 +155,7 @@ def main(keys: int, changes: int, value_bytes: int, leaf_bits: int, verbose: boo
                 2, ns_b, client, ClientSettings(namespace=ns_b, kafka_bootstrap_servers=kafka)
             ),
         ]
-        repair = GatewayRepair(*sites, TOTAL_BUCKETS, leaf_bits=leaf_bits)
+        repair = GatewayRepair(sites[0], sites[1], TOTAL_BUCKETS, leaf_bits=leaf_bits)
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         report = repair.run([REGION])
         again = repair.run([REGION])

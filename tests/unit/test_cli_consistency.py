@@ -22,6 +22,7 @@ from regionbus.broker.config import ServerSettings
 from regionbus.clients.settings import ClientSettings
 from regionbus.gateways.async_event_queue import AsyncEventQueueSettings
 from regionbus.gateways.receiver_settings import GatewayReceiverSettings
+from regionbus.gateways.repair_settings import GatewayRepairSettings
 from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.runtime.cli_options import command_error
 from regionbus.schemas.errors import ConfigurationError, TransportError
@@ -33,6 +34,7 @@ _SETTINGS_OF: dict[tuple[str, ...], type[RegionBusSettings]] = {
     ("gateway", "sender"): GatewaySenderSettings,
     ("gateway", "receiver"): GatewayReceiverSettings,
     ("gateway", "async-event-queue"): AsyncEventQueueSettings,
+    ("gateway", "repair"): GatewayRepairSettings,
     ("spark", "analytics"): ClientSettings,
     ("spark", "delays"): ClientSettings,
     ("spark", "bulk-load"): ClientSettings,

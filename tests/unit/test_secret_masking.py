@@ -65,7 +65,7 @@ def test_every_secret_field_is_masked_in_config_show(
     monkeypatch.setenv(cls.env_name(field), SECRET)
     for name, info in cls.model_fields.items():
         if info.is_required() and name != field:
-            value = "2" if info.annotation is int else "x1"
+            value = {int: "2", list[str]: '["x1"]'}.get(info.annotation, "x1")
             monkeypatch.setenv(cls.env_name(name), value)
     _set_consistent_companions(cls, field, monkeypatch)
     result = CliRunner().invoke(main, ["config", "show", "--for", section, "--json"])
