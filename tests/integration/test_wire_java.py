@@ -15,6 +15,7 @@ from confluent_kafka import TopicPartition
 from support import Recorder, wait_until
 from test_interest_groups import _ids_sharing_a_partition
 
+from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientCache
 from regionbus.devstack.jvm import java_program, jvm_lib_dir
@@ -42,8 +43,14 @@ def _java(*args: str) -> tuple[int, list[dict[str, Any]]]:
     return done.returncode, lines
 
 
-def _publish(bootstrap: str, namespace: str, *changes: str, member: str | None = None) -> Any:
-    options = ["--member", member] if member else []
+def _publish(
+    bootstrap: str,
+    namespace: str,
+    *changes: str,
+    member: str | None = None,
+    framing: str = "regionbus",
+) -> Any:
+    options = ["--framing", framing, *(["--member", member] if member else [])]
     status, lines = _java(
         "publish",
         *("--bootstrap", bootstrap, "--namespace", namespace),
@@ -179,3 +186,40 @@ def test_the_java_reader_gets_each_event_of_a_client_once_from_the_shared_queue_
         events, summary = _read(kafka_bootstrap_servers, namespace, client_id)
         assert events == [(*e, shared) for e in expected], client_id
         assert summary["duplicates_dropped"] == len(expected), client_id
+
+
+def test_events_framed_for_standard_avro_tools_are_read_by_avros_own_decoder(
+    server_settings: ServerSettings,
+    client_factory: ClientFactory,
+    kafka_bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    server = CacheServer(
+        server_settings.model_copy(update={"events_framing": "avro-single-object"})
+    )
+    server.start()
+    try:
+        # Written with Avro's own single-object encoder, the operations are applied too.
+        replies = _publish(
+            kafka_bootstrap_servers,
+            namespace,
+            *("put", "java", '{"n":1}', "put", "gone", "0", "destroy", "gone"),
+            framing="avro-single-object",
+        )
+        assert [kind for _, _, kind, _ in replies] == ["CREATE", "CREATE", "DESTROY"]
+        writer = client_factory(client_id="py-writer", subscription_enabled=False)
+        writer.create_region("r").put("python", "two")
+        status, lines = _java(
+            "events", "--bootstrap", kafka_bootstrap_servers, "--namespace", namespace
+        )
+    finally:
+        server.stop()
+    assert status == 0, lines
+    found = sorted((e["key"], e["kind"], e["value"], e["originator"]) for e in lines)
+    assert found == [
+        ("gone", "CREATE", "0", "java-writer"),
+        ("gone", "DESTROY", None, "java-writer"),
+        ("java", "CREATE", '{"n":1}', "java-writer"),
+        ("python", "CREATE", '"two"', "py-writer"),
+    ]
+    assert {e["framing"] for e in lines} == {"avro-single-object"}

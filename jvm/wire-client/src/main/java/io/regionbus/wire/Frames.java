@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.zip.CRC32;
 import org.apache.avro.Schema;
+import org.apache.avro.generic.GenericData;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.avro.generic.GenericRecord;
@@ -19,6 +20,8 @@ import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.BinaryEncoder;
 import org.apache.avro.io.DecoderFactory;
 import org.apache.avro.io.EncoderFactory;
+import org.apache.avro.message.BinaryMessageDecoder;
+import org.apache.avro.message.BinaryMessageEncoder;
 
 /**
  * The regionbus frame (docs/wire-format.md, "Frames and type bytes"): the magic byte 0xB1,
@@ -92,6 +95,45 @@ public final class Frames {
       throw new UncheckedIOException(e);
     }
     return out.toByteArray();
+  }
+
+  /**
+   * A record in Apache Avro's single-object encoding (C3 01, the schema's CRC-64-AVRO
+   * fingerprint, the body), written by Avro's own encoder: the servers read it as they
+   * read the regionbus frame.
+   */
+  public static byte[] encodeSingleObject(GenericRecord record) {
+    try {
+      ByteBuffer encoded =
+          new BinaryMessageEncoder<GenericRecord>(GenericData.get(), record.getSchema())
+              .encode(record);
+      byte[] bytes = new byte[encoded.remaining()];
+      encoded.get(bytes);
+      return bytes;
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** Whether a value starts as Avro's single-object encoding does (C3 01). */
+  public static boolean isSingleObject(byte[] value) {
+    return value != null && value.length >= 10 && (value[0] & 0xFF) == 0xC3 && value[1] == 1;
+  }
+
+  /**
+   * Decode a single-object encoding of a record of {@code schemaName} with Avro's standard
+   * decoder, which checks the fingerprint.
+   *
+   * @throws IllegalArgumentException the fingerprint is another schema's, or the body does
+   *     not decode
+   */
+  public static GenericRecord decodeSingleObject(String schemaName, byte[] value) {
+    try {
+      return new BinaryMessageDecoder<GenericRecord>(GenericData.get(), schema(schemaName))
+          .decode(value);
+    } catch (IOException | RuntimeException e) {
+      throw new IllegalArgumentException("not a single-object " + schemaName + ": " + e, e);
+    }
   }
 
   /** The type byte of a frame, or -1 when it is no regionbus frame. */

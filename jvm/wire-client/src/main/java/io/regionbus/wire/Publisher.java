@@ -39,6 +39,7 @@ final class Publisher {
   private final long thread;
   private long sequence;
   private final String kafkaPrincipal;
+  private final boolean singleObject;
   private long requestId = new SecureRandom().nextLong(1L << 40) << 16;
 
   Publisher(
@@ -48,7 +49,8 @@ final class Publisher {
       String member,
       long thread,
       long firstSequence,
-      String kafkaPrincipal) {
+      String kafkaPrincipal,
+      boolean singleObject) {
     this.bootstrap = bootstrap;
     this.namespace = namespace;
     this.clientId = clientId;
@@ -58,6 +60,7 @@ final class Publisher {
     this.thread = thread;
     this.sequence = firstSequence;
     this.kafkaPrincipal = kafkaPrincipal;
+    this.singleObject = singleObject;
   }
 
   private static String randomHex() {
@@ -88,7 +91,9 @@ final class Publisher {
       for (Change change : changes) {
         int bucket = Frames.bucketOf(region, change.key(), totalBuckets);
         long id = ++requestId;
-        byte[] frame = Frames.encode(Frames.OPERATION, operation(id, region, change, bucket));
+        GenericRecord op = operation(id, region, change, bucket);
+        byte[] frame =
+            singleObject ? Frames.encodeSingleObject(op) : Frames.encode(Frames.OPERATION, op);
         producer
             .send(
                 new ProducerRecord<>(

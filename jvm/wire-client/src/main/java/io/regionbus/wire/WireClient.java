@@ -14,10 +14,15 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * <pre>
  * publish --bootstrap HOST:PORT --namespace NS --client-id ID --region R
  *         [--member M] [--thread 1] [--first-sequence 0] [--kafka-principal P]
- *         [--reply-timeout-ms 30000]  put KEY JSON | destroy KEY ...
+ *         [--reply-timeout-ms 30000] [--framing regionbus|avro-single-object]
+ *         put KEY JSON | destroy KEY ...
  * read    --bootstrap HOST:PORT --namespace NS --client-id ID [--kafka-principal P]
  *         [--timeout-ms 60000]
+ * events  --bootstrap HOST:PORT --namespace NS [--timeout-ms 60000]
  * </pre>
+ *
+ * {@code events} prints {ns}.events from its start to its end, decoding records in Avro's
+ * single-object encoding with Avro's standard decoder (the servers' events_framing).
  *
  * Output: one JSON object per line on standard output. Exit status: 0 done, 1 a change
  * was refused, 2 a reply or the queue's end did not come in time, 64 bad arguments.
@@ -43,7 +48,6 @@ public final class WireClient {
     }
     String bootstrap = required(options, "bootstrap");
     String namespace = required(options, "namespace");
-    String clientId = required(options, "client-id");
     String principal = options.get("kafka-principal");
     int status;
     switch (args[0]) {
@@ -52,11 +56,12 @@ public final class WireClient {
             new Publisher(
                 bootstrap,
                 namespace,
-                clientId,
+                required(options, "client-id"),
                 options.get("member"),
                 Long.parseLong(options.getOrDefault("thread", "1")),
                 Long.parseLong(options.getOrDefault("first-sequence", "0")),
-                principal);
+                principal,
+                framing(options));
         status =
             publisher.publish(
                 required(options, "region"),
@@ -66,9 +71,15 @@ public final class WireClient {
       case "read" -> {
         String topic = namespace + ".queues" + (principal == null ? "" : "." + principal);
         status =
-            new QueueReader(clientId)
+            new QueueReader(required(options, "client-id"))
                 .read(bootstrap, topic, Long.parseLong(options.getOrDefault("timeout-ms", "60000")));
       }
+      case "events" ->
+          status =
+              EventsReader.read(
+                  bootstrap,
+                  namespace + ".events",
+                  Long.parseLong(options.getOrDefault("timeout-ms", "60000")));
       default -> {
         usage("unknown command " + args[0]);
         return;
@@ -96,6 +107,14 @@ public final class WireClient {
       usage("publish needs at least one change");
     }
     return changes;
+  }
+
+  private static boolean framing(Map<String, String> options) {
+    String framing = options.getOrDefault("framing", "regionbus");
+    if (!framing.equals("regionbus") && !framing.equals("avro-single-object")) {
+      usage("--framing is regionbus or avro-single-object, not " + framing);
+    }
+    return framing.equals("avro-single-object");
   }
 
   private static String required(Map<String, String> options, String name) {
