@@ -62,12 +62,28 @@ if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   exit 1
 fi
 jvm_stamp=jvm/lib/.resolved
-jvm_wanted="$(cat jvm/pom.xml jvm/*/pom.xml | sha256sum | cut -d' ' -f1)"
+# The modules of jvm/pom.xml, by name: jvm/wire-client is built on its own, below.
+jvm_wanted="$(cat jvm/pom.xml jvm/kafka/pom.xml jvm/spark/pom.xml | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$jvm_stamp" ] || [ "$(cat "$jvm_stamp")" != "$jvm_wanted" ]; then
   echo "bootstrap: mvn package (jvm/pom.xml -> jvm/lib/)"
   rm -rf jvm/lib
   mvn -q -B -f jvm/pom.xml package
   echo "$jvm_wanted" >"$jvm_stamp"
+fi
+# The Java wire client (jvm/wire-client -> jvm/lib/wire-client/), which the tests run to
+# prove the wire format from outside Python; rebuilt when its sources or the schemas it
+# packages change. Offline first: what it needs is in ~/.m2 after one resolution, so a
+# machine without Maven Central builds it again; online only when something is missing.
+wire_stamp=jvm/lib/wire-client/.built
+wire_wanted="$(find jvm/pom.xml jvm/wire-client/pom.xml jvm/wire-client/src \
+  src/regionbus/schemas -type f \( -name '*.xml' -o -name '*.java' -o -name '*.avsc' \) |
+  sort | xargs cat | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$wire_stamp" ] || [ "$(cat "$wire_stamp")" != "$wire_wanted" ]; then
+  echo "bootstrap: mvn package (jvm/wire-client/pom.xml -> jvm/lib/wire-client/)"
+  rm -rf jvm/lib/wire-client
+  mvn -q -B -o -f jvm/wire-client/pom.xml package >/dev/null 2>&1 ||
+    mvn -q -B -f jvm/wire-client/pom.xml package
+  echo "$wire_wanted" >"$wire_stamp"
 fi
 if [ "$peers" = true ]; then
   geode_stamp=jvm/lib/geode/.resolved

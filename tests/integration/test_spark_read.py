@@ -17,7 +17,7 @@ from test_interest_groups import _ids_sharing_a_partition
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS
 from regionbus.schemas.addressing import RECIPIENTS_HEADER, is_shared, recipient_ids, shared_key
-from regionbus.schemas.codec import encode, encode_batches
+from regionbus.schemas.codec import decode, encode, encode_batches
 from regionbus.schemas.eventid import EventID
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_producer
 from regionbus.schemas.messages import (
@@ -427,6 +427,32 @@ def test_jvm_decoding_gives_the_rows_of_the_python_reference_decoder(
     by_offset = {r.offset: r for r in decoded if r.decode_error}
     assert "magic 0x6e" in by_offset[len(values) - 6].decode_error
     assert by_offset[len(values) - 5].decode_error == "undecodable Event"
+
+
+def test_records_in_avros_single_object_encoding_decode_as_their_regionbus_frames(
+    spark_session: Any,
+) -> None:
+    """The framing servers write ``{ns}.events`` in with ``events_framing =
+    avro-single-object`` decodes in the JVM to the rows of the regionbus frame, batches and
+    their items included; a single object of another schema is an error row."""
+    values = [v for v in _every_kind_of_record()[:8] if v is not None]
+    single = [encode(decode(v), "avro-single-object") for v in values]
+    batches = [
+        encode_batches(values[:2], framing="avro-single-object")[0],
+        encode_batches(single[:2])[0],
+    ]
+    foreign = b"\xc3\x01" + bytes(8) + b"\x00"
+
+    def rows(records: list[bytes]) -> list[tuple[Any, ...]]:
+        frame = spark_session.createDataFrame(
+            [(i, v) for i, v in enumerate(records)], "offset int, value binary"
+        )
+        return sorted(tuple(r) for r in decode_messages(frame).collect())
+
+    regionbus_rows = rows([*values, *encode_batches(values[:2]) * 2])
+    assert rows([*single, *batches]) == regionbus_rows
+    [error] = rows([foreign])
+    assert error[-1] is not None
 
 
 def test_avro_values_of_a_typed_region_decode_in_the_jvm(spark_session: Any) -> None:

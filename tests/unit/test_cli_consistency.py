@@ -38,6 +38,7 @@ _SETTINGS_OF: dict[tuple[str, ...], type[RegionBusSettings]] = {
     ("spark", "analytics"): ClientSettings,
     ("spark", "delays"): ClientSettings,
     ("spark", "bulk-load"): ClientSettings,
+    ("topic", "tail"): ClientSettings,
 }
 """Which settings a command's options set (the others set ``ServerSettings``)."""
 
@@ -52,6 +53,7 @@ _LONG_RUNNING = {
     ("spark", "delays"),
     ("spark", "bulk-load"),
     ("spark", "cluster"),
+    ("topic", "tail"),
 }
 
 

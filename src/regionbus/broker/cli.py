@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from regionbus.broker.cli_kafka_acls import kafka_acls
+from regionbus.broker.cli_topics import topic
 from regionbus.broker.cli_users import (
     cli_redis,
     principal_store,
@@ -545,6 +546,7 @@ def spark_group() -> None:
 
 main.add_command(user)
 main.add_command(kafka_acls)
+main.add_command(topic)
 
 
 if __name__ == "__main__":

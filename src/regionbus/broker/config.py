@@ -14,6 +14,7 @@ from pydantic_settings import SettingsConfigDict
 
 from regionbus.broker.expiration_attributes import RegionExpiration
 from regionbus.runtime.settings import ObservabilitySettings, RedisConnectionSettings
+from regionbus.schemas.codec import Framing
 from regionbus.schemas.entry_checks import check_region_name
 from regionbus.schemas.errors import ConfigurationError, RegionBusError
 from regionbus.schemas.naming import DEFAULT_TOTAL_BUCKETS, check_name, generated_member_id
@@ -269,6 +270,10 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             exports as ``regionbus_subscription_queue_depth_top_events{client}`` (those
             with events not acked; 0: none). Default 10: enough to name the clients an
             alert on the total points at, few enough to be free for any fleet.
+        events_framing: How this server frames what it appends to ``{ns}.events``:
+            ``regionbus`` (``0xB1`` and a type byte, the default) or ``avro-single-object``
+            (Apache Avro's single-object encoding, which standard Avro decoders read;
+            docs/wire-format.md). Every regionbus reader takes both.
 
     ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`.
     """
@@ -331,6 +336,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     # --- metrics: per-client detail ---
     metrics_client_labels: bool = False
     metrics_top_clients: int = Field(default=10, ge=0, le=1000)
+    events_framing: Framing = "regionbus"
 
     @field_validator("gateway_senders", mode="before")
     @classmethod

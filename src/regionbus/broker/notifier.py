@@ -160,7 +160,9 @@ class CacheClientNotifier:
         new value."""
         assert event.key is not None
         full = encode(event)
-        self._outbox.produce(self._topics.events, full, event.key.encode(), partition=bucket)
+        self._outbox.produce(
+            self._topics.events, self._applied(event, full), event.key.encode(), partition=bucket
+        )
         route = self._registry.table.audiences(event.region, event.key, bucket)
         carries_value = event.kind in (EventKind.CREATE, EventKind.UPDATE)
         invalidate: bytes | None = None
@@ -195,6 +197,13 @@ class CacheClientNotifier:
         if self._cqs.has_queries(event.region):
             matches = self._cqs.entry_matches(event, bucket, old_value, old_serializer)
             self.queue_cq_events(event, matches)
+
+    def _applied(self, event: Event, framed: bytes) -> bytes:
+        """What ``{ns}.events`` gets of an event: ``framed`` again, or the event in the
+        framing the servers' ``events_framing`` names for standard Avro tools (queues keep
+        the regionbus frame)."""
+        framing = self._settings.events_framing
+        return framed if framing == "regionbus" else encode(event, framing)
 
     def _to_audience(
         self, recipients: Recipients, payload: bytes, now: float, originator: str
@@ -277,7 +286,9 @@ class CacheClientNotifier:
         log only: "Region invalidation in the server is not forwarded to the client" (Geode
         documentation, *How Client/Server Distribution Works*; docs/behaviour.md §3)."""
         payload = encode(event)
-        self._outbox.produce(self._topics.events, payload, None, partition=bucket)
+        self._outbox.produce(
+            self._topics.events, self._applied(event, payload), None, partition=bucket
+        )
         if event.kind is EventKind.REGION_INVALIDATE:
             return
         if self._cqs.has_queries(event.region):

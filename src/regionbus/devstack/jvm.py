@@ -35,7 +35,8 @@ def jvm_lib_dir(
     """The folder of one module's jars, e.g. ``jvm/lib/kafka``.
 
     Args:
-        module: ``"kafka"`` or ``"spark"`` (a module of ``jvm/pom.xml``).
+        module: ``"kafka"`` or ``"spark"`` (a module of ``jvm/pom.xml``), or
+            ``"wire-client"`` (the Java client of ``jvm/wire-client``).
         environ: Where to read ``REGIONBUS_JVM_LIB`` / ``KAFKA_HOME``; None reads
             ``os.environ``.
         checkout_lib: The checkout's ``jvm/lib``, tried after ``REGIONBUS_JVM_LIB``.

@@ -6,6 +6,13 @@ The type byte lets a reader with nothing but the bytes (Spark, a dead-letter too
 the schema; the magic byte rejects foreign data early. The records' Avro dicts are
 :mod:`regionbus.schemas.wire_records`'.
 
+The other framing, written where a setting asks for it (:data:`Framing`), is Apache Avro's
+*single-object encoding* (Avro specification, "Single-object encoding"): ``C3 01``, the
+schema's 8-byte CRC-64-AVRO fingerprint (little-endian, of its Parsing Canonical Form),
+then the same body, which Avro's standard decoders read (Java's
+``org.apache.avro.message.BinaryMessageDecoder``). Every reader here takes both framings
+(:func:`regionbus_frame`), so writers may switch one at a time.
+
 Never pickle: values are bytes produced by a declared serializer
 (:mod:`regionbus.schemas.serializers`).
 """
@@ -14,10 +21,10 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from fastavro.schema import load_schema
+from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
 from regionbus.schemas.messages import (
@@ -81,19 +88,68 @@ _SCHEMAS: Final[dict[int, Any]] = {t: load_avro_schema(n) for t, n in _TYPE_NAME
 _BATCH_SCHEMA: Final = load_avro_schema("Batch")
 _CLASSES: Final = {t: cls for cls, t in TYPE_BYTES.items()}
 
+Framing = Literal["regionbus", "avro-single-object"]
+"""How a record is framed: ``regionbus`` (``0xB1``, a type byte; the default) or
+``avro-single-object`` (Avro's single-object encoding, for standard Avro tools)."""
+SINGLE_OBJECT_MARKER: Final = b"\xc3\x01"
+"""The first two bytes of an Avro single-object encoding."""
+_SINGLE_OBJECT_HEADER_BYTES: Final = 10
+
+
+def schema_fingerprint(name: str) -> bytes:
+    """The 8-byte CRC-64-AVRO fingerprint of ``regionbus.<name>.avsc``'s Parsing Canonical
+    Form, in the little-endian order of Avro's single-object encoding."""
+    canonical = to_parsing_canonical_form(load_schema(str(_SCHEMA_DIR / f"regionbus.{name}.avsc")))
+    return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+
+
+_FINGERPRINTS: Final[dict[int, bytes]] = {
+    t: schema_fingerprint(n) for t, n in {**_TYPE_NAMES, BATCH_TYPE: "Batch"}.items()
+}
+_TYPE_OF_FINGERPRINT: Final[dict[bytes, int]] = {f: t for t, f in _FINGERPRINTS.items()}
+
+
+def regionbus_frame(data: bytes | None) -> bytes | None:
+    """The regionbus frame of a record in either framing: an Avro single-object encoding of
+    a regionbus schema becomes ``0xB1``, its type byte and the same body; anything else is
+    returned as it is (its checks are the decoder's).
+
+    Raises:
+        MessageDecodeError: a single-object encoding of a schema regionbus does not have.
+    """
+    if not data or data[0] != SINGLE_OBJECT_MARKER[0] or data[:2] != SINGLE_OBJECT_MARKER:
+        return data
+    type_byte = _TYPE_OF_FINGERPRINT.get(data[2:_SINGLE_OBJECT_HEADER_BYTES])
+    if type_byte is None or len(data) < _SINGLE_OBJECT_HEADER_BYTES:
+        raise MessageDecodeError(
+            f"an Avro single-object encoding of no regionbus schema (fingerprint "
+            f"{data[2:_SINGLE_OBJECT_HEADER_BYTES].hex()})",
+            message_ref=data,
+        )
+    return bytes((MAGIC, type_byte)) + data[_SINGLE_OBJECT_HEADER_BYTES:]
+
+
+def _reframed(framed: bytes, framing: Framing) -> bytes:
+    """A regionbus frame in ``framing``."""
+    if framing == "regionbus":
+        return framed
+    return SINGLE_OBJECT_MARKER + _FINGERPRINTS[framed[1]] + framed[2:]
+
 
 # --- public --------------------------------------------------------------------------
 
 
-def encode(message: Message) -> bytes:
+def encode(message: Message, framing: Framing = "regionbus") -> bytes:
     """Encode one wire record into its framed Avro bytes.
 
     Args:
         message: An :class:`Operation`, :class:`Event`, :class:`Reply`, :class:`Control`,
             :class:`Marker` or :class:`CqEvent`.
+        framing: ``regionbus`` or ``avro-single-object`` (:data:`Framing`).
 
     Returns:
-        ``0xB1``, the type byte, then the Avro body.
+        ``0xB1``, the type byte, then the Avro body (or ``C3 01``, the schema's
+        fingerprint, then the body).
 
     Raises:
         SerializationError: a field does not fit its schema (wrong type, int out of range).
@@ -107,23 +163,24 @@ def encode(message: Message) -> bytes:
         raise SerializationError(
             f"cannot encode {type(message).__name__}: {exc}", message_ref=message
         ) from exc
-    return buf.getvalue()
+    return _reframed(buf.getvalue(), framing)
 
 
 def decode(data: bytes | None) -> Message:
     """Decode framed bytes into the record they hold.
 
     Args:
-        data: Bytes as read from a regionbus topic.
+        data: Bytes as read from a regionbus topic, in either framing.
 
     Returns:
-        The decoded record, of the type named by the frame's type byte.
+        The decoded record, of the type named by the frame's type byte (or fingerprint).
 
     Raises:
-        MessageDecodeError: the bytes are empty, carry a foreign magic or type byte, are
-            truncated, hold a value outside the schema, or have trailing bytes. The raw
-            bytes are kept in ``message_ref``.
+        MessageDecodeError: the bytes are empty, carry a foreign magic or type byte (or
+            fingerprint), are truncated, hold a value outside the schema, or have trailing
+            bytes. The raw bytes are kept in ``message_ref``.
     """
+    data = regionbus_frame(data)
     type_byte = _check_frame(data)
     assert data is not None
     if type_byte == BATCH_TYPE:
@@ -158,7 +215,9 @@ def _check_frame(data: bytes | None) -> int:
 
 
 def is_batch(data: bytes | None) -> bool:
-    """Whether framed bytes hold a :func:`encode_batches` batch."""
+    """Whether framed bytes (either framing) hold a :func:`encode_batches` batch."""
+    if data is not None and data[:2] == SINGLE_OBJECT_MARKER:
+        return data[2:_SINGLE_OBJECT_HEADER_BYTES] == _FINGERPRINTS[BATCH_TYPE]
     return data is not None and len(data) >= 2 and data[0] == MAGIC and data[1] == BATCH_TYPE
 
 
@@ -180,6 +239,7 @@ def split_batch(data: bytes | None, max_items: int = MAX_BATCH_ITEMS) -> list[by
     """
     if not is_batch(data):
         return [data]  # type: ignore[list-item]
+    data = regionbus_frame(data)
     assert data is not None
     claimed = _batch_items_claimed(data, max_items)
     if claimed > max_items:
@@ -248,7 +308,10 @@ def _read_long(data: bytes, position: int) -> tuple[int, int]:
 
 
 def encode_batches(
-    framed: list[bytes], max_bytes: int = MAX_BATCH_BYTES, max_items: int = MAX_BATCH_ITEMS
+    framed: list[bytes],
+    max_bytes: int = MAX_BATCH_BYTES,
+    max_items: int = MAX_BATCH_ITEMS,
+    framing: Framing = "regionbus",
 ) -> list[bytes]:
     """Pack framed messages into as few Kafka messages as fit ``max_bytes`` and
     ``max_items`` each.
@@ -260,6 +323,7 @@ def encode_batches(
         framed: Messages from :func:`encode`, in order.
         max_bytes: Largest batch, in bytes.
         max_items: Most messages in one batch (:data:`MAX_BATCH_ITEMS`).
+        framing: The framing of the batches made (:data:`Framing`; the items keep theirs).
 
     Returns:
         The Kafka message values, in order.
@@ -269,22 +333,22 @@ def encode_batches(
     size = 0
     for item in framed:
         if group and (size + len(item) + 8 > max_bytes or len(group) >= max_items):
-            out.append(_pack(group))
+            out.append(_pack(group, framing))
             group, size = [], 0
         group.append(item)
         size += len(item) + 8
     if group:
-        out.append(_pack(group))
+        out.append(_pack(group, framing))
     return out
 
 
-def _pack(group: list[bytes]) -> bytes:
+def _pack(group: list[bytes], framing: Framing) -> bytes:
     if len(group) == 1:
         return group[0]
     buf = io.BytesIO()
     buf.write(bytes((MAGIC, BATCH_TYPE)))
     schemaless_writer(buf, _BATCH_SCHEMA, {"messages": group})
-    return buf.getvalue()
+    return _reframed(buf.getvalue(), framing)
 
 
 T = TypeVar("T", Operation, Event, Reply, Control, Marker, CqEvent)

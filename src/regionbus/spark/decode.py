@@ -46,7 +46,14 @@ from pyspark.sql.types import (
 
 from regionbus import schemas
 from regionbus.schemas.addressing import RECIPIENTS_HEADER
-from regionbus.schemas.codec import MAGIC, decode, split_batch
+from regionbus.schemas.codec import (
+    MAGIC,
+    SINGLE_OBJECT_MARKER,
+    TYPE_BYTES,
+    decode,
+    schema_fingerprint,
+    split_batch,
+)
 from regionbus.schemas.errors import MessageDecodeError, SerializationError
 from regionbus.schemas.messages import Control, CqEvent, Event, Marker, Operation, Reply
 from regionbus.schemas.serializers import AvroSerializer
@@ -215,6 +222,30 @@ def avro_reader_schema(name: str) -> str:
     return canonical
 
 
+_SINGLE_OBJECT_TYPES: Final = {
+    schema_fingerprint(cls.__name__): type_byte for cls, type_byte in TYPE_BYTES.items()
+} | {schema_fingerprint("Batch"): _BATCH_TYPE}
+_REST: Final = 2**31 - 1
+
+
+def _regionbus_frame(data: Column) -> Column:
+    """A record in Avro's single-object encoding of a regionbus schema (``C3 01``, the
+    schema's fingerprint, the body) as the regionbus frame of the same body (``0xB1``, its
+    type byte), as :func:`regionbus.schemas.codec.regionbus_frame` does; any other bytes
+    as they are."""
+    fingerprint = F.substring(data, 3, 8)
+    type_byte = F.coalesce(
+        *[
+            F.when(fingerprint == F.lit(found), F.lit(bytes([byte])))
+            for found, byte in _SINGLE_OBJECT_TYPES.items()
+        ]
+    )
+    single_object = (F.substring(data, 1, 2) == F.lit(SINGLE_OBJECT_MARKER)) & type_byte.isNotNull()
+    return F.when(
+        single_object, F.concat(F.lit(bytes([MAGIC])), type_byte, F.substring(data, 11, _REST))
+    ).otherwise(data)
+
+
 def _framed(data: Column) -> Column:
     return (F.length(data) >= 2) & (F.substring(data, 1, 1) == F.lit(bytes([MAGIC])))
 
@@ -291,22 +322,25 @@ def decode_messages(df: DataFrame, value_column: str = "value") -> DataFrame:
     # many fields of its struct then reuses it (Spark does not merge a projection into the
     # next when that would repeat an expensive expression), where one projection would
     # decode the record again for each field, being inside conditional expressions.
-    raw = F.col(value_column)
+    framed = addressed.select(*kept, _regionbus_frame(F.col(value_column)).alias("_raw"))
+    raw = F.col("_raw")
     is_batch = _framed(raw) & (_type_of(raw) == _BATCH_TYPE)
-    records = addressed.select(
+    records = framed.select(
         *kept,
-        raw.alias("_raw"),
+        "_raw",
         is_batch.alias("_is_batch"),
-        F.when(is_batch, _from_avro(F.expr(f"substring(`{value_column}`, 3)"), "Batch"))[
-            "messages"
-        ].alias("_messages"),
+        F.when(is_batch, _from_avro(F.expr("substring(_raw, 3)"), "Batch"))["messages"].alias(
+            "_messages"
+        ),
     )
     record_error = F.when(F.col("_is_batch") & F.col("_messages").isNull(), "undecodable Batch")
     items = F.when(F.col("_is_batch") & F.col("_messages").isNotNull(), F.col("_messages"))
     exploded = records.select(
         *kept,
         record_error.alias("_record_error"),
-        F.posexplode(F.coalesce(items, F.array("_raw"))).alias("index", "_item"),
+        F.posexplode(F.coalesce(items, F.array("_raw"))).alias("index", "_framed_item"),
+    ).select(
+        *kept, "_record_error", "index", _regionbus_frame(F.col("_framed_item")).alias("_item")
     )
     item = F.col("_item")
     body = F.expr("substring(_item, 3)")
