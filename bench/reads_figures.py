@@ -95,6 +95,27 @@ class ReadSeries:
     items: int
 
 
+UNMEASURED: Final = ReadSeries(0, math.nan, math.nan, math.nan, 0)
+"""The regionbus side of a peer's rows, filled from ``bench.core``'s rows of the same run."""
+
+
+def parse_series(answer: dict[str, Any]) -> ReadSeries:
+    """A series as the Geode harness answers it (``calls``, ``per_s``, ``p50_ms``,
+    ``p99_ms``, ``items``).
+
+    Raises:
+        KeyError: a figure is missing.
+        TypeError, ValueError: a figure is not a number.
+    """
+    return ReadSeries(
+        int(answer["calls"]),
+        float(answer["per_s"]),
+        float(answer["p50_ms"]),
+        float(answer["p99_ms"]),
+        int(answer["items"]),
+    )
+
+
 def timed_calls(calls: Sequence[Callable[[], int]], warmup: int) -> ReadSeries:
     """Run ``calls`` one after the other, the first ``warmup`` untimed; each returns how
     many items it got."""
@@ -210,10 +231,12 @@ __all__ = [
     "QUERY_MIN_PRICE",
     "QUERY_OQL",
     "QUERY_REGION",
+    "UNMEASURED",
     "ReadFigures",
     "ReadOptions",
     "ReadSeries",
     "get_all_figure",
+    "parse_series",
     "query_document",
     "query_figure",
     "selected_rows",
