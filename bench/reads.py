@@ -195,14 +195,18 @@ def print_reads(figures: ReadFigures, console: Console) -> None:
     ):
         table.add_row(
             f"{name} calls/s",
-            f"{ours.per_s:,.0f}",
-            f"{theirs.per_s:,.0f}",
+            _rate(ours.per_s),
+            _rate(theirs.per_s),
             _x(ours.per_s, theirs.per_s),
         )
         for pct in ("p50", "p99"):
             a, b = getattr(ours, f"{pct}_ms"), getattr(theirs, f"{pct}_ms")
             table.add_row(f"{name} {pct} (ms)", f"{a:.2f}", f"{b:.2f}", _x(a, b))
     console.print(table)
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def _x(a: float, b: float) -> str:
