@@ -69,12 +69,15 @@ class GeodeReads:
         keys_per_call: Keys of one ``getAll``.
         get_all: ``getAll`` calls on a ``PROXY`` client region.
         query: ``QueryService.newQuery(QUERY_OQL).execute(QUERY_MIN_PRICE)`` runs.
+        load_average: The machine's 1, 5 and 15 minute load averages before the phases,
+            as text (``"?"`` when unknown).
     """
 
     entries: int
     keys_per_call: int
     get_all: ReadSeries
     query: ReadSeries
+    load_average: str = "?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,7 @@ def parse(stdout: str) -> GeodeFigures:
                 keys_per_call=int(reads["keys_per_call"]),
                 get_all=parse_series(reads["get_all"]),
                 query=parse_series(reads["query"]),
+                load_average=str(reads.get("load_average", "?")),
             ),
             failover=None
             if failover is None
@@ -223,7 +227,7 @@ def summary_rows(figures: GeodeFigures) -> list[SummaryRow]:
                 lambda what: get_all_figure(reads.keys_per_call, what),
                 UNMEASURED,
                 reads.get_all,
-                f"{geode} Region.getAll, PROXY client region",
+                f"{geode} Region.getAll, PROXY client region (load {reads.load_average})",
                 "calls",
                 regionbus_of="core",
             ),
@@ -232,7 +236,7 @@ def summary_rows(figures: GeodeFigures) -> list[SummaryRow]:
                 lambda what: query_figure(reads.entries, what),
                 UNMEASURED,
                 reads.query,
-                f"{geode} QueryService.newQuery().execute(), PDX JSON",
+                f"{geode} QueryService.newQuery().execute(), PDX JSON (load {reads.load_average})",
                 "queries",
                 regionbus_of="core",
             ),

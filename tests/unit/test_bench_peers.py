@@ -115,6 +115,7 @@ def _with_reads(stdout: str) -> str:
         "entries": 10_000,
         "keys_per_call": 100,
         "oql": "SELECT * FROM /bench_query v WHERE v.price >= $1",
+        "load_average": "4.0 5.0 6.0",
         "get_all": series,
         "query": {**series, "calls": 20, "per_s": 25.0, "p50_ms": 40.0, "items": 20_000},
     }
@@ -146,6 +147,7 @@ def test_geode_read_rows_pair_with_the_core_read_rows_of_the_run() -> None:
     assert (query.regionbus, query.baseline, query.ratio) == (200.0, 40.0, 5.0)
     # The core rows carry the load average of their phases beside the raw Redis baseline.
     assert "load 1.0 2.0 3.0" in core[0].baseline_name
+    assert "load 4.0 5.0 6.0" in calls.baseline_name and "load 4.0 5.0 6.0" in query.baseline_name
     assert len(peers) == 4 + 6
 
 

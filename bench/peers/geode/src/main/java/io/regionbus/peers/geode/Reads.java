@@ -1,10 +1,14 @@
 package io.regionbus.peers.geode;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Random;
 import java.util.Set;
@@ -35,6 +39,18 @@ final class Reads {
   static String document(int index) {
     double price = index % 100 + (index / 100 % 10) / 10.0;
     return "{\"id\":" + index + ",\"price\":" + price + ",\"name\":\"item-" + index + "\"}";
+  }
+
+  /** The 1, 5 and 15 minute load averages ("?" off Linux), as bench.core records them. */
+  static String loadAverage() {
+    try {
+      String[] fields = Files.readString(Path.of("/proc/loadavg")).trim().split("\\s+");
+      return String.format(
+          Locale.ROOT, "%.1f %.1f %.1f", Double.parseDouble(fields[0]), Double.parseDouble(fields[1]),
+          Double.parseDouble(fields[2]));
+    } catch (IOException | RuntimeException e) {
+      return "?";
+    }
   }
 
   static int warmup(int timed) {
@@ -72,6 +88,7 @@ final class Reads {
   static Map<String, Object> measure(
       ClientCache cache, Region<String, byte[]> region, int entries, int keysPerCall, int calls,
       int queryRuns, int valueBytes) throws Exception {
+    String loadAverage = loadAverage();
     Map<String, byte[]> values = new HashMap<>();
     for (int i = 0; i < entries; i++) {
       values.put("ga-" + i, GeodePeer.stamped(valueBytes));
@@ -112,6 +129,7 @@ final class Reads {
         "entries", entries,
         "keys_per_call", keysPerCall,
         "oql", OQL,
+        "load_average", loadAverage,
         "get_all", getAll,
         "query", queries);
   }
