@@ -57,6 +57,11 @@ _HSCAN_COUNT: Final = 500
 
 _SEED: Final = 39
 
+_READ_TIMEOUT_MS: Final = 60_000
+"""The read phases' client waits this long for a reply (the default is 10 s): a bound
+for a shared, loaded machine, where a pre-filling ``put_all`` of 1,000 entries can take
+longer. It bounds a failure only; the figures are the calls' own times."""
+
 
 def key_samples(options: ReadOptions) -> list[list[str]]:
     """The keys of every ``get_all`` call, warm-up first: ``keys_per_call`` distinct keys of
@@ -129,7 +134,9 @@ def run_reads(services: Services, bench: BenchOptions, options: ReadOptions) -> 
         RegionBusError: a call failed.
     """
     load_average = os.getloadavg()
-    settings = services.client_settings(bench, subscription_enabled=False)
+    settings = services.client_settings(
+        bench, subscription_enabled=False, read_timeout_ms=_READ_TIMEOUT_MS
+    )
     cache = ClientCache(ClientSettings(**settings))
     raw = _RawReads(services.redis_url, services.namespace)
     try:
