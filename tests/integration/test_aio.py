@@ -11,15 +11,12 @@ from typing import Any
 
 import pytest
 from support import Recorder, wait_until
+from test_function_execution import Failing, Member, Sleeping, Where
 
 from regionbus import (
     ClientRegionShortcut,
-    Function,
-    FunctionContext,
     FunctionError,
     FunctionNotRegisteredError,
-    PartitionRegionHelper,
-    RegionFunctionContext,
     ResultCollector,
 )
 from regionbus.aio import AsyncClientCache, AsyncFunctionService
@@ -128,57 +125,12 @@ def test_a_continuous_querys_events_stream(
     assert asyncio.run(main()) == [("big1", "CREATE", 500), ("big1", "DESTROY", 50)]
 
 
-class _BucketKeys(Function):
-    """Answers its bucket, filter, the bucket's keys and its arguments."""
-
-    id = "bucket-keys"
-
-    def execute(self, context: FunctionContext) -> None:
-        assert isinstance(context, RegionFunctionContext)
-        local = PartitionRegionHelper.get_local_data_for_context(context)
-        context.result_sender.last_result(
-            {
-                "bucket": context.bucket,
-                "filter": sorted(context.filter),
-                "keys": sorted(local.keys()),
-                "arguments": context.arguments,
-            }
-        )
-
-
-class _Member(Function):
-    """Answers the member id of the server it ran on (``on_servers``)."""
-
-    id = "member"
-
-    def execute(self, context: FunctionContext) -> None:
-        context.result_sender.last_result(context.member_name)
-
-
-class _Slow(Function):
-    """Sleeps as many seconds as its arguments say, then answers its bucket."""
-
-    id = "slow"
-
-    def execute(self, context: FunctionContext) -> None:
-        assert isinstance(context, RegionFunctionContext)
-        time.sleep(context.arguments)
-        context.result_sender.last_result(context.bucket)
-
-
-class _Raising(Function):
-    id = "raising"
-
-    def execute(self, context: FunctionContext) -> None:
-        raise ValueError("no flights on the moon")
-
-
 _ENTRIES = {f"k{i:02d}": i for i in range(40)}
 
 
 @pytest.fixture
 def function_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
-    functions = [_BucketKeys(), _Member(), _Slow(), _Raising()]
+    functions = [Where(), Member(), Sleeping(), Failing()]
     with CacheServer(server_settings, functions=functions) as server:
         yield server
 
@@ -190,15 +142,15 @@ def test_function_executions_are_awaited_as_the_threaded_ones_answer(
     buckets = {bucket_of("r", k, 16) for k in filter_keys}
     assert len(buckets) > 1, "the filter should span buckets"
 
-    class Summing(ResultCollector):
+    class Listing(ResultCollector):
         def __init__(self) -> None:
-            self.buckets: list[int] = []
+            self.results: list[Any] = []
 
         def add_result(self, member_id: str, result: Any) -> None:
-            self.buckets.append(result)
+            self.results.append(result)
 
-        def get_result(self, timeout_ms: int | None = None) -> list[int]:
-            return sorted(self.buckets)
+        def get_result(self, timeout_ms: int | None = None) -> list[Any]:
+            return self.results
 
     async def main() -> None:
         async with await _connect(namespace, kafka_bootstrap_servers) as cache:
@@ -206,9 +158,7 @@ def test_function_executions_are_awaited_as_the_threaded_ones_answer(
             await region.put_all(_ENTRIES)
             execution = AsyncFunctionService.on_region(region)
 
-            filtered = (
-                await execution.with_filter(filter_keys).set_arguments([7]).execute("bucket-keys")
-            )
+            filtered = await execution.with_filter(filter_keys).set_arguments([7]).execute("where")
             results = filtered.get_result()
             assert sorted(r["bucket"] for r in results) == sorted(buckets)
             for result in results:
@@ -219,18 +169,18 @@ def test_function_executions_are_awaited_as_the_threaded_ones_answer(
                 )
                 assert result["arguments"] == [7]
 
-            everywhere = (await execution.execute("bucket-keys")).get_result()
+            everywhere = (await execution.execute("where")).get_result()
             assert sorted(r["bucket"] for r in everywhere) == list(range(16))
 
             members = (await AsyncFunctionService.on_servers(cache).execute("member")).get_result()
             assert members == [function_server.settings.member_id]
 
-            summing = Summing()
-            collected = await execution.with_collector(summing).set_arguments(0).execute("slow")
-            assert collected is summing and summing.get_result() == list(range(16))
+            listing = Listing()
+            collected = await execution.with_collector(listing).set_arguments(0).execute("sleeping")
+            assert collected is listing and listing.get_result() == [True] * 16
 
             with pytest.raises(FunctionError, match="ValueError: no flights on the moon"):
-                await execution.with_filter(["k01"]).execute("raising")
+                await execution.with_filter(["k01"]).set_arguments("raise").execute("failing")
             with pytest.raises(FunctionNotRegisteredError):
                 await execution.execute("no-such-function")
             with pytest.raises(FunctionError, match="Cannot specify filter"):
@@ -242,7 +192,7 @@ def test_function_executions_are_awaited_as_the_threaded_ones_answer(
 def test_the_event_loop_runs_on_while_a_function_executes(
     function_server: CacheServer, namespace: str, kafka_bootstrap_servers: str
 ) -> None:
-    async def main() -> tuple[list[int], int]:
+    async def main() -> tuple[list[Any], int]:
         async with await _connect(namespace, kafka_bootstrap_servers) as cache:
             region = cache.create_region("r", ClientRegionShortcut.PROXY)
             ticks = 0
@@ -255,11 +205,11 @@ def test_the_event_loop_runs_on_while_a_function_executes(
 
             ticker = asyncio.create_task(tick())
             execution = AsyncFunctionService.on_region(region).with_filter(["k01"])
-            collector = await execution.set_arguments(1.5).execute("slow")
+            collector = await execution.set_arguments(1.5).execute("sleeping")
             ticker.cancel()
             return collector.get_result(), ticks
 
     results, ticks = asyncio.run(main())
-    assert results == [bucket_of("r", "k01", 16)]
+    assert results == [True]
     # 1.5 s of the function at a tick every 50 ms: the loop was not held by the wait.
     assert ticks >= 10
