@@ -41,9 +41,16 @@ class Benchmark:
     full: tuple[str, ...] = ()
 
 
+READS_QUICK: tuple[str, ...] = ("--get-all-calls", "200", "--query-runs", "10")
+"""The read phases' quick sizes, the same for ``bench.core`` and its Geode peer (10,000
+entries and 100 keys a call are both's defaults), so that their rows pair."""
+
 BENCHMARKS: tuple[Benchmark, ...] = (
     # 10 subscribers: the count the core targets are set at (and the Geode peer's clients).
-    Benchmark("core", ("--ops", "10000", "--subscribers", "10", "--latency-seconds", "5")),
+    Benchmark(
+        "core",
+        ("--ops", "10000", "--subscribers", "10", "--latency-seconds", "5", *READS_QUICK),
+    ),
     Benchmark("durable_replay", ("--events", "20000")),
     Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
     Benchmark("gateway", ("--events", "5000", "--seconds", "8")),
@@ -61,6 +68,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "1000",
             "--failover-seconds",
             "15",
+            *READS_QUICK,
         ),
     ),
     Benchmark("spark_read", ("--events", "200000", "--entries", "50000")),

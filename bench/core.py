@@ -16,6 +16,10 @@
     replicas, beside one Redis: ops/s and CPU per operation (on 2 cores a cost, not a
     speed-up), and (e) with ``WAIT 1`` after every batch: the latency of waiting for a
     replica (``bench.redis_cluster``; ``--no-redis-cluster`` skips both);
+(g) ``get_all`` of ``--get-all-keys`` keys and (q) a one-shot OQL query over
+    ``--read-entries`` entries, one call at a time, each beside raw Redis reading the same
+    entries (``bench.reads``; ``--no-reads`` skips both; Apache Geode's ``getAll`` and
+    query are ``bench.peers.geode``'s);
 
 then prints every figure and the ratios regionbus ÷ raw (see ``bench/README.md``). Before
 any timed phase the fan-out relay runs once untimed, so that every phase finds the broker's
@@ -55,6 +59,9 @@ from bench.options import (
 )
 from bench.phases import regionbus_latency, regionbus_throughput
 from bench.raw import raw_fanout_relay, raw_relay_latency, raw_throughput
+from bench.reads import print_reads, run_reads
+from bench.reads_figures import QUERY_REGION, ReadFigures, ReadOptions
+from bench.reads_figures import summary_rows as read_rows
 from bench.redis_cluster import (
     ClusterFigures,
     cluster_rows,
@@ -133,8 +140,11 @@ def _latency_and_regionbus_phases(
 
 
 def run(
-    options: BenchOptions, console: Console, redis_cluster: bool = True
-) -> tuple[Figures, Throughput, ClusterFigures | None]:
+    options: BenchOptions,
+    console: Console,
+    redis_cluster: bool = True,
+    reads: ReadOptions | None = None,
+) -> tuple[Figures, Throughput, ClusterFigures | None, ReadFigures | None]:
     """Start the stack (unless given by env) and one cache server; run every phase.
 
     Args:
@@ -142,10 +152,11 @@ def run(
         console: Where progress goes.
         redis_cluster: Also run phases (b) and (a) with the store on a Redis Cluster,
             without and with ``WAIT`` (:mod:`bench.redis_cluster`).
+        reads: The sizes of phases (g) and (q) (:mod:`bench.reads`); None skips them.
 
     Returns:
-        The figures, the fan-out relay's (phase (c3)), and the Redis Cluster's (None when
-        not run).
+        The figures, the fan-out relay's (phase (c3)), the Redis Cluster's (None when
+        not run) and the read phases' (None when not run).
 
     Raises:
         BenchError: a child process failed or did not answer in time.
@@ -153,7 +164,9 @@ def run(
     """
     namespace = f"bench.{secrets.token_hex(3)}"
     with ExitStack() as stack:
-        local, services = one_server_stack(stack, "core", namespace, options, console)
+        local, services = one_server_stack(
+            stack, "core", namespace, options, console, (REGION, QUERY_REGION)
+        )
         # A fresh broker spends seconds of CPU compiling its own code (the JVM's JIT) in
         # whichever phase comes first, which on 2 cores was most of the "kafka" CPU of
         # phase (a) while the raw phases, run later, found it warm: every phase now starts
@@ -178,6 +191,14 @@ def run(
             f"(c3) raw fan-out relay: {options.ops:,} messages to {options.subscribers} topics ..."
         )
         fanout_relay = raw_fanout_relay(services, options, options.subscribers)
+        read_figures = None
+        if reads is not None:
+            progress.phase(
+                console,
+                f"(g) get_all of {reads.keys_per_call} keys x {reads.calls:,}, (q) an OQL "
+                f"query over {reads.entries:,} entries x {reads.query_runs}, and raw Redis ...",
+            )
+            read_figures = run_reads(services, options, reads)
         on_cluster = (
             run_on_redis_cluster(local, options, console, progress.current_log_dir())
             if redis_cluster
@@ -198,7 +219,7 @@ def run(
         raw_relay_latency=relay_latency,
         targets=Targets(),
     )
-    return figures, fanout_relay, on_cluster
+    return figures, fanout_relay, on_cluster, read_figures
 
 
 FANOUT_RELAY_TARGET = 0.5
@@ -354,8 +375,40 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
     help="Also run (b) and (a) with the store on a Redis Cluster (3 masters, 3 replicas), "
     "without and with WAIT 1.",
 )
+@click.option(
+    "--reads/--no-reads",
+    default=True,
+    show_default=True,
+    help="Run (g) get_all and (q) a one-shot OQL query beside raw Redis.",
+)
+@click.option(
+    "--read-entries",
+    default=10_000,
+    type=_POSITIVE,
+    show_default=True,
+    help="Entries pre-filled for (g) and for (q).",
+)
+@click.option(
+    "--get-all-keys", default=100, type=_POSITIVE, show_default=True, help="Keys per get_all."
+)
+@click.option(
+    "--get-all-calls", default=500, type=_POSITIVE, show_default=True, help="Timed get_all calls."
+)
+@click.option(
+    "--query-runs", default=20, type=_POSITIVE, show_default=True, help="Timed runs of (q)."
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
-def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> None:
+def main(
+    as_json: bool,
+    verbose: bool,
+    redis_cluster: bool,
+    reads: bool,
+    read_entries: int,
+    get_all_keys: int,
+    get_all_calls: int,
+    query_runs: int,
+    **values: Any,
+) -> None:
     """Measure regionbus throughput and latency against raw Kafka, in one run."""
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -367,9 +420,18 @@ def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> No
         raise click.BadParameter(
             "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
         )
+    if get_all_keys > read_entries:
+        raise click.BadParameter(
+            "at most --read-entries (the keys of a call differ)", param_hint="--get-all-keys"
+        )
+    read_options = (
+        ReadOptions(read_entries, get_all_keys, get_all_calls, query_runs, options.value_bytes)
+        if reads
+        else None
+    )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    figures, fanout_relay, on_cluster = run_or_exit(
-        lambda: run(options, console, redis_cluster), console
+    figures, fanout_relay, on_cluster, read_figures = run_or_exit(
+        lambda: run(options, console, redis_cluster, read_options), console
     )
     figures.print_table(console)
     print_fanout_relay(figures, fanout_relay, console)
@@ -378,11 +440,16 @@ def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> No
         single = figures.regionbus_throughput
         print_cluster(single, figures.regionbus_latency, on_cluster, console)
         rows += cluster_rows(single, figures.regionbus_latency, on_cluster)
+    if read_figures is not None:
+        print_reads(read_figures, console)
+        rows += read_rows(read_figures)
     emit(rows)
     if as_json:
         data = {**json.loads(figures.as_json()), "raw_fanout_relay": asdict(fanout_relay)}
         if on_cluster is not None:
             data["redis_cluster"] = asdict(on_cluster)
+        if read_figures is not None:
+            data["reads"] = asdict(read_figures)
         print(json.dumps(data), flush=True)
 
 

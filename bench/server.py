@@ -181,10 +181,16 @@ class ServerProcess:
 
 
 def one_server_stack(
-    stack: ExitStack, benchmark: str, namespace: str, options: BenchOptions, console: Console
+    stack: ExitStack,
+    benchmark: str,
+    namespace: str,
+    options: BenchOptions,
+    console: Console,
+    regions: tuple[str, ...] = (REGION,),
 ) -> tuple[LocalStack, Services]:
-    """Start the local stack (unless env names one) and one cache server of region
-    ``bench`` on ``stack``, with the run's logs kept under the benchmark's log folder.
+    """Start the local stack (unless env names one) and one cache server of ``regions``
+    (region ``bench``) on ``stack``, with the run's logs kept under the benchmark's log
+    folder.
 
     Returns:
         The stack, and the :class:`Services` of the run (the server's, Kafka's and Redis'
@@ -200,7 +206,7 @@ def one_server_stack(
             namespace=namespace,
             kafka_bootstrap_servers=local.kafka_bootstrap_servers,
             redis_url=local.redis_url,
-            regions=(REGION,),
+            regions=regions,
             fetch_wait_max_ms=options.fetch_wait_max_ms,
             linger_ms=options.linger_ms,
             log_path=work_dir / "server.log",

@@ -10,6 +10,9 @@ itself. It measures (with ``bench.core``'s keys ``tp-<i mod key-space>`` and sta
 (b) put → listener latency at ``--rate`` puts/s for ``--latency-seconds``, one subscriber;
 (a) puts/s and events delivered/s with ``--subscribers`` subscribers (ALL_KEYS interest),
     ``--writer-threads`` threads putting (Geode's client put is synchronous);
+(g), (q) ``Region.getAll`` of ``--get-all-keys`` keys and a one-shot OQL query over
+    ``--read-entries`` entries, one call at a time (``bench.core``'s read phases, the
+    workload of ``bench.reads_figures``; ``--no-reads`` skips them);
 (f) with two servers and ``subscription-redundancy=1``, a SIGKILL of the subscriber's
     primary: the gap at the listener, and acknowledged puts lost or delivered twice.
 
@@ -102,6 +105,14 @@ def report(figures: GeodeFigures, console: Console) -> None:
     table.add_row("every subscriber got every put", str(figures.complete))
     for name in ("p50", "p99", "max"):
         table.add_row(f"put→listener {name} (ms)", f"{getattr(figures, f'{name}_ms'):.1f}")
+    reads = figures.reads
+    if reads is not None:
+        for name, series in (
+            (f"getAll of {reads.keys_per_call} keys", reads.get_all),
+            (f"OQL query over {reads.entries:,} entries", reads.query),
+        ):
+            table.add_row(f"{name}: calls/s", f"{series.per_s:,.0f}")
+            table.add_row(f"{name}: p50 / p99 (ms)", f"{series.p50_ms:.2f} / {series.p99_ms:.2f}")
     failover = figures.failover
     if failover is not None:
         table.add_row(
@@ -164,6 +175,16 @@ def report(figures: GeodeFigures, console: Console) -> None:
     help="Threads doing synchronous puts (Geode's pipelining).",
 )
 @click.option(
+    "--reads/--no-reads",
+    default=True,
+    show_default=True,
+    help="Run the read phases: getAll and a one-shot OQL query (bench.core's (g) and (q)).",
+)
+@click.option("--read-entries", default=10_000, type=_POSITIVE, show_default=True)
+@click.option("--get-all-keys", default=100, type=_POSITIVE, show_default=True)
+@click.option("--get-all-calls", default=500, type=_POSITIVE, show_default=True)
+@click.option("--query-runs", default=20, type=_POSITIVE, show_default=True)
+@click.option(
     "--failover/--no-failover",
     default=True,
     show_default=True,
@@ -188,7 +209,9 @@ def report(figures: GeodeFigures, console: Console) -> None:
 @click.option("--timeout-s", default=1_200.0, show_default=True, help="Longest harness run.")
 @click.option("--json", "as_json", is_flag=True, help="Also print the harness's figures as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
-def main(as_json: bool, verbose: bool, timeout_s: float, failover: bool, **values: Any) -> None:
+def main(
+    as_json: bool, verbose: bool, timeout_s: float, failover: bool, reads: bool, **values: Any
+) -> None:
     """Measure Apache Geode with bench.core's workload, and a failover with redundancy 1."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     console = Console()
@@ -198,7 +221,13 @@ def main(as_json: bool, verbose: bool, timeout_s: float, failover: bool, **value
             stderr_path = work_dir / "harness.stderr"
             progress.phase(console, "Geode harness ...", lambda: progress.last_line(stderr_path))
             figures = run_harness(
-                {**values, "failover": "true" if failover else "false"}, work_dir, timeout_s
+                {
+                    **values,
+                    "failover": "true" if failover else "false",
+                    "reads": "true" if reads else "false",
+                },
+                work_dir,
+                timeout_s,
             )
     except RuntimeError as exc:
         console.print(f"benchmark failed: {exc}", style="red", highlight=False, markup=False)

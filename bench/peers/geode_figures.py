@@ -13,6 +13,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.reads_figures import (
+    UNMEASURED,
+    ReadSeries,
+    get_all_figure,
+    parse_series,
+    query_figure,
+    series_rows,
+)
 from bench.summary import SummaryRow
 
 CORE_VS_GEODE = "core vs Apache Geode"
@@ -52,6 +60,27 @@ class GeodeFailover:
 
 
 @dataclass(frozen=True, slots=True)
+class GeodeReads:
+    """The read phases (``--reads true``): ``Region.getAll`` and a one-shot OQL query, the
+    workload of :mod:`bench.reads_figures`.
+
+    Attributes:
+        entries: Entries pre-filled in each region.
+        keys_per_call: Keys of one ``getAll``.
+        get_all: ``getAll`` calls on a ``PROXY`` client region.
+        query: ``QueryService.newQuery(QUERY_OQL).execute(QUERY_MIN_PRICE)`` runs.
+        load_average: The machine's 1, 5 and 15 minute load averages before the phases,
+            as text (``"?"`` when unknown).
+    """
+
+    entries: int
+    keys_per_call: int
+    get_all: ReadSeries
+    query: ReadSeries
+    load_average: str = "?"
+
+
+@dataclass(frozen=True, slots=True)
 class GeodeFigures:
     """What one harness run measured (see ``bench/peers/geode/``).
 
@@ -75,6 +104,7 @@ class GeodeFigures:
         server_rss_bytes: The cache server's resident set size after the throughput phase.
         subscriber_rss_max_bytes: The largest resident set size of a subscriber JVM after
             the throughput phase (what a subscriber costs in memory).
+        reads: The read phases, when they ran.
     """
 
     version: str
@@ -92,6 +122,7 @@ class GeodeFigures:
     server_cpu_us_per_put: float = math.nan
     server_rss_bytes: float = math.nan
     subscriber_rss_max_bytes: float = math.nan
+    reads: GeodeReads | None = None
 
 
 def _float(value: Any) -> float:
@@ -121,6 +152,7 @@ def parse(stdout: str) -> GeodeFigures:
         # Absent when the harness ran with --latency false (bench.scaling's Geode points).
         latency = answer.get("latency", {"latency_samples": 0})
         failover = answer.get("failover")
+        reads = answer.get("reads")
         return GeodeFigures(
             version=str(answer["geode_version"]),
             puts_per_s=_float(throughput["puts_per_s"]),
@@ -136,6 +168,15 @@ def parse(stdout: str) -> GeodeFigures:
             server_cpu_us_per_put=_float(throughput.get("server_cpu_us_per_put")),
             server_rss_bytes=_bytes(throughput.get("server_rss_bytes")),
             subscriber_rss_max_bytes=_bytes(throughput.get("subscriber_rss_max_bytes")),
+            reads=None
+            if reads is None
+            else GeodeReads(
+                entries=int(reads["entries"]),
+                keys_per_call=int(reads["keys_per_call"]),
+                get_all=parse_series(reads["get_all"]),
+                query=parse_series(reads["query"]),
+                load_average=str(reads.get("load_average", "?")),
+            ),
             failover=None
             if failover is None
             else GeodeFailover(
@@ -153,7 +194,7 @@ def parse(stdout: str) -> GeodeFigures:
                 max_latency_after_kill_ms=_float(failover["max_latency_after_kill_ms"]),
             ),
         )
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"the Geode harness's figures are not as expected: {exc!r}") from exc
 
 
@@ -178,6 +219,28 @@ def summary_rows(figures: GeodeFigures) -> list[SummaryRow]:
         core("put→listener latency p50 (ms)", figures.p50_ms, f"{geode} p50", False),
         core("put→listener latency p99 (ms)", figures.p99_ms, f"{geode} p99", False),
     ]
+    reads = figures.reads
+    if reads is not None:
+        rows += [
+            *series_rows(
+                CORE_VS_GEODE,
+                lambda what: get_all_figure(reads.keys_per_call, what),
+                UNMEASURED,
+                reads.get_all,
+                f"{geode} Region.getAll, PROXY client region (load {reads.load_average})",
+                "calls",
+                regionbus_of="core",
+            ),
+            *series_rows(
+                CORE_VS_GEODE,
+                lambda what: query_figure(reads.entries, what),
+                UNMEASURED,
+                reads.query,
+                f"{geode} QueryService.newQuery().execute(), PDX JSON (load {reads.load_average})",
+                "queries",
+                regionbus_of="core",
+            ),
+        ]
     failover = figures.failover
     if failover is not None:
         rows += [
@@ -209,6 +272,7 @@ __all__ = [
     "FAILOVER_VS_GEODE",
     "GeodeFailover",
     "GeodeFigures",
+    "GeodeReads",
     "parse",
     "summary_rows",
 ]

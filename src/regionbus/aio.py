@@ -1,5 +1,6 @@
-"""An asyncio face of the client: awaitable region operations, and ``async for`` over a
-region's events and a continuous query's events.
+"""An asyncio face of the client: awaitable region operations, one-shot queries and
+function executions, and ``async for`` over a region's events and a continuous query's
+events.
 
 The client underneath is the threaded :class:`regionbus.clients.cache.ClientCache`: writes
 that have a pipelined form (``put``, ``destroy``) await its futures; every other call runs
@@ -33,9 +34,11 @@ from typing import Any, Final, Generic, TypeVar
 
 from regionbus.clients.cache import ClientCache
 from regionbus.clients.cq_query import CqAttributes, CqEvent, CqListener, CqQuery, CqResult
+from regionbus.clients.function_execution import Execution, FunctionService, ResultCollector
 from regionbus.clients.region import Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
 from regionbus.schemas.callbacks import CacheListener, EntryEvent, RegionEvent
+from regionbus.schemas.functions import Function
 from regionbus.schemas.messages import InterestResultPolicy
 from regionbus.schemas.serializers import Serializer
 
@@ -390,6 +393,64 @@ class AsyncClientCache:
         await self.close()
 
 
+class AsyncExecution:
+    """A function execution being built, awaited when executed (Geode ``Execution``): each
+    ``with_``/``set_`` method returns a new one, as the threaded
+    :class:`regionbus.clients.function_execution.Execution` underneath (:attr:`execution`)
+    does. Make it with :class:`AsyncFunctionService`."""
+
+    def __init__(self, execution: Execution) -> None:
+        self.execution = execution
+
+    def with_filter(self, keys: Iterable[str]) -> AsyncExecution:
+        """:meth:`Execution.with_filter` (Geode ``withFilter``); raises what it raises."""
+        return AsyncExecution(self.execution.with_filter(keys))
+
+    def set_arguments(self, arguments: Any) -> AsyncExecution:
+        """:meth:`Execution.set_arguments` (Geode ``setArguments``)."""
+        return AsyncExecution(self.execution.set_arguments(arguments))
+
+    def with_collector(self, collector: ResultCollector) -> AsyncExecution:
+        """:meth:`Execution.with_collector` (Geode ``withCollector``)."""
+        return AsyncExecution(self.execution.with_collector(collector))
+
+    async def execute(self, function: str | Function) -> ResultCollector:
+        """Run a function registered on the servers, off the event loop, and return its
+        collector once every result came (:meth:`Execution.execute`; Geode
+        ``Execution.execute``). The wait, and an ``is_ha`` function's re-executions, run
+        on a worker thread: cancelling the awaiting task does not stop the execution.
+
+        Args:
+            function: Its id, or a ``Function`` whose id and attributes are used.
+
+        Returns:
+            The collector, ended: its ``get_result()`` answers at once.
+
+        Raises:
+            What :meth:`Execution.execute` raises (``FunctionError``,
+            ``FunctionNotRegisteredError``, ``FunctionTimeoutError``,
+            ``FunctionInvocationTargetError``, ``ServerTimeoutError``, ...).
+        """
+        return await asyncio.to_thread(self.execution.execute, function)
+
+
+class AsyncFunctionService:
+    """Where awaitable function executions start (Geode ``FunctionService``; the threaded
+    :class:`regionbus.clients.function_execution.FunctionService` underneath)."""
+
+    @staticmethod
+    def on_region(region: AsyncRegion) -> AsyncExecution:
+        """An execution on a region's buckets (Geode ``onRegion``): every bucket's primary
+        runs the function once, or with ``with_filter`` only the filter's buckets'."""
+        return AsyncExecution(FunctionService.on_region(region.region))
+
+    @staticmethod
+    def on_servers(cache: AsyncClientCache) -> AsyncExecution:
+        """An execution on the servers (Geode ``onServers``): each server that is primary
+        of a bucket runs the function once."""
+        return AsyncExecution(FunctionService.on_servers(cache.cache))
+
+
 def _remove(region: Region, listener: CacheListener) -> None:
     region.listeners = [other for other in region.listeners if other is not listener]
 
@@ -398,6 +459,8 @@ __all__ = [
     "DEFAULT_MAX_BUFFERED",
     "AsyncClientCache",
     "AsyncCq",
+    "AsyncExecution",
+    "AsyncFunctionService",
     "AsyncRegion",
     "EventStream",
 ]

@@ -1,18 +1,29 @@
 """The asyncio face of the client (``regionbus.aio``) against a real Kafka and Redis:
-awaitable operations, ``async for`` over a region's and a CQ's events, and the
-back-pressure a full stream puts on the subscription thread."""
+awaitable operations and function executions, ``async for`` over a region's and a CQ's
+events, and the back-pressure a full stream puts on the subscription thread."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from support import Recorder, wait_until
+from test_function_execution import Failing, Member, Sleeping, Where
 
-from regionbus.aio import AsyncClientCache
+from regionbus import (
+    ClientRegionShortcut,
+    FunctionError,
+    FunctionNotRegisteredError,
+    ResultCollector,
+)
+from regionbus.aio import AsyncClientCache, AsyncFunctionService
+from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS
+from regionbus.schemas.naming import bucket_of
 
 
 def _connect(namespace: str, kafka: str) -> Any:
@@ -112,3 +123,93 @@ def test_a_continuous_querys_events_stream(
             return seen
 
     assert asyncio.run(main()) == [("big1", "CREATE", 500), ("big1", "DESTROY", 50)]
+
+
+_ENTRIES = {f"k{i:02d}": i for i in range(40)}
+
+
+@pytest.fixture
+def function_server(server_settings: ServerSettings) -> Iterator[CacheServer]:
+    functions = [Where(), Member(), Sleeping(), Failing()]
+    with CacheServer(server_settings, functions=functions) as server:
+        yield server
+
+
+def test_function_executions_are_awaited_as_the_threaded_ones_answer(
+    function_server: CacheServer, namespace: str, kafka_bootstrap_servers: str
+) -> None:
+    filter_keys = ["k01", "k02", "k03"]
+    buckets = {bucket_of("r", k, 16) for k in filter_keys}
+    assert len(buckets) > 1, "the filter should span buckets"
+
+    class Listing(ResultCollector):
+        def __init__(self) -> None:
+            self.results: list[Any] = []
+
+        def add_result(self, member_id: str, result: Any) -> None:
+            self.results.append(result)
+
+        def get_result(self, timeout_ms: int | None = None) -> list[Any]:
+            return self.results
+
+    async def main() -> None:
+        async with await _connect(namespace, kafka_bootstrap_servers) as cache:
+            region = cache.create_region("r", ClientRegionShortcut.PROXY)
+            await region.put_all(_ENTRIES)
+            execution = AsyncFunctionService.on_region(region)
+
+            filtered = await execution.with_filter(filter_keys).set_arguments([7]).execute("where")
+            results = filtered.get_result()
+            assert sorted(r["bucket"] for r in results) == sorted(buckets)
+            for result in results:
+                in_bucket = [k for k in _ENTRIES if bucket_of("r", k, 16) == result["bucket"]]
+                assert result["keys"] == sorted(in_bucket)
+                assert result["filter"] == sorted(
+                    k for k in filter_keys if bucket_of("r", k, 16) == result["bucket"]
+                )
+                assert result["arguments"] == [7]
+
+            everywhere = (await execution.execute("where")).get_result()
+            assert sorted(r["bucket"] for r in everywhere) == list(range(16))
+
+            members = (await AsyncFunctionService.on_servers(cache).execute("member")).get_result()
+            assert members == [function_server.settings.member_id]
+
+            listing = Listing()
+            collected = await execution.with_collector(listing).set_arguments(0).execute("sleeping")
+            assert collected is listing and listing.get_result() == [True] * 16
+
+            with pytest.raises(FunctionError, match="ValueError: no flights on the moon"):
+                await execution.with_filter(["k01"]).set_arguments("raise").execute("failing")
+            with pytest.raises(FunctionNotRegisteredError):
+                await execution.execute("no-such-function")
+            with pytest.raises(FunctionError, match="Cannot specify filter"):
+                AsyncFunctionService.on_servers(cache).with_filter(["k01"])
+
+    asyncio.run(main())
+
+
+def test_the_event_loop_runs_on_while_a_function_executes(
+    function_server: CacheServer, namespace: str, kafka_bootstrap_servers: str
+) -> None:
+    async def main() -> tuple[list[Any], int]:
+        async with await _connect(namespace, kafka_bootstrap_servers) as cache:
+            region = cache.create_region("r", ClientRegionShortcut.PROXY)
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.05)
+                    ticks += 1
+
+            ticker = asyncio.create_task(tick())
+            execution = AsyncFunctionService.on_region(region).with_filter(["k01"])
+            collector = await execution.set_arguments(1.5).execute("sleeping")
+            ticker.cancel()
+            return collector.get_result(), ticks
+
+    results, ticks = asyncio.run(main())
+    assert results == [True]
+    # 1.5 s of the function at a tick every 50 ms: the loop was not held by the wait.
+    assert ticks >= 10

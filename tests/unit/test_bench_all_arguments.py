@@ -21,3 +21,18 @@ def test_every_profile_argument_list_parses_with_the_benchmark_s_own_command(
         # make_context parses and runs the callbacks (counts, phases) but not the command.
         with command.make_context(f"bench.{benchmark.name}", list(arguments)) as context:
             assert context.params
+
+
+def test_core_and_its_geode_peer_run_the_read_phases_at_the_same_sizes() -> None:
+    """Their rows pair by figure name, which names the sizes."""
+    by_name = {b.name: b for b in BENCHMARKS}
+    sizes = ("reads", "read_entries", "get_all_keys", "get_all_calls", "query_runs")
+    params = []
+    for name in ("core", "peers.geode"):
+        command = importlib.import_module(f"bench.{name}").main
+        for arguments in (by_name[name].quick, by_name[name].full):
+            with command.make_context(f"bench.{name}", list(arguments)) as context:
+                params.append({size: context.params[size] for size in sizes})
+    quick_core, full_core, quick_geode, full_geode = params
+    assert quick_core == quick_geode and full_core == full_geode
+    assert quick_core["reads"] and quick_core["read_entries"] == 10_000

@@ -12,6 +12,8 @@ from bench.core import summary_rows as core_rows
 from bench.gateway_raw import GatewayBenchOptions, PhaseResult
 from bench.peers.geode_figures import CORE_VS_GEODE, FAILOVER_VS_GEODE, parse, summary_rows
 from bench.peers.mirror_maker import mirror_maker_rows, mm2_properties
+from bench.reads_figures import ReadFigures, ReadOptions, ReadSeries
+from bench.reads_figures import summary_rows as read_rows
 from bench.report import Figures, Latency, Targets, Throughput
 from bench.summary import SummaryRow, markdown_table, with_peers
 
@@ -104,6 +106,55 @@ def test_geode_rows_take_regionbus_figures_from_the_core_and_failover_rows_of_th
     lost = peers[(FAILOVER_VS_GEODE, "acknowledged puts lost / listener duplicates")]
     assert (lost.regionbus, lost.baseline) == (0.0, 3.0)
     assert "| core vs Apache Geode | ops applied/s | 4,000 | 8,000 |" in markdown_table(rows)
+
+
+def _with_reads(stdout: str) -> str:
+    answer = json.loads(stdout.replace("NaN", "null"))
+    series = {"calls": 500, "per_s": 400.0, "p50_ms": 2.0, "p99_ms": 8.0, "items": 50_000}
+    answer["reads"] = {
+        "entries": 10_000,
+        "keys_per_call": 100,
+        "oql": "SELECT * FROM /bench_query v WHERE v.price >= $1",
+        "load_average": "4.0 5.0 6.0",
+        "get_all": series,
+        "query": {**series, "calls": 20, "per_s": 25.0, "p50_ms": 40.0, "items": 20_000},
+    }
+    return json.dumps(answer)
+
+
+def test_geode_read_rows_pair_with_the_core_read_rows_of_the_run() -> None:
+    figures = parse(_with_reads(HARNESS_STDOUT))
+    assert figures.reads is not None and figures.reads.get_all.per_s == 400.0
+    ours = ReadSeries(500, 200.0, 4.0, 16.0, 50_000)
+    core = read_rows(
+        ReadFigures(
+            ReadOptions(),
+            ours,
+            ours,
+            ReadSeries(20, 5.0, 200.0, 400.0, 20_000),
+            ours,
+            1000,
+            (1.0, 2.0, 3.0),
+        )
+    )
+    rows = with_peers([*core, *summary_rows(figures)])
+    peers = {row.figure: row for row in rows if row.benchmark == CORE_VS_GEODE}
+    calls = peers["get_all of 100 keys, calls/s"]
+    assert (calls.regionbus, calls.baseline, calls.ratio) == (200.0, 400.0, 0.5)
+    p99 = peers["get_all of 100 keys, p99 (ms)"]
+    assert (p99.ratio, p99.higher_is_better) == (2.0, False)
+    query = peers["OQL query over 10,000 entries (a tenth selected), p50 (ms)"]
+    assert (query.regionbus, query.baseline, query.ratio) == (200.0, 40.0, 5.0)
+    # The core rows carry the load average of their phases beside the raw Redis baseline.
+    assert "load 1.0 2.0 3.0" in core[0].baseline_name
+    assert "load 4.0 5.0 6.0" in calls.baseline_name and "load 4.0 5.0 6.0" in query.baseline_name
+    assert len(peers) == 4 + 6
+
+
+def test_a_harness_answer_without_read_phases_has_no_read_rows() -> None:
+    figures = parse(HARNESS_STDOUT)
+    assert figures.reads is None
+    assert not any("get_all" in row.figure for row in summary_rows(figures))
 
 
 def test_a_geode_row_whose_regionbus_row_did_not_run_stays_not_available() -> None:

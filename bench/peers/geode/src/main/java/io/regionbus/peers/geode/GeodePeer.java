@@ -43,6 +43,10 @@ import org.apache.geode.internal.GemFireVersion;
  *       primary go after --member-timeout-ms (Geode's member-timeout, 5000 by default).
  * </ol>
  *
+ * <p>With {@code --reads true}, between the throughput and failover phases, {@link Reads}
+ * measures {@code getAll} of --get-all-keys keys (--get-all-calls calls) and a one-shot OQL
+ * query (--query-runs runs) over --read-entries entries, bench.core's phases (g) and (q).
+ *
  * <p>{@code --latency false} skips the latency phase. Subscriber JVMs get
  * {@code -Xmx<--subscriber-heap>} (512m) and the space-separated {@code
  * --subscriber-jvm-options} (none), so many of them fit in memory at once.
@@ -158,6 +162,15 @@ public final class GeodePeer {
         }
         figures.put(
             "throughput", throughput(region, server, port, subscribers, valueBytes, idleTimeoutS));
+        if (Boolean.parseBoolean(options.getOrDefault("reads", "false"))) {
+          int entries = intOption("read-entries", 10_000);
+          progress("reads: getAll and an OQL query over " + entries + " entries");
+          figures.put(
+              "reads",
+              Reads.measure(
+                  cache, region, entries, intOption("get-all-keys", 100),
+                  intOption("get-all-calls", 500), intOption("query-runs", 20), valueBytes));
+        }
         region.localDestroyRegion();
         if (failover) {
           figures.put("failover", failover(cache, valueBytes, idleTimeoutS));

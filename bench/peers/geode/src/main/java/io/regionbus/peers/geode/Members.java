@@ -89,6 +89,7 @@ final class Members {
     }
     Cache cache = new CacheFactory(properties).create();
     cache.<String, byte[]>createRegionFactory(RegionShortcut.REPLICATE).create(REGION);
+    cache.<String, Object>createRegionFactory(RegionShortcut.REPLICATE).create(Reads.QUERY_REGION);
     CacheServer server = cache.addCacheServer();
     server.setBindAddress("127.0.0.1");
     server.setPort(port);
