@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -41,14 +42,20 @@ def _repair_site(site: Site, client: redis.Redis) -> RepairSite:
     )
 
 
-def test_two_sites_that_diverged_converge_each_key_to_the_later_change_moving_only_the_difference(
-    sites: list[Site], redis_url: str
-) -> None:
+def _repair(sites: list[Site], redis_url: str, **options: Any) -> GatewayRepair:
+    """Both sites' servers started, and a repair between them."""
     a, b = sites
     a.start_server()
     b.start_server()
     client = redis.Redis.from_url(redis_url)
-    repair = GatewayRepair(_repair_site(a, client), _repair_site(b, client), TOTAL_BUCKETS)
+    return GatewayRepair(_repair_site(a, client), _repair_site(b, client), TOTAL_BUCKETS, **options)
+
+
+def test_two_sites_that_diverged_converge_each_key_to_the_later_change_moving_only_the_difference(
+    sites: list[Site], redis_url: str
+) -> None:
+    a, b = sites
+    repair = _repair(sites, redis_url)
     at_a = a.client().create_region("r")
     at_b = b.client().create_region("r")
     at_a.put_all({f"k{i}": {"i": i} for i in range(2000)})
@@ -111,20 +118,15 @@ def test_a_dry_run_decides_and_changes_nothing_and_the_later_change_wins_at_eith
     sites: list[Site], redis_url: str
 ) -> None:
     a, b = sites
-    a.start_server()
-    b.start_server()
-    client = redis.Redis.from_url(redis_url)
+    dry = _repair(sites, redis_url, dry_run=True)
     at_a = a.client().create_region("r")
     at_b = b.client().create_region("r")
     at_a.put("k", "old at A")
-    dry = GatewayRepair(
-        _repair_site(a, client), _repair_site(b, client), TOTAL_BUCKETS, dry_run=True
-    )
     decided = dry.run(["r"])
     assert decided.keys_differing == 1 and decided.applied == 0 and b.values() == {}
     at_b.put("k", "newer at B")
-    repair = GatewayRepair(_repair_site(a, client), _repair_site(b, client), TOTAL_BUCKETS)
-    report = repair.run(["r"])
+    dry.dry_run = False
+    report = dry.run(["r"])
     assert report.keys_differing == 1 and report.decisions[0].winner_site_id == 2
     assert a.values() == b.values() == {"k": b'"newer at B"'}
 

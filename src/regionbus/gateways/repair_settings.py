@@ -8,9 +8,8 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from regionbus.gateways.sender_settings import checked_remote_kafka_config
 from regionbus.runtime.settings import RedisConnectionSettings
-from regionbus.schemas.errors import ConfigurationError
-from regionbus.schemas.kafka_clients import client_config
 from regionbus.schemas.naming import check_name
 from regionbus.schemas.settings import KafkaConnectionSettings
 
@@ -65,11 +64,7 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
     @field_validator("remote_kafka_config")
     @classmethod
     def _no_remote_auto_creation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            client_config(value)
-        except ConfigurationError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return checked_remote_kafka_config(value)
 
 
 __all__ = ["GatewayRepairSettings"]

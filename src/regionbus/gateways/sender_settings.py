@@ -107,11 +107,21 @@ class GatewaySenderSettings(
     @field_validator("remote_kafka_config")
     @classmethod
     def _no_remote_auto_creation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            client_config(value)
-        except ConfigurationError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return checked_remote_kafka_config(value)
 
 
-__all__ = ["GatewaySenderSettings"]
+def checked_remote_kafka_config(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` when it is a valid librdkafka configuration of a remote site's clients
+    (:func:`regionbus.schemas.kafka_clients.client_config`: no topic auto-creation).
+
+    Raises:
+        ValueError: it is not (pydantic reports it as the field's error).
+    """
+    try:
+        client_config(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+__all__ = ["GatewaySenderSettings", "checked_remote_kafka_config"]
