@@ -57,6 +57,14 @@ def test_the_spark_connector_is_the_installed_pysparks_and_the_extra_takes_the_4
     (pyspark,) = [Requirement(r) for r in extra if Requirement(r).name == "pyspark"]
     pinned = _pom_property("spark.version")
     assert pinned == importlib.metadata.version("pyspark"), "jvm/lib's connector must run here"
+    # A fresh install takes the newest pyspark the extra allows unless the dev extra pins
+    # the pom's: the two pins move together.
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "dev"
+    ]
+    assert [str(r.specifier) for r in map(Requirement, dev) if r.name == "pyspark"] == [
+        f"=={pinned}"
+    ]
     assert pinned in pyspark.specifier
     assert [v for v in ("4.1.1", "4.2.0", "4.2.1", "4.3.0", "5.0.0") if v in pyspark.specifier] == [
         "4.2.0",
