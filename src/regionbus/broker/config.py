@@ -22,6 +22,7 @@ from regionbus.schemas.topics import (
     DEFAULT_CLIENT_PARTITIONS,
     DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S,
 )
+from regionbus.schemas.tracing import TracingSettings
 
 
 def _generated_member_id() -> str:
@@ -108,7 +109,9 @@ class GatewaySenderSpec(GatewayQueueSpec):
         return self
 
 
-class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings):
+class ServerSettings(
+    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings, TracingSettings
+):
     """Configuration of a cache server (file table ``[server]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
@@ -270,7 +273,9 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             with events not acked; 0: none). Default 10: enough to name the clients an
             alert on the total points at, few enough to be free for any fleet.
 
-    ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`.
+    ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`,
+    ``tracing_enabled`` and ``tracing_sample_ratio`` on
+    :class:`regionbus.schemas.tracing.TracingSettings`.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
