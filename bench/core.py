@@ -65,6 +65,7 @@ from bench.report import Figures, Latency, Targets, Throughput
 from bench.server import BenchError, one_server_stack
 from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
+from bench.tracing import TracingFigures, print_tracing, tracing_overhead, tracing_rows
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 
 log = logging.getLogger("regionbus.bench")
@@ -133,8 +134,8 @@ def _latency_and_regionbus_phases(
 
 
 def run(
-    options: BenchOptions, console: Console, redis_cluster: bool = True
-) -> tuple[Figures, Throughput, ClusterFigures | None]:
+    options: BenchOptions, console: Console, redis_cluster: bool = True, tracing: bool = True
+) -> tuple[Figures, Throughput, ClusterFigures | None, TracingFigures | None]:
     """Start the stack (unless given by env) and one cache server; run every phase.
 
     Args:
@@ -142,10 +143,11 @@ def run(
         console: Where progress goes.
         redis_cluster: Also run phases (b) and (a) with the store on a Redis Cluster,
             without and with ``WAIT`` (:mod:`bench.redis_cluster`).
+        tracing: Also run phase (a) with tracing off and on (:mod:`bench.tracing`).
 
     Returns:
-        The figures, the fan-out relay's (phase (c3)), and the Redis Cluster's (None when
-        not run).
+        The figures, the fan-out relay's (phase (c3)), the Redis Cluster's and the
+        tracing phase's (None when not run).
 
     Raises:
         BenchError: a child process failed or did not answer in time.
@@ -178,10 +180,10 @@ def run(
             f"(c3) raw fan-out relay: {options.ops:,} messages to {options.subscribers} topics ..."
         )
         fanout_relay = raw_fanout_relay(services, options, options.subscribers)
+        log_dir = progress.current_log_dir()
+        traced = tracing_overhead(local, options, console, log_dir) if tracing else None
         on_cluster = (
-            run_on_redis_cluster(local, options, console, progress.current_log_dir())
-            if redis_cluster
-            else None
+            run_on_redis_cluster(local, options, console, log_dir) if redis_cluster else None
         )
         settings = {
             **asdict(options),
@@ -198,7 +200,7 @@ def run(
         raw_relay_latency=relay_latency,
         targets=Targets(),
     )
-    return figures, fanout_relay, on_cluster
+    return figures, fanout_relay, on_cluster, traced
 
 
 FANOUT_RELAY_TARGET = 0.5
@@ -354,8 +356,15 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
     help="Also run (b) and (a) with the store on a Redis Cluster (3 masters, 3 replicas), "
     "without and with WAIT 1.",
 )
+@click.option(
+    "--tracing/--no-tracing",
+    default=True,
+    show_default=True,
+    help="Also run (a) with tracing off and on at 1 % sampling, in alternating rounds: the "
+    "overhead of traces (needs the otel extra).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
-def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> None:
+def main(as_json: bool, verbose: bool, redis_cluster: bool, tracing: bool, **values: Any) -> None:
     """Measure regionbus throughput and latency against raw Kafka, in one run."""
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -368,8 +377,8 @@ def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> No
             "at most --key-space (the keys of a chunk must differ)", param_hint="--chunk"
         )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    figures, fanout_relay, on_cluster = run_or_exit(
-        lambda: run(options, console, redis_cluster), console
+    figures, fanout_relay, on_cluster, traced = run_or_exit(
+        lambda: run(options, console, redis_cluster, tracing), console
     )
     figures.print_table(console)
     print_fanout_relay(figures, fanout_relay, console)
@@ -378,11 +387,16 @@ def main(as_json: bool, verbose: bool, redis_cluster: bool, **values: Any) -> No
         single = figures.regionbus_throughput
         print_cluster(single, figures.regionbus_latency, on_cluster, console)
         rows += cluster_rows(single, figures.regionbus_latency, on_cluster)
+    if traced is not None:
+        print_tracing(traced, console)
+        rows += tracing_rows(traced)
     emit(rows)
     if as_json:
         data = {**json.loads(figures.as_json()), "raw_fanout_relay": asdict(fanout_relay)}
         if on_cluster is not None:
             data["redis_cluster"] = asdict(on_cluster)
+        if traced is not None:
+            data["tracing"] = {**asdict(traced), "overhead": traced.overhead}
         print(json.dumps(data), flush=True)
 
 

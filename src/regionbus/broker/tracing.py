@@ -18,6 +18,7 @@ exists: the loop holds None and makes no call here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message as KafkaMessage
@@ -68,6 +69,13 @@ class ServerSpans:
         read, or not sampled)."""
         if op.event_id is None:
             return None
+        return self._tracing.process(
+            self._process, self._traceparents.get(self.item), partial(self._of, op, bucket, offset)
+        )
+
+    def _of(self, op: Operation, bucket: int, offset: int) -> dict[str, Any]:
+        """The attributes of a change's ``process`` span."""
+        assert op.event_id is not None
         attributes: dict[str, Any] = {
             **self._attributes,
             "messaging.destination.partition.id": str(bucket),
@@ -79,7 +87,7 @@ class ServerSpans:
         }
         if op.key is not None:
             attributes["regionbus.key"] = op.key
-        return self._tracing.process(self._process, self._traceparents.get(self.item), attributes)
+        return attributes
 
     def applied(self, span: Span, status: str, distribute: Callable[[], None]) -> None:
         """Run ``distribute`` (the routing and reply of one applied change) in its routing
@@ -91,7 +99,7 @@ class ServerSpans:
             distribute: What follows the apply.
         """
         span.set_attribute("regionbus.apply.status", status)
-        route = self._tracing.send("send subscription queues", self._route_attributes, span)
+        route = self._tracing.send("send subscription queues", self._route_attributes.copy, span)
         traceparent = self._tracing.traceparent(route)
         runs = self._outbox.gathered
         before = [len(run.framed) for run in runs]

@@ -13,11 +13,13 @@ child, linked to it: the span is current while the listeners run, so what they t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from regionbus.schemas.codec import decode
 from regionbus.schemas.errors import MessageDecodeError
 from regionbus.schemas.messages import CqEvent, Event, Operation
+from regionbus.schemas.operation_kinds import kind_row
 from regionbus.schemas.signing import Headers
 from regionbus.schemas.tracing import Tracing, item_traceparents
 
@@ -31,7 +33,7 @@ TRACED_KEPT_MAX: Final = 65_536
 def writer_spans(
     tracing: Tracing, ops: Sequence[tuple[Operation, int]], topic: str
 ) -> dict[int, dict[int, bytes]]:
-    """Start and end the PRODUCER span of each change among ``ops`` about to be sent.
+    """Start and end the PRODUCER span of each entry change among ``ops`` about to be sent.
 
     Args:
         tracing: The client's spans.
@@ -47,28 +49,33 @@ def writer_spans(
     for op, bucket in ops:
         position = positions.get(bucket, 0)
         positions[bucket] = position + 1
-        if op.event_id is None:
-            continue  # reads and interest requests are not traced
-        attributes = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.destination.name": topic,
-            "messaging.destination.partition.id": str(bucket),
-            "messaging.message.id": str(op.event_id),
-            "regionbus.operation": op.kind.value,
-            "regionbus.region": op.region,
-        }
-        if op.key is not None:
-            attributes["regionbus.key"] = op.key
-            if len(ops) == 1:  # the record's key (a batch's is none)
-                attributes["messaging.kafka.message.key"] = op.key
-        span = tracing.send(f"send {topic}", attributes)
+        if op.event_id is None or not kind_row(op.kind).entry_change:
+            continue  # reads, interest and region operations are not traced
+        span = tracing.send(f"send {topic}", partial(_sent, op, bucket, topic, len(ops) == 1))
         traceparent = tracing.traceparent(span)
         span.end()
         if traceparent is not None:
             traced.setdefault(bucket, {})[position] = traceparent
     return traced
+
+
+def _sent(op: Operation, bucket: int, topic: str, alone: bool) -> dict[str, Any]:
+    """The attributes of a writer's span (``alone``: the record holds this change only)."""
+    attributes = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": topic,
+        "messaging.destination.partition.id": str(bucket),
+        "messaging.message.id": str(op.event_id),
+        "regionbus.operation": op.kind.value,
+        "regionbus.region": op.region,
+    }
+    if op.key is not None:
+        attributes["regionbus.key"] = op.key
+        if alone:  # the record's key (a batch's is none)
+            attributes["messaging.kafka.message.key"] = op.key
+    return attributes
 
 
 class ListenerSpans:
@@ -124,7 +131,7 @@ class ListenerSpans:
             found = self._found.pop(id(item), None)
             span = None
             if found is not None and found[0] is item:
-                span = self._tracing.process(self._name, found[1], self._of(item))
+                span = self._tracing.process(self._name, found[1], partial(self._of, item))
             if span is None:
                 deliver(item, *rest)
                 return

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Final
 
@@ -94,25 +94,29 @@ class Tracing:
         self._in_context = set_span_in_context
         self._span_of = get_current_span
 
-    def send(self, name: str, attributes: Mapping[str, Any], parent: Span | None = None) -> Span:
+    def send(
+        self, name: str, attributes: Callable[[], Mapping[str, Any]], parent: Span | None = None
+    ) -> Span:
         """Start a PRODUCER span (``messaging.operation.type`` ``send``).
 
         Args:
             name: The span's name: ``send <destination>``.
-            attributes: Its attributes.
+            attributes: Makes its attributes, called only when the span is recorded (an
+                unsampled span costs no more than the sampler's decision).
             parent: Its parent; None: the caller's current span, if any (an application's
                 span around a put), else a new trace, sampled at the ratio.
         """
         context = None if parent is None else self._in_context(parent)
-        return self._tracer.start_span(
-            name, context, self._kinds.PRODUCER, attributes={**attributes}
-        )
+        span = self._tracer.start_span(name, context, self._kinds.PRODUCER)
+        if span.is_recording():
+            span.set_attributes(attributes())
+        return span
 
     def process(
         self,
         name: str,
         traceparent: bytes | None,
-        attributes: Mapping[str, Any],
+        attributes: Callable[[], Mapping[str, Any]],
     ) -> Span | None:
         """Start a CONSUMER span (``messaging.operation.type`` ``process``) of one item.
 
@@ -120,7 +124,7 @@ class Tracing:
             name: The span's name: ``process <destination>``.
             traceparent: The item's ``traceparent`` header: the span is its child and
                 links to it. None: a new trace, sampled at the ratio.
-            attributes: Its attributes.
+            attributes: Makes its attributes, called only when the span is recorded.
 
         Returns:
             The span, or None when it is not recorded (not sampled, or a ``traceparent``
@@ -135,10 +139,11 @@ class Tracing:
             if not parent.is_valid:
                 return None
             links = [self._link(parent)]
-        span = self._tracer.start_span(
-            name, context, self._kinds.CONSUMER, attributes={**attributes}, links=links
-        )
-        return span if span.is_recording() else None
+        span = self._tracer.start_span(name, context, self._kinds.CONSUMER, links=links)
+        if not span.is_recording():
+            return None
+        span.set_attributes(attributes())
+        return span
 
     def traceparent(self, span: Span) -> bytes | None:
         """The ``traceparent`` header value of a recorded span, None when it is not

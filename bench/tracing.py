@@ -1,0 +1,214 @@
+"""``bench.core``'s phase (g): what traces cost. Phase (a) again, with tracing off and on
+at 1 % sampling, in alternating rounds on the run's Kafka and Redis.
+
+Each run has a cache server of its own (a namespace of its own) and a writer and
+subscribers of its own: off, none of them turns tracing on; on, all of them do
+(``tracing_sample_ratio`` 0.01, so one put in a hundred is traced writer -> server ->
+every subscriber). The server exports its spans with OpenTelemetry's console exporter
+into its log (a batch span processor, as with OTLP); the clients make and sample theirs
+with no exporter (their standard output is the benchmark's). Rounds alternate off and on,
+so both see the same moments of a noisy machine; the medians are compared.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import progress
+from bench.phases import regionbus_throughput
+from bench.report import Throughput
+from bench.server import ServerProcess
+from bench.services import REGION, BenchOptions, Services
+from bench.summary import SummaryRow
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
+from regionbus.devstack import LocalStack
+
+SAMPLE_RATIO: Final = 0.01
+"""The sampling the overhead is measured at."""
+OVERHEAD_TARGET: Final = 0.05
+"""Most throughput tracing at :data:`SAMPLE_RATIO` may cost."""
+ROUNDS: Final = 2
+"""Off-then-on rounds."""
+
+_TRACED: Final = {"tracing_enabled": True, "tracing_sample_ratio": SAMPLE_RATIO}
+
+
+@dataclass(frozen=True, slots=True)
+class TracingFigures:
+    """Phase (a) with tracing off and on, one figure per round each.
+
+    Attributes:
+        off: The rounds without tracing.
+        on: The rounds with tracing on at :data:`SAMPLE_RATIO`.
+    """
+
+    off: list[Throughput]
+    on: list[Throughput]
+
+    def ops_per_s(self, traced: bool) -> float:
+        """Median ops applied per second."""
+        return statistics.median(t.acked_per_s for t in (self.on if traced else self.off))
+
+    def server_cpu_us(self, traced: bool) -> float:
+        """Median server CPU µs per op."""
+        runs = self.on if traced else self.off
+        return statistics.median(t.cpu_us_per_op("server") for t in runs)
+
+    @property
+    def overhead(self) -> float:
+        """Throughput lost to tracing: ``1 - on / off`` of the medians (negative: none
+        measurable above the noise)."""
+        return 1 - self.ops_per_s(True) / self.ops_per_s(False)
+
+
+@contextmanager
+def _exporters(traced: bool) -> Iterator[None]:
+    """The clients of a traced run (this process's writer, the subscribers' children, which
+    inherit the environment) export nothing; the server's environment is its own."""
+    if not traced:
+        yield
+        return
+    before = os.environ.get("OTEL_TRACES_EXPORTER")
+    os.environ["OTEL_TRACES_EXPORTER"] = "none"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["OTEL_TRACES_EXPORTER"]
+        else:
+            os.environ["OTEL_TRACES_EXPORTER"] = before
+
+
+def _one_run(
+    local: LocalStack, options: BenchOptions, work_dir: Path, traced: bool, round_: int
+) -> Throughput:
+    namespace = f"bench.{secrets.token_hex(3)}"
+    env = {}
+    if traced:
+        env = {
+            "REGIONBUS_TRACING_ENABLED": "true",
+            "REGIONBUS_TRACING_SAMPLE_RATIO": str(SAMPLE_RATIO),
+            "OTEL_TRACES_EXPORTER": "console",
+        }
+    label = "on" if traced else "off"
+    with (
+        _exporters(traced),
+        ServerProcess(
+            namespace=namespace,
+            kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+            redis_url=local.redis_url,
+            regions=(REGION,),
+            fetch_wait_max_ms=options.fetch_wait_max_ms,
+            linger_ms=options.linger_ms,
+            log_path=work_dir / f"server-tracing-{label}-{round_}.log",
+            env=env,
+        ) as server,
+    ):
+        services = Services(
+            namespace,
+            local.kafka_bootstrap_servers,
+            local.redis_url,
+            {
+                "server": server.pid,
+                "kafka": local.kafka.pid if local.kafka else None,
+                "redis": local.redis.pid if local.redis else None,
+            },
+        )
+        tracing: dict[str, Any] = _TRACED if traced else {}
+        writer_cache = ClientCache(
+            ClientSettings(
+                **services.client_settings(options, subscription_enabled=False, **tracing)
+            )
+        )
+        try:
+            writer = writer_cache.create_region(REGION, serializer=BytesSerializer())
+            return regionbus_throughput(services, options, writer, tracing)
+        finally:
+            writer_cache.close()
+
+
+def tracing_overhead(
+    local: LocalStack, options: BenchOptions, console: Console, work_dir: Path
+) -> TracingFigures:
+    """(g) Run phase (a) :data:`ROUNDS` times with tracing off, then on, alternating.
+
+    Raises:
+        BenchError: a child process failed or did not answer in time.
+    """
+    off: list[Throughput] = []
+    on: list[Throughput] = []
+    for round_ in range(ROUNDS):
+        for traced, figures in ((False, off), (True, on)):
+            state = f"on at {SAMPLE_RATIO:.0%}" if traced else "off"
+            progress.phase(
+                console,
+                f"(g) tracing {state}, round {round_ + 1} of {ROUNDS}: {options.ops:,} puts ...",
+            )
+            figures.append(_one_run(local, options, work_dir, traced, round_))
+    return TracingFigures(off, on)
+
+
+def print_tracing(figures: TracingFigures, console: Console) -> None:
+    """Print (g): ops/s and server CPU per op with tracing off and on, and the overhead."""
+    table = Table(title=f"(g) tracing off and on at {SAMPLE_RATIO:.0%} sampling (phase (a))")
+    for column in ("figure", "off", "on", "on ÷ off"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    table.add_row(
+        "ops applied/s, each round",
+        " ".join(f"{t.acked_per_s:,.0f}" for t in figures.off),
+        " ".join(f"{t.acked_per_s:,.0f}" for t in figures.on),
+        "",
+    )
+    ops_off, ops_on = figures.ops_per_s(False), figures.ops_per_s(True)
+    table.add_row(
+        "ops applied/s, median", f"{ops_off:,.0f}", f"{ops_on:,.0f}", f"{ops_on / ops_off:.3f}x"
+    )
+    cpu_off, cpu_on = figures.server_cpu_us(False), figures.server_cpu_us(True)
+    table.add_row(
+        "server CPU µs per op, median",
+        f"{cpu_off:,.0f}",
+        f"{cpu_on:,.0f}",
+        f"{cpu_on / cpu_off:.3f}x",
+    )
+    met = "yes" if figures.overhead <= OVERHEAD_TARGET else "NO"
+    table.add_row(
+        "throughput overhead",
+        "",
+        f"{figures.overhead:+.1%}",
+        f"target ≤ {OVERHEAD_TARGET:.0%}: {met}",
+    )
+    console.print(table)
+
+
+def tracing_rows(figures: TracingFigures) -> list[SummaryRow]:
+    """(g)'s rows for ``bench.all``'s table."""
+    return [
+        SummaryRow(
+            "core",
+            f"ops applied/s, tracing on at {SAMPLE_RATIO:.0%}",
+            figures.ops_per_s(True),
+            figures.ops_per_s(False),
+            "tracing off, same run",
+        ),
+        SummaryRow(
+            "core",
+            f"server CPU µs per op, tracing on at {SAMPLE_RATIO:.0%}",
+            figures.server_cpu_us(True),
+            figures.server_cpu_us(False),
+            "tracing off, same run",
+            higher_is_better=False,
+        ),
+    ]
+
+
+__all__ = ["TracingFigures", "print_tracing", "tracing_overhead", "tracing_rows"]
