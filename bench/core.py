@@ -396,7 +396,11 @@ def main(as_json: bool, verbose: bool, redis_cluster: bool, tracing: bool, **val
         if on_cluster is not None:
             data["redis_cluster"] = asdict(on_cluster)
         if traced is not None:
-            data["tracing"] = {**asdict(traced), "overhead": traced.overhead}
+            data["tracing"] = {
+                **asdict(traced),
+                "overhead": traced.overhead,
+                "cpu_overhead": traced.cpu_overhead,
+            }
         print(json.dumps(data), flush=True)
 
 

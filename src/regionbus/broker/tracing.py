@@ -26,7 +26,7 @@ from confluent_kafka import Message as KafkaMessage
 from regionbus.broker.outbox import Outbox
 from regionbus.schemas.messages import Operation
 from regionbus.schemas.naming import Topics
-from regionbus.schemas.tracing import Tracing, item_traceparents
+from regionbus.schemas.tracing import Tracing, item_traceparents, messaging_attributes
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -48,10 +48,7 @@ class ServerSpans:
         self._outbox = outbox
         self._process = f"process {topics.ops}"
         self._attributes = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": topics.ops,
+            **messaging_attributes("process", topics.ops),
             "messaging.consumer.group.name": f"{topics.ops} primaries",
             "regionbus.member": member_id,
         }
@@ -127,11 +124,7 @@ class ServerSpans:
             route.end()
             span.end()
 
-    _route_attributes = {
-        "messaging.system": "kafka",
-        "messaging.operation.type": "send",
-        "messaging.operation.name": "send",
-    }
+    _route_attributes = messaging_attributes("send")
 
 
 __all__ = ["ServerSpans"]

@@ -21,7 +21,7 @@ from regionbus.schemas.errors import MessageDecodeError
 from regionbus.schemas.messages import CqEvent, Event, Operation
 from regionbus.schemas.operation_kinds import kind_row
 from regionbus.schemas.signing import Headers
-from regionbus.schemas.tracing import Tracing, item_traceparents
+from regionbus.schemas.tracing import Tracing, item_traceparents, messaging_attributes
 
 _Item = TypeVar("_Item")
 
@@ -62,10 +62,7 @@ def writer_spans(
 def _sent(op: Operation, bucket: int, topic: str, alone: bool) -> dict[str, Any]:
     """The attributes of a writer's span (``alone``: the record holds this change only)."""
     attributes = {
-        "messaging.system": "kafka",
-        "messaging.operation.type": "send",
-        "messaging.operation.name": "send",
-        "messaging.destination.name": topic,
+        **messaging_attributes("send", topic),
         "messaging.destination.partition.id": str(bucket),
         "messaging.message.id": str(op.event_id),
         "regionbus.operation": op.kind.value,
@@ -92,10 +89,7 @@ class ListenerSpans:
         self._tracing = tracing
         self._name = f"process {topic}"
         self._attributes = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": topic,
+            **messaging_attributes("process", topic),
             "messaging.destination.partition.id": str(partition),
             "messaging.consumer.group.name": client_id,
         }

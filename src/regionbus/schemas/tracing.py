@@ -243,6 +243,19 @@ def _exporters() -> list[Any]:
     return made
 
 
+def messaging_attributes(operation: str, destination: str | None = None) -> dict[str, Any]:
+    """OpenTelemetry's messaging attributes every span of regionbus carries: ``kafka``,
+    ``operation`` (``send`` or ``process``) as its type and name, and the topic."""
+    attributes: dict[str, Any] = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+    }
+    if destination is not None:
+        attributes["messaging.destination.name"] = destination
+    return attributes
+
+
 # --- the headers -----------------------------------------------------------------------
 
 
@@ -319,6 +332,7 @@ __all__ = [
     "TracingSettings",
     "batch_headers",
     "item_traceparents",
+    "messaging_attributes",
     "record_headers",
     "tracing_for",
 ]
