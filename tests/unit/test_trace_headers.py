@@ -12,8 +12,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from regionbus.clients import ClientSettings
 from regionbus.schemas.codec import encode_batches
@@ -21,6 +22,7 @@ from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.tracing import (
     TRACE_ITEMS_HEADER,
     TRACEPARENT_HEADER,
+    Tracing,
     _exporters,
     _provider,
     batch_headers,
@@ -84,17 +86,48 @@ def test_tracing_is_off_by_default_and_then_imports_nothing() -> None:
     assert tracing_for(settings, "regionbus-client") is None
 
 
-def test_the_provider_samples_at_the_ratio_below_a_sampled_parent(
+def test_the_provider_is_named_after_the_service_unless_otel_service_name_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
-    provider = _provider(0.25, "regionbus-server")
-    assert isinstance(provider.sampler, ParentBased)
-    assert "TraceIdRatioBased{0.25}" in provider.sampler.get_description()
-    assert provider.resource.attributes["service.name"] == "regionbus-server"
+    assert _provider("regionbus-server").resource.attributes["service.name"] == ("regionbus-server")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "pricing")
-    assert _provider(1.0, "regionbus-server").resource.attributes["service.name"] == "pricing"
+    assert _provider("regionbus-server").resource.attributes["service.name"] == "pricing"
+
+
+def _tracing(ratio: float) -> tuple[Tracing, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Tracing(provider.get_tracer("test"), ratio), exporter
+
+
+def test_a_new_trace_starts_at_the_ratio_and_a_sampled_context_is_always_continued() -> None:
+    never, exporter = _tracing(0.0)
+    assert never.send("send ns.ops", dict) is None
+    assert never.process("process ns.ops", None, dict) is None
+    assert exporter.get_finished_spans() == ()
+    always, _ = _tracing(1.0)
+    sent = always.send("send ns.ops", lambda: {"regionbus.key": "k"})
+    assert sent is not None
+    traceparent = always.traceparent(sent)
+    assert traceparent is not None and int(traceparent[-2:], 16) & 1  # sampled
+    # Ratio 0 here too: the writer's sampled context is followed all the same.
+    continued = never.process("process ns.ops", traceparent, dict)
+    assert continued is not None
+    assert continued.get_span_context().trace_id == sent.get_span_context().trace_id
+    # ... and a put inside an application's sampled span.
+    with always.current(sent):
+        assert never.send("send ns.ops", dict) is not None
+    # Unparseable contexts from anyone start nothing.
+    assert never.process("process ns.ops", b"00-zz-zz-01", dict) is None
+
+
+def test_about_the_ratio_of_changes_start_a_trace() -> None:
+    tracing, _ = _tracing(0.1)
+    started = sum(tracing.send("send ns.ops", dict) is not None for _ in range(5000))
+    assert 350 <= started <= 650
 
 
 def test_exporters_are_the_ones_otel_traces_exporter_names(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Message as KafkaMessage
 
 from regionbus.broker.outbox import Outbox
+from regionbus.broker.queue_runs import Addressed
 from regionbus.schemas.messages import Operation
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.tracing import Tracing, item_traceparents, messaging_attributes
@@ -97,6 +98,12 @@ class ServerSpans:
         """
         span.set_attribute("regionbus.apply.status", status)
         route = self._tracing.send("send subscription queues", self._route_attributes.copy, span)
+        if route is None:  # an application's sampler dropped it
+            try:
+                distribute()
+            finally:
+                span.end()
+            return
         traceparent = self._tracing.traceparent(route)
         runs = self._outbox.gathered
         before = [len(run.framed) for run in runs]
@@ -104,25 +111,33 @@ class ServerSpans:
             with self._tracing.current(route):
                 distribute()
         finally:
-            topics: set[str] = set()
-            records = 0
-            for index, run in enumerate(runs):
-                start = before[index] if index < len(before) else 0
-                if run.account is None or len(run.framed) == start or traceparent is None:
-                    continue  # a reply, or nothing of this change
-                traced = run.traced if run.traced is not None else {}
-                for position in range(start, len(run.framed)):
-                    traced[position] = traceparent
-                run.traced = traced
-                topics.add(run.topic)
-                records += len(run.framed) - start
-            if len(topics) == 1:
-                (topic,) = topics
-                route.update_name(f"send {topic}")
-                route.set_attribute("messaging.destination.name", topic)
-            route.set_attribute("regionbus.events_queued", records)
+            self._mark(runs, before, route, traceparent)
             route.end()
             span.end()
+
+    @staticmethod
+    def _mark(
+        runs: list[Addressed], before: list[int], route: Span, traceparent: bytes | None
+    ) -> None:
+        """Give the queue records routing added to ``runs`` (each ``before`` long when it
+        began) the routing span's context, and the span the topics and count."""
+        topics: set[str] = set()
+        records = 0
+        for index, run in enumerate(runs):
+            start = before[index] if index < len(before) else 0
+            if run.account is None or len(run.framed) == start or traceparent is None:
+                continue  # a reply, or nothing of this change
+            traced = run.traced if run.traced is not None else {}
+            for position in range(start, len(run.framed)):
+                traced[position] = traceparent
+            run.traced = traced
+            topics.add(run.topic)
+            records += len(run.framed) - start
+        if len(topics) == 1:
+            (topic,) = topics
+            route.update_name(f"send {topic}")
+            route.set_attribute("messaging.destination.name", topic)
+        route.set_attribute("regionbus.events_queued", records)
 
     _route_attributes = messaging_attributes("send")
 

@@ -52,6 +52,8 @@ def writer_spans(
         if op.event_id is None or not kind_row(op.kind).entry_change:
             continue  # reads, interest and region operations are not traced
         span = tracing.send(f"send {topic}", partial(_sent, op, bucket, topic, len(ops) == 1))
+        if span is None:
+            continue
         traceparent = tracing.traceparent(span)
         span.end()
         if traceparent is not None:
