@@ -96,19 +96,18 @@ def test_the_provider_is_named_after_the_service_unless_otel_service_name_says(
     assert _provider("regionbus-server").resource.attributes["service.name"] == "pricing"
 
 
-def _tracing(ratio: float) -> tuple[Tracing, InMemorySpanExporter]:
+def _tracing(ratio: float, caller_spans: bool = True) -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return Tracing(provider.get_tracer("test"), ratio), exporter
+    return Tracing(provider.get_tracer("test"), ratio, caller_spans), exporter
 
 
 def test_a_new_trace_starts_at_the_ratio_and_a_sampled_context_is_always_continued() -> None:
-    never, exporter = _tracing(0.0)
-    assert never.send("send ns.ops", dict) is None
-    assert never.process("process ns.ops", None, dict) is None
-    assert exporter.get_finished_spans() == ()
+    never, _ = _tracing(0.0)
+    assert not never.starts_trace()
     always, _ = _tracing(1.0)
+    assert always.starts_trace()
     sent = always.send("send ns.ops", lambda: {"regionbus.key": "k"})
     assert sent is not None
     traceparent = always.traceparent(sent)
@@ -117,16 +116,17 @@ def test_a_new_trace_starts_at_the_ratio_and_a_sampled_context_is_always_continu
     continued = never.process("process ns.ops", traceparent, dict)
     assert continued is not None
     assert continued.get_span_context().trace_id == sent.get_span_context().trace_id
-    # ... and a put inside an application's sampled span.
+    # ... and a put inside an application's sampled span, where caller spans count.
     with always.current(sent):
-        assert never.send("send ns.ops", dict) is not None
+        assert never.starts_trace()
+        assert not _tracing(0.0, caller_spans=False)[0].starts_trace()
     # Unparseable contexts from anyone start nothing.
     assert never.process("process ns.ops", b"00-zz-zz-01", dict) is None
 
 
 def test_about_the_ratio_of_changes_start_a_trace() -> None:
     tracing, _ = _tracing(0.1)
-    started = sum(tracing.send("send ns.ops", dict) is not None for _ in range(5000))
+    started = sum(tracing.starts_trace() for _ in range(5000))
     assert 350 <= started <= 650
 
 

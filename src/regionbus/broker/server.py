@@ -129,7 +129,7 @@ class CacheServer(BackgroundWorker):
             replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
-        self.tracing = tracing_for(settings, "regionbus-server")
+        self.tracing = tracing_for(settings, "regionbus-server", caller_spans=False)
         """The server's spans, None with tracing off (`regionbus.broker.tracing`)."""
         self._parts: ServerParts | None = None
         super().__init__(

@@ -67,8 +67,11 @@ class ServerSpans:
         read, or not sampled)."""
         if op.event_id is None:
             return None
+        traceparent = self._traceparents.get(self.item) if self._traceparents else None
+        if traceparent is None and not self._tracing.starts_trace():
+            return None
         return self._tracing.process(
-            self._process, self._traceparents.get(self.item), partial(self._of, op, bucket, offset)
+            self._process, traceparent, partial(self._of, op, bucket, offset)
         )
 
     def _of(self, op: Operation, bucket: int, offset: int) -> dict[str, Any]:

@@ -51,6 +51,8 @@ def writer_spans(
         positions[bucket] = position + 1
         if op.event_id is None or not kind_row(op.kind).entry_change:
             continue  # reads, interest and region operations are not traced
+        if not tracing.starts_trace():
+            continue
         span = tracing.send(f"send {topic}", partial(_sent, op, bucket, topic, len(ops) == 1))
         if span is None:
             continue
@@ -124,6 +126,9 @@ class ListenerSpans:
         run inside a listener span for the traced items."""
 
         def traced(item: Event | CqEvent, *rest: Any) -> None:
+            if not self._found:  # the usual case: nothing traced waits
+                deliver(item, *rest)
+                return
             found = self._found.pop(id(item), None)
             span = None
             if found is not None and found[0] is item:

@@ -86,9 +86,12 @@ class Tracing:
         tracer: The OpenTelemetry tracer spans are made with.
         ratio: ``tracing_sample_ratio``: the share of changes without a sampled context
             that start a trace.
+        caller_spans: Whether a change made inside a sampled span of the caller's starts
+            a trace too (a client's puts in an application's request; a server's loop
+            has no such span to look up).
     """
 
-    def __init__(self, tracer: Tracer, ratio: float) -> None:
+    def __init__(self, tracer: Tracer, ratio: float, caller_spans: bool = True) -> None:
         from opentelemetry.trace import Link, SpanKind, get_current_span, set_span_in_context
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -99,16 +102,17 @@ class Tracing:
         self._in_context = set_span_in_context
         self._span_of = get_current_span
         self._ratio = ratio
+        self._caller_spans = caller_spans
 
-    def _starts_trace(self) -> bool:
+    def starts_trace(self) -> bool:
         """Whether a change without a context of its own is traced: one in ``ratio``, or
-        inside a sampled span of the caller's (an application's request). Sampling
-        happens here, before a span exists: at 1 % the SDK's own decision, a span object
-        per change, would cost the other 99 % more than the traces (a tenth of a cache
-        server's CPU per operation, measured in ``bench.core``'s phase (g))."""
+        one made inside a sampled span of the caller's. Asked before a span is made: at
+        1 % the SDK's own decision, a span object per change, cost the other 99 % more
+        than the traces (a cache server's CPU per operation +66 %, measured in
+        ``bench.core``'s phase (g))."""
         if self._ratio and (self._ratio >= 1.0 or random.random() < self._ratio):
             return True
-        return bool(self._span_of().get_span_context().trace_flags.sampled)
+        return self._caller_spans and self._span_of().get_span_context().trace_flags.sampled
 
     def send(
         self, name: str, attributes: Callable[[], Mapping[str, Any]], parent: Span | None = None
@@ -118,14 +122,13 @@ class Tracing:
         Args:
             name: The span's name: ``send <destination>``.
             attributes: Makes its attributes, called only when the span is recorded.
-            parent: Its parent; None: the caller's current span, if any (an application's
-                span around a put), else a new trace, one in ``ratio``.
+            parent: Its parent; None (asked when :meth:`starts_trace` said so): the
+                caller's current span, if any, else a new trace.
 
         Returns:
-            The span, or None when it is not recorded: nothing to end or carry on.
+            The span, or None when it is not recorded (the provider's sampler dropped
+            it): nothing to end or carry on.
         """
-        if parent is None and not self._starts_trace():
-            return None
         context = None if parent is None else self._in_context(parent)
         span = self._tracer.start_span(name, context, self._kinds.PRODUCER)
         if not span.is_recording():
@@ -144,7 +147,7 @@ class Tracing:
         Args:
             name: The span's name: ``process <destination>``.
             traceparent: The item's ``traceparent`` header: the span is its child and
-                links to it. None: a new trace, one in ``ratio``.
+                links to it. None (asked when :meth:`starts_trace` said so): a new trace.
             attributes: Makes its attributes, called only when the span is recorded.
 
         Returns:
@@ -153,10 +156,7 @@ class Tracing:
         """
         context = None
         links = None
-        if traceparent is None:
-            if not self._starts_trace():
-                return None
-        else:
+        if traceparent is not None:
             carrier = {TRACEPARENT_HEADER: traceparent.decode("ascii", "replace")}
             context = self._propagator.extract(carrier)
             parent = self._span_of(context).get_span_context()
@@ -187,7 +187,9 @@ class Tracing:
         return use_span(span, end_on_exit=False)
 
 
-def tracing_for(settings: TracingSettings, service: str) -> Tracing | None:
+def tracing_for(
+    settings: TracingSettings, service: str, caller_spans: bool = True
+) -> Tracing | None:
     """The spans of a process part, or None with tracing off (nothing imported then).
 
     The first part of a process to turn tracing on sets up OpenTelemetry's global tracer
@@ -204,6 +206,7 @@ def tracing_for(settings: TracingSettings, service: str) -> Tracing | None:
         settings: The part's settings.
         service: ``service.name`` when ``OTEL_SERVICE_NAME`` is not set:
             ``regionbus-server``, ``regionbus-client``.
+        caller_spans: As for :class:`Tracing`.
 
     Raises:
         ExtraNotInstalledError: tracing is on and the ``otel`` extra (OpenTelemetry's SDK,
@@ -223,7 +226,7 @@ def tracing_for(settings: TracingSettings, service: str) -> Tracing | None:
     with _SETUP_LOCK:
         if not isinstance(trace.get_tracer_provider(), TracerProvider):
             trace.set_tracer_provider(_provider(service))
-    return Tracing(trace.get_tracer(_INSTRUMENTATION), settings.tracing_sample_ratio)
+    return Tracing(trace.get_tracer(_INSTRUMENTATION), settings.tracing_sample_ratio, caller_spans)
 
 
 def _provider(service: str) -> Any:
