@@ -538,7 +538,7 @@ class Outbox:
         topic, partition, key = addressed.topic, addressed.partition, addressed.key
         framed, account, listed = addressed.framed, addressed.account, addressed.listed
         values = encode_batches(framed)
-        traced = addressed.traced and batch_headers(values, addressed.traced)
+        traced = batch_headers(values, addressed.traced) if addressed.traced else None
         queued_through = addressed.start
         for index, value in enumerate(values):
             # Signed per message: the signature covers topic, partition, value (and the
@@ -549,8 +549,8 @@ class Outbox:
                 headers = self.seal(addressed.client_id, topic, partition, signed)
             if listed is not None:
                 headers = [(RECIPIENTS_HEADER, listed), *(headers or [])]
-            if traced and traced[index]:  # not signed: the signature is the value's
-                headers = [*(headers or []), *traced[index]]  # type: ignore[misc]
+            if traced and (stamp := traced[index]):  # not signed: the signature is the value's
+                headers = [*(headers or []), *stamp]
             report = None
             if account is not None:
                 count = len(framed) if len(values) == 1 else len(split_batch(value))
