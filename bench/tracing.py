@@ -4,10 +4,11 @@ at 1 % sampling, in alternating rounds on the run's Kafka and Redis.
 Each run has a cache server of its own (a namespace of its own) and a writer and
 subscribers of its own: off, none of them turns tracing on; on, all of them do
 (``tracing_sample_ratio`` 0.01, so one put in a hundred is traced writer -> server ->
-every subscriber). The server exports its spans with OpenTelemetry's console exporter
-into its log (a batch span processor, as with OTLP); the clients make and sample theirs
-with no exporter (their standard output is the benchmark's). Rounds alternate off and on,
-so both see the same moments of a noisy machine; the medians are compared. On a shared
+every subscriber, and the server starts a trace for one in a hundred of the rest). Every
+traced process exports its spans over OTLP/HTTP (the SDK's batch span processor) to a
+collector this benchmark runs on the loopback, which takes them and keeps nothing. Rounds
+alternate which goes first, so both see the same moments of a noisy machine; the medians
+are compared. On a shared
 machine the throughput of one round swings by more than tracing costs, so the CPU each
 process spends per operation (writer, server, subscribers) is reported beside it: the cost
 that bounds throughput once the cores are busy.
@@ -15,12 +16,15 @@ that bounds throughput once the cores are busy.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import statistics
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +39,8 @@ from bench.services import REGION, BenchOptions
 from bench.summary import SummaryRow
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 from regionbus.devstack import LocalStack
+
+log = logging.getLogger("regionbus.bench")
 
 SAMPLE_RATIO: Final = 0.01
 """The sampling the overhead is measured at."""
@@ -84,39 +90,75 @@ class TracingFigures:
         return self.cpu_us(True, "all") / self.cpu_us(False, "all") - 1
 
 
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every export and keeps nothing (counts them)."""
+
+    exports = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).exports += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: one line per export would fill the benchmark's output."""
+
+
 @contextmanager
-def _exporters(traced: bool) -> Iterator[None]:
-    """The clients of a traced run (this process's writer, the subscribers' children, which
-    inherit the environment) export nothing; the server's environment is its own."""
-    if not traced:
-        yield
-        return
-    before = os.environ.get("OTEL_TRACES_EXPORTER")
-    os.environ["OTEL_TRACES_EXPORTER"] = "none"
+def _collector() -> Iterator[str]:
+    """A local OTLP/HTTP collector on the loopback for the run's spans: its endpoint.
+    Every traced process exports there, as it would to an OpenTelemetry Collector."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, name="otlp-collector", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment (the writer's; the subscribers' children
+    inherit it) for the duration."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["OTEL_TRACES_EXPORTER"]
-        else:
-            os.environ["OTEL_TRACES_EXPORTER"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def _one_run(
-    local: LocalStack, options: BenchOptions, work_dir: Path, traced: bool, round_: int
+    local: LocalStack,
+    options: BenchOptions,
+    work_dir: Path,
+    collector: str | None,
+    round_: int,
 ) -> Throughput:
+    """Phase (a) on a server of its own, traced (exporting to ``collector``) or not."""
+    traced = collector is not None
     namespace = f"bench.{secrets.token_hex(3)}"
-    env = {}
-    if traced:
-        env = {
-            "REGIONBUS_TRACING_ENABLED": "true",
-            "REGIONBUS_TRACING_SAMPLE_RATIO": str(SAMPLE_RATIO),
-            "OTEL_TRACES_EXPORTER": "console",
-        }
+    env: dict[str, str] = {}
+    if collector is not None:
+        env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    server_env = {
+        **env,
+        "REGIONBUS_TRACING_ENABLED": str(traced).lower(),
+        "REGIONBUS_TRACING_SAMPLE_RATIO": str(SAMPLE_RATIO),
+    }
     label = "on" if traced else "off"
-    with _exporters(traced), ExitStack() as stack:
+    with _environment(env), ExitStack() as stack:
         log_path = work_dir / f"server-tracing-{label}-{round_}.log"
-        services = server_services(stack, local, namespace, options, log_path, env)
+        services = server_services(stack, local, namespace, options, log_path, server_env)
         tracing: dict[str, Any] = _TRACED if traced else {}
         writer_cache = ClientCache(
             ClientSettings(
@@ -140,14 +182,23 @@ def tracing_overhead(
     """
     off: list[Throughput] = []
     on: list[Throughput] = []
-    for round_ in range(ROUNDS):
-        for traced, figures in ((False, off), (True, on)):
-            state = f"on at {SAMPLE_RATIO:.0%}" if traced else "off"
-            progress.phase(
-                console,
-                f"(g) tracing {state}, round {round_ + 1} of {ROUNDS}: {options.ops:,} puts ...",
-            )
-            figures.append(_one_run(local, options, work_dir, traced, round_))
+    with _collector() as endpoint:
+        for round_ in range(ROUNDS):
+            # Off first in even rounds, on first in odd ones: a drift of the machine
+            # through the run (a broker with more topics each run) weighs on both.
+            order = (False, True) if round_ % 2 == 0 else (True, False)
+            for traced in order:
+                state = f"on at {SAMPLE_RATIO:.0%}" if traced else "off"
+                progress.phase(
+                    console,
+                    f"(g) tracing {state}, round {round_ + 1} of {ROUNDS}: "
+                    f"{options.ops:,} puts ...",
+                )
+                collector = endpoint if traced else None
+                (on if traced else off).append(
+                    _one_run(local, options, work_dir, collector, round_)
+                )
+    log.info("the collector took %d exports", _Collector.exports)
     return TracingFigures(off, on)
 
 
