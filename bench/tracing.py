@@ -46,11 +46,18 @@ SAMPLE_RATIO: Final = 0.01
 """The sampling the overhead is measured at."""
 OVERHEAD_TARGET: Final = 0.05
 """Most throughput tracing at :data:`SAMPLE_RATIO` may cost."""
-ROUNDS: Final = 3
-"""Off-then-on rounds."""
+ROUNDS: Final = 4
+"""Rounds of one run off and one on: an even number, as the first run of a round has been
+the faster one (the second follows its predecessor's teardown), and each goes first in
+half of them."""
 
 _PROCESSES: Final = ("writer", "server", "readers")
 _TRACED: Final = {"tracing_enabled": True, "tracing_sample_ratio": SAMPLE_RATIO}
+
+
+def _cpu_all(figures: Throughput) -> float:
+    """CPU µs per op of the writer, the server and the subscribers together."""
+    return sum(figures.cpu_us_per_op(p) for p in _PROCESSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,7 @@ class TracingFigures:
         of the three (``all``)."""
         runs = self.on if traced else self.off
         if process == "all":
-            return statistics.median(sum(t.cpu_us_per_op(p) for p in _PROCESSES) for t in runs)
+            return statistics.median(_cpu_all(t) for t in runs)
         return statistics.median(t.cpu_us_per_op(process) for t in runs)
 
     @property
@@ -211,6 +218,12 @@ def print_tracing(figures: TracingFigures, console: Console) -> None:
         "ops applied/s, each round",
         " ".join(f"{t.acked_per_s:,.0f}" for t in figures.off),
         " ".join(f"{t.acked_per_s:,.0f}" for t in figures.on),
+        "",
+    )
+    table.add_row(
+        "CPU µs per op: all, each round",
+        " ".join(f"{_cpu_all(t):,.0f}" for t in figures.off),
+        " ".join(f"{_cpu_all(t):,.0f}" for t in figures.on),
         "",
     )
     ops_off, ops_on = figures.ops_per_s(False), figures.ops_per_s(True)
