@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from regionbus.broker.config import ServerSettings
 from regionbus.clients import ClientSettings
 from regionbus.schemas.codec import encode_batches
 from regionbus.schemas.errors import ConfigurationError
@@ -84,6 +85,12 @@ def test_tracing_is_off_by_default_and_then_imports_nothing() -> None:
     settings = ClientSettings()
     assert settings.tracing_enabled is False
     assert tracing_for(settings, "regionbus-client") is None
+
+
+def test_clients_start_traces_at_one_in_a_hundred_and_servers_start_none() -> None:
+    assert ClientSettings().tracing_sample_ratio == 0.01
+    assert ServerSettings().tracing_sample_ratio == 0.0
+    assert ServerSettings(tracing_sample_ratio=0.5).tracing_sample_ratio == 0.5
 
 
 def test_the_provider_is_named_after_the_service_unless_otel_service_name_says(

@@ -272,10 +272,14 @@ class ServerSettings(
             exports as ``regionbus_subscription_queue_depth_top_events{client}`` (those
             with events not acked; 0: none). Default 10: enough to name the clients an
             alert on the total points at, few enough to be free for any fleet.
+        tracing_sample_ratio: Share of the changes arriving without a trace context
+            (from writers that do not trace) for which this server starts a trace, 0 to
+            1. Default 0: a server continues the traces its writers started (those always,
+            whatever this ratio) and starts none; each one it starts costs a span at the
+            server and at every subscriber of the change.
 
     ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`,
-    ``tracing_enabled`` and ``tracing_sample_ratio`` on
-    :class:`regionbus.schemas.tracing.TracingSettings`.
+    ``tracing_enabled`` on :class:`regionbus.schemas.tracing.TracingSettings`.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
@@ -336,6 +340,7 @@ class ServerSettings(
     # --- metrics: per-client detail ---
     metrics_client_labels: bool = False
     metrics_top_clients: int = Field(default=10, ge=0, le=1000)
+    tracing_sample_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("gateway_senders", mode="before")
     @classmethod

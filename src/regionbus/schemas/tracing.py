@@ -65,8 +65,8 @@ class TracingSettings(RegionBusSettings):
             ``otel`` extra (``pip install 'regionbus[otel]'``); without it the process
             refuses to start with ``ExtraNotInstalledError``.
         tracing_sample_ratio: Share of the changes that start a trace here, 0 to 1
-            (default 0.01, one in a hundred): a writer's changes, and on a server the
-            changes that arrive without a trace context. A change whose context arrives
+            (default 0.01, one in a hundred): a client's changes (a cache server's own
+            default is 0: see its settings). A change whose context arrives
             sampled is always traced, so one writer's sampled put is followed through
             every server and subscriber; so is a put made inside an application's
             sampled span. Decided before any span is made, so an unsampled change costs
