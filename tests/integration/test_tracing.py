@@ -1,7 +1,7 @@
 """Traces, against real Kafka and Redis: the spans of a put, read with OpenTelemetry's
 in-memory exporter, chain writer -> server (apply, routing) -> each subscriber's listener,
 as parents and links, one trace per put; a put_all's entries, batched in one record each
-way, keep a trace each."""
+way, keep a trace each; with security on, the trace headers travel beside the signatures."""
 
 from __future__ import annotations
 
@@ -10,15 +10,24 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kafka_users import KafkaUsers
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support import wait_until
+from test_security import (
+    SECRETS,
+    kafka_users,  # noqa: F401  (a fixture of that module, used here)
+    principals,  # noqa: F401
+    secured_settings,
+)
 
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.kafka_acls import client_acls
+from regionbus.broker.principals import PrincipalStore
 from regionbus.broker.server import CacheServer
-from regionbus.clients import ALL_KEYS, ClientCache
+from regionbus.clients import ALL_KEYS, ClientCache, ClientSettings
 from regionbus.schemas.callbacks import CacheListener, EntryEvent
 
 ClientFactory = Callable[..., ClientCache]
@@ -189,4 +198,63 @@ def test_each_entry_of_a_batched_put_all_keeps_its_own_trace(
             assert route.parent.span_id == apply.context.span_id
             assert listener.heard[key].span_id == heard.context.span_id
     finally:
+        server.stop()
+
+
+def test_with_security_on_trace_headers_travel_beside_the_signatures(
+    kafka_users: KafkaUsers,  # noqa: F811
+    principals: PrincipalStore,  # noqa: F811
+    namespace: str,
+    redis_url: str,
+    spans: InMemorySpanExporter,
+) -> None:
+    """Signed records carry the trace headers too: the servers and the subscriber accept
+    them (the signature covers the value, not these headers) and the chain holds."""
+    server = CacheServer(
+        secured_settings(namespace, kafka_users, redis_url).model_copy(update=_TRACED)
+    )
+    spans.add_to_provider()  # type: ignore[attr-defined]
+    server.start()
+    made: list[ClientCache] = []
+
+    def client(principal: str) -> ClientCache:
+        client_id = f"{principal}-1"
+        kafka_users.grant(principal, client_acls(namespace, client_id, principal))
+        settings = ClientSettings(
+            namespace=namespace,
+            **kafka_users.settings(principal),
+            client_id=client_id,
+            fetch_wait_max_ms=100,
+            read_timeout_ms=30_000,
+            security_principal=principal,
+            security_secret=SECRETS[principal],
+            **_TRACED,
+        )
+        made.append(ClientCache(settings))
+        return made[-1]
+
+    try:
+        listener = _Listener()
+        reader = client("reader").create_region("r", listeners=[listener])
+        reader.register_interest(ALL_KEYS)
+        client("writer").create_region("r").put("signed", 1)
+        wait_until(lambda: "signed" in listener.heard, 30, "the listener")
+        queues = f"{namespace}.queues.reader"
+        wait_until(
+            lambda: any(s.name == f"process {queues}" for s in spans.get_finished_spans()),
+            30,
+            "the listener span",
+        )
+        finished = list(spans.get_finished_spans())
+        send = _one(finished, name=f"send {namespace}.ops", **{"regionbus.key": "signed"})
+        apply = _one(finished, name=f"process {namespace}.ops", **{"regionbus.key": "signed"})
+        _child_and_link(apply, send)
+        route = _one(finished, name=f"send {queues}")
+        assert route.parent is not None and route.parent.span_id == apply.context.span_id
+        heard = _one(finished, name=f"process {queues}")
+        _child_and_link(heard, route)
+        assert listener.heard["signed"].span_id == heard.context.span_id
+    finally:
+        for cache in made:
+            cache.close()
         server.stop()
