@@ -68,6 +68,7 @@ from regionbus.schemas.topics import (
     queue_retention_ms,
     server_topic_specs,
 )
+from regionbus.schemas.tracing import tracing_for
 from regionbus.schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -128,6 +129,8 @@ class CacheServer(BackgroundWorker):
             replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
+        self.tracing = tracing_for(settings, "regionbus-server", caller_spans=False)
+        """The server's spans, None with tracing off (`regionbus.broker.tracing`)."""
         self._parts: ServerParts | None = None
         super().__init__(
             settings.member_id,

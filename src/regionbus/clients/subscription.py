@@ -32,6 +32,7 @@ from regionbus.clients.conflation import superseded_updates
 from regionbus.clients.poll_pace import PollPace
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
+from regionbus.clients.tracing import ListenerSpans
 from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.addressing import addressed_to, own_marker
 from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
@@ -44,6 +45,7 @@ from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
 from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
 from regionbus.schemas.signing import Signer
+from regionbus.schemas.tracing import Tracing
 from regionbus.schemas.transport import (
     assign_from,
     committed_offsets,
@@ -136,6 +138,7 @@ class SubscriptionQueue:
             or does not look.
         signer: The client's signer: with one, only messages a cache server signed for its
             principal are taken (`regionbus.clients.server_trust`); None takes every message.
+        tracing: The client's spans: traced events reach their listeners in a span.
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is
@@ -163,6 +166,7 @@ class SubscriptionQueue:
         signer: Signer | None = None,
         end_of_queue: Callable[[], int] | None = None,
         start_of_queue: Callable[[], int] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -171,6 +175,10 @@ class SubscriptionQueue:
         self._partition = address.queue_partition
         self._key = address.key
         self._marker = own_marker(client_id)
+        self._spans = tracing and ListenerSpans(tracing, self._topic, self._partition, client_id)
+        if self._spans:
+            on_event = self._spans.listening(on_event)
+            on_cq_event = self._spans.listening(on_cq_event)
         self._on_event = on_event
         self._on_live = on_live
         self._replaying = replaying
@@ -438,6 +446,8 @@ class SubscriptionQueue:
                         keep(item)
                 else:
                     skipped.append(f"unexpected {type(item).__name__}")
+            if self._spans:
+                self._spans.took(message.headers(), items, decoded)
             if skipped:
                 # One line per Kafka message, however many of its items are bad.
                 self.stats.undecodable += len(skipped)
