@@ -176,6 +176,14 @@ class CacheServer(BackgroundWorker):
         return tuple(v.bucket for v in list(self.election.views) if me in v.secondaries)
 
     @property
+    def buckets_without_primary(self) -> int:
+        """Buckets of the namespace that had no primary in the last election tick (all of
+        them before the first): a failover under way, or too few servers."""
+        views = list(self.election.views)
+        free = sum(1 for v in views if v.primary is None)
+        return free + max(0, self.settings.total_buckets - len(views))
+
+    @property
     def handles_client_lifecycle(self) -> bool:
         """True while this server is primary of bucket 0, which reads ``{ns}.control``
         (connects, pings, closes) for the whole namespace."""
