@@ -28,7 +28,8 @@
 # 8. observability  `--profile observability up` beside the two sites: Prometheus scrapes
 #             every worker, its alert rules evaluate without error, and each main panel of
 #             the Grafana dashboard returns data after traffic (scripts/compose_observability.py);
-#             Grafana too when its image is there (it has no stand-in, see step 4)
+#             a worker stopped makes its alert active; Grafana too when its image is there
+#             (it has no stand-in, see step 4)
 # 9. demo     `--profile demo up`: the flights replay of REGIONBUS_DEMO_DAYS days (--demo-days,
 #             default 7) ends with exit status 0 and every check OK
 # 10. secured docker-compose.secured.yml: refused without its passwords (Compose names
@@ -442,6 +443,15 @@ published_on_loopback_only "$project"
 .venv/bin/python scripts/compose_observability.py "${observability_options[@]}" 2>&1 |
   tee "$run_log/observability.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the observability checks (above)"
+# An alert rule on a real failure: one worker stopped makes RegionbusWorkerDown active.
+# Site A's receiver: no later phase uses it, and it is started again before they run.
+compose_two_sites stop gateway-receiver-a >"$run_log/stop-receiver.log" 2>&1 ||
+  { cat "$run_log/stop-receiver.log" >&2; fail "docker compose stop gateway-receiver-a"; }
+.venv/bin/python scripts/compose_observability.py --stopped gateway-receiver-a 2>&1 |
+  tee -a "$run_log/observability.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "the alert on a stopped worker (above)"
+compose_two_sites up -d --wait --wait-timeout 600 gateway-receiver-a >"$run_log/restart-receiver.log" 2>&1 ||
+  { cat "$run_log/restart-receiver.log" >&2; fail "gateway-receiver-a did not come back"; }
 
 # --- 9. demo -------------------------------------------------------------------------------
 phase "demo"

@@ -10,9 +10,12 @@ docker-compose.two-sites.yml):
   (:data:`MAIN_PANELS`) returns data: every query of the panel, run against Prometheus as
   Grafana would run it, gives at least one finite value;
 - with ``--grafana``, Grafana (127.0.0.1:3000) serves the provisioned dashboard to an
-  anonymous viewer, with the panels of the file.
+  anonymous viewer, with the panels of the file;
+- with ``--stopped SERVICE`` (instead of the above), the alert RegionbusWorkerDown is
+  active for that worker, which the caller stopped.
 
     .venv/bin/python scripts/compose_observability.py [--grafana]
+    .venv/bin/python scripts/compose_observability.py --stopped gateway-receiver-a
 
 Every wait is on a condition with a deadline; the first failure ends the run with status 1
 and says what did not happen.
@@ -201,6 +204,34 @@ def check_prometheus() -> None:
             say(f"OK panel {title!r}: every query returns data")
 
 
+def alert_state(alert: str, service: str) -> str | None:
+    """The state (``pending``, ``firing``) of ``alert`` for ``service``; None when it is
+    not active."""
+    for active in prometheus_api("alerts")["alerts"]:
+        labels = active["labels"]
+        if labels.get("alertname") == alert and labels.get("service") == service:
+            return str(active["state"])
+    return None
+
+
+def check_worker_down_alert(service: str) -> None:
+    """``service`` was stopped: RegionbusWorkerDown must become active for it (pending, as
+    its ``for`` has not passed yet, or firing)."""
+    wait_for(
+        f"RegionbusWorkerDown active for the stopped {service}",
+        lambda: (
+            None
+            if alert_state("RegionbusWorkerDown", service) in ("pending", "firing")
+            else "not active"
+        ),
+        timeout_s=120,
+    )
+    say(
+        f"OK alert RegionbusWorkerDown is {alert_state('RegionbusWorkerDown', service)} "
+        f"for the stopped {service}"
+    )
+
+
 def check_grafana() -> None:
     wait_for(
         "Grafana healthy",
@@ -216,8 +247,16 @@ def check_grafana() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grafana", action="store_true", help="Grafana runs too: check it.")
+    parser.add_argument(
+        "--stopped",
+        metavar="SERVICE",
+        help="Only check that RegionbusWorkerDown is active for this stopped worker.",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.stopped:
+            check_worker_down_alert(args.stopped)
+            return 0
         check_prometheus()
         if args.grafana:
             check_grafana()

@@ -5,9 +5,9 @@
 #   docker/standins/build.sh [--rebuild] IMAGE...
 #
 # IMAGE is one of apache/kafka:<version>, redis:<tag>, prom/prometheus:v<version>,
-# python:3.11<.patch>-slim<-suite>. Each is built
-# from the recipe in docker/standins/<kafka|redis|prometheus|python>/ on a Debian bookworm base made
-# with `debootstrap --variant=minbase` and `docker import` (regionbus-standin/debian:bookworm).
+# python:3.11<.patch>-slim<-suite>. Each is built from the recipe in
+# docker/standins/<kafka|redis|prometheus|python>/ on a Debian bookworm base made with
+# `debootstrap --variant=minbase` and `docker import` (regionbus-standin/debian:bookworm).
 # Builds use the host's network (an engine started without IP masquerading gives a build
 # no route out) and reach only Debian's packages; the Kafka stand-in takes the jars
 # scripts/bootstrap.sh resolved into jvm/lib/kafka/, which must be of the tag's version.
@@ -34,7 +34,7 @@ for argument in "$@"; do
   esac
 done
 if [ "${#images[@]}" -eq 0 ]; then
-  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> python:3.11.<patch>-slim-bookworm" >&2
+  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> prom/prometheus:v<version> python:3.11.<patch>-slim-bookworm" >&2
   exit 2
 fi
 
