@@ -12,92 +12,32 @@ turn touched, and never wait behind an event's request.
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from support import Recorder, wait_until
 
-import regionbus.schemas.kafka_clients as kafka_clients
+from bench.kafka_requests import RequestCounts
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS
 from regionbus.schemas.naming import bucket_of
 
-STATISTICS_INTERVAL_MS = 100
 ATTEMPTS = 3
 """Each figure is the least of this many tries: a client's ping, answered by the server
 in between, costs a ProduceRequest that belongs to no put."""
 
 
-@dataclass
-class _Handle:
-    client_id: str
-    kind: str
-    requests: dict[str, int]
-    at_s: float
-
-
-class RequestCounts:
-    """The latest statistics of every librdkafka client made in this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.handles: dict[str, _Handle] = {}
-
-    def config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``config`` reporting statistics here (and still to its own ``stats_cb``)."""
-        chained = config.get("stats_cb")
-
-        def on_stats(statistics_json: str) -> None:
-            stats = json.loads(statistics_json)
-            requests: dict[str, int] = {}
-            for broker in stats["brokers"].values():
-                for kind, count in broker.get("req", {}).items():
-                    requests[kind] = requests.get(kind, 0) + count
-            with self._lock:
-                self.handles[stats["name"]] = _Handle(
-                    stats["client_id"], stats["type"], requests, time.monotonic()
-                )
-            if chained is not None:
-                chained(statistics_json)
-
-        return {**config, "statistics.interval.ms": STATISTICS_INTERVAL_MS, "stats_cb": on_stats}
-
-    def snapshot(self, client_ids: set[str], kind: str = "Produce") -> dict[str, int]:
-        """``{client id: requests of kind}`` of the producers of these client ids, from
-        statistics each reported after this call began."""
-        asked = time.monotonic()
-
-        def fresh() -> bool:
-            with self._lock:
-                mine = [h for h in self.handles.values() if h.client_id in client_ids]
-                return bool(mine) and all(h.at_s > asked for h in mine if h.kind == "producer")
-
-        wait_until(fresh, 30, "fresh statistics of every producer")
-        counts: dict[str, int] = {}
-        with self._lock:
-            for handle in self.handles.values():
-                if handle.client_id in client_ids and handle.kind == "producer":
-                    counts[handle.client_id] = counts.get(
-                        handle.client_id, 0
-                    ) + handle.requests.get(kind, 0)
-        return counts
-
-
 @pytest.fixture
-def counts(monkeypatch: pytest.MonkeyPatch) -> RequestCounts:
+def counts() -> Iterator[RequestCounts]:
     """Statistics of every Kafka client made from now on in this process."""
     recorded = RequestCounts()
-    factory_config = kafka_clients.factory_config
-    monkeypatch.setattr(
-        kafka_clients, "factory_config", lambda config: recorded.config(factory_config(config))
-    )
-    return recorded
+    undo = recorded.install()
+    try:
+        yield recorded
+    finally:
+        undo()
 
 
 @pytest.fixture
@@ -151,12 +91,12 @@ def _least_per_producer(
     outbox = parts.outbox
     best: tuple[dict[str, int], int] | None = None
     for attempt in range(ATTEMPTS):
-        before, turns_before = counts.snapshot(ids), turns()
+        before, turns_before = counts.snapshot(ids, "Produce"), turns()
         turn(attempt)
         # Past the events producer's linger, and every delivery reported.
         mark = outbox.mark()
         wait_until(lambda mark=mark: outbox.settled(mark), 30, "every delivery")
-        after = counts.snapshot(ids)
+        after = counts.snapshot(ids, "Produce")
         spent = {i: after.get(i, 0) - before.get(i, 0) for i in ids}
         took = turns() - turns_before
         if best is None or sum(spent.values()) < sum(best[0].values()):
