@@ -41,13 +41,10 @@ def counts() -> Iterator[RequestCounts]:
 
 
 @pytest.fixture
-def server(counts: RequestCounts, server_settings: ServerSettings) -> Iterator[CacheServer]:
-    server = CacheServer(server_settings)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def server_settings(counts: RequestCounts, server_settings: ServerSettings) -> ServerSettings:
+    """The conftest's settings, asked for once the statistics are recorded (so the
+    server's clients, made after, report them)."""
+    return server_settings
 
 
 def _turns(server: CacheServer) -> Callable[[], int]:
@@ -106,7 +103,7 @@ def _least_per_producer(
 
 
 def test_a_lone_put_costs_the_server_a_request_for_its_event_its_queue_record_and_its_reply(
-    counts: RequestCounts, server: CacheServer, client_factory: Any
+    counts: RequestCounts, cache_server: CacheServer, client_factory: Any
 ) -> None:
     writer = client_factory().create_region("r")
     recorder = Recorder()
@@ -121,8 +118,8 @@ def test_a_lone_put_costs_the_server_a_request_for_its_event_its_queue_record_an
         wait_until(lambda: len(recorder.calls) > seen, 30, "the subscriber's event")
         return {}
 
-    spent, turns = _least_per_producer(counts, server, lone_put)
-    member = server.settings.member_id
+    spent, turns = _least_per_producer(counts, cache_server, lone_put)
+    member = cache_server.settings.member_id
     assert turns >= 1
     # The queue record and the reply: one request each (two partitions), no event among them.
     assert spent[member] == 2, spent
@@ -131,7 +128,7 @@ def test_a_lone_put_costs_the_server_a_request_for_its_event_its_queue_record_an
 
 @pytest.mark.parametrize("buckets", [8])
 def test_a_turn_over_k_buckets_sends_its_queue_and_reply_records_in_two_requests(
-    counts: RequestCounts, server: CacheServer, client_factory: Any, buckets: int
+    counts: RequestCounts, cache_server: CacheServer, client_factory: Any, buckets: int
 ) -> None:
     writer = client_factory().create_region("r")
     recorder = Recorder()
@@ -139,7 +136,7 @@ def test_a_turn_over_k_buckets_sends_its_queue_and_reply_records_in_two_requests
     reader.register_interest(ALL_KEYS)
     writer.put("warm", 0)
     wait_until(lambda: len(recorder.calls) == 1, 30, "the warm-up event")
-    total = server.settings.total_buckets
+    total = cache_server.settings.total_buckets
 
     def spread_put_all(attempt: int) -> dict[str, Any]:
         seen = len(recorder.calls)
@@ -148,8 +145,8 @@ def test_a_turn_over_k_buckets_sends_its_queue_and_reply_records_in_two_requests
         wait_until(lambda: len(recorder.calls) == seen + buckets, 30, "every event")
         return {}
 
-    spent, turns = _least_per_producer(counts, server, spread_put_all)
-    member = server.settings.member_id
+    spent, turns = _least_per_producer(counts, cache_server, spread_put_all)
+    member = cache_server.settings.member_id
     # Per turn: one request for the subscriber's queue partition and one for the writer's
     # reply partition, whatever the number of buckets the turn touched.
     assert spent[member] <= 2 * turns, (spent, turns)

@@ -75,25 +75,25 @@ class Deliveries:
     Args:
         producer: The server's idempotent ``acks=all`` producer of queue records, replies,
             dead letters and gateway queues (no linger: a client waits for them).
+        events_producer: The producer of ``{ns}.events`` (idempotent, ``acks=all``, may
+            linger); None sends events with ``producer``.
         topics: The namespace's topic names.
         member_id: The server's member id (dead-letter headers).
         stats: The server's counters (dead letters).
         client_topics: The partition counts of the shared client topics.
         topic_gone: Told the name of a server topic a delivery found missing (the topic
             keeper checks it at once instead of at its next period).
-        events_producer: The producer of ``{ns}.events`` (idempotent, ``acks=all``, may
-            linger); None sends events with ``producer``.
     """
 
     def __init__(
         self,
         producer: Producer,
+        events_producer: Producer | None,
         topics: Topics,
         member_id: str,
         stats: ServerStats,
         client_topics: ClientTopicPartitions,
         topic_gone: Callable[[str], object] = lambda _topic: None,
-        events_producer: Producer | None = None,
     ) -> None:
         self.producer = producer
         self.events_producer = producer if events_producer is None else events_producer

@@ -81,7 +81,7 @@ class Outbox(Deliveries):
         events_producer: Producer | None = None,
     ) -> None:
         super().__init__(
-            producer, topics, member_id, stats, client_topics, topic_gone, events_producer
+            producer, events_producer, topics, member_id, stats, client_topics, topic_gone
         )
         self.gathered: list[Addressed] = []
         """What this poll batch gathered, in the order the runs began."""
