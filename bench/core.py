@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 from rich.console import Console
@@ -261,6 +261,33 @@ def print_fanout_relay(figures: Figures, relay: Throughput, console: Console) ->
     console.print(table)
 
 
+CPU_PER_PUT_PROCESSES: Final = ("writer", "server", "relay", "readers", "kafka", "redis")
+"""The processes of phases (b) and (c2) whose CPU per put is printed (``readers``: the
+subscriber, or the relay's sink)."""
+
+
+def cpu_per_put(latency: Latency) -> dict[str, float]:
+    """``{process: CPU µs per put}`` of a paced phase, with ``total`` (NaN-free sum)."""
+    shares = {p: latency.cpu_us_per_message(p) for p in CPU_PER_PUT_PROCESSES}
+    shares = {p: v for p, v in shares.items() if not math.isnan(v)}
+    return {**shares, "total": sum(shares.values())}
+
+
+def print_cpu_per_put(figures: Figures, console: Console) -> None:
+    """Print the CPU per lone put of phase (b) beside the two-hop relay's (c2), per process."""
+    ours, theirs = cpu_per_put(figures.regionbus_latency), cpu_per_put(figures.raw_relay_latency)
+    rate = figures.regionbus_latency.achieved_rate_per_s
+    table = Table(title=f"CPU µs per put at {rate:,.0f}/s, 1 subscriber: (b) beside (c2)")
+    for column in ("process", "regionbus", "two-hop relay"):
+        table.add_column(column, justify="left" if column == "process" else "right")
+    for process in (*CPU_PER_PUT_PROCESSES, "total"):
+        if process in ours or process in theirs:
+            table.add_row(
+                process, _us(ours.get(process, math.nan)), _us(theirs.get(process, math.nan))
+            )
+    console.print(table)
+
+
 def _us(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:,.0f}"
 
@@ -298,6 +325,18 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
             higher_is_better=False,
         ),
     ]
+    ours, theirs = cpu_per_put(latency), cpu_per_put(relay)
+    if ours["total"] and theirs["total"]:
+        rows.append(
+            SummaryRow(
+                "core",
+                f"CPU µs per put at {latency.achieved_rate_per_s:,.0f}/s, 1 subscriber",
+                ours["total"],
+                theirs["total"],
+                "two-hop relay, its processes",
+                higher_is_better=False,
+            )
+        )
     if fanout_relay is not None:
         rows.insert(
             1,
@@ -446,6 +485,7 @@ def main(
     )
     figures.print_table(console)
     print_fanout_relay(figures, fanout_relay, console)
+    print_cpu_per_put(figures, console)
     rows = summary_rows(figures, fanout_relay)
     if on_cluster is not None:
         single = figures.regionbus_throughput

@@ -28,17 +28,21 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         idle_timeout_s=options.idle_timeout_s,
     ) as subscriber:
         subscriber.wait_ready()
+        cpu = CpuMeter({"writer": os.getpid(), **services.pids})
+        cpu.start()
         sent, acknowledged, first_ns, last_ns = paced_puts(
             writer, options.rate, options.latency_seconds, options.value_bytes
         )
         subscriber.expect(acknowledged)
         result = subscriber.wait_result(RESULT_TIMEOUT_S)
+        cpu.stop()
     return latency(
         sent=sent,
         start_ns=first_ns,
         end_ns=last_ns,
         warmup_s=options.warmup_seconds,
         readers=result,
+        cpu_s=cpu.used_s,
     )
 
 

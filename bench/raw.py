@@ -167,12 +167,16 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
             key = f"lat-{i}"
             produce(producer, topic_in, value, key.encode(), _partition(key))
 
+        services_pids = {k: v for k, v in services.pids.items() if k != "server"}
+        cpu = CpuMeter({"writer": os.getpid(), "relay": relay.pid, **services_pids})
+        cpu.start()
         sent, first_ns, last_ns = paced(
             send, options.rate, options.latency_seconds, options.value_bytes
         )
         remaining = producer.flush(ACK_TIMEOUT_S)
         sink.expect(sent - remaining)
         result = sink.wait_result(RESULT_TIMEOUT_S)
+        cpu.stop()
         relay.result(RESULT_TIMEOUT_S)
     return latency(
         sent=sent,
@@ -180,6 +184,7 @@ def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
         end_ns=last_ns,
         warmup_s=options.warmup_seconds,
         readers=result,
+        cpu_s=cpu.used_s,
     )
 
 

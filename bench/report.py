@@ -11,7 +11,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -74,6 +74,9 @@ class Latency:
             when not reported).
         machine_busy_cores: Cores of the whole machine busy on average while the writer
             sent (`bench.cpu.MachineCpu`; NaN when not measured).
+        cpu_s: CPU seconds each process of the run used from the first send to the last
+            delivery (``writer``, ``server`` or ``relay``, ``kafka``, ``redis``; only those
+            measured), for the CPU per message beside ``readers_cpu_s``.
     """
 
     sent: int
@@ -85,11 +88,20 @@ class Latency:
     max_ms: float
     readers_cpu_s: float = math.nan
     machine_busy_cores: float = math.nan
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def readers_cpu_us_per_message(self) -> float:
         """Reader CPU per message received, in µs (NaN when none was received)."""
         return self.readers_cpu_s / self.received * 1e6 if self.received else math.nan
+
+    def cpu_us_per_message(self, process: str) -> float:
+        """CPU microseconds ``process`` used per message sent (``readers``: per message
+        received); NaN if unmeasured."""
+        if process == "readers":
+            return self.readers_cpu_us_per_message
+        used = self.cpu_s.get(process)
+        return used * 1e6 / self.sent if used is not None and self.sent else math.nan
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -154,6 +166,7 @@ def latency(
     warmup_s: float,
     readers: dict[str, Any],
     machine_busy_cores: float = math.nan,
+    cpu_s: dict[str, float] | None = None,
 ) -> Latency:
     """Latency figures from a paced writer's timings and a reader child's result.
 
@@ -165,6 +178,7 @@ def latency(
         readers: The reader child's result (``sent_ns``, ``received_ns``, ``counts``, and
             ``cpu_s`` if known).
         machine_busy_cores: The machine's busy cores while the writer sent, if measured.
+        cpu_s: CPU seconds of the run's processes over the phase (`Latency.cpu_s`).
     """
     cutoff_ns = start_ns + int(warmup_s * NS_PER_S)
     values = sorted(
@@ -182,6 +196,7 @@ def latency(
         max_ms=values[-1] if values else math.nan,
         readers_cpu_s=float(readers.get("cpu_s", math.nan)),
         machine_busy_cores=machine_busy_cores,
+        cpu_s=dict(cpu_s or {}),
     )
 
 

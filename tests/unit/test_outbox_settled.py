@@ -70,3 +70,27 @@ def test_a_message_the_producer_refused_at_once_is_settled() -> None:
     outbox.produce("t.gone", b"v", None)
     assert outbox.settled(outbox.mark())
     assert outbox.delivery_failures == 1
+
+
+def test_events_go_on_their_own_producer_and_a_mark_waits_for_both_producers() -> None:
+    producer, events_producer = _Producer(), _Producer()
+    outbox = Outbox(
+        producer,  # type: ignore[arg-type]
+        Topics("t"),
+        "m",
+        ServerStats(),
+        None,  # type: ignore[arg-type]
+        events_producer=events_producer,  # type: ignore[arg-type]
+    )
+    outbox.produce("t.events", b"event", None, partition=3)
+    outbox.produce("t.dead-letter", b"other", None)
+    mark = outbox.mark()
+    assert len(events_producer.reports) == 1
+    assert len(producer.reports) == 1
+    assert outbox.producers == (producer, events_producer)
+
+    producer.reports[0](None, _Message())
+    assert not outbox.settled(mark)  # the event's report is still missing
+    events_producer.reports[0](KafkaError(KafkaError._MSG_TIMED_OUT), _Message())
+    assert outbox.settled(mark)
+    assert outbox.delivery_failures == 1  # counted, so the offsets rewind

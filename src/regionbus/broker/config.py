@@ -183,8 +183,15 @@ class ServerSettings(
             latency; but a partition assigned while a fetch waits (a bucket taken over,
             a recreated topic) joins the next fetch only, so servers keep 100 ms: few
             processes, and takeovers wait at most that long.
-        linger_ms: librdkafka producer ``linger.ms`` (replies, events, queues): 1 ms, as
-            the clients' (see ``ClientSettings.linger_ms``).
+        linger_ms: librdkafka ``linger.ms`` of the producer of subscription-queue records,
+            replies, dead letters and gateway queues: 0 ms, since a client waits for what
+            it sends; the server hands it a turn's records at once, one message per client
+            and queue, so lingering would add no message to a request.
+        events_linger_ms: librdkafka ``linger.ms`` of the producer of ``{ns}.events``, a
+            producer of its own (`regionbus.broker.deliveries`): its readers (Spark, tools)
+            wait for no record, and librdkafka sends one request per partition, so the
+            events of each bucket's partition go in one request per 5 ms at most instead
+            of one per turn.
         reply_chunk_bytes: Largest bulk-load / keys reply message before it is split.
         query_max_execution_time_ms: Most wall-clock time a bucket's primary spends on its
             part of one one-shot query (reading the bucket's entries, evaluating, ordering)
@@ -314,7 +321,8 @@ class ServerSettings(
     poll_batch_size: int = Field(default=1000, ge=1)
     poll_timeout_ms: int = Field(default=100, ge=1)
     fetch_wait_max_ms: int = Field(default=100, ge=1)
-    linger_ms: int = Field(default=1, ge=0)
+    linger_ms: int = Field(default=0, ge=0)
+    events_linger_ms: int = Field(default=5, ge=0)
     reply_chunk_bytes: int = Field(default=256 * 1024, ge=1024)
     query_max_execution_time_ms: int = Field(default=500, ge=1)
     query_max_rows_per_bucket: int = Field(default=10_000, ge=1)

@@ -226,19 +226,34 @@ class CacheServer(BackgroundWorker):
         topic_keeper.ensure()
         for region in s.regions:
             self.store.create_region(region)
+        producer_config = {
+            "acks": "all",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+            # Every topic this server produces to was created and waited for before use,
+            # so an unknown one is gone (a closed client's), not propagating: fail its
+            # messages at once instead of after librdkafka's 30 s.
+            "topic.metadata.propagation.max.ms": 1000,
+        }
         producer = kafka_producer(
             s.librdkafka(
                 **{
+                    **producer_config,
                     "linger.ms": s.linger_ms,
-                    "acks": "all",
-                    "enable.idempotence": True,
-                    "queue.buffering.max.messages": 1_000_000,
-                    # Every topic this server produces to was created and waited for before
-                    # use, so an unknown one is gone (a closed client's), not propagating:
-                    # fail its messages at once instead of after librdkafka's 30 s.
-                    "topic.metadata.propagation.max.ms": 1000,
                     "client.id": s.member_id,
                     **self._kafka_outage.client_config("producer"),
+                }
+            )
+        )
+        # Its own producer, so that queue records and replies never wait behind an event's
+        # request (librdkafka: one request per partition) and events may linger.
+        events_producer = kafka_producer(
+            s.librdkafka(
+                **{
+                    **producer_config,
+                    "linger.ms": s.events_linger_ms,
+                    "client.id": f"{s.member_id}.events",
+                    **self._kafka_outage.client_config("events producer", watched=False),
                 }
             )
         )
@@ -260,7 +275,13 @@ class CacheServer(BackgroundWorker):
             )
         )
         self._parts = wire_parts(
-            self, self._redis, self._gateways, admin, topic_keeper, producer, consumer
+            self,
+            self._redis,
+            self._gateways,
+            admin,
+            topic_keeper,
+            (producer, events_producer),
+            consumer,
         )
         lifecycle = self._parts.lifecycle
         loaded = self._load_subscriptions(lifecycle.reload())
@@ -296,7 +317,7 @@ class CacheServer(BackgroundWorker):
             parts.outbox.send()  # the executions' answers: an is_ha one is executed again
             parts.consumer.close()
             parts.outbox.release_all()
-            parts.producer.flush(10)
+            parts.outbox.flush(10)
 
     def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
         """The consumer's answer to an asynchronous commit, for the bucket ownership (the
@@ -340,7 +361,7 @@ class CacheServer(BackgroundWorker):
                 if parts.functions.poll() or loads_answered or queries_answered:
                     parts.end_batch()
                 parts.release_holds()
-                parts.producer.poll(0)
+                parts.outbox.poll()
                 parts.ownership.commit_settled()
                 now = time.monotonic()
                 if now >= next_elect:
@@ -397,8 +418,9 @@ class CacheServer(BackgroundWorker):
         if not renewed:
             return
         for topic in renewed:
-            with suppress(KafkaException):
-                parts.producer.list_topics(topic=topic, timeout=5)
+            for producer in parts.outbox.producers:
+                with suppress(KafkaException):
+                    producer.list_topics(topic=topic, timeout=5)
         parts.ownership.restart_from_the_start(renewed)
 
     def _ride_out_redis_outage(self, cause: BaseException) -> None:

@@ -77,7 +77,6 @@ class ServerParts:
 
     admin: KafkaAdmin
     topic_keeper: TopicKeeper
-    producer: Producer
     consumer: Consumer
     outbox: Outbox
     ownership: BucketOwnership
@@ -127,7 +126,7 @@ def wire_parts(
     gateways: GatewayEnqueuer,
     admin: KafkaAdmin,
     topic_keeper: TopicKeeper,
-    producer: Producer,
+    producers: tuple[Producer, Producer],
     consumer: Consumer,
 ) -> ServerParts:
     """Wire a server's parts, once Kafka is reachable.
@@ -138,7 +137,8 @@ def wire_parts(
         gateways: The gateway queues changes are queued for.
         admin: Kafka admin client.
         topic_keeper: Keeps the server topics.
-        producer: The server's producer (the outbox's).
+        producers: The server's producers (the outbox's): of everything but events, and
+            of ``{ns}.events`` (`regionbus.broker.deliveries`).
         consumer: The server's consumer of ``{ns}.ops`` and ``{ns}.control``.
 
     Raises:
@@ -157,13 +157,14 @@ def wire_parts(
         s.disconnect_unresponsive_clients,
     )
     outbox = Outbox(
-        producer,
+        producers[0],
         server.topics,
         s.member_id,
         server.stats,
         client_topics,
         topic_keeper.suspect,
         holds,
+        events_producer=producers[1],
     )
     if server.security is not None:
         outbox.seal = server.security.client_headers
@@ -264,7 +265,6 @@ def wire_parts(
     return ServerParts(
         admin,
         topic_keeper,
-        producer,
         consumer,
         outbox,
         ownership,
