@@ -23,7 +23,6 @@ regionbus figure of each comes from ``bench.core`` / ``bench.failover`` of the s
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from rich.table import Table
 
 from bench import progress
 from bench.peers.geode_figures import GeodeFigures, parse, summary_rows
-from bench.peers.jvm import GEODE_JAVA_17_FLAGS, GEODE_MAIN, ensure_geode_jars, java
+from bench.peers.jvm import run_geode_main
 from bench.summary import emit
 
 log = logging.getLogger("regionbus.bench.geode")
@@ -58,39 +57,7 @@ def run_harness(options: dict[str, Any], work_dir: Path, timeout_s: float) -> Ge
         PeerSetupError: Java or the jars are missing and cannot be resolved.
         RuntimeError: the harness failed or took longer than ``timeout_s``.
     """
-    lib = ensure_geode_jars()
-    arguments = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
-    command = [
-        java(),
-        *GEODE_JAVA_17_FLAGS,
-        "-Xmx1g",
-        "-cp",
-        f"{lib}/*",
-        GEODE_MAIN,
-        "run",
-        *(part for argument in arguments for part in argument.split("=", 1)),
-        "--work-dir",
-        str(work_dir),
-    ]
-    log.info("running %s", " ".join(command))
-    stderr_path = work_dir / "harness.stderr"
-    with stderr_path.open("wb") as stderr:
-        try:
-            done = subprocess.run(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                cwd=work_dir,  # Geode writes files of its own where it runs
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            message = f"the Geode harness took over {timeout_s} s; logs in {work_dir}"
-            raise RuntimeError(message) from exc
-    if done.returncode != 0:
-        tail = stderr_path.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"the Geode harness failed ({done.returncode}): {tail}")
-    return parse(done.stdout.decode(errors="replace"))
+    return parse(run_geode_main("run", options, work_dir, timeout_s))
 
 
 def report(figures: GeodeFigures, console: Console) -> None:

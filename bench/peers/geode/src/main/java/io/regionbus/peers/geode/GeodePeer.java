@@ -71,6 +71,18 @@ public final class GeodePeer {
     switch (args.length == 0 ? "" : args[0]) {
       case "server" -> Members.server(args);
       case "subscriber" -> Members.subscriber(args);
+      case "wan-receiving-site" -> Wan.receivingSite(args);
+      case "wan-sending-site" -> Wan.sendingSite(args);
+      case "wan" -> {
+        Map<String, String> options = new HashMap<>();
+        for (int i = 1; i + 1 < args.length; i += 2) {
+          options.put(args[i].replaceFirst("^--", ""), args[i + 1]);
+        }
+        File workDir =
+            new File(options.getOrDefault("work-dir", System.getProperty("java.io.tmpdir")));
+        System.out.println(Members.JSON.writeValueAsString(Wan.run(options, workDir)));
+        System.out.flush();
+      }
       case "run" -> {
         Map<String, String> options = new HashMap<>();
         for (int i = 1; i + 1 < args.length; i += 2) {
@@ -81,7 +93,10 @@ public final class GeodePeer {
         System.out.flush();
       }
       default -> {
-        System.err.println("usage: GeodePeer run [--ops N --subscribers N ...] | server | subscriber");
+        System.err.println(
+            "usage: GeodePeer run [--ops N --subscribers N ...] | wan [--mode serial|parallel"
+                + " --events N --rate R --seconds S ...] | server | subscriber"
+                + " | wan-receiving-site | wan-sending-site");
         System.exit(2);
       }
     }
@@ -104,11 +119,11 @@ public final class GeodePeer {
 
   private static final long STARTED = System.nanoTime();
 
-  private static void progress(String message) {
+  static void progress(String message) {
     System.err.printf("geode-peer %.1f s: %s%n", (System.nanoTime() - STARTED) / 1e9, message);
   }
 
-  private static int freePort() throws Exception {
+  static int freePort() throws Exception {
     try (ServerSocket socket = new ServerSocket(0)) {
       return socket.getLocalPort();
     }
@@ -126,7 +141,7 @@ public final class GeodePeer {
   }
 
   /** Sleep until the index-th tick of a rate-per-second schedule started at startNano. */
-  private static void pace(long startNano, int index, int rate) throws InterruptedException {
+  static void pace(long startNano, int index, int rate) throws InterruptedException {
     long waitNs = startNano + index * (1_000_000_000L / rate) - System.nanoTime();
     if (waitNs > 0) {
       TimeUnit.NANOSECONDS.sleep(waitNs);

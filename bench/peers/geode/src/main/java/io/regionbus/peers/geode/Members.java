@@ -175,7 +175,7 @@ final class Members {
    * after count-from-ns; {@code TRACK <n> <kill-ns> <idle-timeout-ms>} waits until n distinct
    * keys came and answers the failover figures around kill-ns.
    */
-  private static void waitForStdinClosed(Arrivals arrivals) throws Exception {
+  static void waitForStdinClosed(Arrivals arrivals) throws Exception {
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line;
