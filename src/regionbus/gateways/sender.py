@@ -241,7 +241,11 @@ class GatewaySender(QueueProcessor):
             if not window.wait_for_room(0.05):
                 continue
             batch = self._reader.peek(
-                self.batch_size, self.batch_time_interval_ms, 0.2, self.stopping
+                self.batch_size,
+                self.batch_time_interval_ms,
+                0.2,
+                self.stopping,
+                window.idle if self.settings.send_when_idle else None,
             )
             positions = self._reader.mark()
             if batch or positions is not None:
