@@ -12,6 +12,8 @@ gateway sender on A and a gateway receiver on B, each a child process. It measur
 (b) events per second through the sender: ``--events`` pipelined puts on A, from the
     first put until the subscriber on B has seen the last one; beside it, the puts acked
     per second by A's server (the pace events enter the queue, which bounds the rest);
+    then the sender alone: ``--events`` puts queued on A while the sender is stopped, and
+    a new sender drains them (first to last arrival on B), so A's puts do not bound it;
 (c) the raw baseline: a child process consuming a topic on A (``assign()``) and producing
     every message as is to a topic on B, with the same producer / consumer settings;
     the same paced rate for lag (producer on A → mirror → consumer on B) and the same
@@ -23,6 +25,7 @@ It prints every figure and regionbus ÷ raw. Machines are noisy: compare the rat
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import subprocess
@@ -192,35 +195,32 @@ def regionbus_gateway(
             log_dir,
         )
         children.append(receiver)
-        sender = _Child(
+        sender_args = [
+            "gateway",
             "sender",
-            [
-                "gateway",
-                "sender",
-                "--namespace",
-                ns_a,
-                "--kafka",
-                a_kafka,
-                "--redis",
-                redis_url,
-                "--sender-id",
-                "to-b",
-                "--site-id",
-                "1",
-                "--remote-site-id",
-                "2",
-                "--remote-namespace",
-                ns_b,
-                "--remote-kafka",
-                b_kafka,
-                "--batch-size",
-                str(options.batch_size),
-                "--batch-time-interval-ms",
-                str(options.batch_time_interval_ms),
-            ],
-            {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
-            log_dir,
-        )
+            "--namespace",
+            ns_a,
+            "--kafka",
+            a_kafka,
+            "--redis",
+            redis_url,
+            "--sender-id",
+            "to-b",
+            "--site-id",
+            "1",
+            "--remote-site-id",
+            "2",
+            "--remote-namespace",
+            ns_b,
+            "--remote-kafka",
+            b_kafka,
+            "--batch-size",
+            str(options.batch_size),
+            "--batch-time-interval-ms",
+            str(options.batch_time_interval_ms),
+        ]
+        sender_env = {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)}
+        sender = _Child("sender", sender_args, sender_env, log_dir)
         children.append(sender)
         receiver.wait_ready("running")
         sender.wait_ready("running")
@@ -266,25 +266,45 @@ def regionbus_gateway(
 
         arrivals.reset(0)
         start_ns = time.time_ns()
-        window: list[Any] = []
-        for index in range(options.events):
-            window.append(region_a.put_async(f"tp-{index}", stamped_value(options.value_bytes)))
-            if len(window) >= 2000:
-                for future in window:
-                    future.result(60)
-                window.clear()
-        for future in window:
-            future.result(60)
-        result.source_events_per_s = options.events / ((time.time_ns() - start_ns) / 1e9)
+        result.source_events_per_s = _put_all(region_a, "tp", options)
         wait_count(arrivals, options.events)
         result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
+
+        # The sender alone: a backlog queued while it is stopped, then drained.
+        sender.stop()
+        _put_all(region_a, "drain", options)
+        arrivals.reset(0)
+        drainer = _Child("sender-drain", sender_args, sender_env, log_dir)
+        children.append(drainer)
+        wait_count(arrivals, options.events, idle_timeout_s=120)
+        drained_s = (arrivals.last_ns - arrivals.first_ns) / 1e9
+        result.drain_events_per_s = (options.events - 1) / drained_s if drained_s else 0.0
     return result, str(log_dir)
+
+
+def _put_all(region: Any, prefix: str, options: GatewayBenchOptions) -> float:
+    """``options.events`` pipelined puts (2,000 unanswered at most); returns puts acked/s."""
+    start_ns = time.time_ns()
+    window: list[Any] = []
+    for index in range(options.events):
+        window.append(region.put_async(f"{prefix}-{index}", stamped_value(options.value_bytes)))
+        if len(window) >= 2000:
+            for future in window:
+                future.result(60)
+            window.clear()
+    for future in window:
+        future.result(60)
+    return options.events / ((time.time_ns() - start_ns) / 1e9)
 
 
 @contextmanager
 def _remote_kafka() -> Iterator[str]:
     with EmbeddedKafka() as kafka:
         yield kafka.bootstrap_servers
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _ratio(a: float, b: float) -> str:
@@ -321,6 +341,15 @@ def report(
 
     peer = mm2 if mm2 is not None else PhaseResult()
     row("events/s", rb.events_per_s, raw.events_per_s, peer.events_per_s, "{:,.0f}")
+    if not math.isnan(rb.drain_events_per_s):
+        # The sender alone: a backlog queued on site A while no sender ran, drained to B.
+        row(
+            "events/s drained from a backlog",
+            rb.drain_events_per_s,
+            raw.events_per_s,
+            peer.events_per_s,
+            "{:,.0f}",
+        )
     for name in ("p50", "p99", "max"):
         a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb, raw, peer))
         row(f"lag {name} at {options.rate}/s (ms)", a, b, c, "{:.1f}")
@@ -377,7 +406,9 @@ def main(verbose: bool, mm2: bool, **values: Any) -> None:
         progress.phase(console, f"raw mirror: {sizes} ...")
         raw = raw_mirror(a_kafka, b_kafka, options)
         progress.phase(console, f"regionbus gateway sender: {sizes} ...")
+        console.print(f"load average before regionbus: {_load()}")
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
+        console.print(f"load average after regionbus: {_load()}")
         if mm2:
             progress.phase(console, f"MirrorMaker 2: {sizes} ...")
         peer = mirror_maker_2(a_kafka, b_kafka, options, log_dir) if mm2 else None
@@ -388,6 +419,13 @@ def main(verbose: bool, mm2: bool, **values: Any) -> None:
                 "gateway",
                 "events/s through one serial sender",
                 rb.events_per_s,
+                raw.events_per_s,
+                "raw consume→produce mirror",
+            ),
+            SummaryRow(
+                "gateway",
+                "events/s drained from a backlog by one serial sender",
+                rb.drain_events_per_s,
                 raw.events_per_s,
                 "raw consume→produce mirror",
             ),

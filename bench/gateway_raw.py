@@ -60,6 +60,9 @@ class PhaseResult:
     ``source_events_per_s`` is the regionbus run's only: puts acked per second by site A's
     server in the throughput phase (first put to the last put's reply), the pace at which
     events enter the sender's queue; ``events_per_s`` cannot exceed it.
+    ``drain_events_per_s`` is the regionbus run's only too: events per second from the first
+    to the last arrival on site B of a backlog queued on site A while no sender ran, so
+    site A's puts do not bound it (sender, receiver and site B's server do).
     """
 
     events_per_s: float = 0.0
@@ -68,6 +71,7 @@ class PhaseResult:
     lag_max_ms: float = float("nan")
     lag_samples: int = 0
     source_events_per_s: float = float("nan")
+    drain_events_per_s: float = float("nan")
 
 
 class Arrivals:
@@ -75,6 +79,7 @@ class Arrivals:
 
     def __init__(self) -> None:
         self.count = 0
+        self.first_ns = 0
         self.last_ns = 0
         self.lags_ms: list[float] = []
         self.count_from_ns = 0
@@ -84,6 +89,7 @@ class Arrivals:
         now = time.time_ns()
         with self._lock:
             self.count += 1
+            self.first_ns = self.first_ns or now
             self.last_ns = now
             if value is not None and len(value) >= TIMESTAMP_BYTES:
                 sent = int.from_bytes(value[:TIMESTAMP_BYTES], "big")
@@ -93,6 +99,7 @@ class Arrivals:
     def reset(self, count_from_ns: int) -> None:
         with self._lock:
             self.count = 0
+            self.first_ns = 0
             self.lags_ms = []
             self.count_from_ns = count_from_ns
 

@@ -167,6 +167,13 @@ def mirror_maker_rows(
         ),
         SummaryRow(
             "gateway vs MirrorMaker 2",
+            "events/s drained from a backlog by one serial sender",
+            rb.drain_events_per_s,
+            mm2.events_per_s,
+            "MirrorMaker 2 events/s",
+        ),
+        SummaryRow(
+            "gateway vs MirrorMaker 2",
             f"replication lag p99 at {options.rate}/s (ms)",
             rb.lag_p99_ms,
             mm2.lag_p99_ms,

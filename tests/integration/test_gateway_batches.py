@@ -4,6 +4,7 @@ between two sites (two namespaces of the session Kafka and Redis)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -30,7 +31,10 @@ def test_a_burst_of_250_puts_goes_in_batches_of_100_100_50_and_only_distributabl
     b.start_receiver()
     b.client().create_region("r").put("b-only", "kept")
     a.start_server(senders={"to-b": 2})
-    sender = a.start_sender("to-b", b, batch_size=100, batch_time_interval_ms=1000)
+    # Geode's batching: the first batch waits to be full even with nothing in flight.
+    sender = a.start_sender(
+        "to-b", b, batch_size=100, batch_time_interval_ms=1000, send_when_idle=False
+    )
     region = a.client().create_region("r")
 
     region.put_all({f"k{i:03d}": i for i in range(250)})
@@ -55,6 +59,31 @@ def test_a_burst_of_250_puts_goes_in_batches_of_100_100_50_and_only_distributabl
     # inv and sentinel only: nothing else was queued
     wait_until(lambda: sender.stats.events_dispatched == 252, 30, "the last ack")
     assert sender.stats.batch_sizes[:3] == [100, 100, 50]
+    assert sender.stats.batches_redispatched == 0
+
+
+def test_a_lone_event_is_sent_at_once_and_events_gather_into_full_batches_while_it_is_unacked(
+    sites: list[Site],
+) -> None:
+    a, b = sites
+    b.start_server()
+    a.start_server(senders={"to-b": 2})
+    sender = a.start_sender(
+        "to-b", b, batch_size=100, batch_time_interval_ms=10_000, ack_timeout_ms=120_000
+    )
+    region = a.client().create_region("r")
+    started = time.monotonic()
+    region.put("lone", 0)  # nothing in flight: sent at once; no receiver acks it yet
+    wait_until(lambda: sender.stats.batches_sent == 1, 30, "the lone event's batch sent")
+    # Geode's batching would hold it for the whole 10 s interval.
+    assert time.monotonic() - started < 5.0
+
+    region.put_all({f"k{i:03d}": i for i in range(250)})
+    wait_until(lambda: sender.stats.batches_sent == 4, 60, "three more batches sent")
+    b.start_receiver()
+    wait_until(lambda: sender.stats.events_dispatched == 251, 60, "every batch acked")
+    b.wait_for("k249", b"249")
+    assert sender.stats.batch_sizes == [1, 100, 100, 50]
     assert sender.stats.batches_redispatched == 0
 
 

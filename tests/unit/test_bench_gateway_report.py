@@ -1,4 +1,5 @@
-"""bench.gateway's printed table: MirrorMaker 2's columns only when it ran."""
+"""bench.gateway's printed table: MirrorMaker 2's columns only when it ran, the drain
+figure only when it was measured."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from rich.console import Console
 from bench.gateway import report
 from bench.gateway_raw import GatewayBenchOptions, PhaseResult
 
-REGIONBUS = PhaseResult(3000.0, 190.0, 590.0, 630.0, 2500, source_events_per_s=3100.0)
+REGIONBUS = PhaseResult(
+    3000.0, 190.0, 590.0, 630.0, 2500, source_events_per_s=3100.0, drain_events_per_s=2400.0
+)
 RAW = PhaseResult(60000.0, 4.0, 227.0, 277.0, 2500)
 
 
@@ -24,6 +27,7 @@ def test_without_mirror_maker_2_its_columns_are_left_out_and_a_line_says_it_was_
     assert "÷ MM2" not in text
     assert "0.05x" in text  # regionbus ÷ raw stays
     assert "3,100" in text  # site A's puts acked/s
+    assert "2,400" in text  # drained from a backlog
 
 
 def test_with_mirror_maker_2_its_figures_and_ratios_are_printed() -> None:
@@ -31,3 +35,12 @@ def test_with_mirror_maker_2_its_figures_and_ratios_are_printed() -> None:
     assert "was not run" not in text
     assert "49,000" in text
     assert "3.07x" in text  # lag p99 590 ÷ 192
+
+
+def test_without_a_drain_figure_its_row_is_left_out() -> None:
+    console = Console(width=200, record=True)
+    rb = PhaseResult(3000.0, 190.0, 590.0, 630.0, 2500, source_events_per_s=3100.0)
+    report(rb, RAW, GatewayBenchOptions(), console, None)
+    text = console.export_text()
+    assert "drained" not in text
+    assert "nan" not in text

@@ -174,11 +174,12 @@ def test_mirror_maker_mirrors_one_topic_one_way_on_single_broker_sites() -> None
 
 def test_mirror_maker_rows_compare_the_sender_with_mirror_maker() -> None:
     options = GatewayBenchOptions(rate=500)
-    sender = PhaseResult(events_per_s=1000.0, lag_p99_ms=400.0)
+    sender = PhaseResult(events_per_s=1000.0, lag_p99_ms=400.0, drain_events_per_s=4000.0)
     mm2 = PhaseResult(events_per_s=20000.0, lag_p99_ms=200.0)
     rows = mirror_maker_rows(sender, mm2, options)
     assert [(row.figure, row.ratio) for row in rows] == [
         ("events/s through one serial sender", 0.05),
+        ("events/s drained from a backlog by one serial sender", 0.2),
         ("replication lag p99 at 500/s (ms)", 2.0),
     ]
     assert mirror_maker_rows(sender, None, options) == []

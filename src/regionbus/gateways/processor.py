@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -37,6 +37,11 @@ from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.transport import committed_offsets, poll_batch
 
 log = logging.getLogger("regionbus.gateways")
+
+SEND_NOW_CHECK_S: Final = 0.01
+"""Longest wait for more events, in seconds, between two checks of
+:meth:`QueueReader.peek`'s ``send_now`` (a sender's window that emptied is noticed within
+it)."""
 
 
 class QueuedEvent(NamedTuple):
@@ -149,7 +154,12 @@ class QueueReader:
             self._consumer = None
 
     def peek(
-        self, batch_size: int, batch_time_interval_ms: int, idle_s: float, stop: threading.Event
+        self,
+        batch_size: int,
+        batch_time_interval_ms: int,
+        idle_s: float,
+        stop: threading.Event,
+        send_now: Callable[[], bool] | None = None,
     ) -> list[QueuedEvent]:
         """Read the next batch: ``batch_size`` events, or what came within
         ``batch_time_interval_ms`` of the first one.
@@ -162,6 +172,9 @@ class QueueReader:
             batch_time_interval_ms: Longest wait, after the first event, for more.
             idle_s: Return an empty batch after this long without any event.
             stop: Return early when set.
+            send_now: Checked after every read once the batch has an event (at least every
+                ``SEND_NOW_CHECK_S``): when it returns True the batch is returned as it is,
+                before it is full or its interval passed. None: never.
 
         Returns:
             The events, in queue order (per partition).
@@ -179,7 +192,8 @@ class QueueReader:
                 break
             if deadline is None and now >= idle_until:
                 break
-            wait_s = min(0.1, (deadline if deadline is not None else idle_until) - now)
+            slice_s = SEND_NOW_CHECK_S if batch and send_now is not None else 0.1
+            wait_s = min(slice_s, (deadline if deadline is not None else idle_until) - now)
             try:
                 messages = poll_batch(self._consumer, batch_size - len(batch), max(wait_s, 0))
             except KafkaException as exc:
@@ -215,6 +229,8 @@ class QueueReader:
                 batch.append(QueuedEvent(partition, offset, event, raw))
             if batch and deadline is None:
                 deadline = time.monotonic() + batch_time_interval_ms / 1000
+            if batch and send_now is not None and send_now():
+                break
         return batch
 
     @property

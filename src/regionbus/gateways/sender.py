@@ -2,12 +2,12 @@
 
 Seed 002 / Geode ``AbstractGatewaySenderEventProcessor`` with
 ``GatewaySenderEventRemoteDispatcher``: the primary sender reads its queue, builds a batch
-of ``batch_size`` events or what came within ``batch_time_interval_ms``, runs
-``before_transmit``, optionally conflates and sends the batch to the remote site's gateway
-receiver. It does not wait for the ack before the next batch: up to
-``max_batches_in_flight`` batches are unacked at once (:mod:`regionbus.gateways.sender_window`;
-Geode's
-dispatcher also sends on while its ``AckReaderThread`` reads the acks). Acks are read on
+of ``batch_size`` events or what came within ``batch_time_interval_ms`` (with
+``send_when_idle``, what was read once no batch awaits an ack), runs ``before_transmit``,
+optionally conflates and sends the batch to the remote site's gateway receiver. It does
+not wait for the ack before the next batch: up to ``max_batches_in_flight`` batches are
+unacked at once (:mod:`regionbus.gateways.sender_window`; Geode's dispatcher also sends on
+while its ``AckReaderThread`` reads the acks). Acks are read on
 their own thread; a batch leaves the queue, and ``after_acknowledgement`` runs, once it and
 every batch before it were acked. The receiver applies a run's batches strictly in their
 order (:mod:`regionbus.gateways.batch_sequence`). Failures:
@@ -241,7 +241,11 @@ class GatewaySender(QueueProcessor):
             if not window.wait_for_room(0.05):
                 continue
             batch = self._reader.peek(
-                self.batch_size, self.batch_time_interval_ms, 0.2, self.stopping
+                self.batch_size,
+                self.batch_time_interval_ms,
+                0.2,
+                self.stopping,
+                window.idle if self.settings.send_when_idle else None,
             )
             positions = self._reader.mark()
             if batch or positions is not None:

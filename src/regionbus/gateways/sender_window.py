@@ -113,6 +113,11 @@ class BatchWindow:
         with self._changed:
             return self._in_flight()
 
+    def idle(self) -> bool:
+        """True when no batch is in flight (the sender may send a partial batch at once)."""
+        with self._changed:
+            return self._in_flight() == 0
+
     def wait_for_room(self, timeout_s: float) -> bool:
         """Wait until fewer than ``capacity`` batches are in flight; False on timeout or
         when the window is closed."""
