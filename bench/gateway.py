@@ -17,9 +17,14 @@ gateway sender on A and a gateway receiver on B, each a child process. It measur
 (c) the raw baseline: a child process consuming a topic on A (``assign()``) and producing
     every message as is to a topic on B, with the same producer / consumer settings;
     the same paced rate for lag (producer on A → mirror → consumer on B) and the same
-    message count and size for throughput.
+    message count and size for throughput;
+(d) the peers, unless ``--no-mm2`` / ``--no-geode``: MirrorMaker 2 between the same two
+    brokers, measured as (c) (``bench.peers.mirror_maker``), and two Apache Geode 1.15.1
+    sites joined by a serial and then a parallel gateway sender with Geode's defaults, the
+    same event counts, sizes and rate (``bench.peers.geode_wan``).
 
-It prints every figure and regionbus ÷ raw. Machines are noisy: compare the ratios.
+It prints every figure and regionbus ÷ raw, ÷ MirrorMaker 2 and ÷ Geode's serial sender.
+Machines are noisy: compare the ratios.
 """
 
 from __future__ import annotations
@@ -384,10 +389,19 @@ def report(
     show_default=True,
     help="Also run MirrorMaker 2 between the same brokers (bench.peers.mirror_maker).",
 )
+@click.option(
+    "--geode/--no-geode",
+    default=True,
+    show_default=True,
+    help="Also run two Apache Geode sites joined by a serial and by a parallel gateway sender "
+    "(bench.peers.geode_wan).",
+)
 @click.option("-v", "--verbose", is_flag=True)
-def main(verbose: bool, mm2: bool, **values: Any) -> None:
-    """Benchmark one serial gateway sender against a raw mirror and MirrorMaker 2."""
+def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
+    """Benchmark one serial gateway sender against a raw mirror, MirrorMaker 2 and Apache
+    Geode's WAN gateway."""
     # bench.peers.mirror_maker measures with this module's helpers: imported here, not above.
+    from bench.peers.geode_wan import geode_wan, geode_wan_rows, print_geode_wan
     from bench.peers.mirror_maker import mirror_maker_2, mirror_maker_rows
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
@@ -412,7 +426,16 @@ def main(verbose: bool, mm2: bool, **values: Any) -> None:
         if mm2:
             progress.phase(console, f"MirrorMaker 2: {sizes} ...")
         peer = mirror_maker_2(a_kafka, b_kafka, options, log_dir) if mm2 else None
+    geode_sites: dict[str, PhaseResult] = {}
+    if geode:
+        # Geode needs neither Kafka nor Redis: its sites run after the stack is down.
+        progress.phase(console, f"Apache Geode WAN, serial then parallel sender: {sizes} ...")
+        geode_sites = geode_wan(options, log_dir / "geode")
     report(rb, raw, options, console, peer)
+    if geode_sites:
+        print_geode_wan(geode_sites, options, console)
+    else:
+        console.print("Apache Geode's WAN was not run (--no-geode).")
     emit(
         [
             SummaryRow(
@@ -438,6 +461,7 @@ def main(verbose: bool, mm2: bool, **values: Any) -> None:
                 higher_is_better=False,
             ),
             *mirror_maker_rows(rb, peer, options),
+            *geode_wan_rows(rb, geode_sites, options),
         ]
     )
 
