@@ -108,8 +108,10 @@ class SubscriptionQueue:
         address: Where its queue is (topic, partition, record key).
         start_offset: Where to start when the client never acked: the partition's end as
             read before the client connected.
-        on_event: Called with each new (non-duplicate) event and whether it is replay, on
-            the queue thread.
+        on_events: Called on the queue thread with each run of new (non-duplicate) events,
+            in queue order, and whether they are replay (a run is all replay or all live).
+            It handles each event's failure itself (logged); one it lets out is logged and
+            loses the rest of its run.
         on_live: Called once, on the queue thread, when the last marker of this connection
             has been read (never for a queue that does not replay).
         on_cq_event: Called with each new (non-duplicate) CQ event, on the queue thread.
@@ -149,7 +151,7 @@ class SubscriptionQueue:
         client_id: str,
         address: ClientAddress,
         start_offset: int,
-        on_event: Callable[[Event, bool], None],
+        on_events: Callable[[list[Event], bool], None],
         on_live: Callable[[], None],
         *,
         on_cq_event: Callable[[CqEvent], None] = lambda _event: None,
@@ -171,7 +173,7 @@ class SubscriptionQueue:
         self._partition = address.queue_partition
         self._key = address.key
         self._marker = own_marker(client_id)
-        self._on_event = on_event
+        self._on_events = on_events
         self._on_live = on_live
         self._replaying = replaying
         self._connection_id = connection_id
@@ -452,18 +454,23 @@ class SubscriptionQueue:
         return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker | CqEvent], superseded: Container[int]) -> None:
-        """Track and hand over decoded events, in order; take markers.
+        """Track decoded events and hand them over in runs, in order; take markers.
 
-        One loop (once per event: no call per event but the tracker's and the region's);
-        a marker may end replay, so ``_replaying`` is read per event.
+        A run is the consecutive new events that are all replay or all live: it goes to
+        ``on_events`` in one call, and a marker or CQ event is taken only once the run
+        before it is handed over (a marker may end replay, so ``_replaying`` is read per
+        event).
         """
         now = time.monotonic()
         stats = self.stats
         is_new = self.tracker.is_new
-        on_event = self._on_event
         live_buckets = self._live_buckets
+        run: list[Event] = []
+        run_replay = False
         for index, message in enumerate(decoded):
             if type(message) is not Event:
+                self._hand_over(run, run_replay)
+                run = []
                 if type(message) is CqEvent:
                     if index not in superseded:
                         self._deliver_cq(message, now)
@@ -481,14 +488,25 @@ class SubscriptionQueue:
             if index in superseded:
                 stats.conflated += 1
                 continue
-            stats.events_delivered += 1
             replay = self._replaying and event_id.bucket not in live_buckets
-            if replay:
-                stats.replayed += 1
-            try:
-                on_event(message, replay)
-            except Exception:
-                log.exception("handling event %s failed", event_id)
+            if replay is not run_replay and run:
+                self._hand_over(run, run_replay)
+                run = []
+            run_replay = replay
+            run.append(message)
+        self._hand_over(run, run_replay)
+
+    def _hand_over(self, run: list[Event], replay: bool) -> None:
+        """Give a run of new events to ``on_events`` (nothing for an empty run)."""
+        if not run:
+            return
+        self.stats.events_delivered += len(run)
+        if replay:
+            self.stats.replayed += len(run)
+        try:
+            self._on_events(run, replay)
+        except Exception:
+            log.exception("handling events %s to %s failed", run[0].event_id, run[-1].event_id)
 
     def _deliver_cq(self, message: CqEvent, now: float) -> None:
         """Track and hand over one CQ event (durable replay changes nothing for CQs: they

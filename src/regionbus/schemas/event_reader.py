@@ -46,7 +46,13 @@ class _UnreadError(Exception):
 def _long_rest(data: bytes, position: int, result: int) -> tuple[int, int]:
     """The rest of a varint whose first byte (its low 7 bits in ``result``) had the
     continuation bit: the zig-zag decoded value and the next position."""
-    shift = 7
+    byte = data[position]
+    if byte < 0x80:  # two bytes: a value length, a sequence, a version
+        result |= byte << 7
+        return (result >> 1) ^ -(result & 1), position + 1
+    result |= (byte & 0x7F) << 7
+    shift = 14
+    position += 1
     while shift < 63:
         byte = data[position]
         position += 1
@@ -80,11 +86,17 @@ def _bytes(data: bytes, position: int) -> tuple[bytes, int]:
 
 
 def _string(data: bytes, position: int) -> tuple[str, int]:
+    length = data[position]
+    if length < 0x80 and not length & 1:  # a length below 64, the common case
+        end = position + 1 + (length >> 1)
+        # A slice past the end is short, not an error: read_event's final position check
+        # refuses it.
+        return data[position + 1 : end].decode(), end  # strict UTF-8, as fastavro's default
     length, position = _long(data, position)
     end = position + length
     if length < 0 or end > len(data):
         raise _UnreadError
-    return data[position:end].decode(), end  # strict UTF-8, as fastavro's default
+    return data[position:end].decode(), end
 
 
 def _optional_string(data: bytes, position: int) -> tuple[str | None, int]:
