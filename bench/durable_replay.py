@@ -19,8 +19,11 @@ process:
    it splits every Kafka message (a batch) with :func:`regionbus.schemas.codec.split_batch` and
    counts the frames whose type byte is an event, decoding no Avro body.
 
-It prints both rates and the ratio regionbus ÷ raw. Machines are noisy: compare the
-ratios, not the absolute figures (``bench/README.md``).
+It prints both rates and the ratio regionbus ÷ raw, and each phase's CPU per event (this
+process's CPU time over the phase, every thread, librdkafka's included), which a busy
+machine's scheduling bends less than the wall clock: on a shared machine the raw phase
+lasts a fraction of a second. Machines are noisy: compare the ratios, not the absolute
+figures (``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -129,6 +132,10 @@ class ReplayFigures:
         raw_s: Seconds from the raw consumer's ``assign()`` to its last needed message.
         raw_events_per_s: ``raw_events`` / ``raw_s``.
         fill_s: Seconds the writer took to put every entry (set-up, not compared).
+        replay_cpu_s: CPU seconds of this process (every thread, librdkafka's included)
+            over ``replay_s``: a figure a busy machine's scheduling bends far less than
+            the wall clock.
+        raw_cpu_s: CPU seconds of this process over ``raw_s``.
     """
 
     events: int
@@ -143,11 +150,19 @@ class ReplayFigures:
     raw_s: float
     raw_events_per_s: float
     fill_s: float
+    replay_cpu_s: float
+    raw_cpu_s: float
 
     @property
     def ratio(self) -> float:
         """Durable replay events/s ÷ raw consume events/s."""
         return self.replay_events_per_s / self.raw_events_per_s if self.raw_events_per_s else 0.0
+
+    @property
+    def cpu_ratio(self) -> float:
+        """Raw consume CPU per event ÷ durable replay CPU per event (as :attr:`ratio`:
+        higher is better, 1 is raw's cost)."""
+        return self.raw_cpu_s / self.replay_cpu_s if self.replay_cpu_s else 0.0
 
 
 class _ReplayCounter(CacheListener):
@@ -245,7 +260,7 @@ def _replay(
     """
     counter = _ReplayCounter(options.events)
     progress.counts(lambda: f"{counter.count:,} of {options.events:,} events delivered")
-    started = time.monotonic()
+    started, started_cpu = time.monotonic(), time.process_time()
     cache = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
     connected = time.monotonic()
     try:
@@ -260,7 +275,9 @@ def _replay(
         cache.close()
         raise
     finished = max(counter.last_event_s, counter.live_s)
+    replay_cpu_s = time.process_time() - started_cpu
     return cache, {
+        "replay_cpu_s": replay_cpu_s,
         "pending_at_connect": cache.pending_event_count,
         "replayed": cache.subscription_stats.replayed,
         "delivered": counter.count,
@@ -271,13 +288,13 @@ def _replay(
 
 def _raw_consume(
     kafka: str, queue: tuple[str, int], expected_events: int
-) -> tuple[int, int, float]:
+) -> tuple[int, int, float, float]:
     """Read one partition (``(topic, partition)``: the durable client's, which no other
     client of the run shares) from offset 0 with ``assign()`` until ``expected_events``
     events.
 
     Returns:
-        ``(messages, events, seconds)``.
+        ``(messages, events, seconds, CPU seconds of this process meanwhile)``.
 
     Raises:
         BenchError: fewer events within the time limit.
@@ -294,7 +311,7 @@ def _raw_consume(
     )
     messages = events = 0
     try:
-        started = time.monotonic()
+        started, started_cpu = time.monotonic(), time.process_time()
         assign_from(consumer, [TopicPartition(*queue, 0)], 10)
         deadline = started + _RAW_TIMEOUT_S
         while events < expected_events:
@@ -311,12 +328,12 @@ def _raw_consume(
                 except MessageDecodeError:
                     continue
                 events += sum(1 for raw in frames if len(raw) > 1 and raw[1] == event_type)
-        elapsed = time.monotonic() - started
+        elapsed, cpu_s = time.monotonic() - started, time.process_time() - started_cpu
     except KafkaException as exc:
         raise BenchError(f"raw consumer: {exc}") from exc
     finally:
         consumer.close()
-    return messages, events, elapsed
+    return messages, events, elapsed, cpu_s
 
 
 def run(options: ReplayOptions, console: Console) -> ReplayFigures:
@@ -354,7 +371,7 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
         try:
             progress.phase(console, "raw: assign() consumer over the same queue topic ...")
             queue = cache.pool.address.queue_topic, cache.pool.address.queue_partition
-            raw_messages, raw_events, raw_s = _raw_consume(kafka, queue, options.events)
+            raw_messages, raw_events, raw_s, raw_cpu_s = _raw_consume(kafka, queue, options.events)
         finally:
             cache.close()
     return ReplayFigures(
@@ -365,6 +382,7 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
         raw_s=raw_s,
         raw_events_per_s=raw_events / raw_s if raw_s > 0 else 0.0,
         fill_s=fill_s,
+        raw_cpu_s=raw_cpu_s,
         **replay,
     )
 
@@ -384,6 +402,12 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
         f"{figures.replay_events_per_s:,.0f}",
         f"{figures.raw_events_per_s:,.0f} assign() consume",
         f"{figures.ratio:.2f}x",
+    )
+    table.add_row(
+        "CPU µs per event (this process, all threads)",
+        f"{figures.replay_cpu_s / figures.delivered * 1e6:,.1f}",
+        f"{figures.raw_cpu_s / figures.raw_events * 1e6:,.1f}",
+        f"{figures.cpu_ratio:.2f}x",
     )
     table.add_row(
         "seconds",
@@ -454,7 +478,16 @@ def main(as_json: bool, **values: Any) -> None:
         ]
     )
     if as_json:
-        print(json.dumps({**asdict(options), **asdict(figures), "ratio": figures.ratio}))
+        print(
+            json.dumps(
+                {
+                    **asdict(options),
+                    **asdict(figures),
+                    "ratio": figures.ratio,
+                    "cpu_ratio": figures.cpu_ratio,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":
