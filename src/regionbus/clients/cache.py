@@ -11,6 +11,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from regionbus.clients.client_metrics import ClientMetrics
@@ -39,6 +41,8 @@ from regionbus.schemas.naming import generated_member_id
 from regionbus.schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
+
+_REGION_OF: Callable[[Event], str] = attrgetter("region")
 
 T = TypeVar("T")
 
@@ -388,14 +392,10 @@ class ClientCache:
         # atomic under the GIL, so no lock (the lock keeps create_region's check-and-insert
         # whole).
         apply = not replay
-        start = 0
-        for end in range(1, len(events) + 1):
-            if end < len(events) and events[end].region == events[start].region:
-                continue
-            region = self._regions.get(events[start].region)
+        for name, stretch in groupby(events, _REGION_OF):
+            region = self._regions.get(name)
             if region is not None:
-                region.on_events(events[start:end], apply=apply)
-            start = end
+                region.on_events(stretch, apply=apply)
 
     def _on_events_timed(self, events: list[Event], replay: bool) -> None:
         """:meth:`_on_events`, timing put -> listener of live events (metrics endpoint on;

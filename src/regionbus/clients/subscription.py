@@ -454,13 +454,10 @@ class SubscriptionQueue:
         return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker | CqEvent], superseded: Container[int]) -> None:
-        """Track decoded events and hand them over in runs, in order; take markers.
-
-        A run is the consecutive new events that are all replay or all live: it goes to
-        ``on_events`` in one call, and a marker or CQ event is taken only once the run
-        before it is handed over (a marker may end replay, so ``_replaying`` is read per
-        event).
-        """
+        """Track decoded events and hand them over in order, in runs (new events, all
+        replay or all live) cut at each marker and CQ event: those are taken once the run
+        before them is handed over (a marker may end replay: ``_replaying`` is read per
+        event)."""
         now = time.monotonic()
         stats = self.stats
         is_new = self.tracker.is_new
@@ -497,7 +494,7 @@ class SubscriptionQueue:
         self._hand_over(run, run_replay)
 
     def _hand_over(self, run: list[Event], replay: bool) -> None:
-        """Give a run of new events to ``on_events`` (nothing for an empty run)."""
+        """Give a run of new events (none: nothing) to ``on_events``."""
         if not run:
             return
         self.stats.events_delivered += len(run)

@@ -37,6 +37,9 @@ order."""
 _INT_MIN: Final = -(2**31)
 _INT_MAX: Final = 2**31 - 1
 _new = tuple.__new__
+_DEFAULT_TAIL: Final = bytes(6)
+"""The last six fields at their defaults (not a possible duplicate, no callback argument,
+site 0, no sites reached, not an expiration, not a load): six zero bytes."""
 
 
 class _UnreadError(Exception):
@@ -167,12 +170,18 @@ def read_event(data: bytes, position: int = 2) -> Event | None:
         version, position = _long(data, position)
         timestamp_ms, position = _long(data, position)
         originator, position = _string(data, position)
-        possible_duplicate, position = _boolean(data, position)
-        callback_argument, position = _optional_bytes(data, position)
-        origin_site_id, position = _int(data, position)
-        sites_reached, position = _int_array(data, position)
-        expiration, position = _boolean(data, position)
-        load, position = _boolean(data, position)
+        if data[position:] == _DEFAULT_TAIL:  # nearly every event: no byte-by-byte reading
+            possible_duplicate, callback_argument, origin_site_id = False, None, 0
+            sites_reached: tuple[int, ...] = ()
+            expiration = load = False
+            position = len(data)
+        else:
+            possible_duplicate, position = _boolean(data, position)
+            callback_argument, position = _optional_bytes(data, position)
+            origin_site_id, position = _int(data, position)
+            sites_reached, position = _int_array(data, position)
+            expiration, position = _boolean(data, position)
+            load, position = _boolean(data, position)
     except (_UnreadError, IndexError, UnicodeDecodeError):
         return None
     if position != len(data):
