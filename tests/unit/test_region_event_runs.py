@@ -12,22 +12,13 @@ import pytest
 
 from regionbus.clients import BytesSerializer, CacheListener, EntryEvent, RegionShortcut
 from regionbus.clients.region import Region
-from regionbus.schemas.eventid import EventID
 from regionbus.schemas.messages import Event, EventKind
+from tests.unit.test_server_events import _event as server_event
 
 
-def _event(sequence: int, key: str | None, kind: EventKind = EventKind.CREATE) -> Event:
-    return Event(
-        EventID("server-1", 1, sequence, bucket=2),
-        kind,
-        "r",
-        sequence,
-        0,
-        "c-other",
-        key=key,
-        value=b"v%d" % sequence,
-        serializer="bytes",
-    )
+def _event(version: int, key: str | None, kind: EventKind = EventKind.CREATE) -> Event:
+    """An event of version (and sequence id) ``version`` in bucket 3, value ``v<version>``."""
+    return server_event(kind, version, key, b"v%d" % version)._replace(serializer="bytes")
 
 
 class _Listener(CacheListener):
@@ -75,7 +66,7 @@ def test_a_run_is_applied_and_heard_in_order_past_a_failing_listener_and_a_bad_e
     assert region.local_entries() == {"a": b"v4", "b": b"v3"}
     messages = [r.getMessage() for r in caplog.records]
     assert any("failed for r/a" in m for m in messages)  # both of "a"'s events
-    assert any("handling event server-1:1:2@2 failed" in m for m in messages)
+    assert any("handling event server-1:1:2@3 failed" in m for m in messages)
 
 
 def test_a_replayed_run_reaches_listeners_and_leaves_the_cache_alone() -> None:
