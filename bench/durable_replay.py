@@ -74,6 +74,12 @@ _REPLAY_TIMEOUT_S = 600.0
 _RAW_TIMEOUT_S = 300.0
 _READ_TIMEOUT_MS = 60_000
 _RAW_BATCH_MESSAGES = 500
+_AWAY_S = 86_400
+"""The durable client's ``durable_client_timeout_s``: the servers keep its queue while the
+writer fills it (a million puts take longer than the default 300 s)."""
+_SERVER_QUEUE_CAPACITY = 230_000
+"""The servers' default ``maximum_message_count`` (Geode's 230000), raised to ``--events``
+for a larger backlog so that no put waits on a full queue."""
 _TABLE_WIDTH = 120
 _POSITIVE = click.IntRange(min=1)
 
@@ -221,7 +227,15 @@ def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     Raises:
         BenchError: a put failed or the first connection got no marker.
     """
-    durable = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
+    durable = ClientCache(
+        _settings(
+            options,
+            namespace,
+            kafka,
+            durable_client_id=DURABLE_ID,
+            durable_client_timeout_s=_AWAY_S,
+        )
+    )
     try:
         marker = _ReplayCounter(0)
         region = durable.create_region(REGION, serializer=BytesSerializer(), listeners=[marker])
@@ -261,7 +275,15 @@ def _replay(
     counter = _ReplayCounter(options.events)
     progress.counts(lambda: f"{counter.count:,} of {options.events:,} events delivered")
     started, started_cpu = time.monotonic(), time.process_time()
-    cache = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
+    cache = ClientCache(
+        _settings(
+            options,
+            namespace,
+            kafka,
+            durable_client_id=DURABLE_ID,
+            durable_client_timeout_s=_AWAY_S,
+        )
+    )
     connected = time.monotonic()
     try:
         cache.create_region(REGION, serializer=BytesSerializer(), listeners=[counter])
@@ -355,6 +377,11 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
                 fetch_wait_max_ms=options.fetch_wait_max_ms,
                 linger_ms=options.linger_ms,
                 log_path=work_dir / "server.log",
+                env={
+                    "REGIONBUS_MAXIMUM_MESSAGE_COUNT": str(
+                        max(options.events, _SERVER_QUEUE_CAPACITY)
+                    )
+                },
             )
         )
         kafka = local.kafka_bootstrap_servers
