@@ -138,6 +138,10 @@ class ReplayFigures:
         raw_s: Seconds from the raw consumer's ``assign()`` to its last needed message.
         raw_events_per_s: ``raw_events`` / ``raw_s``.
         fill_s: Seconds the writer took to put every entry (set-up, not compared).
+        distinct_keys: Keys the listener heard of (``delivered`` when each came once).
+        out_of_order: Events whose version was not above the last one heard from their
+            bucket (0: per-bucket order kept).
+        after_marker: Events heard after ``after_region_live`` (0: all replayed first).
         replay_cpu_s: CPU seconds of this process (every thread, librdkafka's included)
             over ``replay_s``: a figure a busy machine's scheduling bends far less than
             the wall clock.
@@ -156,6 +160,9 @@ class ReplayFigures:
     raw_s: float
     raw_events_per_s: float
     fill_s: float
+    distinct_keys: int
+    out_of_order: int
+    after_marker: int
     replay_cpu_s: float
     raw_cpu_s: float
 
@@ -172,7 +179,9 @@ class ReplayFigures:
 
 
 class _ReplayCounter(CacheListener):
-    """Counts events (replayed or not) and notes when the last one and the marker came."""
+    """Counts events (replayed or not) and notes when the last one and the marker came; and
+    checks the replay: each key heard once, each bucket's versions rising, all before the
+    marker."""
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
@@ -180,10 +189,21 @@ class _ReplayCounter(CacheListener):
         self.last_event_s = 0.0
         self.live_s = 0.0
         self.done = threading.Event()
+        self.keys: set[str] = set()
+        self.out_of_order = 0
+        self.after_marker = 0
+        self._last_version: dict[int, int] = {}
 
-    def _event(self) -> None:
+    def _event(self, event: EntryEvent) -> None:
         self.count += 1
         self.last_event_s = time.monotonic()
+        self.keys.add(event.key)
+        bucket = event.event_id.bucket if event.event_id is not None else -1
+        if event.version <= self._last_version.get(bucket, -1):
+            self.out_of_order += 1
+        self._last_version[bucket] = event.version
+        if self.live_s:
+            self.after_marker += 1
         self._check()
 
     def _check(self) -> None:
@@ -192,11 +212,11 @@ class _ReplayCounter(CacheListener):
 
     def after_create(self, event: EntryEvent) -> None:
         """Count a create."""
-        self._event()
+        self._event(event)
 
     def after_update(self, event: EntryEvent) -> None:
         """Count an update."""
-        self._event()
+        self._event(event)
 
     def after_region_live(self, event: RegionEvent) -> None:
         """The marker: replay is over."""
@@ -303,6 +323,9 @@ def _replay(
         "pending_at_connect": cache.pending_event_count,
         "replayed": cache.subscription_stats.replayed,
         "delivered": counter.count,
+        "distinct_keys": len(counter.keys),
+        "out_of_order": counter.out_of_order,
+        "after_marker": counter.after_marker,
         "connect_s": connected - started,
         "replay_s": finished - started,
     }
@@ -445,7 +468,9 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
     table.add_row(
         "events",
         f"{figures.delivered:,} ({figures.replayed:,} replayed, "
-        f"{figures.pending_at_connect:,} pending at connect)",
+        f"{figures.pending_at_connect:,} pending at connect; {figures.distinct_keys:,} keys, "
+        f"{figures.out_of_order:,} out of bucket order, {figures.after_marker:,} after "
+        "the marker)",
         f"{figures.raw_events:,} in {figures.raw_messages:,} messages",
         "",
     )
