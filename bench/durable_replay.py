@@ -238,6 +238,13 @@ def _settings(
     )
 
 
+def _durable_settings(options: ReplayOptions, namespace: str, kafka: str) -> ClientSettings:
+    """The durable client's settings, on both of its connections."""
+    return _settings(
+        options, namespace, kafka, durable_client_id=DURABLE_ID, durable_client_timeout_s=_AWAY_S
+    )
+
+
 def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     """Register the durable client, close it with keep-alive, fill its queue.
 
@@ -247,15 +254,7 @@ def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     Raises:
         BenchError: a put failed or the first connection got no marker.
     """
-    durable = ClientCache(
-        _settings(
-            options,
-            namespace,
-            kafka,
-            durable_client_id=DURABLE_ID,
-            durable_client_timeout_s=_AWAY_S,
-        )
-    )
+    durable = ClientCache(_durable_settings(options, namespace, kafka))
     try:
         marker = _ReplayCounter(0)
         region = durable.create_region(REGION, serializer=BytesSerializer(), listeners=[marker])
@@ -295,15 +294,7 @@ def _replay(
     counter = _ReplayCounter(options.events)
     progress.counts(lambda: f"{counter.count:,} of {options.events:,} events delivered")
     started, started_cpu = time.monotonic(), time.process_time()
-    cache = ClientCache(
-        _settings(
-            options,
-            namespace,
-            kafka,
-            durable_client_id=DURABLE_ID,
-            durable_client_timeout_s=_AWAY_S,
-        )
-    )
+    cache = ClientCache(_durable_settings(options, namespace, kafka))
     connected = time.monotonic()
     try:
         cache.create_region(REGION, serializer=BytesSerializer(), listeners=[counter])
