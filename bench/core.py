@@ -72,6 +72,7 @@ from bench.report import Figures, Latency, Targets, Throughput
 from bench.server import BenchError, one_server_stack
 from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
+from bench.tracing import TracingFigures, print_tracing, tracing_overhead, tracing_rows
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
 
 log = logging.getLogger("regionbus.bench")
@@ -144,7 +145,8 @@ def run(
     console: Console,
     redis_cluster: bool = True,
     reads: ReadOptions | None = None,
-) -> tuple[Figures, Throughput, ClusterFigures | None, ReadFigures | None]:
+    tracing: bool = True,
+) -> tuple[Figures, Throughput, ClusterFigures | None, ReadFigures | None, TracingFigures | None]:
     """Start the stack (unless given by env) and one cache server; run every phase.
 
     Args:
@@ -153,10 +155,11 @@ def run(
         redis_cluster: Also run phases (b) and (a) with the store on a Redis Cluster,
             without and with ``WAIT`` (:mod:`bench.redis_cluster`).
         reads: The sizes of phases (g) and (q) (:mod:`bench.reads`); None skips them.
+        tracing: Also run phase (a) with tracing off and on (phase (t), :mod:`bench.tracing`).
 
     Returns:
-        The figures, the fan-out relay's (phase (c3)), the Redis Cluster's (None when
-        not run) and the read phases' (None when not run).
+        The figures, the fan-out relay's (phase (c3)), the Redis Cluster's, the read
+        phases' and the tracing phase's (each None when not run).
 
     Raises:
         BenchError: a child process failed or did not answer in time.
@@ -199,10 +202,10 @@ def run(
                 f"query over {reads.entries:,} entries x {reads.query_runs}, and raw Redis ...",
             )
             read_figures = run_reads(services, options, reads)
+        log_dir = progress.current_log_dir()
+        traced = tracing_overhead(local, options, console, log_dir) if tracing else None
         on_cluster = (
-            run_on_redis_cluster(local, options, console, progress.current_log_dir())
-            if redis_cluster
-            else None
+            run_on_redis_cluster(local, options, console, log_dir) if redis_cluster else None
         )
         settings = {
             **asdict(options),
@@ -219,7 +222,7 @@ def run(
         raw_relay_latency=relay_latency,
         targets=Targets(),
     )
-    return figures, fanout_relay, on_cluster, read_figures
+    return figures, fanout_relay, on_cluster, read_figures, traced
 
 
 FANOUT_RELAY_TARGET = 0.5
@@ -397,12 +400,20 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
 @click.option(
     "--query-runs", default=20, type=_POSITIVE, show_default=True, help="Timed runs of (q)."
 )
+@click.option(
+    "--tracing/--no-tracing",
+    default=True,
+    show_default=True,
+    help="Also run (a) with tracing off and on at 1 % sampling, in alternating rounds: the "
+    "overhead of traces (needs the otel extra).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log phases and child pids (for profilers).")
 def main(
     as_json: bool,
     verbose: bool,
     redis_cluster: bool,
     reads: bool,
+    tracing: bool,
     read_entries: int,
     get_all_keys: int,
     get_all_calls: int,
@@ -430,8 +441,8 @@ def main(
         else None
     )
     console = Console(width=None if sys.stdout.isatty() else _TABLE_WIDTH)
-    figures, fanout_relay, on_cluster, read_figures = run_or_exit(
-        lambda: run(options, console, redis_cluster, read_options), console
+    figures, fanout_relay, on_cluster, read_figures, traced = run_or_exit(
+        lambda: run(options, console, redis_cluster, read_options, tracing), console
     )
     figures.print_table(console)
     print_fanout_relay(figures, fanout_relay, console)
@@ -443,6 +454,9 @@ def main(
     if read_figures is not None:
         print_reads(read_figures, console)
         rows += read_rows(read_figures)
+    if traced is not None:
+        print_tracing(traced, console)
+        rows += tracing_rows(traced)
     emit(rows)
     if as_json:
         data = {**json.loads(figures.as_json()), "raw_fanout_relay": asdict(fanout_relay)}
@@ -450,6 +464,12 @@ def main(
             data["redis_cluster"] = asdict(on_cluster)
         if read_figures is not None:
             data["reads"] = asdict(read_figures)
+        if traced is not None:
+            data["tracing"] = {
+                **asdict(traced),
+                "overhead": traced.overhead,
+                "cpu_overhead": traced.cpu_overhead,
+            }
         print(json.dumps(data), flush=True)
 
 

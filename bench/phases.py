@@ -5,6 +5,8 @@ throughput with every subscriber receiving every event, (b) paced put → listen
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from bench.cpu import CpuMeter
 from bench.load import Acks, paced_puts, write_async, write_put_all
@@ -59,12 +61,18 @@ def _write(region: Region, options: BenchOptions) -> tuple[int, Acks]:
     )
 
 
-def regionbus_throughput(services: Services, options: BenchOptions, writer: Region) -> Throughput:
-    """Phase (a): pipelined puts with every subscriber receiving every event."""
+def regionbus_throughput(
+    services: Services,
+    options: BenchOptions,
+    writer: Region,
+    subscriber_settings: Mapping[str, Any] | None = None,
+) -> Throughput:
+    """Phase (a): pipelined puts with every subscriber receiving every event;
+    ``subscriber_settings`` overrides the subscribers' ``ClientSettings`` fields."""
     with Child(
         run_subscribers,
         "rb-subscribers",
-        settings=services.client_settings(options),
+        settings=services.client_settings(options, **(subscriber_settings or {})),
         region=REGION,
         clients=options.subscribers,
         record_latency=False,

@@ -180,6 +180,49 @@ class ServerProcess:
         self.stop()
 
 
+def server_services(
+    stack: ExitStack,
+    local: LocalStack,
+    namespace: str,
+    options: BenchOptions,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    regions: tuple[str, ...] = (REGION,),
+) -> Services:
+    """Start a cache server of ``regions`` (region ``bench``) in ``namespace`` on
+    ``stack`` (stopped with it), with ``env`` as further ``REGIONBUS_*`` (or ``OTEL_*``)
+    variables.
+
+    Returns:
+        The :class:`Services` of a run on it (the server's, Kafka's and Redis' pids).
+
+    Raises:
+        BenchError: the server did not start.
+    """
+    server = stack.enter_context(
+        ServerProcess(
+            namespace=namespace,
+            kafka_bootstrap_servers=local.kafka_bootstrap_servers,
+            redis_url=local.redis_url,
+            regions=regions,
+            fetch_wait_max_ms=options.fetch_wait_max_ms,
+            linger_ms=options.linger_ms,
+            log_path=log_path,
+            env=env,
+        )
+    )
+    return Services(
+        namespace,
+        local.kafka_bootstrap_servers,
+        local.redis_url,
+        {
+            "server": server.pid,
+            "kafka": local.kafka.pid if local.kafka else None,
+            "redis": local.redis.pid if local.redis else None,
+        },
+    )
+
+
 def one_server_stack(
     stack: ExitStack,
     benchmark: str,
@@ -201,31 +244,13 @@ def one_server_stack(
         StackError: Kafka or Redis could not be started.
     """
     local, work_dir = progress.embedded_stack(stack, benchmark, console, announce=False)
-    server = stack.enter_context(
-        ServerProcess(
-            namespace=namespace,
-            kafka_bootstrap_servers=local.kafka_bootstrap_servers,
-            redis_url=local.redis_url,
-            regions=regions,
-            fetch_wait_max_ms=options.fetch_wait_max_ms,
-            linger_ms=options.linger_ms,
-            log_path=work_dir / "server.log",
-        )
-    )
-    services = Services(
-        namespace,
-        local.kafka_bootstrap_servers,
-        local.redis_url,
-        {
-            "server": server.pid,
-            "kafka": local.kafka.pid if local.kafka else None,
-            "redis": local.redis.pid if local.redis else None,
-        },
+    services = server_services(
+        stack, local, namespace, options, work_dir / "server.log", regions=regions
     )
     console.print(
         f"kafka {local.kafka_bootstrap_servers} ({local.kafka_source}), "
         f"redis {local.redis_url} ({local.redis_source}), namespace {namespace}, "
-        f"server pid {server.pid}, logs in {work_dir}",
+        f"server pid {services.pids['server']}, logs in {work_dir}",
         style="dim",
     )
     return local, services

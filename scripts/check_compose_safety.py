@@ -43,9 +43,9 @@ from regionbus.schemas.settings import KafkaConnectionSettings
 PUBLISH_VARIABLE = "${PUBLISH_ADDRESS:-127.0.0.1}"
 """What every published port's host address must be."""
 
-_PINNED = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+(?:[-.][\w.-]+)?$")
+_PINNED = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+(?:[-.][\w.-]+)?$")
 """An image reference with an exact version tag: ``name:X.Y.Z`` (a suffix such as
-``-slim-bookworm`` allowed)."""
+``-slim-bookworm`` allowed; ``vX.Y.Z`` as Prometheus tags its images)."""
 
 _DAY_MS = 24 * 3_600_000
 _GATEWAY_VARIABLES = ("REGIONBUS_GATEWAY_SENDERS", "REGIONBUS_REGION_GATEWAY_SENDERS")

@@ -25,12 +25,17 @@
 # 7. two-sites  `-f docker-compose.yml -f docker-compose.two-sites.yml up -d --wait`: puts
 #             cross the gateways both ways; each gateway queue topic has the retention the
 #             file states
-# 8. demo     `--profile demo up`: the flights replay of REGIONBUS_DEMO_DAYS days (--demo-days,
+# 8. observability  `--profile observability up` beside the two sites: Prometheus scrapes
+#             every worker, its alert rules evaluate without error, and each main panel of
+#             the Grafana dashboard returns data after traffic (scripts/compose_observability.py);
+#             a worker stopped makes its alert active; Grafana too when its image is there
+#             (it has no stand-in, see step 4)
+# 9. demo     `--profile demo up`: the flights replay of REGIONBUS_DEMO_DAYS days (--demo-days,
 #             default 7) ends with exit status 0 and every check OK
-# 9. secured  docker-compose.secured.yml: refused without its passwords (Compose names
+# 10. secured docker-compose.secured.yml: refused without its passwords (Compose names
 #             each); with them, `up -d --wait`, then unauthenticated Redis and Kafka clients
 #             are refused, a wrong principal secret is refused, the SCRAM principal works
-# 10. down    `docker compose down --volumes` of everything it started
+# 11. down    `docker compose down --volumes` of everything it started
 #
 # The stacks run as compose projects `regionbus-compose-check` and
 # `regionbus-compose-check-secured`, so their containers and volumes never mix with a
@@ -300,6 +305,7 @@ pinned="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' jvm/pom.xml)
 [ "$kafka_image" = "apache/kafka:$pinned" ] ||
   fail "the compose files run ${kafka_image:-no apache/kafka image}, the tests Apache Kafka $pinned (jvm/pom.xml): make them equal"
 say "third-party images: ${third_party[*]}"
+grafana_runs=true
 # One pull with a short deadline tells whether a registry answers at all.
 if timeout 30 docker pull --quiet "${third_party[0]}" >"$run_log/pull-probe.log" 2>&1; then
   for image in "${third_party[@]:1}"; do
@@ -310,6 +316,23 @@ if timeout 30 docker pull --quiet "${third_party[0]}" >"$run_log/pull-probe.log"
   say "a registry answered: the real images are used"
 else
   say "no image registry answered ($(tail -1 "$run_log/pull-probe.log" | cut -c1-150))"
+  # Grafana has no stand-in: Debian does not package it, and this project builds nothing
+  # from its AGPL source. A Grafana image found locally runs; else the observability
+  # phase runs Prometheus alone and checks the dashboard's queries against it.
+  standin_images=()
+  for image in "${third_party[@]}"; do
+    if [[ "$image" == grafana/grafana:* ]]; then
+      if docker image inspect "$image" >/dev/null 2>&1; then
+        printf '  *** %-22s is the real image (found locally)\n' "$image"
+      else
+        grafana_runs=false
+        printf '  *** %-22s is NOT AVAILABLE (no registry, no stand-in): the observability phase runs without Grafana\n' "$image"
+      fi
+    else
+      standin_images+=("$image")
+    fi
+  done
+  third_party=("${standin_images[@]}")
   docker/standins/build.sh "${rebuild_standins[@]}" "${third_party[@]}" 2>&1 |
     grep -v -e '^DEPRECATED' -e '^ \+' -e '^$' || true
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "building the stand-ins"
@@ -348,7 +371,7 @@ say "built regionbus:latest and regionbus:demo ($(docker image inspect --format 
   awk '{ printf "%.0f MB", $1 / 1e6 }'))"
 
 # Published ports must be free, or `up` fails half-way: say which and who holds it.
-for port in 9092 6379 9464 9465 29094 6381 9466 9467 9468 9469 9470 29093 6380; do
+for port in 9092 6379 9464 9465 29094 6381 9466 9467 9468 9469 9470 9090 3000 29093 6380; do
   if ss -Hltn "sport = :$port" | grep -q .; then
     fail "port $port, which a compose file publishes, is in use: $(ss -Hltnp "sport = :$port" | head -1)"
   fi
@@ -404,7 +427,33 @@ up two-sites compose_two_sites
 published_on_loopback_only "$project"
 clients two-sites
 
-# --- 8. demo -------------------------------------------------------------------------------
+# --- 8. observability -------------------------------------------------------------------
+phase "observability"
+observability_services=(prometheus)
+observability_options=()
+if [ "$grafana_runs" = true ]; then
+  observability_services+=(grafana)
+  observability_options+=(--grafana)
+fi
+compose_two_sites --profile observability up -d --wait --wait-timeout 600 \
+  "${observability_services[@]}" >"$run_log/up-observability.log" 2>&1 ||
+  { cat "$run_log/up-observability.log" >&2; fail "docker compose --profile observability up ${observability_services[*]}"; }
+compose_two_sites --profile observability ps --format '  {{.Service}}: {{.Status}}' "${observability_services[@]}"
+published_on_loopback_only "$project"
+.venv/bin/python scripts/compose_observability.py "${observability_options[@]}" 2>&1 |
+  tee "$run_log/observability.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "the observability checks (above)"
+# An alert rule on a real failure: one worker stopped makes RegionbusWorkerDown active.
+# Site A's receiver: no later phase uses it, and it is started again before they run.
+compose_two_sites stop gateway-receiver-a >"$run_log/stop-receiver.log" 2>&1 ||
+  { cat "$run_log/stop-receiver.log" >&2; fail "docker compose stop gateway-receiver-a"; }
+.venv/bin/python scripts/compose_observability.py --stopped gateway-receiver-a 2>&1 |
+  tee -a "$run_log/observability.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "the alert on a stopped worker (above)"
+compose_two_sites up -d --wait --wait-timeout 600 gateway-receiver-a >"$run_log/restart-receiver.log" 2>&1 ||
+  { cat "$run_log/restart-receiver.log" >&2; fail "gateway-receiver-a did not come back"; }
+
+# --- 9. demo -------------------------------------------------------------------------------
 phase "demo"
 # the replay runs beside the two sites, as `docker compose --profile demo up` would
 compose_two_sites --profile demo up -d flights-demo >"$run_log/up-demo.log" 2>&1 ||
@@ -430,7 +479,7 @@ if [ "$checks" -eq 0 ] || grep -qE '\| (MISMATCH|refused) ' "$run_log/demo.log";
 fi
 say "flights demo: exit status 0, $checks checks OK"
 
-# --- 9. secured ----------------------------------------------------------------------
+# --- 10. secured ----------------------------------------------------------------------
 phase "secured"
 # Without its passwords (none in the environment, no .env read) Compose refuses the file
 # before anything starts, naming each variable it misses.

@@ -4,9 +4,10 @@
 #
 #   docker/standins/build.sh [--rebuild] IMAGE...
 #
-# IMAGE is one of apache/kafka:<version>, redis:<tag>, python:3.11<.patch>-slim<-suite>. Each is built
-# from the recipe in docker/standins/<kafka|redis|python>/ on a Debian bookworm base made
-# with `debootstrap --variant=minbase` and `docker import` (regionbus-standin/debian:bookworm).
+# IMAGE is one of apache/kafka:<version>, redis:<tag>, prom/prometheus:v<version>,
+# python:3.11<.patch>-slim<-suite>. Each is built from the recipe in
+# docker/standins/<kafka|redis|prometheus|python>/ on a Debian bookworm base made with
+# `debootstrap --variant=minbase` and `docker import` (regionbus-standin/debian:bookworm).
 # Builds use the host's network (an engine started without IP masquerading gives a build
 # no route out) and reach only Debian's packages; the Kafka stand-in takes the jars
 # scripts/bootstrap.sh resolved into jvm/lib/kafka/, which must be of the tag's version.
@@ -33,7 +34,7 @@ for argument in "$@"; do
   esac
 done
 if [ "${#images[@]}" -eq 0 ]; then
-  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> python:3.11.<patch>-slim-bookworm" >&2
+  echo "usage: $0 [--rebuild] apache/kafka:<version> redis:<tag> prom/prometheus:v<version> python:3.11.<patch>-slim-bookworm" >&2
   exit 2
 fi
 
@@ -106,12 +107,14 @@ recipe_hash() {
 }
 
 build_standin() {
+  # $5...: further docker build arguments (--build-arg ...)
   local image="$1" recipe="$2" context="$3" wanted="$4"
+  shift 4
   log "building $image (stand-in) from docker/standins/$recipe"
   # The legacy builder: the engine this runs on may predate BuildKit by default, and
   # nothing here needs BuildKit.
   DOCKER_BUILDKIT=0 docker build --quiet --network host --label "$label=$wanted" \
-    --build-arg "BASE=$base_image" -t "$image" "$context" >/dev/null
+    --build-arg "BASE=$base_image" "$@" -t "$image" "$context" >/dev/null
 }
 
 wanted_standin() {
@@ -172,6 +175,16 @@ redis_standin() {
   rm -rf "$context"
 }
 
+prometheus_standin() {
+  local image="$1" version="${1##*:v}" wanted
+  wanted="$(wanted_standin "$image" "$(recipe_hash "$standins/prometheus" "$version")")"
+  [ -n "$wanted" ] || return 0
+  local context
+  context="$(stage prometheus)"
+  build_standin "$image" prometheus "$context" "$wanted" --build-arg "VERSION=$version"
+  rm -rf "$context"
+}
+
 python_standin() {
   local image="$1" bundle=""
   for candidate in "${REGIONBUS_CA_BUNDLE:-}" /etc/ssl/certs/ca-certificates.crt \
@@ -200,6 +213,7 @@ for image in "${images[@]}"; do
   case "$image" in
     apache/kafka:*) kafka_standin "$image" ;;
     redis:*) redis_standin "$image" ;;
+    prom/prometheus:v*) prometheus_standin "$image" ;;
     python:3.11*-slim*) python_standin "$image" ;;
     *) echo "standins: no stand-in recipe for $image" >&2; exit 2 ;;
   esac

@@ -114,6 +114,10 @@ def test_histograms_count_the_puts_applied_queued_heard_and_replayed_and_labels_
         assert value(samples, "process_cpu_seconds_total") is not None
         assert value(samples, "python_gc_collections_total", generation="0") is not None
         assert [labels for (name, labels) in samples if name == "regionbus_build_info"]
+        # What the observability profile's alert rules divide by and count.
+        capacity = value(samples, "regionbus_subscription_queue_capacity_events")
+        assert capacity == server.settings.maximum_message_count
+        assert value(samples, "regionbus_buckets_without_primary") == 0
 
         # No per-client series by default: totals, and the deepest queues by name.
         assert not [

@@ -112,6 +112,13 @@ def _edit(file_name: str, old: str, new: str, count: int = 1) -> Callable[[Path]
             id="floating-tag",
         ),
         pytest.param(
+            _edit(
+                "docker-compose.yml", "image: prom/prometheus:v2.42.0", "image: prom/prometheus:v2"
+            ),
+            "[default] prometheus: image prom/prometheus:v2 is not pinned",
+            id="floating-v-tag",
+        ),
+        pytest.param(
             _edit("Dockerfile", "FROM python:3.11.11-slim-bookworm\n", "FROM python:3.11-slim\n"),
             "Dockerfile: image python:3.11-slim is not pinned",
             id="floating-base-image",

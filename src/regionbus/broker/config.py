@@ -23,6 +23,7 @@ from regionbus.schemas.topics import (
     DEFAULT_CLIENT_PARTITIONS,
     DEFAULT_MAX_DURABLE_CLIENT_TIMEOUT_S,
 )
+from regionbus.schemas.tracing import TracingSettings
 
 
 def _generated_member_id() -> str:
@@ -109,7 +110,9 @@ class GatewaySenderSpec(GatewayQueueSpec):
         return self
 
 
-class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings):
+class ServerSettings(
+    KafkaConnectionSettings, RedisConnectionSettings, ObservabilitySettings, TracingSettings
+):
     """Configuration of a cache server (file table ``[server]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
@@ -274,8 +277,14 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
             ``regionbus`` (``0xB1`` and a type byte, the default) or ``avro-single-object``
             (Apache Avro's single-object encoding, which standard Avro decoders read;
             docs/wire-format.md). Every regionbus reader takes both.
+        tracing_sample_ratio: Share of the changes arriving without a trace context
+            (from writers that do not trace) for which this server starts a trace, 0 to
+            1. Default 0: a server continues the traces its writers started (those always,
+            whatever this ratio) and starts none; each one it starts costs a span at the
+            server and at every subscriber of the change.
 
-    ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`.
+    ``metrics_port`` and ``log_format`` are documented on :class:`ObservabilitySettings`,
+    ``tracing_enabled`` on :class:`regionbus.schemas.tracing.TracingSettings`.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_")
@@ -337,6 +346,7 @@ class ServerSettings(KafkaConnectionSettings, RedisConnectionSettings, Observabi
     metrics_client_labels: bool = False
     metrics_top_clients: int = Field(default=10, ge=0, le=1000)
     events_framing: Framing = "regionbus"
+    tracing_sample_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("gateway_senders", mode="before")
     @classmethod

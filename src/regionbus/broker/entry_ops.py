@@ -11,6 +11,7 @@ its originator gets the reply (docs/behaviour.md §1: writer -> apply -> listene
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, NamedTuple
 
 from regionbus.broker.config import ServerSettings
@@ -22,6 +23,7 @@ from regionbus.broker.plugins import ServerPlugins
 from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import Access, ApplyResult, GatewayVersion, RegionStore
+from regionbus.broker.tracing import ServerSpans
 from regionbus.runtime.leases import wall_clock_ms
 from regionbus.schemas.addressing import ClientAddress
 from regionbus.schemas.errors import CacheWriterError, RegionNotFoundError
@@ -35,6 +37,8 @@ class _Pending(NamedTuple):
     offset: int
     record_ms: int = 0
     """Kafka timestamp of the operation's record, while latencies are kept."""
+    span: Any = None
+    """Its ``process`` span, while it is traced (`regionbus.broker.tracing`)."""
 
 
 class EntryOperations:
@@ -51,6 +55,7 @@ class EntryOperations:
         loads: The loads of gets' misses (`regionbus.broker.loading`).
         latency: The server's latency histograms, None while it keeps none (no metrics
             endpoint configured).
+        tracing: The server's spans, None with tracing off.
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class EntryOperations:
         stats: ServerStats,
         loads: EntryLoads,
         latency: ServerLatency | None = None,
+        tracing: ServerSpans | None = None,
     ) -> None:
         self._site_id = settings.distributed_system_id
         self._expiration = {r: e for r, e in settings.region_expiration.items() if e.enabled}
@@ -76,6 +82,8 @@ class EntryOperations:
         self._loads = loads
         self.latency = latency
         """The server's latency histograms (intake and handlers stamp them), or None."""
+        self.tracing = tracing
+        """The server's spans (the intake tells it each record's contexts), or None."""
         self._pending: list[_Pending] = []
 
     def add(self, op: Operation, bucket: int, offset: int) -> None:
@@ -87,9 +95,10 @@ class EntryOperations:
             self.apply()
             if not self._writers_allow(op, bucket):
                 return
-        latency = self.latency
+        latency, tracing = self.latency, self.tracing
         record_ms = 0 if latency is None else latency.record_ms
-        self._pending.append(_Pending(op, bucket, offset, record_ms))
+        span = None if tracing is None else tracing.process(op, bucket, offset)
+        self._pending.append(_Pending(op, bucket, offset, record_ms, span))
 
     def discard(self) -> None:
         """Forget the batch not applied yet (Redis failed: the operations are read again
@@ -108,7 +117,7 @@ class EntryOperations:
         self._pending = []
         batch: list[Any] = []
         now = wall_clock_ms()
-        for op, bucket, offset, _ in pending:
+        for op, bucket, offset, *_ in pending:
             assert op.key is not None
             expiration = self._expiration.get(op.region)
             if op.kind in _READS:
@@ -151,10 +160,15 @@ class EntryOperations:
             )
         results = self._store.run_batch(batch)
         stats = self._stats
-        for (op, bucket, _, record_ms), result in zip(pending, results, strict=True):
+        for (op, bucket, _, record_ms, span), result in zip(pending, results, strict=True):
             if isinstance(result, ApplyResult):
                 routed = stats.events_routed
-                self._applied(op, bucket, result)
+                if span is None:
+                    self._applied(op, bucket, result)
+                else:
+                    assert self.tracing is not None
+                    after = partial(self._applied, op, bucket, result)
+                    self.tracing.applied(span, result.status, after)
                 if latency is not None and record_ms and stats.events_routed != routed:
                     latency.queued_from_ms.append(record_ms)
             else:

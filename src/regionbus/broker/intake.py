@@ -113,6 +113,9 @@ class OperationIntake:
                 return
         if self._entries.latency is not None:
             self._entries.latency.reading(message)
+        tracing = self._entries.tracing
+        if tracing is not None:
+            tracing.reading(message)
         value = message.value()
         try:
             items = split_batch(value)
@@ -121,6 +124,8 @@ class OperationIntake:
             return
         rejected: list[_Rejected] = []
         for index, raw in enumerate(items):
+            if tracing is not None:
+                tracing.item = index
             try:
                 reason = self._one(raw, source, principal)
             except Exception as exc:

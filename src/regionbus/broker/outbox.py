@@ -40,6 +40,7 @@ from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics, client_partition
 from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.signing import HeaderList
+from regionbus.schemas.tracing import batch_headers
 
 log = logging.getLogger("regionbus.server")
 
@@ -110,7 +111,7 @@ class Outbox:
         self._topic_gone = topic_gone
         self.delivery_failures = 0
         """Messages Kafka did not take (other than for a vanished client topic)."""
-        self._runs: list[Addressed] = []
+        self.gathered: list[Addressed] = []
         """What this poll batch gathered, in the order the runs began."""
         self._replies: dict[tuple[str, int, bytes], Addressed] = {}
         self._open: dict[tuple[str, int], OpenRuns] = {}
@@ -317,7 +318,7 @@ class Outbox:
         addressed = self._replies.get(address)
         if addressed is None:
             addressed = self._replies[address] = Addressed(*address, client_id, None)
-            self._runs.append(addressed)
+            self.gathered.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1
 
@@ -372,7 +373,7 @@ class Outbox:
             addressed = runs.own[client_id] = Addressed(
                 *place, proxy.key, client_id, proxy, members=frozenset((client_id,))
             )
-            self._runs.append(addressed)
+            self.gathered.append(addressed)
         addressed.framed.append(framed)
         if originator:
             addressed.originators.add(originator)
@@ -409,7 +410,7 @@ class Outbox:
                 recipients.listed,
                 members,
             )
-            self._runs.append(addressed)
+            self.gathered.append(addressed)
         addressed.framed.append(framed)
         if originator:
             addressed.originators.add(originator)
@@ -426,7 +427,7 @@ class Outbox:
         :meth:`release`, everything else goes now. A parked run keeps a number of its own
         unsettled, so no offset is committed past its operations until it is delivered.
         """
-        runs, self._runs = self._runs, []
+        runs, self.gathered = self.gathered, []
         self._replies = {}
         self._open = {}
         if self._holds is None or (not self._holds and not self._parked):
@@ -537,6 +538,7 @@ class Outbox:
         topic, partition, key = addressed.topic, addressed.partition, addressed.key
         framed, account, listed = addressed.framed, addressed.account, addressed.listed
         values = encode_batches(framed)
+        traced = batch_headers(values, addressed.traced) if addressed.traced else None
         queued_through = addressed.start
         for index, value in enumerate(values):
             # Signed per message: the signature covers topic, partition, value (and the
@@ -547,6 +549,8 @@ class Outbox:
                 headers = self.seal(addressed.client_id, topic, partition, signed)
             if listed is not None:
                 headers = [(RECIPIENTS_HEADER, listed), *(headers or [])]
+            if traced and (stamp := traced[index]):  # not signed: the signature is the value's
+                headers = [*(headers or []), *stamp]
             report = None
             if account is not None:
                 count = len(framed) if len(values) == 1 else len(split_batch(value))

@@ -42,7 +42,8 @@ class Addressed:
     many events it had queued before them, and the recipients of a record for several
     clients; the clients whose queue it goes to (none for replies) and the originators of
     its events (whose replies wait while it is parked); the number reserved for it while
-    it is parked (-1 when it is not)."""
+    it is parked (-1 when it is not); with tracing on, ``{position in framed: traceparent}``
+    of its traced events (`regionbus.broker.tracing`), else None."""
 
     __slots__ = (
         "account",
@@ -56,6 +57,7 @@ class Addressed:
         "reserved",
         "start",
         "topic",
+        "traced",
     )
 
     def __init__(
@@ -79,6 +81,7 @@ class Addressed:
         self.members = members
         self.originators: set[str] = set()
         self.reserved = -1
+        self.traced: dict[int, bytes] | None = None
 
 
 class OpenRuns:

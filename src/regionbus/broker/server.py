@@ -68,6 +68,7 @@ from regionbus.schemas.topics import (
     queue_retention_ms,
     server_topic_specs,
 )
+from regionbus.schemas.tracing import tracing_for
 from regionbus.schemas.transport import poll_batch
 
 log = logging.getLogger("regionbus.server")
@@ -128,6 +129,8 @@ class CacheServer(BackgroundWorker):
             replica_wait=waits,
         )
         self._gateways = GatewayEnqueuer(settings)
+        self.tracing = tracing_for(settings, "regionbus-server", caller_spans=False)
+        """The server's spans, None with tracing off (`regionbus.broker.tracing`)."""
         self._parts: ServerParts | None = None
         super().__init__(
             settings.member_id,
@@ -171,6 +174,14 @@ class CacheServer(BackgroundWorker):
         """The buckets this server is a secondary of, as of the last election tick."""
         me = self.settings.member_id
         return tuple(v.bucket for v in list(self.election.views) if me in v.secondaries)
+
+    @property
+    def buckets_without_primary(self) -> int:
+        """Buckets of the namespace that had no primary in the last election tick (all of
+        them before the first): a failover under way, or too few servers."""
+        views = list(self.election.views)
+        free = sum(1 for v in views if v.primary is None)
+        return free + max(0, self.settings.total_buckets - len(views))
 
     @property
     def handles_client_lifecycle(self) -> bool:

@@ -25,6 +25,9 @@ Counters (``_total``) and gauges, with their labels besides those two:
   ``..._fenced_total``: bucket takeovers and losses (failovers, handoffs).
 - ``regionbus_bucket_primaries``, ``regionbus_bucket_secondaries`` (gauges): buckets this
   server is primary / secondary of.
+- ``regionbus_buckets_without_primary`` (gauge): buckets of the namespace no server was
+  primary of at this server's last election tick (every server tells the same, give or
+  take a tick): above 0 for longer than a failover takes, operations on them wait.
 - ``regionbus_subscription_backlog_events`` (gauge): events this server queued for its
   clients that they have not acked, summed over them (acks re-read a few clients per sync
   while served); ``regionbus_subscription_queues`` (gauge): the clients it counts.
@@ -33,6 +36,8 @@ Counters (``_total``) and gauges, with their labels besides those two:
   series stay few however large the fleet.
 - ``regionbus_subscription_queue_depth_events{client}`` (gauge): every client's, only with
   ``metrics_client_labels`` (a series per client).
+- ``regionbus_subscription_queue_capacity_events`` (gauge): ``maximum_message_count``, the
+  depth at which a client's queue holds its writers (so an alert can divide by it).
 - ``regionbus_durable_clients{state}`` (gauge): durable clients ``connected``, ``away`` or
   ``unregistering``; only bucket 0's primary (which handles client lifecycle) exports it,
   so a namespace has one series per state.
@@ -73,6 +78,9 @@ class ServerView(Protocol):
 
     @property
     def secondary_buckets(self) -> tuple[int, ...]: ...
+
+    @property
+    def buckets_without_primary(self) -> int: ...
 
     @property
     def handles_client_lifecycle(self) -> bool: ...
@@ -159,6 +167,11 @@ def server_metric_families(server: ServerView) -> list[Metric]:
             "Buckets this server is a secondary of (last election tick).",
             len(server.secondary_buckets),
         ),
+        families.gauge(
+            "buckets_without_primary",
+            "Buckets of the namespace without a primary at the last election tick.",
+            server.buckets_without_primary,
+        ),
         families.counter(
             "durable_clients_expired",
             "Durable clients this server unregistered as reaper (away past their timeout).",
@@ -233,6 +246,11 @@ def _client_families(server: ServerView, families: MetricFamilies) -> list[Metri
         ),
         families.gauge(
             "subscription_queues", "Clients whose queue depth this server counts.", len(depths)
+        ),
+        families.gauge(
+            "subscription_queue_capacity_events",
+            "A client queue's capacity (maximum_message_count): its writers are held there.",
+            settings.maximum_message_count,
         ),
     ]
     top = sorted(((n, c) for c, n in depths.items() if n > 0), reverse=True)

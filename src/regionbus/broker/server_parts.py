@@ -43,11 +43,13 @@ from regionbus.broker.server_latency import ServerLatency
 from regionbus.broker.stats import ServerStats
 from regionbus.broker.store import RegionStore
 from regionbus.broker.topic_keeper import TopicKeeper
+from regionbus.broker.tracing import ServerSpans
 from regionbus.runtime.leases import Lease
 from regionbus.schemas.functions import Function
 from regionbus.schemas.kafka_clients import KafkaAdmin
 from regionbus.schemas.naming import REAPER_ROLE, Topics
 from regionbus.schemas.topics import client_topic_specs
+from regionbus.schemas.tracing import Tracing
 
 
 class ServerCore(Protocol):
@@ -66,6 +68,7 @@ class ServerCore(Protocol):
     clients: ClientRegistry
     election: BucketElection
     latency: ServerLatency | None
+    tracing: Tracing | None
 
 
 @dataclass
@@ -230,6 +233,9 @@ def wire_parts(
         server.stats,
         loads,
         server.latency,
+        None
+        if server.tracing is None
+        else ServerSpans(server.tracing, server.topics, outbox, s.member_id),
     )
     expiration = EntryExpiration(
         s, server.store, ownership, distribution, outbox, server.stats, server.security

@@ -255,6 +255,7 @@ class ClientCache:
             signer=self.pool.signer,
             end_of_queue=self.pool.queue_end,
             start_of_queue=self.pool.queue_start,
+            tracing=self.pool.tracing,
         )
 
     def ready_for_events(self) -> None:

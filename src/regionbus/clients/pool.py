@@ -41,6 +41,7 @@ from regionbus.clients.reply_consumer import open_reply_consumer
 from regionbus.clients.resend import LastReply
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
+from regionbus.clients.tracing import writer_spans
 from regionbus.schemas.codec import decode_items, encode, encode_batches
 from regionbus.schemas.errors import (
     RegionBusError,
@@ -54,7 +55,8 @@ from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import Control, Operation, Reply
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import UnreadableRecords
-from regionbus.schemas.signing import Signer
+from regionbus.schemas.signing import HeaderList, Signer
+from regionbus.schemas.tracing import batch_headers, record_headers, tracing_for
 from regionbus.schemas.transport import kafka_error, poll_batch
 
 log = logging.getLogger("regionbus.client")
@@ -83,6 +85,8 @@ class Pool:
         self.client_id = client_id
         self.member_id = member_id
         self._signer = signer_for(settings)
+        self.tracing = tracing_for(settings, "regionbus-client")
+        """This client's spans, None with tracing off (`regionbus.clients.tracing`)."""
         self.server_replies = ServerMessages(self._signer)
         """The check that replies come from a cache server (with a principal)."""
         self.kafka_outage = KafkaOutage(f"client {client_id}")
@@ -294,9 +298,12 @@ class Pool:
 
     def _send(self, ops: Sequence[tuple[Operation, int]]) -> None:
         self._pace.busy()
+        traced = None if self.tracing is None else writer_spans(self.tracing, ops, self.topics.ops)
         if len(ops) == 1:
             op, bucket = ops[0]
-            self._produce(self.topics.ops, encode(op), bucket, op.key, (op.request_id,))
+            headers = record_headers(traced[bucket]) if traced else None
+            one = (op.request_id,)
+            self._produce(self.topics.ops, encode(op), bucket, op.key, one, headers=headers)
             return
         by_bucket: dict[int, list[bytes]] = {}
         requests: dict[int, set[int]] = {}
@@ -304,9 +311,12 @@ class Pool:
             by_bucket.setdefault(bucket, []).append(encode(op))
             requests.setdefault(bucket, set()).add(op.request_id)
         for bucket, framed in by_bucket.items():
-            for value in encode_batches(framed):
+            values = encode_batches(framed)
+            stamps = batch_headers(values, traced[bucket]) if traced and bucket in traced else ()
+            for value, headers in itertools.zip_longest(values, stamps):
                 # A batch that fails fails every request with an operation in the bucket.
-                self._produce(self.topics.ops, value, bucket, None, tuple(requests[bucket]))
+                ids = tuple(requests[bucket])
+                self._produce(self.topics.ops, value, bucket, None, ids, headers=headers)
 
     def forget(self, request_id: int) -> None:
         """Stop waiting for a request (after a timeout)."""
@@ -425,10 +435,12 @@ class Pool:
         request_ids: tuple[int, ...] = (),
         on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
         producer: Any = None,
+        headers: HeaderList | None = None,
     ) -> None:
         producer = producer or self._producer
         signer = self._signer
-        headers = signer.headers(topic, partition, value) if signer is not None else None
+        if signer is not None:  # trace headers (``headers``) are not signed
+            headers = [*signer.headers(topic, partition, value), *(headers or [])]
         report = on_delivery or self._delivery_report(topic, request_ids)
         deadline = time.monotonic() + self.settings.read_timeout_ms / 1000
         while True:

@@ -11,13 +11,16 @@ from pydantic_settings import SettingsConfigDict
 from regionbus.schemas.errors import ConfigurationError
 from regionbus.schemas.naming import check_name
 from regionbus.schemas.settings import KafkaConnectionSettings
+from regionbus.schemas.tracing import TracingSettings
 
 
-class ClientSettings(KafkaConnectionSettings):
+class ClientSettings(KafkaConnectionSettings, TracingSettings):
     """Configuration of a :class:`clients.ClientCache` (file table ``[client]``).
 
     The Kafka connection (``kafka_*``, with SASL and TLS) is documented on
-    :class:`regionbus.schemas.settings.KafkaConnectionSettings`.
+    :class:`regionbus.schemas.settings.KafkaConnectionSettings`, traces
+    (``tracing_enabled``, ``tracing_sample_ratio``) on
+    :class:`regionbus.schemas.tracing.TracingSettings`.
 
     Attributes:
         namespace: Site namespace of the servers to talk to.

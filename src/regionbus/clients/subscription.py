@@ -29,9 +29,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from regionbus.clients.client_topics import ClientAddress
 from regionbus.clients.conflation import superseded_updates
-from regionbus.clients.poll_pace import PollPace
+from regionbus.clients.poll_pace import PollPace, queue_fetch_pacing
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
+from regionbus.clients.tracing import ListenerSpans
 from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.addressing import addressed_to, own_marker
 from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
@@ -42,8 +43,8 @@ from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import CqEvent, Event, Marker
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
-from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
 from regionbus.schemas.signing import Signer
+from regionbus.schemas.tracing import Tracing
 from regionbus.schemas.transport import (
     assign_from,
     committed_offsets,
@@ -138,6 +139,7 @@ class SubscriptionQueue:
             or does not look.
         signer: The client's signer: with one, only messages a cache server signed for its
             principal are taken (`regionbus.clients.server_trust`); None takes every message.
+        tracing: The client's spans: traced events reach their listeners in a span.
 
     Raises:
         KafkaAuthorizationError: the Kafka principal may not read this queue topic (it is
@@ -165,6 +167,7 @@ class SubscriptionQueue:
         signer: Signer | None = None,
         end_of_queue: Callable[[], int] | None = None,
         start_of_queue: Callable[[], int] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._settings = settings
         self._topics = Topics(settings.namespace)
@@ -173,6 +176,10 @@ class SubscriptionQueue:
         self._partition = address.queue_partition
         self._key = address.key
         self._marker = own_marker(client_id)
+        self._spans = tracing and ListenerSpans(tracing, self._topic, self._partition, client_id)
+        if self._spans:
+            on_events = _one_by_one(on_events, self._spans)
+            on_cq_event = self._spans.listening(on_cq_event)
         self._on_events = on_events
         self._on_live = on_live
         self._replaying = replaying
@@ -440,6 +447,8 @@ class SubscriptionQueue:
                         keep(item)
                 else:
                     skipped.append(f"unexpected {type(item).__name__}")
+            if self._spans:
+                self._spans.took(message.headers(), items, decoded)
             if skipped:
                 # One line per Kafka message, however many of its items are bad.
                 self.stats.undecodable += len(skipped)
@@ -564,36 +573,15 @@ class SubscriptionQueue:
         self._kafka_outage.forget("queue")
 
 
-def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
-    """librdkafka settings that make a subscription queue's consumer fetch at most once per
-    ``backoff_ms`` while it holds events not yet taken.
+def _one_by_one(
+    on_events: Callable[[list[Event], bool], None], spans: ListenerSpans
+) -> Callable[[list[Event], bool], None]:
+    """``on_events`` with tracing on: each event of a run is handed over alone, so that a
+    traced one reaches its listeners inside its own span."""
+    one = spans.listening(lambda event, replay: on_events([event], replay))
 
-    A consumer fetches again as soon as a fetch returns, and Apache Kafka answers a fetch
-    at its first record, so at a steady rate each event costs a fetch round trip and a
-    wake-up of the reading thread: half of a busy subscriber's CPU. With
-    ``queued.min.messages`` 1, one record still held locally is enough to postpone the next
-    fetch by ``fetch.queue.backoff.ms``; an empty local queue (an idle client) fetches at
-    once, and the broker holds that fetch until a record arrives. As a paced fetch is one
-    per backoff, it may bring a whole response's worth of the queue's one partition
-    (``fetch.max.bytes``, not the 1 MiB per partition other consumers ask for): a
-    reconnecting durable client counts its backlog a response per backoff.
+    def each(run: list[Event], replay: bool) -> None:
+        for event in run:
+            one(event, replay)
 
-    A paced consumer holds one fetch locally, not the backlog librdkafka would prefetch:
-    with conflation, a slow client conflates what each fetch brought (as a Geode client
-    gets, unconflated, what was already dispatched to it), not its whole backlog at once.
-
-    Args:
-        backoff_ms: ``ClientSettings.queue_fetch_backoff_ms``, in ms; 0 keeps librdkafka's
-            defaults.
-
-    Returns:
-        The librdkafka keys to add to the consumer's configuration (empty for 0, which
-        also keeps ``max.partition.fetch.bytes`` at 1 MiB).
-    """
-    if backoff_ms <= 0:
-        return {}
-    return {
-        "queued.min.messages": 1,
-        "fetch.queue.backoff.ms": backoff_ms,
-        "max.partition.fetch.bytes": CONSUMER_FETCH_MAX_BYTES,
-    }
+    return each
