@@ -19,14 +19,18 @@ process:
    it splits every Kafka message (a batch) with :func:`regionbus.schemas.codec.split_batch` and
    counts the frames whose type byte is an event, decoding no Avro body.
 
-It prints both rates and the ratio regionbus ÷ raw. Machines are noisy: compare the
-ratios, not the absolute figures (``bench/README.md``).
+It prints both rates and the ratio regionbus ÷ raw, and each phase's CPU per event (this
+process's CPU time over the phase, every thread, librdkafka's included), which a busy
+machine's scheduling bends less than the wall clock: on a shared machine the raw phase
+lasts a fraction of a second. Machines are noisy: compare the ratios, not the absolute
+figures (``bench/README.md``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import sys
 import threading
@@ -70,8 +74,38 @@ _REPLAY_TIMEOUT_S = 600.0
 _RAW_TIMEOUT_S = 300.0
 _READ_TIMEOUT_MS = 60_000
 _RAW_BATCH_MESSAGES = 500
+_AWAY_S = 86_400
+"""The durable client's ``durable_client_timeout_s``: the servers keep its queue while the
+writer fills it (a million puts take longer than the default 300 s)."""
+_SERVER_QUEUE_CAPACITY = 230_000
+"""The servers' default ``maximum_message_count`` (Geode's 230000), raised to ``--events``
+for a larger backlog so that no put waits on a full queue."""
 _TABLE_WIDTH = 120
 _POSITIVE = click.IntRange(min=1)
+
+
+class _EventCount(click.ParamType):
+    """A count of at least 1, with or without thousands separators: ``1000000``,
+    ``1,000,000`` or ``1_000_000`` (as the tables print it)."""
+
+    name = "count"
+    _GROUPED = re.compile(r"\d{1,3}(,\d{3})+")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """The count, or a usage error for anything else."""
+        if isinstance(value, int):
+            count = value
+        else:
+            text = str(value).strip()
+            if "," in text and not self._GROUPED.fullmatch(text):
+                self.fail(f"{value!r} is not a count (thousands go in groups of 3)", param, ctx)
+            try:
+                count = int(text.replace(",", ""))
+            except ValueError:
+                self.fail(f"{value!r} is not a count", param, ctx)
+        if count < 1:
+            self.fail(f"{value!r} is below 1", param, ctx)
+        return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +138,14 @@ class ReplayFigures:
         raw_s: Seconds from the raw consumer's ``assign()`` to its last needed message.
         raw_events_per_s: ``raw_events`` / ``raw_s``.
         fill_s: Seconds the writer took to put every entry (set-up, not compared).
+        distinct_keys: Keys the listener heard of (``delivered`` when each came once).
+        out_of_order: Events whose version was not above the last one heard from their
+            bucket (0: per-bucket order kept).
+        after_marker: Events heard after ``after_region_live`` (0: all replayed first).
+        replay_cpu_s: CPU seconds of this process (every thread, librdkafka's included)
+            over ``replay_s``: a figure a busy machine's scheduling bends far less than
+            the wall clock.
+        raw_cpu_s: CPU seconds of this process over ``raw_s``.
     """
 
     events: int
@@ -118,15 +160,28 @@ class ReplayFigures:
     raw_s: float
     raw_events_per_s: float
     fill_s: float
+    distinct_keys: int
+    out_of_order: int
+    after_marker: int
+    replay_cpu_s: float
+    raw_cpu_s: float
 
     @property
     def ratio(self) -> float:
         """Durable replay events/s ÷ raw consume events/s."""
         return self.replay_events_per_s / self.raw_events_per_s if self.raw_events_per_s else 0.0
 
+    @property
+    def cpu_ratio(self) -> float:
+        """Raw consume CPU per event ÷ durable replay CPU per event (as :attr:`ratio`:
+        higher is better, 1 is raw's cost)."""
+        return self.raw_cpu_s / self.replay_cpu_s if self.replay_cpu_s else 0.0
+
 
 class _ReplayCounter(CacheListener):
-    """Counts events (replayed or not) and notes when the last one and the marker came."""
+    """Counts events (replayed or not) and notes when the last one and the marker came; and
+    checks the replay: each key heard once, each bucket's versions rising, all before the
+    marker."""
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
@@ -134,10 +189,21 @@ class _ReplayCounter(CacheListener):
         self.last_event_s = 0.0
         self.live_s = 0.0
         self.done = threading.Event()
+        self.keys: set[str] = set()
+        self.out_of_order = 0
+        self.after_marker = 0
+        self._last_version: dict[int, int] = {}
 
-    def _event(self) -> None:
+    def _event(self, event: EntryEvent) -> None:
         self.count += 1
         self.last_event_s = time.monotonic()
+        self.keys.add(event.key)
+        bucket = event.event_id.bucket if event.event_id is not None else -1
+        if event.version <= self._last_version.get(bucket, -1):
+            self.out_of_order += 1
+        self._last_version[bucket] = event.version
+        if self.live_s:
+            self.after_marker += 1
         self._check()
 
     def _check(self) -> None:
@@ -146,11 +212,11 @@ class _ReplayCounter(CacheListener):
 
     def after_create(self, event: EntryEvent) -> None:
         """Count a create."""
-        self._event()
+        self._event(event)
 
     def after_update(self, event: EntryEvent) -> None:
         """Count an update."""
-        self._event()
+        self._event(event)
 
     def after_region_live(self, event: RegionEvent) -> None:
         """The marker: replay is over."""
@@ -172,6 +238,13 @@ def _settings(
     )
 
 
+def _durable_settings(options: ReplayOptions, namespace: str, kafka: str) -> ClientSettings:
+    """The durable client's settings, on both of its connections."""
+    return _settings(
+        options, namespace, kafka, durable_client_id=DURABLE_ID, durable_client_timeout_s=_AWAY_S
+    )
+
+
 def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     """Register the durable client, close it with keep-alive, fill its queue.
 
@@ -181,7 +254,7 @@ def _prepare_queue(options: ReplayOptions, namespace: str, kafka: str) -> float:
     Raises:
         BenchError: a put failed or the first connection got no marker.
     """
-    durable = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
+    durable = ClientCache(_durable_settings(options, namespace, kafka))
     try:
         marker = _ReplayCounter(0)
         region = durable.create_region(REGION, serializer=BytesSerializer(), listeners=[marker])
@@ -220,8 +293,8 @@ def _replay(
     """
     counter = _ReplayCounter(options.events)
     progress.counts(lambda: f"{counter.count:,} of {options.events:,} events delivered")
-    started = time.monotonic()
-    cache = ClientCache(_settings(options, namespace, kafka, durable_client_id=DURABLE_ID))
+    started, started_cpu = time.monotonic(), time.process_time()
+    cache = ClientCache(_durable_settings(options, namespace, kafka))
     connected = time.monotonic()
     try:
         cache.create_region(REGION, serializer=BytesSerializer(), listeners=[counter])
@@ -235,10 +308,15 @@ def _replay(
         cache.close()
         raise
     finished = max(counter.last_event_s, counter.live_s)
+    replay_cpu_s = time.process_time() - started_cpu
     return cache, {
+        "replay_cpu_s": replay_cpu_s,
         "pending_at_connect": cache.pending_event_count,
         "replayed": cache.subscription_stats.replayed,
         "delivered": counter.count,
+        "distinct_keys": len(counter.keys),
+        "out_of_order": counter.out_of_order,
+        "after_marker": counter.after_marker,
         "connect_s": connected - started,
         "replay_s": finished - started,
     }
@@ -246,13 +324,13 @@ def _replay(
 
 def _raw_consume(
     kafka: str, queue: tuple[str, int], expected_events: int
-) -> tuple[int, int, float]:
+) -> tuple[int, int, float, float]:
     """Read one partition (``(topic, partition)``: the durable client's, which no other
     client of the run shares) from offset 0 with ``assign()`` until ``expected_events``
     events.
 
     Returns:
-        ``(messages, events, seconds)``.
+        ``(messages, events, seconds, CPU seconds of this process meanwhile)``.
 
     Raises:
         BenchError: fewer events within the time limit.
@@ -269,7 +347,7 @@ def _raw_consume(
     )
     messages = events = 0
     try:
-        started = time.monotonic()
+        started, started_cpu = time.monotonic(), time.process_time()
         assign_from(consumer, [TopicPartition(*queue, 0)], 10)
         deadline = started + _RAW_TIMEOUT_S
         while events < expected_events:
@@ -286,12 +364,12 @@ def _raw_consume(
                 except MessageDecodeError:
                     continue
                 events += sum(1 for raw in frames if len(raw) > 1 and raw[1] == event_type)
-        elapsed = time.monotonic() - started
+        elapsed, cpu_s = time.monotonic() - started, time.process_time() - started_cpu
     except KafkaException as exc:
         raise BenchError(f"raw consumer: {exc}") from exc
     finally:
         consumer.close()
-    return messages, events, elapsed
+    return messages, events, elapsed, cpu_s
 
 
 def run(options: ReplayOptions, console: Console) -> ReplayFigures:
@@ -313,6 +391,11 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
                 fetch_wait_max_ms=options.fetch_wait_max_ms,
                 linger_ms=options.linger_ms,
                 log_path=work_dir / "server.log",
+                env={
+                    "REGIONBUS_MAXIMUM_MESSAGE_COUNT": str(
+                        max(options.events, _SERVER_QUEUE_CAPACITY)
+                    )
+                },
             )
         )
         kafka = local.kafka_bootstrap_servers
@@ -329,7 +412,7 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
         try:
             progress.phase(console, "raw: assign() consumer over the same queue topic ...")
             queue = cache.pool.address.queue_topic, cache.pool.address.queue_partition
-            raw_messages, raw_events, raw_s = _raw_consume(kafka, queue, options.events)
+            raw_messages, raw_events, raw_s, raw_cpu_s = _raw_consume(kafka, queue, options.events)
         finally:
             cache.close()
     return ReplayFigures(
@@ -340,6 +423,7 @@ def run(options: ReplayOptions, console: Console) -> ReplayFigures:
         raw_s=raw_s,
         raw_events_per_s=raw_events / raw_s if raw_s > 0 else 0.0,
         fill_s=fill_s,
+        raw_cpu_s=raw_cpu_s,
         **replay,
     )
 
@@ -361,6 +445,12 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
         f"{figures.ratio:.2f}x",
     )
     table.add_row(
+        "CPU µs per event (this process, all threads)",
+        f"{figures.replay_cpu_s / figures.delivered * 1e6:,.1f}",
+        f"{figures.raw_cpu_s / figures.raw_events * 1e6:,.1f}",
+        f"{figures.cpu_ratio:.2f}x",
+    )
+    table.add_row(
         "seconds",
         f"{figures.replay_s:,.2f} (connect {figures.connect_s:,.2f})",
         f"{figures.raw_s:,.2f}",
@@ -369,7 +459,9 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
     table.add_row(
         "events",
         f"{figures.delivered:,} ({figures.replayed:,} replayed, "
-        f"{figures.pending_at_connect:,} pending at connect)",
+        f"{figures.pending_at_connect:,} pending at connect; {figures.distinct_keys:,} keys, "
+        f"{figures.out_of_order:,} out of bucket order, {figures.after_marker:,} after "
+        "the marker)",
         f"{figures.raw_events:,} in {figures.raw_messages:,} messages",
         "",
     )
@@ -381,9 +473,13 @@ def print_table(figures: ReplayFigures, options: ReplayOptions, console: Console
 @click.option(
     "--events",
     default=100_000,
-    type=_POSITIVE,
+    type=_EventCount(),
     show_default=True,
-    help="Events queued for the durable client while it is away (one put per key).",
+    help=(
+        "Events queued for the durable client while it is away (one put per key), e.g. "
+        "20,000 (bench.all's quick profile) or 1,000,000 (a backlog of a million: the "
+        "set-up's puts take most of the run)."
+    ),
 )
 @click.option(
     "--value-bytes",
@@ -425,7 +521,16 @@ def main(as_json: bool, **values: Any) -> None:
         ]
     )
     if as_json:
-        print(json.dumps({**asdict(options), **asdict(figures), "ratio": figures.ratio}))
+        print(
+            json.dumps(
+                {
+                    **asdict(options),
+                    **asdict(figures),
+                    "ratio": figures.ratio,
+                    "cpu_ratio": figures.cpu_ratio,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -36,3 +36,17 @@ def test_core_and_its_geode_peer_run_the_read_phases_at_the_same_sizes() -> None
     quick_core, full_core, quick_geode, full_geode = params
     assert quick_core == quick_geode and full_core == full_geode
     assert quick_core["reads"] and quick_core["read_entries"] == 10_000
+
+
+def test_the_durable_replay_benchmark_runs_in_the_quick_profile_and_takes_a_million() -> None:
+    """The replay figure is in every ``bench.all`` run, and its size reads as printed."""
+    by_name = {b.name: b for b in BENCHMARKS}
+    assert "durable_replay" in by_name
+    command = importlib.import_module("bench.durable_replay").main
+    with command.make_context("bench.durable_replay", list(by_name["durable_replay"].quick)) as c:
+        assert c.params["events"] >= 10_000
+    for size in ("1,000,000", "1_000_000", "1000000"):
+        with command.make_context("bench.durable_replay", ["--events", size]) as context:
+            assert context.params["events"] == 1_000_000
+    with pytest.raises(click.BadParameter):
+        command.make_context("bench.durable_replay", ["--events", "1,00,000"])

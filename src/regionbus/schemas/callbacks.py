@@ -280,14 +280,17 @@ def notify_listeners(
         log: Where a failing listener is reported.
     """
     if isinstance(event, EntryEvent):
-        method, subject = AFTER_ENTRY[event.kind], f"{event.region}/{event.key}"
+        method = AFTER_ENTRY[event.kind]
     else:
         method = "after_region_live" if event.kind is None else AFTER_REGION[event.kind]
-        subject = event.region
     for listener in listeners:
         try:
             getattr(listener, method)(event)
         except Exception:
+            # The subject is formatted here only: this runs for every event a client gets.
+            subject = (
+                f"{event.region}/{event.key}" if isinstance(event, EntryEvent) else event.region
+            )
             log.exception("CacheListener %r.%s failed for %s", listener, method, subject)
 
 
