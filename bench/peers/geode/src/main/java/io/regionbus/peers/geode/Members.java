@@ -99,6 +99,21 @@ final class Members {
     cache.close();
   }
 
+  /** A listener that records every create and update in arrivals. */
+  static CacheListenerAdapter<String, byte[]> recording(Arrivals arrivals) {
+    return new CacheListenerAdapter<String, byte[]>() {
+      @Override
+      public void afterCreate(EntryEvent<String, byte[]> event) {
+        arrivals.hit(event.getKey(), event.getNewValue());
+      }
+
+      @Override
+      public void afterUpdate(EntryEvent<String, byte[]> event) {
+        arrivals.hit(event.getKey(), event.getNewValue());
+      }
+    };
+  }
+
   /**
    * {@code subscriber <servers host:port,...> <redundancy> <log-file> [<cq query>]}: with a
    * query, the client holds it as a running CQ instead of registering interest, and its
@@ -120,18 +135,7 @@ final class Members {
     Region<String, byte[]> region =
         cache
             .<String, byte[]>createClientRegionFactory(ClientRegionShortcut.CACHING_PROXY)
-            .addCacheListener(
-                new CacheListenerAdapter<String, byte[]>() {
-                  @Override
-                  public void afterCreate(EntryEvent<String, byte[]> event) {
-                    arrivals.hit(event.getKey(), event.getNewValue());
-                  }
-
-                  @Override
-                  public void afterUpdate(EntryEvent<String, byte[]> event) {
-                    arrivals.hit(event.getKey(), event.getNewValue());
-                  }
-                })
+            .addCacheListener(recording(arrivals))
             .create(REGION);
     if (args.length > 4 && !args[4].isEmpty()) {
       CqAttributesFactory attributes = new CqAttributesFactory();

@@ -8,11 +8,9 @@ import java.util.Map;
 import java.util.Properties;
 import org.apache.geode.cache.Cache;
 import org.apache.geode.cache.CacheFactory;
-import org.apache.geode.cache.EntryEvent;
 import org.apache.geode.cache.Region;
 import org.apache.geode.cache.RegionFactory;
 import org.apache.geode.cache.RegionShortcut;
-import org.apache.geode.cache.util.CacheListenerAdapter;
 import org.apache.geode.cache.wan.GatewayReceiver;
 import org.apache.geode.cache.wan.GatewayReceiverFactory;
 import org.apache.geode.cache.wan.GatewaySender;
@@ -75,18 +73,7 @@ final class Wan {
     Arrivals arrivals = new Arrivals();
     RegionFactory<String, byte[]> regions =
         cache.createRegionFactory(parallel ? RegionShortcut.PARTITION : RegionShortcut.REPLICATE);
-    regions.addCacheListener(
-        new CacheListenerAdapter<String, byte[]>() {
-          @Override
-          public void afterCreate(EntryEvent<String, byte[]> event) {
-            arrivals.hit(event.getKey(), event.getNewValue());
-          }
-
-          @Override
-          public void afterUpdate(EntryEvent<String, byte[]> event) {
-            arrivals.hit(event.getKey(), event.getNewValue());
-          }
-        });
+    regions.addCacheListener(Members.recording(arrivals));
     regions.create(Members.REGION);
     GatewayReceiverFactory receivers = cache.createGatewayReceiverFactory();
     receivers.setStartPort(receiverPort);
