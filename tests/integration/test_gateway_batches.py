@@ -31,10 +31,9 @@ def test_a_burst_of_250_puts_goes_in_batches_of_100_100_50_and_only_distributabl
     b.start_receiver()
     b.client().create_region("r").put("b-only", "kept")
     a.start_server(senders={"to-b": 2})
-    # Geode's batching: the first batch waits to be full even with nothing in flight.
-    sender = a.start_sender(
-        "to-b", b, batch_size=100, batch_time_interval_ms=1000, send_when_idle=False
-    )
+    # Geode's batching, the default: the first batch waits to be full even with nothing in
+    # flight.
+    sender = a.start_sender("to-b", b, batch_size=100, batch_time_interval_ms=1000)
     region = a.client().create_region("r")
 
     region.put_all({f"k{i:03d}": i for i in range(250)})
@@ -69,7 +68,12 @@ def test_a_lone_event_is_sent_at_once_and_events_gather_into_full_batches_while_
     b.start_server()
     a.start_server(senders={"to-b": 2})
     sender = a.start_sender(
-        "to-b", b, batch_size=100, batch_time_interval_ms=10_000, ack_timeout_ms=120_000
+        "to-b",
+        b,
+        batch_size=100,
+        batch_time_interval_ms=10_000,
+        ack_timeout_ms=120_000,
+        send_when_idle=True,
     )
     region = a.client().create_region("r")
     started = time.monotonic()

@@ -2,7 +2,7 @@
 once per event, and an idle one fetches no more often than without the pacing.
 
 The first tests check librdkafka's own behaviour with the settings
-`regionbus.clients.poll_pace.queue_fetch_pacing` gives (a librdkafka upgrade that changed
+`regionbus.clients.subscription.queue_fetch_pacing` gives (a librdkafka upgrade that changed
 it would fail them); the last checks that a client cache's queue consumer gets them, and
 still receives every event in order."""
 
@@ -23,7 +23,7 @@ import regionbus.clients.subscription as subscription
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS
-from regionbus.clients.poll_pace import queue_fetch_pacing
+from regionbus.clients.subscription import queue_fetch_pacing
 from regionbus.schemas.kafka_clients import kafka_admin, kafka_consumer, kafka_producer
 from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
 from regionbus.schemas.topics import TopicSpec, ensure_topics

@@ -11,8 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from itertools import groupby
-from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from regionbus.clients.client_metrics import ClientMetrics
@@ -41,8 +39,6 @@ from regionbus.schemas.naming import generated_member_id
 from regionbus.schemas.serializers import JsonSerializer, Serializer
 
 log = logging.getLogger("regionbus.client")
-
-_REGION_OF: Callable[[Event], str] = attrgetter("region")
 
 T = TypeVar("T")
 
@@ -242,7 +238,7 @@ class ClientCache:
             self.client_id,
             self.pool.address,
             start,
-            self._on_events if self._metrics is None else self._on_events_timed,
+            self._on_event if self._metrics is None else self._on_event_timed,
             self._on_live,
             on_cq_event=self._on_cq_event,
             replaying=replaying,
@@ -387,25 +383,22 @@ class ClientCache:
             1 for r in self.regions for spec in r.interest if spec.kind is InterestKind.REGEX
         )
 
-    def _on_events(self, events: list[Event], replay: bool) -> None:
-        # A run of events in queue order, handed to each region a stretch of consecutive
-        # events at a time (one region, nearly always: the whole run). A dict read is
-        # atomic under the GIL, so no lock (the lock keeps create_region's check-and-insert
-        # whole).
-        apply = not replay
-        for name, stretch in groupby(events, _REGION_OF):
-            region = self._regions.get(name)
-            if region is not None:
-                region.on_events(stretch, apply=apply)
+    def _on_event(self, event: Event, replay: bool) -> None:
+        # Once per event: a dict read is atomic under the GIL, so no lock (the lock keeps
+        # the check-and-insert of create_region whole).
+        region = self._regions.get(event.region)
+        if region is not None:
+            region.on_event(event, apply=not replay)
 
-    def _on_events_timed(self, events: list[Event], replay: bool) -> None:
-        """:meth:`_on_events`, timing put -> listener of live events (metrics endpoint on;
-        each is timed as its run is handed over)."""
+    def _on_event_timed(self, event: Event, replay: bool) -> None:
+        """:meth:`_on_event`, timing put -> listener of live events (metrics endpoint on)."""
+        region = self._regions.get(event.region)
+        if region is None:
+            return
         if not replay and self._metrics is not None:
-            observe = self._metrics.put_to_listener.observe
-            for event in events:
-                observe(max(0.0, time.time() - event.timestamp_ms / 1000))
-        self._on_events(events, replay)
+            delay_s = time.time() - event.timestamp_ms / 1000
+            self._metrics.put_to_listener.observe(max(0.0, delay_s))
+        region.on_event(event, apply=not replay)
 
     def _on_cq_event(self, message: CqEvent) -> None:
         self._query_service.on_event(message)

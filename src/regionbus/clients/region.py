@@ -386,33 +386,25 @@ class Region(RegionServerOperations, RegionInterestOperations):
 
     # --- events from the subscription queue --------------------------------------------
 
-    def on_events(self, events: Iterable[Event], *, apply: bool = True) -> None:
-        """Handle server events of this region, in order (called on the subscription
-        thread with a run of them: a replay delivers its backlog a Kafka message at a
-        time, and the loop is this method's, not one call chain per event).
+    def on_event(self, event: Event, *, apply: bool = True) -> None:
+        """Handle one server event (called on the subscription thread).
 
         Args:
-            events: The events, in queue order.
+            event: The event.
             apply: False during durable replay: listeners fire, the cache is unchanged,
                 unless the event is newer than this connection's registration snapshot of
                 its bucket (it was then not queued while the client was away). Every
                 replayed event reaches listeners, and a key seen created in replay is
                 updated or destroyed for listeners afterwards even though the cache never
                 held it.
-
-        An event whose handling raises is logged and the next one is handled (a listener's
-        exception is logged by ``notify_listeners`` and stops nothing).
         """
-        store, decoder, replay = self._store, self._values.decode_value, not apply
-        for event in events:
-            try:
-                applied = apply_server_event(store, event, replay=replay, decoder=decoder)
-                if applied.region_destroyed:
-                    self._forget_destroyed()
-                if applied.listener_event is not None and self.listeners:
-                    notify_listeners(self.listeners, applied.listener_event, log)
-            except Exception:
-                log.exception("handling event %s failed", event.event_id)
+        applied = apply_server_event(
+            self._store, event, replay=not apply, decoder=self._values.decode_value
+        )
+        if applied.region_destroyed:
+            self._forget_destroyed()
+        if applied.listener_event is not None:
+            self._notify(applied.listener_event)
 
     def fire_region_live(self) -> None:
         """Call ``after_region_live`` on every listener (the durable marker was reached)."""

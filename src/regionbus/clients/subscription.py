@@ -29,7 +29,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from regionbus.clients.client_topics import ClientAddress
 from regionbus.clients.conflation import superseded_updates
-from regionbus.clients.poll_pace import PollPace, queue_fetch_pacing
+from regionbus.clients.poll_pace import PollPace
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.tracing import ListenerSpans
@@ -43,6 +43,7 @@ from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.messages import CqEvent, Event, Marker
 from regionbus.schemas.naming import Topics
 from regionbus.schemas.record_guard import Polled, UnreadableRecords
+from regionbus.schemas.record_limits import CONSUMER_FETCH_MAX_BYTES
 from regionbus.schemas.signing import Signer
 from regionbus.schemas.tracing import Tracing
 from regionbus.schemas.transport import (
@@ -109,10 +110,8 @@ class SubscriptionQueue:
         address: Where its queue is (topic, partition, record key).
         start_offset: Where to start when the client never acked: the partition's end as
             read before the client connected.
-        on_events: Called on the queue thread with each run of new (non-duplicate) events,
-            in queue order, and whether they are replay (a run is all replay or all live).
-            It handles each event's failure itself (logged); one it lets out is logged and
-            loses the rest of its run.
+        on_event: Called with each new (non-duplicate) event and whether it is replay, on
+            the queue thread.
         on_live: Called once, on the queue thread, when the last marker of this connection
             has been read (never for a queue that does not replay).
         on_cq_event: Called with each new (non-duplicate) CQ event, on the queue thread.
@@ -153,7 +152,7 @@ class SubscriptionQueue:
         client_id: str,
         address: ClientAddress,
         start_offset: int,
-        on_events: Callable[[list[Event], bool], None],
+        on_event: Callable[[Event, bool], None],
         on_live: Callable[[], None],
         *,
         on_cq_event: Callable[[CqEvent], None] = lambda _event: None,
@@ -178,9 +177,9 @@ class SubscriptionQueue:
         self._marker = own_marker(client_id)
         self._spans = tracing and ListenerSpans(tracing, self._topic, self._partition, client_id)
         if self._spans:
-            on_events = _one_by_one(on_events, self._spans)
+            on_event = self._spans.listening(on_event)
             on_cq_event = self._spans.listening(on_cq_event)
-        self._on_events = on_events
+        self._on_event = on_event
         self._on_live = on_live
         self._replaying = replaying
         self._connection_id = connection_id
@@ -463,20 +462,18 @@ class SubscriptionQueue:
         return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker | CqEvent], superseded: Container[int]) -> None:
-        """Track decoded events and hand them over in order, in runs (new events, all
-        replay or all live) cut at each marker and CQ event: those are taken once the run
-        before them is handed over (a marker may end replay: ``_replaying`` is read per
-        event)."""
+        """Track and hand over decoded events, in order; take markers.
+
+        One loop (once per event: no call per event but the tracker's and the region's);
+        a marker may end replay, so ``_replaying`` is read per event.
+        """
         now = time.monotonic()
         stats = self.stats
         is_new = self.tracker.is_new
+        on_event = self._on_event
         live_buckets = self._live_buckets
-        run: list[Event] = []
-        run_replay = False
         for index, message in enumerate(decoded):
             if type(message) is not Event:
-                self._hand_over(run, run_replay)
-                run = []
                 if type(message) is CqEvent:
                     if index not in superseded:
                         self._deliver_cq(message, now)
@@ -494,25 +491,14 @@ class SubscriptionQueue:
             if index in superseded:
                 stats.conflated += 1
                 continue
+            stats.events_delivered += 1
             replay = self._replaying and event_id.bucket not in live_buckets
-            if replay is not run_replay and run:
-                self._hand_over(run, run_replay)
-                run = []
-            run_replay = replay
-            run.append(message)
-        self._hand_over(run, run_replay)
-
-    def _hand_over(self, run: list[Event], replay: bool) -> None:
-        """Give a run of new events (none: nothing) to ``on_events``."""
-        if not run:
-            return
-        self.stats.events_delivered += len(run)
-        if replay:
-            self.stats.replayed += len(run)
-        try:
-            self._on_events(run, replay)
-        except Exception:
-            log.exception("handling events %s to %s failed", run[0].event_id, run[-1].event_id)
+            if replay:
+                stats.replayed += 1
+            try:
+                on_event(message, replay)
+            except Exception:
+                log.exception("handling event %s failed", event_id)
 
     def _deliver_cq(self, message: CqEvent, now: float) -> None:
         """Track and hand over one CQ event (durable replay changes nothing for CQs: they
@@ -573,15 +559,36 @@ class SubscriptionQueue:
         self._kafka_outage.forget("queue")
 
 
-def _one_by_one(
-    on_events: Callable[[list[Event], bool], None], spans: ListenerSpans
-) -> Callable[[list[Event], bool], None]:
-    """``on_events`` with tracing on: each event of a run is handed over alone, so that a
-    traced one reaches its listeners inside its own span."""
-    one = spans.listening(lambda event, replay: on_events([event], replay))
+def queue_fetch_pacing(backoff_ms: int) -> dict[str, int]:
+    """librdkafka settings that make a subscription queue's consumer fetch at most once per
+    ``backoff_ms`` while it holds events not yet taken.
 
-    def each(run: list[Event], replay: bool) -> None:
-        for event in run:
-            one(event, replay)
+    A consumer fetches again as soon as a fetch returns, and Apache Kafka answers a fetch
+    at its first record, so at a steady rate each event costs a fetch round trip and a
+    wake-up of the reading thread: half of a busy subscriber's CPU. With
+    ``queued.min.messages`` 1, one record still held locally is enough to postpone the next
+    fetch by ``fetch.queue.backoff.ms``; an empty local queue (an idle client) fetches at
+    once, and the broker holds that fetch until a record arrives. As a paced fetch is one
+    per backoff, it may bring a whole response's worth of the queue's one partition
+    (``fetch.max.bytes``, not the 1 MiB per partition other consumers ask for): a
+    reconnecting durable client counts its backlog a response per backoff.
 
-    return each
+    A paced consumer holds one fetch locally, not the backlog librdkafka would prefetch:
+    with conflation, a slow client conflates what each fetch brought (as a Geode client
+    gets, unconflated, what was already dispatched to it), not its whole backlog at once.
+
+    Args:
+        backoff_ms: ``ClientSettings.queue_fetch_backoff_ms``, in ms; 0 keeps librdkafka's
+            defaults.
+
+    Returns:
+        The librdkafka keys to add to the consumer's configuration (empty for 0, which
+        also keeps ``max.partition.fetch.bytes`` at 1 MiB).
+    """
+    if backoff_ms <= 0:
+        return {}
+    return {
+        "queued.min.messages": 1,
+        "fetch.queue.backoff.ms": backoff_ms,
+        "max.partition.fetch.bytes": CONSUMER_FETCH_MAX_BYTES,
+    }

@@ -49,13 +49,14 @@ class GatewaySenderSettings(
         batch_time_interval_ms: Longest wait for a batch to fill, after its first event
             (Geode ``batch-time-interval``, default 1000 ms).
         send_when_idle: Send a batch at once, before it has ``batch_size`` events or its
-            ``batch_time_interval_ms`` passed, when no batch is in flight (default True),
-            as Nagle's algorithm (RFC 896) sends a segment at once on an idle connection:
-            a lone event is not held back while the link has nothing to carry, and
-            events still gather into batches while earlier ones wait for their acks, so a
-            busy sender sends full batches. False: Geode's batching
+            ``batch_time_interval_ms`` passed, when no batch is in flight, as Nagle's
+            algorithm (RFC 896) sends a segment at once on an idle connection: a lone
+            event is not held back while the link has nothing to carry, and events still
+            gather into batches while earlier ones wait for their acks, so a busy sender
+            sends full batches. Default False: Geode's batching
             (``AbstractGatewaySenderEventProcessor`` peeks until the batch is full or the
-            interval passed), where a lone event waits ``batch_time_interval_ms``.
+            interval passed), where a lone event waits ``batch_time_interval_ms``; True
+            trades batch sizes for lag at low rates.
         batch_conflation_enabled: Drop an update superseded by a later update of the same
             key in the same batch (Geode ``enable-batch-conflation``, default False).
         ack_timeout_ms: Longest wait for a batch's ack before it is resent whole, flagged
@@ -97,7 +98,7 @@ class GatewaySenderSettings(
     parallel: bool = False
     batch_size: int = Field(default=100, ge=1)
     batch_time_interval_ms: int = Field(default=1000, ge=1)
-    send_when_idle: bool = True
+    send_when_idle: bool = False
     batch_conflation_enabled: bool = False
     ack_timeout_ms: int = Field(default=30_000, ge=100)
     max_batches_in_flight: int = Field(default=10, ge=1, le=1000)
