@@ -55,6 +55,21 @@ final class Members {
     return properties;
   }
 
+  /**
+   * A server member's properties: on the loopback, no multicast, no JMX manager, HTTP
+   * service or cluster configuration (each member is configured by its own code).
+   */
+  static Properties serverProperties(String logFile) {
+    Properties properties = memberProperties(logFile);
+    properties.setProperty("mcast-port", "0");
+    properties.setProperty("bind-address", "127.0.0.1");
+    properties.setProperty("jmx-manager", "false");
+    properties.setProperty("http-service-port", "0");
+    properties.setProperty("enable-cluster-configuration", "false");
+    properties.setProperty("use-cluster-configuration", "false");
+    return properties;
+  }
+
   static void say(String tag, Object payload) throws Exception {
     System.out.println("@@" + tag + " " + JSON.writeValueAsString(payload));
     System.out.flush();
@@ -66,14 +81,8 @@ final class Members {
    */
   static void server(String[] args) throws Exception {
     int port = Integer.parseInt(args[1]);
-    Properties properties = memberProperties(args[2]);
+    Properties properties = serverProperties(args[2]);
     int locatorPort = Integer.parseInt(args[3]);
-    properties.setProperty("mcast-port", "0");
-    properties.setProperty("bind-address", "127.0.0.1");
-    properties.setProperty("jmx-manager", "false");
-    properties.setProperty("http-service-port", "0");
-    properties.setProperty("enable-cluster-configuration", "false");
-    properties.setProperty("use-cluster-configuration", "false");
     // Two servers: losing one is more than half the weight, which would make the survivor
     // shut itself down as the losing side of a partition; the failover phase wants it to
     // carry on, as an operator of a two-server system configures it.

@@ -48,13 +48,7 @@ final class Wan {
   private Wan() {}
 
   private static Properties siteProperties(String logFile, int siteId, int locatorPort) {
-    Properties properties = Members.memberProperties(logFile);
-    properties.setProperty("mcast-port", "0");
-    properties.setProperty("bind-address", "127.0.0.1");
-    properties.setProperty("jmx-manager", "false");
-    properties.setProperty("http-service-port", "0");
-    properties.setProperty("enable-cluster-configuration", "false");
-    properties.setProperty("use-cluster-configuration", "false");
+    Properties properties = Members.serverProperties(logFile);
     properties.setProperty("distributed-system-id", Integer.toString(siteId));
     properties.setProperty("locators", "127.0.0.1[" + locatorPort + "]");
     properties.setProperty("start-locator", "127.0.0.1[" + locatorPort + "]");
