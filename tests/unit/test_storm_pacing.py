@@ -145,9 +145,11 @@ class _Pages:
 class _Replies:
     def __init__(self) -> None:
         self.sent: list[tuple[str, Reply]] = []
+        self.bulk: list[bool] = []
 
-    def reply(self, reply: Reply, to: Any) -> None:
+    def reply(self, reply: Reply, to: Any, *, bulk: bool = False) -> None:
         self.sent.append((to.client_id, reply))
+        self.bulk.append(bulk)
 
 
 class _Owned:
@@ -188,6 +190,7 @@ def test_a_load_is_sent_a_page_at_a_time_and_ends_with_the_registration_version(
     assert [r.version for r in answer] == [None, None, 42]
     assert {e.key for r in answer for e in r.entries} == {f"k{i}" for i in range(25)}
     assert loads.pending == 0
+    assert replies.bulk == [True, True, True]  # by the lingering producer, all of them
 
 
 def test_an_empty_bucket_still_ends_its_answer() -> None:
@@ -206,6 +209,32 @@ def test_a_turn_stops_once_its_budget_is_spent() -> None:
     # 20 ms at 4 ms a page: 5 pages, never a whole bucket of 100 pages.
     assert len(pages.reads) == 5
     assert loads.pending == 8
+
+
+def test_over_time_loads_take_at_most_their_share_of_the_loop() -> None:
+    # The budget bounds one turn; the share bounds the rate a storm drives the producer,
+    # Kafka and the registering clients at, which on shared cores others wait behind.
+    loads, pages, _, _, clock = _loads(size=1000, cost_s=0.004, initial_results_share=0.25)
+    assert loads.wait_s() is None, "nothing pending: the loop polls its whole timeout"
+    loads.add(_registration("a", 0))
+    assert loads.wait_s() == 0.0
+    assert loads.run()
+    assert len(pages.reads) == 5  # 20 ms
+    # 20 ms at a share of a quarter: the next run may start 60 ms later, not before.
+    assert loads.wait_s() == pytest.approx(0.060)
+    clock[0] += 0.059
+    assert not loads.run()
+    assert len(pages.reads) == 5
+    clock[0] += 0.001
+    assert loads.run()
+    assert len(pages.reads) == 10
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_a_share_that_sends_nothing_or_more_than_the_loop_is_refused(share: float) -> None:
+    assert ServerSettings(initial_results_share=1.0).initial_results_share == 1.0
+    with pytest.raises(ValueError, match="initial_results_share"):
+        ServerSettings(initial_results_share=share)
 
 
 def test_loads_run_a_bounded_number_at_once_and_a_client_at_most_half() -> None:

@@ -232,6 +232,12 @@ class ServerSettings(
             wait for the next turn (:mod:`regionbus.broker.initial_results`). 20 ms, as
             long as the loop holds back what it produced: others' operations wait about
             that long behind a storm of registrations.
+        initial_results_share: Most of the loop's wall-clock time, over time, spent
+            sending initial results (0 < share <= 1; 1: only the budget per turn bounds
+            them). 0.5: a storm of registrations then makes the producer, Kafka and the
+            registering clients work at most half as hard as the loop could drive them,
+            which on shared cores is what others' operations wait behind (measured with
+            ``bench.fleet``'s storms; bench/RESULTS.md).
         initial_results_running_max: Most initial-result loads (one bucket of one
             registration each) read at once, in turn; others wait, first in first out, a
             client running at most half of them. 8: a registration of every key is 16
@@ -334,6 +340,7 @@ class ServerSettings(
     max_pending_functions: int = Field(default=256, ge=1)
     function_max_result_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     initial_results_budget_ms: int = Field(default=20, ge=1)
+    initial_results_share: float = Field(default=0.5, gt=0, le=1)
     initial_results_running_max: int = Field(default=8, ge=1)
     initial_results_page_entries: int = Field(default=1000, ge=1)
     connects_admitted_per_s: float = Field(default=1000.0, gt=0)

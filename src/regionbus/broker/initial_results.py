@@ -7,8 +7,10 @@ send them within the handling of its operation. Two hundred clients registering 
 a region of 100,000 entries made that 3,200 whole-bucket reads in a row, and held every
 other client's operations (read in the same loop) behind them for tens of seconds. Here
 that work waits in a :class:`regionbus.broker.pacing.FairQueue` and runs, a bounded number
-of loads at once, for at most ``initial_results_budget_ms`` of each turn of the loop;
-then the loop reads operations again.
+of loads at once, for at most ``initial_results_budget_ms`` of each turn of the loop and
+at most ``initial_results_share`` of its time; then the loop reads operations again. The
+pages go by the server's lingering producer (``bulk`` replies,
+`regionbus.broker.deliveries`).
 
 How a paged load stays gap-free (docs/behaviour.md §3, §4). The registration takes effect when its
 operation is processed, in the bucket's order (Geode registers interest before it sends
@@ -128,9 +130,17 @@ def reply_entries(
 class InitialResults:
     """The initial results waiting or being sent, and the share of the loop they get.
 
+    Two bounds: a turn's sending stops at ``initial_results_budget_ms`` (what another
+    client's operation read in that turn waits at most), and over time the sending takes
+    at most ``initial_results_share`` of the loop's wall-clock time: after a run of t
+    seconds, the next waits t * (1 - share) / share. The second bounds what a storm of
+    registrations makes everything downstream do per second (the producer, Kafka, the
+    clients decoding), which on shared cores is what others' operations wait behind.
+
     Args:
-        settings: ``initial_results_budget_ms``, ``initial_results_running_max``,
-            ``initial_results_page_entries``, ``reply_chunk_bytes``.
+        settings: ``initial_results_budget_ms``, ``initial_results_share``,
+            ``initial_results_running_max``, ``initial_results_page_entries``,
+            ``reply_chunk_bytes``.
         store: Reads the pages.
         ownership: A load of a bucket no longer held here is dropped (its client's
             request times out, as any request whose primary failed before answering).
@@ -156,11 +166,20 @@ class InitialResults:
         # A client's share of the loads running at once: half of them, so a client whose
         # registrations queued many loads leaves room for the next client.
         self._client_share = max(1, settings.initial_results_running_max // 2)
+        self._resume_s = 0.0
+        """When the next run may start (monotonic clock, s)."""
 
     @property
     def pending(self) -> int:
         """Loads waiting or running."""
         return len(self._waiting) + len(self._running)
+
+    def wait_s(self) -> float | None:
+        """How long until a run may send (s; 0 now), or None when nothing is pending: the
+        loop polls for operations at most this long."""
+        if not self.pending:
+            return None
+        return max(0.0, self._resume_s - self._clock_s())
 
     def add(self, load: Load) -> None:
         """Queue a load behind the others (it runs on a later turn, :meth:`run`)."""
@@ -182,7 +201,8 @@ class InitialResults:
         """Run loads for at most ``initial_results_budget_ms`` (at each turn of the loop),
         a page of each running load in turn, at most ``initial_results_running_max`` at
         once. One page or one whole load may end past the budget: the budget is checked
-        between steps.
+        between steps. Nothing runs before the time the last run's share set
+        (:meth:`wait_s`).
 
         Returns:
             True when anything was sent (the caller sends the outbox).
@@ -192,7 +212,16 @@ class InitialResults:
         """
         if not self.pending:
             return False
-        deadline_s = self._clock_s() + self._settings.initial_results_budget_ms / 1000
+        began_s = self._clock_s()
+        if began_s < self._resume_s:
+            return False
+        try:
+            return self._run_until(began_s + self._settings.initial_results_budget_ms / 1000)
+        finally:
+            spent_s = self._clock_s() - began_s
+            self._resume_s = began_s + spent_s / self._settings.initial_results_share
+
+    def _run_until(self, deadline_s: float) -> bool:
         worked = False
         while True:
             self._fill()
@@ -232,7 +261,7 @@ class InitialResults:
         )
         done = load.cursor == 0
         reply_entries(
-            partial(self._outbox.reply, to=ClientAddress.of(load.op)),
+            partial(self._outbox.reply, to=ClientAddress.of(load.op), bulk=True),
             self._settings.reply_chunk_bytes,
             load.op,
             load.bucket,

@@ -85,7 +85,7 @@ class Outbox(Deliveries):
         )
         self.gathered: list[Addressed] = []
         """What this poll batch gathered, in the order the runs began."""
-        self._replies: dict[tuple[str, int, bytes], Addressed] = {}
+        self._replies: dict[tuple[str, int, bytes, bool], Addressed] = {}
         self._open: dict[tuple[str, int], OpenRuns] = {}
         self.seal: Seal | None = None
         """Signs what goes to client topics (set when security is on), else None."""
@@ -101,7 +101,7 @@ class Outbox(Deliveries):
 
     # --- gathered per poll batch -------------------------------------------------------
 
-    def reply(self, reply: Reply, to: ClientAddress) -> None:
+    def reply(self, reply: Reply, to: ClientAddress, *, bulk: bool = False) -> None:
         """Queue a reply to a client, in the shared reply topic of its Kafka principal;
         dropped (and counted) when that topic does not exist (a forged principal, a
         client that never started).
@@ -110,6 +110,9 @@ class Outbox(Deliveries):
             reply: The reply.
             to: The client asked: the address of its request
                 (:meth:`ClientAddress.of`), whose principal names the reply topic it reads.
+            bulk: A page of initial results: sent by the lingering producer, so that the
+                replies other clients wait for never queue behind it (every reply of one
+                request must be sent with the same ``bulk``, to stay in order).
         """
         client_id = to.client_id
         topic = self.topics.client_replies(to.kafka_principal)
@@ -118,9 +121,10 @@ class Outbox(Deliveries):
             self.stats.replies_dropped += 1
             return
         address = (topic, client_partition(client_id, partitions), client_id.encode())
-        addressed = self._replies.get(address)
+        addressed = self._replies.get((*address, bulk))
         if addressed is None:
-            addressed = self._replies[address] = Addressed(*address, client_id, None)
+            addressed = self._replies[(*address, bulk)] = Addressed(*address, client_id, None)
+            addressed.bulk = bulk
             self.gathered.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1
@@ -367,6 +371,7 @@ class Outbox(Deliveries):
                 on_delivery=report,
                 headers=headers,
                 also_settles=addressed.reserved if index == len(values) - 1 else -1,
+                bulk=addressed.bulk,
             )
 
     def _queue_delivery(

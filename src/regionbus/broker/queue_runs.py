@@ -43,10 +43,12 @@ class Addressed:
     clients; the clients whose queue it goes to (none for replies) and the originators of
     its events (whose replies wait while it is parked); the number reserved for it while
     it is parked (-1 when it is not); with tracing on, ``{position in framed: traceparent}``
-    of its traced events (`regionbus.broker.tracing`), else None."""
+    of its traced events (`regionbus.broker.tracing`), else None; and whether it is bulk
+    (initial results, sent by the lingering producer: `regionbus.broker.deliveries`)."""
 
     __slots__ = (
         "account",
+        "bulk",
         "client_id",
         "framed",
         "key",
@@ -82,6 +84,7 @@ class Addressed:
         self.originators: set[str] = set()
         self.reserved = -1
         self.traced: dict[int, bytes] | None = None
+        self.bulk = False
 
 
 class OpenRuns:

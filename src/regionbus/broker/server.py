@@ -341,6 +341,7 @@ class CacheServer(BackgroundWorker):
         liveness_every_s = min(5.0, s.maximum_time_between_pings_ms / 4000)
         reaper_every_s = s.durable_client_reaper_interval_s
         elect_every_s = s.lease_ttl_ms / 4000
+        poll_timeout_s = s.poll_timeout_ms / 1000
         start = time.monotonic()
         next_sync, next_liveness = start + sync_every_s, start + liveness_every_s
         next_reap, next_elect = start + reaper_every_s, start + elect_every_s
@@ -348,7 +349,11 @@ class CacheServer(BackgroundWorker):
             while not self.stopping.is_set():
                 self.turned()
                 parts.ownership.drop_lost()
-                messages = poll_batch(parts.consumer, s.poll_batch_size, s.poll_timeout_ms / 1000)
+                # Initial results waiting to be sent are work in hand: the poll waits only
+                # until their next run, not its whole timeout between pages.
+                loads_in_s = parts.handlers.initial_results.wait_s()
+                poll_s = poll_timeout_s if loads_in_s is None else min(loads_in_s, poll_timeout_s)
+                messages = poll_batch(parts.consumer, s.poll_batch_size, poll_s)
                 if messages:
                     self._process(messages)
                 if parts.intake.connects.admit_due() + parts.handlers.initial_results.run():
