@@ -9,11 +9,13 @@ topic partition, so on one producer a turn's queue and reply records went out be
 request per bucket its events touched, and could wait behind them; and ``linger.ms``
 applies to a producer as a whole. The pages of initial results (registrations' bulk loads,
 megabytes per client in a storm of them) go by the lingering producer too: on the other,
-a bystander's reply waited behind them in the producer's queue and on its connection
-(measured: half of the bystander's p99 during 200 registrations at once was between the
-server's produce and its own read). A topic partition is always produced by the same one
-of the two, so its order is a producer's order, except a reply topic's: there the replies
-to one request all go by one of them, which keeps the only order a client relies on.
+a bystander's reply could wait behind them in the producer's queue and on its connection
+(half of a bystander's p99 during 200 registrations at once was between the server's
+produce and its own read; how much of that this saves was not measured apart from the
+other pacing, `regionbus.broker.initial_results`). A topic partition is always produced
+by the same one of the two, so its order is a producer's order, except a reply topic's:
+there the replies to one request all go by one of them, which keeps the only order a
+client relies on.
 
 Every message is numbered as it is handed to either producer, and
 :meth:`Deliveries.settled` says when every message up to a :meth:`Deliveries.mark` has its
