@@ -215,13 +215,14 @@ def test_over_time_loads_take_at_most_their_share_of_the_loop() -> None:
     # The budget bounds one turn; the share bounds the rate a storm drives the producer,
     # Kafka and the registering clients at, which on shared cores others wait behind.
     loads, pages, _, _, clock = _loads(size=1000, cost_s=0.004, initial_results_share=0.25)
-    assert loads.wait_s() is None, "nothing pending: the loop polls its whole timeout"
+    assert loads.poll_s(0.1) == 0.1, "nothing pending: the loop polls its whole timeout"
     loads.add(_registration("a", 0))
-    assert loads.wait_s() == 0.0
+    assert loads.poll_s(0.1) == 0.0, "pages to send: the poll does not idle"
     assert loads.run()
     assert len(pages.reads) == 5  # 20 ms
     # 20 ms at a share of a quarter: the next run may start 60 ms later, not before.
-    assert loads.wait_s() == pytest.approx(0.060)
+    assert loads.poll_s(0.1) == pytest.approx(0.060)
+    assert loads.poll_s(0.01) == 0.01, "never past the loop's own poll timeout"
     clock[0] += 0.059
     assert not loads.run()
     assert len(pages.reads) == 5

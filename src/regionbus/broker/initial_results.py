@@ -174,12 +174,13 @@ class InitialResults:
         """Loads waiting or running."""
         return len(self._waiting) + len(self._running)
 
-    def wait_s(self) -> float | None:
-        """How long until a run may send (s; 0 now), or None when nothing is pending: the
-        loop polls for operations at most this long."""
+    def poll_s(self, timeout_s: float) -> float:
+        """How long the loop may wait for operations (s): ``timeout_s`` (its poll timeout)
+        when nothing is pending, else no longer than until a run may send (0: now), so the
+        loop never idles its whole timeout between two turns of pages."""
         if not self.pending:
-            return None
-        return max(0.0, self._resume_s - self._clock_s())
+            return timeout_s
+        return min(timeout_s, max(0.0, self._resume_s - self._clock_s()))
 
     def add(self, load: Load) -> None:
         """Queue a load behind the others (it runs on a later turn, :meth:`run`)."""
@@ -202,7 +203,7 @@ class InitialResults:
         a page of each running load in turn, at most ``initial_results_running_max`` at
         once. One page or one whole load may end past the budget: the budget is checked
         between steps. Nothing runs before the time the last run's share set
-        (:meth:`wait_s`).
+        (:meth:`poll_s`).
 
         Returns:
             True when anything was sent (the caller sends the outbox).

@@ -120,11 +120,12 @@ class Outbox(Deliveries):
         if not partitions:
             self.stats.replies_dropped += 1
             return
-        address = (topic, client_partition(client_id, partitions), client_id.encode())
-        addressed = self._replies.get((*address, bulk))
+        partition = client_partition(client_id, partitions)
+        address = (topic, partition, client_id.encode(), bulk)
+        addressed = self._replies.get(address)
         if addressed is None:
-            addressed = self._replies[(*address, bulk)] = Addressed(*address, client_id, None)
-            addressed.bulk = bulk
+            addressed = Addressed(topic, partition, address[2], client_id, None, bulk=bulk)
+            self._replies[address] = addressed
             self.gathered.append(addressed)
         addressed.framed.append(encode(reply))
         self.stats.replies += 1

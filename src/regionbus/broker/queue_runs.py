@@ -71,6 +71,8 @@ class Addressed:
         account: QueueAccount | None,
         listed: bytes | None = None,
         members: frozenset[str] = frozenset(),
+        *,
+        bulk: bool = False,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -84,7 +86,7 @@ class Addressed:
         self.originators: set[str] = set()
         self.reserved = -1
         self.traced: dict[int, bytes] | None = None
-        self.bulk = False
+        self.bulk = bulk
 
 
 class OpenRuns:

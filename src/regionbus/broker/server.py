@@ -349,10 +349,7 @@ class CacheServer(BackgroundWorker):
             while not self.stopping.is_set():
                 self.turned()
                 parts.ownership.drop_lost()
-                # Initial results waiting to be sent are work in hand: the poll waits only
-                # until their next run, not its whole timeout between pages.
-                loads_in_s = parts.handlers.initial_results.wait_s()
-                poll_s = poll_timeout_s if loads_in_s is None else min(loads_in_s, poll_timeout_s)
+                poll_s = parts.handlers.initial_results.poll_s(poll_timeout_s)
                 messages = poll_batch(parts.consumer, s.poll_batch_size, poll_s)
                 if messages:
                     self._process(messages)
