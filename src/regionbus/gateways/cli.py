@@ -189,6 +189,10 @@ def repair_from_settings(settings: GatewayRepairSettings) -> GatewayRepair:
     )
 
 
+def _by_step(figures: dict[str, Any], form: str) -> str:
+    return ", ".join(f"{step} {form.format(value)}" for step, value in figures.items()) or "-"
+
+
 def report_text(report: RepairReport, as_json: bool = False, decisions: int = 20) -> str:
     """A run's report for people (a summary line and the first ``decisions`` decisions), or
     as one JSON object (every decision the report kept)."""
@@ -204,8 +208,8 @@ def report_text(report: RepairReport, as_json: bool = False, decisions: int = 20
         f"{report.buckets_differing} differed ({report.leaves_differing} leaves); "
         f"{report.keys_differing} keys differed: {report.applied} repaired, "
         f"{report.refused} refused as older, {report.failed} failed; "
-        f"{report.bytes_moved:,} bytes moved "
-        f"in {report.seconds:.1f} s"
+        f"{report.bytes_moved:,} bytes moved ({_by_step(report.bytes_by_step, '{:,}')}) "
+        f"in {report.seconds:.1f} s ({_by_step(report.seconds_by_step, '{:.1f} s')})"
     ]
     for d in report.decisions[:decisions]:
         lines.append(
@@ -246,7 +250,7 @@ _REPAIR = GatewayRepairSettings
 @setting_option(
     _REPAIR, "regions", "--region", multiple=True, help="A region to compare (repeatable)."
 )
-@setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.IntRange(1, 16))
+@setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.IntRange(1, 24))
 @setting_option(_REPAIR, "dry_run", "--dry-run", is_flag=True, default=None)
 @setting_option(_REPAIR, "interval_s", "--interval-s", type=float)
 @click.option("--json", "as_json", is_flag=True, help="Print each run's report as JSON.")

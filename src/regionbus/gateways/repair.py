@@ -9,18 +9,23 @@ and this is that, for regions.
 
 Per region and bucket:
 
-1. **Digest, at each site.** A Lua script (``lua/repair_digest.lua``) walks the bucket's
-   entries in Redis a step at a time and keeps the leaves of a Merkle tree there: leaf =
-   the first ``leaf_bits`` bits of SHA-1(key); leaf digest = XOR of SHA-1(key, gateway
-   version) over the leaf's entries. An entry's gateway version (``<timestamp
+1. **Digest, at each site** (both at once). A Lua script (``lua/repair_digest.lua``)
+   walks the bucket's entries in Redis a step at a time and keeps the leaves of a Merkle
+   tree there: leaf = the first ``leaf_bits`` bits of SHA-1(key); leaf digest = XOR of
+   SHA-1(the run's salt, key, gateway version) over the leaf's entries. Unless set,
+   ``leaf_bits`` is sized to the bucket: about four leaves per entry of the larger site
+   (:func:`leaf_bits_for`). An entry's gateway version (``<timestamp
    ms>|<site id>``, written at every change on a site with a ``distributed_system_id``)
    names the change that made it, so two sites hold the same entry exactly when they
    hold the same version.
 2. **Descend the tree.** A binary tree built over the leaves in Redis
    (``lua/repair_tree.lua``), a level at a time (``lua/repair_nodes.lua``): one site's
    digests of the level's nodes go to the other, whose Redis answers which of its own
-   differ; the roots first, then only the children of nodes that differ, down to the
-   leaves. A bucket whose roots agree costs one 8-byte digest.
+   differ, one bit a node; the roots first, then only the children of nodes that differ,
+   down to the leaves. Of two children only the left one's digest is read: a node's digest
+   is the XOR of its children's, so the right one's is the parent's XOR the left's. A
+   bucket whose roots agree costs one 4-byte digest; a differing key, about 4 bytes a level
+   below the levels it shares with other differences.
 3. **Read the differing leaves' entries** at both sites (``lua/repair_entries.lua``: the
    keys and versions of those leaves only), and each key's tombstone (the gateway version
    a destroy leaves) where one site no longer has the key.
@@ -45,8 +50,10 @@ from __future__ import annotations
 import secrets
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -58,13 +65,18 @@ from regionbus.schemas.messages import EventID, Operation, OperationKind, Reply
 from regionbus.schemas.naming import RedisKeys
 from regionbus.schemas.redis_values import GatewayVersion, parse_gateway_version, parse_meta
 
-LEAF_BITS = 16
-"""Leaves per bucket: 65,536 (a 1,000,000-entry region in 16 buckets: ~1 entry a leaf, so a
-differing key brings hardly any other entry along)."""
-FANOUT_BITS = 1
-"""Children per node: 2. A binary tree asks for two 8-byte digests per level under each
-difference, where 16 children would ask for sixteen at a quarter of the levels: half the
-bytes."""
+MAX_LEAF_BITS = 24
+"""Most leaves per bucket, as bits: 16,777,216 (the leaf is that many bits of SHA-1(key))."""
+SPARE_LEAF_BITS = 2
+"""Leaves per entry, as bits, when ``leaf_bits`` is sized to the bucket: four leaves an
+entry. A differing leaf brings its other entries along (a key and version from each site,
+~50 bytes each: on average ~1 at one leaf an entry, ~0.25 at four), and each further level
+of the tree costs a differing key ~4 bytes."""
+LOWEST_STORED_SPAN = 4
+"""The tree's nodes covering fewer than 2^4 leaves are not stored: they are most of the
+tree's nodes, and writing them took twice as long as the digest itself (measured on a
+62,500-entry bucket). The few the descent asks for are computed from their leaves, at most
+8 a node."""
 NODES_PER_CALL = 4000
 """Most nodes one Lua call reads (Lua's ``unpack`` stack)."""
 SCAN_COUNT = 1000
@@ -73,7 +85,11 @@ LEAF_HASH_TTL_S = 600
 """How long a run's leaves stay in Redis at most (deleted at the end of the bucket)."""
 APPLY_WINDOW = 500
 """Operations sent before their replies are waited for."""
-_DIGEST_BYTES = 8
+_DIGEST_BYTES = 4
+"""Bytes of a node's digest that cross between the sites: 32 bits. A difference under a
+node hides behind equal digests with probability 2^-32 per comparison; every run salts
+its hashes anew (``lua/repair_digest.lua``), so a difference one run missed is found by
+the next. 64 bits would double the tree's share of the bytes moved."""
 _SCRIPTS = {
     name: files("regionbus.gateways").joinpath(f"lua/{name}.lua").read_text()
     for name in ("repair_digest", "repair_tree", "repair_nodes", "repair_entries")
@@ -142,7 +158,14 @@ class RepairReport:
         errors: ``"<key>: <error type>: <message>"`` of the first failed changes.
         bytes_moved: Bytes that crossed between the sites: tree nodes, the differing
             leaves' keys and versions, the winning values.
+        bytes_by_step: ``bytes_moved`` by step: ``"tree"`` (the nodes' digests and the
+            answers naming the differing ones), ``"entries"`` (the differing leaves' keys
+            and versions, and the tombstones asked for), ``"values"`` (the winning values
+            and their serializers).
         seconds: The run's duration.
+        seconds_by_step: ``seconds`` by step: ``"digest"`` (the leaves and the tree built
+            at both sites), ``"tree"`` (the descent), ``"entries"``, ``"apply"`` (values
+            read and the changes applied).
     """
 
     run_id: str
@@ -157,7 +180,20 @@ class RepairReport:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     bytes_moved: int = 0
+    bytes_by_step: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    seconds_by_step: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def _step(report: RepairReport, name: str) -> Iterator[None]:
+    """Adds the block's duration to ``report.seconds_by_step[name]``."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        spent = time.monotonic() - began
+        report.seconds_by_step[name] = report.seconds_by_step.get(name, 0.0) + spent
 
 
 class _SiteReader:
@@ -167,8 +203,9 @@ class _SiteReader:
         self.site = site
         self.keys = RedisKeys(site.namespace)
         self._run_id = run_id
-        self.received = 0
-        """Bytes of the answers read from this site (what left it)."""
+        self.received: Counter[str] = Counter()
+        """Bytes of the answers read from this site (what left it), by step (see
+        ``RepairReport.bytes_by_step``)."""
         self._digest = site.redis.register_script(_SCRIPTS["repair_digest"])
         self._tree = site.redis.register_script(_SCRIPTS["repair_tree"])
         self._nodes = site.redis.register_script(_SCRIPTS["repair_nodes"])
@@ -180,6 +217,12 @@ class _SiteReader:
     def _node_hash(self, region: str, bucket: int) -> str:
         return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}:nodes"
 
+    def entry_count(self, region: str, bucket: int) -> int:
+        """The bucket's entries here (valid or invalid)."""
+        count = int(self.site.redis.hlen(self.keys.region_meta(region, bucket)))
+        self.received["tree"] += len(str(count))
+        return count
+
     def digest(self, region: str, bucket: int, leaf_bits: int) -> None:
         cursor: Any = 0
         keys = [
@@ -188,19 +231,22 @@ class _SiteReader:
             self._leaf_hash(region, bucket),
         ]
         while True:
-            cursor = self._digest(keys, [cursor, SCAN_COUNT, leaf_bits, LEAF_HASH_TTL_S])
+            cursor = self._digest(
+                keys, [cursor, SCAN_COUNT, leaf_bits, LEAF_HASH_TTL_S, self._run_id]
+            )
             if int(cursor) == 0:
                 break
         tree = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
-        self._tree(tree, [leaf_bits, FANOUT_BITS, LEAF_HASH_TTL_S])
+        self._tree(tree, [leaf_bits, LOWEST_STORED_SPAN, LEAF_HASH_TTL_S])
 
     def nodes(self, region: str, bucket: int, span_bits: int, nodes: Sequence[int]) -> bytes:
-        """8 bytes of digest per node (see ``lua/repair_nodes.lua``)."""
+        """``_DIGEST_BYTES`` of digest per node (see ``lua/repair_nodes.lua``)."""
         keys = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
         out = bytearray()
         for start in range(0, len(nodes), NODES_PER_CALL):
-            out += self._nodes(keys, [span_bits, "", *nodes[start : start + NODES_PER_CALL]])
-        self.received += len(out)
+            chunk = nodes[start : start + NODES_PER_CALL]
+            out += self._nodes(keys, [span_bits, "", LOWEST_STORED_SPAN, *chunk])
+        self.received["tree"] += len(out)
         return bytes(out)
 
     def differing(
@@ -213,9 +259,9 @@ class _SiteReader:
         for start in range(0, len(nodes), NODES_PER_CALL):
             chunk = nodes[start : start + NODES_PER_CALL]
             digests = theirs[start * _DIGEST_BYTES : (start + len(chunk)) * _DIGEST_BYTES]
-            raw = self._nodes(keys, [span_bits, digests, *chunk])
-            self.received += len(raw)
-            out += [chunk[i] for (i,) in struct.iter_unpack(">I", raw)]
+            raw = self._nodes(keys, [span_bits, digests, LOWEST_STORED_SPAN, *chunk])
+            self.received["tree"] += len(raw)
+            out += [chunk[i] for i in _set_bits(raw)]
         return out
 
     def entries(
@@ -229,11 +275,10 @@ class _SiteReader:
         ]
         while True:
             raw = self._entries(keys, [cursor, SCAN_COUNT, leaf_bits, *leaves])
-            self.received += sum(len(item) for item in raw)
+            self.received["entries"] += sum(len(item) for item in raw)
             cursor = raw[0]
             for i in range(1, len(raw), 2):
-                version = raw[i + 1]
-                out[raw[i].decode()] = parse_gateway_version(version) if version else None
+                out[raw[i].decode()] = _unpack_version(raw[i + 1])
             if int(cursor) == 0:
                 return out
 
@@ -243,7 +288,7 @@ class _SiteReader:
         if not keys:
             return []
         raw = self.site.redis.hmget(self.keys.region_gateway_versions(region, bucket), list(keys))
-        self.received += sum(len(v or b"") for v in raw)
+        self.received["entries"] += sum(len(v or b"") for v in raw)
         return [parse_gateway_version(v) if v else None for v in raw]
 
     def values(
@@ -256,7 +301,7 @@ class _SiteReader:
         pipe.hmget(self.keys.region_values(region, bucket), list(keys))
         pipe.hmget(self.keys.region_meta(region, bucket), list(keys))
         values, metas = pipe.execute()
-        self.received += sum(len(v or b"") for v in (*values, *metas))
+        self.received["values"] += sum(len(v or b"") for v in (*values, *metas))
         return [
             (value, parse_meta(meta).serializer if meta else None)
             for value, meta in zip(values, metas, strict=True)
@@ -264,6 +309,33 @@ class _SiteReader:
 
     def drop(self, region: str, bucket: int) -> None:
         self.site.redis.delete(self._leaf_hash(region, bucket), self._node_hash(region, bucket))
+
+
+def _set_bits(bitmap: bytes) -> Iterator[int]:
+    """The positions of the set bits of ``lua/repair_nodes.lua``'s answer (the first
+    position: the high bit of the first byte)."""
+    for i, byte in enumerate(bitmap):
+        for bit in range(8):
+            if byte & (0x80 >> bit):
+                yield i * 8 + bit
+
+
+def leaf_bits_for(entries: int) -> int:
+    """Leaves per bucket, as bits, for a bucket of ``entries`` entries (the larger site's):
+    ``SPARE_LEAF_BITS`` more than the bits of ``entries``, 1 to ``MAX_LEAF_BITS``."""
+    return max(1, min(MAX_LEAF_BITS, entries.bit_length() + SPARE_LEAF_BITS))
+
+
+def _unpack_version(packed: bytes) -> GatewayVersion | None:
+    """A gateway version as ``lua/repair_entries.lua`` packs it (None: b"", no version)."""
+    if not packed:
+        return None
+    high, low, site_id = struct.unpack(">HIB", packed)
+    return GatewayVersion((high << 32) | low, site_id)
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(a, b, strict=True))
 
 
 def _wins(a: GatewayVersion, b: GatewayVersion | None) -> bool:
@@ -282,13 +354,15 @@ class GatewayRepair:
         b: The other.
         total_buckets: Buckets of both sites (they must agree: a key is in the same
             bucket at both).
-        leaf_bits: Leaves per bucket, as bits (``LEAF_BITS``; 1-16).
+        leaf_bits: Leaves per bucket, as bits (1 to ``MAX_LEAF_BITS``); None (default):
+            sized to each bucket by :func:`leaf_bits_for`.
         dry_run: Compare and decide, change nothing.
         apply_timeout_ms: Longest wait for the servers' answers to one window of changes.
         max_decisions: Most decisions the report lists (all are counted).
 
     Raises:
-        ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not 1-16.
+        ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not 1 to
+            ``MAX_LEAF_BITS``.
     """
 
     def __init__(
@@ -297,15 +371,15 @@ class GatewayRepair:
         b: RepairSite,
         total_buckets: int,
         *,
-        leaf_bits: int = LEAF_BITS,
+        leaf_bits: int | None = None,
         dry_run: bool = False,
         apply_timeout_ms: int = 30_000,
         max_decisions: int = 1000,
     ) -> None:
         if a.site_id == b.site_id:
             raise ConfigurationError(f"both sites have distributed_system_id {a.site_id}")
-        if not 1 <= leaf_bits <= 16:
-            raise ConfigurationError(f"leaf_bits must be 1 to 16, not {leaf_bits}")
+        if leaf_bits is not None and not 1 <= leaf_bits <= MAX_LEAF_BITS:
+            raise ConfigurationError(f"leaf_bits must be 1 to {MAX_LEAF_BITS}, not {leaf_bits}")
         self.a, self.b = a, b
         self.total_buckets = total_buckets
         self.leaf_bits = leaf_bits
@@ -338,8 +412,10 @@ class GatewayRepair:
                 for bucket in range(self.total_buckets):
                     decisions = self._bucket(readers, region, bucket, report)
                     if decisions and not self.dry_run:
-                        self._apply(readers, pools, run_id, region, bucket, decisions, report)
-                    report.bytes_moved = sum(r.received for r in readers)
+                        with _step(report, "apply"):
+                            self._apply(readers, pools, run_id, region, bucket, decisions, report)
+                    report.bytes_by_step = dict(readers[0].received + readers[1].received)
+                    report.bytes_moved = sum(report.bytes_by_step.values())
                 if progress is not None:
                     progress(f"region {region}: {report.keys_differing} keys differed so far")
         finally:
@@ -358,10 +434,16 @@ class GatewayRepair:
         report: RepairReport,
     ) -> list[KeyDecision]:
         report.buckets_compared += 1
+        leaf_bits = self.leaf_bits
         try:
-            for reader in readers:
-                reader.digest(region, bucket, self.leaf_bits)
-            leaves = list(self._differing_leaves(readers, region, bucket, report))
+            with _step(report, "digest"), ThreadPoolExecutor(2) as both:
+                if leaf_bits is None:
+                    counts = both.map(lambda r: r.entry_count(region, bucket), readers)
+                    leaf_bits = leaf_bits_for(max(counts))
+                bits = leaf_bits
+                list(both.map(lambda r: r.digest(region, bucket, bits), readers))
+            with _step(report, "tree"):
+                leaves = self._differing_leaves(readers, region, bucket, leaf_bits)
         finally:
             for reader in readers:
                 reader.drop(region, bucket)
@@ -369,30 +451,38 @@ class GatewayRepair:
             return []
         report.buckets_differing += 1
         report.leaves_differing += len(leaves)
-        found = [r.entries(region, bucket, self.leaf_bits, leaves) for r in readers]
-        report.entries_read += sum(len(f) for f in found)
-        return self._decide(readers, region, bucket, found, report)
+        with _step(report, "entries"), ThreadPoolExecutor(2) as both:
+            found = list(both.map(lambda r: r.entries(region, bucket, bits, leaves), readers))
+            report.entries_read += sum(len(f) for f in found)
+            return self._decide(readers, region, bucket, found, report)
 
+    @staticmethod
     def _differing_leaves(
-        self,
-        readers: tuple[_SiteReader, _SiteReader],
-        region: str,
-        bucket: int,
-        report: RepairReport,
-    ) -> Iterator[int]:
+        readers: tuple[_SiteReader, _SiteReader], region: str, bucket: int, leaf_bits: int
+    ) -> list[int]:
         """Descend both trees from the root, into the children of differing nodes only: one
-        site's digests of a level go to the other, which answers which of its own differ."""
-        span = self.leaf_bits
-        nodes = [0]
+        site's digests of a level go to the other, which answers which of its own differ.
+        Of each two children, one site reads the left one's digest only; the right one's
+        is the parent's XOR it."""
         here, there = readers
-        while nodes:
-            ours = here.nodes(region, bucket, span, nodes)
-            differing = there.differing(region, bucket, span, nodes, ours)
-            if span == 0:
-                yield from differing
-                return
-            span -= FANOUT_BITS
-            nodes = [(n << FANOUT_BITS) + c for n in differing for c in range(1 << FANOUT_BITS)]
+        span = leaf_bits
+        nodes = [0]
+        digests = here.nodes(region, bucket, span, nodes)
+        while True:
+            differing = there.differing(region, bucket, span, nodes, digests)
+            if span == 0 or not differing:
+                return differing
+            parent = {
+                n: digests[i * _DIGEST_BYTES : (i + 1) * _DIGEST_BYTES] for i, n in enumerate(nodes)
+            }
+            span -= 1
+            lefts = here.nodes(region, bucket, span, [n << 1 for n in differing])
+            nodes, pairs = [], bytearray()
+            for i, n in enumerate(differing):
+                left = lefts[i * _DIGEST_BYTES : (i + 1) * _DIGEST_BYTES]
+                nodes += [n << 1, (n << 1) + 1]
+                pairs += left + _xor(parent[n], left)
+            digests = bytes(pairs)
 
     def _decide(
         self,

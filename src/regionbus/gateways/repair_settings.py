@@ -31,8 +31,9 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
         remote_redis_url: The other site's Redis (where its tree is computed).
         regions: The regions to compare (both sites define them).
         total_buckets: Buckets of both sites (servers' ``total_buckets``, default 16).
-        leaf_bits: Leaves per bucket as bits, 1-16 (default 16: 65,536 leaves); more
-            leaves move fewer entries along with each difference, and more tree nodes.
+        leaf_bits: Leaves per bucket as bits, 1-24 (default: sized to each bucket, about
+            four leaves an entry); more leaves move fewer entries along with each
+            difference, and more tree nodes.
         dry_run: Compare and report what would change, change nothing.
         interval_s: Run again every this many seconds, as anti-entropy (0: once).
         apply_timeout_ms: Longest wait for a site's servers to answer one window of
@@ -51,7 +52,7 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
     remote_redis_url: str
     regions: list[str] = Field(min_length=1)
     total_buckets: int = Field(default=16, ge=1)
-    leaf_bits: int = Field(default=16, ge=1, le=16)
+    leaf_bits: int | None = Field(default=None, ge=1, le=24)
     dry_run: bool = False
     interval_s: float = Field(default=0.0, ge=0.0)
     apply_timeout_ms: int = Field(default=30_000, ge=100)
