@@ -133,6 +133,25 @@ def test_a_dry_run_decides_and_changes_nothing_and_the_later_change_wins_at_eith
     assert a.values() == b.values() == {"k": b'"newer at B"'}
 
 
+@pytest.mark.parametrize("leaf_bits", [2, 6])
+def test_a_tree_of_few_leaves_finds_every_difference_from_levels_computed_from_the_leaves(
+    sites: list[Site], redis_url: str, leaf_bits: int
+) -> None:
+    # Below 16 leaves a node is not stored: 2 bits makes every level, the root included,
+    # computed from the leaves when asked; 6 bits stores the upper levels only.
+    a, b = sites
+    repair = _repair(sites, redis_url, leaf_bits=leaf_bits)
+    at_a, at_b = a.client().create_region("r"), b.client().create_region("r")
+    at_a.put_all({f"k{i}": i for i in range(300)})
+    assert repair.run(["r"]).applied == 300
+    for i in range(0, 300, 10):
+        at_b.put(f"k{i}", -i)
+    report = repair.run(["r"])
+    assert report.keys_differing == 30 and report.applied == 30, report
+    assert a.values() == b.values()
+    assert repair.run(["r"]).keys_differing == 0
+
+
 def test_the_command_repairs_and_reports_as_json(sites: list[Site], redis_url: str) -> None:
     a, b = sites
     a.start_server()
