@@ -407,10 +407,12 @@ class GatewayRepair:
         self._sequences = {}
         readers = (_SiteReader(self.a, run_id), _SiteReader(self.b, run_id))
         pools: dict[int, Pool] = {}
+        # The two sites' Lua steps run at once: each site's Redis works on its own half.
+        both = ThreadPoolExecutor(2, thread_name_prefix=f"repair-{run_id}")
         try:
             for region in regions:
                 for bucket in range(self.total_buckets):
-                    decisions = self._bucket(readers, region, bucket, report)
+                    decisions = self._bucket(readers, both, region, bucket, report)
                     if decisions and not self.dry_run:
                         with _step(report, "apply"):
                             self._apply(readers, pools, run_id, region, bucket, decisions, report)
@@ -419,6 +421,7 @@ class GatewayRepair:
                 if progress is not None:
                     progress(f"region {region}: {report.keys_differing} keys differed so far")
         finally:
+            both.shutdown()
             for pool in pools.values():
                 pool.close()
         report.seconds = time.monotonic() - began
@@ -429,6 +432,7 @@ class GatewayRepair:
     def _bucket(
         self,
         readers: tuple[_SiteReader, _SiteReader],
+        both: ThreadPoolExecutor,
         region: str,
         bucket: int,
         report: RepairReport,
@@ -436,7 +440,7 @@ class GatewayRepair:
         report.buckets_compared += 1
         leaf_bits = self.leaf_bits
         try:
-            with _step(report, "digest"), ThreadPoolExecutor(2) as both:
+            with _step(report, "digest"):
                 if leaf_bits is None:
                     counts = both.map(lambda r: r.entry_count(region, bucket), readers)
                     leaf_bits = leaf_bits_for(max(counts))
@@ -451,7 +455,7 @@ class GatewayRepair:
             return []
         report.buckets_differing += 1
         report.leaves_differing += len(leaves)
-        with _step(report, "entries"), ThreadPoolExecutor(2) as both:
+        with _step(report, "entries"):
             found = list(both.map(lambda r: r.entries(region, bucket, bits, leaves), readers))
             report.entries_read += sum(len(f) for f in found)
             return self._decide(readers, region, bucket, found, report)
