@@ -17,7 +17,13 @@ from support import Recorder, wait_until
 
 from regionbus.broker.cli import main
 from regionbus.clients import ALL_KEYS, ClientSettings
+from regionbus.gateways.filters import (
+    GatewayConflictHelper,
+    GatewayConflictResolver,
+    TimestampedEntryEvent,
+)
 from regionbus.gateways.repair import GatewayRepair, RepairSite
+from regionbus.schemas.messages import EventKind
 
 TOTAL_BUCKETS = 16
 
@@ -152,6 +158,56 @@ def test_a_tree_of_few_leaves_finds_every_difference_from_levels_computed_from_t
     assert repair.run(["r"]).keys_differing == 0
 
 
+class _KeepOrStamp(GatewayConflictResolver):
+    """Disallows changes to ``keep*`` keys; stamps the value of ``stamp*`` keys; records
+    what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[TimestampedEntryEvent] = []
+
+    def on_event(self, event: TimestampedEntryEvent, helper: GatewayConflictHelper) -> None:
+        self.seen.append(event)
+        if event.key.startswith("keep"):
+            helper.disallow_event()
+        elif event.key.startswith("stamp"):
+            helper.change_event_value(b'"stamped"')
+
+
+def test_the_conflict_resolver_decides_each_conflict_as_the_losing_sites_receiver_would(
+    sites: list[Site], redis_url: str
+) -> None:
+    a, b = sites
+    resolver = _KeepOrStamp()
+    repair = _repair(sites, redis_url, conflict_resolver=resolver)
+    at_a, at_b = a.client().create_region("r"), b.client().create_region("r")
+    at_a.put_all({"keep": "a1", "stamp": "a1", "plain": "a1"})
+    assert repair.run(["r"]).applied == 3 and resolver.seen == []  # B had nothing: no conflict
+    # B changes keep and stamp (its entries now last changed at site 2), then A changes all
+    # three later: A wins each, and B's keep and stamp are conflicts (A's plain is not: B
+    # last had it from site 1)
+    at_b.put("keep", "b2")
+    at_b.put("stamp", "b2")
+    time.sleep(0.01)  # a later timestamp on this millisecond clock
+    at_a.put_all({"keep": "a3", "stamp": "a3", "plain": "a3"})
+
+    report = repair.run(["r"])
+
+    assert report.keys_differing == 3 and report.disallowed == 1, report
+    assert report.applied == 2 and report.failed == 0, report
+    assert b.values() == {"keep": b'"b2"', "stamp": b'"stamped"', "plain": b'"a3"'}
+    seen = {event.key: event for event in resolver.seen}
+    assert sorted(seen) == ["keep", "stamp"]
+    assert seen["keep"].kind is EventKind.UPDATE
+    assert (seen["keep"].new_value, seen["keep"].old_value) == (b'"a3"', b'"b2"')
+    assert (seen["keep"].new_distributed_system_id, seen["keep"].old_distributed_system_id) == (
+        1,
+        2,
+    )
+    # what the resolver disallowed stays different: the next run finds it, and only it
+    again = repair.run(["r"])
+    assert again.keys_differing == 1 and again.disallowed == 1, again
+
+
 def test_the_command_repairs_and_reports_as_json(sites: list[Site], redis_url: str) -> None:
     a, b = sites
     a.start_server()
@@ -167,5 +223,7 @@ def test_the_command_repairs_and_reports_as_json(sites: list[Site], redis_url: s
     assert json.loads(dry.output)["keys_differing"] == 2 and b.values() == {}
     done = CliRunner().invoke(main, args)
     assert done.exit_code == 0, done.output
-    assert "2 keys differed: 2 repaired, 0 refused as older, 0 failed" in done.output, done.output
+    assert (
+        "2 keys differed: 2 repaired, 0 refused as older, 0 failed, 0 disallowed" in done.output
+    ), done.output
     assert b.values() == a.values() == {"x": b"1", "y": b"2"}

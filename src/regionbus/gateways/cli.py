@@ -23,6 +23,7 @@ import click
 
 from regionbus.clients.settings import ClientSettings
 from regionbus.gateways.async_event_queue import AsyncEventQueue, AsyncEventQueueSettings
+from regionbus.gateways.filters import GatewayConflictResolver
 from regionbus.gateways.receiver import GatewayReceiver, GatewayReceiverSettings
 from regionbus.gateways.repair import GatewayRepair, RepairReport, RepairSite
 from regionbus.gateways.repair_settings import GatewayRepairSettings
@@ -32,6 +33,7 @@ from regionbus.runtime.cli_options import CommandError, logging_options, setting
 from regionbus.runtime.observability import configure_logging
 from regionbus.runtime.redis_connect import connect_redis, connect_redis_url
 from regionbus.runtime.worker import BackgroundWorker
+from regionbus.schemas.hooks import load_hook
 from regionbus.schemas.settings import RegionBusSettings
 
 
@@ -186,6 +188,11 @@ def repair_from_settings(settings: GatewayRepairSettings) -> GatewayRepair:
         leaf_bits=settings.leaf_bits,
         dry_run=settings.dry_run,
         apply_timeout_ms=settings.apply_timeout_ms,
+        conflict_resolver=(
+            load_hook(settings.conflict_resolver, GatewayConflictResolver)
+            if settings.conflict_resolver
+            else None
+        ),
     )
 
 
@@ -207,7 +214,8 @@ def report_text(report: RepairReport, as_json: bool = False, decisions: int = 20
         f"repair {report.run_id}: {report.buckets_compared} region buckets compared, "
         f"{report.buckets_differing} differed ({report.leaves_differing} leaves); "
         f"{report.keys_differing} keys differed: {report.applied} repaired, "
-        f"{report.refused} refused as older, {report.failed} failed; "
+        f"{report.refused} refused as older, {report.failed} failed, "
+        f"{report.disallowed} disallowed by the conflict resolver; "
         f"{report.bytes_moved:,} bytes moved ({_by_step(report.bytes_by_step, '{:,}')}) "
         f"in {report.seconds:.1f} s ({_by_step(report.seconds_by_step, '{:.1f} s')})"
     ]
@@ -251,6 +259,12 @@ _REPAIR = GatewayRepairSettings
     _REPAIR, "regions", "--region", multiple=True, help="A region to compare (repeatable)."
 )
 @setting_option(_REPAIR, "leaf_bits", "--leaf-bits", type=click.IntRange(1, 24))
+@setting_option(
+    _REPAIR,
+    "conflict_resolver",
+    "--conflict-resolver",
+    help="module:Class of a GatewayConflictResolver.",
+)
 @setting_option(_REPAIR, "dry_run", "--dry-run", is_flag=True, default=None)
 @setting_option(_REPAIR, "interval_s", "--interval-s", type=float)
 @click.option("--json", "as_json", is_flag=True, help="Print each run's report as JSON.")

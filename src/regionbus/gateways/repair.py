@@ -31,7 +31,12 @@ Per region and bucket:
    a destroy leaves) where one site no longer has the key.
 4. **Decide each key** as WAN delivery would have: the change with the later timestamp
    wins, then the higher site id (the servers' conflict check, docs/behaviour.md §6). A
-   destroy whose tombstone is newer than the other site's entry wins as a destroy.
+   destroy whose tombstone is newer than the other site's entry wins as a destroy. With a
+   ``GatewayConflictResolver``, it then runs as the losing site's gateway receiver would
+   run it: on each change whose key the losing site last changed at another site than the
+   change's own (`regionbus.gateways.filters.resolve_conflict`'s rule), seeing the losing
+   site's value; it may disallow the change (that site keeps its entry) or change its
+   value.
 5. **Apply at the site that lost**, through its cache servers like a gateway receiver:
    an operation keeping the winning change's timestamp and origin site, with both sites
    in ``sites_reached`` (so no gateway sends it back), and an EventID of this run's own
@@ -60,8 +65,13 @@ from typing import Any
 
 from regionbus.clients.pool import Pool
 from regionbus.clients.settings import ClientSettings
+from regionbus.gateways.filters import (
+    GatewayConflictHelper,
+    GatewayConflictResolver,
+    TimestampedEntryEvent,
+)
 from regionbus.schemas.errors import ConfigurationError, ServerTimeoutError
-from regionbus.schemas.messages import EventID, Operation, OperationKind, Reply
+from regionbus.schemas.messages import EventID, EventKind, Operation, OperationKind, Reply
 from regionbus.schemas.naming import RedisKeys
 from regionbus.schemas.redis_values import GatewayVersion, parse_gateway_version, parse_meta
 
@@ -154,7 +164,10 @@ class RepairReport:
             key again after it was read: its newer change reaches the other site by WAN
             or by the next repair).
         failed: Changes the losing site's servers answered with an error (e.g. a region
-            it does not define); ``errors`` keeps the first ten.
+            it does not define), or whose conflict resolver raised; ``errors`` keeps the
+            first ten.
+        disallowed: Changes the conflict resolver disallowed (the losing site keeps its
+            entry, and the next run finds the key again).
         errors: ``"<key>: <error type>: <message>"`` of the first failed changes.
         bytes_moved: Bytes that crossed between the sites: tree nodes, the differing
             leaves' keys and versions, the winning values.
@@ -178,6 +191,7 @@ class RepairReport:
     applied: int = 0
     refused: int = 0
     failed: int = 0
+    disallowed: int = 0
     errors: list[str] = field(default_factory=list)
     bytes_moved: int = 0
     bytes_by_step: dict[str, int] = field(default_factory=dict)
@@ -359,6 +373,8 @@ class GatewayRepair:
         dry_run: Compare and decide, change nothing.
         apply_timeout_ms: Longest wait for the servers' answers to one window of changes.
         max_decisions: Most decisions the report lists (all are counted).
+        conflict_resolver: Run on each conflicting change as the losing site's gateway
+            receiver runs it (module docstring, step 4); None: the servers' rule alone.
 
     Raises:
         ConfigurationError: the two sites have the same id, or ``leaf_bits`` is not 1 to
@@ -375,6 +391,7 @@ class GatewayRepair:
         dry_run: bool = False,
         apply_timeout_ms: int = 30_000,
         max_decisions: int = 1000,
+        conflict_resolver: GatewayConflictResolver | None = None,
     ) -> None:
         if a.site_id == b.site_id:
             raise ConfigurationError(f"both sites have distributed_system_id {a.site_id}")
@@ -386,6 +403,7 @@ class GatewayRepair:
         self.dry_run = dry_run
         self.apply_timeout_ms = apply_timeout_ms
         self.max_decisions = max_decisions
+        self.conflict_resolver = conflict_resolver
         self._sequences: dict[int, int] = {}
 
     def run(
@@ -550,6 +568,8 @@ class GatewayRepair:
             loser = next(s for s in readers if s.site.site_id != winner_id)
             puts = [d.key for d in mine if d.action == "put"]
             values = dict(zip(puts, by_site[winner_id].values(region, bucket, puts), strict=True))
+            if self.conflict_resolver is not None:
+                mine = self._resolve(self.conflict_resolver, mine, values, loser, bucket, report)
             pool = pools.get(loser.site.site_id)
             if pool is None:
                 pool = Pool(loser.site.client_settings, f"gw-repair-{run_id}", f"repair-{run_id}")
@@ -572,6 +592,66 @@ class GatewayRepair:
                 )
             for start in range(0, len(ops), APPLY_WINDOW):
                 self._send(pool, ops[start : start + APPLY_WINDOW], report)
+
+    @staticmethod
+    def _resolve(
+        resolver: GatewayConflictResolver,
+        decisions: list[KeyDecision],
+        values: dict[str, tuple[bytes | None, str | None]],
+        loser: _SiteReader,
+        bucket: int,
+        report: RepairReport,
+    ) -> list[KeyDecision]:
+        """The decisions ``resolver`` allows, of one winning site's over ``loser``; a value
+        it changes replaces the winner's in ``values``."""
+        conflicts = [
+            d.key
+            for d in decisions
+            if d.loser_version is not None and d.loser_version.site_id != d.version.site_id
+        ]
+        if not conflicts:
+            return decisions
+        region = decisions[0].region
+        current = dict(zip(conflicts, loser.values(region, bucket, conflicts), strict=True))
+        allowed: list[KeyDecision] = []
+        for d in decisions:
+            if d.key not in current or d.loser_version is None:
+                allowed.append(d)
+                continue
+            old_value, old_serializer = current[d.key]
+            new_value, serializer = values.get(d.key, (None, None))
+            kind = EventKind.UPDATE if old_value is not None else EventKind.CREATE
+            if d.action == "destroy":
+                kind = EventKind.DESTROY
+            elif new_value is None:
+                kind = EventKind.INVALIDATE
+            helper = GatewayConflictHelper()
+            event = TimestampedEntryEvent(
+                region=d.region,
+                key=d.key,
+                kind=kind,
+                new_value=new_value,
+                old_value=old_value,
+                serializer=serializer or old_serializer,
+                new_timestamp_ms=d.version.timestamp_ms,
+                old_timestamp_ms=d.loser_version.timestamp_ms,
+                new_distributed_system_id=d.version.site_id,
+                old_distributed_system_id=d.loser_version.site_id,
+            )
+            try:
+                resolver.on_event(event, helper)
+            except Exception as exc:  # an application's hook: its failure is one key's
+                report.failed += 1
+                if len(report.errors) < 10:
+                    report.errors.append(f"{d.key}: {type(exc).__name__}: {exc}")
+                continue
+            if helper.disallowed:
+                report.disallowed += 1
+                continue
+            if helper.value_changed:
+                values[d.key] = (helper.new_value, serializer or old_serializer)
+            allowed.append(d)
+        return allowed
 
     def _operation(
         self,

@@ -34,6 +34,9 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
         leaf_bits: Leaves per bucket as bits, 1-24 (default: sized to each bucket, about
             four leaves an entry); more leaves move fewer entries along with each
             difference, and more tree nodes.
+        conflict_resolver: ``"module:Class"`` of a ``GatewayConflictResolver`` to run on
+            each conflicting change as the losing site's gateway receiver would (Geode
+            ``GatewayConflictResolver``), or None: the later change wins.
         dry_run: Compare and report what would change, change nothing.
         interval_s: Run again every this many seconds, as anti-entropy (0: once).
         apply_timeout_ms: Longest wait for a site's servers to answer one window of
@@ -53,6 +56,7 @@ class GatewayRepairSettings(KafkaConnectionSettings, RedisConnectionSettings):
     regions: list[str] = Field(min_length=1)
     total_buckets: int = Field(default=16, ge=1)
     leaf_bits: int | None = Field(default=None, ge=1, le=24)
+    conflict_resolver: str | None = None
     dry_run: bool = False
     interval_s: float = Field(default=0.0, ge=0.0)
     apply_timeout_ms: int = Field(default=30_000, ge=100)
