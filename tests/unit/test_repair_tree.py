@@ -11,22 +11,22 @@ from typing import Any, cast
 
 import pytest
 
-from regionbus.gateways.repair import (
+from regionbus.gateways.repair_trees import (
     MAX_LEAF_BITS,
-    GatewayRepair,
-    _set_bits,
-    _unpack_version,
+    differing_leaves,
     leaf_bits_for,
+    set_bits,
+    unpack_version,
 )
 from regionbus.schemas.redis_values import GatewayVersion
 
 
 def test_the_answer_bitmap_names_nodes_from_the_first_bytes_high_bit() -> None:
-    assert list(_set_bits(b"")) == []
-    assert list(_set_bits(b"\x00\x00")) == []
-    assert list(_set_bits(b"\x80")) == [0]
-    assert list(_set_bits(b"\x01\x80")) == [7, 8]
-    assert list(_set_bits(b"\xff")) == list(range(8))
+    assert list(set_bits(b"")) == []
+    assert list(set_bits(b"\x00\x00")) == []
+    assert list(set_bits(b"\x80")) == [0]
+    assert list(set_bits(b"\x01\x80")) == [7, 8]
+    assert list(set_bits(b"\xff")) == list(range(8))
 
 
 @pytest.mark.parametrize(
@@ -41,8 +41,8 @@ def test_a_packed_version_is_the_timestamp_in_six_bytes_and_the_site_in_one() ->
     ms = 1_764_412_345_678
     packed = struct.pack(">HIB", ms >> 32, ms & 0xFFFFFFFF, 7)  # as repair_entries.lua packs
     assert len(packed) == 7
-    assert _unpack_version(packed) == GatewayVersion(ms, 7)
-    assert _unpack_version(b"") is None
+    assert unpack_version(packed) == GatewayVersion(ms, 7)
+    assert unpack_version(b"") is None
 
 
 class _Tree:
@@ -91,7 +91,7 @@ def test_the_descent_finds_exactly_the_differing_leaves_reading_one_child_of_two
         other[leaf] = _digest(rng)
     here, there = _Tree(leaves), _Tree(other)
 
-    found = GatewayRepair._differing_leaves(cast(Any, (here, there)), "r", 0, leaf_bits)
+    found = differing_leaves(cast(Any, here), cast(Any, there), "r", 0, leaf_bits)
 
     assert sorted(found) == sorted(changed)
     # the root, then for each differing node its left child only: never a right child

@@ -7,7 +7,7 @@ events were deleted unsent, and nothing will send them again. Neither Geode nor
 MirrorMaker 2 repairs such sites; Cassandra does, with Merkle-tree anti-entropy repair,
 and this is that, for regions.
 
-Per region and bucket:
+Per region and bucket (the trees' steps: `regionbus.gateways.repair_trees`):
 
 1. **Digest, at each site** (both at once). A Lua script (``lua/repair_digest.lua``)
    walks the bucket's entries in Redis a step at a time and keeps the leaves of a Merkle
@@ -53,75 +53,31 @@ leaves, the tombstones asked for, and the winning values with their serializer.
 from __future__ import annotations
 
 import secrets
-import struct
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib.resources import files
-from typing import Any
 
 from regionbus.clients.pool import Pool
-from regionbus.clients.settings import ClientSettings
 from regionbus.gateways.filters import (
     GatewayConflictHelper,
     GatewayConflictResolver,
     TimestampedEntryEvent,
 )
+from regionbus.gateways.repair_trees import (
+    MAX_LEAF_BITS,
+    RepairSite,
+    SiteReader,
+    differing_leaves,
+    leaf_bits_for,
+)
 from regionbus.schemas.errors import ConfigurationError, ServerTimeoutError
 from regionbus.schemas.messages import EventID, EventKind, Operation, OperationKind, Reply
-from regionbus.schemas.naming import RedisKeys
-from regionbus.schemas.redis_values import GatewayVersion, parse_gateway_version, parse_meta
+from regionbus.schemas.redis_values import GatewayVersion
 
-MAX_LEAF_BITS = 24
-"""Most leaves per bucket, as bits: 16,777,216 (the leaf is that many bits of SHA-1(key))."""
-SPARE_LEAF_BITS = 2
-"""Leaves per entry, as bits, when ``leaf_bits`` is sized to the bucket: four leaves an
-entry. A differing leaf brings its other entries along (a key and version from each site,
-~50 bytes each: on average ~1 at one leaf an entry, ~0.25 at four), and each further level
-of the tree costs a differing key ~4 bytes."""
-LOWEST_STORED_SPAN = 4
-"""The tree's nodes covering fewer than 2^4 leaves are not stored: they are most of the
-tree's nodes, and writing them took twice as long as the digest itself (measured on a
-62,500-entry bucket). The few the descent asks for are computed from their leaves, at most
-8 a node."""
-NODES_PER_CALL = 4000
-"""Most nodes one Lua call reads (Lua's ``unpack`` stack)."""
-SCAN_COUNT = 1000
-"""Entries each step of a Lua walk reads (a step holds Redis a few ms)."""
-LEAF_HASH_TTL_S = 600
-"""How long a run's leaves stay in Redis at most (deleted at the end of the bucket)."""
 APPLY_WINDOW = 500
 """Operations sent before their replies are waited for."""
-_DIGEST_BYTES = 4
-"""Bytes of a node's digest that cross between the sites: 32 bits. A difference under a
-node hides behind equal digests with probability 2^-32 per comparison; every run salts
-its hashes anew (``lua/repair_digest.lua``), so a difference one run missed is found by
-the next. 64 bits would double the tree's share of the bytes moved."""
-_SCRIPTS = {
-    name: files("regionbus.gateways").joinpath(f"lua/{name}.lua").read_text()
-    for name in ("repair_digest", "repair_tree", "repair_nodes", "repair_entries")
-}
-
-
-@dataclass(frozen=True)
-class RepairSite:
-    """One of the two sites: where its data is and how to reach its cache servers.
-
-    Attributes:
-        site_id: Its ``distributed_system_id`` (1-255).
-        namespace: Its namespace.
-        redis: A redis-py client of its Redis (``decode_responses=False``).
-        client_settings: How to reach its cache servers (namespace, Kafka, security), for
-            applying the changes it lost.
-    """
-
-    site_id: int
-    namespace: str
-    redis: Any
-    client_settings: ClientSettings
 
 
 @dataclass(frozen=True)
@@ -210,148 +166,6 @@ def _step(report: RepairReport, name: str) -> Iterator[None]:
         report.seconds_by_step[name] = report.seconds_by_step.get(name, 0.0) + spent
 
 
-class _SiteReader:
-    """The Lua steps of one site, and its reads."""
-
-    def __init__(self, site: RepairSite, run_id: str) -> None:
-        self.site = site
-        self.keys = RedisKeys(site.namespace)
-        self._run_id = run_id
-        self.received: Counter[str] = Counter()
-        """Bytes of the answers read from this site (what left it), by step (see
-        ``RepairReport.bytes_by_step``)."""
-        self._digest = site.redis.register_script(_SCRIPTS["repair_digest"])
-        self._tree = site.redis.register_script(_SCRIPTS["repair_tree"])
-        self._nodes = site.redis.register_script(_SCRIPTS["repair_nodes"])
-        self._entries = site.redis.register_script(_SCRIPTS["repair_entries"])
-
-    def _leaf_hash(self, region: str, bucket: int) -> str:
-        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}:leaves"
-
-    def _node_hash(self, region: str, bucket: int) -> str:
-        return f"{self.keys.bucket_prefix(bucket)}repair:{self._run_id}:{region}:nodes"
-
-    def entry_count(self, region: str, bucket: int) -> int:
-        """The bucket's entries here (valid or invalid)."""
-        count = int(self.site.redis.hlen(self.keys.region_meta(region, bucket)))
-        self.received["tree"] += len(str(count))
-        return count
-
-    def digest(self, region: str, bucket: int, leaf_bits: int) -> None:
-        cursor: Any = 0
-        keys = [
-            self.keys.region_meta(region, bucket),
-            self.keys.region_gateway_versions(region, bucket),
-            self._leaf_hash(region, bucket),
-        ]
-        while True:
-            cursor = self._digest(
-                keys, [cursor, SCAN_COUNT, leaf_bits, LEAF_HASH_TTL_S, self._run_id]
-            )
-            if int(cursor) == 0:
-                break
-        tree = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
-        self._tree(tree, [leaf_bits, LOWEST_STORED_SPAN, LEAF_HASH_TTL_S])
-
-    def nodes(self, region: str, bucket: int, span_bits: int, nodes: Sequence[int]) -> bytes:
-        """``_DIGEST_BYTES`` of digest per node (see ``lua/repair_nodes.lua``)."""
-        keys = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
-        out = bytearray()
-        for start in range(0, len(nodes), NODES_PER_CALL):
-            chunk = nodes[start : start + NODES_PER_CALL]
-            out += self._nodes(keys, [span_bits, "", LOWEST_STORED_SPAN, *chunk])
-        self.received["tree"] += len(out)
-        return bytes(out)
-
-    def differing(
-        self, region: str, bucket: int, span_bits: int, nodes: Sequence[int], theirs: bytes
-    ) -> list[int]:
-        """The nodes whose digests here differ from ``theirs`` (the other site's, from
-        :meth:`nodes`), compared in this site's Redis."""
-        keys = [self._leaf_hash(region, bucket), self._node_hash(region, bucket)]
-        out: list[int] = []
-        for start in range(0, len(nodes), NODES_PER_CALL):
-            chunk = nodes[start : start + NODES_PER_CALL]
-            digests = theirs[start * _DIGEST_BYTES : (start + len(chunk)) * _DIGEST_BYTES]
-            raw = self._nodes(keys, [span_bits, digests, LOWEST_STORED_SPAN, *chunk])
-            self.received["tree"] += len(raw)
-            out += [chunk[i] for i in _set_bits(raw)]
-        return out
-
-    def entries(
-        self, region: str, bucket: int, leaf_bits: int, leaves: Sequence[int]
-    ) -> dict[str, GatewayVersion | None]:
-        out: dict[str, GatewayVersion | None] = {}
-        cursor: Any = 0
-        keys = [
-            self.keys.region_meta(region, bucket),
-            self.keys.region_gateway_versions(region, bucket),
-        ]
-        while True:
-            raw = self._entries(keys, [cursor, SCAN_COUNT, leaf_bits, *leaves])
-            self.received["entries"] += sum(len(item) for item in raw)
-            cursor = raw[0]
-            for i in range(1, len(raw), 2):
-                out[raw[i].decode()] = _unpack_version(raw[i + 1])
-            if int(cursor) == 0:
-                return out
-
-    def tombstones(
-        self, region: str, bucket: int, keys: Sequence[str]
-    ) -> list[GatewayVersion | None]:
-        if not keys:
-            return []
-        raw = self.site.redis.hmget(self.keys.region_gateway_versions(region, bucket), list(keys))
-        self.received["entries"] += sum(len(v or b"") for v in raw)
-        return [parse_gateway_version(v) if v else None for v in raw]
-
-    def values(
-        self, region: str, bucket: int, keys: Sequence[str]
-    ) -> list[tuple[bytes | None, str | None]]:
-        """``(value, serializer)`` per key (value None: invalid or gone)."""
-        if not keys:
-            return []
-        pipe = self.site.redis.pipeline(transaction=False)
-        pipe.hmget(self.keys.region_values(region, bucket), list(keys))
-        pipe.hmget(self.keys.region_meta(region, bucket), list(keys))
-        values, metas = pipe.execute()
-        self.received["values"] += sum(len(v or b"") for v in (*values, *metas))
-        return [
-            (value, parse_meta(meta).serializer if meta else None)
-            for value, meta in zip(values, metas, strict=True)
-        ]
-
-    def drop(self, region: str, bucket: int) -> None:
-        self.site.redis.delete(self._leaf_hash(region, bucket), self._node_hash(region, bucket))
-
-
-def _set_bits(bitmap: bytes) -> Iterator[int]:
-    """The positions of the set bits of ``lua/repair_nodes.lua``'s answer (the first
-    position: the high bit of the first byte)."""
-    for i, byte in enumerate(bitmap):
-        for bit in range(8):
-            if byte & (0x80 >> bit):
-                yield i * 8 + bit
-
-
-def leaf_bits_for(entries: int) -> int:
-    """Leaves per bucket, as bits, for a bucket of ``entries`` entries (the larger site's):
-    ``SPARE_LEAF_BITS`` more than the bits of ``entries``, 1 to ``MAX_LEAF_BITS``."""
-    return max(1, min(MAX_LEAF_BITS, entries.bit_length() + SPARE_LEAF_BITS))
-
-
-def _unpack_version(packed: bytes) -> GatewayVersion | None:
-    """A gateway version as ``lua/repair_entries.lua`` packs it (None: b"", no version)."""
-    if not packed:
-        return None
-    high, low, site_id = struct.unpack(">HIB", packed)
-    return GatewayVersion((high << 32) | low, site_id)
-
-
-def _xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
-
-
 def _wins(a: GatewayVersion, b: GatewayVersion | None) -> bool:
     """Whether change ``a`` wins over ``b`` by the servers' rule: later timestamp, then
     higher site id (a site's own later change always replaces its earlier one)."""
@@ -423,7 +237,7 @@ class GatewayRepair:
         run_id = secrets.token_hex(6)
         report = RepairReport(run_id)
         self._sequences = {}
-        readers = (_SiteReader(self.a, run_id), _SiteReader(self.b, run_id))
+        readers = (SiteReader(self.a, run_id), SiteReader(self.b, run_id))
         pools: dict[int, Pool] = {}
         # The two sites' Lua steps run at once: each site's Redis works on its own half.
         both = ThreadPoolExecutor(2, thread_name_prefix=f"repair-{run_id}")
@@ -449,7 +263,7 @@ class GatewayRepair:
 
     def _bucket(
         self,
-        readers: tuple[_SiteReader, _SiteReader],
+        readers: tuple[SiteReader, SiteReader],
         both: ThreadPoolExecutor,
         region: str,
         bucket: int,
@@ -465,7 +279,7 @@ class GatewayRepair:
                 bits = leaf_bits
                 list(both.map(lambda r: r.digest(region, bucket, bits), readers))
             with _step(report, "tree"):
-                leaves = self._differing_leaves(readers, region, bucket, leaf_bits)
+                leaves = differing_leaves(*readers, region, bucket, leaf_bits)
         finally:
             for reader in readers:
                 reader.drop(region, bucket)
@@ -478,37 +292,9 @@ class GatewayRepair:
             report.entries_read += sum(len(f) for f in found)
             return self._decide(readers, region, bucket, found, report)
 
-    @staticmethod
-    def _differing_leaves(
-        readers: tuple[_SiteReader, _SiteReader], region: str, bucket: int, leaf_bits: int
-    ) -> list[int]:
-        """Descend both trees from the root, into the children of differing nodes only: one
-        site's digests of a level go to the other, which answers which of its own differ.
-        Of each two children, one site reads the left one's digest only; the right one's
-        is the parent's XOR it."""
-        here, there = readers
-        span = leaf_bits
-        nodes = [0]
-        digests = here.nodes(region, bucket, span, nodes)
-        while True:
-            differing = there.differing(region, bucket, span, nodes, digests)
-            if span == 0 or not differing:
-                return differing
-            parent = {
-                n: digests[i * _DIGEST_BYTES : (i + 1) * _DIGEST_BYTES] for i, n in enumerate(nodes)
-            }
-            span -= 1
-            lefts = here.nodes(region, bucket, span, [n << 1 for n in differing])
-            nodes, pairs = [], bytearray()
-            for i, n in enumerate(differing):
-                left = lefts[i * _DIGEST_BYTES : (i + 1) * _DIGEST_BYTES]
-                nodes += [n << 1, (n << 1) + 1]
-                pairs += left + _xor(parent[n], left)
-            digests = bytes(pairs)
-
     def _decide(
         self,
-        readers: tuple[_SiteReader, _SiteReader],
+        readers: tuple[SiteReader, SiteReader],
         region: str,
         bucket: int,
         found: list[dict[str, GatewayVersion | None]],
@@ -552,7 +338,7 @@ class GatewayRepair:
 
     def _apply(
         self,
-        readers: tuple[_SiteReader, _SiteReader],
+        readers: tuple[SiteReader, SiteReader],
         pools: dict[int, Pool],
         run_id: str,
         region: str,
@@ -598,7 +384,7 @@ class GatewayRepair:
         resolver: GatewayConflictResolver,
         decisions: list[KeyDecision],
         values: dict[str, tuple[bytes | None, str | None]],
-        loser: _SiteReader,
+        loser: SiteReader,
         bucket: int,
         report: RepairReport,
     ) -> list[KeyDecision]:
@@ -661,7 +447,7 @@ class GatewayRepair:
         kind: OperationKind,
         value: bytes | None,
         serializer: str | None,
-        loser: _SiteReader,
+        loser: SiteReader,
         bucket: int,
     ) -> Operation:
         # The servers take a change as a duplicate when its EventID's sequence is not above
