@@ -128,10 +128,14 @@ def raw_throughput(
     )
 
 
-def raw_relay_latency(services: Services, options: BenchOptions) -> Latency:
-    """Phase (c2): paced producer → topic → relay process → topic → consumer process."""
-    topic_in = f"{services.namespace}.raw.relay-in"
-    topic_out = f"{services.namespace}.raw.relay-out"
+def raw_relay_latency(services: Services, options: BenchOptions, label: str = "relay") -> Latency:
+    """Phase (c2): paced producer → topic → relay process → topic → consumer process.
+
+    ``label`` names the run's topics (``{namespace}.raw.{label}-in`` / ``-out``), so the
+    relay can run more than once on one broker (the untimed warm-up, then phase (c2)).
+    """
+    topic_in = f"{services.namespace}.raw.{label}-in"
+    topic_out = f"{services.namespace}.raw.{label}-out"
     _create_topics(services, {topic_in: DEFAULT_TOTAL_BUCKETS, topic_out: 1})
     with ExitStack() as stack:
         relay = stack.enter_context(
