@@ -17,9 +17,10 @@ from regionbus.clients.client_metrics import ClientMetrics
 from regionbus.clients.connection import ServerConnection
 from regionbus.clients.interest import registered_keys
 from regionbus.clients.query_service import QueryService
+from regionbus.clients.queue_records import SubscriptionStats
 from regionbus.clients.region import EvictionAttributes, Region, RegionShortcut
 from regionbus.clients.settings import ClientSettings
-from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
+from regionbus.clients.subscription import SubscriptionQueue
 from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.callbacks import CacheListener, CacheWriter
 from regionbus.schemas.entry_checks import MAX_VALUE_SIZE_BYTES, check_region_name

@@ -2,7 +2,7 @@
 
 Every sample carries ``namespace`` and ``client`` (the client id). Counters (``_total``)
 read from the subscription queue's counters at scrape time
-(:class:`regionbus.clients.subscription.SubscriptionStats`):
+(:class:`regionbus.clients.queue_records.SubscriptionStats`):
 
 - ``regionbus_client_events_received_total``: events read from the queue (duplicates
   included); ``..._events_delivered_total`` handed to regions; ``..._duplicates_dropped_total``
@@ -33,8 +33,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from regionbus.clients.queue_records import SubscriptionStats
 from regionbus.clients.settings import ClientSettings
-from regionbus.clients.subscription import SubscriptionQueue, SubscriptionStats
+from regionbus.clients.subscription import SubscriptionQueue
 from regionbus.schemas.health import OK, Probe
 from regionbus.schemas.kafka_outage import KafkaOutage
 from regionbus.schemas.metrics_endpoint import (

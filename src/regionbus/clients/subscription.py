@@ -21,21 +21,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container
 from contextlib import suppress
-from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from regionbus.clients.client_topics import ClientAddress
 from regionbus.clients.conflation import superseded_updates
 from regionbus.clients.poll_pace import PollPace
+from regionbus.clients.queue_records import QueueRecords, SubscriptionStats
 from regionbus.clients.server_trust import ServerMessages
 from regionbus.clients.settings import ClientSettings
 from regionbus.clients.tracing import ListenerSpans
 from regionbus.clients.tracking import MessageTracker
 from regionbus.schemas.addressing import addressed_to, own_marker
-from regionbus.schemas.codec import TYPE_BYTES, decode, split_batch
+from regionbus.schemas.codec import TYPE_BYTES, split_batch
 from regionbus.schemas.errors import MessageDecodeError, RegionBusError
 from regionbus.schemas.health import LoopWatch
 from regionbus.schemas.kafka_clients import kafka_consumer
@@ -57,48 +57,12 @@ from regionbus.schemas.transport import (
 
 log = logging.getLogger("regionbus.client")
 
-_QUEUED = (Event, Marker, CqEvent)
-"""What a subscription queue holds."""
-
 _POLL_MAX_MESSAGES = 500
 """Most Kafka messages one poll of the queue takes (conflation looks across them)."""
 
 _PREFETCH_MAX_BYTES = 64 * 1024 * 1024
 """Most bytes of queued messages a durable reconnection keeps from counting its pending
 events to deliver them (the rest is read again)."""
-
-
-@dataclass
-class SubscriptionStats:
-    """Counters of one client's subscription queue.
-
-    Attributes:
-        events_received: Events read from the queue (duplicates included).
-        events_delivered: Events handed to regions (duplicates excluded).
-        duplicates_dropped: Events dropped by message tracking.
-        undecodable: Messages that could not be decoded (logged and skipped).
-        markers: Markers read.
-        replayed: Events delivered as replay (before their bucket's marker).
-        conflated: Updates not delivered because a newer update of the same key was read
-            with them (subscription conflation).
-        forged: Messages dropped because a cache server did not sign them (security on:
-            unsigned or forged events and markers, never applied).
-        cq_events_received: CQ events read from the queue (duplicates included).
-        cq_events_delivered: CQ events handed to the continuous queries.
-        cq_duplicates_dropped: CQ events dropped by message tracking.
-    """
-
-    events_received: int = 0
-    events_delivered: int = 0
-    duplicates_dropped: int = 0
-    undecodable: int = 0
-    markers: int = 0
-    replayed: int = 0
-    conflated: int = 0
-    forged: int = 0
-    cq_events_received: int = 0
-    cq_events_delivered: int = 0
-    cq_duplicates_dropped: int = 0
 
 
 class SubscriptionQueue:
@@ -175,7 +139,9 @@ class SubscriptionQueue:
         self._partition = address.queue_partition
         self._key = address.key
         self._marker = own_marker(client_id)
-        self._spans = tracing and ListenerSpans(tracing, self._topic, self._partition, client_id)
+        self._spans = (
+            ListenerSpans(tracing, self._topic, self._partition, client_id) if tracing else None
+        )
         if self._spans:
             on_event = self._spans.listening(on_event)
             on_cq_event = self._spans.listening(on_cq_event)
@@ -194,7 +160,9 @@ class SubscriptionQueue:
         self.stats = SubscriptionStats()
         self.loop = LoopWatch(settings.liveness_timeout_s)
         """When the reader last turned (a listener that never returns stops it)."""
-        self._server_messages = ServerMessages(signer)
+        self._records = QueueRecords(
+            self._topic, self._key, client_id, ServerMessages(signer), self.stats, self._spans
+        )
         self._kafka_outage = kafka_outage or KafkaOutage(f"subscription queue {client_id}")
         self._end_of_queue = end_of_queue
         self._start_of_queue = start_of_queue
@@ -392,74 +360,14 @@ class SubscriptionQueue:
         """
         position = self._position
         if self.conflate:
-            decoded, position = self._decode(messages, position)
+            decoded, position = self._records.decode(messages, position)
             self._deliver(decoded, superseded_updates(decoded))
         else:
             for message in messages:
-                decoded, position = self._decode((message,), position)
+                decoded, position = self._records.decode((message,), position)
                 if decoded:
                     self._deliver(decoded, ())
         self._position = position
-
-    def _decode(
-        self, messages: Iterable[Polled], position: int
-    ) -> tuple[list[Event | Marker | CqEvent], int]:
-        """The events, CQ events and markers of ``messages``, and the offset after the last
-        one."""
-        decoded: list[Event | Marker | CqEvent] = []
-        keep = decoded.append
-        key, marker, client_id = self._key, self._marker, self._client_id
-        for message in messages:
-            if isinstance(message, UnreadableRecords):
-                # No dead-letter rights here (secured clients): counted, logged, acked past.
-                self.stats.undecodable += 1
-                log.warning("subscription queue: %s", message.describe())
-                position = message.next_offset
-                continue
-            if message.error() is not None:
-                continue
-            position = (message.offset() or 0) + 1
-            record_key = message.key()
-            shared = record_key != key
-            if shared and not addressed_to(record_key, message.headers(), key, marker):
-                continue  # others', in the partition it shares
-            if not self._server_messages.accepts(message):
-                self.stats.forged += 1
-                continue
-            try:
-                items = split_batch(message.value())
-            except MessageDecodeError as exc:
-                self.stats.undecodable += 1
-                log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
-                continue
-            skipped: list[str] = []
-            for raw in items:
-                try:
-                    item = decode(raw)
-                except MessageDecodeError as exc:
-                    skipped.append(str(exc))
-                    continue
-                if isinstance(item, _QUEUED):
-                    # A record for several clients holds its own changes too: the server
-                    # never returns a change to the client that made it (docs/behaviour.md §3).
-                    if not (shared and type(item) is Event and item.originator == client_id):
-                        keep(item)
-                else:
-                    skipped.append(f"unexpected {type(item).__name__}")
-            if self._spans:
-                self._spans.took(message.headers(), items, decoded)
-            if skipped:
-                # One line per Kafka message, however many of its items are bad.
-                self.stats.undecodable += len(skipped)
-                log.warning(
-                    "%d of %d messages in %s@%s skipped, the first: %s",
-                    len(skipped),
-                    len(items),
-                    self._topic,
-                    message.offset(),
-                    skipped[0],
-                )
-        return decoded, position
 
     def _deliver(self, decoded: list[Event | Marker | CqEvent], superseded: Container[int]) -> None:
         """Track and hand over decoded events, in order; take markers.
