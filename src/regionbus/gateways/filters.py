@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from regionbus.schemas.messages import Event, EventKind
+from regionbus.schemas.redis_values import GatewayVersion
 
 if TYPE_CHECKING:
     from regionbus.broker.store import RegionStore
@@ -77,6 +78,33 @@ class GatewayConflictResolver:
         ``helper.change_event_value(...)``, or nothing to allow it."""
 
 
+def conflicts(current: GatewayVersion | None, origin_site_id: int) -> bool:
+    """Whether a change made at ``origin_site_id`` meets an entry last changed at another
+    site (``current``: the entry's gateway version here; None: no change known), the only
+    case a resolver is asked about (Geode: an event whose entry another distributed system
+    last changed)."""
+    return current is not None and current.site_id != origin_site_id
+
+
+def consult(
+    resolver: GatewayConflictResolver, event: TimestampedEntryEvent
+) -> tuple[bool, bytes | None]:
+    """Ask ``resolver`` about ``event``.
+
+    Returns:
+        ``(allowed, value)``: whether the change may be applied, and the value to apply
+        (the resolver's replacement, else ``event.new_value``).
+
+    Raises:
+        Exception: whatever the resolver raises.
+    """
+    helper = GatewayConflictHelper()
+    resolver.on_event(event, helper)
+    if helper.disallowed:
+        return False, None
+    return True, helper.new_value if helper.value_changed else event.new_value
+
+
 def resolve_conflict(
     store: RegionStore, resolver: GatewayConflictResolver, event: Event, bucket: int
 ) -> bytes | None:
@@ -97,11 +125,12 @@ def resolve_conflict(
     assert event.key is not None
     version = store.gateway_version(event.region, event.key, bucket)
     origin = event.origin_site_id
-    if version is None or version.site_id == origin:
+    if not conflicts(version, origin):
         return event.value
+    assert version is not None
     _, entry = store.get(event.region, event.key, bucket)
-    helper = GatewayConflictHelper()
-    resolver.on_event(
+    allowed, value = consult(
+        resolver,
         TimestampedEntryEvent(
             region=event.region,
             key=event.key,
@@ -114,16 +143,15 @@ def resolve_conflict(
             new_distributed_system_id=origin,
             old_distributed_system_id=version.site_id,
         ),
-        helper,
     )
-    if helper.disallowed:
-        return None
-    return helper.new_value if helper.value_changed else event.value
+    return value if allowed else None
 
 
 __all__ = [
     "GatewayConflictHelper",
     "GatewayConflictResolver",
     "TimestampedEntryEvent",
+    "conflicts",
+    "consult",
     "resolve_conflict",
 ]

@@ -61,9 +61,10 @@ from dataclasses import dataclass, field
 
 from regionbus.clients.pool import Pool
 from regionbus.gateways.filters import (
-    GatewayConflictHelper,
     GatewayConflictResolver,
     TimestampedEntryEvent,
+    conflicts,
+    consult,
 )
 from regionbus.gateways.repair_trees import (
     MAX_LEAF_BITS,
@@ -390,15 +391,11 @@ class GatewayRepair:
     ) -> list[KeyDecision]:
         """The decisions ``resolver`` allows, of one winning site's over ``loser``; a value
         it changes replaces the winner's in ``values``."""
-        conflicts = [
-            d.key
-            for d in decisions
-            if d.loser_version is not None and d.loser_version.site_id != d.version.site_id
-        ]
-        if not conflicts:
+        keys = [d.key for d in decisions if conflicts(d.loser_version, d.version.site_id)]
+        if not keys:
             return decisions
         region = decisions[0].region
-        current = dict(zip(conflicts, loser.values(region, bucket, conflicts), strict=True))
+        current = dict(zip(keys, loser.values(region, bucket, keys), strict=True))
         allowed: list[KeyDecision] = []
         for d in decisions:
             if d.key not in current or d.loser_version is None:
@@ -411,7 +408,6 @@ class GatewayRepair:
                 kind = EventKind.DESTROY
             elif new_value is None:
                 kind = EventKind.INVALIDATE
-            helper = GatewayConflictHelper()
             event = TimestampedEntryEvent(
                 region=d.region,
                 key=d.key,
@@ -425,17 +421,17 @@ class GatewayRepair:
                 old_distributed_system_id=d.loser_version.site_id,
             )
             try:
-                resolver.on_event(event, helper)
+                allowed_here, value = consult(resolver, event)
             except Exception as exc:  # an application's hook: its failure is one key's
                 report.failed += 1
                 if len(report.errors) < 10:
                     report.errors.append(f"{d.key}: {type(exc).__name__}: {exc}")
                 continue
-            if helper.disallowed:
+            if not allowed_here:
                 report.disallowed += 1
                 continue
-            if helper.value_changed:
-                values[d.key] = (helper.new_value, serializer or old_serializer)
+            if value != new_value:
+                values[d.key] = (value, serializer or old_serializer)
             allowed.append(d)
         return allowed
 
