@@ -100,6 +100,12 @@ class SiteReader:
         return count
 
     def digest(self, region: str, bucket: int, leaf_bits: int) -> None:
+        """Build the bucket's tree in this site's Redis: its ``2^leaf_bits`` leaves,
+        ``SCAN_COUNT`` entries a Lua step, then the stored levels. Nothing leaves the site.
+
+        Raises:
+            redis.RedisError: this site's Redis failed.
+        """
         cursor: Any = 0
         keys = [
             self.keys.region_meta(region, bucket),
@@ -143,6 +149,12 @@ class SiteReader:
     def entries(
         self, region: str, bucket: int, leaf_bits: int, leaves: Sequence[int]
     ) -> dict[str, GatewayVersion | None]:
+        """``{key: gateway version (None: none kept)}`` of the bucket's entries in
+        ``leaves`` here, read by walking the bucket in Lua steps.
+
+        Raises:
+            redis.RedisError: this site's Redis failed.
+        """
         out: dict[str, GatewayVersion | None] = {}
         cursor: Any = 0
         keys = [
@@ -161,6 +173,12 @@ class SiteReader:
     def tombstones(
         self, region: str, bucket: int, keys: Sequence[str]
     ) -> list[GatewayVersion | None]:
+        """The gateway version kept here for each of ``keys`` (a destroyed key's is its
+        tombstone; None: no trace of it), in ``keys``' order.
+
+        Raises:
+            redis.RedisError: this site's Redis failed.
+        """
         if not keys:
             return []
         raw = self.site.redis.hmget(self.keys.region_gateway_versions(region, bucket), list(keys))
@@ -184,6 +202,8 @@ class SiteReader:
         ]
 
     def drop(self, region: str, bucket: int) -> None:
+        """Delete the run's tree of the bucket here (it would expire after
+        ``LEAF_HASH_TTL_S`` anyway)."""
         self.site.redis.delete(self._leaf_hash(region, bucket), self._node_hash(region, bucket))
 
 
