@@ -105,6 +105,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
         ("--subscribers-per-process", "50"),
     ),
+    # What regions, buckets and CQs that see no traffic cost a busy region's puts (flat is
+    # the goal); full: its defaults, 1,000 regions and CQs, Geode's 113 buckets.
+    Benchmark(
+        "idle_cost",
+        (
+            *("--regions", "1,100", "--buckets", "1,16", "--cqs", "1,100"),
+            *("--seconds", "5", "--ops", "2000"),
+        ),
+    ),
     # The fleet issue's goals: registered, crashed, connecting, oversized, stalled clients.
     # Full: 9,900 durable clients away beside 100 subscribers, 200 killed, 200 connects,
     # 200 ALL_KEYS registrations at once over 100,000 entries.

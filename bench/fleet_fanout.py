@@ -116,7 +116,7 @@ def fanout_steps(
     """
     # Untimed: the writer's and the server's first puts open connections and load the
     # Redis scripts.
-    _puts(writer, min(ops, WINDOW))
+    puts(writer, min(ops, WINDOW))
     registered = 0
     for count in sorted(set(counts)):
         progress.phase(
@@ -135,19 +135,21 @@ def fanout_steps(
             f"the server's CPU for {IDLE_S:g} s without puts, then {ops:,} puts to "
             f"{count:,} subscribers (load {load_now()}) ...",
         )
-        idle = _idle_cpu(server_pid)
-        server_us, kafka_us, above_idle_us = _cpu_per_put(server_pid, kafka_pid, writer, ops, idle)
+        idle = idle_cpu_per_s(server_pid)
+        server_us, kafka_us, above_idle_us = cpu_per_put(server_pid, kafka_pid, writer, ops, idle)
         yield RegisteredPoint(count, server_us, kafka_us, idle * 1e3, above_idle_us, load)
 
 
-def _puts(writer: Region, ops: int) -> int:
+def puts(writer: Region, ops: int) -> int:
+    """``ops`` pipelined puts (:data:`WINDOW` in flight, :data:`KEY_SPACE` keys); returns
+    how many were acked."""
     _, acks = write_async(
         writer, ops=ops, window=WINDOW, key_space=KEY_SPACE, value_bytes=VALUE_BYTES
     )
     return acks.acked
 
 
-def _idle_cpu(server_pid: int | None) -> float:
+def idle_cpu_per_s(server_pid: int | None) -> float:
     """The server's CPU seconds per second over :data:`IDLE_S` without puts."""
     meter = CpuMeter({"server": server_pid})
     began = time.monotonic()
@@ -157,7 +159,7 @@ def _idle_cpu(server_pid: int | None) -> float:
     return used.get("server", math.nan) / (time.monotonic() - began)
 
 
-def _cpu_per_put(
+def cpu_per_put(
     server_pid: int | None, kafka_pid: int | None, writer: Region, ops: int, idle_cpu: float
 ) -> tuple[float, float, float]:
     """``ops`` puts; the server's and the broker's CPU per acked put, and the server's
@@ -166,7 +168,7 @@ def _cpu_per_put(
     meter = CpuMeter({"server": server_pid, "kafka": kafka_pid})
     began = time.monotonic()
     meter.start()
-    acked = _puts(writer, ops)
+    acked = puts(writer, ops)
     used = meter.stop()
     elapsed_s = time.monotonic() - began
     if acked == 0:
@@ -232,4 +234,12 @@ def _subscribers(count: int) -> str:
     return f"{count:,} subscriber" + ("" if count == 1 else "s")
 
 
-__all__ = ["FLAT_FACTOR", "fanout_phase", "fanout_steps"]
+__all__ = [
+    "FLAT_FACTOR",
+    "IDLE_S",
+    "cpu_per_put",
+    "fanout_phase",
+    "fanout_steps",
+    "idle_cpu_per_s",
+    "puts",
+]
