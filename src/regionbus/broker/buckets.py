@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from regionbus.runtime.leases import Lease, Member, Membership
+from regionbus.runtime.leases import Lease, Member, Membership, renew_leases
 from regionbus.runtime.redis_connect import redis_errors
 from regionbus.runtime.redis_replication import ReplicaWait
 from regionbus.schemas.errors import TransportError
@@ -248,17 +248,17 @@ class BucketElection:
         Raises:
             TransportError: the heartbeat failed (the leases were still tried).
         """
-        for bucket, lease in self._leases.items():
-            with self._lock:
-                if not lease.held:
-                    continue
-                started = time.monotonic()
-                try:
-                    renewed = lease.renew()
-                except TransportError as exc:
-                    log.warning("%s: %s", self.member_id, exc)
-                    renewed = False
-                if renewed:
+        with self._lock:
+            held = [(bucket, lease) for bucket, lease in self._leases.items() if lease.held]
+            started = time.monotonic()
+            try:
+                # One round trip for all of them: the renewal time stays flat in the buckets.
+                renewed = renew_leases(self._redis, [lease for _, lease in held])
+            except TransportError as exc:
+                log.warning("%s: %s", self.member_id, exc)
+                renewed = [False] * len(held)
+            for (bucket, _), ok in zip(held, renewed, strict=True):
+                if ok:
                     self._valid_until_s[bucket] = started + self.lease_ttl_ms / 1000
                 else:
                     log.warning("%s lost the lease of bucket %d", self.member_id, bucket)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from regionbus.runtime.redis_connect import REDIS_ERRORS, redis_errors
@@ -48,6 +49,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('GET', KEYS[2]) == ARGV[
 end
 return 0
 """
+
+_RENEW_SCRIPT = PipelinedScript(_RENEW)
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -243,6 +246,15 @@ class Lease:
             self.epoch = None
         return bool(ok)
 
+    def _queue_renew(self, pipe: Any) -> None:
+        """Queue this lease's renewal on ``pipe`` (it is held)."""
+        assert self.epoch is not None
+        _RENEW_SCRIPT.queue(
+            pipe,
+            [self.lease_key, self.epoch_key],
+            [format_lease(self.member_id, self.epoch), self.ttl_ms, self.epoch],
+        )
+
     def release(self) -> None:
         """Give the role up (a clean stop), so a successor need not wait for the TTL."""
         if self.epoch is None:
@@ -262,3 +274,44 @@ class Lease:
         if raw is None:
             return None
         return LeaseHolder(*parse_lease(raw))
+
+
+def renew_leases(client: Any, leases: Sequence[Lease]) -> list[bool]:
+    """Renew many held leases in one Redis round trip (a pipeline of the renew script),
+    as :meth:`Lease.renew` renews one: a lease that lapsed or was taken over is no longer
+    held. A server renews every bucket lease it holds each quarter of the TTL; one call
+    per lease made that timer grow with the buckets (at 113 buckets, 113 round trips
+    every 1.25 s).
+
+    Args:
+        client: The Redis client the leases were made with (``redis.Redis`` or
+            ``RedisCluster``: a lease's two keys share a hash slot).
+        leases: The leases to renew; one not held is not sent and comes back False.
+
+    Returns:
+        Per lease, in order: whether it was renewed.
+
+    Raises:
+        TransportError: Redis failed; every lease given is then no longer held (as one
+            failed :meth:`Lease.renew` each).
+    """
+    held = [lease for lease in leases if lease.epoch is not None]
+    if not held:
+        return [False] * len(leases)
+
+    def build(pipe: Any) -> None:
+        for lease in held:
+            lease._queue_renew(pipe)
+
+    try:
+        with redis_errors("leases: renew failed"):
+            replies = execute_with_scripts(client, build, (_RENEW_SCRIPT,))
+    except TransportError:
+        for lease in held:
+            lease.epoch = None
+        raise
+    renewed = {id(lease): bool(reply) for lease, reply in zip(held, replies, strict=True)}
+    for lease in held:
+        if not renewed[id(lease)]:
+            lease.epoch = None
+    return [renewed.get(id(lease), False) for lease in leases]
