@@ -63,7 +63,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from bench import progress
 from bench.core import run_or_exit
@@ -82,24 +81,16 @@ from bench.peers import geode_scaling
 from bench.raw import raw_relay_latency, raw_throughput
 from bench.report import Latency, Throughput, latency, throughput
 from bench.scaling_figures import (
-    COLUMNS,
-    GEODE_COLUMNS,
-    REGISTERED_COLUMNS,
-    REGISTERED_TITLE,
     GeodePoint,
     PointFigures,
     RegisteredPoint,
-    cells,
-    geode_cells,
-    geode_title,
     markdown_table,
     merge_results,
     plot,
     process_sizes,
-    registered_cells,
-    series,
     summary_rows,
 )
+from bench.scaling_tables import print_tables
 from bench.server import ServerProcess
 from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
 from bench.summary import emit
@@ -417,49 +408,6 @@ def geode_points(options: ScalingOptions, console: Console) -> list[GeodePoint]:
     )
 
 
-def print_table(
-    points: Sequence[PointFigures],
-    options: ScalingOptions,
-    console: Console,
-    geode: Sequence[GeodePoint] = (),
-    registered: Sequence[RegisteredPoint] = (),
-) -> None:
-    """Print both series, each rate with its ratio to the raw baseline; then, with Geode's
-    points, the subscriber series beside them; then the registered subscribers' series."""
-    for name, members in series(points, options.fixed_subscribers).items():
-        _print_table(
-            console,
-            f"scaling by {name}: {options.ops:,} puts, latency at {options.rate} puts/s",
-            COLUMNS,
-            [cells(point) for point in members],
-        )
-    if geode:
-        _print_table(
-            console,
-            f"{geode_title(geode)}: {options.ops:,} puts",
-            GEODE_COLUMNS,
-            geode_cells(points, geode),
-        )
-    if registered:
-        _print_table(
-            console,
-            f"{REGISTERED_TITLE}: {options.registered_ops:,} puts a count",
-            REGISTERED_COLUMNS,
-            registered_cells(points, registered),
-        )
-
-
-def _print_table(
-    console: Console, title: str, columns: Sequence[str], rows: Sequence[list[str]]
-) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-
-
 @click.command()
 @click.option(
     "--subscribers",
@@ -596,7 +544,16 @@ def main(
     (points, registered), geode = run_or_exit(
         lambda: (run(options, console), geode_points(options, console)), console
     )
-    print_table(points, options, console, geode, registered)
+    print_tables(
+        points,
+        console,
+        fixed_subscribers=options.fixed_subscribers,
+        ops=options.ops,
+        rate=options.rate,
+        registered_ops=options.registered_ops,
+        geode=geode,
+        registered=registered,
+    )
     table = markdown_table(points, options.fixed_subscribers, geode, registered)
     if markdown is not None:
         markdown.write_text(table, encoding="utf-8")
