@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from rich.console import Console
@@ -140,11 +140,11 @@ def fanout_steps(
         yield RegisteredPoint(count, server_us, kafka_us, idle * 1e3, above_idle_us, load)
 
 
-def puts(writer: Region, ops: int) -> int:
-    """``ops`` pipelined puts (:data:`WINDOW` in flight, :data:`KEY_SPACE` keys); returns
-    how many were acked."""
+def puts(writer: Region, ops: int, keys: Sequence[str] = ()) -> int:
+    """``ops`` pipelined puts (:data:`WINDOW` in flight, :data:`KEY_SPACE` keys, or
+    ``keys`` in turn); returns how many were acked."""
     _, acks = write_async(
-        writer, ops=ops, window=WINDOW, key_space=KEY_SPACE, value_bytes=VALUE_BYTES
+        writer, ops=ops, window=WINDOW, key_space=KEY_SPACE, value_bytes=VALUE_BYTES, keys=keys
     )
     return acks.acked
 
@@ -160,15 +160,20 @@ def idle_cpu_per_s(server_pid: int | None) -> float:
 
 
 def cpu_per_put(
-    server_pid: int | None, kafka_pid: int | None, writer: Region, ops: int, idle_cpu: float
+    server_pid: int | None,
+    kafka_pid: int | None,
+    writer: Region,
+    ops: int,
+    idle_cpu: float,
+    keys: Sequence[str] = (),
 ) -> tuple[float, float, float]:
-    """``ops`` puts; the server's and the broker's CPU per acked put, and the server's
-    above what it used at ``idle_cpu`` (CPU seconds per second) over as long, in µs (the
-    broker's NaN without ``kafka_pid``)."""
+    """``ops`` puts (to ``keys`` in turn, when given); the server's and the broker's CPU per
+    acked put, and the server's above what it used at ``idle_cpu`` (CPU seconds per
+    second) over as long, in µs (the broker's NaN without ``kafka_pid``)."""
     meter = CpuMeter({"server": server_pid, "kafka": kafka_pid})
     began = time.monotonic()
     meter.start()
-    acked = puts(writer, ops)
+    acked = puts(writer, ops, keys)
     used = meter.stop()
     elapsed_s = time.monotonic() - began
     if acked == 0:

@@ -6,7 +6,8 @@ cache server's CPU as three things it holds grow while they see no traffic:
 * regions: ``--regions`` counts (default 1, 100, 1,000) of regions the server defines,
   every one but the written one holding a single entry, each count a server of its own;
 * buckets: ``--buckets`` counts (default 1, 16, 113: Geode's default
-  ``total-num-buckets``), each a server and namespace of its own;
+  ``total-num-buckets``), each a server and namespace of its own, every put to a key of
+  bucket 0 (the others idle);
 * continuous queries: ``--cqs`` counts (default 1, 100, 1,000, the most a client may hold)
   registered by one connected client on a region nothing is written to, added in steps on
   one server.
@@ -27,6 +28,7 @@ are noisy: compare the shapes, not the absolute figures (``bench/README.md``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -52,12 +54,16 @@ from bench.services import REGION, Services
 from bench.summary import SummaryRow, emit
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, CqAttributes, Region
 from regionbus.devstack import LocalStack
+from regionbus.schemas.naming import bucket_of
 
 IDLE_CQ_REGION: Final = "idle_cq"
 """The region the continuous queries are on: nothing is written to it."""
 
 WARM_UP_PUTS: Final = 1_000
 """Untimed puts before a point's first reading (connections, Redis scripts)."""
+
+KEYS_WRITTEN: Final = 1_000
+"""Distinct keys the bucket series writes, all in bucket 0."""
 
 SERIES: Final = ("regions", "buckets", "cqs")
 """The series, in the order they run and are plotted."""
@@ -152,9 +158,15 @@ def _settings(services: Services, **more: Any) -> dict[str, Any]:
 
 
 def _measure(
-    series: str, count: int, services: Services, writer: Region, options: IdleOptions
+    series: str,
+    count: int,
+    services: Services,
+    writer: Region,
+    options: IdleOptions,
+    keys: Sequence[str] = (),
 ) -> IdlePoint:
-    """One point: idle CPU, lone puts, pipelined puts (see the module docstring)."""
+    """One point: idle CPU, lone puts, pipelined puts (see the module docstring), to
+    ``keys`` in turn when given."""
     load = os.getloadavg()
     server_pid = services.pids["server"]
     kafka_pid = services.pids.get("kafka")
@@ -163,9 +175,9 @@ def _measure(
     idle = idle_cpu_per_s(server_pid)
     meter = CpuMeter({"server": server_pid})
     meter.start()
-    _, acked, _, _ = paced_puts(writer, options.rate, options.seconds, 24)
+    _, acked, _, _ = paced_puts(writer, options.rate, options.seconds, 24, keys)
     lone_s = meter.stop().get("server", math.nan)
-    batched_us, kafka_us, _ = cpu_per_put(server_pid, kafka_pid, writer, options.ops, idle)
+    batched_us, kafka_us, _ = cpu_per_put(server_pid, kafka_pid, writer, options.ops, idle, keys)
     return IdlePoint(
         series,
         count,
@@ -202,10 +214,26 @@ def _bucket_points(
     for count in sorted(set(options.buckets)):
         env = {"REGIONBUS_TOTAL_BUCKETS": str(count)}
         with _server(local, work_dir, f"b{count}", (REGION,), env) as (services, cache):
-            progress.phase(console, f"{count:,} buckets (load {_load()}) ...")
+            progress.phase(
+                console, f"{count:,} buckets, every put to bucket 0 (load {_load()}) ..."
+            )
             writer = cache.create_region(REGION, serializer=BytesSerializer())
-            puts(writer, WARM_UP_PUTS)
-            yield _measure("buckets", count, services, writer, options)
+            keys = keys_in_bucket_0(count)
+            puts(writer, WARM_UP_PUTS, keys)
+            yield _measure("buckets", count, services, writer, options, keys)
+
+
+def keys_in_bucket_0(total_buckets: int, count: int = KEYS_WRITTEN) -> list[str]:
+    """``count`` keys of region ``bench`` that live in bucket 0 of ``total_buckets``: the
+    bucket series writes only these, so every other bucket sees no traffic."""
+    found: list[str] = []
+    for n in itertools.count():
+        key = f"b0-{n}"
+        if bucket_of(REGION, key, total_buckets) == 0:
+            found.append(key)
+            if len(found) == count:
+                return found
+    raise AssertionError("unreachable")
 
 
 def _cq_points(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -65,7 +65,13 @@ class Acks:
 
 
 def write_async(
-    region: Region, *, ops: int, window: int, key_space: int, value_bytes: int
+    region: Region,
+    *,
+    ops: int,
+    window: int,
+    key_space: int,
+    value_bytes: int,
+    keys: Sequence[str] = (),
 ) -> tuple[int, Acks]:
     """``put_async`` of ``ops`` stamped values with at most ``window`` puts in flight.
 
@@ -75,6 +81,7 @@ def write_async(
         window: Most puts unanswered at a time.
         key_space: Distinct keys.
         value_bytes: Bytes of every value (the first 8 are the send time).
+        keys: When given, the keys instead, put in turn (``keys[i mod len(keys)]``).
 
     Returns:
         ``(start_ns, acks)``: wall-clock time of the first put, and the answers once all
@@ -91,7 +98,7 @@ def write_async(
     start_ns = time.time_ns()
     for i in range(ops):
         in_flight.acquire()
-        key = f"tp-{i % key_space}"
+        key = keys[i % len(keys)] if keys else f"tp-{i % key_space}"
         region.put_async(key, stamped_value(value_bytes)).add_done_callback(release)
     if not acks.wait(ACK_TIMEOUT_S):
         log.warning("%d of %d puts unanswered", ops - acks.acked - acks.errors, ops)
@@ -156,11 +163,11 @@ def paced(
 
 
 def paced_puts(
-    region: Region, rate: int, seconds: float, value_bytes: int
+    region: Region, rate: int, seconds: float, value_bytes: int, keys: Sequence[str] = ()
 ) -> tuple[int, int, int, int]:
-    """A latency phase's writer: ``put_async`` of keys ``lat-<i>`` at ``rate`` per second
-    for ``seconds`` seconds, each value stamped with its send time, then every answer
-    waited for (``ACK_TIMEOUT_S`` each; failures are logged, not raised).
+    """A latency phase's writer: ``put_async`` of keys ``lat-<i>`` (or ``keys``, in turn)
+    at ``rate`` per second for ``seconds`` seconds, each value stamped with its send time,
+    then every answer waited for (``ACK_TIMEOUT_S`` each; failures are logged, not raised).
 
     Returns:
         ``(sent, acknowledged, first_send_ns, last_send_ns)`` (wall clock).
@@ -168,7 +175,7 @@ def paced_puts(
     futures: list[Future[None]] = []
 
     def send(i: int, value: bytes) -> None:
-        futures.append(region.put_async(f"lat-{i}", value))
+        futures.append(region.put_async(keys[i % len(keys)] if keys else f"lat-{i}", value))
 
     sent, first_ns, last_ns = paced(send, rate, seconds, value_bytes)
     errors = sum(1 for f in futures if _failed(f))

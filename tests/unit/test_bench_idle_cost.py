@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 from bench.fleet_fanout import FLAT_FACTOR
-from bench.idle_cost import IdlePoint, flat, markdown, summary_rows
+from bench.idle_cost import IdlePoint, flat, keys_in_bucket_0, markdown, summary_rows
+from bench.services import REGION
+from regionbus.schemas.naming import bucket_of
 
 
 def _point(series: str, count: int, lone_us: float, batched_us: float) -> IdlePoint:
@@ -39,3 +41,11 @@ def test_each_series_is_its_own_baseline_in_the_table_and_the_summary() -> None:
     cqs = rows["server CPU µs per put, pipelined (1,000 idle continuous queries)"]
     assert math.isclose(cqs.regionbus / cqs.baseline, 1.2)
     assert len(rows) == 4
+
+
+def test_the_bucket_series_writes_keys_of_one_bucket_only() -> None:
+    """Every other bucket then sees no traffic: the series measures idle buckets."""
+    for total in (1, 16, 113):
+        keys = keys_in_bucket_0(total, count=50)
+        assert len(set(keys)) == 50
+        assert {bucket_of(REGION, key, total) for key in keys} == {0}
