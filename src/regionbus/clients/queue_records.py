@@ -131,7 +131,8 @@ class QueueRecords:
                 log.warning("undecodable batch in %s skipped: %s", self._topic, exc)
                 continue
             skipped: list[str] = []
-            for raw in items:
+            traced = self._spans.traced(message.headers()) if self._spans else None
+            for index, raw in enumerate(items):
                 try:
                     item = decode(raw)
                 except MessageDecodeError as exc:
@@ -142,10 +143,11 @@ class QueueRecords:
                     # never returns a change to the client that made it (docs/behaviour.md §3).
                     if not (shared and type(item) is Event and item.originator == client_id):
                         keep(item)
+                        if traced and index in traced:
+                            assert self._spans is not None
+                            self._spans.took(item, traced[index])
                 else:
                     skipped.append(f"unexpected {type(item).__name__}")
-            if self._spans:
-                self._spans.took(message.headers(), items, decoded)
             if skipped:
                 # One line per Kafka message, however many of its items are bad.
                 self.stats.undecodable += len(skipped)

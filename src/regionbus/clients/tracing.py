@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar
 
-from regionbus.schemas.codec import decode
-from regionbus.schemas.errors import MessageDecodeError
 from regionbus.schemas.messages import CqEvent, Event, Operation
 from regionbus.schemas.operation_kinds import kind_row
 from regionbus.schemas.signing import Headers
@@ -100,26 +98,17 @@ class ListenerSpans:
         self._found: dict[int, tuple[object, bytes]] = {}
         """``{id(decoded item): (the item, its traceparent)}``, until it is delivered."""
 
-    def took(self, headers: Headers | None, items: Sequence[bytes], decoded: list[Any]) -> None:
-        """Note the traced items of one record just decoded: ``items`` are its framed
-        items, ``decoded`` ends with those of them that were kept."""
-        traced = item_traceparents(headers)
-        if not traced:
-            return
-        if len(self._found) + len(traced) > TRACED_KEPT_MAX:
+    def traced(self, headers: Headers | None) -> dict[int, bytes]:
+        """``{item index: traceparent}`` of one record's traced items (empty for most)."""
+        return item_traceparents(headers)
+
+    def took(self, item: object, traceparent: bytes) -> None:
+        """Note a traced item just decoded and kept, until it is delivered (its listener
+        span is made then): known by its index in its record as it is decoded, so it is
+        neither decoded twice nor searched for among the record's items."""
+        if len(self._found) >= TRACED_KEPT_MAX:
             self._found.clear()
-        kept = decoded[-len(items) :]
-        for index, traceparent in traced.items():
-            if index >= len(items):
-                continue
-            try:
-                item = decode(items[index])
-            except MessageDecodeError:
-                continue
-            for candidate in kept:
-                if candidate == item:
-                    self._found[id(candidate)] = (candidate, traceparent)
-                    break
+        self._found[id(item)] = (item, traceparent)
 
     def listening(self, deliver: Callable[..., None]) -> Callable[..., None]:
         """``deliver`` (an event's or a CQ event's hand-over to the listeners, item first),
