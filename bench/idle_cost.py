@@ -48,9 +48,9 @@ from bench.core import run_or_exit
 from bench.cpu import CpuMeter
 from bench.fleet_fanout import FLAT_FACTOR, cpu_per_put, idle_cpu_per_s, puts
 from bench.load import paced_puts
-from bench.options import counts, json_option
-from bench.server import ServerProcess
-from bench.services import REGION, Services
+from bench.options import CLIENT_FETCH_WAIT_MS, CLIENT_LINGER_MS, counts, json_option
+from bench.server import server_services
+from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, CqAttributes, Region
 from regionbus.devstack import LocalStack
@@ -118,6 +118,25 @@ def flat(points: Sequence[IdlePoint], figure: str) -> bool:
     return all(getattr(p, figure) <= FLAT_FACTOR * first for p in points)
 
 
+_SERVER_OPTIONS: Final = BenchOptions(
+    ops=WARM_UP_PUTS,
+    subscribers=0,
+    rate=1,
+    latency_seconds=1.0,
+    value_bytes=24,
+    fetch_wait_max_ms=CLIENT_FETCH_WAIT_MS,
+    linger_ms=CLIENT_LINGER_MS,
+    writer="async",
+    window=WARM_UP_PUTS,
+    chunk=WARM_UP_PUTS,
+    key_space=WARM_UP_PUTS,
+    warmup_seconds=0.0,
+    idle_timeout_s=30.0,
+)
+"""The servers' and clients' Kafka settings: the clients' defaults (the load is this
+module's own)."""
+
+
 @contextmanager
 def _server(
     local: LocalStack, work_dir: Path, name: str, regions: tuple[str, ...], env: dict[str, str]
@@ -125,23 +144,9 @@ def _server(
     """A cache server of ``regions`` in a namespace of its own, and a writer's cache."""
     namespace = f"bench.{secrets.token_hex(3)}.{name}"
     with ExitStack() as stack:
-        server = stack.enter_context(
-            ServerProcess(
-                namespace=namespace,
-                kafka_bootstrap_servers=local.kafka_bootstrap_servers,
-                redis_url=local.redis_url,
-                regions=regions,
-                fetch_wait_max_ms=500,
-                linger_ms=1,
-                log_path=work_dir / f"server-{name}.log",
-                env=env,
-            )
-        )
-        services = Services(
-            namespace,
-            local.kafka_bootstrap_servers,
-            local.redis_url,
-            {"server": server.pid, "kafka": local.kafka.pid if local.kafka else None},
+        log_path = work_dir / f"server-{name}.log"
+        services = server_services(
+            stack, local, namespace, _SERVER_OPTIONS, log_path, env=env, regions=regions
         )
         writer = ClientCache(ClientSettings(**_settings(services, subscription_enabled=False)))
         stack.callback(writer.close)
@@ -149,12 +154,7 @@ def _server(
 
 
 def _settings(services: Services, **more: Any) -> dict[str, Any]:
-    return {
-        "namespace": services.namespace,
-        "kafka_bootstrap_servers": services.kafka_bootstrap_servers,
-        "kafka_config": {"log_level": 3},
-        **more,
-    }
+    return services.client_settings(_SERVER_OPTIONS, **more)
 
 
 def _measure(
