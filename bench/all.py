@@ -53,7 +53,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark("durable_replay", ("--events", "20000")),
     Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
-    Benchmark("gateway", ("--events", "5000", "--seconds", "8")),
+    Benchmark("gateway", ("--events", "5000", "--seconds", "8", "--warmup-seconds", "3")),
     # core's quick sizes, so its rows pair with core's; the failover phase as bench.failover.
     Benchmark(
         "peers.geode",

@@ -8,7 +8,12 @@ gateway sender on A and a gateway receiver on B, each a child process. It measur
 
 (a) replication lag at ``--rate`` puts per second for ``--seconds``: put on A (value
     stamped with the send time) → A's server → queue → sender → B's receiver → B's
-    server → a subscriber on B (ALL_KEYS); p50 / p99 / max after ``--warmup-seconds``;
+    server → a subscriber on B (ALL_KEYS); p50 / p99 / max after ``--warmup-seconds``
+    (30 s: the brokers are started for the run, and their JIT compilers take much of
+    the machine for the first tens of seconds); measured twice, with the sender's
+    default batching (Geode's: ``batch_size`` or ``batch_time_interval_ms``) and with
+    ``send_when_idle`` (a batch goes once none awaits an ack), each on servers, sender
+    and receiver of its own;
 (b) events per second through the sender: ``--events`` pipelined puts on A, from the
     first put until the subscriber on B has seen the last one; beside it, the puts acked
     per second by A's server (the pace events enter the queue, which bounds the rest);
@@ -127,9 +132,34 @@ def _stop_all(children: list[_Child]) -> None:
 
 
 def regionbus_gateway(
-    a_kafka: str, b_kafka: str, redis_url: str, options: GatewayBenchOptions, log_dir: Path
+    a_kafka: str,
+    b_kafka: str,
+    redis_url: str,
+    options: GatewayBenchOptions,
+    log_dir: Path,
+    *,
+    send_when_idle: bool = False,
+    lag_only: bool = False,
 ) -> tuple[PhaseResult, str]:
-    """Lag and throughput through one serial gateway sender from site A to site B."""
+    """Lag and throughput through one serial gateway sender from site A to site B.
+
+    Args:
+        a_kafka: Site A's bootstrap servers.
+        b_kafka: Site B's bootstrap servers.
+        redis_url: The Redis both sites use (each in a namespace of its own).
+        options: Sizes, rate and the sender's batching.
+        log_dir: Where the children's logs go.
+        send_when_idle: The sender's ``send_when_idle`` (default off, Geode's batching):
+            on, a batch goes as soon as no batch awaits an ack.
+        lag_only: Measure the lag phase only (no throughput and drain phases).
+
+    Returns:
+        The figures (throughput fields left at their defaults when ``lag_only``), and
+        the log directory.
+
+    Raises:
+        click.ClickException: Not every event arrived on site B in time.
+    """
     tag = secrets.token_hex(3)
     ns_a, ns_b = f"bench.gw.{tag}.a", f"bench.gw.{tag}.b"
     fetch_wait_max_ms = options.fetch_wait_ms
@@ -224,7 +254,10 @@ def regionbus_gateway(
             "--batch-time-interval-ms",
             str(options.batch_time_interval_ms),
         ]
-        sender_env = {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)}
+        sender_env = {
+            "REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
+            "REGIONBUS_GATEWAY_SENDER_SEND_WHEN_IDLE": str(send_when_idle).lower(),
+        }
         sender = _Child("sender", sender_args, sender_env, log_dir)
         children.append(sender)
         receiver.wait_ready("running")
@@ -268,6 +301,8 @@ def regionbus_gateway(
         lag = lag_result(arrivals)
         result.lag_p50_ms, result.lag_p99_ms = lag.lag_p50_ms, lag.lag_p99_ms
         result.lag_max_ms, result.lag_samples = lag.lag_max_ms, lag.lag_samples
+        if lag_only:
+            return result, str(log_dir)
 
         arrivals.reset(0)
         start_ns = time.time_ns()
@@ -322,9 +357,12 @@ def report(
     options: GatewayBenchOptions,
     console: Console,
     mm2: PhaseResult | None = None,
+    rb_idle: PhaseResult | None = None,
 ) -> None:
     """Print the figures side by side, with regionbus ÷ raw, and ÷ MirrorMaker 2 when it
-    ran (``mm2`` None: ``--no-mm2``, its columns are left out and a line says so)."""
+    ran (``mm2`` None: ``--no-mm2``, its columns are left out and a line says so).
+    ``rb_idle``: the lag of a second regionbus run with the sender's ``send_when_idle``
+    (None: its rows are left out)."""
     table = Table(
         title=(
             f"gateway: one serial sender (batch {options.batch_size} / "
@@ -358,6 +396,10 @@ def report(
     for name in ("p50", "p99", "max"):
         a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb, raw, peer))
         row(f"lag {name} at {options.rate}/s (ms)", a, b, c, "{:.1f}")
+    if rb_idle is not None:
+        for name in ("p50", "p99", "max"):
+            a, b, c = (getattr(x, f"lag_{name}_ms") for x in (rb_idle, raw, peer))
+            row(f"lag {name} at {options.rate}/s, send_when_idle (ms)", a, b, c, "{:.1f}")
     # What bounds events/s: site A's server applying the puts, before any gateway work.
     source = ["puts acked/s on site A", f"{rb.source_events_per_s:,.0f}", "", ""]
     table.add_row(*source, *(["", ""] if mm2 is not None else []))
@@ -406,6 +448,11 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     options = GatewayBenchOptions(**values)
+    if options.warmup_seconds >= options.seconds:
+        raise click.UsageError(
+            f"--warmup-seconds ({options.warmup_seconds}) must be below --seconds "
+            f"({options.seconds}): the lag is measured after the warm-up"
+        )
     console = Console()
     log_dir = progress.log_dir("gateway", console)
     with (
@@ -423,6 +470,18 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
         console.print(f"load average before regionbus: {_load()}")
         rb, _ = regionbus_gateway(a_kafka, b_kafka, stack.redis_url, options, log_dir)
         console.print(f"load average after regionbus: {_load()}")
+        progress.phase(console, f"regionbus gateway sender, send_when_idle: {options.rate}/s ...")
+        idle_logs = log_dir / "send-when-idle"
+        idle_logs.mkdir(exist_ok=True)
+        rb_idle, _ = regionbus_gateway(
+            a_kafka,
+            b_kafka,
+            stack.redis_url,
+            options,
+            idle_logs,
+            send_when_idle=True,
+            lag_only=True,
+        )
         if mm2:
             progress.phase(console, f"MirrorMaker 2: {sizes} ...")
         peer = mirror_maker_2(a_kafka, b_kafka, options, log_dir) if mm2 else None
@@ -431,7 +490,7 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
         # Geode needs neither Kafka nor Redis: its sites run after the stack is down.
         progress.phase(console, f"Apache Geode WAN, serial then parallel sender: {sizes} ...")
         geode_sites = geode_wan(options, log_dir / "geode")
-    report(rb, raw, options, console, peer)
+    report(rb, raw, options, console, peer, rb_idle)
     if geode_sites:
         print_geode_wan(geode_sites, options, console)
     else:
@@ -456,6 +515,14 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
                 "gateway",
                 f"replication lag p99 at {options.rate}/s (ms)",
                 rb.lag_p99_ms,
+                raw.lag_p99_ms,
+                "raw mirror lag p99",
+                higher_is_better=False,
+            ),
+            SummaryRow(
+                "gateway",
+                f"replication lag p99 at {options.rate}/s, send_when_idle (ms)",
+                rb_idle.lag_p99_ms,
                 raw.lag_p99_ms,
                 "raw mirror lag p99",
                 higher_is_better=False,

@@ -34,8 +34,14 @@ class GatewayBenchOptions:
     Attributes:
         events: Events for the throughput phase.
         rate: Puts (messages) per second in the lag phase.
-        seconds: Length of the lag phase, in seconds.
-        warmup_seconds: First seconds of the lag phase not counted.
+        seconds: Length of the lag phase, in seconds, its warm-up included.
+        warmup_seconds: First seconds of the lag phase not counted. 30 s, because the
+            brokers are started for the run and their JVMs compile the request paths for
+            the first tens of seconds: over a 20 s lag phase started on fresh brokers, the
+            C1/C2 compiler threads took 47 % of both brokers' CPU (13 % from 30 to 50 s),
+            on a 2-core machine that the gateway path at 500 events/s fills, so the
+            figures measured the compiler (bench/RESULTS.md, "bench.gateway on warm
+            brokers").
         value_bytes: Value size in bytes (the first 8 are the send time).
         batch_size: The sender's ``batch_size`` (Geode default 100).
         batch_time_interval_ms: The sender's ``batch_time_interval_ms`` (Geode default 1000).
@@ -45,8 +51,8 @@ class GatewayBenchOptions:
 
     events: int = 20_000
     rate: int = 500
-    seconds: float = 20.0
-    warmup_seconds: float = 3.0
+    seconds: float = 50.0
+    warmup_seconds: float = 30.0
     value_bytes: int = 200
     batch_size: int = 100
     batch_time_interval_ms: int = 1000

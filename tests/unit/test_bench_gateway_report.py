@@ -44,3 +44,24 @@ def test_without_a_drain_figure_its_row_is_left_out() -> None:
     text = console.export_text()
     assert "drained" not in text
     assert "nan" not in text
+
+
+def test_the_send_when_idle_run_has_rows_of_its_own_beside_the_raw_mirror() -> None:
+    console = Console(width=200, record=True)
+    idle = PhaseResult(lag_p50_ms=40.0, lag_p99_ms=170.0, lag_max_ms=290.0, lag_samples=10000)
+    report(REGIONBUS, RAW, GatewayBenchOptions(), console, None, idle)
+    text = console.export_text()
+    assert "lag p99 at 500/s, send_when_idle (ms)" in text
+    assert "170.0" in text
+    assert "0.75x" in text  # send_when_idle's lag p99 170 ÷ the raw mirror's 227
+    assert "nan" not in text
+
+
+def test_a_warm_up_as_long_as_the_lag_phase_is_refused_before_anything_starts() -> None:
+    from click.testing import CliRunner
+
+    from bench.gateway import main
+
+    result = CliRunner().invoke(main, ["--seconds", "8"])  # the default warm-up is 30 s
+    assert result.exit_code == 2
+    assert "--warmup-seconds (30.0) must be below --seconds (8.0)" in result.output
