@@ -348,7 +348,10 @@ def _gateway_ids(
     def ids(topic_prefix: str, role_prefix: str | None) -> list[str]:
         found = {t[len(topic_prefix) :] for t in partitions if t.startswith(topic_prefix)}
         if role_prefix is not None:
-            found |= {r[len(role_prefix) :] for r in leases if r.startswith(role_prefix)}
+            # A shard's role is "<role>/<shard>" (ids never hold a "/").
+            found |= {
+                r[len(role_prefix) :].split("/")[0] for r in leases if r.startswith(role_prefix)
+            }
         return sorted(found)
 
     return {
@@ -377,6 +380,20 @@ def _gateway_topics(
     return found
 
 
+def _shard_holders(leases: dict[str, tuple[str, int]], role: str) -> tuple[str | None, int]:
+    """The holders of a sharded queue's leases (``<role>/<shard>``) as one
+    ``"<member> (shard <k>), ..."``, with the highest epoch; ``(None, 0)`` when none."""
+    shards = sorted(
+        (int(r[len(role) + 1 :]), holder, epoch)
+        for r, (holder, epoch) in leases.items()
+        if r.startswith(role + "/") and r[len(role) + 1 :].isdigit()
+    )
+    if not shards:
+        return None, 0
+    holders = ", ".join(f"{holder} (shard {shard})" for shard, holder, _ in shards)
+    return holders, max(epoch for _, _, epoch in shards)
+
+
 def _gateways(
     namespace: str,
     leases: dict[str, tuple[str, int]],
@@ -397,7 +414,9 @@ def _gateways(
         rows = []
         for queue_id in ids[kind]:
             topic = topic_prefix + queue_id
-            holder, epoch = leases.get(role_of(queue_id), (None, 0))
+            holder, epoch = leases.get(role_of(queue_id)) or _shard_holders(
+                leases, role_of(queue_id)
+            )
             backlog = figures.backlog((kind, topic)) if figures is not None else None
             rows.append(
                 GatewayQueueStatus(queue_id, topic, partitions.get(topic), holder, epoch, backlog)

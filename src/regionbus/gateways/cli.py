@@ -111,11 +111,22 @@ _QUEUE = AsyncEventQueueSettings
 @setting_option(_SENDER, "batch_size", "--batch-size", type=int)
 @setting_option(_SENDER, "batch_time_interval_ms", "--batch-time-interval-ms", type=int)
 @setting_option(_SENDER, "max_batches_in_flight", "--max-batches-in-flight", type=int)
+@setting_option(
+    _SENDER,
+    "shards",
+    "--shards",
+    type=int,
+    help="Split the queue's partitions into this many shards, each sent by its own primary.",
+)
+@setting_option(
+    _SENDER, "shard", "--shard", type=int, help="The shard this process sends (0 to shards - 1)."
+)
 def sender_command(verbose: bool, **options: Any) -> None:
     """Run a gateway sender: send its queue's batches to the remote site."""
     settings = GatewaySenderSettings.load(**options)
     _logging(settings, verbose)
-    _run(GatewaySender(settings), f"gateway sender {settings.sender_id}")
+    shard = f" shard {settings.shard} of {settings.shards}" if settings.shards > 1 else ""
+    _run(GatewaySender(settings), f"gateway sender {settings.sender_id}{shard}")
 
 
 @click.command("receiver")

@@ -72,6 +72,19 @@ def conflate(events: Sequence[Event]) -> list[Event]:
     return [e for i, e in enumerate(events) if i not in dropped]
 
 
+def shard_partitions(partitions: int, shard: int, shards: int) -> list[int]:
+    """The partitions of a queue of ``partitions`` that shard ``shard`` of ``shards`` reads:
+    ``p % shards == shard``, so that each bucket's partition has one reader and the
+    shards of a parallel queue (a partition per bucket) hold about as many buckets each.
+
+    Raises:
+        ValueError: ``shards`` is below 1, or ``shard`` is not in ``range(shards)``.
+    """
+    if shards < 1 or not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} of {shards}: a shard is 0 to shards - 1")
+    return [p for p in range(partitions) if p % shards == shard]
+
+
 class QueueReader:
     """Reads a queue topic from its committed offsets, in batches, and commits after them.
 
@@ -86,6 +99,9 @@ class QueueReader:
             batch).
         fetch_wait_max_ms: librdkafka ``fetch.wait.max.ms`` of the queue consumer (the
             worker's settings).
+        shard: Which shard of the queue's partitions this reader reads (0-based).
+        shards: Shards the queue's partitions are split into: the reader reads the
+            partitions ``p`` with ``p % shards == shard`` (1: all of them).
     """
 
     def __init__(
@@ -95,8 +111,12 @@ class QueueReader:
         group_id: str,
         dead_letter: Callable[[bytes | None, str, int, int, str, int | None], None],
         fetch_wait_max_ms: int,
+        *,
+        shard: int = 0,
+        shards: int = 1,
     ) -> None:
         self.topic = topic
+        self.shard, self.shards = shard, shards
         self._config = {
             **kafka_config,
             "group.id": group_id,
@@ -113,8 +133,15 @@ class QueueReader:
         self._committed: dict[int, int] = {}
         self.partitions = 0
 
+    @property
+    def owned_partitions(self) -> list[int]:
+        """The queue partitions this reader reads (all of them unless sharded; empty
+        until :meth:`open`)."""
+        return shard_partitions(self.partitions, self.shard, self.shards)
+
     def open(self, metadata_timeout_s: float = 30.0) -> None:
-        """Assign every partition of the topic from its committed offset.
+        """Assign every partition of the topic (of the reader's shard) from its committed
+        offset.
 
         Raises:
             TransportError: the topic does not appear within ``metadata_timeout_s`` seconds
@@ -137,8 +164,16 @@ class QueueReader:
                 raise TransportError(f"queue topic {self.topic} does not exist")
             time.sleep(0.2)
         self.partitions = len(meta.partitions)
-        wanted = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        committed = committed_offsets(consumer, wanted, 10.0)
+        wanted = [TopicPartition(self.topic, p) for p in self.owned_partitions]
+        if not wanted:
+            log.warning(
+                "queue %s: shard %d of %d holds none of its %d partitions",
+                self.topic,
+                self.shard,
+                self.shards,
+                self.partitions,
+            )
+        committed = committed_offsets(consumer, wanted, 10.0) if wanted else []
         consumer.assign(
             [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
         )
@@ -302,7 +337,7 @@ class QueueReader:
         if consumer is None:
             return None
         total = 0
-        for partition in range(self.partitions):
+        for partition in self.owned_partitions:
             committed = self._committed.get(partition, 0)
             read = self._positions.get(partition, committed)
             try:
@@ -383,6 +418,9 @@ class QueueProcessor(BackgroundWorker):
             by default).
         liveness_timeout_s: Longest time between two turns of its live loop, seconds (the
             ``liveness_timeout_s`` setting).
+        shard: Which shard of the queue's partitions this processor reads (0-based; see
+            :func:`shard_partitions`).
+        shards: Shards the queue's partitions are split into (1: it reads them all).
     """
 
     def __init__(
@@ -402,6 +440,8 @@ class QueueProcessor(BackgroundWorker):
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         liveness_timeout_s: float = 60.0,
+        shard: int = 0,
+        shards: int = 1,
     ) -> None:
         self.role = role
         self.member_id = member_id
@@ -414,7 +454,13 @@ class QueueProcessor(BackgroundWorker):
         self._lease = Lease(self._redis, namespace, role, member_id, lease_ttl_ms)
         self._lease_ttl_ms = lease_ttl_ms
         self._reader = QueueReader(
-            kafka_config, topic, group_id, self._dead_letter, fetch_wait_max_ms
+            kafka_config,
+            topic,
+            group_id,
+            self._dead_letter,
+            fetch_wait_max_ms,
+            shard=shard,
+            shards=shards,
         )
         self._local_producer: Producer | None = None
         self._primary = threading.Event()

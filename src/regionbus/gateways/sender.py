@@ -60,7 +60,7 @@ from regionbus.schemas.kafka_clients import (
     kafka_producer,
 )
 from regionbus.schemas.messages import Event
-from regionbus.schemas.naming import Topics, sender_role
+from regionbus.schemas.naming import Topics, sender_role, sender_shard_id
 from regionbus.schemas.record_guard import UnreadableRecords
 from regionbus.schemas.topics import ensure_topics, link_topic_spec
 from regionbus.schemas.transport import assign_from, committed_offsets, kafka_error, poll_batch
@@ -86,7 +86,7 @@ class GatewaySender(QueueProcessor):
         event_filters: list[GatewayEventFilter] | None = None,
     ) -> None:
         super().__init__(
-            role=sender_role(settings.sender_id),
+            role=sender_role(settings.sender_id, settings.shard, settings.shards),
             namespace=settings.namespace,
             kafka_config=settings.librdkafka(),
             fetch_wait_max_ms=settings.fetch_wait_max_ms,
@@ -100,8 +100,13 @@ class GatewaySender(QueueProcessor):
             metrics_port=settings.metrics_port,
             metrics_host=settings.metrics_host,
             liveness_timeout_s=settings.liveness_timeout_s,
+            shard=settings.shard,
+            shards=settings.shards,
         )
         self.settings = settings
+        # The shards of one queue share its ack topic (each ignores the acks of batches
+        # it did not send) but not their batch sequences.
+        self.batch_sender_id = sender_shard_id(settings.sender_id, settings.shard, settings.shards)
         self.filters = [load_hook(n, GatewayEventFilter) for n in settings.event_filters]
         self.filters += event_filters or []
         self._remote = {
@@ -298,7 +303,7 @@ class GatewaySender(QueueProcessor):
         )
         return GatewayBatch(
             entry.batch_id,
-            self.settings.sender_id,
+            self.batch_sender_id,
             self.settings.distributed_system_id,
             self.ack_topic,
             resend,

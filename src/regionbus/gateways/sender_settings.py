@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from regionbus.broker.config import OrderPolicy
@@ -81,6 +81,16 @@ class GatewaySenderSettings(
             first fetch (100 ms, as the servers').
         member_id: This worker's member id (the lease holder).
         lease_ttl_ms: Primary lease time to live (renewed every third of it).
+        shards: Split the queue's partitions into this many shards, each sent by a
+            primary of its own, so that a parallel sender (a partition per bucket) is
+            sent by several processes at once, as Geode runs a parallel sender on every
+            member that hosts primary buckets. Default 1: one primary sends the whole
+            queue. Every sender process of the queue is started with the same
+            ``shards``; order still holds per partition (per bucket for a parallel
+            sender, per dispatcher partition for a serial one).
+        shard: Which shard this process sends (0 to ``shards`` - 1): the partitions
+            ``p`` with ``p % shards == shard``. Start two processes per shard for a
+            secondary that takes over.
     """
 
     model_config = SettingsConfigDict(env_prefix="REGIONBUS_GATEWAY_SENDER_")
@@ -108,11 +118,19 @@ class GatewaySenderSettings(
     fetch_wait_max_ms: int = Field(default=100, ge=1)
     member_id: str = Field(default_factory=lambda: generated_member_id("gw-sender"))
     lease_ttl_ms: int = Field(default=10_000, ge=300)
+    shards: int = Field(default=1, ge=1, le=1024)
+    shard: int = Field(default=0, ge=0)
 
     @field_validator("sender_id", "remote_receiver_id", "namespace", "remote_namespace")
     @classmethod
     def _topic_legal(cls, value: str) -> str:
         return check_name("name", value, max_len=120)
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> GatewaySenderSettings:
+        if self.shard >= self.shards:
+            raise ValueError(f"shard {self.shard} of {self.shards}: a shard is 0 to shards - 1")
+        return self
 
     @field_validator("remote_kafka_config")
     @classmethod

@@ -88,9 +88,20 @@ REAPER_ROLE: Final = "reaper"
 """The election role of the durable-client reaper (one server of a namespace at a time)."""
 
 
-def sender_role(sender_id: str) -> str:
-    """The election role of a gateway sender's primary (Redis ``rb:{ns}:lease:<role>``)."""
-    return f"gateway-sender:{sender_id}"
+def sender_role(sender_id: str, shard: int = 0, shards: int = 1) -> str:
+    """The election role of a gateway sender's primary (Redis ``rb:{ns}:lease:<role>``):
+    ``gateway-sender:<id>``, or ``gateway-sender:<id>/<shard>`` for one shard of a queue
+    split into ``shards`` (each shard a primary of its own)."""
+    role = f"gateway-sender:{sender_id}"
+    return role if shards == 1 else f"{role}/{shard}"
+
+
+def sender_shard_id(sender_id: str, shard: int = 0, shards: int = 1) -> str:
+    """The id a gateway sender's batches carry (``GatewayBatch.sender_id``), by which the
+    receiver keeps each sender's batch sequence: the sender id, or ``<id>.shard-<shard>``
+    for one shard of a queue split into ``shards``, whose batches are a sequence of
+    their own."""
+    return sender_id if shards == 1 else f"{sender_id}.shard-{shard}"
 
 
 def dispatcher_role(queue_id: str) -> str:
