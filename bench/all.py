@@ -2,10 +2,10 @@
 each beside the raw Kafka / Redis baseline measured in the same run, with the ratio.
 
 ``python -m bench.all`` runs ``bench.core``, ``bench.durable_replay``, ``bench.failover``,
-``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.spark_read``, ``bench.cq``,
-the Apache Geode peers ``bench.peers.geode`` and ``bench.peers.geode_cq``,
-``bench.scaling`` and ``bench.fleet``, one child
-process each (each starts its own
+``bench.gateway`` (with MirrorMaker 2 beside the sender), ``bench.gateway_shards``,
+``bench.spark_read``, ``bench.cq``, the Apache Geode peers ``bench.peers.geode`` and
+``bench.peers.geode_cq``, ``bench.scaling`` and ``bench.fleet``, one child process each
+(each starts its own
 embedded stack unless ``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name one), collects the rows
 they emit (:mod:`bench.summary`) and writes ``--output`` (default ``bench/RESULTS.md``):
 the machine, the load average before each benchmark, the table, and any benchmark that
@@ -54,6 +54,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("durable_replay", ("--events", "20000")),
     Benchmark("failover", ("--rate", "1000", "--seconds", "15", "--ops", "10000")),
     Benchmark("gateway", ("--events", "5000", "--seconds", "8", "--warmup-seconds", "3")),
+    # A parallel sender's backlog drained by 1 and 2 shards (full: 1, 2 and 4 of 20,000).
+    Benchmark("gateway_shards", ("--shards", "1,2", "--events", "5000")),
     # core's quick sizes, so its rows pair with core's; the failover phase as bench.failover.
     Benchmark(
         "peers.geode",

@@ -77,7 +77,7 @@ log = logging.getLogger("regionbus.bench.gateway")
 REGION = "bench"
 
 
-class _ArrivalListener(CacheListener):
+class ArrivalListener(CacheListener):
     def __init__(self, arrivals: Arrivals) -> None:
         self.arrivals = arrivals
 
@@ -88,7 +88,7 @@ class _ArrivalListener(CacheListener):
         self.arrivals.hit(event.new_value_bytes)
 
 
-class _Child:
+class Child:
     """A child process logging to a file, ready once its log shows ``ready_text``."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
@@ -123,7 +123,7 @@ class _Child:
                 self.process.wait(5)
 
 
-def _stop_all(children: list[_Child]) -> None:
+def stop_all(children: list[Child]) -> None:
     for child in reversed(children):
         child.stop()
 
@@ -167,11 +167,11 @@ def regionbus_gateway(
         "REGIONBUS_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
         "REGIONBUS_LINGER_MS": str(LINGER_MS),
     }
-    children: list[_Child] = []
+    children: list[Child] = []
     result = PhaseResult()
     with ExitStack() as stack:
-        stack.callback(_stop_all, children)
-        server_a = _Child(
+        stack.callback(stop_all, children)
+        server_a = Child(
             "server-a",
             [
                 "serve",
@@ -193,7 +193,7 @@ def regionbus_gateway(
             log_dir,
         )
         children.append(server_a)
-        server_b = _Child(
+        server_b = Child(
             "server-b",
             [
                 "serve",
@@ -212,7 +212,7 @@ def regionbus_gateway(
         children.append(server_b)
         server_a.wait_ready("serving namespace")
         server_b.wait_ready("serving namespace")
-        receiver = _Child(
+        receiver = Child(
             "receiver",
             [
                 "gateway",
@@ -258,7 +258,7 @@ def regionbus_gateway(
             "REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
             "REGIONBUS_GATEWAY_SENDER_SEND_WHEN_IDLE": str(send_when_idle).lower(),
         }
-        sender = _Child("sender", sender_args, sender_env, log_dir)
+        sender = Child("sender", sender_args, sender_env, log_dir)
         children.append(sender)
         receiver.wait_ready("running")
         sender.wait_ready("running")
@@ -273,7 +273,7 @@ def regionbus_gateway(
             )
         )
         region_b = reader.create_region(
-            REGION, listeners=[_ArrivalListener(arrivals)], serializer=BytesSerializer()
+            REGION, listeners=[ArrivalListener(arrivals)], serializer=BytesSerializer()
         )
         region_b.register_interest_regex(".*")
         writer = stack.enter_context(
@@ -306,15 +306,15 @@ def regionbus_gateway(
 
         arrivals.reset(0)
         start_ns = time.time_ns()
-        result.source_events_per_s = _put_all(region_a, "tp", options)
+        result.source_events_per_s = put_all(region_a, "tp", options)
         wait_count(arrivals, options.events)
         result.events_per_s = options.events / ((arrivals.last_ns - start_ns) / 1e9)
 
         # The sender alone: a backlog queued while it is stopped, then drained.
         sender.stop()
-        _put_all(region_a, "drain", options)
+        put_all(region_a, "drain", options)
         arrivals.reset(0)
-        drainer = _Child("sender-drain", sender_args, sender_env, log_dir)
+        drainer = Child("sender-drain", sender_args, sender_env, log_dir)
         children.append(drainer)
         wait_count(arrivals, options.events, idle_timeout_s=120)
         drained_s = (arrivals.last_ns - arrivals.first_ns) / 1e9
@@ -322,7 +322,7 @@ def regionbus_gateway(
     return result, str(log_dir)
 
 
-def _put_all(region: Any, prefix: str, options: GatewayBenchOptions) -> float:
+def put_all(region: Any, prefix: str, options: GatewayBenchOptions) -> float:
     """``options.events`` pipelined puts (2,000 unanswered at most); returns puts acked/s."""
     start_ns = time.time_ns()
     window: list[Any] = []
@@ -338,7 +338,7 @@ def _put_all(region: Any, prefix: str, options: GatewayBenchOptions) -> float:
 
 
 @contextmanager
-def _remote_kafka() -> Iterator[str]:
+def remote_kafka() -> Iterator[str]:
     with EmbeddedKafka() as kafka:
         yield kafka.bootstrap_servers
 
@@ -459,7 +459,7 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
         progress.heartbeat(console),
         LocalStack() as stack,
         progress.keep_stack_logs(stack),
-        _remote_kafka() as b_kafka,
+        remote_kafka() as b_kafka,
     ):
         a_kafka = stack.kafka_bootstrap_servers
         console.print(f"site A Kafka {a_kafka}, site B Kafka {b_kafka}, Redis {stack.redis_url}")

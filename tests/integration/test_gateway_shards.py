@@ -11,8 +11,10 @@ import pytest
 from gateway_sites import Site, running_sites
 from support import wait_until
 
+from regionbus.broker.status import cluster_status
 from regionbus.gateways.processor import shard_partitions
 from regionbus.gateways.sender import GatewaySender
+from regionbus.runtime.redis_connect import connect_redis
 from regionbus.schemas.naming import sender_role
 
 
@@ -66,6 +68,17 @@ def test_two_shards_of_a_parallel_sender_are_primary_at_once_and_send_every_even
     # Both hold a lease of their own: neither waits for the other.
     assert first.is_primary and second.is_primary
     assert first.role == sender_role("to-b", 0, 2) != second.role == sender_role("to-b", 1, 2)
+    # regionbus status shows one sender, held by both shards.
+    redis_client = connect_redis(server.settings)
+    try:
+        status = cluster_status(
+            redis_client, a.namespace, buckets, server.settings.librdkafka(), 30.0
+        )
+    finally:
+        redis_client.close()
+    assert [(q.queue_id, q.primary) for q in status.gateway_senders] == [
+        ("to-b", "shard-0 (shard 0), shard-1 (shard 1)")
+    ]
 
     region = a.client().create_region("r")
     entries = {f"k{i}": i for i in range(300)}
@@ -108,10 +121,12 @@ def test_a_shards_standby_takes_over_its_partitions_and_the_other_shard_goes_on(
     wait_until(lambda: len(b.values()) == 200, 60, "every event on site B")
     assert b.values() == a.values()
     wait_until(
-        lambda: first.stats.events_dispatched
-        + second.stats.events_dispatched
-        + standby.stats.events_dispatched
-        == 200,
+        lambda: (
+            first.stats.events_dispatched
+            + second.stats.events_dispatched
+            + standby.stats.events_dispatched
+            == 200
+        ),
         30,
         "every shard's acks",
     )

@@ -126,8 +126,10 @@ class GatewayQueueStatus:
         partitions: 1 (serial) or one per bucket (parallel); None when the topic does not
             exist (a worker holds a lease but no server created the queue yet).
         primary: Member id of the worker holding the lease (the one dispatching), None
-            when no worker is primary.
-        epoch: The lease's fencing epoch (0 without a primary).
+            when no worker is primary; for a sender split into shards, each shard's
+            holder, ``"<member> (shard <k>), ..."``.
+        epoch: The lease's fencing epoch (0 without a primary; a sharded sender's
+            highest).
         backlog_events: Events queued and not yet removed (acked by the remote site, or
             accepted by the listener); None when Kafka could not be asked.
     """
