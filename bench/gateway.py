@@ -37,12 +37,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-import secrets
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import progress
+from bench.gateway_pair import SitePair, put_all, two_brokers
 from bench.gateway_raw import (
     LINGER_MS,
     Arrivals,
@@ -63,69 +60,8 @@ from bench.gateway_raw import (
 )
 from bench.summary import SummaryRow, emit
 from bench.workers import stamped_value
-from regionbus.clients import (
-    BytesSerializer,
-    CacheListener,
-    ClientCache,
-    ClientSettings,
-    EntryEvent,
-)
-from regionbus.devstack import EmbeddedKafka, LocalStack
 
 log = logging.getLogger("regionbus.bench.gateway")
-
-REGION = "bench"
-
-
-class ArrivalListener(CacheListener):
-    def __init__(self, arrivals: Arrivals) -> None:
-        self.arrivals = arrivals
-
-    def after_create(self, event: EntryEvent) -> None:
-        self.arrivals.hit(event.new_value_bytes)
-
-    def after_update(self, event: EntryEvent) -> None:
-        self.arrivals.hit(event.new_value_bytes)
-
-
-class Child:
-    """A child process logging to a file, ready once its log shows ``ready_text``."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        with self.log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "regionbus", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-                start_new_session=True,
-            )
-
-    def wait_ready(self, ready_text: str, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while ready_text not in self.log_path.read_text(errors="replace"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise click.ClickException(
-                    f"{self.name} did not start: {self.log_path.read_text()[-2000:]}"
-                )
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
-def stop_all(children: list[Child]) -> None:
-    for child in reversed(children):
-        child.stop()
 
 
 # --- regionbus -----------------------------------------------------------------------
@@ -160,132 +96,19 @@ def regionbus_gateway(
     Raises:
         click.ClickException: Not every event arrived on site B in time.
     """
-    tag = secrets.token_hex(3)
-    ns_a, ns_b = f"bench.gw.{tag}.a", f"bench.gw.{tag}.b"
-    fetch_wait_max_ms = options.fetch_wait_ms
-    common = {
-        "REGIONBUS_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
-        "REGIONBUS_LINGER_MS": str(LINGER_MS),
-    }
-    children: list[Child] = []
     result = PhaseResult()
+    sites = SitePair(a_kafka, b_kafka, redis_url, options, log_dir)
     with ExitStack() as stack:
-        stack.callback(stop_all, children)
-        server_a = Child(
-            "server-a",
-            [
-                "serve",
-                "--namespace",
-                ns_a,
-                "--kafka",
-                a_kafka,
-                "--redis",
-                redis_url,
-                "--region",
-                REGION,
-            ],
-            {
-                **common,
-                "REGIONBUS_DISTRIBUTED_SYSTEM_ID": "1",
-                "REGIONBUS_GATEWAY_SENDERS": '{"to-b": {"remote_distributed_system_id": 2}}',
-                "REGIONBUS_REGION_GATEWAY_SENDERS": f'{{"{REGION}": ["to-b"]}}',
-            },
-            log_dir,
-        )
-        children.append(server_a)
-        server_b = Child(
-            "server-b",
-            [
-                "serve",
-                "--namespace",
-                ns_b,
-                "--kafka",
-                b_kafka,
-                "--redis",
-                redis_url,
-                "--region",
-                REGION,
-            ],
-            {**common, "REGIONBUS_DISTRIBUTED_SYSTEM_ID": "2"},
-            log_dir,
-        )
-        children.append(server_b)
-        server_a.wait_ready("serving namespace")
-        server_b.wait_ready("serving namespace")
-        receiver = Child(
-            "receiver",
-            [
-                "gateway",
-                "receiver",
-                "--namespace",
-                ns_b,
-                "--kafka",
-                b_kafka,
-                "--redis",
-                redis_url,
-                "--site-id",
-                "2",
-            ],
-            {"REGIONBUS_GATEWAY_RECEIVER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms)},
-            log_dir,
-        )
-        children.append(receiver)
-        sender_args = [
-            "gateway",
-            "sender",
-            "--namespace",
-            ns_a,
-            "--kafka",
-            a_kafka,
-            "--redis",
-            redis_url,
-            "--sender-id",
-            "to-b",
-            "--site-id",
-            "1",
-            "--remote-site-id",
-            "2",
-            "--remote-namespace",
-            ns_b,
-            "--remote-kafka",
-            b_kafka,
-            "--batch-size",
-            str(options.batch_size),
-            "--batch-time-interval-ms",
-            str(options.batch_time_interval_ms),
-        ]
-        sender_env = {
-            "REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(fetch_wait_max_ms),
-            "REGIONBUS_GATEWAY_SENDER_SEND_WHEN_IDLE": str(send_when_idle).lower(),
-        }
-        sender = Child("sender", sender_args, sender_env, log_dir)
-        children.append(sender)
+        stack.callback(sites.stop)
+        sites.start_servers(env={"REGIONBUS_LINGER_MS": str(LINGER_MS)})
+        receiver = sites.start_receiver()
+        sender_env = {"REGIONBUS_GATEWAY_SENDER_SEND_WHEN_IDLE": str(send_when_idle).lower()}
+        sender = sites.start_sender(env=sender_env)
         receiver.wait_ready("running")
         sender.wait_ready("running")
         arrivals = Arrivals()
-        reader = stack.enter_context(
-            ClientCache(
-                ClientSettings(
-                    namespace=ns_b,
-                    kafka_bootstrap_servers=b_kafka,
-                    fetch_wait_max_ms=fetch_wait_max_ms,
-                )
-            )
-        )
-        region_b = reader.create_region(
-            REGION, listeners=[ArrivalListener(arrivals)], serializer=BytesSerializer()
-        )
-        region_b.register_interest_regex(".*")
-        writer = stack.enter_context(
-            ClientCache(
-                ClientSettings(
-                    namespace=ns_a,
-                    kafka_bootstrap_servers=a_kafka,
-                    fetch_wait_max_ms=fetch_wait_max_ms,
-                )
-            )
-        )
-        region_a = writer.create_region(REGION, serializer=BytesSerializer())
+        sites.reader(stack, arrivals)
+        region_a = sites.writer(stack)
         region_a.put("warmup", stamped_value(options.value_bytes))
         wait_count(arrivals, 1, idle_timeout_s=120)
 
@@ -314,33 +137,11 @@ def regionbus_gateway(
         sender.stop()
         put_all(region_a, "drain", options)
         arrivals.reset(0)
-        drainer = Child("sender-drain", sender_args, sender_env, log_dir)
-        children.append(drainer)
+        sites.start_sender("sender-drain", env=sender_env)
         wait_count(arrivals, options.events, idle_timeout_s=120)
         drained_s = (arrivals.last_ns - arrivals.first_ns) / 1e9
         result.drain_events_per_s = (options.events - 1) / drained_s if drained_s else 0.0
     return result, str(log_dir)
-
-
-def put_all(region: Any, prefix: str, options: GatewayBenchOptions) -> float:
-    """``options.events`` pipelined puts (2,000 unanswered at most); returns puts acked/s."""
-    start_ns = time.time_ns()
-    window: list[Any] = []
-    for index in range(options.events):
-        window.append(region.put_async(f"{prefix}-{index}", stamped_value(options.value_bytes)))
-        if len(window) >= 2000:
-            for future in window:
-                future.result(60)
-            window.clear()
-    for future in window:
-        future.result(60)
-    return options.events / ((time.time_ns() - start_ns) / 1e9)
-
-
-@contextmanager
-def remote_kafka() -> Iterator[str]:
-    with EmbeddedKafka() as kafka:
-        yield kafka.bootstrap_servers
 
 
 def _load() -> str:
@@ -455,12 +256,7 @@ def main(verbose: bool, mm2: bool, geode: bool, **values: Any) -> None:
         )
     console = Console()
     log_dir = progress.log_dir("gateway", console)
-    with (
-        progress.heartbeat(console),
-        LocalStack() as stack,
-        progress.keep_stack_logs(stack),
-        remote_kafka() as b_kafka,
-    ):
+    with two_brokers(console) as (stack, b_kafka):
         a_kafka = stack.kafka_bootstrap_servers
         console.print(f"site A Kafka {a_kafka}, site B Kafka {b_kafka}, Redis {stack.redis_url}")
         sizes = f"{options.rate}/s for {options.seconds} s, then {options.events:,} events"

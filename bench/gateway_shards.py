@@ -23,10 +23,8 @@ are started for the run and compile for their first tens of seconds).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import secrets
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -38,11 +36,9 @@ from rich.table import Table
 
 from bench import progress
 from bench.cpu import MachineCpu
-from bench.gateway import REGION, ArrivalListener, Child, put_all, remote_kafka, stop_all
+from bench.gateway_pair import SitePair, put_all, two_brokers
 from bench.gateway_raw import Arrivals, GatewayBenchOptions, wait_count
 from bench.summary import SummaryRow, emit
-from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
-from regionbus.devstack import LocalStack
 
 log = logging.getLogger("regionbus.bench.gateway_shards")
 
@@ -81,124 +77,24 @@ def drain_with_shards(
     Raises:
         click.ClickException: A worker did not start, or not every event arrived.
     """
-    tag = secrets.token_hex(3)
-    ns_a, ns_b = f"bench.gws.{tag}.a", f"bench.gws.{tag}.b"
-    common = {"REGIONBUS_FETCH_WAIT_MAX_MS": str(options.fetch_wait_ms)}
-    log_dir.mkdir(parents=True, exist_ok=True)
-    children: list[Child] = []
+    sites = SitePair(a_kafka, b_kafka, redis_url, options, log_dir, prefix="bench.gws")
     with ExitStack() as stack:
-        stack.callback(stop_all, children)
-
-        def child(name: str, args: list[str], env: dict[str, str]) -> Child:
-            started = Child(name, args, {**common, **env}, log_dir)
-            children.append(started)
-            return started
-
-        site = ["--redis", redis_url, "--region", REGION]
-        server_a = child(
-            "server-a",
-            ["serve", "--namespace", ns_a, "--kafka", a_kafka, *site],
-            {
-                "REGIONBUS_DISTRIBUTED_SYSTEM_ID": "1",
-                "REGIONBUS_GATEWAY_SENDERS": json.dumps(
-                    {"to-b": {"remote_distributed_system_id": 2, "parallel": True}}
-                ),
-                "REGIONBUS_REGION_GATEWAY_SENDERS": json.dumps({REGION: ["to-b"]}),
-            },
-        )
-        server_b = child(
-            "server-b",
-            ["serve", "--namespace", ns_b, "--kafka", b_kafka, *site],
-            {"REGIONBUS_DISTRIBUTED_SYSTEM_ID": "2"},
-        )
-        server_a.wait_ready("serving namespace")
-        server_b.wait_ready("serving namespace")
-        receivers = [
-            child(
-                f"receiver-{index}",
-                [
-                    "gateway",
-                    "receiver",
-                    "--namespace",
-                    ns_b,
-                    "--kafka",
-                    b_kafka,
-                    "--redis",
-                    redis_url,
-                    "--site-id",
-                    "2",
-                    "--receiver-id",
-                    f"rx{index}",
-                ],
-                {"REGIONBUS_GATEWAY_RECEIVER_FETCH_WAIT_MAX_MS": str(options.fetch_wait_ms)},
-            )
-            for index in range(shards)
-        ]
+        stack.callback(sites.stop)
+        sites.start_servers({"parallel": True})
+        receivers = [sites.start_receiver(f"rx{index}") for index in range(shards)]
         for receiver in receivers:
             receiver.wait_ready("running")
-
         arrivals = Arrivals()
-        reader = stack.enter_context(
-            ClientCache(
-                ClientSettings(
-                    namespace=ns_b,
-                    kafka_bootstrap_servers=b_kafka,
-                    fetch_wait_max_ms=options.fetch_wait_ms,
-                )
-            )
-        )
-        region_b = reader.create_region(
-            REGION, listeners=[ArrivalListener(arrivals)], serializer=BytesSerializer()
-        )
-        region_b.register_interest_regex(".*")
-        writer = stack.enter_context(
-            ClientCache(
-                ClientSettings(
-                    namespace=ns_a,
-                    kafka_bootstrap_servers=a_kafka,
-                    fetch_wait_max_ms=options.fetch_wait_ms,
-                )
-            )
-        )
-        region_a = writer.create_region(REGION, serializer=BytesSerializer())
-        put_all(region_a, "drain", options)
+        sites.reader(stack, arrivals)
+        put_all(sites.writer(stack), "drain", options)
 
         load = os.getloadavg()[0]
         arrivals.reset(0)
         senders = [
-            child(
+            sites.start_sender(
                 f"sender-{index}",
-                [
-                    "gateway",
-                    "sender",
-                    "--namespace",
-                    ns_a,
-                    "--kafka",
-                    a_kafka,
-                    "--redis",
-                    redis_url,
-                    "--sender-id",
-                    "to-b",
-                    "--site-id",
-                    "1",
-                    "--remote-site-id",
-                    "2",
-                    "--remote-namespace",
-                    ns_b,
-                    "--remote-kafka",
-                    b_kafka,
-                    "--remote-receiver-id",
-                    f"rx{index}",
-                    "--batch-size",
-                    str(options.batch_size),
-                    "--batch-time-interval-ms",
-                    str(options.batch_time_interval_ms),
-                    "--shards",
-                    str(shards),
-                    "--shard",
-                    str(index),
-                ],
-                {"REGIONBUS_GATEWAY_SENDER_FETCH_WAIT_MAX_MS": str(options.fetch_wait_ms)},
+                receiver_id=f"rx{index}",
+                more_args=("--shards", str(shards), "--shard", str(index)),
             )
             for index in range(shards)
         ]
@@ -256,12 +152,7 @@ def main(shards: str, events: int, verbose: bool) -> None:
     console = Console()
     log_dir = progress.log_dir("gateway_shards", console)
     points: list[ShardPoint] = []
-    with (
-        progress.heartbeat(console),
-        LocalStack() as stack,
-        progress.keep_stack_logs(stack),
-        remote_kafka() as b_kafka,
-    ):
+    with two_brokers(console) as (stack, b_kafka):
         a_kafka = stack.kafka_bootstrap_servers
         progress.phase(console, f"warm-up, not counted: {events:,} events, {counts[0]} shard(s)")
         drain_with_shards(a_kafka, b_kafka, stack.redis_url, counts[0], options, log_dir / "w")
