@@ -12,7 +12,7 @@ from gateway_sites import Site, running_sites
 from support import wait_until
 
 from regionbus.broker.status import cluster_status
-from regionbus.gateways.processor import shard_partitions
+from regionbus.gateways.queue_reader import shard_partitions
 from regionbus.gateways.sender import GatewaySender
 from regionbus.runtime.redis_connect import connect_redis
 from regionbus.schemas.naming import sender_role

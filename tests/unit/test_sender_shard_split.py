@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from regionbus.broker.status import _shard_holders
-from regionbus.gateways.processor import shard_partitions
+from regionbus.gateways.queue_reader import shard_partitions
 from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.schemas.naming import sender_role, sender_shard_id
 

@@ -35,13 +35,14 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, wait_fixed
 
 from regionbus.broker.config import OrderPolicy
 from regionbus.gateways.errors import RemoteSiteUnreachableError
-from regionbus.gateways.processor import QueuedEvent, QueueProcessor, conflate
+from regionbus.gateways.processor import QueueProcessor, conflate
 from regionbus.gateways.protocol import (
     GatewayAck,
     GatewayBatch,
     decode_ack,
     encode_batch,
 )
+from regionbus.gateways.queue_reader import QueuedEvent
 from regionbus.gateways.sender_metrics import sender_metric_families
 from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.gateways.sender_window import BatchWindow, InFlightBatch
