@@ -94,8 +94,11 @@ class Site:
         self.server = server
         return server
 
-    def start_sender(self, sender_id: str, remote: Site, **overrides: Any) -> GatewaySender:
-        """Start a gateway sender of this site to ``remote`` and wait until it is primary."""
+    def start_sender(
+        self, sender_id: str, remote: Site, *, wait_primary: bool = True, **overrides: Any
+    ) -> GatewaySender:
+        """Start a gateway sender of this site to ``remote`` and wait until it is primary
+        (``wait_primary`` False: a standby is expected, it is not waited for)."""
         settings: dict[str, Any] = {
             "sender_id": sender_id,
             "namespace": self.namespace,
@@ -114,7 +117,8 @@ class Site:
         sender = GatewaySender(GatewaySenderSettings(**settings), event_filters=filters)
         sender.start()
         self.stack.callback(sender.stop)
-        assert sender.wait_primary(30), f"sender {sender_id} never became primary"
+        if wait_primary:
+            assert sender.wait_primary(30), f"sender {sender_id} never became primary"
         self.senders[sender_id] = sender
         return sender
 

@@ -26,33 +26,17 @@ def sites(namespace: str, kafka_bootstrap_servers: str, redis_url: str) -> Itera
 
 
 def _shard(a: Site, b: Site, shard: int, member: str, *, wait: bool = True) -> GatewaySender:
-    """Start shard ``shard`` of 2 of sender ``to-b`` as member ``member``."""
-    if wait:
-        return a.start_sender(
-            "to-b", b, shard=shard, shards=2, member_id=member, batch_time_interval_ms=100
-        )
-    from regionbus.gateways.sender_settings import GatewaySenderSettings
-
-    sender = GatewaySender(
-        GatewaySenderSettings(
-            sender_id="to-b",
-            namespace=a.namespace,
-            kafka_bootstrap_servers=a.kafka,
-            redis_url=a.redis_url,
-            distributed_system_id=a.site_id,
-            remote_distributed_system_id=b.site_id,
-            remote_namespace=b.namespace,
-            remote_kafka_bootstrap_servers=b.kafka,
-            batch_time_interval_ms=100,
-            lease_ttl_ms=3000,
-            shard=shard,
-            shards=2,
-            member_id=member,
-        )
+    """Start shard ``shard`` of 2 of sender ``to-b`` as member ``member`` (``wait``: until
+    it is primary)."""
+    return a.start_sender(
+        "to-b",
+        b,
+        wait_primary=wait,
+        shard=shard,
+        shards=2,
+        member_id=member,
+        batch_time_interval_ms=100,
     )
-    sender.start()
-    a.stack.callback(sender.stop)
-    return sender
 
 
 def test_two_shards_of_a_parallel_sender_are_primary_at_once_and_send_every_event_once(
