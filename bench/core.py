@@ -36,6 +36,7 @@ import gc
 import json
 import logging
 import math
+import os
 import secrets
 import signal
 import sys
@@ -73,7 +74,7 @@ from bench.server import BenchError, one_server_stack
 from bench.services import REGION, BenchOptions, Services
 from bench.summary import SummaryRow, emit
 from bench.tracing import TracingFigures, print_tracing, tracing_overhead, tracing_rows
-from regionbus.clients import BytesSerializer, ClientCache, ClientSettings
+from regionbus.clients import BytesSerializer, ClientCache, ClientSettings, RegionShortcut
 
 log = logging.getLogger("regionbus.bench")
 
@@ -117,12 +118,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def _latency_and_regionbus_phases(
     services: Services, options: BenchOptions, console: Console
 ) -> tuple[Latency, Latency, Throughput]:
-    """Phases (b), (c2) and (a), with one writer client for both regionbus phases."""
+    """Phases (b), (c2) and (a), with one writer client for both regionbus phases: a
+    ``PROXY`` region, which keeps no local copy of what it writes, as Apache Geode's writer
+    in ``bench.peers.geode`` and the raw producers beside it keep none."""
     writer_cache = ClientCache(
         ClientSettings(**services.client_settings(options, subscription_enabled=False))
     )
     try:
-        writer = writer_cache.create_region(REGION, serializer=BytesSerializer())
+        writer = writer_cache.create_region(
+            REGION, RegionShortcut.PROXY, serializer=BytesSerializer()
+        )
         # The broker's first run of a workload costs it far more CPU per message than the
         # next (measured at 200 lone puts/s, three runs of (b) in a row on one broker: its
         # CPU per put 6,222, then 2,443, then 1,788 µs; p99 96, 10.5, 8.3 ms): the JIT
@@ -298,11 +303,22 @@ def print_cpu_per_put(figures: Figures, console: Console) -> None:
             table.add_row(
                 process, _us(ours.get(process, math.nan)), _us(theirs.get(process, math.nan))
             )
+    # The whole machine, every process: near the core count, a put waits for a core, and
+    # the latencies measure that wait as much as the path.
+    table.add_row(
+        f"machine's busy cores (of {os.cpu_count()})",
+        _cores(figures.regionbus_latency.machine_busy_cores),
+        _cores(figures.raw_relay_latency.machine_busy_cores),
+    )
     console.print(table)
 
 
 def _us(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def _cores(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> list[SummaryRow]:
@@ -347,6 +363,17 @@ def summary_rows(figures: Figures, fanout_relay: Throughput | None = None) -> li
                 ours["total"],
                 theirs["total"],
                 "two-hop relay, its processes",
+                higher_is_better=False,
+            )
+        )
+    if not math.isnan(latency.machine_busy_cores) and not math.isnan(relay.machine_busy_cores):
+        rows.append(
+            SummaryRow(
+                "core",
+                f"machine's busy cores during the latency puts (of {os.cpu_count()})",
+                latency.machine_busy_cores,
+                relay.machine_busy_cores,
+                "the same during the two-hop relay",
                 higher_is_better=False,
             )
         )

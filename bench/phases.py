@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, MachineCpu
 from bench.load import Acks, paced_puts, write_async, write_put_all
 from bench.report import Latency, Throughput, latency, throughput
 from bench.services import REGION, RESULT_TIMEOUT_S, BenchOptions, Services
@@ -17,7 +17,9 @@ from regionbus.clients import Region
 
 
 def regionbus_latency(services: Services, options: BenchOptions, writer: Region) -> Latency:
-    """Phase (b): paced ``put_async`` to one remote client's listener."""
+    """Phase (b): paced ``put_async`` to one remote client's listener, with the CPU of each
+    process and the machine's busy cores while the writer sent (``machine_busy_cores``:
+    near ``os.cpu_count()``, the latencies include waits for a core)."""
     with Child(
         run_subscribers,
         "rb-latency-subscriber",
@@ -29,10 +31,13 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
     ) as subscriber:
         subscriber.wait_ready()
         cpu = CpuMeter({"writer": os.getpid(), **services.pids})
+        machine = MachineCpu()
         cpu.start()
+        machine.start()
         sent, acknowledged, first_ns, last_ns = paced_puts(
             writer, options.rate, options.latency_seconds, options.value_bytes
         )
+        busy_cores = machine.stop()
         subscriber.expect(acknowledged)
         result = subscriber.wait_result(RESULT_TIMEOUT_S)
         cpu.stop()
@@ -42,6 +47,7 @@ def regionbus_latency(services: Services, options: BenchOptions, writer: Region)
         end_ns=last_ns,
         warmup_s=options.warmup_seconds,
         readers=result,
+        machine_busy_cores=busy_cores,
         cpu_s=cpu.used_s,
     )
 

@@ -129,7 +129,8 @@ def raw_throughput(
 
 
 def raw_relay_latency(services: Services, options: BenchOptions, label: str = "relay") -> Latency:
-    """Phase (c2): paced producer → topic → relay process → topic → consumer process.
+    """Phase (c2): paced producer → topic → relay process → topic → consumer process, with
+    the CPU of each process and the machine's busy cores while the producer sent.
 
     ``label`` names the run's topics (``{namespace}.raw.{label}-in`` / ``-out``), so the
     relay can run more than once on one broker (the untimed warm-up, then phase (c2)).
@@ -173,10 +174,13 @@ def raw_relay_latency(services: Services, options: BenchOptions, label: str = "r
 
         services_pids = {k: v for k, v in services.pids.items() if k != "server"}
         cpu = CpuMeter({"writer": os.getpid(), "relay": relay.pid, **services_pids})
+        machine = MachineCpu()
         cpu.start()
+        machine.start()
         sent, first_ns, last_ns = paced(
             send, options.rate, options.latency_seconds, options.value_bytes
         )
+        busy_cores = machine.stop()
         remaining = producer.flush(ACK_TIMEOUT_S)
         sink.expect(sent - remaining)
         result = sink.wait_result(RESULT_TIMEOUT_S)
@@ -188,6 +192,7 @@ def raw_relay_latency(services: Services, options: BenchOptions, label: str = "r
         end_ns=last_ns,
         warmup_s=options.warmup_seconds,
         readers=result,
+        machine_busy_cores=busy_cores,
         cpu_s=cpu.used_s,
     )
 
