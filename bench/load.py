@@ -167,29 +167,29 @@ def paced_puts(
 ) -> tuple[int, int, int, int]:
     """A latency phase's writer: ``put_async`` of keys ``lat-<i>`` (or ``keys``, in turn)
     at ``rate`` per second for ``seconds`` seconds, each value stamped with its send time,
-    then every answer waited for (``ACK_TIMEOUT_S`` each; failures are logged, not raised).
+    then every answer waited for (``ACK_TIMEOUT_S`` in all; failures are logged, not
+    raised).
+
+    Answers are counted as they come (:class:`Acks`), so the writer keeps no object per
+    put it sent, as the raw producer beside it keeps none: holding every future made the
+    writer's heap grow with the phase, and Python's full collections of it stopped the
+    writer 90-160 ms every 8 s at 1,000 puts/s, which the puts stamped then measured.
 
     Returns:
         ``(sent, acknowledged, first_send_ns, last_send_ns)`` (wall clock).
     """
-    futures: list[Future[None]] = []
+    acks = Acks(max(1, int(rate * seconds)))
 
     def send(i: int, value: bytes) -> None:
-        futures.append(region.put_async(keys[i % len(keys)] if keys else f"lat-{i}", value))
+        key = keys[i % len(keys)] if keys else f"lat-{i}"
+        region.put_async(key, value).add_done_callback(acks.done)
 
     sent, first_ns, last_ns = paced(send, rate, seconds, value_bytes)
-    errors = sum(1 for f in futures if _failed(f))
-    if errors:
-        log.warning("%d latency puts failed", errors)
-    return sent, sent - errors, first_ns, last_ns
-
-
-def _failed(future: Future[None]) -> bool:
-    try:
-        future.result(ACK_TIMEOUT_S)
-    except Exception:
-        return True
-    return False
+    if not acks.wait(ACK_TIMEOUT_S):
+        log.warning("%d of %d latency puts unanswered", sent - acks.acked - acks.errors, sent)
+    if acks.errors:
+        log.warning("%d latency puts failed", acks.errors)
+    return sent, acks.acked, first_ns, last_ns
 
 
 __all__ = ["Acks", "paced", "paced_puts", "write_async", "write_put_all"]
