@@ -47,6 +47,7 @@ from regionbus.runtime.cli_options import (
 )
 from regionbus.runtime.observability import LogFormat, configure_logging
 from regionbus.runtime.redis_connect import redis_errors
+from regionbus.runtime.worker import freeze_start_up_objects
 from regionbus.schemas.entry_checks import check_region_name
 from regionbus.schemas.errors import RegionBusError
 from regionbus.schemas.settings import (
@@ -163,6 +164,7 @@ def serve(verbose: bool, **options: Any) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
+    freeze_start_up_objects()
     click.echo(f"cache server {settings.member_id} serving namespace {settings.namespace}")
     if server.metrics_url is not None:
         click.echo(f"metrics at {server.metrics_url}")
@@ -274,6 +276,7 @@ def stack(
             **cluster_options,
         )
         with CacheServer(settings) as server:
+            freeze_start_up_objects()
             click.echo(f"export REGIONBUS_NAMESPACE={namespace}")
             click.echo(f"export REGIONBUS_KAFKA_BOOTSTRAP_SERVERS={local.kafka_bootstrap_servers}")
             click.echo(f"export REGIONBUS_REDIS_URL={local.redis_url}")

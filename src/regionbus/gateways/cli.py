@@ -32,7 +32,7 @@ from regionbus.gateways.sender_settings import GatewaySenderSettings
 from regionbus.runtime.cli_options import CommandError, logging_options, setting_option
 from regionbus.runtime.observability import configure_logging
 from regionbus.runtime.redis_connect import connect_redis, connect_redis_url
-from regionbus.runtime.worker import BackgroundWorker
+from regionbus.runtime.worker import BackgroundWorker, freeze_start_up_objects
 from regionbus.schemas.hooks import load_hook
 from regionbus.schemas.settings import RegionBusSettings
 
@@ -50,6 +50,7 @@ def _run(worker: BackgroundWorker, what: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     worker.start()
+    freeze_start_up_objects()
     click.echo(f"{what} running; Ctrl-C stops it")
     if worker.metrics_url is not None:
         click.echo(f"metrics at {worker.metrics_url}")

