@@ -56,10 +56,12 @@ def test_serve_freezes_the_start_up_objects_after_the_server_started(
     _RecordingServer.calls = calls
     monkeypatch.setattr(broker_cli, "CacheServer", _RecordingServer)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "collect", lambda *_: calls.append("collect"))
     result = CliRunner().invoke(main, ["serve"])
     logging.getLogger().handlers.clear()
     assert result.exit_code == 0, result.output
-    assert calls == ["start", "freeze", "serving", "stop"]
+    # Start-up's garbage is collected first, so only what lives on is frozen.
+    assert calls == ["start", "collect", "freeze", "serving", "stop"]
 
 
 def test_a_server_that_fails_to_start_freezes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,6 +94,7 @@ def test_a_gateway_worker_command_freezes_after_its_worker_started(
             calls.append("start")
 
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "collect", lambda *_: calls.append("collect"))
     with pytest.raises(CommandError, match="gone"):
         gateway_cli._run(_Worker(), "gateway receiver")  # type: ignore[arg-type]
-    assert calls == ["start", "freeze"]
+    assert calls == ["start", "collect", "freeze"]
