@@ -239,7 +239,7 @@ def freeze_start_up_objects() -> None:
 
     What start-up made (modules, schemas, settings, the worker's parts and what they
     loaded) lives as long as the process, yet every full collection walked it again: in a
-    cache server at 1,000 lone puts/s, 77,000 objects, a 78-95 ms stop of every thread each
+    cache server taking puts, 77,000 objects, a 78-95 ms stop of every thread each
     time (measured with and without the freeze, in the same process: 0.1-0.9 ms frozen).
     Objects made later are collected as before. What start-up left as garbage is collected
     first, so that it is not kept for good. Called by the ``regionbus`` commands that run a
