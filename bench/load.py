@@ -137,15 +137,22 @@ def write_put_all(
     return start_ns, acks
 
 
+def paced_count(rate: int, seconds: float) -> int:
+    """How many sends :func:`paced` makes at ``rate`` per second for ``seconds`` seconds
+    (at least one)."""
+    return max(1, int(rate * seconds))
+
+
 def paced(
     send: Callable[[int, bytes], None], rate: int, seconds: float, value_bytes: int
 ) -> tuple[int, int, int]:
-    """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds.
+    """Call ``send(i, value)`` ``rate`` times a second for ``seconds`` seconds
+    (:func:`paced_count` calls in all).
 
     Returns:
         ``(sent, first_send_ns, last_send_ns)`` (wall clock).
     """
-    total = max(1, int(rate * seconds))
+    total = paced_count(rate, seconds)
     interval_ns = NS_PER_S // rate
     start = time.perf_counter_ns()
     first_ns = time.time_ns()
@@ -178,7 +185,7 @@ def paced_puts(
     Returns:
         ``(sent, acknowledged, first_send_ns, last_send_ns)`` (wall clock).
     """
-    acks = Acks(max(1, int(rate * seconds)))
+    acks = Acks(paced_count(rate, seconds))
 
     def send(i: int, value: bytes) -> None:
         key = keys[i % len(keys)] if keys else f"lat-{i}"
@@ -192,4 +199,4 @@ def paced_puts(
     return sent, acks.acked, first_ns, last_ns
 
 
-__all__ = ["Acks", "paced", "paced_puts", "write_async", "write_put_all"]
+__all__ = ["Acks", "paced", "paced_count", "paced_puts", "write_async", "write_put_all"]
