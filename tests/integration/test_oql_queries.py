@@ -84,6 +84,38 @@ def test_projections_order_by_limit_and_parameters(flights: ClientCache) -> None
     assert count.execute("ORD") == [0]
 
 
+@pytest.mark.redis_modes
+def test_distinct_aggregates_and_group_by_merge_every_bucket_s_answer(
+    flights: ClientCache,
+) -> None:
+    service = flights.query_service()
+    origins = service.new_query("SELECT DISTINCT x.origin FROM /r x ORDER BY x.origin LIMIT $1")
+    assert origins.execute(3) == ["BOS", "JFK", "LAX"]
+    assert sorted(service.new_query("SELECT DISTINCT x.origin FROM /r x").execute()) == [
+        "BOS",
+        "JFK",
+        "LAX",
+        "SFO",
+    ]
+    totals = service.new_query(
+        "SELECT COUNT(*) AS n, COUNT(x.delay) AS c, SUM(x.delay) AS s, AVG(x.delay) AS a, "
+        "MIN(x.delay) AS lo, MAX(x.delay) AS hi, COUNT(DISTINCT x.origin) AS d FROM /r x"
+    ).execute()
+    names = ("n", "c", "s", "a", "lo", "hi", "d")
+    assert totals == [Struct(names, (6, 4, 62, 15.5, 0, 45, 4))]
+    by_origin = service.new_query(
+        "SELECT x.origin, COUNT(*) AS n, SUM(x.delay) AS total FROM /r x "
+        "WHERE x.carrier <> $1 GROUP BY x.origin ORDER BY n DESC, x.origin"
+    ).execute("B6")
+    assert by_origin == [
+        Struct(("origin", "n", "total"), ("SFO", 3, 10)),
+        Struct(("origin", "n", "total"), ("JFK", 1, 45)),
+        Struct(("origin", "n", "total"), ("LAX", 1, 0)),
+    ]
+    with pytest.raises(QueryTypeMismatchError, match="not a number"):
+        service.new_query("SELECT SUM(x.origin) FROM /r x").execute()
+
+
 def test_asyncio_clients_await_a_query(flights: ClientCache) -> None:
     async def run() -> list[Any]:
         return await AsyncClientCache(flights).query(
@@ -98,8 +130,8 @@ def test_an_invalid_query_is_refused_before_anything_is_sent_and_by_the_servers(
 ) -> None:
     service = flights.query_service()
     with pytest.raises(QueryInvalidError) as refused:
-        service.new_query("SELECT DISTINCT x.origin FROM /r x")
-    assert refused.value.rule == "distinct"
+        service.new_query("SELECT x.carrier, COUNT(*) FROM /r x GROUP BY x.origin")
+    assert refused.value.rule == "group-by"
     query = service.new_query("SELECT * FROM /r x WHERE x.delay > $1")
     with pytest.raises(QueryInvalidError, match="takes 1 parameters, 0 were given"):
         query.execute()

@@ -5,6 +5,7 @@ buckets' answers equal to evaluating the whole region at once."""
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import random
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from regionbus.broker.config import ServerSettings
+from regionbus.broker.queries import _Kept
 from regionbus.broker.validation import validate
 from regionbus.schemas.cq import UNDEFINED, parse_cq
 from regionbus.schemas.cq.syntax import Literal, Parameter, Path
@@ -21,10 +23,9 @@ from regionbus.schemas.errors import (
     QueryInvalidError,
     QueryTypeMismatchError,
 )
-from regionbus.schemas.messages import Operation, OperationKind, QuerySpec
+from regionbus.schemas.messages import Entry, Operation, OperationKind, QuerySpec
 from regionbus.schemas.query import (
     MAX_BOUND_VALUES,
-    OrderKeys,
     ParsedQuery,
     Struct,
     element,
@@ -35,13 +36,17 @@ from regionbus.schemas.query import (
 
 
 def _bucket_answer(query: ParsedQuery, entries: dict[str, Any]) -> list[tuple[str, Any]]:
-    """What a bucket's primary answers: its selected elements, ordered, limited."""
-    keys = OrderKeys(query)
-    rows = [(k, element(query, k, v)) for k, v in entries.items()]
-    rows = [(k, item) for k, item in rows if is_selected(query, item)]
-    if query.order_by:
-        rows.sort(key=lambda row: keys.key(*row))
-    return rows if query.limit is None else rows[: int(query.limit)]
+    """What a bucket's primary answers (`regionbus.broker.queries`, its own row keeper): its
+    selected elements, ordered, distinct, limited; every one for a grouped query."""
+    query = query.bucket_part()
+    kept = _Kept(query, query.limit if isinstance(query.limit, int) else 10**9)
+    items = {}
+    for k, v in entries.items():
+        item = element(query, k, v)
+        if is_selected(query, item):
+            items[k] = item
+            kept.add(Entry(k, 0), item)
+    return [(e.key, items[e.key]) for e in kept.answer()]
 
 
 def _run(oql: str, entries: dict[str, Any], *params: Any, buckets: int = 4) -> list[Any]:
@@ -156,12 +161,18 @@ def test_in_a_parameter_needs_a_collection() -> None:
     ("oql", "rule"),
     [
         ("SELEC * FROM /r", "syntax"),
-        ("SELECT DISTINCT * FROM /r", "distinct"),
         ("SELECT * FROM /r a, /s b", "one-region"),
         ("SELECT * FROM /r x WHERE x.a IN (SELECT * FROM /r)", "one-region"),
         ("SELECT * FROM /r x, x.items i", "one-iterator"),
         ("SELECT * FROM /r x GROUP BY x.a", "group-by"),
-        ("SELECT count(x) FROM /r x", "unsupported-expression"),
+        ("SELECT x.a, COUNT(*) FROM /r x", "group-by"),
+        ("SELECT x.b, COUNT(*) FROM /r x GROUP BY x.a", "group-by"),
+        ("SELECT x.a FROM /r x GROUP BY x.a ORDER BY x.b", "group-by"),
+        ("SELECT * FROM /r x ORDER BY COUNT(*)", "group-by"),
+        ("SELECT upper(x.a) FROM /r x", "unsupported-expression"),
+        ("SELECT SUM(x.a, x.b) FROM /r x", "unsupported-expression"),
+        ("SELECT SUM(COUNT(x.a)) FROM /r x", "unsupported-expression"),
+        ("SELECT x.a FROM /r x WHERE COUNT(DISTINCT x.a) > 1", "unsupported-expression"),
         ("SELECT * FROM /r x WHERE count(*) > 1", "unsupported-expression"),
         ("SELECT x.a, x.a FROM /r x", "syntax"),
         ("SELECT * FROM /r x WHERE x.a = $0", "syntax"),
@@ -280,9 +291,107 @@ def test_count_star_alone_is_a_count_and_refused_with_order_by_limit_or_beside_o
     for oql in (
         "SELECT COUNT(*) FROM /r x ORDER BY x.a",
         "SELECT COUNT(*) FROM /r LIMIT 1",
-        "SELECT COUNT(*), x.a FROM /r x",
         "SELECT MAX(*) FROM /r x",
     ):
         with pytest.raises(QueryInvalidError) as caught:
             parse_query(oql)
         assert caught.value.rule == "unsupported-expression", oql
+
+
+def test_select_distinct_answers_each_equal_row_once_even_when_buckets_hold_copies() -> None:
+    # Every bucket's first rows in ORDER BY order are copies of one row: a bucket that
+    # answered its first LIMIT rows without telling copies apart would answer "A" alone.
+    entries = {f"k{i:03d}": {"o": "A" if i < 40 else f"B{i}", "n": i % 3} for i in range(60)}
+    ordered = "SELECT DISTINCT x.o FROM /r x ORDER BY x.o LIMIT 3"
+    assert _run(ordered, entries, buckets=4) == ["A", "B40", "B41"]
+    assert sorted(_run("SELECT DISTINCT x.n FROM /r x", entries)) == [0, 1, 2]
+    assert len(_run("SELECT DISTINCT x.n FROM /r x LIMIT 2", entries, buckets=3)) == 2
+    rows = _run("SELECT DISTINCT x.n AS n, x.n > 0 AS some FROM /r x ORDER BY n", entries)
+    assert rows == [Struct(("n", "some"), (n, n > 0)) for n in (0, 1, 2)]
+    # Geode's equals: 1, 1.0 and true are three values; equal mappings are one.
+    odd = {"a": {"v": 1}, "b": {"v": 1.0}, "c": {"v": True}, "d": {"v": 1}, "e": {"v": None}}
+    assert len(_run("SELECT DISTINCT x.v FROM /r x", odd, buckets=2)) == 4
+    same = {"a": {"p": {"x": 1, "y": [1, 2]}}, "b": {"p": {"y": [1, 2], "x": 1}}}
+    assert _run("SELECT DISTINCT * FROM /r", same, buckets=2) == [same["a"]]
+
+
+def test_aggregates_skip_null_and_undefined_and_give_geode_s_numbers() -> None:
+    rows = _run(
+        "SELECT COUNT(*) AS n, COUNT(x.delay) AS c, SUM(x.delay) AS s, AVG(x.delay) AS a, "
+        "MIN(x.delay) AS lo, MAX(x.origin) AS hi FROM /r x",
+        _FLIGHTS,
+    )
+    # f4's null and f5's missing delay are skipped: 10 + 45 + 0 + 7 over 4.
+    assert rows == [Struct(("n", "c", "s", "a", "lo", "hi"), (6, 4, 62, 15.5, 0, "SFO"))]
+    (alone,) = _run("SELECT AVG(x.n) FROM /r x", {"a": {"n": 2}, "b": {"n": 4}})
+    assert alone == 3 and isinstance(alone, int)  # a whole result is an int (downCast)
+    assert _run("SELECT SUM(x.n) FROM /r x", {"a": {"n": 1.5}, "b": {"n": 2.5}}) == [4]
+    none = _run(
+        "SELECT COUNT(*) AS n, SUM(x.d) AS s, AVG(x.d) AS a, MAX(x.d) AS m FROM /r x "
+        "WHERE x.d > 1000",
+        _FLIGHTS,
+    )
+    assert none[0].field_values[:2] == (0, 0) and none[0].get("m") is None
+    assert math.isnan(none[0].get("a"))  # Geode: 0.0 / 0
+    repeated = {f"k{i}": {"n": i % 4} for i in range(20)}
+    counted = _run(
+        "SELECT COUNT(DISTINCT x.n) AS c, SUM(DISTINCT x.n) AS s, AVG(DISTINCT x.n) AS a FROM /r x",
+        repeated,
+    )
+    assert counted == [Struct(("c", "s", "a"), (4, 6, 1.5))]
+
+
+def test_aggregates_of_values_they_cannot_take_fail_with_a_type_mismatch() -> None:
+    with pytest.raises(QueryTypeMismatchError, match="not a number"):
+        _run("SELECT SUM(x.origin) FROM /r x", _FLIGHTS)
+    with pytest.raises(QueryTypeMismatchError, match="compares a string with a number"):
+        _run("SELECT MAX(x.v) FROM /r x", {"a": {"v": "x"}, "b": {"v": 2}}, buckets=1)
+    with pytest.raises(QueryTypeMismatchError, match="no order"):
+        _run("SELECT MIN(x.v) FROM /r x", {"a": {"v": {"k": 1}}})
+
+
+def test_group_by_gives_a_row_per_group_ordered_by_its_projections_and_limited() -> None:
+    rows = _run(
+        "SELECT x.origin, COUNT(*) AS n, MAX(x.delay) AS worst FROM /r x "
+        "GROUP BY x.origin ORDER BY n DESC, x.origin",
+        _FLIGHTS,
+    )
+    names = ("origin", "n", "worst")
+    assert rows == [
+        Struct(names, ("SFO", 3, 10)),
+        Struct(names, ("BOS", 1, 7)),
+        Struct(names, ("JFK", 1, 45)),
+        Struct(names, ("LAX", 1, None)),
+    ]
+    carriers = (
+        "SELECT x.carrier FROM /r x WHERE x.origin <> $1 GROUP BY x.carrier ORDER BY x.carrier"
+    )
+    assert _run(carriers, _FLIGHTS, "BOS") == ["AA", "DL", "UA"]
+    top = _run(
+        "SELECT x.carrier AS c, SUM(x.delay) AS total FROM /r x GROUP BY x.carrier "
+        "ORDER BY total DESC LIMIT 2",
+        _FLIGHTS,
+    )
+    assert top == [Struct(("c", "total"), ("AA", 45)), Struct(("c", "total"), ("UA", 10))]
+    # A value without the attribute is a group of its own (UNDEFINED), as null is.
+    groups = _run("SELECT x.delay, COUNT(*) FROM /r x GROUP BY x.delay", _FLIGHTS)
+    assert {r.field_values[0] for r in groups} >= {None, UNDEFINED}
+    assert _run("SELECT x.a FROM /r x GROUP BY x.a", {}) == []
+
+
+def test_grouped_and_distinct_merges_equal_the_whole_region_evaluated_at_once() -> None:
+    rng = random.Random(11)
+    entries: dict[str, Any] = {}
+    for i in range(3_000):
+        value: dict[str, Any] = {"n": rng.randint(0, 40), "s": rng.choice("abcdef")}
+        if rng.random() < 0.1:
+            value["n"] = None
+        entries[f"k{i:05d}"] = value
+    for oql in (
+        "SELECT x.s, COUNT(*) AS c, SUM(x.n) AS t, AVG(x.n) AS a, MIN(x.n) AS lo, "
+        "MAX(x.n) AS hi, COUNT(DISTINCT x.n) AS d FROM /r x WHERE x.n <> 3 "
+        "GROUP BY x.s ORDER BY t DESC LIMIT 4",
+        "SELECT DISTINCT x.s, x.n FROM /r x WHERE x.n > 30 ORDER BY x.n DESC, x.s LIMIT 25",
+        "SELECT DISTINCT x.n FROM /r x ORDER BY x.n",
+    ):
+        assert _run(oql, entries, buckets=7) == _run(oql, entries, buckets=1), oql

@@ -13,7 +13,10 @@ bounded twice more: by wall-clock time
 Redis reads, past which the query fails with ``QueryExecutionTimeoutError``; Geode's
 ``MAX_QUERY_EXECUTION_TIME``) and by the rows one bucket answers
 (``query_max_rows_per_bucket``, ``QueryRowLimitError``). With ``ORDER BY`` and ``LIMIT n``
-the rows kept while reading are at most ``2n``.
+the rows kept while reading are at most ``2n``. With ``DISTINCT`` a bucket projects its
+entries and answers each distinct row once (its first ``LIMIT`` of them); for aggregates
+and ``GROUP BY`` it answers every entry it selects, which the client groups, so such a
+query is bounded by ``query_max_rows_per_bucket`` too.
 """
 
 from __future__ import annotations
@@ -39,7 +42,15 @@ from regionbus.schemas.errors import (
     ServerOperationError,
 )
 from regionbus.schemas.messages import Entry, Operation, QuerySpec
-from regionbus.schemas.query import OrderKeys, ParsedQuery, element, is_selected, parse_query
+from regionbus.schemas.query import (
+    OrderKeys,
+    ParsedQuery,
+    element,
+    frozen,
+    is_selected,
+    parse_query,
+    project,
+)
 
 log = logging.getLogger("regionbus.server.queries")
 
@@ -96,7 +107,7 @@ class BucketQueries:
             TransportError: Redis failed.
         """
         deadline = time.monotonic() + self._budget_s
-        query = parse_query(spec.query).bind(spec.parameters)
+        query = parse_query(spec.query).bind(spec.parameters).bucket_part()
         if spec.value_schema is not None:
             try:
                 self._cqs.table.learn_schema(spec.value_schema)
@@ -112,9 +123,14 @@ class BucketQueries:
             return BucketAnswer(True, [], kept.counted)
         entries = kept.answer()
         if len(entries) > self._max_rows:
+            hint = (
+                "narrow the WHERE clause"
+                if query.grouped
+                else "add a LIMIT or narrow the WHERE clause"
+            )
             raise QueryRowLimitError(
                 f"bucket {bucket} would answer more than query_max_rows_per_bucket="
-                f"{self._max_rows} rows; add a LIMIT or narrow the WHERE clause"
+                f"{self._max_rows} rows; {hint}"
             )
         if query.iterates == "keys":
             entries = [Entry(e.key, e.version) for e in entries]  # the keys are the answer
@@ -230,13 +246,15 @@ class _Kept:
     """The selected entries kept while a bucket is read: every one up to ``answer + 1``
     without ORDER BY (one past the answer shows the row bound is broken); with ORDER BY the
     best ``answer + 1`` of them, trimmed whenever twice that many are held; for
-    ``COUNT(*)`` none, only how many (:attr:`counted`)."""
+    ``COUNT(*)`` none, only how many (:attr:`counted`). With ``DISTINCT``, an entry whose
+    projected row is one kept already is not kept again (with ORDER BY: the better one)."""
 
     def __init__(self, query: ParsedQuery, answer: int) -> None:
         self._query = query
         self._keys = OrderKeys(query)
         self._answer = answer
-        self._rows: list[tuple[Any, Entry]] = []
+        self._rows: list[tuple[Any, Any, Entry]] = []
+        self._seen: set[Any] | None = set() if query.distinct else None
         self.counted = 0
 
     def add(self, entry: Entry, item: Any) -> None:
@@ -244,8 +262,15 @@ class _Kept:
         if self._query.counting:
             return
         ordered = bool(self._query.order_by)
+        row = None
+        if self._seen is not None:
+            row = frozen(project(self._query, item))
+            if not ordered:
+                if row in self._seen:
+                    return
+                self._seen.add(row)
         key = self._keys.key(entry.key, item) if ordered else None
-        self._rows.append((key, entry))
+        self._rows.append((key, row, entry))
         if ordered and len(self._rows) > 2 * (self._answer + 1):
             self._trim()
 
@@ -260,10 +285,18 @@ class _Kept:
             self._trim()
         limit = self._query.limit
         rows = self._rows if not isinstance(limit, int) else self._rows[:limit]
-        return [entry for _, entry in rows]
+        return [entry for _, _, entry in rows]
 
     def _trim(self) -> None:
         self._rows.sort(key=itemgetter(0))
+        if self._seen is not None:
+            seen: set[Any] = set()
+            kept = []
+            for kept_row in self._rows:
+                if kept_row[1] not in seen:
+                    seen.add(kept_row[1])
+                    kept.append(kept_row)
+            self._rows = kept
         del self._rows[self._answer + 1 :]
 
 

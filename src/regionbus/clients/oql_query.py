@@ -64,8 +64,11 @@ class Query:
             one: for ``SELECT *`` the values (over ``/r.entries``, a ``Struct`` of ``key``
             and ``value`` each; over ``/r.keys``, the keys), for one projection its values,
             for several a ``Struct`` each (`regionbus.schemas.query.Struct`); for
-            ``COUNT(*)`` one int, how many entries the WHERE clause selects. Invalid
-            entries are in no result. An attribute a value lacks is ``UNDEFINED``.
+            ``COUNT(*)`` one int, how many entries the WHERE clause selects; with
+            ``DISTINCT`` each equal row once; with aggregates or ``GROUP BY`` a row per
+            group (one without GROUP BY), its projections' values
+            (`regionbus.schemas.query.aggregates`). Invalid entries are in no result. An
+            attribute a value lacks is ``UNDEFINED``.
 
         Raises:
             QueryInvalidError: the parameters do not fit the query (nothing was sent), or
@@ -74,8 +77,9 @@ class Query:
                 ``query_max_execution_time_ms``.
             QueryRowLimitError: a bucket would answer more than the servers'
                 ``query_max_rows_per_bucket`` rows.
-            QueryTypeMismatchError: the WHERE clause, an ORDER BY item or a projection
-                cannot be evaluated on some entry (values of different types compared).
+            QueryTypeMismatchError: the WHERE clause, an ORDER BY item, a projection, a
+                GROUP BY expression or an aggregate cannot be evaluated on some entry
+                (values of different types compared, a SUM of a string).
             QueryInvocationTargetError: a value does not decode (on a server or here).
             RegionNotFoundError: the region is not defined on the servers.
             ServerTimeoutError: not every bucket answered within ``read_timeout_ms``.

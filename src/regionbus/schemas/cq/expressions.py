@@ -187,7 +187,7 @@ class ExpressionReader:
             like = Like(self.expr(operand), str(_literal("string", pattern)))
             self._like(like.pattern)
             return Not(like) if negated else like
-        if data == "function_call" or data == "function_star":
+        if data in ("function_call", "function_star", "function_distinct"):
             name = name_of(node.children[0])
             raise self.refuse(
                 UNSUPPORTED_EXPRESSION,

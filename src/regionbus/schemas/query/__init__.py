@@ -1,12 +1,16 @@
 """One-shot OQL queries (Geode ``QueryService.newQuery(oql).execute(params)``): the query
-language of continuous queries plus projections, ``ORDER BY``, ``LIMIT`` and bind
-parameters, parsed and bound (:mod:`.parser`) and evaluated bucket by bucket, then merged
-(:mod:`.rows`). Shared by the client, which checks a query before sending it and merges
-the answers, and the bucket primaries, which run it on their entries."""
+language of continuous queries plus projections, ``DISTINCT``, aggregates, ``GROUP BY``,
+``ORDER BY``, ``LIMIT`` and bind parameters, parsed and bound (:mod:`.parser`) and
+evaluated bucket by bucket, then merged (:mod:`.rows`, :mod:`.aggregates`). Shared by the
+client, which checks a query before sending it and merges the answers, and the bucket
+primaries, which run it on their entries."""
 
+from regionbus.schemas.query.aggregates import distinct_rows, frozen, grouped_rows
 from regionbus.schemas.query.parser import (
+    AGGREGATES,
     MAX_BOUND_VALUES,
     MAX_PARAMETER_CHARS,
+    Aggregate,
     OrderItem,
     ParsedQuery,
     Projection,
@@ -16,15 +20,20 @@ from regionbus.schemas.query.rows import OrderKeys, Struct, element, is_selected
 from regionbus.schemas.query.rules import QUERY_RULES
 
 __all__ = [
+    "AGGREGATES",
     "MAX_BOUND_VALUES",
     "MAX_PARAMETER_CHARS",
     "QUERY_RULES",
+    "Aggregate",
     "OrderItem",
     "OrderKeys",
     "ParsedQuery",
     "Projection",
     "Struct",
+    "distinct_rows",
     "element",
+    "frozen",
+    "grouped_rows",
     "is_selected",
     "merged",
     "parse_query",

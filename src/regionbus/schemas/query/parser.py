@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, overload
 
-from lark import Tree
+from lark import Token, Tree
 
 from regionbus.schemas.cq.evaluate import LikePatterns
 from regionbus.schemas.cq.expressions import (
@@ -37,7 +37,6 @@ from regionbus.schemas.cq.syntax import (
 from regionbus.schemas.cq.syntax import Literal as Constant
 from regionbus.schemas.errors import QueryInvalidError
 from regionbus.schemas.query.rules import (
-    DISTINCT,
     GROUP_BY,
     ONE_ITERATOR,
     ONE_REGION,
@@ -57,6 +56,8 @@ MAX_PARAMETER_CHARS: Final = 4_096
 """Longest string a parameter may bind: as long as a query's text
 (`regionbus.schemas.cq.expressions.MAX_CQ_QUERY_CHARS`)."""
 
+_FUNCTIONS: Final = frozenset({"function_call", "function_star", "function_distinct"})
+
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
 
@@ -75,20 +76,38 @@ _ITERATES: Final[dict[str | None, Iterates]] = {
 }
 
 
+AGGREGATES: Final = ("count", "sum", "avg", "min", "max")
+"""Geode's OQL aggregate functions (``org.apache.geode.cache.query.internal.aggregate``),
+by lower-case name: each takes one expression, optionally ``DISTINCT``; ``COUNT`` also
+``*``."""
+
+
+class Aggregate(NamedTuple):
+    """An aggregate function of the SELECT list: ``function`` (one of :data:`AGGREGATES`)
+    over ``argument`` evaluated on each selected element (None for ``COUNT(*)``), over its
+    distinct values when ``distinct``."""
+
+    function: str
+    argument: Expr | None
+    distinct: bool = False
+
+
 class Projection(NamedTuple):
     """One item of the SELECT list: its field name (the alias given, else the last
     attribute of its path, else ``field<n>``: Geode names a struct's fields the same way),
-    its expression over the iterator's element, and whether the name was given (``AS``)."""
+    its expression over the iterator's element (or an :class:`Aggregate` over the selected
+    elements, or their group), and whether the name was given (``AS``)."""
 
     name: str
-    expr: Expr
+    expr: Expr | Aggregate
     named: bool = False
 
 
 class OrderItem(NamedTuple):
-    """One ``ORDER BY`` item: its expression over the iterator's element, and ``DESC``."""
+    """One ``ORDER BY`` item: its expression over the iterator's element (or, for a
+    :attr:`ParsedQuery.grouped` query, the projection it names), and ``DESC``."""
 
-    expr: Expr
+    expr: Expr | Aggregate
     descending: bool = False
 
 
@@ -107,6 +126,8 @@ class ParsedQuery(NamedTuple):
         likes: Its LIKE patterns, compiled.
         counting: ``SELECT COUNT(*)``: the one row is how many elements the WHERE clause
             selects (Geode's ``COUNT`` aggregate; each bucket counts its own).
+        distinct: ``SELECT DISTINCT``: equal rows are answered once.
+        group_by: The ``GROUP BY`` expressions, in order.
     """
 
     query: str
@@ -119,6 +140,20 @@ class ParsedQuery(NamedTuple):
     parameters: int
     likes: LikePatterns
     counting: bool = False
+    distinct: bool = False
+    group_by: tuple[Expr, ...] = ()
+
+    @property
+    def grouped(self) -> bool:
+        """Rows are groups of elements: a ``GROUP BY``, or aggregates over every element
+        selected (one row), other than the ``COUNT(*)`` each bucket counts itself."""
+        return bool(self.group_by) or any(isinstance(p.expr, Aggregate) for p in self.projections)
+
+    def bucket_part(self) -> ParsedQuery:
+        """What each bucket's primary runs: the query itself, or for a :attr:`grouped` one
+        its selection alone, every element it selects, unordered (its ORDER BY and LIMIT
+        order and cut the groups, which only the merge of every bucket makes)."""
+        return self._replace(order_by=(), limit=None) if self.grouped else self
 
     def bind(self, values: Sequence[Any]) -> ParsedQuery:
         """The query with each ``$n`` replaced by ``values[n - 1]``.
@@ -153,14 +188,19 @@ class ParsedQuery(NamedTuple):
             order_by=tuple(o._replace(expr=binder.bound(o.expr)) for o in self.order_by),
             limit=limit,
             parameters=0,
+            group_by=tuple(binder.bound(e) for e in self.group_by),
         )
 
 
 def parse_query(query: object) -> ParsedQuery:
-    """Parse and check a one-shot query: ``SELECT [ALL] * | COUNT(*) | expr [AS name], ...
-    FROM /region[.entries | .keys | .values] [[AS] alias] [WHERE predicate] [ORDER BY expr
-    [ASC | DESC], ...] [LIMIT n | $n]``, with ``$n`` parameters anywhere a literal or an
-    ``IN`` collection may stand (``COUNT(*)`` takes no ORDER BY or LIMIT).
+    """Parse and check a one-shot query: ``SELECT [DISTINCT | ALL] * | COUNT(*) | item [AS
+    name], ... FROM /region[.entries | .keys | .values] [[AS] alias] [WHERE predicate]
+    [GROUP BY expr, ...] [ORDER BY expr [ASC | DESC], ...] [LIMIT n | $n]``, where an item
+    is an expression or an aggregate (``COUNT``, ``SUM``, ``AVG``, ``MIN``, ``MAX`` of
+    ``[DISTINCT] expr``, ``COUNT(*)``), with ``$n`` parameters anywhere a literal or an
+    ``IN`` collection may stand (``COUNT(*)`` alone takes no ORDER BY or LIMIT). Beside an
+    aggregate or a GROUP BY, every other item is a GROUP BY expression, and so is every
+    ORDER BY item (or it names an item), as Geode's ``CompiledGroupBySelect`` requires.
 
     Raises:
         QueryInvalidError: the query does not parse or is too long or deep (rule
@@ -182,8 +222,6 @@ class _Checker:
 
     def check(self, select: Tree) -> ParsedQuery:
         parts = {c.data: c for c in select.children if isinstance(c, Tree)}
-        if "distinct" in parts:
-            raise self.refuse(DISTINCT, "SELECT DISTINCT is not supported in queries yet")
         regions = {str(t.children[0]) for t in select.find_data("region")}
         if len(regions) != 1 or any(True for _ in select.find_data("subquery")):
             raise self.refuse(ONE_REGION, "queries must reference one and only one region")
@@ -198,9 +236,8 @@ class _Checker:
         if region is None:
             raise self.refuse(REGION_PATH, "the FROM clause must iterate over a region path")
         self._reader.alias = alias
-        if "group_by" in parts:
-            raise self.refuse(GROUP_BY, "GROUP BY is not supported in queries")
-        count = _is_count(parts.get("projections"))
+        group_by = tuple(self._reader.expr(e) for e in _trees(parts.get("group_by")))
+        count = not group_by and _is_count(parts.get("projections"))
         if count and ("order_by" in parts or "limit" in parts):
             raise self.refuse(
                 UNSUPPORTED_EXPRESSION, "COUNT(*) takes no ORDER BY or LIMIT here (one row)"
@@ -209,9 +246,10 @@ class _Checker:
         predicate = None if where is None else self._reader.expr(where.children[1])
         named = {p.name: p.expr for p in projections if p.named}
         order_by = tuple(self._order_item(i, named) for i in _trees(parts.get("order_by")))
+        self._check_groups(projections, group_by, order_by)
         limit = self._limit(parts.get("limit"))
         likes = self._reader.likes()
-        used = [p.number for p in _parameters(projections, predicate, order_by, limit)]
+        used = [p.number for p in _parameters(projections, predicate, order_by, limit, group_by)]
         return ParsedQuery(
             self._query,
             region,
@@ -223,12 +261,42 @@ class _Checker:
             max(used, default=0),
             likes,
             count,
+            "distinct" in parts,
+            group_by,
         )
+
+    def _check_groups(
+        self,
+        projections: tuple[Projection, ...],
+        group_by: tuple[Expr, ...],
+        order_by: tuple[OrderItem, ...],
+    ) -> None:
+        """Beside an aggregate or a GROUP BY, every other projection must be a GROUP BY
+        expression and every ORDER BY item a projection: a row is a group, and only what
+        is one value per group can be read of it (Geode ``CompiledGroupBySelect``)."""
+        if not group_by and not any(isinstance(p.expr, Aggregate) for p in projections):
+            if any(isinstance(o.expr, Aggregate) for o in order_by):
+                raise self.refuse(GROUP_BY, "ORDER BY an aggregate needs aggregates or GROUP BY")
+            return
+        if not projections:
+            raise self.refuse(GROUP_BY, "GROUP BY needs a projection list, not SELECT *")
+        for p in projections:
+            if not isinstance(p.expr, Aggregate) and p.expr not in group_by:
+                raise self.refuse(
+                    GROUP_BY,
+                    f"{p.name} is neither an aggregate nor a GROUP BY expression",
+                )
+        selected = [p.expr for p in projections]
+        for item in order_by:
+            if item.expr not in selected:
+                raise self.refuse(
+                    GROUP_BY, "with GROUP BY or aggregates, ORDER BY names a projection"
+                )
 
     def _projections(self, node: Tree | None) -> tuple[Projection, ...]:
         out = []
         for i, item in enumerate(_trees(node), start=1):
-            expr = self._reader.expr(item.children[0])
+            expr = self._aggregate(item.children[0]) or self._reader.expr(item.children[0])
             named = [c for c in item.children[1:] if isinstance(c, Tree)]
             if named:
                 name = name_of(named[0])
@@ -242,11 +310,29 @@ class _Checker:
             raise self.refuse(SYNTAX, f"the SELECT list names a field twice: {names}")
         return tuple(out)
 
-    def _order_item(self, item: Tree, named: dict[str, Expr]) -> OrderItem:
+    def _aggregate(self, node: Tree | Token) -> Aggregate | None:
+        """The aggregate a projection item is, or None when it is none (any other function
+        is refused where expressions are read)."""
+        if not isinstance(node, Tree) or node.data not in _FUNCTIONS:
+            return None
+        function = name_of(node.children[0]).lower()
+        if function not in AGGREGATES:
+            return None
+        arguments = [c for c in node.children[1:] if isinstance(c, Tree)]
+        if node.data == "function_star":
+            if function != "count":
+                raise self.refuse(UNSUPPORTED_EXPRESSION, f"{function.upper()}(*) is not OQL")
+            return Aggregate(function, None)
+        if len(arguments) != 1:
+            raise self.refuse(UNSUPPORTED_EXPRESSION, f"{function.upper()}() takes one expression")
+        argument = self._reader.expr(arguments[0])
+        return Aggregate(function, argument, node.data == "function_distinct")
+
+    def _order_item(self, item: Tree, named: dict[str, Expr | Aggregate]) -> OrderItem:
         """An ORDER BY item; a bare name a projection was given with ``AS`` stands for that
         projection's expression (Geode orders by a projection's alias so)."""
         descending = any(str(c).lower() == "desc" for c in item.children if not isinstance(c, Tree))
-        expr = self._reader.expr(item.children[0])
+        expr = self._aggregate(item.children[0]) or self._reader.expr(item.children[0])
         if isinstance(expr, Path) and len(expr.attributes) == 1 and expr.attributes[0] in named:
             expr = named[expr.attributes[0]]
         return OrderItem(expr, descending)
@@ -290,14 +376,17 @@ def _parameters(
     predicate: Expr | None,
     order_by: tuple[OrderItem, ...],
     limit: int | Parameter | None,
+    group_by: tuple[Expr, ...],
 ) -> list[Parameter]:
     """Every ``$n`` of the query, walked without recursion."""
     stack: list[Any] = [p.expr for p in projections] + [o.expr for o in order_by]
-    stack += [predicate, limit]
+    stack += [predicate, limit, *group_by]
     found = []
     while stack:
         node = stack.pop()
-        if isinstance(node, Parameter):
+        if isinstance(node, Aggregate):
+            stack.append(node.argument)
+        elif isinstance(node, Parameter):
             found.append(node)
         elif isinstance(node, Comparison):
             stack += [node.left, node.right]
@@ -325,7 +414,16 @@ class _Binder:
             f"{message} (rule {PARAMETERS})", rule=PARAMETERS, query=self._query
         )
 
-    def bound(self, expr: Expr) -> Expr:
+    @overload
+    def bound(self, expr: Expr) -> Expr: ...
+
+    @overload
+    def bound(self, expr: Expr | Aggregate) -> Expr | Aggregate: ...
+
+    def bound(self, expr: Expr | Aggregate) -> Expr | Aggregate:
+        if isinstance(expr, Aggregate):
+            argument = None if expr.argument is None else self.bound(expr.argument)
+            return expr._replace(argument=argument)
         if isinstance(expr, Parameter):
             return Constant(self._scalar(self._values[expr.number - 1], expr.number))
         if isinstance(expr, Comparison):
@@ -382,8 +480,10 @@ class _Binder:
 
 
 __all__ = [
+    "AGGREGATES",
     "MAX_BOUND_VALUES",
     "MAX_PARAMETER_CHARS",
+    "Aggregate",
     "Iterates",
     "OrderItem",
     "ParsedQuery",

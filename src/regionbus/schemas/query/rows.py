@@ -5,17 +5,20 @@ Each bucket's primary selects its entries and orders them (ties broken by key, s
 order is total and the same everywhere), keeping the first ``LIMIT``; the client merges the
 buckets' ordered answers, keeps the first ``LIMIT`` again and projects each row (Geode's
 ``PartitionedRegionQueryEvaluator`` runs the query on each bucket's node and the
-coordinator sorts and limits again the same way). The WHERE clause follows the rules of
-continuous queries (`regionbus.schemas.cq.evaluate`); ``ORDER BY`` follows Geode's
-``OrderByComparator``: null first, then UNDEFINED, then the values, numbers compared as
-numbers; ``DESC`` reverses all of it.
+coordinator sorts and limits again the same way). With ``DISTINCT`` each bucket answers
+its first ``LIMIT`` distinct rows and the merge keeps each row once; a grouped query
+(aggregates, ``GROUP BY``) has every bucket answer every element it selects, and the merge
+groups, orders and limits them (`regionbus.schemas.query.aggregates`). The WHERE clause
+follows the rules of continuous queries (`regionbus.schemas.cq.evaluate`); ``ORDER BY``
+follows Geode's ``OrderByComparator``: null first, then UNDEFINED, then the values,
+numbers compared as numbers; ``DESC`` reverses all of it.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
@@ -23,7 +26,8 @@ from typing import Any, Final
 from regionbus.schemas.cq.evaluate import evaluate, selects
 from regionbus.schemas.cq.syntax import UNDEFINED
 from regionbus.schemas.errors import CqEvaluationError, QueryTypeMismatchError
-from regionbus.schemas.query.parser import ParsedQuery
+from regionbus.schemas.query.aggregates import distinct_rows, grouped_rows
+from regionbus.schemas.query.parser import Aggregate, ParsedQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +92,18 @@ def project(query: ParsedQuery, item: Any) -> Any:
     Raises:
         QueryTypeMismatchError: a projection cannot be evaluated on the element.
     """
+    assert not query.grouped  # a group's row is made by grouped_rows
     if not query.projections:
         if query.iterates == "entries":
             return Struct(("key", "value"), (item["key"], item["value"]))
         return item
     query.likes.begin()  # each row's LIKEs have the budget of one evaluation
     try:
-        values = tuple(evaluate(p.expr, item, query.likes) for p in query.projections)
+        values = tuple(
+            evaluate(p.expr, item, query.likes)
+            for p in query.projections
+            if not isinstance(p.expr, Aggregate)
+        )
     except CqEvaluationError as exc:
         raise QueryTypeMismatchError(str(exc)) from None
     if len(values) == 1:
@@ -146,16 +155,28 @@ class OrderKeys:
             QueryTypeMismatchError: an ORDER BY value cannot be evaluated, has no order (a
                 mapping, a list), or is of another kind than the item's other values.
         """
-        parts: list[Any] = []
+        values = []
         self._query.likes.begin()  # each row's LIKEs have the budget of one evaluation
-        for i, item_spec in enumerate(self._query.order_by):
+        for item_spec in self._query.order_by:
+            assert not isinstance(item_spec.expr, Aggregate)  # grouped rows: of_values
             try:
-                value = evaluate(item_spec.expr, item, self._query.likes)
+                values.append(evaluate(item_spec.expr, item, self._query.likes))
             except CqEvaluationError as exc:
                 raise QueryTypeMismatchError(str(exc)) from None
+        return self.of_values(values, entry_key)
+
+    def of_values(self, values: Sequence[Any], tie: Any) -> tuple[Any, ...]:
+        """The sort key of a row whose ORDER BY values were evaluated already (a group's
+        projections), ``tie`` last.
+
+        Raises:
+            QueryTypeMismatchError: as :meth:`key`.
+        """
+        parts: list[Any] = []
+        for i, (item_spec, value) in enumerate(zip(self._query.order_by, values, strict=True)):
             part = self._ranked(i, value)
             parts.append(_Descending(part) if item_spec.descending else part)
-        parts.append(entry_key)
+        parts.append(tie)
         return tuple(parts)
 
     def _ranked(self, index: int, value: Any) -> tuple[Any, ...]:
@@ -186,7 +207,9 @@ class OrderKeys:
 
 def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list[Any]:
     """The results of a query from the buckets' answers: merged in ``ORDER BY`` order
-    (each answer is in that order), the first ``LIMIT`` kept, projected.
+    (each answer is in that order), projected, each distinct row once for ``DISTINCT``,
+    the first ``LIMIT`` kept; for a :attr:`ParsedQuery.grouped` query, the groups of every
+    answer's elements (`regionbus.schemas.query.aggregates`), ordered and limited.
 
     Args:
         query: The bound query.
@@ -195,8 +218,10 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
 
     Raises:
         QueryTypeMismatchError: ORDER BY values of different buckets do not compare, or a
-            projection cannot be evaluated.
+            projection, a GROUP BY expression or an aggregate cannot be evaluated.
     """
+    if query.grouped:
+        return _groups(query, (item for answer in answers for _, item in answer))
     rows: Iterator[tuple[str, Any]]
     if query.order_by:
         keys = OrderKeys(query)
@@ -204,9 +229,34 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
         rows = ((key[-1], item) for key, item in heapq.merge(*keyed, key=itemgetter(0)))
     else:
         rows = itertools.chain.from_iterable(answers)
+    projected: Iterable[Any] = (project(query, item) for _, item in rows)
+    if query.distinct:
+        projected = distinct_rows(projected)
     if isinstance(query.limit, int):
-        rows = itertools.islice(rows, query.limit)
-    return [project(query, item) for _, item in rows]
+        projected = itertools.islice(projected, query.limit)
+    return list(projected)
+
+
+def _groups(query: ParsedQuery, items: Iterable[Any]) -> list[Any]:
+    """A grouped query's rows: ordered by the projections its ORDER BY names (groups that
+    tie in the order they were first met), distinct, limited, each a value or a
+    :class:`Struct`."""
+    rows: list[tuple[Any, ...]] = grouped_rows(query, items)
+    if query.order_by:
+        exprs = [p.expr for p in query.projections]
+        picks = [exprs.index(o.expr) for o in query.order_by]
+        keys = OrderKeys(query)
+        ranked = [(keys.of_values([row[i] for i in picks], n), row) for n, row in enumerate(rows)]
+        rows = [row for _, row in sorted(ranked, key=itemgetter(0))]
+    shaped: Iterable[Any] = (
+        row[0] if len(row) == 1 else Struct(tuple(p.name for p in query.projections), row)
+        for row in rows
+    )
+    if query.distinct:
+        shaped = distinct_rows(shaped)
+    if isinstance(query.limit, int):
+        shaped = itertools.islice(shaped, query.limit)
+    return list(shaped)
 
 
 __all__ = ["OrderKeys", "Struct", "element", "is_selected", "merged", "project"]

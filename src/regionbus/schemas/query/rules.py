@@ -2,11 +2,13 @@
 ``QueryInvalidError.rule``.
 
 One-shot queries read the OQL of continuous queries (`regionbus.schemas.cq.rules`) and add
-projections, ``ORDER BY``, ``LIMIT`` and bind parameters (Geode ``Query.execute(params)``),
+projections, ``DISTINCT``, aggregates (``COUNT``, ``SUM``, ``AVG``, ``MIN``, ``MAX``),
+``GROUP BY``, ``ORDER BY``, ``LIMIT`` and bind parameters (Geode ``Query.execute(params)``),
 over one region: its values (``FROM /r x``), its entries (``FROM /r.entries e``: ``e.key``,
 ``e.value``) or its keys (``FROM /r.keys k``). What the servers cannot run bucket by bucket
-and merge (joins, subqueries, DISTINCT, GROUP BY, aggregates and other functions) is
-refused with the rule it breaks.
+and merge (joins, subqueries, functions other than the aggregates) is refused with the rule
+it breaks; so is a projection beside an aggregate that is not a GROUP BY expression (rule
+``group-by``).
 """
 
 from __future__ import annotations
