@@ -200,6 +200,16 @@ EVALUATIONS: list[tuple[str, Any, bool]] = [
     ("f.cancelled = 0", FLIGHT, False),
     ("f.delay = 12", FLIGHT, False),
     ("f.tags = f.tags", FLIGHT, True),
+    # a list's size and a string's length, read by their methods as Geode reads them
+    ("f.tags.size = 2", FLIGHT, True),
+    ("f.tags.size >= 3", FLIGHT, False),
+    ("f.tags.isEmpty", FLIGHT, False),
+    ("f.origin.length = 3", FLIGHT, True),
+    ("f.origin.isEmpty = false", FLIGHT, True),
+    ("f.origin.size = 3", FLIGHT, False),  # a String has no size()
+    ("f.delay.size = 1", FLIGHT, False),  # a JSON object is no Map (Geode: a PdxInstance)
+    ("f.box.size = 7", {"box": {"size": 7}}, True),  # a key is read first
+    ("f.dep_delay.length > 0", FLIGHT, False),
 ]
 
 

@@ -2,9 +2,11 @@
 
 Values are what a region's serializer decodes: JSON-like values (dicts, lists, strings,
 numbers, booleans, None) or Avro records (fastavro decodes them to dicts). An attribute is
-read by key from a mapping; an attribute of anything else (a string, a number, None,
-UNDEFINED) or one a mapping does not have is :data:`UNDEFINED` (Geode
-``AttributeDescriptor.read``, with heterogeneous objects allowed as in Geode's default).
+read by key from a mapping; a list's ``size`` and a string's ``length`` (and ``isEmpty`` of
+either) are read as Geode reads them, through the ``java.util.List`` and ``String``
+methods; any other attribute of anything else (a string, a number, None, UNDEFINED) or one
+a mapping does not have is :data:`UNDEFINED` (Geode ``AttributeDescriptor.read``, with
+heterogeneous objects allowed as in Geode's default).
 
 Comparisons follow Geode's ``TypeUtils.compare``:
 
@@ -214,14 +216,29 @@ def evaluate(expr: Expr, value: Any, likes: LikePatterns | None = None) -> Any:
     return _like(expr, value, likes)  # type: ignore[arg-type]
 
 
+_SIZES: Final = {"size": (list, tuple), "length": (str,)}
+"""The attributes Geode's ``AttributeDescriptor`` reads of a JSON array (a
+``java.util.List``: ``size()``, ``isEmpty()``) and of a string (``length()``,
+``isEmpty()``), by their method: ``f.legs.size >= 2``, ``f.code.length = 3``."""
+
+
 def read_path(value: Any, attributes: tuple[str, ...]) -> Any:
-    """The value at an attribute path: a mapping's key at each step; UNDEFINED as soon as
-    a step has no such key or its target is not a mapping (null included)."""
+    """The value at an attribute path: a mapping's key at each step, or a list's ``size``
+    or a string's ``length`` (and ``isEmpty`` of either), as Geode reads them through their
+    methods; UNDEFINED as soon as a step has no such key or attribute (null included)."""
     current = value
     for attribute in attributes:
-        if not isinstance(current, Mapping):
+        if isinstance(current, Mapping):
+            current = current.get(attribute, UNDEFINED)
+        elif isinstance(current, list | tuple | str):
+            if attribute == "isEmpty":
+                current = not current
+            elif isinstance(current, _SIZES.get(attribute, ())):
+                current = len(current)
+            else:
+                return UNDEFINED
+        else:
             return UNDEFINED
-        current = current.get(attribute, UNDEFINED)
     return current
 
 
