@@ -239,6 +239,18 @@ class AsyncRegion:
         """:meth:`Region.size_on_server`."""
         return await asyncio.to_thread(self.region.size_on_server)
 
+    async def query(self, predicate: str, *params: Any) -> list[Any]:
+        """:meth:`Region.query`."""
+        return await asyncio.to_thread(self.region.query, predicate, *params)
+
+    async def exists_value(self, predicate: str, *params: Any) -> bool:
+        """:meth:`Region.exists_value`."""
+        return await asyncio.to_thread(self.region.exists_value, predicate, *params)
+
+    async def select_value(self, predicate: str, *params: Any) -> Any:
+        """:meth:`Region.select_value`."""
+        return await asyncio.to_thread(self.region.select_value, predicate, *params)
+
     async def keys_on_server(self) -> list[str]:
         """:meth:`Region.keys_on_server`."""
         return await asyncio.to_thread(self.region.keys_on_server)

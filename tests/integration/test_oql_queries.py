@@ -26,6 +26,7 @@ from support import dead_letters
 
 from regionbus import (
     QueryExecutionTimeoutError,
+    QueryFunctionDomainError,
     QueryInvalidError,
     QueryRowLimitError,
     QueryService,
@@ -33,7 +34,7 @@ from regionbus import (
     RegionNotFoundError,
     Struct,
 )
-from regionbus.aio import AsyncClientCache
+from regionbus.aio import AsyncClientCache, AsyncRegion
 from regionbus.broker.config import ServerSettings
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ClientCache
@@ -114,6 +115,29 @@ def test_distinct_aggregates_and_group_by_merge_every_bucket_s_answer(
     ]
     with pytest.raises(QueryTypeMismatchError, match="not a number"):
         service.new_query("SELECT SUM(x.origin) FROM /r x").execute()
+
+
+def test_a_region_queries_its_values_by_predicate_as_geode_s_region_query(
+    flights: ClientCache,
+) -> None:
+    region = flights.get_region("r")
+    assert region is not None
+    by_sfo = region.query("origin = 'SFO' AND this.delay > $1", 5)
+    assert by_sfo == [_FLIGHTS["f1"]]
+    assert region.query("SELECT DISTINCT x.carrier FROM /r x WHERE x.origin = 'SFO'") != []
+    assert region.exists_value("delay >= 45") and not region.exists_value("delay > 45")
+    assert region.select_value("carrier = 'B6'") == _FLIGHTS["f6"]
+    assert region.select_value("carrier = 'ZZ'") is None
+    with pytest.raises(QueryFunctionDomainError, match="size 3"):
+        region.select_value("origin = 'SFO'")
+    with pytest.raises(QueryInvalidError):
+        region.query("origin = ")
+
+    async def asynchronously() -> bool:
+        async_region = AsyncRegion(region)
+        return await async_region.exists_value("origin = $1", "BOS")
+
+    assert asyncio.run(asynchronously())
 
 
 def test_asyncio_clients_await_a_query(flights: ClientCache) -> None:

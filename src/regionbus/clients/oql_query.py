@@ -12,14 +12,24 @@ client directly, as every other read of the whole region does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from regionbus.clients.cq_query import CqRegionLookup, decode_region_value
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
-from regionbus.schemas.errors import QueryInvocationTargetError, SerializationError
+from regionbus.schemas.errors import (
+    QueryInvalidError,
+    QueryInvocationTargetError,
+    SerializationError,
+)
 from regionbus.schemas.messages import OperationKind, QuerySpec, Reply
-from regionbus.schemas.query import ParsedQuery, element, merged
+from regionbus.schemas.query import ParsedQuery, element, merged, parse_query
+from regionbus.schemas.serializers import Serializer
+
+_WHOLE_QUERY: Final = re.compile(r"\s*(select|import)\b", re.IGNORECASE)
+"""A region query's predicate that is a whole query (Geode ``DefaultQueryService``'s
+``QUERY_HEADER``, by which ``LocalRegion.query`` sends such a text as it is)."""
 
 
 class Query:
@@ -115,4 +125,38 @@ class Query:
         return f"Query({self.query_string!r})"
 
 
-__all__ = ["Query"]
+class _OneRegion:
+    """The serializer of the one region a region's own query reads."""
+
+    def __init__(self, name: str, serializer: Serializer) -> None:
+        self._name = name
+        self._serializer = serializer
+
+    def region_serializer(self, name: str) -> Serializer | None:
+        return self._serializer if name == self._name else None
+
+
+def region_query(
+    cache: CacheConnection, region: str, serializer: Serializer, predicate: object
+) -> Query:
+    """The query a region runs for ``Region.query(predicate)``: ``SELECT * FROM /region
+    this WHERE predicate``, or the predicate itself when it is a whole query (Geode
+    ``LocalRegion.query``).
+
+    Raises:
+        QueryInvalidError: the predicate is not a string, or the query does not parse or is
+            outside what runs.
+    """
+    if not isinstance(predicate, str):
+        raise QueryInvalidError(
+            f"a query predicate is a str, not {type(predicate).__name__}", rule="syntax"
+        )
+    text = (
+        predicate
+        if _WHOLE_QUERY.match(predicate)
+        else (f"SELECT * FROM /{region} this WHERE {predicate}")
+    )
+    return Query(cache, _OneRegion(region, serializer), parse_query(text))
+
+
+__all__ = ["Query", "region_query"]

@@ -1,6 +1,7 @@
 """A region's conditional operations and its reads of the server's state: Geode's
 ``ConcurrentMap`` methods (``putIfAbsent``, ``replace``, ``remove(k, v)``) and ``getAll``,
-``containsKeyOnServer``, ``sizeOnServer``.
+``containsKeyOnServer``, ``sizeOnServer``, and its queries (``query``, ``existsValue``,
+``selectValue``).
 
 The condition of a conditional operation is checked by the key's bucket primary in the
 same Lua call that makes the change (``apply_entry.lua``), so of any number of clients
@@ -17,10 +18,11 @@ from typing import Any, Final, Protocol
 
 from regionbus.clients.arguments import check_entry
 from regionbus.clients.local_store import LocalStore
+from regionbus.clients.oql_query import region_query
 from regionbus.clients.region_values import RegionValues
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
 from regionbus.clients.windowed import send_windowed
-from regionbus.schemas.errors import RegionBusError, error_from_wire
+from regionbus.schemas.errors import QueryFunctionDomainError, RegionBusError, error_from_wire
 from regionbus.schemas.limits import (
     BULK_ENTRIES_IN_FLIGHT,
     BULK_SEND_GROUP,
@@ -36,6 +38,7 @@ _NOT_GIVEN: Final = object()
 class _Region(Protocol):
     """What these operations use of the region they are mixed into."""
 
+    name: str
     serializer: Serializer
     _cache: CacheConnection
     _server: ServerRegionProxy
@@ -44,6 +47,8 @@ class _Region(Protocol):
     _caching: bool
 
     def _check_alive(self) -> None: ...
+
+    def query(self, predicate: str, *params: Any) -> list[Any]: ...
 
     def _prepare_put(
         self, key: str, value: Any, callback_argument: bytes | None
@@ -212,6 +217,58 @@ class RegionServerOperations:
         check_entry(key)
         op = self._server.operation(OperationKind.CONTAINS_KEY, key=key)
         return self._server.one(op, self._server.bucket(key)).found
+
+    # --- queries of the region ---------------------------------------------------------
+
+    def query(self: _Region, predicate: str, *params: Any) -> list[Any]:
+        """The values of this region a predicate selects, read on the servers (Geode
+        ``Region.query(queryPredicate)``, which runs ``SELECT * FROM /region this WHERE
+        predicate``; a whole query, beginning with ``SELECT`` or ``IMPORT``, runs as
+        written).
+
+        Args:
+            predicate: An OQL predicate over a value (``this``, or an attribute's bare
+                name: ``dep_delay > $1 AND origin = 'JFK'``), or a whole query.
+            params: The values of ``$1``, ``$2``, ... (Geode's takes none).
+
+        Returns:
+            The values selected (or the rows of a whole query), as
+            :meth:`regionbus.clients.oql_query.Query.execute` answers them.
+
+        Raises:
+            QueryInvalidError: the predicate does not parse or is outside what runs, or the
+                parameters do not fit it (nothing was sent).
+            QueryExecutionTimeoutError, QueryRowLimitError, QueryTypeMismatchError,
+                QueryInvocationTargetError, RegionNotFoundError, ServerTimeoutError: as
+                ``Query.execute``.
+        """
+        self._check_alive()
+        return region_query(self._cache, self.name, self.serializer, predicate).execute(*params)
+
+    def exists_value(self: _Region, predicate: str, *params: Any) -> bool:
+        """Whether the predicate selects any value of this region (Geode
+        ``Region.existsValue``).
+
+        Raises:
+            What :meth:`query` raises.
+        """
+        return bool(self.query(predicate, *params))
+
+    def select_value(self: _Region, predicate: str, *params: Any) -> Any:
+        """The one value the predicate selects, None when it selects none (Geode
+        ``Region.selectValue``).
+
+        Raises:
+            QueryFunctionDomainError: it selects more than one (Geode
+                ``FunctionDomainException``).
+            What :meth:`query` raises.
+        """
+        results = self.query(predicate, *params)
+        if len(results) > 1:
+            raise QueryFunctionDomainError(
+                f"select_value expects results of size 1, but found results of size {len(results)}"
+            )
+        return results[0] if results else None
 
     def size_on_server(self: _Region) -> int:
         """How many entries the region has on the server, invalid ones included (Geode

@@ -288,6 +288,12 @@ class QueryInvocationTargetError(QueryError):
     threw)."""
 
 
+class QueryFunctionDomainError(QueryError):
+    """A query's result does not fit the call that ran it: ``Region.select_value`` found
+    more than one value (Geode ``FunctionDomainException``: "selectValue expects results
+    of size 1")."""
+
+
 class FunctionError(RegionBusError):
     """A function execution failed (Geode ``FunctionException``): the function raised on a
     server (the message names the server's exception), did not send its last result, or
