@@ -219,6 +219,10 @@ class AsyncRegion:
         """:meth:`Region.remove_all`."""
         await asyncio.to_thread(self.region.remove_all, list(keys))
 
+    async def create(self, key: str, value: Any) -> None:
+        """:meth:`Region.create`."""
+        await asyncio.to_thread(self.region.create, key, value)
+
     async def put_if_absent(self, key: str, value: Any) -> Any:
         """:meth:`Region.put_if_absent`."""
         return await asyncio.to_thread(self.region.put_if_absent, key, value)

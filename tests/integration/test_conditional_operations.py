@@ -1,4 +1,5 @@
-"""Geode's conditional operations (``putIfAbsent``, ``replace``, ``remove(k, v)``) and the
+"""Geode's conditional operations (``putIfAbsent``, ``create``, ``replace``, ``remove(k,
+v)``) and the
 server reads (``getAll``, ``containsKeyOnServer``, ``sizeOnServer``), end to end against a
 real Kafka and Redis: what each answers, what it changes, and that it sends an event only
 when it changes something."""
@@ -18,6 +19,7 @@ from support import (
     writer_and_subscriber,
 )
 
+from regionbus import EntryExistsError
 from regionbus.broker.server import CacheServer
 from regionbus.clients import ALL_KEYS, ClientRegionShortcut
 from regionbus.schemas.messages import OperationKind
@@ -68,6 +70,30 @@ def test_put_if_absent_creates_once_and_answers_what_is_there(
         ("invalidate", "i", None),
     ]
     assert writer.local_entries()["a"] == {"n": 1}
+
+
+def test_create_makes_a_new_entry_and_refuses_one_that_exists(
+    pair: Any, cache_server: CacheServer, kafka_bootstrap_servers: str, namespace: str
+) -> None:
+    writer, _, recorder = pair
+    writer.create("c", {"n": 1})
+    with pytest.raises(EntryExistsError) as exists:
+        writer.create("c", {"n": 2})
+    assert exists.value.old_value == {"n": 1}
+    assert _stored(cache_server, "c") == b'{"n":1}'
+    writer.put("i", 1)
+    _invalidate_on_server(cache_server, kafka_bootstrap_servers, namespace, "i")
+    # Geode: an invalid entry exists (EntryExistsException), and nothing changes.
+    with pytest.raises(EntryExistsError) as invalid:
+        writer.create("i", 5)
+    assert invalid.value.old_value is None
+    assert _stored(cache_server, "i") is None
+    assert Sentinel(writer, recorder).fence() == [
+        ("create", "c", {"n": 1}),
+        ("create", "i", 1),
+        ("invalidate", "i", None),
+    ]
+    assert writer.local_entries()["c"] == {"n": 1}
 
 
 @pytest.mark.redis_modes

@@ -1,5 +1,6 @@
 """A region's conditional operations and its reads of the server's state: Geode's
-``ConcurrentMap`` methods (``putIfAbsent``, ``replace``, ``remove(k, v)``) and ``getAll``,
+``ConcurrentMap`` methods (``putIfAbsent``, ``replace``, ``remove(k, v)``) and ``create``,
+``getAll``,
 ``containsKeyOnServer``, ``sizeOnServer``, and its queries (``query``, ``existsValue``,
 ``selectValue``).
 
@@ -22,7 +23,12 @@ from regionbus.clients.oql_query import region_query
 from regionbus.clients.region_values import RegionValues
 from regionbus.clients.server_proxy import CacheConnection, ServerRegionProxy
 from regionbus.clients.windowed import send_windowed
-from regionbus.schemas.errors import QueryFunctionDomainError, RegionBusError, error_from_wire
+from regionbus.schemas.errors import (
+    EntryExistsError,
+    QueryFunctionDomainError,
+    RegionBusError,
+    error_from_wire,
+)
 from regionbus.schemas.limits import (
     BULK_ENTRIES_IN_FLIGHT,
     BULK_SEND_GROUP,
@@ -92,6 +98,26 @@ class RegionServerOperations:
             return _decoded(self._values, reply)
         self._finish_put(op, reply)
         return None
+
+    def create(self: _Region, key: str, value: Any, callback_argument: bytes | None = None) -> None:
+        """Create an entry the server does not hold yet (Geode ``Region.create``): the
+        create event goes to listeners and subscribers, as for :meth:`Region.put`.
+
+        Raises:
+            EntryExistsError: the server holds an entry for the key, valid or invalid
+                (Geode ``EntryExistsException``); nothing changed, and ``old_value`` is its
+                value.
+            What :meth:`Region.put` raises.
+        """
+        op, bucket = self._prepare_put(key, value, callback_argument)
+        op = op._replace(kind=OperationKind.PUT_IF_ABSENT)
+        reply = self._server.one(op, bucket)
+        if reply.event_kind is None:
+            raise EntryExistsError(
+                f"an entry of key {key!r} exists in region {self.name!r}",
+                old_value=_decoded(self._values, reply),
+            )
+        self._finish_put(op, reply)
 
     def replace(
         self: _Region,

@@ -75,6 +75,20 @@ class EntryNotFoundError(RegionBusError):
     """The entry does not exist on the server (Geode: ``EntryNotFoundException``)."""
 
 
+class EntryExistsError(RegionBusError):
+    """``Region.create`` found an entry for the key on the server, valid or invalid
+    (Geode: ``EntryExistsException``). Nothing was changed.
+
+    Attributes:
+        old_value: The value the server holds (None for an invalid entry), as Geode's
+            ``EntryExistsException.getOldValue``.
+    """
+
+    def __init__(self, message: str, *, old_value: Any = None) -> None:
+        super().__init__(message)
+        self.old_value = old_value
+
+
 class CacheWriterError(RegionBusError):
     """A client or server ``CacheWriter`` aborted the operation.
 
