@@ -1,8 +1,7 @@
 """Geode's conditional operations (``putIfAbsent``, ``create``, ``replace``, ``remove(k,
-v)``) and the
-server reads (``getAll``, ``containsKeyOnServer``, ``sizeOnServer``), end to end against a
-real Kafka and Redis: what each answers, what it changes, and that it sends an event only
-when it changes something."""
+v)``) and the server reads (``getAll``, ``containsKeyOnServer``, ``sizeOnServer``), end to
+end against a real Kafka and Redis: what each answers, what it changes, and that it sends
+an event only when it changes something."""
 
 from __future__ import annotations
 
