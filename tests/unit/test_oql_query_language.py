@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from regionbus.broker.config import ServerSettings
-from regionbus.broker.queries import _Kept
+from regionbus.broker.queries import _Grouped, _Kept
 from regionbus.broker.validation import validate
 from regionbus.schemas.cq import UNDEFINED, parse_cq
 from regionbus.schemas.cq.syntax import Literal, Parameter, Path
@@ -21,14 +21,18 @@ from regionbus.schemas.errors import (
     CqInvalidError,
     InvalidOperationError,
     QueryInvalidError,
+    QueryInvocationTargetError,
+    QueryRowLimitError,
     QueryTypeMismatchError,
 )
 from regionbus.schemas.messages import Entry, Operation, OperationKind, QuerySpec
 from regionbus.schemas.query import (
     MAX_BOUND_VALUES,
+    PARTIAL_SERIALIZER,
     ParsedQuery,
     Struct,
     element,
+    grouped_results,
     is_selected,
     merged,
     parse_query,
@@ -395,3 +399,37 @@ def test_grouped_and_distinct_merges_equal_the_whole_region_evaluated_at_once() 
         "SELECT DISTINCT x.n FROM /r x ORDER BY x.n",
     ):
         assert _run(oql, entries, buckets=7) == _run(oql, entries, buckets=1), oql
+
+
+def test_buckets_answer_one_partial_row_per_group_that_keeps_every_type() -> None:
+    query = parse_query(
+        "SELECT x.g AS g, COUNT(*) AS n, MIN(x.v) AS lo, COUNT(DISTINCT x.v) AS d FROM /r x "
+        "GROUP BY x.g"
+    ).bind(())
+    grouped = _Grouped(query, bucket=3, max_rows=10)
+    groups = [1, 1.0, True, None, "1", {"k": [1, b"\x00"]}, [1, 2]]
+    for i in range(70):
+        item = {"g": groups[i % len(groups)], "v": i} if i % 10 else {"v": i}  # some lack g
+        grouped.add(Entry(f"k{i}", 0), item)
+    answer = grouped.answer()
+    assert len(answer) == len(groups) + 1  # UNDEFINED is a group of its own
+    assert {e.serializer for e in answer} == {PARTIAL_SERIALIZER}
+    rows = grouped_results(query, [e.value for e in answer if e.value is not None])
+    by_group = {repr(r.get("g")): r for r in rows}
+    assert set(by_group) == {repr(g) for g in groups} | {"UNDEFINED"}
+    assert by_group["1"].get("n") == 9 and by_group["True"].get("n") == 9
+    assert by_group["UNDEFINED"].as_dict() == {"g": UNDEFINED, "n": 7, "lo": 0, "d": 7}
+    with pytest.raises(QueryRowLimitError, match="groups"):
+        for i in range(20):
+            grouped.add(Entry(f"x{i}", 0), {"g": f"new{i}", "v": 1})
+
+
+def test_partial_rows_merge_across_buckets_with_the_checks_of_one() -> None:
+    with pytest.raises(QueryTypeMismatchError, match="compares a string with a number"):
+        _run("SELECT MAX(x.v) FROM /r x", {"a": {"v": "x"}, "b": {"v": 2}}, buckets=2)
+    with pytest.raises(QueryTypeMismatchError, match="not a number"):
+        _run("SELECT SUM(DISTINCT x.v) FROM /r x", {"a": {"v": 1}, "b": {"v": "2"}}, buckets=2)
+    query = parse_query("SELECT COUNT(*) FROM /r x GROUP BY x.a").bind(())
+    for garbage in (b"not json", b"[[1], []]", b'[[["nope", 1]], [[1, 0, null]]]'):
+        with pytest.raises(QueryInvocationTargetError):
+            grouped_results(query, [garbage])

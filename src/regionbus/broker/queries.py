@@ -15,8 +15,8 @@ Redis reads, past which the query fails with ``QueryExecutionTimeoutError``; Geo
 (``query_max_rows_per_bucket``, ``QueryRowLimitError``). With ``ORDER BY`` and ``LIMIT n``
 the rows kept while reading are at most ``2n``. With ``DISTINCT`` a bucket projects its
 entries and answers each distinct row once (its first ``LIMIT`` of them); for aggregates
-and ``GROUP BY`` it answers every entry it selects, which the client groups, so such a
-query is bounded by ``query_max_rows_per_bucket`` too.
+and ``GROUP BY`` it groups its entries and answers a partial row per group (at most
+``query_max_rows_per_bucket`` groups), which the client merges.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from regionbus.schemas.errors import (
 )
 from regionbus.schemas.messages import Entry, Operation, QuerySpec
 from regionbus.schemas.query import (
+    PARTIAL_SERIALIZER,
+    Groups,
     OrderKeys,
     ParsedQuery,
     element,
@@ -115,6 +117,10 @@ class BucketQueries:
                 raise QueryInvalidError(str(exc), rule=exc.rule, query=spec.query) from None
         if not self._store.region_exists(region, bucket):
             return BucketAnswer(False, [])
+        if query.grouped:
+            groups = _Grouped(query, bucket, self._max_rows)
+            self._select(query, region, bucket, groups, deadline)
+            return BucketAnswer(True, groups.answer())
         limit = query.limit if isinstance(query.limit, int) else None
         answer = self._max_rows if limit is None else min(limit, self._max_rows)
         kept = _Kept(query, answer)
@@ -123,21 +129,21 @@ class BucketQueries:
             return BucketAnswer(True, [], kept.counted)
         entries = kept.answer()
         if len(entries) > self._max_rows:
-            hint = (
-                "narrow the WHERE clause"
-                if query.grouped
-                else "add a LIMIT or narrow the WHERE clause"
-            )
             raise QueryRowLimitError(
                 f"bucket {bucket} would answer more than query_max_rows_per_bucket="
-                f"{self._max_rows} rows; {hint}"
+                f"{self._max_rows} rows; add a LIMIT or narrow the WHERE clause"
             )
         if query.iterates == "keys":
             entries = [Entry(e.key, e.version) for e in entries]  # the keys are the answer
         return BucketAnswer(True, entries)
 
     def _select(
-        self, query: ParsedQuery, region: str, bucket: int, kept: _Kept, deadline: float
+        self,
+        query: ParsedQuery,
+        region: str,
+        bucket: int,
+        kept: _Kept | _Grouped,
+        deadline: float,
     ) -> None:
         """Keep the bucket's entries the query selects, a page at a time, until every one
         was read or, without ORDER BY, one more than the answer was kept."""
@@ -240,6 +246,34 @@ class QueryRunner:
         self._running = []
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Grouped:
+    """The groups of a grouped query's selected entries (aggregates, ``GROUP BY``): at most
+    ``max_rows``, answered as one partial row each
+    (`regionbus.schemas.query.aggregates.Groups`)."""
+
+    def __init__(self, query: ParsedQuery, bucket: int, max_rows: int) -> None:
+        self._groups = Groups(query)
+        self._bucket = bucket
+        self._max_rows = max_rows
+
+    def add(self, entry: Entry, item: Any) -> None:
+        self._groups.add(item)
+        if len(self._groups) > self._max_rows:
+            raise QueryRowLimitError(
+                f"bucket {self._bucket} would answer more than query_max_rows_per_bucket="
+                f"{self._max_rows} groups; narrow the WHERE clause or the GROUP BY"
+            )
+
+    def full_unordered(self) -> bool:
+        return False  # every selected entry counts
+
+    def answer(self) -> list[Entry]:
+        return [
+            Entry(str(i), 0, partial, PARTIAL_SERIALIZER)
+            for i, partial in enumerate(self._groups.partials())
+        ]
 
 
 class _Kept:

@@ -24,7 +24,13 @@ from regionbus.schemas.errors import (
     SerializationError,
 )
 from regionbus.schemas.messages import OperationKind, QuerySpec, Reply
-from regionbus.schemas.query import ParsedQuery, element, merged, parse_query
+from regionbus.schemas.query import (
+    ParsedQuery,
+    element,
+    grouped_results,
+    merged,
+    parse_query,
+)
 from regionbus.schemas.serializers import Serializer
 
 _WHOLE_QUERY: Final = re.compile(r"\s*(select|import)\b", re.IGNORECASE)
@@ -101,6 +107,10 @@ class Query:
         replies = proxy.every_bucket(OperationKind.QUERY, query=spec)
         if bound.counting:
             return [sum(r.entry_count for r in replies)]
+        if bound.grouped:  # each bucket answers a partial row per group
+            return grouped_results(
+                bound, [e.value for r in replies for e in r.entries if e.value is not None]
+            )
         return merged(bound, self._answers(bound, replies))
 
     def _answers(self, bound: ParsedQuery, replies: Iterable[Reply]) -> list[list[Any]]:

@@ -5,7 +5,7 @@ evaluated bucket by bucket, then merged (:mod:`.rows`, :mod:`.aggregates`). Shar
 client, which checks a query before sending it and merges the answers, and the bucket
 primaries, which run it on their entries."""
 
-from regionbus.schemas.query.aggregates import distinct_rows, frozen, grouped_rows
+from regionbus.schemas.query.aggregates import PARTIAL_SERIALIZER, Groups, distinct_rows, frozen
 from regionbus.schemas.query.parser import (
     AGGREGATES,
     MAX_BOUND_VALUES,
@@ -16,15 +16,25 @@ from regionbus.schemas.query.parser import (
     Projection,
     parse_query,
 )
-from regionbus.schemas.query.rows import OrderKeys, Struct, element, is_selected, merged, project
+from regionbus.schemas.query.rows import (
+    OrderKeys,
+    Struct,
+    element,
+    grouped_results,
+    is_selected,
+    merged,
+    project,
+)
 from regionbus.schemas.query.rules import QUERY_RULES
 
 __all__ = [
     "AGGREGATES",
     "MAX_BOUND_VALUES",
     "MAX_PARAMETER_CHARS",
+    "PARTIAL_SERIALIZER",
     "QUERY_RULES",
     "Aggregate",
+    "Groups",
     "OrderItem",
     "OrderKeys",
     "ParsedQuery",
@@ -33,7 +43,7 @@ __all__ = [
     "distinct_rows",
     "element",
     "frozen",
-    "grouped_rows",
+    "grouped_results",
     "is_selected",
     "merged",
     "parse_query",

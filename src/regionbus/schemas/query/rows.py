@@ -26,7 +26,7 @@ from typing import Any, Final
 from regionbus.schemas.cq.evaluate import evaluate, selects
 from regionbus.schemas.cq.syntax import UNDEFINED
 from regionbus.schemas.errors import CqEvaluationError, QueryTypeMismatchError
-from regionbus.schemas.query.aggregates import distinct_rows, grouped_rows
+from regionbus.schemas.query.aggregates import Groups, distinct_rows
 from regionbus.schemas.query.parser import Aggregate, ParsedQuery
 
 
@@ -221,7 +221,13 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
             projection, a GROUP BY expression or an aggregate cannot be evaluated.
     """
     if query.grouped:
-        return _groups(query, (item for answer in answers for _, item in answer))
+        partials = []
+        for answer in answers:
+            bucket = Groups(query)
+            for _, item in answer:
+                bucket.add(item)
+            partials += bucket.partials()
+        return grouped_results(query, partials)
     rows: Iterator[tuple[str, Any]]
     if query.order_by:
         keys = OrderKeys(query)
@@ -237,11 +243,21 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
     return list(projected)
 
 
-def _groups(query: ParsedQuery, items: Iterable[Any]) -> list[Any]:
-    """A grouped query's rows: ordered by the projections its ORDER BY names (groups that
-    tie in the order they were first met), distinct, limited, each a value or a
-    :class:`Struct`."""
-    rows: list[tuple[Any, ...]] = grouped_rows(query, items)
+def grouped_results(query: ParsedQuery, partials: Iterable[bytes]) -> list[Any]:
+    """The results of a :attr:`ParsedQuery.grouped` query from the buckets' partial rows
+    (`regionbus.schemas.query.aggregates.Groups.partials`): merged by group, ordered by
+    the projections its ORDER BY names (groups that tie in the order they were first met),
+    distinct, limited, each a value or a :class:`Struct`.
+
+    Raises:
+        QueryTypeMismatchError: an aggregate cannot merge what two buckets found (MIN of a
+            string in one and of a number in another).
+        QueryInvocationTargetError: a partial row does not read.
+    """
+    groups = Groups(query)
+    for partial in partials:
+        groups.merge(partial)
+    rows = groups.rows()
     if query.order_by:
         exprs = [p.expr for p in query.projections]
         picks = [exprs.index(o.expr) for o in query.order_by]
@@ -259,4 +275,12 @@ def _groups(query: ParsedQuery, items: Iterable[Any]) -> list[Any]:
     return list(shaped)
 
 
-__all__ = ["OrderKeys", "Struct", "element", "is_selected", "merged", "project"]
+__all__ = [
+    "OrderKeys",
+    "Struct",
+    "element",
+    "grouped_results",
+    "is_selected",
+    "merged",
+    "project",
+]
