@@ -117,6 +117,37 @@ def test_distinct_aggregates_and_group_by_merge_every_bucket_s_answer(
         service.new_query("SELECT SUM(x.origin) FROM /r x").execute()
 
 
+def test_drill_downs_iterate_each_value_s_collections_on_the_servers(
+    cache_server: CacheServer, client_factory: Callable[..., ClientCache]
+) -> None:
+    cache = client_factory()
+    portfolios = cache.create_region("r")
+    portfolios.put_all(
+        {
+            "p1": {"status": "active", "positions": {"IBM": {"qty": 10, "mktValue": 30.5}}},
+            "p2": {"status": "active", "positions": {"SUN": {"qty": 5, "mktValue": 12.0}}},
+            "p3": {"status": "closed", "positions": {"IBM": {"qty": 2, "mktValue": 29.0}}},
+            "p4": {"status": "active"},
+        }
+    )
+    service = cache.query_service()
+    # Geode's documentation's drill-down, over every bucket.
+    rich = service.new_query(
+        "SELECT DISTINCT posnVal.qty FROM /r, positions.values posnVal "
+        "WHERE posnVal.mktValue >= $1 ORDER BY posnVal.qty"
+    ).execute(25)
+    assert rich == [2, 10]
+    by_symbol = service.new_query(
+        "SELECT e.key AS sym, SUM(e.value.qty) AS qty, COUNT(*) AS n "
+        "FROM /r p, p.positions e WHERE p.status = 'active' GROUP BY e.key ORDER BY sym"
+    ).execute()
+    assert by_symbol == [
+        Struct(("sym", "qty", "n"), ("IBM", 10, 1)),
+        Struct(("sym", "qty", "n"), ("SUN", 5, 1)),
+    ]
+    assert service.new_query("SELECT COUNT(*) FROM /r p, p.positions e").execute() == [3]
+
+
 def test_a_region_queries_its_values_by_predicate_as_geode_s_region_query(
     flights: ClientCache,
 ) -> None:

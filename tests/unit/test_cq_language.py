@@ -207,7 +207,10 @@ EVALUATIONS: list[tuple[str, Any, bool]] = [
     ("f.origin.length = 3", FLIGHT, True),
     ("f.origin.isEmpty = false", FLIGHT, True),
     ("f.origin.size = 3", FLIGHT, False),  # a String has no size()
-    ("f.delay.size = 1", FLIGHT, False),  # a JSON object is no Map (Geode: a PdxInstance)
+    ("f.delay.size = 1", FLIGHT, True),  # a mapping answers as a java.util.Map
+    ("12 IN f.delay.values", FLIGHT, True),
+    ("'minutes' IN f.delay.keySet", FLIGHT, True),
+    ("f.delay.isEmpty", FLIGHT, False),
     ("f.box.size = 7", {"box": {"size": 7}}, True),  # a key is read first
     ("f.dep_delay.length > 0", FLIGHT, False),
 ]

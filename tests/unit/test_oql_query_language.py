@@ -33,9 +33,9 @@ from regionbus.schemas.query import (
     Struct,
     element,
     grouped_results,
-    is_selected,
     merged,
     parse_query,
+    selected_rows,
 )
 
 
@@ -47,9 +47,10 @@ def _bucket_answer(query: ParsedQuery, entries: dict[str, Any]) -> list[tuple[st
     items = {}
     for k, v in entries.items():
         item = element(query, k, v)
-        if is_selected(query, item):
+        rows = selected_rows(query, item)
+        if rows:
             items[k] = item
-            kept.add(Entry(k, 0), item)
+            kept.add(Entry(k, 0), rows[0])
     return [(e.key, items[e.key]) for e in kept.answer()]
 
 
@@ -167,7 +168,9 @@ def test_in_a_parameter_needs_a_collection() -> None:
         ("SELEC * FROM /r", "syntax"),
         ("SELECT * FROM /r a, /s b", "one-region"),
         ("SELECT * FROM /r x WHERE x.a IN (SELECT * FROM /r)", "one-region"),
-        ("SELECT * FROM /r x, x.items i", "one-iterator"),
+        ("SELECT * FROM /r x, x.a i, i.b j, j.c k", "one-iterator"),
+        ("SELECT * FROM /r x, x.items", "one-iterator"),
+        ("SELECT * FROM /r x, x.items x", "syntax"),
         ("SELECT * FROM /r x GROUP BY x.a", "group-by"),
         ("SELECT x.a, COUNT(*) FROM /r x", "group-by"),
         ("SELECT x.b, COUNT(*) FROM /r x GROUP BY x.a", "group-by"),
@@ -433,3 +436,74 @@ def test_partial_rows_merge_across_buckets_with_the_checks_of_one() -> None:
     for garbage in (b"not json", b"[[1], []]", b'[[["nope", 1]], [[1, 0, null]]]'):
         with pytest.raises(QueryInvocationTargetError):
             grouped_results(query, [garbage])
+
+
+_PORTFOLIOS: dict[str, Any] = {
+    "p1": {"id": 1, "status": "active", "positions": {"IBM": {"qty": 10, "mktValue": 30.5},
+                                                       "SUN": {"qty": 5, "mktValue": 12.0}}},
+    "p2": {"id": 2, "status": "inactive", "positions": {"IBM": {"qty": 1, "mktValue": 31.0}}},
+    "p3": {"id": 3, "status": "active", "positions": {}, "tags": ["a", "b", "a"]},
+    "p4": {"id": 4, "status": "active", "tags": ["c"]},
+}  # fmt: skip
+
+
+def test_drill_downs_iterate_a_value_s_collections_as_geode_s_docs_query_portfolios() -> None:
+    # Geode's documentation: SELECT DISTINCT posnVal FROM /exampleRegion,
+    # positions.values posnVal WHERE posnVal.mktValue >= 25.00
+    values = _run(
+        "SELECT DISTINCT posnVal FROM /r, positions.values posnVal WHERE posnVal.mktValue >= 25",
+        _PORTFOLIOS,
+    )
+    assert sorted(v["qty"] for v in values) == [1, 10]
+    rows = _run(
+        "SELECT p.id, e.key AS sym, e.value.qty AS qty FROM /r p, p.positions e "
+        "WHERE p.status = 'active' ORDER BY qty DESC",
+        _PORTFOLIOS,
+    )
+    assert [r.as_dict() for r in rows] == [
+        {"id": 1, "sym": "IBM", "qty": 10},
+        {"id": 1, "sym": "SUN", "qty": 5},
+    ]
+    tags = _run("SELECT t FROM /r p, t IN p.tags ORDER BY t LIMIT 3", _PORTFOLIOS, buckets=3)
+    assert tags == ["a", "a", "b"]
+    assert _run("SELECT DISTINCT t FROM /r p, t IN p.tags ORDER BY t", _PORTFOLIOS) == [
+        "a",
+        "b",
+        "c",
+    ]
+    star = _run("SELECT * FROM /r p, t IN p.tags WHERE t = 'c'", _PORTFOLIOS)
+    assert star == [Struct(("p", "t"), (_PORTFOLIOS["p4"], "c"))]
+    counted = _run(
+        "SELECT p.status, COUNT(*) AS n, SUM(pos.qty) AS qty FROM /r p, p.positions.values pos "
+        "GROUP BY p.status ORDER BY p.status",
+        _PORTFOLIOS,
+    )
+    assert counted == [
+        Struct(("status", "n", "qty"), ("active", 2, 15)),
+        Struct(("status", "n", "qty"), ("inactive", 1, 1)),
+    ]
+    assert _run("SELECT COUNT(*) FROM /r p, t IN p.tags", _PORTFOLIOS) == [4]
+
+
+def test_a_drill_down_over_what_is_no_collection_or_too_many_rows_fails_typed() -> None:
+    with pytest.raises(QueryTypeMismatchError, match="collection type"):
+        _run("SELECT i FROM /r p, i IN p.id", _PORTFOLIOS)
+    many = {"k": {"a": list(range(200)), "b": list(range(200))}}
+    with pytest.raises(QueryRowLimitError, match="rows"):
+        _run("SELECT x FROM /r p, x IN p.a, y IN p.b", many, buckets=1)
+    # null and UNDEFINED collections give no row (p4 has no positions).
+    assert _run("SELECT p.id FROM /r p, p.positions.values v WHERE p.id = 4", _PORTFOLIOS) == []
+
+
+def test_drill_down_merges_equal_the_whole_region_evaluated_at_once() -> None:
+    rng = random.Random(5)
+    entries = {
+        f"k{i:04d}": {"g": rng.choice("xyz"), "items": [rng.randint(0, 9) for _ in range(i % 4)]}
+        for i in range(600)
+    }
+    for oql in (
+        "SELECT v.g, n FROM /r v, n IN v.items WHERE n > 2 ORDER BY n DESC, v.g LIMIT 40",
+        "SELECT DISTINCT v.g, n FROM /r v, n IN v.items ORDER BY n, v.g",
+        "SELECT v.g, COUNT(*) AS c, AVG(n) AS a FROM /r v, n IN v.items GROUP BY v.g ORDER BY v.g",
+    ):
+        assert _run(oql, entries, buckets=5) == _run(oql, entries, buckets=1), oql

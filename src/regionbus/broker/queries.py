@@ -49,9 +49,9 @@ from regionbus.schemas.query import (
     ParsedQuery,
     element,
     frozen,
-    is_selected,
     parse_query,
     project,
+    selected_rows,
 )
 
 log = logging.getLogger("regionbus.server.queries")
@@ -154,8 +154,14 @@ class BucketQueries:
                 if time.monotonic() > deadline:
                     raise self._timeout(query)
                 item = element(query, entry.key, self._decoded(query, entry))
-                if is_selected(query, item):
-                    kept.add(entry, item)
+                rows = selected_rows(query, item)
+                if not rows:
+                    continue
+                if isinstance(kept, _Grouped):
+                    for row in rows:
+                        kept.add(entry, row)
+                else:  # the entry once, however many of its rows are selected
+                    kept.add(entry, rows[0])
                     if kept.full_unordered():
                         return
 

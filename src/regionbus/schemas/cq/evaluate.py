@@ -2,11 +2,12 @@
 
 Values are what a region's serializer decodes: JSON-like values (dicts, lists, strings,
 numbers, booleans, None) or Avro records (fastavro decodes them to dicts). An attribute is
-read by key from a mapping; a list's ``size`` and a string's ``length`` (and ``isEmpty`` of
-either) are read as Geode reads them, through the ``java.util.List`` and ``String``
-methods; any other attribute of anything else (a string, a number, None, UNDEFINED) or one
-a mapping does not have is :data:`UNDEFINED` (Geode ``AttributeDescriptor.read``, with
-heterogeneous objects allowed as in Geode's default).
+read by key from a mapping; a mapping's ``size``, ``isEmpty``, ``values``, ``keySet`` and
+``entrySet`` (when it has no such key), a list's ``size`` and a string's ``length`` (and
+``isEmpty`` of either) are read as Geode reads them, through the ``java.util.Map``,
+``List`` and ``String`` methods; any other attribute of anything else (a string, a number,
+None, UNDEFINED) or one a mapping does not have is :data:`UNDEFINED` (Geode
+``AttributeDescriptor.read``, with heterogeneous objects allowed as in Geode's default).
 
 Comparisons follow Geode's ``TypeUtils.compare``:
 
@@ -221,15 +222,39 @@ _SIZES: Final = {"size": (list, tuple), "length": (str,)}
 ``java.util.List``: ``size()``, ``isEmpty()``) and of a string (``length()``,
 ``isEmpty()``), by their method: ``f.legs.size >= 2``, ``f.code.length = 3``."""
 
+_MAP_VIEWS: Final = frozenset(
+    {"size", "isEmpty", "values", "keySet", "keys", "entrySet", "entries"}
+)
+"""What a mapping without such a key answers as a ``java.util.Map`` does: ``size()``,
+``isEmpty()``, ``values()``, ``keySet()``, ``entrySet()`` (each entry a mapping of ``key``
+and ``value``, as ``/r.entries`` gives)."""
+
+
+def _map_view(mapping: Mapping[str, Any], attribute: str) -> Any:
+    if attribute == "size":
+        return len(mapping)
+    if attribute == "isEmpty":
+        return not mapping
+    if attribute == "values":
+        return list(mapping.values())
+    if attribute in ("keySet", "keys"):
+        return list(mapping)
+    return [{"key": k, "value": v} for k, v in mapping.items()]
+
 
 def read_path(value: Any, attributes: tuple[str, ...]) -> Any:
-    """The value at an attribute path: a mapping's key at each step, or a list's ``size``
-    or a string's ``length`` (and ``isEmpty`` of either), as Geode reads them through their
-    methods; UNDEFINED as soon as a step has no such key or attribute (null included)."""
+    """The value at an attribute path: a mapping's key at each step (or, for a key it lacks,
+    what a ``java.util.Map`` answers: ``size``, ``isEmpty``, ``values``, ``keySet``,
+    ``entrySet``), or a list's ``size`` or a string's ``length`` (and ``isEmpty`` of
+    either), as Geode reads them through their methods; UNDEFINED as soon as a step has no
+    such key or attribute (null included)."""
     current = value
     for attribute in attributes:
         if isinstance(current, Mapping):
-            current = current.get(attribute, UNDEFINED)
+            found = current.get(attribute, UNDEFINED)
+            if found is UNDEFINED and attribute in _MAP_VIEWS:
+                found = _map_view(current, attribute)
+            current = found
         elif isinstance(current, list | tuple | str):
             if attribute == "isEmpty":
                 current = not current

@@ -125,6 +125,10 @@ class ExpressionReader:
     def __init__(self, refuse: Refuse, what: str, *, parameters: bool = False) -> None:
         self.refuse = refuse
         self.alias: str | None = None
+        self.scopes: tuple[str, ...] = ()
+        """With several iterators (a one-shot query's drill-downs), their names, the
+        region's first: a path keeps the name it begins with, and a path beginning with
+        none of them is read from the region's element (the first)."""
         self._what = what
         self._parameters = parameters
         self._likes: dict[str, tuple[Any, int]] = {}
@@ -197,8 +201,13 @@ class ExpressionReader:
         raise self.refuse(UNSUPPORTED_EXPRESSION, f"{data} is not supported in {self._what}")
 
     def path(self, node: Tree) -> Path:
-        """An attribute path, relative to the iterator (a leading alias dropped)."""
+        """An attribute path, relative to the iterator (a leading alias dropped), or with
+        several iterators led by the name of the one it reads (:attr:`scopes`)."""
         names = [name_of(c) for c in node.children if isinstance(c, Tree)]
+        if self.scopes:
+            if names and names[0] in self.scopes:
+                return Path(tuple(names))
+            return Path((self.scopes[0], *names))
         if self.alias is not None and names and names[0] == self.alias:
             names = names[1:]
         return Path(tuple(names))

@@ -24,6 +24,7 @@ from regionbus.schemas.query.rows import (
     is_selected,
     merged,
     project,
+    selected_rows,
 )
 from regionbus.schemas.query.rules import QUERY_RULES
 
@@ -48,4 +49,5 @@ __all__ = [
     "merged",
     "parse_query",
     "project",
+    "selected_rows",
 ]

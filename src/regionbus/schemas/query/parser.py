@@ -58,6 +58,13 @@ MAX_PARAMETER_CHARS: Final = 4_096
 
 _FUNCTIONS: Final = frozenset({"function_call", "function_star", "function_distinct"})
 
+MAX_ITERATORS: Final = 3
+"""Most iterators of a query's FROM clause, the region's and its drill-downs: the rows of
+an entry are the product of its collections' sizes (Geode sets no limit)."""
+
+_REGION_SCOPE: Final = "#region"
+"""The scope name of a region iterator without an alias (no OQL name can spell it)."""
+
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
 
@@ -111,6 +118,15 @@ class OrderItem(NamedTuple):
     descending: bool = False
 
 
+class Drill(NamedTuple):
+    """An iterator after the region's (a drill-down): its name, and the path of the
+    collection it runs over, led by the name of the iterator it reads (Geode
+    ``CompiledIteratorDef`` over a path of an earlier iterator)."""
+
+    alias: str
+    collection: Path
+
+
 class ParsedQuery(NamedTuple):
     """A one-shot query, checked; its bind parameters still ``$n`` until :meth:`bind`.
 
@@ -128,6 +144,14 @@ class ParsedQuery(NamedTuple):
             selects (Geode's ``COUNT`` aggregate; each bucket counts its own).
         distinct: ``SELECT DISTINCT``: equal rows are answered once.
         group_by: The ``GROUP BY`` expressions, in order.
+        drills: The iterators after the region's; with any, an element is a mapping of
+            each iterator's scope name to its element, one per combination
+            (`regionbus.schemas.query.rows.selected_rows`), and every path is led by the
+            name of the iterator it reads.
+        scopes: The iterators' scope names, the region's first (``#region`` when it has
+            no alias); empty without drill-downs.
+        scope_names: The iterators' names as ``SELECT *`` names a row's fields (the
+            region's alias, or the region's name).
     """
 
     query: str
@@ -142,6 +166,9 @@ class ParsedQuery(NamedTuple):
     counting: bool = False
     distinct: bool = False
     group_by: tuple[Expr, ...] = ()
+    drills: tuple[Drill, ...] = ()
+    scopes: tuple[str, ...] = ()
+    scope_names: tuple[str, ...] = ()
 
     @property
     def grouped(self) -> bool:
@@ -151,9 +178,12 @@ class ParsedQuery(NamedTuple):
 
     def bucket_part(self) -> ParsedQuery:
         """What each bucket's primary runs: the query itself, or for a :attr:`grouped` one
-        its selection alone, every element it selects, unordered (its ORDER BY and LIMIT
-        order and cut the groups, which only the merge of every bucket makes)."""
-        return self._replace(order_by=(), limit=None) if self.grouped else self
+        or one with drill-downs its selection alone, every entry it selects, unordered (its
+        ORDER BY, DISTINCT and LIMIT apply to groups, or to an entry's several rows, which
+        only the merge of every bucket makes)."""
+        if self.grouped or self.drills:
+            return self._replace(order_by=(), limit=None, distinct=False)
+        return self
 
     def bind(self, values: Sequence[Any]) -> ParsedQuery:
         """The query with each ``$n`` replaced by ``values[n - 1]``.
@@ -228,16 +258,15 @@ class _Checker:
         where = parts.get("where")
         if where is not None and any(True for _ in where.find_data("region")):
             raise self.refuse(WHERE_REGION, "the WHERE clause cannot refer to a region")
-        iterators = parts["iterators"].children
-        if len(iterators) > 1:
-            raise self.refuse(ONE_ITERATOR, "queries cannot have more than one iterator")
-        assert isinstance(iterators[0], Tree)
+        iterators = [c for c in parts["iterators"].children if isinstance(c, Tree)]
         region, attribute, alias = region_iterator(iterators[0])
         if region is None:
             raise self.refuse(REGION_PATH, "the FROM clause must iterate over a region path")
         self._reader.alias = alias
+        drills = self._drills(iterators[1:], alias)
         group_by = tuple(self._reader.expr(e) for e in _trees(parts.get("group_by")))
-        count = not group_by and _is_count(parts.get("projections"))
+        # With drill-downs a COUNT(*) counts rows, not entries: an aggregate as any other.
+        count = not group_by and not drills and _is_count(parts.get("projections"))
         if count and ("order_by" in parts or "limit" in parts):
             raise self.refuse(
                 UNSUPPORTED_EXPRESSION, "COUNT(*) takes no ORDER BY or LIMIT here (one row)"
@@ -263,7 +292,41 @@ class _Checker:
             count,
             "distinct" in parts,
             group_by,
+            drills,
+            self._reader.scopes,
+            (alias or region, *(d.alias for d in drills)) if drills else (),
         )
+
+    def _drills(self, iterators: list[Tree], alias: str | None) -> tuple[Drill, ...]:
+        """The iterators after the region's: each over a collection of the elements before
+        it (``FROM /r p, p.positions.values pos``, or ``pos IN p.positions.values``), named;
+        every path of the query then names its iterator (:attr:`ExpressionReader.scopes`)."""
+        if not iterators:
+            return ()
+        if len(iterators) >= MAX_ITERATORS:
+            raise self.refuse(
+                ONE_ITERATOR, f"queries have at most {MAX_ITERATORS} iterators in FROM"
+            )
+        scopes = [alias or _REGION_SCOPE]
+        drills = []
+        for iterator in iterators:
+            name = region_iterator(iterator)[2]
+            collection = (
+                iterator.children[-1] if iterator.data == "iterator_in" else iterator.children[0]
+            )
+            if not (isinstance(collection, Tree) and collection.data == "path") or name is None:
+                raise self.refuse(
+                    ONE_ITERATOR,
+                    "an iterator after the region's runs over an attribute of the ones before "
+                    "it, and is named: FROM /r p, p.items i",
+                )
+            if name in scopes:
+                raise self.refuse(SYNTAX, f"the FROM clause names {name} twice")
+            self._reader.scopes = tuple(scopes)
+            drills.append(Drill(name, self._reader.path(collection)))
+            scopes.append(name)
+        self._reader.scopes = tuple(scopes)
+        return tuple(drills)
 
     def _check_groups(
         self,
@@ -332,9 +395,12 @@ class _Checker:
         """An ORDER BY item; a bare name a projection was given with ``AS`` stands for that
         projection's expression (Geode orders by a projection's alias so)."""
         descending = any(str(c).lower() == "desc" for c in item.children if not isinstance(c, Tree))
-        expr = self._aggregate(item.children[0]) or self._reader.expr(item.children[0])
-        if isinstance(expr, Path) and len(expr.attributes) == 1 and expr.attributes[0] in named:
-            expr = named[expr.attributes[0]]
+        node = item.children[0]
+        if isinstance(node, Tree) and node.data == "path":
+            names = [name_of(c) for c in node.children if isinstance(c, Tree)]
+            if len(names) == 1 and names[0] in named and names[0] not in self._reader.scopes:
+                return OrderItem(named[names[0]], descending)
+        expr = self._aggregate(node) or self._reader.expr(node)
         return OrderItem(expr, descending)
 
     def _limit(self, node: Tree | None) -> int | Parameter | None:
@@ -482,8 +548,10 @@ class _Binder:
 __all__ = [
     "AGGREGATES",
     "MAX_BOUND_VALUES",
+    "MAX_ITERATORS",
     "MAX_PARAMETER_CHARS",
     "Aggregate",
+    "Drill",
     "Iterates",
     "OrderItem",
     "ParsedQuery",

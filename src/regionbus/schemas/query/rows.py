@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
 
-from regionbus.schemas.cq.evaluate import evaluate, selects
+from regionbus.schemas.cq.evaluate import evaluate, read_path, selects
 from regionbus.schemas.cq.syntax import UNDEFINED
-from regionbus.schemas.errors import CqEvaluationError, QueryTypeMismatchError
+from regionbus.schemas.errors import CqEvaluationError, QueryRowLimitError, QueryTypeMismatchError
 from regionbus.schemas.query.aggregates import Groups, distinct_rows
 from regionbus.schemas.query.parser import Aggregate, ParsedQuery
 
@@ -69,6 +69,54 @@ def element(query: ParsedQuery, key: str, value: Any) -> Any:
     return key
 
 
+MAX_ROWS_PER_ENTRY: Final = 10_000
+"""Most rows one entry gives a query with drill-downs (the product of the sizes of the
+collections it iterates): past it the query fails with ``QueryRowLimitError``."""
+
+
+def selected_rows(query: ParsedQuery, item: Any) -> list[Any]:
+    """The rows of one element the WHERE clause selects: the element itself, or with
+    drill-downs (:attr:`ParsedQuery.drills`) each combination of the element with the
+    members of the collections its iterators run over, as a mapping of each iterator's
+    scope name to its element. A collection that is null or UNDEFINED gives no row; a
+    mapping's members are its entries (``key``, ``value``), as Geode iterates a ``Map``.
+
+    Raises:
+        QueryTypeMismatchError: the WHERE clause cannot be evaluated on a row, or an
+            iterator runs over something that is not a collection (Geode: "An iterator
+            definition must be a collection type").
+        QueryRowLimitError: the element gives more than :data:`MAX_ROWS_PER_ENTRY` rows.
+    """
+    if not query.drills:
+        return [item] if is_selected(query, item) else []
+    rows: list[dict[str, Any]] = [{query.scopes[0]: item}]
+    for drill in query.drills:
+        grown: list[dict[str, Any]] = []
+        for row in rows:
+            for member in _members(read_path(row, drill.collection.attributes), drill.alias):
+                grown.append({**row, drill.alias: member})
+            if len(grown) > MAX_ROWS_PER_ENTRY:
+                raise QueryRowLimitError(
+                    f"an entry gives more than {MAX_ROWS_PER_ENTRY} rows over the query's "
+                    "iterators; narrow the collections it iterates"
+                )
+        rows = grown
+    return [row for row in rows if is_selected(query, row)]
+
+
+def _members(collection: Any, alias: str) -> Iterable[Any]:
+    if collection is None or collection is UNDEFINED:
+        return ()
+    if isinstance(collection, Mapping):
+        return [{"key": k, "value": v} for k, v in collection.items()]
+    if isinstance(collection, list | tuple):
+        return collection
+    raise QueryTypeMismatchError(
+        f"iterator {alias} runs over a {type(collection).__name__}; an iterator definition "
+        "must be a collection type (a list or a mapping)"
+    )
+
+
 def is_selected(query: ParsedQuery, item: Any) -> bool:
     """Whether the WHERE clause is True for an element (see
     `regionbus.schemas.cq.evaluate.selects`).
@@ -93,6 +141,8 @@ def project(query: ParsedQuery, item: Any) -> Any:
         QueryTypeMismatchError: a projection cannot be evaluated on the element.
     """
     assert not query.grouped  # a group's row is made by grouped_rows
+    if not query.projections and query.drills:
+        return Struct(query.scope_names, tuple(item[s] for s in query.scopes))
     if not query.projections:
         if query.iterates == "entries":
             return Struct(("key", "value"), (item["key"], item["value"]))
@@ -148,8 +198,9 @@ class OrderKeys:
         self._query = query
         self._kinds: list[str | None] = [None] * len(query.order_by)
 
-    def key(self, entry_key: str, item: Any) -> tuple[Any, ...]:
-        """The sort key of an element: its ORDER BY values, then its entry's key.
+    def key(self, entry_key: Any, item: Any) -> tuple[Any, ...]:
+        """The sort key of an element: its ORDER BY values, then its entry's key (or, for
+        a row of a query with drill-downs, the entry's key and the row's place in it).
 
         Raises:
             QueryTypeMismatchError: an ORDER BY value cannot be evaluated, has no order (a
@@ -225,11 +276,24 @@ def merged(query: ParsedQuery, answers: Iterable[list[tuple[str, Any]]]) -> list
         for answer in answers:
             bucket = Groups(query)
             for _, item in answer:
-                bucket.add(item)
+                for row in selected_rows(query, item) if query.drills else [item]:
+                    bucket.add(row)
             partials += bucket.partials()
         return grouped_results(query, partials)
-    rows: Iterator[tuple[str, Any]]
-    if query.order_by:
+    rows: Iterable[tuple[Any, Any]]
+    if query.drills:
+        # Each bucket answered its entries with a selected row, unordered: their rows are
+        # ordered, made distinct and limited here (ties by entry key, then row).
+        rows = [
+            ((key, n), row)
+            for answer in answers
+            for key, item in answer
+            for n, row in enumerate(selected_rows(query, item))
+        ]
+        if query.order_by:
+            keys = OrderKeys(query)
+            rows = sorted(rows, key=lambda r: keys.key(r[0], r[1]))
+    elif query.order_by:
         keys = OrderKeys(query)
         keyed = [[(keys.key(k, item), item) for k, item in answer] for answer in answers]
         rows = ((key[-1], item) for key, item in heapq.merge(*keyed, key=itemgetter(0)))
@@ -276,6 +340,7 @@ def grouped_results(query: ParsedQuery, partials: Iterable[bytes]) -> list[Any]:
 
 
 __all__ = [
+    "MAX_ROWS_PER_ENTRY",
     "OrderKeys",
     "Struct",
     "element",
@@ -283,4 +348,5 @@ __all__ = [
     "is_selected",
     "merged",
     "project",
+    "selected_rows",
 ]
