@@ -409,7 +409,7 @@ def test_buckets_answer_one_partial_row_per_group_that_keeps_every_type() -> Non
         "SELECT x.g AS g, COUNT(*) AS n, MIN(x.v) AS lo, COUNT(DISTINCT x.v) AS d FROM /r x "
         "GROUP BY x.g"
     ).bind(())
-    grouped = _Grouped(query, bucket=3, max_rows=10)
+    grouped = _Grouped(query, bucket=3, max_rows=10, max_bytes=100_000)
     groups = [1, 1.0, True, None, "1", {"k": [1, b"\x00"]}, [1, 2]]
     for i in range(70):
         item = {"g": groups[i % len(groups)], "v": i} if i % 10 else {"v": i}  # some lack g
@@ -425,6 +425,11 @@ def test_buckets_answer_one_partial_row_per_group_that_keeps_every_type() -> Non
     with pytest.raises(QueryRowLimitError, match="groups"):
         for i in range(20):
             grouped.add(Entry(f"x{i}", 0), {"g": f"new{i}", "v": 1})
+    wide = _Grouped(query, bucket=3, max_rows=10, max_bytes=1_000)
+    for i in range(100):
+        wide.add(Entry(f"w{i}", 0), {"g": 1, "v": i})  # 100 distinct values in one partial
+    with pytest.raises(QueryRowLimitError, match="max_value_size_bytes"):
+        wide.answer()
 
 
 def test_partial_rows_merge_across_buckets_with_the_checks_of_one() -> None:

@@ -90,6 +90,7 @@ class BucketQueries:
     def __init__(self, settings: ServerSettings, store: RegionStore, cqs: CqRegistry) -> None:
         self._budget_s = settings.query_max_execution_time_ms / 1000
         self._max_rows = settings.query_max_rows_per_bucket
+        self._max_partial_bytes = settings.max_value_size_bytes
         self._store = store
         self._cqs = cqs
 
@@ -118,7 +119,7 @@ class BucketQueries:
         if not self._store.region_exists(region, bucket):
             return BucketAnswer(False, [])
         if query.grouped:
-            groups = _Grouped(query, bucket, self._max_rows)
+            groups = _Grouped(query, bucket, self._max_rows, self._max_partial_bytes)
             self._select(query, region, bucket, groups, deadline)
             return BucketAnswer(True, groups.answer())
         limit = query.limit if isinstance(query.limit, int) else None
@@ -257,12 +258,15 @@ class QueryRunner:
 class _Grouped:
     """The groups of a grouped query's selected entries (aggregates, ``GROUP BY``): at most
     ``max_rows``, answered as one partial row each
-    (`regionbus.schemas.query.aggregates.Groups`)."""
+    (`regionbus.schemas.query.aggregates.Groups`), each at most ``max_bytes`` (a
+    ``DISTINCT`` aggregate's partial holds its distinct values: as large as a value may
+    be, ``max_value_size_bytes``, so that its reply fits a Kafka message)."""
 
-    def __init__(self, query: ParsedQuery, bucket: int, max_rows: int) -> None:
+    def __init__(self, query: ParsedQuery, bucket: int, max_rows: int, max_bytes: int) -> None:
         self._groups = Groups(query)
         self._bucket = bucket
         self._max_rows = max_rows
+        self._max_bytes = max_bytes
 
     def add(self, entry: Entry, item: Any) -> None:
         self._groups.add(item)
@@ -276,10 +280,14 @@ class _Grouped:
         return False  # every selected entry counts
 
     def answer(self) -> list[Entry]:
-        return [
-            Entry(str(i), 0, partial, PARTIAL_SERIALIZER)
-            for i, partial in enumerate(self._groups.partials())
-        ]
+        partials = self._groups.partials()
+        if any(len(p) > self._max_bytes for p in partials):
+            raise QueryRowLimitError(
+                f"bucket {self._bucket} would answer a group's partial result over "
+                f"{self._max_bytes} bytes (max_value_size_bytes): its DISTINCT aggregate "
+                "holds too many values; narrow the WHERE clause"
+            )
+        return [Entry(str(i), 0, p, PARTIAL_SERIALIZER) for i, p in enumerate(partials)]
 
 
 class _Kept:
