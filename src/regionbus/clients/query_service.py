@@ -62,10 +62,14 @@ class QueryService:
         ``execute(*params)``.
 
         Args:
-            query: ``SELECT * | expr [AS name], ... FROM /region[.entries | .keys]
-                [[AS] alias] [WHERE predicate] [ORDER BY expr [ASC | DESC], ...]
-                [LIMIT n]``, with ``$1``, ``$2``, ... where a literal, an ``IN``
-                collection or the LIMIT may stand; the predicates of CQs (docs/behaviour.md §9).
+            query: ``SELECT [DISTINCT] * | item [AS name], ... FROM /region[.entries |
+                .keys] [[AS] alias][, path alias ...] [WHERE predicate] [GROUP BY expr,
+                ...] [ORDER BY expr [ASC | DESC], ...] [LIMIT n]``, an item an expression
+                or an aggregate (``COUNT``, ``SUM``, ``AVG``, ``MIN``, ``MAX`` of
+                ``[DISTINCT] expr``, ``COUNT(*)``), up to two drill-downs into each
+                value's collections after the region, with ``$1``, ``$2``, ... where a
+                literal, an ``IN`` collection or the LIMIT may stand; the predicates of CQs
+                (docs/behaviour.md §9, docs/geode-porting.md).
 
         Raises:
             QueryInvalidError: the query does not parse or is outside what runs (``rule``
