@@ -211,6 +211,9 @@ EVALUATIONS: list[tuple[str, Any, bool]] = [
     ("12 IN f.delay.values", FLIGHT, True),
     ("'minutes' IN f.delay.keySet", FLIGHT, True),
     ("f.delay.isEmpty", FLIGHT, False),
+    ("f.delay.entrySet.size = 1", FLIGHT, True),
+    ("f.tags.isEmpty = false AND f.origin.isEmpty = false", FLIGHT, True),
+    ("f.box.values = 3", {"box": {"values": 3}}, True),  # a key is read first
     ("f.box.size = 7", {"box": {"size": 7}}, True),  # a key is read first
     ("f.dep_delay.length > 0", FLIGHT, False),
 ]

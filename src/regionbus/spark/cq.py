@@ -102,13 +102,70 @@ def _literal_operand(value: Any) -> _Operand:
     )
 
 
+_METHODS: Final = frozenset(
+    {"size", "length", "isEmpty", "values", "keySet", "keys", "entrySet", "entries"}
+)
+"""The attributes the servers read through a ``java.util.Map``, ``List`` or ``String``
+method when a value has no such key (`regionbus.schemas.cq.evaluate.read_path`)."""
+
+
 def _path(value: Column, path: Path) -> Column:
     if not path.attributes:
         return value
-    steps = "".join(
-        "['" + a.replace("\\", "\\\\").replace("'", "\\'") + "']" for a in path.attributes
-    )
-    return F.try_variant_get(value, "$" + steps, "variant")
+    if not _METHODS.intersection(path.attributes):
+        steps = "".join(_step_text(a) for a in path.attributes)
+        return F.try_variant_get(value, "$" + steps, "variant")
+    current = value
+    for attribute in path.attributes:
+        current = _step(current, attribute)
+    return current
+
+
+def _step_text(attribute: str) -> str:
+    return "['" + attribute.replace("\\", "\\\\").replace("'", "\\'") + "']"
+
+
+def _as_variant(column: Column) -> Column:
+    """A number or boolean column as a VARIANT (its JSON text parsed)."""
+    return F.try_parse_json(column.cast("string"))
+
+
+def _step(current: Column, attribute: str) -> Column:
+    """One step of a path: the object's key, else what the servers read through a method
+    (a mapping's size, isEmpty, values, keySet, entrySet; a list's size and isEmpty; a
+    string's length and isEmpty)."""
+    found = F.try_variant_get(current, "$" + _step_text(attribute), "variant")
+    if attribute not in _METHODS:
+        return found
+    kind = F.schema_of_variant(current)
+    is_object, is_array = kind.startswith("OBJECT"), kind.startswith("ARRAY")
+    is_string = kind == "STRING"
+    mapping = F.try_variant_get(current, "$", "map<string,variant>")
+    members = F.try_variant_get(current, "$", "array<variant>")
+    text = F.try_variant_get(current, "$", "string")
+    if attribute == "size":
+        method = F.when(is_object, _as_variant(F.size(mapping))).when(
+            is_array, _as_variant(F.array_size(members))
+        )
+    elif attribute == "length":
+        method = F.when(is_string, _as_variant(F.length(text)))
+    elif attribute == "isEmpty":
+        method = (
+            F.when(is_object, _as_variant(F.size(mapping) == 0))
+            .when(is_array, _as_variant(F.array_size(members) == 0))
+            .when(is_string, _as_variant(F.length(text) == 0))
+        )
+    elif attribute == "values":
+        method = F.when(is_object, F.try_parse_json(F.to_json(F.map_values(mapping))))
+    elif attribute in ("keySet", "keys"):
+        method = F.when(is_object, F.try_parse_json(F.to_json(F.map_keys(mapping))))
+    else:  # entrySet, entries: each a mapping of key and value, as /r.entries gives
+        entries = F.transform(
+            F.map_entries(mapping),
+            lambda e: F.named_struct(F.lit("key"), e["key"], F.lit("value"), e["value"]),
+        )
+        method = F.when(is_object, F.try_parse_json(F.to_json(entries)))
+    return F.coalesce(found, method)
 
 
 def _code(flag: Column) -> Column:
