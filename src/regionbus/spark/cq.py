@@ -4,8 +4,10 @@ The same query text a client gives ``new_cq`` (parsed and checked by
 :mod:`regionbus.schemas.cq`) compiles to a Spark SQL expression (:func:`cq_condition`)
 that evaluates its predicate on JSON values with Geode's UNDEFINED rules, in the JVM: each
 attribute path is read from the value parsed as a ``VARIANT`` (``try_parse_json``,
-``variant_get``), a missing attribute (or one of a non-object) is SQL NULL (UNDEFINED), a
-JSON null is a variant null, and the comparison table of
+``variant_get``), a missing attribute (or one of a non-object) is SQL NULL (UNDEFINED),
+but for the ones the servers read through a Java method (a mapping's ``size``,
+``isEmpty``, ``values``, ``keySet``, ``entrySet``, a list's ``size``, a string's
+``length``), a JSON null is a variant null, and the comparison table of
 :mod:`regionbus.schemas.cq.evaluate` is spelled out case by case. The expression gives
 ``'T'``, ``'F'``, ``'U'`` (UNDEFINED) or ``'E'`` (the live CQ's error event).
 
