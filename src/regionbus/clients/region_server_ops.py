@@ -1,8 +1,7 @@
 """A region's conditional operations and its reads of the server's state: Geode's
 ``ConcurrentMap`` methods (``putIfAbsent``, ``replace``, ``remove(k, v)``) and ``create``,
-``getAll``,
-``containsKeyOnServer``, ``sizeOnServer``, and its queries (``query``, ``existsValue``,
-``selectValue``).
+``getAll``, ``containsKeyOnServer``, ``sizeOnServer``, and its queries (``query``,
+``existsValue``, ``selectValue``).
 
 The condition of a conditional operation is checked by the key's bucket primary in the
 same Lua call that makes the change (``apply_entry.lua``), so of any number of clients
