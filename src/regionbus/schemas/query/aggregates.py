@@ -76,7 +76,12 @@ def _frozen(value: Any) -> Any:
 
 
 def distinct_rows(rows: Iterable[Any]) -> Iterable[Any]:
-    """The rows, each equal one once (the first), in their order."""
+    """The rows, each equal one once (the first), in their order (equality as
+    :func:`frozen` tells it).
+
+    Raises:
+        QueryTypeMismatchError: a row is nested too deeply to compare.
+    """
     seen: set[Any] = set()
     for row in rows:
         key = frozen(row)
